@@ -1,0 +1,200 @@
+//! Running the locally installed Postgres binaries: the dev command's private cluster, and the test
+//! harness's throwaway one.
+//!
+//! Postgres refuses to run as root, so when we are root every Postgres program runs as the
+//! `postgres` user (through `runuser`) and the directories it uses are handed to that user.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use anyhow::{Context, bail};
+
+/// The user Postgres programs run as, when it is not us.
+#[derive(Debug, Clone, Copy)]
+pub struct Owner {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Where the Postgres server programs are: `RELAY_PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin`, else wherever `pg_ctl` is on `PATH`.
+pub fn bin_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("RELAY_PG_BIN").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| bin.join("pg_ctl").exists())
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("pg_ctl");
+        if candidate.exists() {
+            // pg_ctl finds `postgres` beside its real location, so resolve links.
+            let real = std::fs::canonicalize(&candidate).unwrap_or(candidate);
+            return Ok(real.parent().map(Path::to_path_buf).unwrap_or(dir));
+        }
+    }
+    bail!("cannot find the Postgres server programs (initdb, pg_ctl, postgres): install Postgres or set RELAY_PG_BIN")
+}
+
+/// `Some(postgres user)` when this process is root.
+pub fn owner() -> anyhow::Result<Option<Owner>> {
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
+    if me != 0 {
+        return Ok(None);
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").context("cannot read /etc/passwd")?;
+    let entry = passwd
+        .lines()
+        .find(|l| l.starts_with("postgres:"))
+        .context("running as root, but there is no postgres user to run Postgres as")?;
+    let fields: Vec<&str> = entry.split(':').collect();
+    let parse = |i: usize| fields.get(i).and_then(|f| f.parse().ok()).context("malformed postgres entry in /etc/passwd");
+    Ok(Some(Owner { uid: parse(2)?, gid: parse(3)? }))
+}
+
+/// A command running `program` from `bin` as the cluster owner.
+pub fn command(bin: &Path, program: &str, owner: Option<Owner>) -> Command {
+    match owner {
+        Some(_) => {
+            let mut cmd = Command::new("runuser");
+            cmd.args(["-u", "postgres", "--"]).arg(bin.join(program));
+            cmd
+        }
+        None => Command::new(bin.join(program)),
+    }
+}
+
+/// Creates `dir` (mode 0700) and hands it to the owner.
+pub fn make_private_dir(dir: &Path, owner: Option<Owner>) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    if let Some(owner) = owner {
+        std::os::unix::fs::chown(dir, Some(owner.uid), Some(owner.gid))
+            .with_context(|| format!("cannot hand {} to the postgres user", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs a command to completion; a failure carries the program's own words.
+pub fn run(cmd: &mut Command, what: &str) -> anyhow::Result<Output> {
+    let output = cmd.output().with_context(|| format!("cannot run {what}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let detail = stderr.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("no output");
+        bail!("{what} failed ({}): {detail}", output.status);
+    }
+    Ok(output)
+}
+
+/// The dev command's private cluster: Unix socket only, in a directory only its owner can enter.
+pub struct DevCluster {
+    bin: PathBuf,
+    owner: Option<Owner>,
+    pgdata: PathBuf,
+    socket_dir: PathBuf,
+    log: PathBuf,
+    started_here: bool,
+}
+
+pub const DEV_USER: &str = "relay";
+pub const DEV_DATABASE: &str = "relay";
+
+impl DevCluster {
+    /// Creates the cluster under `data_dir` unless it exists already.
+    pub fn prepare(data_dir: &Path) -> anyhow::Result<Self> {
+        let bin = bin_dir()?;
+        let owner = owner()?;
+        make_private_dir(data_dir, owner)?;
+        let cluster = Self {
+            pgdata: data_dir.join("pg"),
+            socket_dir: data_dir.join("run"),
+            log: data_dir.join("postgres.log"),
+            bin,
+            owner,
+            started_here: false,
+        };
+        if owner.is_some() {
+            let reachable = command(Path::new("/usr/bin"), "test", owner).arg("-w").arg(data_dir).status();
+            if !matches!(reachable, Ok(s) if s.success()) {
+                bail!(
+                    "the postgres user cannot write {} (Postgres refuses root, so the dev cluster runs as postgres): choose a --data-dir it can reach, such as /var/lib/agent-relay",
+                    data_dir.display()
+                );
+            }
+        }
+        make_private_dir(&cluster.socket_dir, owner)?;
+        if !cluster.pgdata.join("PG_VERSION").exists() {
+            tracing::info!(dir = %cluster.pgdata.display(), "creating the dev database cluster");
+            run(
+                command(&cluster.bin, "initdb", owner)
+                    .arg("-D")
+                    .arg(&cluster.pgdata)
+                    .args(["-U", DEV_USER, "-A", "trust", "-E", "UTF8", "--no-instructions"]),
+                "initdb",
+            )?;
+        }
+        Ok(cluster)
+    }
+
+    fn running(&self) -> bool {
+        let status = command(&self.bin, "pg_ctl", self.owner).arg("status").arg("-D").arg(&self.pgdata).output();
+        matches!(status, Ok(o) if o.status.success())
+    }
+
+    /// Starts the cluster unless it already runs (a previous dev server left it, or another holds it).
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        if self.running() {
+            tracing::info!(dir = %self.pgdata.display(), "reusing the running dev database");
+            return Ok(());
+        }
+        let options = format!("-c listen_addresses='' -k '{}'", self.socket_dir.display());
+        run(
+            command(&self.bin, "pg_ctl", self.owner)
+                .arg("start")
+                .arg("-D")
+                .arg(&self.pgdata)
+                .arg("-l")
+                .arg(&self.log)
+                .args(["-w", "-t", "60", "-o", &options]),
+            "pg_ctl start",
+        )
+        .with_context(|| format!("the dev database did not start; see {}", self.log.display()))?;
+        self.started_here = true;
+        Ok(())
+    }
+
+    /// Stops the cluster if this process started it.
+    pub fn stop(&self) {
+        if !self.started_here {
+            return;
+        }
+        let stopped = run(
+            command(&self.bin, "pg_ctl", self.owner).arg("stop").arg("-D").arg(&self.pgdata).args(["-m", "fast", "-w"]),
+            "pg_ctl stop",
+        );
+        if let Err(e) = stopped {
+            tracing::warn!(error = %e, "cannot stop the dev database");
+        }
+    }
+
+    /// Connection settings for one database of the cluster, over its Unix socket.
+    pub fn pg_config(&self, dbname: &str) -> tokio_postgres::Config {
+        let mut config = tokio_postgres::Config::new();
+        config.host_path(&self.socket_dir).port(5432).user(DEV_USER).dbname(dbname);
+        config
+    }
+}

@@ -1,0 +1,85 @@
+//! Agent addresses: `account/machine/handle`, shortened to `machine/handle` inside one account and to
+//! `handle` inside one machine.
+
+use std::fmt;
+
+use super::names::{NameKind, validate};
+use super::{Error, Result};
+
+/// A fully qualified address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Address {
+    pub account: String,
+    pub machine: String,
+    pub handle: String,
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.account, self.machine, self.handle)
+    }
+}
+
+/// Where an address is read from: the caller's own account and machine fill in what it leaves out.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub account: &'a str,
+    pub machine: &'a str,
+}
+
+impl Address {
+    /// Parses an address as written by the agent at `origin`.
+    pub fn parse(raw: &str, origin: Origin<'_>) -> Result<Self> {
+        let text = raw.trim();
+        let parts: Vec<&str> = text.split('/').collect();
+        let (account, machine, handle) = match parts.as_slice() {
+            [handle] => (origin.account, origin.machine, *handle),
+            [machine, handle] => (origin.account, *machine, *handle),
+            [account, machine, handle] => (*account, *machine, *handle),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "invalid address {raw:?}: write handle, machine/handle or account/machine/handle"
+                )));
+            }
+        };
+        let wrap = |e: Error| Error::invalid(format!("invalid address {raw:?}: {e}"));
+        validate(NameKind::Account, account).map_err(wrap)?;
+        validate(NameKind::Machine, machine).map_err(wrap)?;
+        validate(NameKind::Handle, handle).map_err(wrap)?;
+        Ok(Self { account: account.to_owned(), machine: machine.to_owned(), handle: handle.to_owned() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HERE: Origin<'static> = Origin { account: "acme", machine: "laptop" };
+
+    fn parse(raw: &str) -> Result<String> {
+        Address::parse(raw, HERE).map(|a| a.to_string())
+    }
+
+    #[test]
+    fn fills_in_from_the_origin() {
+        assert_eq!(parse("bob").unwrap(), "acme/laptop/bob");
+        assert_eq!(parse("ci/bob").unwrap(), "acme/ci/bob");
+        assert_eq!(parse("other/ci/bob").unwrap(), "other/ci/bob");
+        assert_eq!(parse("  bob ").unwrap(), "acme/laptop/bob");
+    }
+
+    #[test]
+    fn refuses_malformed_addresses() {
+        for raw in ["", "/", "a//b", "a/b/c/d", "Bob", "bob/", "x/y/Z", "a b"] {
+            let err = parse(raw).unwrap_err();
+            assert!(matches!(err, Error::Invalid(_)), "{raw}: {err:?}");
+            assert!(err.to_string().contains("invalid address"), "{err}");
+        }
+    }
+
+    #[test]
+    fn error_says_which_part_is_wrong() {
+        let err = parse("acme/Laptop/bob").unwrap_err().to_string();
+        assert!(err.contains("machine name \"Laptop\""), "{err}");
+    }
+}

@@ -1,0 +1,171 @@
+//! Message ids, credentials and the ways an agent may name a message.
+
+use rand::Rng;
+use sha2::{Digest, Sha256};
+
+use super::{Error, Result};
+
+const ID_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+/// 24 characters of base 36: about 124 random bits.
+pub const MESSAGE_ID_LEN: usize = 24;
+pub const SHORT_ID_LEN: usize = 8;
+pub const MIN_SUFFIX_LEN: usize = 4;
+
+/// A new message id. It is random throughout, so its first 8 characters serve as a short id.
+pub fn new_message_id() -> String {
+    let mut rng = rand::rng();
+    (0..MESSAGE_ID_LEN)
+        .map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char)
+        .collect()
+}
+
+/// Kinds of bearer credential; the prefix lets a person tell them apart and lets scanners find them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    Machine,
+    Session,
+}
+
+impl TokenKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Machine => "rlm_",
+            Self::Session => "rls_",
+        }
+    }
+}
+
+/// A fresh credential: 256 random bits, hex-encoded behind the kind's prefix.
+pub fn new_token(kind: TokenKind) -> String {
+    let bytes: [u8; 32] = rand::rng().random();
+    format!("{}{}", kind.prefix(), hex::encode(bytes))
+}
+
+/// What the database keeps of a credential. Tokens carry 256 random bits, so one unsalted hash suffices.
+pub fn token_hash(token: &str) -> Vec<u8> {
+    Sha256::digest(token.as_bytes()).to_vec()
+}
+
+/// Checks a presented token's shape before it costs a database lookup.
+pub fn check_token(kind: TokenKind, token: &str) -> Result<()> {
+    let well_formed = token
+        .strip_prefix(kind.prefix())
+        .is_some_and(|rest| rest.len() == 64 && rest.bytes().all(|b| b.is_ascii_hexdigit()));
+    if well_formed {
+        Ok(())
+    } else {
+        let what = match kind {
+            TokenKind::Machine => "machine token",
+            TokenKind::Session => "session token",
+        };
+        Err(Error::Unauthenticated(format!("malformed {what}")))
+    }
+}
+
+/// How an agent names a message it wants to answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MessageRef {
+    /// The newest message the caller was shown.
+    Last,
+    /// A whole id, its short id, or a suffix of 4 or more characters.
+    Text(String),
+}
+
+impl MessageRef {
+    pub fn parse(raw: &str) -> Result<Self> {
+        let text = raw.trim();
+        if text.eq_ignore_ascii_case("last") {
+            return Ok(Self::Last);
+        }
+        if text.len() < MIN_SUFFIX_LEN || text.len() > MESSAGE_ID_LEN {
+            return Err(Error::invalid(format!(
+                "invalid message id {raw:?}: give the id, its first {SHORT_ID_LEN} characters, a unique suffix of {MIN_SUFFIX_LEN} or more, or last"
+            )));
+        }
+        if !text.bytes().all(|b| ID_ALPHABET.contains(&b.to_ascii_lowercase())) {
+            return Err(Error::invalid(format!("invalid message id {raw:?}: ids use only letters and digits")));
+        }
+        Ok(Self::Text(text.to_ascii_lowercase()))
+    }
+
+    /// Whether `id` is named by this reference (for a `Text` reference).
+    pub fn matches(&self, id: &str) -> bool {
+        match self {
+            Self::Last => false,
+            Self::Text(text) => {
+                id == text || (text.len() == SHORT_ID_LEN && id.starts_with(text.as_str())) || id.ends_with(text.as_str())
+            }
+        }
+    }
+}
+
+/// Picks the one message a reference names among candidates, or says why it cannot.
+pub fn pick_unique<'a>(reference: &str, candidates: &'a [String]) -> Result<&'a str> {
+    match candidates {
+        [] => Err(Error::not_found(format!("no message {reference:?} among the messages you received"))),
+        [one] => Ok(one),
+        many => {
+            if let Some(exact) = many.iter().find(|id| id.as_str() == reference) {
+                return Ok(exact);
+            }
+            let shown: Vec<&str> = many.iter().take(5).map(|id| &id[..SHORT_ID_LEN]).collect();
+            Err(Error::invalid(format!(
+                "{reference:?} names {} messages ({}); give more characters",
+                many.len(),
+                shown.join(", ")
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_ids_are_long_random_and_lowercase() {
+        let a = new_message_id();
+        let b = new_message_id();
+        assert_eq!(a.len(), MESSAGE_ID_LEN);
+        assert_ne!(a, b);
+        assert!(a.bytes().all(|c| ID_ALPHABET.contains(&c)));
+    }
+
+    #[test]
+    fn tokens_have_their_kind_and_check_by_shape() {
+        let machine = new_token(TokenKind::Machine);
+        assert!(machine.starts_with("rlm_"));
+        check_token(TokenKind::Machine, &machine).unwrap();
+        assert!(check_token(TokenKind::Session, &machine).is_err());
+        assert!(check_token(TokenKind::Machine, "rlm_short").is_err());
+        assert_eq!(token_hash(&machine), token_hash(&machine));
+        assert_ne!(token_hash(&machine), token_hash(&new_token(TokenKind::Machine)));
+    }
+
+    #[test]
+    fn references_name_by_id_short_id_or_suffix() {
+        let id = "abcdefgh0123456789wxyz00";
+        assert!(MessageRef::parse(id).unwrap().matches(id));
+        assert!(MessageRef::parse("abcdefgh").unwrap().matches(id));
+        assert!(MessageRef::parse("ABCDEFGH").unwrap().matches(id));
+        assert!(MessageRef::parse("yz00").unwrap().matches(id));
+        assert!(!MessageRef::parse("abcd").unwrap().matches(id), "a 4-character prefix is not a short id");
+        assert_eq!(MessageRef::parse(" last ").unwrap(), MessageRef::Last);
+    }
+
+    #[test]
+    fn references_refuse_bad_shapes() {
+        for raw in ["", "abc", "ab-cd", &"a".repeat(25)] {
+            assert!(matches!(MessageRef::parse(raw), Err(Error::Invalid(_))), "{raw}");
+        }
+    }
+
+    #[test]
+    fn ambiguity_is_explained() {
+        let ids = vec!["aaaaaaaa00001111".to_owned(), "bbbbbbbb00001111".to_owned()];
+        let err = pick_unique("1111", &ids).unwrap_err().to_string();
+        assert!(err.contains("names 2 messages") && err.contains("aaaaaaaa"), "{err}");
+        assert_eq!(pick_unique("1111", &ids[..1]).unwrap(), ids[0]);
+        assert!(matches!(pick_unique("zzzz", &[]), Err(Error::NotFound(_))));
+    }
+}

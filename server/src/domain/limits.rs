@@ -1,0 +1,143 @@
+//! Input limits and the validation of free-form fields.
+
+use super::{Error, Result};
+
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub const MAX_RECIPIENTS: usize = 32;
+/// Longest a call may wait (inbox, ask-wait): long enough to be useful, short enough for proxies.
+pub const MAX_WAIT_S: u32 = 300;
+pub const MAX_NOTE_CHARS: usize = 200;
+pub const MAX_TITLE_CHARS: usize = 120;
+pub const MAX_THREAD_LEN: usize = 64;
+pub const MAX_CLIENT_ID_LEN: usize = 64;
+pub const DEFAULT_INBOX_BATCH: u32 = 50;
+pub const MAX_INBOX_BATCH: u32 = 200;
+
+pub const STATUS_STATES: [&str; 4] = ["idle", "busy", "blocked", "away"];
+pub const HARNESSES: [&str; 5] = ["claude", "codex", "gemini", "cursor", "other"];
+
+pub fn body(body: &str) -> Result<()> {
+    if body.trim().is_empty() {
+        return Err(Error::invalid("body is empty"));
+    }
+    if body.len() > MAX_BODY_BYTES {
+        return Err(Error::invalid(format!(
+            "body is {} bytes; the limit is {MAX_BODY_BYTES} bytes: send a summary or split it",
+            body.len()
+        )));
+    }
+    Ok(())
+}
+
+pub fn recipients(count: usize) -> Result<()> {
+    match count {
+        0 => Err(Error::invalid("no recipient: give at least one address")),
+        n if n > MAX_RECIPIENTS => {
+            Err(Error::invalid(format!("{n} recipients; one send reaches at most {MAX_RECIPIENTS}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn wait_s(wait_s: u32) -> Result<u32> {
+    if wait_s > MAX_WAIT_S {
+        Err(Error::invalid(format!("wait_s is {wait_s}; the most is {MAX_WAIT_S} seconds")))
+    } else {
+        Ok(wait_s)
+    }
+}
+
+pub fn inbox_batch(limit: u32) -> u32 {
+    match limit {
+        0 => DEFAULT_INBOX_BATCH,
+        n => n.min(MAX_INBOX_BATCH),
+    }
+}
+
+fn token_like(what: &str, value: &str, max: usize) -> Result<()> {
+    let ok = value.len() <= max
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "invalid {what} {value:?}: use up to {max} letters, digits, '-', '_', '.' or ':'"
+        )))
+    }
+}
+
+pub fn thread(thread: &str) -> Result<()> {
+    token_like("thread", thread, MAX_THREAD_LEN)
+}
+
+pub fn client_id(client_id: &str) -> Result<()> {
+    token_like("client id", client_id, MAX_CLIENT_ID_LEN)
+}
+
+/// Short free text shown to other agents: one line, bounded.
+pub fn short_text(what: &str, value: &str, max_chars: usize) -> Result<()> {
+    let chars = value.chars().count();
+    if chars > max_chars {
+        return Err(Error::invalid(format!("{what} is {chars} characters; the limit is {max_chars}")));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid(format!("{what} must be one line of text without control characters")));
+    }
+    Ok(())
+}
+
+pub fn status(state: &str) -> Result<()> {
+    if STATUS_STATES.contains(&state) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!("invalid status {state:?}: use one of {}", STATUS_STATES.join(", "))))
+    }
+}
+
+/// The harness an endpoint runs under; empty means other.
+pub fn harness(harness: &str) -> Result<&str> {
+    match harness {
+        "" => Ok("other"),
+        h if HARNESSES.contains(&h) => Ok(h),
+        h => Err(Error::invalid(format!("invalid harness {h:?}: use one of {}", HARNESSES.join(", ")))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_limits() {
+        body("hi").unwrap();
+        body(&"x".repeat(MAX_BODY_BYTES)).unwrap();
+        let err = body(&"x".repeat(MAX_BODY_BYTES + 1)).unwrap_err().to_string();
+        assert!(err.contains("limit is 65536 bytes"), "{err}");
+        assert!(body(" \n").is_err());
+    }
+
+    #[test]
+    fn recipient_and_wait_limits() {
+        assert!(recipients(0).is_err());
+        recipients(MAX_RECIPIENTS).unwrap();
+        assert!(recipients(MAX_RECIPIENTS + 1).is_err());
+        assert_eq!(wait_s(MAX_WAIT_S).unwrap(), MAX_WAIT_S);
+        assert!(wait_s(MAX_WAIT_S + 1).is_err());
+        assert_eq!(inbox_batch(0), DEFAULT_INBOX_BATCH);
+        assert_eq!(inbox_batch(10_000), MAX_INBOX_BATCH);
+    }
+
+    #[test]
+    fn free_text_fields() {
+        thread("review:pr-12").unwrap();
+        assert!(thread("has space").is_err());
+        assert!(client_id(&"a".repeat(65)).is_err());
+        short_text("note", "reading the diff", MAX_NOTE_CHARS).unwrap();
+        assert!(short_text("note", "two\nlines", MAX_NOTE_CHARS).is_err());
+        assert!(short_text("note", &"é".repeat(MAX_NOTE_CHARS + 1), MAX_NOTE_CHARS).is_err());
+        status("busy").unwrap();
+        assert!(status("sleeping").is_err());
+        assert_eq!(harness("").unwrap(), "other");
+        assert!(harness("vim").is_err());
+    }
+}

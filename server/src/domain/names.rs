@@ -1,0 +1,94 @@
+//! Account, machine and handle names: `[a-z0-9][a-z0-9-]{0,38}`.
+
+use super::{Error, Result};
+
+pub const MAX_NAME_LEN: usize = 39;
+
+/// What a name is for, so errors say which name was wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    Account,
+    Machine,
+    Handle,
+}
+
+impl NameKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Account => "account",
+            Self::Machine => "machine",
+            Self::Handle => "handle",
+        }
+    }
+}
+
+pub fn is_valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= MAX_NAME_LEN
+        && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+pub fn validate(kind: NameKind, name: &str) -> Result<()> {
+    if is_valid_name(name) {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "invalid {} name {name:?}: use 1 to {MAX_NAME_LEN} lowercase letters, digits or '-', starting with a letter or digit",
+            kind.as_str()
+        )))
+    }
+}
+
+/// Turns an arbitrary host name into a valid machine name (`My_Laptop.local` → `my-laptop-local`).
+pub fn sanitize(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.truncate(MAX_NAME_LEN);
+    let trimmed = out.trim_end_matches('-');
+    if trimmed.is_empty() { "machine".to_owned() } else { trimmed.to_owned() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_the_documented_syntax() {
+        for name in ["a", "0", "alice", "build-box-2", &"a".repeat(39)] {
+            assert!(is_valid_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn refuses_everything_else() {
+        for name in ["", "-a", "Alice", "a_b", "a.b", "a/b", "é", " a", &"a".repeat(40)] {
+            assert!(!is_valid_name(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn error_names_the_kind_and_value() {
+        let err = validate(NameKind::Handle, "Bad Name").unwrap_err();
+        assert!(err.to_string().contains("invalid handle name \"Bad Name\""), "{err}");
+    }
+
+    #[test]
+    fn sanitizes_host_names() {
+        assert_eq!(sanitize("My_Laptop.local"), "my-laptop-local");
+        assert_eq!(sanitize("--x--"), "x");
+        assert_eq!(sanitize("..."), "machine");
+        assert_eq!(sanitize(&"ab".repeat(30)).len(), MAX_NAME_LEN);
+        assert!(is_valid_name(&sanitize("-Ünïcode-Host-")));
+    }
+}

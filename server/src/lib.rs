@@ -1,0 +1,16 @@
+//! relay-server: the one component of Relay that decides anything.
+//!
+//! * [`protocol`]: the gRPC handlers, thin: authenticate, validate, call the store.
+//! * [`domain`]: the product's rules, pure and unit-tested.
+//! * [`store`]: all SQL, over a Postgres pool.
+//! * [`push`]: LISTEN/NOTIFY fan-out and the per-endpoint push streams.
+//! * [`serve`], [`dev`], [`admin`]: what the `relay-server` commands run.
+
+pub mod admin;
+pub mod bridge_config;
+pub mod dev;
+pub mod domain;
+pub mod protocol;
+pub mod push;
+pub mod serve;
+pub mod store;

@@ -1,0 +1,185 @@
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use relay_server::admin::{self, AdminCommand};
+use relay_server::dev::{self, DevOptions};
+use relay_server::serve::{self, ListenOptions};
+use relay_server::store::DbConfig;
+use tracing_subscriber::EnvFilter;
+
+/// The central Relay server: accounts, machines, messaging and push over gRPC, state in Postgres.
+#[derive(Parser)]
+#[command(name = "relay-server", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve gRPC (applies pending migrations first).
+    Serve {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        listen: ListenArgs,
+    },
+    /// Apply pending migrations and exit.
+    Migrate {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Serve on a private Postgres cluster from the local binaries, and set this machine up as a client.
+    Dev {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        listen: ListenArgs,
+        /// Where the private cluster lives.
+        #[arg(long, env = "RELAY_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+    },
+    /// Operator commands straight against the database.
+    Admin {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(subcommand)]
+        command: AdminArgs,
+    },
+}
+
+#[derive(Args)]
+struct DbArgs {
+    /// Postgres URL (postgres://user:pass@host/db) or key=value settings.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Most database connections this process opens (plus one for notifications).
+    #[arg(long, env = "RELAY_DB_POOL_SIZE", default_value_t = 16)]
+    db_pool_size: usize,
+}
+
+impl DbArgs {
+    fn config(&self) -> anyhow::Result<DbConfig> {
+        let url = self
+            .database_url
+            .as_deref()
+            .context("no database: set DATABASE_URL or --database-url (or run `relay-server dev` for a private one)")?;
+        Ok(DbConfig::parse(url, self.db_pool_size)?)
+    }
+}
+
+#[derive(Args)]
+struct ListenArgs {
+    #[arg(long, env = "RELAY_LISTEN", default_value = "127.0.0.1:7447")]
+    listen: SocketAddr,
+    /// PEM certificate chain; enables TLS with --tls-key.
+    #[arg(long, env = "RELAY_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "RELAY_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Allow plaintext on a non-loopback address (only behind a proxy that terminates TLS).
+    #[arg(long)]
+    insecure_plaintext: bool,
+}
+
+impl From<ListenArgs> for ListenOptions {
+    fn from(a: ListenArgs) -> Self {
+        Self { listen: a.listen, tls_cert: a.tls_cert, tls_key: a.tls_key, insecure_plaintext: a.insecure_plaintext }
+    }
+}
+
+#[derive(Subcommand)]
+enum AdminArgs {
+    /// Accounts: `account create NAME`.
+    #[command(subcommand)]
+    Account(AccountArgs),
+    /// Machines: `machine add ACCOUNT/MACHINE` prints its token; `machine revoke ACCOUNT/MACHINE`.
+    #[command(subcommand)]
+    Machine(MachineArgs),
+    /// Contacts between accounts: `contact add ACCOUNT ACCOUNT`.
+    #[command(subcommand)]
+    Contact(ContactArgs),
+}
+
+#[derive(Subcommand)]
+enum AccountArgs {
+    Create { name: String },
+}
+
+#[derive(Subcommand)]
+enum MachineArgs {
+    /// Register a machine and print its token (alone on stdout, shown once).
+    Add { machine: String },
+    /// Revoke a machine's token; its sessions end and its next call is refused.
+    Revoke { machine: String },
+}
+
+#[derive(Subcommand)]
+enum ContactArgs {
+    /// Make two accounts mutual contacts.
+    Add { first: String, second: String },
+}
+
+impl From<AdminArgs> for AdminCommand {
+    fn from(a: AdminArgs) -> Self {
+        match a {
+            AdminArgs::Account(AccountArgs::Create { name }) => Self::CreateAccount { name },
+            AdminArgs::Machine(MachineArgs::Add { machine }) => Self::AddMachine { path: machine },
+            AdminArgs::Machine(MachineArgs::Revoke { machine }) => Self::RevokeMachine { path: machine },
+            AdminArgs::Contact(ContactArgs::Add { first, second }) => Self::AddContact { first, second },
+        }
+    }
+}
+
+fn init_logging(default: &str) {
+    let filter = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve { db, listen } => {
+            init_logging("info");
+            let listen = ListenOptions::from(listen);
+            listen.tls()?;
+            let store = serve::open_store(db.config()?).await?;
+            serve::serve(store, &listen, serve::termination()).await
+        }
+        Command::Migrate { db } => {
+            init_logging("info");
+            serve::open_store(db.config()?).await?;
+            eprintln!("database schema is up to date");
+            Ok(())
+        }
+        Command::Dev { db, listen, data_dir } => {
+            init_logging("info");
+            dev::run(DevOptions {
+                listen: listen.into(),
+                database_url: db.database_url,
+                data_dir,
+                pool_size: db.db_pool_size,
+            })
+            .await
+        }
+        Command::Admin { db, command } => {
+            init_logging("warn");
+            let store = serve::open_store(db.config()?).await?;
+            admin::run(&store, command.into()).await
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("relay-server: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! The gRPC surface: thin handlers that authenticate, validate and call the store.
+
+mod auth;
+pub mod service;
+pub mod status;

@@ -1,0 +1,25 @@
+//! The one place where domain errors become gRPC status codes.
+
+use tonic::{Code, Status};
+
+use crate::domain::Error;
+
+pub fn to_status(err: Error) -> Status {
+    let code = match &err {
+        Error::Invalid(_) => Code::InvalidArgument,
+        Error::NotFound(_) => Code::NotFound,
+        Error::AlreadyExists(_) => Code::AlreadyExists,
+        Error::Unauthenticated(_) => Code::Unauthenticated,
+        Error::PermissionDenied(_) => Code::PermissionDenied,
+        Error::FailedPrecondition(_) => Code::FailedPrecondition,
+        Error::Unavailable(_) => Code::Unavailable,
+        Error::Internal(_) => Code::Internal,
+    };
+    Status::new(code, err.to_string())
+}
+
+impl From<Error> for Status {
+    fn from(err: Error) -> Self {
+        to_status(err)
+    }
+}

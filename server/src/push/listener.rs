@@ -1,0 +1,78 @@
+//! The replica's one LISTEN connection. It is dedicated, never pooled: a pooled connection would be
+//! handed to other work and its notifications discarded.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::task::JoinHandle;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_util::sync::CancellationToken;
+
+use super::Hub;
+use crate::domain::{Error, Result};
+use crate::store::messages::{DELIVERY_CHANNEL, parse_delivery_payload};
+
+const FIRST_RETRY: Duration = Duration::from_millis(250);
+const MAX_RETRY: Duration = Duration::from_secs(10);
+
+type Driver = JoinHandle<std::result::Result<(), tokio_postgres::Error>>;
+
+/// Connects and listens before returning, so the server never serves without push; afterwards it
+/// reconnects by itself and wakes every waiter to re-read what it may have missed meanwhile.
+pub async fn start(config: tokio_postgres::Config, hub: Hub, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
+    let first = listen(&config, &hub)
+        .await
+        .map_err(|e| Error::Unavailable(format!("cannot open the notification connection: {e}")))?;
+    Ok(tokio::spawn(async move {
+        let mut current = Some(first);
+        let mut retry = FIRST_RETRY;
+        loop {
+            if let Some((_client, driver)) = current.take() {
+                tokio::select! {
+                    ended = driver => match ended {
+                        Ok(Ok(())) => tracing::warn!("notification connection closed"),
+                        Ok(Err(e)) => tracing::warn!(error = %e, "notification connection failed"),
+                        Err(e) => tracing::error!(error = %e, "notification task failed"),
+                    },
+                    () = shutdown.cancelled() => return,
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(retry) => {}
+                () = shutdown.cancelled() => return,
+            }
+            match listen(&config, &hub).await {
+                Ok(session) => {
+                    tracing::info!("notification connection restored");
+                    current = Some(session);
+                    retry = FIRST_RETRY;
+                    // Notifications sent while we were away are gone: everyone re-reads.
+                    hub.wake_all();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_ms = retry.as_millis() as u64, "cannot reopen the notification connection");
+                    retry = (retry * 2).min(MAX_RETRY);
+                }
+            }
+        }
+    }))
+}
+
+async fn listen(config: &tokio_postgres::Config, hub: &Hub) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let hub = hub.clone();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            if let AsyncMessage::Notification(n) = message? {
+                match parse_delivery_payload(n.payload()) {
+                    Some((recipient, _seq)) => hub.wake(recipient),
+                    None => tracing::warn!(payload = n.payload(), "malformed delivery notification"),
+                }
+            }
+        }
+        Ok(())
+    });
+    client.batch_execute(&format!("listen {DELIVERY_CHANNEL}")).await?;
+    Ok((client, driver))
+}

@@ -1,0 +1,113 @@
+//! One endpoint's push stream: everything unread above the bridge's last seq, then each new delivery.
+
+use std::time::Duration;
+
+use relay_proto::v1::{Heartbeat, Message, Push, push};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, interval_at};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use super::Hub;
+use crate::domain::{Result, presence};
+use crate::protocol::status::to_status;
+use crate::store::Store;
+use crate::store::identity::Caller;
+
+const BATCH: i64 = 100;
+/// Small on purpose: a delivery counts as pushed once it is in here, so keep "here" close to the wire.
+const BUFFER: usize = 16;
+
+pub type PushStream = ReceiverStream<Result<Push, Status>>;
+
+/// Starts the task that feeds the stream; it ends when the client goes away (a send fails), the
+/// session ends, or the server shuts down.
+pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: CancellationToken) -> PushStream {
+    let (tx, rx) = mpsc::channel(BUFFER);
+    tokio::spawn(async move {
+        let address = caller.address();
+        tracing::debug!(endpoint = %address, after_seq, "push stream opened");
+        let outcome = feed(&store, &hub, &caller, after_seq as i64, &tx, &shutdown).await;
+        if let Err(status) = outcome {
+            tracing::debug!(endpoint = %address, error = %status.message(), "push stream failed");
+            let _ = tx.send(Err(status)).await;
+        }
+        if let Err(e) = store.release_presence(&caller).await {
+            tracing::warn!(endpoint = %address, error = %e, "cannot release presence");
+        }
+        tracing::debug!(endpoint = %address, "push stream closed");
+    });
+    ReceiverStream::new(rx)
+}
+
+/// `Ok` when the stream should simply end; `Err` carries the status to end it with.
+async fn feed(
+    store: &Store,
+    hub: &Hub,
+    caller: &Caller,
+    mut last: i64,
+    tx: &mpsc::Sender<Result<Push, Status>>,
+    shutdown: &CancellationToken,
+) -> Result<(), Status> {
+    // Subscribe before the first read, so nothing committed after that read can go unnoticed.
+    let mut waiter = hub.waiter(caller.endpoint_id);
+    if !heartbeat(store, caller, tx).await? {
+        return Ok(());
+    }
+    let mut renew = interval_at(Instant::now() + presence::RENEW_EVERY, presence::RENEW_EVERY);
+    loop {
+        if !drain(store, caller, &mut last, tx).await.map_err(to_status)? {
+            return Ok(());
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tx.closed() => return Ok(()),
+            _ = renew.tick() => {
+                if !heartbeat(store, caller, tx).await? {
+                    return Ok(());
+                }
+            }
+            () = waiter.changed() => {}
+        }
+    }
+}
+
+/// Renews presence and tells the bridge the head seq. `false` when the client is gone.
+async fn heartbeat(store: &Store, caller: &Caller, tx: &mpsc::Sender<Result<Push, Status>>) -> Result<bool, Status> {
+    let head = store
+        .renew_presence(caller)
+        .await
+        .map_err(to_status)?
+        .ok_or_else(|| Status::unauthenticated("the session ended or the machine was revoked: call Hello again"))?;
+    let beat = Push { event: Some(push::Event::Heartbeat(Heartbeat { head_seq: head as u64 })) };
+    Ok(send_timely(tx, beat).await)
+}
+
+/// Pushes every unread delivery above `last`. `false` when the client is gone.
+async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender<Result<Push, Status>>) -> Result<bool> {
+    loop {
+        let batch: Vec<Message> = store.pending_after(caller, *last, BATCH).await?;
+        if batch.is_empty() {
+            return Ok(true);
+        }
+        let mut sent = Vec::with_capacity(batch.len());
+        for message in batch {
+            let seq = message.seq as i64;
+            if !send_timely(tx, Push { event: Some(push::Event::Message(message)) }).await {
+                store.mark_pushed(caller, &sent).await?;
+                return Ok(false);
+            }
+            sent.push(seq);
+            *last = seq;
+        }
+        store.mark_pushed(caller, &sent).await?;
+    }
+}
+
+/// A client that stops reading for this long is treated as gone rather than holding the task forever.
+const STALLED: Duration = Duration::from_secs(60);
+
+async fn send_timely(tx: &mpsc::Sender<Result<Push, Status>>, push: Push) -> bool {
+    matches!(tokio::time::timeout(STALLED, tx.send(Ok(push))).await, Ok(Ok(())))
+}

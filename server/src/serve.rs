@@ -1,0 +1,175 @@
+//! `relay-server serve`: the gRPC server with health, reflection, TLS and graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use relay_proto::v1::FILE_DESCRIPTOR_SET;
+use relay_proto::v1::relay_server::RelayServer;
+use tokio_stream::wrappers::TcpListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+
+use crate::protocol::service::RelayService;
+use crate::push::{self, Hub};
+use crate::store::{DbConfig, Store};
+
+/// Where and how to listen.
+#[derive(Debug, Clone)]
+pub struct ListenOptions {
+    pub listen: SocketAddr,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub insecure_plaintext: bool,
+}
+
+impl ListenOptions {
+    /// Loads the TLS identity, or checks that plaintext is acceptable on this address.
+    pub fn tls(&self) -> anyhow::Result<Option<ServerTlsConfig>> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => {
+                let cert_pem =
+                    std::fs::read(cert).with_context(|| format!("cannot read tls certificate {}", cert.display()))?;
+                let key_pem = std::fs::read(key).with_context(|| format!("cannot read tls key {}", key.display()))?;
+                Ok(Some(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem))))
+            }
+            (None, None) => {
+                if !self.listen.ip().is_loopback() && !self.insecure_plaintext {
+                    bail!(
+                        "refusing plaintext on non-loopback address {}: give --tls-cert and --tls-key, or --insecure-plaintext behind a TLS-terminating proxy",
+                        self.listen
+                    );
+                }
+                Ok(None)
+            }
+            _ => bail!("--tls-cert and --tls-key go together: give both or neither"),
+        }
+    }
+
+    /// The URL a bridge on this machine uses to reach the server.
+    pub fn local_url(&self) -> String {
+        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+        let host = if self.listen.ip().is_unspecified() {
+            if self.listen.is_ipv4() { "127.0.0.1".to_owned() } else { "[::1]".to_owned() }
+        } else if self.listen.is_ipv6() {
+            format!("[{}]", self.listen.ip())
+        } else {
+            self.listen.ip().to_string()
+        };
+        format!("{scheme}://{host}:{}", self.listen.port())
+    }
+}
+
+/// Connects to the database and applies pending migrations.
+pub async fn open_store(db: DbConfig) -> anyhow::Result<Store> {
+    let store = Store::connect(db).await?;
+    let applied = store.migrate().await.context("cannot apply migrations")?;
+    if !applied.is_empty() {
+        tracing::info!(versions = ?applied, "database schema updated");
+    }
+    Ok(store)
+}
+
+/// Serves until `shutdown_signal` resolves, then ends open streams and waits for calls in flight.
+pub async fn serve(store: Store, options: &ListenOptions, shutdown_signal: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let tls = options.tls()?;
+    let shutdown = CancellationToken::new();
+    let hub = Hub::default();
+    let listener = push::listener::start(store.config().pg.clone(), hub.clone(), shutdown.clone()).await?;
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<RelayServer<RelayService>>().await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .context("cannot build the reflection service")?;
+    let relay = RelayServer::new(RelayService::new(store, hub, shutdown.clone()));
+
+    let socket = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", options.listen))?;
+    let local = socket.local_addr()?;
+
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .tcp_keepalive(Some(Duration::from_secs(30)));
+    if let Some(tls) = tls {
+        builder = builder.tls_config(tls).context("invalid tls configuration")?;
+    }
+    tracing::info!(addr = %local, tls = options.tls_cert.is_some(), "serving relay.v1");
+
+    let stop = {
+        let shutdown = shutdown.clone();
+        let health = health.clone();
+        async move {
+            shutdown_signal.await;
+            tracing::info!("shutting down: closing streams and finishing calls in flight");
+            health.set_not_serving::<RelayServer<RelayService>>().await;
+            shutdown.cancel();
+        }
+    };
+    let served = builder
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(relay)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(socket), stop)
+        .await;
+    shutdown.cancel();
+    let _ = listener.await;
+    served.context("grpc server failed")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn termination() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler cannot fail on unix");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(listen: &str) -> ListenOptions {
+        ListenOptions { listen: listen.parse().unwrap(), tls_cert: None, tls_key: None, insecure_plaintext: false }
+    }
+
+    #[test]
+    fn plaintext_only_on_loopback_unless_asked() {
+        assert!(options("127.0.0.1:7447").tls().unwrap().is_none());
+        assert!(options("[::1]:7447").tls().unwrap().is_none());
+        let err = options("0.0.0.0:7447").tls().unwrap_err().to_string();
+        assert!(err.contains("refusing plaintext"), "{err}");
+        let mut open = options("0.0.0.0:7447");
+        open.insecure_plaintext = true;
+        assert!(open.tls().unwrap().is_none());
+    }
+
+    #[test]
+    fn cert_and_key_go_together() {
+        let mut half = options("127.0.0.1:1");
+        half.tls_cert = Some("/nonexistent".into());
+        assert!(half.tls().unwrap_err().to_string().contains("go together"));
+    }
+
+    #[test]
+    fn local_url_reaches_the_listener() {
+        assert_eq!(options("0.0.0.0:7447").local_url(), "http://127.0.0.1:7447");
+        assert_eq!(options("[::1]:9000").local_url(), "http://[::1]:9000");
+    }
+}

@@ -1,0 +1,462 @@
+//! Accounts, machines, contacts and endpoints: who is who, and who is online.
+
+use chrono::{DateTime, Utc};
+use relay_proto::v1::Endpoint;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::{Store, is_unique_violation};
+use crate::domain::ids::{self, TokenKind};
+use crate::domain::names::{NameKind, validate};
+use crate::domain::{Error, Result, presence};
+
+/// A machine, as authenticated by its machine token.
+#[derive(Debug, Clone)]
+pub struct MachineIdentity {
+    pub account_id: i64,
+    pub account: String,
+    pub machine_id: i64,
+    pub machine: String,
+}
+
+/// The endpoint behind an authenticated session: the sender of everything it sends.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub endpoint_id: i64,
+    pub account_id: i64,
+    pub account: String,
+    pub machine_id: i64,
+    pub machine: String,
+    pub handle: String,
+    pub session_hash: Vec<u8>,
+}
+
+impl Caller {
+    pub fn address(&self) -> String {
+        format!("{}/{}/{}", self.account, self.machine, self.handle)
+    }
+}
+
+pub struct HelloOutcome {
+    pub endpoint: Endpoint,
+    pub session_token: String,
+    pub resumed: bool,
+}
+
+/// Columns read by [`endpoint_from_row`], for `from endpoints e join endpoint_addresses ea on ea.id = e.id`.
+pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, ea.handle, e.harness, e.status, \
+     e.note, e.now_text, e.title, \
+     (e.ended_at is null and coalesce(e.online_until > now(), false)) as online, \
+     e.ended_at is not null as ended, e.last_seen_at";
+
+pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
+    let last_seen: Option<DateTime<Utc>> = row.get("last_seen_at");
+    Endpoint {
+        address: row.get("address"),
+        account: row.get("account"),
+        machine: row.get("machine"),
+        handle: row.get("handle"),
+        harness: row.get("harness"),
+        status: row.get("status"),
+        note: row.get("note"),
+        now: row.get("now_text"),
+        title: row.get("title"),
+        online: row.get("online"),
+        ended: row.get("ended"),
+        last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
+    }
+}
+
+fn split_machine_path(path: &str) -> Result<(&str, &str)> {
+    let (account, machine) = path
+        .split_once('/')
+        .ok_or_else(|| Error::invalid(format!("invalid machine {path:?}: write ACCOUNT/MACHINE")))?;
+    validate(NameKind::Account, account)?;
+    validate(NameKind::Machine, machine)?;
+    Ok((account, machine))
+}
+
+impl Store {
+    // ---- operator commands -------------------------------------------------------------------
+
+    pub async fn create_account(&self, name: &str) -> Result<()> {
+        validate(NameKind::Account, name)?;
+        let client = self.client().await?;
+        let stmt = client.prepare_cached("insert into accounts (name) values ($1)").await?;
+        client.execute(&stmt, &[&name]).await.map_err(|e| {
+            if is_unique_violation(&e) {
+                Error::AlreadyExists(format!("account {name} already exists"))
+            } else {
+                e.into()
+            }
+        })?;
+        Ok(())
+    }
+
+    /// Creates the account if it does not exist yet.
+    pub async fn ensure_account(&self, name: &str) -> Result<()> {
+        validate(NameKind::Account, name)?;
+        let client = self.client().await?;
+        client.execute("insert into accounts (name) values ($1) on conflict (name) do nothing", &[&name]).await?;
+        Ok(())
+    }
+
+    /// Registers a machine (or re-admits a revoked one) and returns its new token, shown only now.
+    pub async fn add_machine(&self, path: &str) -> Result<String> {
+        let (account, machine) = split_machine_path(path)?;
+        self.issue_machine_token(account, machine, false).await
+    }
+
+    /// Issues a fresh token for a machine, creating it when needed; the old token stops working.
+    pub async fn reissue_machine_token(&self, account: &str, machine: &str) -> Result<String> {
+        validate(NameKind::Account, account)?;
+        validate(NameKind::Machine, machine)?;
+        self.issue_machine_token(account, machine, true).await
+    }
+
+    async fn issue_machine_token(&self, account: &str, machine: &str, replace_live: bool) -> Result<String> {
+        let token = ids::new_token(TokenKind::Machine);
+        let hash = ids::token_hash(&token);
+        let client = self.client().await?;
+        let account_id: i64 = client
+            .query_opt("select id from accounts where name = $1", &[&account])
+            .await?
+            .ok_or_else(|| Error::not_found(format!("no account {account}: create it first")))?
+            .get(0);
+        let row = client
+            .query_opt(
+                "insert into machines (account_id, name, token_hash) values ($1, $2, $3)
+                 on conflict (account_id, name) do update
+                     set token_hash = excluded.token_hash, revoked_at = null
+                     where machines.revoked_at is not null or $4
+                 returning id",
+                &[&account_id, &machine, &hash, &replace_live],
+            )
+            .await?;
+        match row {
+            Some(_) => Ok(token),
+            None => Err(Error::AlreadyExists(format!(
+                "machine {account}/{machine} already exists and is active: revoke it first to issue a new token"
+            ))),
+        }
+    }
+
+    /// Revokes a machine's token: its next call is refused and its endpoints' sessions end.
+    pub async fn revoke_machine(&self, path: &str) -> Result<()> {
+        let (account, machine) = split_machine_path(path)?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let machine_id: i64 = tx
+            .query_opt(
+                "update machines m set revoked_at = coalesce(m.revoked_at, now())
+                 from accounts a
+                 where a.id = m.account_id and a.name = $1 and m.name = $2
+                 returning m.id",
+                &[&account, &machine],
+            )
+            .await?
+            .ok_or_else(|| Error::not_found(format!("no machine {account}/{machine}")))?
+            .get(0);
+        tx.execute(
+            "update endpoints set session_hash = null, ended_at = coalesce(ended_at, now()), online_until = null
+             where machine_id = $1",
+            &[&machine_id],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Makes two accounts mutual contacts.
+    pub async fn add_contact(&self, first: &str, second: &str) -> Result<()> {
+        validate(NameKind::Account, first)?;
+        validate(NameKind::Account, second)?;
+        if first == second {
+            return Err(Error::invalid("an account cannot be its own contact"));
+        }
+        let client = self.client().await?;
+        let rows = client.query("select id, name from accounts where name = any($1)", &[&vec![first, second]]).await?;
+        let id_of = |name: &str| {
+            rows.iter()
+                .find(|r| r.get::<_, &str>(1) == name)
+                .map(|r| r.get::<_, i64>(0))
+                .ok_or_else(|| Error::not_found(format!("no account {name}")))
+        };
+        let (a, b) = (id_of(first)?, id_of(second)?);
+        client
+            .execute(
+                "insert into contacts (account_a, account_b) values (least($1::bigint, $2::bigint), greatest($1::bigint, $2::bigint))
+                 on conflict do nothing",
+                &[&a, &b],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Whether `token` is the live token of `account/machine` (the dev command reuses a valid config).
+    pub async fn machine_token_is(&self, token: &str, account: &str, machine: &str) -> Result<bool> {
+        if ids::check_token(TokenKind::Machine, token).is_err() {
+            return Ok(false);
+        }
+        match self.authenticate_machine(token).await {
+            Ok(m) => Ok(m.account == account && m.machine == machine),
+            Err(Error::Unauthenticated(_)) => Ok(false),
+            Err(other) => Err(other),
+        }
+    }
+
+    // ---- authentication ----------------------------------------------------------------------
+
+    pub async fn authenticate_machine(&self, token: &str) -> Result<MachineIdentity> {
+        ids::check_token(TokenKind::Machine, token)?;
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "select m.id, m.name, a.id, a.name, m.revoked_at is not null
+                 from machines m join accounts a on a.id = m.account_id
+                 where m.token_hash = $1",
+            )
+            .await?;
+        let row = client
+            .query_opt(&stmt, &[&ids::token_hash(token)])
+            .await?
+            .ok_or_else(|| Error::Unauthenticated("unknown machine token".into()))?;
+        let identity =
+            MachineIdentity { machine_id: row.get(0), machine: row.get(1), account_id: row.get(2), account: row.get(3) };
+        if row.get::<_, bool>(4) {
+            return Err(Error::Unauthenticated(format!(
+                "the machine token of {}/{} was revoked",
+                identity.account, identity.machine
+            )));
+        }
+        Ok(identity)
+    }
+
+    pub async fn authenticate_session(&self, token: &str) -> Result<Caller> {
+        ids::check_token(TokenKind::Session, token)?;
+        let hash = ids::token_hash(token);
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "select e.id, m.account_id, a.name, m.id, m.name, e.handle
+                 from endpoints e
+                 join machines m on m.id = e.machine_id
+                 join accounts a on a.id = m.account_id
+                 where e.session_hash = $1 and e.ended_at is null and m.revoked_at is null",
+            )
+            .await?;
+        let row = client.query_opt(&stmt, &[&hash]).await?.ok_or_else(|| {
+            Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into())
+        })?;
+        Ok(Caller {
+            endpoint_id: row.get(0),
+            account_id: row.get(1),
+            account: row.get(2),
+            machine_id: row.get(3),
+            machine: row.get(4),
+            handle: row.get(5),
+            session_hash: hash,
+        })
+    }
+
+    // ---- endpoints ---------------------------------------------------------------------------
+
+    /// Claims an endpoint on the machine, or resumes the one `resume` names.
+    ///
+    /// A handle is free when nobody holds it or its holder is offline or ended: a restarted agent
+    /// that claims its old handle takes over its inbox.
+    pub async fn hello(
+        &self,
+        machine: &MachineIdentity,
+        handle: Option<&str>,
+        harness: &str,
+        resume: Option<&str>,
+    ) -> Result<HelloOutcome> {
+        if let Some(handle) = handle {
+            validate(NameKind::Handle, handle)?;
+        }
+        let client = self.client().await?;
+        let lease = presence::secs(presence::CLAIM_LEASE);
+
+        if let Some(token) = resume.filter(|t| ids::check_token(TokenKind::Session, t).is_ok()) {
+            let stmt = client
+                .prepare_cached(
+                    "update endpoints
+                     set harness = $3, last_seen_at = now(),
+                         online_until = greatest(online_until, now() + $4 * interval '1 second')
+                     where session_hash = $1 and machine_id = $2 and ended_at is null
+                     returning id",
+                )
+                .await?;
+            if let Some(row) = client.query_opt(&stmt, &[&ids::token_hash(token), &machine.machine_id, &harness, &lease]).await? {
+                let endpoint = self.endpoint(row.get(0)).await?;
+                return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
+            }
+        }
+
+        let token = ids::new_token(TokenKind::Session);
+        let hash = ids::token_hash(&token);
+        let claim = client
+            .prepare_cached(
+                "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at)
+                 values ($1, $2, $3, $4, now() + $5 * interval '1 second', now())
+                 on conflict (machine_id, handle) do update
+                     set harness = excluded.harness, session_hash = excluded.session_hash,
+                         online_until = excluded.online_until, last_seen_at = now(), ended_at = null,
+                         status = 'idle', note = '', now_text = ''
+                     where endpoints.ended_at is not null
+                        or endpoints.online_until is null
+                        or endpoints.online_until < now()
+                 returning id",
+            )
+            .await?;
+        let claimed = match handle {
+            Some(handle) => client
+                .query_opt(&claim, &[&machine.machine_id, &handle, &harness, &hash, &lease])
+                .await?
+                .ok_or_else(|| {
+                    Error::AlreadyExists(format!(
+                        "handle {handle} is in use by a connected agent on {}/{}: pick another handle",
+                        machine.account, machine.machine
+                    ))
+                })?,
+            None => {
+                // Pick `<harness>-<n>`, the lowest n not held by a live endpoint; retry if another claim races us.
+                let mut found = None;
+                for _ in 0..8 {
+                    let live: Vec<String> = client
+                        .query(
+                            "select handle from endpoints
+                             where machine_id = $1 and ended_at is null and online_until > now()",
+                            &[&machine.machine_id],
+                        )
+                        .await?
+                        .iter()
+                        .map(|r| r.get(0))
+                        .collect();
+                    let candidate = (1..)
+                        .map(|n| format!("{harness}-{n}"))
+                        .find(|h| !live.contains(h))
+                        .expect("an unbounded range always has a free name");
+                    if let Some(row) =
+                        client.query_opt(&claim, &[&machine.machine_id, &candidate, &harness, &hash, &lease]).await?
+                    {
+                        found = Some(row);
+                        break;
+                    }
+                }
+                found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?
+            }
+        };
+        let endpoint = self.endpoint(claimed.get(0)).await?;
+        Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
+    }
+
+    /// Ends a session: the endpoint goes offline at once and its handle is free.
+    pub async fn goodbye(&self, caller: &Caller) -> Result<()> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "update endpoints set ended_at = now(), session_hash = null, online_until = null, last_seen_at = now()
+                 where id = $1",
+                &[&caller.endpoint_id],
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn endpoint(&self, id: i64) -> Result<Endpoint> {
+        let client = self.client().await?;
+        let sql = format!("select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1");
+        let stmt = client.prepare_cached(&sql).await?;
+        let row = client.query_opt(&stmt, &[&id]).await?.ok_or_else(|| Error::not_found("no such endpoint"))?;
+        Ok(endpoint_from_row(&row))
+    }
+
+    /// Renews the presence lease of a stream's endpoint. Returns the newest seq, or `None` when the
+    /// session is no longer valid (ended, taken over, or its machine revoked).
+    pub async fn renew_presence(&self, caller: &Caller) -> Result<Option<i64>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "update endpoints e
+                 set online_until = greatest(e.online_until, now() + $3 * interval '1 second'), last_seen_at = now()
+                 from machines m
+                 where e.id = $1 and e.session_hash = $2 and e.ended_at is null
+                   and m.id = e.machine_id and m.revoked_at is null
+                 returning e.head_seq",
+            )
+            .await?;
+        let lease = presence::secs(presence::STREAM_LEASE);
+        Ok(client.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease]).await?.map(|r| r.get(0)))
+    }
+
+    /// A stream closed: the endpoint stays online only for the reconnect grace.
+    pub async fn release_presence(&self, caller: &Caller) -> Result<()> {
+        let client = self.client().await?;
+        let grace = presence::secs(presence::RECONNECT_GRACE);
+        client
+            .execute(
+                "update endpoints set online_until = least(online_until, now() + $2 * interval '1 second'), last_seen_at = now()
+                 where id = $1 and ended_at is null",
+                &[&caller.endpoint_id, &grace],
+            )
+            .await?;
+        Ok(())
+    }
+
+    pub async fn update_profile(
+        &self,
+        caller: &Caller,
+        status: Option<&str>,
+        note: Option<&str>,
+        now: Option<&str>,
+        title: Option<&str>,
+    ) -> Result<Endpoint> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "update endpoints
+                 set status = coalesce($2, status), note = coalesce($3, note),
+                     now_text = coalesce($4, now_text), title = coalesce($5, title)
+                 where id = $1",
+            )
+            .await?;
+        client.execute(&stmt, &[&caller.endpoint_id, &status, &note, &now, &title]).await?;
+        self.endpoint(caller.endpoint_id).await
+    }
+
+    /// Ids of the accounts that are mutual contacts of `account_id`.
+    pub(super) async fn contact_accounts(
+        client: &impl deadpool_postgres::GenericClient,
+        account_id: i64,
+    ) -> Result<Vec<i64>> {
+        let rows = client
+            .query(
+                "select case when account_a = $1 then account_b else account_a end
+                 from contacts where account_a = $1 or account_b = $1",
+                &[&account_id],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.
+    pub async fn list(&self, caller: &Caller, all: bool, contacts: bool) -> Result<Vec<Endpoint>> {
+        let client = self.client().await?;
+        let accounts =
+            if contacts { Self::contact_accounts(&client, caller.account_id).await? } else { vec![caller.account_id] };
+        let sql = format!(
+            "select {ENDPOINT_COLUMNS}
+             from endpoints e
+             join endpoint_addresses ea on ea.id = e.id
+             join machines m on m.id = e.machine_id
+             where m.account_id = any($1) and m.revoked_at is null
+               and ($2 or (e.ended_at is null and e.online_until > now()))
+             order by ea.address"
+        );
+        let stmt = client.prepare_cached(&sql).await?;
+        let params: [&(dyn ToSql + Sync); 2] = [&accounts, &all];
+        Ok(client.query(&stmt, &params).await?.iter().map(endpoint_from_row).collect())
+    }
+}

@@ -1,0 +1,490 @@
+//! Messages and their deliveries: sending, the inbox, replies and delivery states.
+
+use chrono::{DateTime, Utc};
+use relay_proto::v1::{Message, RecipientState};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::Store;
+use super::identity::Caller;
+use crate::domain::address::{Address, Origin};
+use crate::domain::delivery::{Kind, State};
+use crate::domain::ids::{self, MessageRef};
+use crate::domain::{Error, Result};
+
+/// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
+pub const DELIVERY_CHANNEL: &str = "relay_delivery";
+
+/// A message to store, already validated by the caller of [`Store::send`].
+pub struct Outgoing<'a> {
+    pub to: &'a [String],
+    pub body: &'a str,
+    pub thread: Option<&'a str>,
+    pub kind: Kind,
+    pub client_id: Option<&'a str>,
+}
+
+pub struct Sent {
+    pub id: String,
+    pub thread: String,
+    pub recipients: Vec<RecipientState>,
+    pub duplicate: bool,
+    pub reply_to: Option<String>,
+}
+
+/// A recipient resolved to its endpoint.
+struct Target {
+    id: i64,
+    address: String,
+}
+
+/// Columns read by [`message_from_row`], for deliveries `d` joined to messages `m` and the sender's `ea`.
+const MESSAGE_COLUMNS: &str =
+    "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at";
+
+fn message_from_row(row: &Row) -> Result<Message> {
+    let sent_at: DateTime<Utc> = row.get("created_at");
+    Ok(Message {
+        id: row.get("id"),
+        seq: row.get::<_, i64>("seq") as u64,
+        from: row.get("sender"),
+        thread: row.get("thread"),
+        kind: Kind::from_db(row.get("kind"))?.to_proto() as i32,
+        body: row.get("body"),
+        reply_to: row.get::<_, Option<String>>("reply_to").unwrap_or_default(),
+        sent_at_ms: sent_at.timestamp_millis(),
+        relation: String::new(),
+    })
+}
+
+fn seqs_to_db(seqs: &[u64]) -> Result<Vec<i64>> {
+    seqs.iter().map(|s| i64::try_from(*s).map_err(|_| Error::invalid(format!("seq {s} is out of range")))).collect()
+}
+
+/// Whom a message may be answered by or sent to: an endpoint of the caller's account or of a contact account.
+fn reachable(caller: &Caller, account_id: i64, contacts: &[i64]) -> bool {
+    account_id == caller.account_id || contacts.contains(&account_id)
+}
+
+impl Store {
+    /// Stores a message once and gives each recipient a delivery with the next gapless seq of its
+    /// inbox, all in one transaction. A retry with the same client id returns the first result.
+    pub async fn send(&self, caller: &Caller, out: Outgoing<'_>) -> Result<Sent> {
+        let mut client = self.client().await?;
+        if let Some(client_id) = out.client_id
+            && let Some(sent) = Self::previous_send(&client, caller, client_id).await?
+        {
+            return Ok(sent);
+        }
+        let tx = client.transaction().await?;
+        let targets = Self::resolve_addresses(&tx, caller, out.to).await?;
+        let stored = Self::store_message(&tx, caller, &targets, &out, None).await?;
+        match stored {
+            Some(sent) => {
+                tx.commit().await?;
+                Ok(sent)
+            }
+            None => {
+                // A concurrent retry with the same client id won the insert; answer with its result.
+                drop(tx);
+                let client_id = out.client_id.unwrap_or_default();
+                Self::previous_send(&client, caller, client_id)
+                    .await?
+                    .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
+            }
+        }
+    }
+
+    /// Answers a message the caller received: to its sender, in its thread; the original becomes read.
+    pub async fn reply(&self, caller: &Caller, reference: &str, body: &str, client_id: Option<&str>) -> Result<Sent> {
+        let reference = MessageRef::parse(reference)?;
+        let mut client = self.client().await?;
+        if let Some(client_id) = client_id
+            && let Some(sent) = Self::previous_send(&client, caller, client_id).await?
+        {
+            return Ok(sent);
+        }
+        let tx = client.transaction().await?;
+        let original = Self::resolve_received(&tx, caller, &reference).await?;
+        let row = tx
+            .query_one(
+                "select m.thread, m.sender_id, ea.address, ea.account_id, e.ended_at is not null, mc.revoked_at is not null
+                 from messages m
+                 join endpoint_addresses ea on ea.id = m.sender_id
+                 join endpoints e on e.id = m.sender_id
+                 join machines mc on mc.id = e.machine_id
+                 where m.id = $1",
+                &[&original],
+            )
+            .await?;
+        let (thread, sender_id, sender_address): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+        let contacts = Self::contact_accounts(&tx, caller.account_id).await?;
+        if !reachable(caller, row.get(3), &contacts) || row.get::<_, bool>(5) {
+            return Err(Error::FailedPrecondition(format!(
+                "{sender_address} is no longer reachable from your account, so the reply cannot be delivered"
+            )));
+        }
+        if row.get::<_, bool>(4) {
+            return Err(Error::FailedPrecondition(format!(
+                "{sender_address} ended its session; the reply cannot be delivered until it connects again"
+            )));
+        }
+        let targets = vec![Target { id: sender_id, address: sender_address }];
+        let out = Outgoing { to: &[], body, thread: Some(&thread), kind: Kind::Reply, client_id };
+        let Some(sent) = Self::store_message(&tx, caller, &targets, &out, Some(&original)).await? else {
+            drop(tx);
+            return Self::previous_send(&client, caller, client_id.unwrap_or_default())
+                .await?
+                .ok_or_else(|| Error::Unavailable("a concurrent reply with this client id failed; retry".into()));
+        };
+        tx.execute(
+            "update deliveries set state = 4, updated_at = now()
+             where message_id = $1 and recipient_id = $2 and state < 4",
+            &[&original, &caller.endpoint_id],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(sent)
+    }
+
+    /// The stored result of an earlier send with this client id, if there was one.
+    async fn previous_send(client: &impl GenericClient, caller: &Caller, client_id: &str) -> Result<Option<Sent>> {
+        let stmt = client
+            .prepare_cached("select id, thread, reply_to from messages where sender_id = $1 and client_id = $2")
+            .await?;
+        let Some(row) = client.query_opt(&stmt, &[&caller.endpoint_id, &client_id]).await? else {
+            return Ok(None);
+        };
+        let id: String = row.get(0);
+        let recipients = Self::recipient_states(client, &id).await?;
+        Ok(Some(Sent { id, thread: row.get(1), recipients, duplicate: true, reply_to: row.get(2) }))
+    }
+
+    /// Turns addresses into endpoints the caller may reach. Every address must resolve, or nothing is sent.
+    async fn resolve_addresses(tx: &impl GenericClient, caller: &Caller, to: &[String]) -> Result<Vec<Target>> {
+        let origin = Origin { account: &caller.account, machine: &caller.machine };
+        let mut wanted: Vec<Address> = Vec::with_capacity(to.len());
+        for raw in to {
+            let address = Address::parse(raw, origin)?;
+            if !wanted.contains(&address) {
+                wanted.push(address);
+            }
+        }
+        let accounts: Vec<&str> = wanted.iter().map(|a| a.account.as_str()).collect();
+        let machines: Vec<&str> = wanted.iter().map(|a| a.machine.as_str()).collect();
+        let handles: Vec<&str> = wanted.iter().map(|a| a.handle.as_str()).collect();
+        let stmt = tx
+            .prepare_cached(
+                "select ea.id, ea.address, ea.account_id, e.ended_at is not null as ended
+                 from unnest($1::text[], $2::text[], $3::text[]) as t(account, machine, handle)
+                 join endpoint_addresses ea
+                   on ea.account = t.account and ea.machine = t.machine and ea.handle = t.handle
+                 join endpoints e on e.id = ea.id
+                 join machines m on m.id = e.machine_id
+                 where m.revoked_at is null",
+            )
+            .await?;
+        let rows = tx.query(&stmt, &[&accounts, &machines, &handles]).await?;
+        let contacts = Self::contact_accounts(tx, caller.account_id).await?;
+
+        let mut targets = Vec::with_capacity(wanted.len());
+        let (mut unknown, mut ended) = (Vec::new(), Vec::new());
+        for address in &wanted {
+            let text = address.to_string();
+            // An endpoint outside the caller's reach is reported exactly like one that does not exist.
+            let row = rows
+                .iter()
+                .find(|r| r.get::<_, &str>("address") == text && reachable(caller, r.get("account_id"), &contacts));
+            match row {
+                None => unknown.push(text),
+                Some(row) if row.get::<_, bool>("ended") => ended.push(text),
+                Some(row) => {
+                    let id: i64 = row.get("id");
+                    if id == caller.endpoint_id {
+                        return Err(Error::invalid("you cannot message yourself"));
+                    }
+                    targets.push(Target { id, address: text });
+                }
+            }
+        }
+        if !unknown.is_empty() {
+            return Err(Error::not_found(format!(
+                "no agent you can reach at {}: check the address with relay_list; nothing was sent",
+                unknown.join(", ")
+            )));
+        }
+        if !ended.is_empty() {
+            return Err(Error::FailedPrecondition(format!(
+                "{} ended its session and cannot receive messages until it connects again; nothing was sent",
+                ended.join(", ")
+            )));
+        }
+        Ok(targets)
+    }
+
+    /// Inserts the message and its deliveries. `None` when a concurrent send with the same client id
+    /// already stored it.
+    async fn store_message(
+        tx: &deadpool_postgres::Transaction<'_>,
+        caller: &Caller,
+        targets: &[Target],
+        out: &Outgoing<'_>,
+        reply_to: Option<&str>,
+    ) -> Result<Option<Sent>> {
+        let id = ids::new_message_id();
+        let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
+        let insert = tx
+            .prepare_cached(
+                "insert into messages (id, sender_id, client_id, thread, kind, body, reply_to)
+                 values ($1, $2, $3, $4, $5, $6, $7)
+                 on conflict (sender_id, client_id) do nothing",
+            )
+            .await?;
+        let inserted = tx
+            .execute(&insert, &[&id, &caller.endpoint_id, &out.client_id, &thread, &out.kind.to_db(), &out.body, &reply_to])
+            .await?;
+        if inserted == 0 {
+            return Ok(None);
+        }
+
+        // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
+        // then take the next seq of each.
+        let mut ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
+        ids.sort_unstable();
+        let lock = tx.prepare_cached("select id from endpoints where id = any($1) order by id for update").await?;
+        tx.query(&lock, &[&ids]).await?;
+        let bump = tx
+            .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
+            .await?;
+        let heads = tx.query(&bump, &[&ids]).await?;
+        let (recipients, seqs): (Vec<i64>, Vec<i64>) = heads.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))).unzip();
+
+        let deliver = tx
+            .prepare_cached(
+                "insert into deliveries (recipient_id, seq, message_id)
+                 select r, s, $3 from unnest($1::bigint[], $2::bigint[]) as t(r, s)",
+            )
+            .await?;
+        tx.execute(&deliver, &[&recipients, &seqs, &id]).await?;
+        // Sent with the transaction: listeners hear of it only once it is committed.
+        let notify = tx
+            .prepare_cached(&format!(
+                "select pg_notify('{DELIVERY_CHANNEL}', r::text || ':' || s::text) from unnest($1::bigint[], $2::bigint[]) as t(r, s)"
+            ))
+            .await?;
+        tx.query(&notify, &[&recipients, &seqs]).await?;
+
+        let recipients = targets
+            .iter()
+            .map(|t| RecipientState { address: t.address.clone(), state: State::Queued.to_proto() as i32 })
+            .collect();
+        Ok(Some(Sent { id, thread, recipients, duplicate: false, reply_to: reply_to.map(str::to_owned) }))
+    }
+
+    async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<RecipientState>> {
+        let stmt = client
+            .prepare_cached(
+                "select ea.address, d.state from deliveries d join endpoint_addresses ea on ea.id = d.recipient_id
+                 where d.message_id = $1 order by ea.address",
+            )
+            .await?;
+        client
+            .query(&stmt, &[&message_id])
+            .await?
+            .iter()
+            .map(|r| Ok(RecipientState { address: r.get(0), state: State::from_db(r.get(1))?.to_proto() as i32 }))
+            .collect()
+    }
+
+    /// The id of a message the caller received, named by id, short id, suffix or `last`.
+    async fn resolve_received(tx: &impl GenericClient, caller: &Caller, reference: &MessageRef) -> Result<String> {
+        match reference {
+            MessageRef::Last => tx
+                .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
+                .await?
+                .get::<_, Option<String>>(0)
+                .ok_or_else(|| Error::not_found("no message was shown to you yet, so there is no last one")),
+            MessageRef::Text(text) => {
+                let stmt = tx
+                    .prepare_cached(
+                        "select message_id from deliveries
+                         where recipient_id = $1 and (message_id like $2 || '%' or message_id like '%' || $2)
+                         order by seq desc limit 20",
+                    )
+                    .await?;
+                Self::pick(tx, &stmt, caller, reference, text).await
+            }
+        }
+    }
+
+    /// The id of a message the caller sent, named by id, short id or suffix.
+    async fn resolve_sent(tx: &impl GenericClient, caller: &Caller, raw: &str) -> Result<String> {
+        let reference = MessageRef::parse(raw)?;
+        let MessageRef::Text(text) = &reference else {
+            return Err(Error::invalid("name the message you sent by its id"));
+        };
+        let stmt = tx
+            .prepare_cached(
+                "select id from messages
+                 where sender_id = $1 and (id like $2 || '%' or id like '%' || $2)
+                 order by created_at desc limit 20",
+            )
+            .await?;
+        Self::pick(tx, &stmt, caller, &reference, text).await
+    }
+
+    async fn pick(
+        tx: &impl GenericClient,
+        stmt: &tokio_postgres::Statement,
+        caller: &Caller,
+        reference: &MessageRef,
+        text: &str,
+    ) -> Result<String> {
+        let candidates: Vec<String> = tx
+            .query(stmt, &[&caller.endpoint_id, &text])
+            .await?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .filter(|id| reference.matches(id))
+            .collect();
+        ids::pick_unique(text, &candidates).map(str::to_owned)
+    }
+
+    /// Unread messages in seq order. They become surfaced, or read when `ack`.
+    pub async fn inbox(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let sql = format!(
+            "select {MESSAGE_COLUMNS}
+             from deliveries d
+             join messages m on m.id = d.message_id
+             join endpoint_addresses ea on ea.id = m.sender_id
+             where d.recipient_id = $1 and d.state < 4
+             order by d.seq limit $2"
+        );
+        let stmt = tx.prepare_cached(&sql).await?;
+        let rows = tx.query(&stmt, &[&caller.endpoint_id, &i64::from(limit)]).await?;
+        let messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
+        if let Some(newest) = messages.last() {
+            let seqs: Vec<i64> = messages.iter().map(|m| m.seq as i64).collect();
+            let state = if ack { State::Read } else { State::Surfaced };
+            Self::advance(&tx, caller, &seqs, state).await?;
+            tx.execute("update endpoints set last_shown = $2 where id = $1", &[&caller.endpoint_id, &newest.id])
+                .await?;
+        }
+        let remaining: i64 = tx
+            .query_one("select count(*) from deliveries where recipient_id = $1 and state < 4", &[&caller.endpoint_id])
+            .await?
+            .get(0);
+        tx.commit().await?;
+        Ok((messages, remaining as u64))
+    }
+
+    pub async fn unread(&self, caller: &Caller) -> Result<u64> {
+        let client = self.client().await?;
+        let stmt =
+            client.prepare_cached("select count(*) from deliveries where recipient_id = $1 and state < 4").await?;
+        Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.get::<_, i64>(0) as u64)
+    }
+
+    async fn advance(tx: &impl GenericClient, caller: &Caller, seqs: &[i64], state: State) -> Result<u64> {
+        let stmt = tx
+            .prepare_cached(
+                "update deliveries set state = $3, updated_at = now()
+                 where recipient_id = $1 and seq = any($2) and state < $3",
+            )
+            .await?;
+        Ok(tx.execute(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?)
+    }
+
+    /// The bridge put these deliveries in front of the agent, or the agent acknowledged them.
+    pub async fn confirm(&self, caller: &Caller, seqs: &[u64], state: State) -> Result<u64> {
+        let seqs = seqs_to_db(seqs)?;
+        let Some(newest) = seqs.iter().copied().max() else { return Ok(0) };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let updated = Self::advance(&tx, caller, &seqs, state).await?;
+        tx.execute(
+            "update endpoints e set last_shown = d.message_id
+             from deliveries d where e.id = $1 and d.recipient_id = $1 and d.seq = $2",
+            &[&caller.endpoint_id, &newest],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(updated)
+    }
+
+    /// Deliveries above `after` that are not read yet, for the push stream.
+    pub async fn pending_after(&self, caller: &Caller, after: i64, limit: i64) -> Result<Vec<Message>> {
+        let client = self.client().await?;
+        let sql = format!(
+            "select {MESSAGE_COLUMNS}
+             from deliveries d
+             join messages m on m.id = d.message_id
+             join endpoint_addresses ea on ea.id = m.sender_id
+             where d.recipient_id = $1 and d.seq > $2 and d.state < 4
+             order by d.seq limit $3"
+        );
+        let stmt = client.prepare_cached(&sql).await?;
+        client.query(&stmt, &[&caller.endpoint_id, &after, &limit]).await?.iter().map(message_from_row).collect()
+    }
+
+    /// Marks deliveries as having reached the bridge.
+    pub async fn mark_pushed(&self, caller: &Caller, seqs: &[i64]) -> Result<()> {
+        let client = self.client().await?;
+        Self::advance(&client, caller, seqs, State::Pushed).await?;
+        Ok(())
+    }
+
+    /// Per-recipient states of a message the caller sent.
+    pub async fn track(&self, caller: &Caller, reference: &str) -> Result<Sent> {
+        let client = self.client().await?;
+        let id = Self::resolve_sent(&client, caller, reference).await?;
+        let row = client.query_one("select thread, reply_to from messages where id = $1", &[&id]).await?;
+        let recipients = Self::recipient_states(&client, &id).await?;
+        Ok(Sent { id, thread: row.get(0), recipients, duplicate: false, reply_to: row.get(1) })
+    }
+
+    /// Replies the caller received to a message it sent; returned replies become read.
+    pub async fn replies(&self, caller: &Caller, reference: &str) -> Result<(String, Vec<Message>, Vec<RecipientState>)> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let id = Self::resolve_sent(&tx, caller, reference).await?;
+        let sql = format!(
+            "select {MESSAGE_COLUMNS}
+             from messages m
+             join deliveries d on d.message_id = m.id and d.recipient_id = $2
+             join endpoint_addresses ea on ea.id = m.sender_id
+             where m.reply_to = $1
+             order by d.seq"
+        );
+        let stmt = tx.prepare_cached(&sql).await?;
+        let replies = tx.query(&stmt, &[&id, &caller.endpoint_id]).await?.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
+        if let Some(newest) = replies.last() {
+            let seqs: Vec<i64> = replies.iter().map(|m| m.seq as i64).collect();
+            Self::advance(&tx, caller, &seqs, State::Read).await?;
+            tx.execute("update endpoints set last_shown = $2 where id = $1", &[&caller.endpoint_id, &newest.id]).await?;
+        }
+        let recipients = Self::recipient_states(&tx, &id).await?;
+        tx.commit().await?;
+        Ok((id, replies, recipients))
+    }
+}
+
+/// Parses a notification payload `<recipient>:<seq>`.
+pub fn parse_delivery_payload(payload: &str) -> Option<(i64, i64)> {
+    let (recipient, seq) = payload.split_once(':')?;
+    Some((recipient.parse().ok()?, seq.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_payloads_parse() {
+        assert_eq!(parse_delivery_payload("12:7"), Some((12, 7)));
+        assert_eq!(parse_delivery_payload("12"), None);
+        assert_eq!(parse_delivery_payload("x:1"), None);
+    }
+}
