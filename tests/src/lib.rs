@@ -1,1 +1,41 @@
+//! The integration harness: a real Postgres, the real `relay-server` binary, and gRPC clients.
+//!
+//! With `DATABASE_URL` set, tests use that server; otherwise one throwaway cluster per test binary is
+//! started from the local Postgres binaries. Each test gets its own database either way.
 
+pub mod client;
+pub mod pg;
+pub mod server;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A built workspace binary, beside the test executable's directory.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target profile directory");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} is not built: run `cargo build --workspace` before the tests", path.display());
+    path
+}
+
+/// Polls `check` until it yields a value or `limit` passes: for conditions with no event to wait on.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
+}

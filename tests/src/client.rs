@@ -1,0 +1,87 @@
+//! gRPC clients speaking for one machine or one endpoint, as a bridge would.
+
+use std::time::Duration;
+
+use relay_proto::v1::relay_client::RelayClient;
+use relay_proto::v1::*;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+use tonic::{Request, Status, Streaming};
+
+#[derive(Clone)]
+pub struct Bearer(MetadataValue<Ascii>);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        request.metadata_mut().insert("authorization", self.0.clone());
+        Ok(request)
+    }
+}
+
+pub type Client = RelayClient<InterceptedService<Channel, Bearer>>;
+
+pub async fn channel(url: &str) -> Channel {
+    tonic::transport::Endpoint::from_shared(url.to_owned())
+        .unwrap()
+        .connect_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect to relay-server")
+}
+
+pub fn client(channel: Channel, token: &str) -> Client {
+    let value = format!("Bearer {token}").parse().expect("ascii token");
+    RelayClient::with_interceptor(channel, Bearer(value))
+}
+
+/// An endpoint: its session client and what Hello said.
+pub struct Agent {
+    pub rpc: Client,
+    pub session_token: String,
+    pub address: String,
+}
+
+impl Agent {
+    /// Claims `handle` (or a picked one when empty) on the machine whose token is given.
+    pub async fn hello(url: &str, machine_token: &str, handle: &str) -> Result<Self, Status> {
+        Self::hello_with(url, machine_token, HelloRequest { handle: handle.into(), harness: "claude".into(), resume: String::new() })
+            .await
+    }
+
+    pub async fn hello_with(url: &str, machine_token: &str, request: HelloRequest) -> Result<Self, Status> {
+        let ch = channel(url).await;
+        let reply = client(ch.clone(), machine_token).hello(request).await?.into_inner();
+        let address = reply.endpoint.expect("endpoint in hello").address;
+        Ok(Self { rpc: client(ch, &reply.session_token), session_token: reply.session_token, address })
+    }
+
+    pub async fn send(&mut self, to: &[&str], body: &str) -> Result<SendResponse, Status> {
+        let request = SendRequest { to: to.iter().map(|s| s.to_string()).collect(), body: body.into(), ..Default::default() };
+        Ok(self.rpc.send(request).await?.into_inner())
+    }
+
+    pub async fn inbox(&mut self, wait_s: u32, ack: bool) -> Result<InboxResponse, Status> {
+        Ok(self.rpc.inbox(InboxRequest { wait_s, ack, limit: 0 }).await?.into_inner())
+    }
+
+    pub async fn subscribe(&mut self, after_seq: u64) -> Streaming<Push> {
+        self.rpc.subscribe(SubscribeRequest { after_seq }).await.expect("subscribe").into_inner()
+    }
+}
+
+/// The next message on a push stream, skipping heartbeats; panics after `limit`.
+pub async fn next_message(stream: &mut Streaming<Push>, limit: Duration) -> Message {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let push = tokio::time::timeout_at(deadline, stream.message())
+            .await
+            .expect("timed out waiting for a pushed message")
+            .expect("push stream failed")
+            .expect("push stream ended");
+        if let Some(push::Event::Message(message)) = push.event {
+            return message;
+        }
+    }
+}

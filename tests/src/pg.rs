@@ -1,0 +1,123 @@
+//! Postgres for tests: `DATABASE_URL`, or a throwaway cluster (`initdb -A trust -N`, `fsync=off`).
+
+use std::io::Read;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use relay_server::dev::postgres;
+use tokio_postgres::NoTls;
+
+/// The server all databases of this test process live on.
+struct Cluster {
+    /// Connection string without a database name.
+    base: String,
+    /// Holding the watchdog's stdin open keeps the cluster alive; the process's exit closes it,
+    /// and the watchdog then stops Postgres and deletes its files.
+    _watchdog: Option<Mutex<(Child, ChildStdin)>>,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+// Runs as the cluster owner: make the cluster, serve it until stdin closes, then clean up.
+const WATCHDOG: &str = r#"
+bin="$1"; dir="$2"; port="$3"
+"$bin/initdb" -D "$dir/data" -A trust -N -U postgres --no-instructions >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
+"$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 -c fsync=off \
+  -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 >"$dir/postgres.log" 2>&1 &
+pid=$!
+cat >/dev/null
+kill -INT "$pid"; wait "$pid"; rm -rf "$dir"
+"#;
+
+fn start_cluster() -> Cluster {
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        return Cluster { base: url, _watchdog: None };
+    }
+    let bin = postgres::bin_dir().expect("postgres binaries");
+    let owner = postgres::owner().expect("postgres owner");
+    let dir = std::env::temp_dir().join(format!("relay-test-pg-{}-{:08x}", std::process::id(), rand::rng().random::<u32>()));
+    postgres::make_private_dir(&dir, owner).expect("cluster directory");
+    let port = crate::free_port();
+    let mut cmd = if owner.is_some() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", "sh"]);
+        c
+    } else {
+        Command::new("sh")
+    };
+    let mut child = cmd
+        .arg("-c")
+        .arg(WATCHDOG)
+        .arg("sh")
+        .arg(&bin)
+        .arg(&dir)
+        .arg(port.to_string())
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the postgres watchdog");
+    let stdin = child.stdin.take().expect("watchdog stdin");
+    let base = format!("host=127.0.0.1 port={port} user=postgres");
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut err = String::new();
+            child.stderr.take().map(|mut s| s.read_to_string(&mut err));
+            panic!("the test postgres cluster failed to start ({status}): {err}");
+        }
+        if runtime.block_on(tokio_postgres::connect(&format!("{base} dbname=postgres"), NoTls)).is_ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the test postgres cluster did not accept connections within 60s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Cluster { base, _watchdog: Some(Mutex::new((child, stdin))) }
+}
+
+/// One test's own database.
+pub struct TestDb {
+    pub url: String,
+    pub name: String,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let base = tokio::task::spawn_blocking(|| CLUSTER.get_or_init(start_cluster).base.clone()).await.unwrap();
+        let name = format!("relay_test_{:016x}", rand::rng().random::<u64>());
+        let (client, connection) =
+            tokio_postgres::connect(&with_dbname(&base, "postgres"), NoTls).await.expect("connect to the test postgres");
+        tokio::spawn(connection);
+        client.batch_execute(&format!("create database {name}")).await.expect("create the test database");
+        Self { url: with_dbname(&base, &name), name }
+    }
+}
+
+/// `base` with its database replaced: works for URLs and for key=value strings.
+fn with_dbname(base: &str, dbname: &str) -> String {
+    if let Some(rest) = base.strip_prefix("postgres://").or_else(|| base.strip_prefix("postgresql://")) {
+        let (main, query) = rest.split_once('?').map_or((rest, None), |(m, q)| (m, Some(q)));
+        let authority = main.split_once('/').map_or(main, |(a, _)| a);
+        match query {
+            Some(q) => format!("postgres://{authority}/{dbname}?{q}"),
+            None => format!("postgres://{authority}/{dbname}"),
+        }
+    } else {
+        format!("{base} dbname={dbname}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_dbname;
+
+    #[test]
+    fn database_names_are_replaced() {
+        assert_eq!(with_dbname("postgres://u:p@h:5/db?sslmode=disable", "x"), "postgres://u:p@h:5/x?sslmode=disable");
+        assert_eq!(with_dbname("postgresql://h", "x"), "postgres://h/x");
+        assert_eq!(with_dbname("host=h port=1", "x"), "host=h port=1 dbname=x");
+    }
+}

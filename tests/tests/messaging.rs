@@ -1,0 +1,296 @@
+//! Messaging through the real server: delivery, order, idempotency, replies, limits.
+
+use std::time::Duration;
+
+use relay_proto::v1::*;
+use relay_tests::client::{Agent, next_message};
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use tonic::Code;
+
+const PUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// One account with two machines, and an agent on each.
+async fn two_machines() -> (TestDb, Server, Agent, Agent) {
+    let (db, server, alice, bob, _ci) = two_machines_with_token().await;
+    (db, server, alice, bob)
+}
+
+/// [`two_machines`], also returning the machine token of `acme/ci`.
+async fn two_machines_with_token() -> (TestDb, Server, Agent, Agent, String) {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    let alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    (db, server, alice, bob, ci)
+}
+
+fn states(recipients: &[RecipientState]) -> Vec<(String, DeliveryState)> {
+    recipients.iter().map(|r| (r.address.clone(), r.state())).collect()
+}
+
+#[tokio::test]
+async fn two_machines_of_one_account_exchange_messages() {
+    let (_db, _server, mut alice, mut bob) = two_machines().await;
+    assert_eq!(alice.address, "acme/laptop/alice");
+
+    let mut bob_stream = bob.subscribe(0).await;
+    let sent = alice.send(&["ci/bob"], "can you review the parser?").await.unwrap();
+    assert_eq!(states(&sent.recipients), vec![("acme/ci/bob".to_owned(), DeliveryState::Queued)]);
+    assert_eq!(sent.thread, sent.id, "a first message starts its own thread");
+
+    let pushed = next_message(&mut bob_stream, PUSH_WAIT).await;
+    assert_eq!(pushed.id, sent.id);
+    assert_eq!(pushed.from, "acme/laptop/alice", "the sender comes from the session");
+    assert_eq!(pushed.body, "can you review the parser?");
+    assert_eq!(pushed.seq, 1);
+
+    // The sender sees the delivery progress per recipient.
+    let tracked = alice.rpc.track(TrackRequest { id: sent.id.clone() }).await.unwrap().into_inner();
+    assert_eq!(tracked.recipients[0].state(), DeliveryState::Pushed);
+    bob.rpc.confirm(ConfirmRequest { seqs: vec![pushed.seq], state: DeliveryState::Surfaced as i32 }).await.unwrap();
+    let tracked = alice.rpc.track(TrackRequest { id: sent.id[..8].to_owned() }).await.unwrap().into_inner();
+    assert_eq!(tracked.recipients[0].state(), DeliveryState::Surfaced);
+
+    // Reply by short id: back to the sender, in the same thread; the original becomes read.
+    let reply = bob
+        .rpc
+        .reply(ReplyRequest { id: pushed.id[..8].to_owned(), body: "on it".into(), client_id: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.thread, sent.thread);
+    assert_eq!(reply.reply_to, sent.id);
+    assert_eq!(states(&reply.recipients), vec![("acme/laptop/alice".to_owned(), DeliveryState::Queued)]);
+    let tracked = alice.rpc.track(TrackRequest { id: sent.id.clone() }).await.unwrap().into_inner();
+    assert_eq!(tracked.recipients[0].state(), DeliveryState::Read);
+
+    let inbox = alice.inbox(5, true).await.unwrap();
+    assert_eq!(inbox.messages.len(), 1);
+    let got = &inbox.messages[0];
+    assert_eq!((got.from.as_str(), got.body.as_str(), got.kind()), ("acme/ci/bob", "on it", MessageKind::Reply));
+    assert_eq!(got.reply_to, sent.id);
+    assert_eq!(inbox.remaining, 0);
+    assert_eq!(alice.inbox(0, true).await.unwrap().messages.len(), 0, "acknowledged messages are not shown again");
+}
+
+#[tokio::test]
+async fn offline_recipient_gets_everything_in_order_on_reconnect() {
+    let (_db, server, mut alice, mut bob, ci) = two_machines_with_token().await;
+    let ci2 = server.machine("acme", "ci2");
+    // Bob connects once, then his stream goes away.
+    drop(bob.subscribe(0).await);
+
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(alice.send(&["ci/bob"], &format!("message {i}")).await.unwrap().id);
+    }
+    let tracked = alice.rpc.track(TrackRequest { id: ids[4].clone() }).await.unwrap().into_inner();
+    assert_eq!(tracked.recipients[0].state(), DeliveryState::Queued, "nobody was there to push to");
+
+    // Bob's bridge comes back and resumes the same endpoint with its session token.
+    let again = HelloRequest { handle: "bob".into(), harness: "codex".into(), resume: bob.session_token.clone() };
+    let resumed = Agent::hello_with(&server.url, &ci, again.clone()).await.unwrap();
+    assert_eq!(resumed.address, "acme/ci/bob");
+    assert_eq!(resumed.session_token, bob.session_token);
+    // A session token resumes nothing on another machine: there it is a fresh claim.
+    let elsewhere = Agent::hello_with(&server.url, &ci2, again).await.unwrap();
+    assert_eq!(elsewhere.address, "acme/ci2/bob");
+    assert_ne!(elsewhere.session_token, bob.session_token);
+    // Without a handle, a free one is picked.
+    let picked = Agent::hello_with(&server.url, &ci, HelloRequest::default()).await.unwrap();
+    assert_eq!(picked.address, "acme/ci/other-1");
+
+    let mut stream = bob.subscribe(0).await;
+    for (i, id) in ids.iter().enumerate() {
+        let m = next_message(&mut stream, PUSH_WAIT).await;
+        assert_eq!((&m.id, m.seq, m.body.clone()), (id, i as u64 + 1, format!("message {i}")));
+    }
+    // A bridge that already holds seq 3 asks only for what is above it.
+    drop(stream);
+    let mut stream = bob.subscribe(3).await;
+    assert_eq!(next_message(&mut stream, PUSH_WAIT).await.seq, 4);
+}
+
+#[tokio::test]
+async fn a_retried_send_makes_one_copy() {
+    let (_db, _server, mut alice, mut bob) = two_machines().await;
+    let request = SendRequest {
+        to: vec!["ci/bob".into()],
+        body: "deploy when green".into(),
+        client_id: "retry-1".into(),
+        ..Default::default()
+    };
+    let first = alice.rpc.send(request.clone()).await.unwrap().into_inner();
+    let second = alice.rpc.send(request.clone()).await.unwrap().into_inner();
+    assert!(!first.duplicate && second.duplicate);
+    assert_eq!(first.id, second.id);
+    assert_eq!(first.thread, second.thread);
+
+    // Concurrent retries also collapse into the first.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let mut rpc = alice.rpc.clone();
+        let req = SendRequest { client_id: "retry-2".into(), ..request.clone() };
+        tasks.push(tokio::spawn(async move { rpc.send(req).await.unwrap().into_inner().id }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "every concurrent retry returns the same message");
+
+    let inbox = bob.inbox(0, true).await.unwrap();
+    let bodies: Vec<_> = inbox.messages.iter().map(|m| (m.seq, m.id.clone())).collect();
+    assert_eq!(bodies, vec![(1, first.id.clone()), (2, ids[0].clone())], "one copy each, gapless seqs");
+}
+
+#[tokio::test]
+async fn ask_gets_its_reply() {
+    let (_db, _server, mut alice, mut bob) = two_machines().await;
+    let ask = alice
+        .rpc
+        .send(SendRequest {
+            to: vec!["acme/ci/bob".into()],
+            body: "which port does staging use?".into(),
+            kind: MessageKind::Ask as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+
+    let mut waiting = alice.rpc.clone();
+    let ask_id = ask.id.clone();
+    let waiter = tokio::spawn(async move { waiting.ask_wait(AskWaitRequest { id: ask_id, wait_s: 20 }).await });
+
+    let inbox = bob.inbox(5, false).await.unwrap();
+    assert_eq!(inbox.messages[0].kind(), MessageKind::Ask);
+    bob.rpc
+        .reply(ReplyRequest { id: "last".into(), body: "8443".into(), client_id: String::new() })
+        .await
+        .unwrap();
+
+    let answer = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap().unwrap().into_inner();
+    assert_eq!(answer.id, ask.id);
+    assert_eq!(answer.replies.len(), 1);
+    assert_eq!((answer.replies[0].body.as_str(), answer.replies[0].from.as_str()), ("8443", "acme/ci/bob"));
+    assert_eq!(answer.recipients[0].state(), DeliveryState::Read, "replying marks the ask read");
+    assert!(alice.inbox(0, true).await.unwrap().messages.is_empty(), "a reply collected by ask-wait is read");
+
+    // Without a reply, ask-wait returns empty after its wait.
+    let quiet = alice.send(&["ci/bob"], "anyone?").await.unwrap();
+    let none = alice.rpc.ask_wait(AskWaitRequest { id: quiet.id, wait_s: 0 }).await.unwrap().into_inner();
+    assert!(none.replies.is_empty());
+}
+
+#[tokio::test]
+async fn inbox_long_poll_wakes_on_a_new_message() {
+    let (_db, _server, mut alice, mut bob) = two_machines().await;
+    let mut rpc = bob.rpc.clone();
+    let poll = tokio::spawn(async move { rpc.inbox(InboxRequest { wait_s: 30, ack: true, limit: 0 }).await });
+    // Give the poll a head start only as an optimisation; correctness does not depend on it.
+    tokio::task::yield_now().await;
+    alice.send(&["ci/bob"], "ping").await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), poll).await.expect("long poll woke").unwrap().unwrap();
+    assert_eq!(got.into_inner().messages[0].body, "ping");
+    let _ = &mut bob;
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_and_change_nothing() {
+    let (_db, _server, mut alice, mut bob) = two_machines().await;
+
+    let unknown = alice.send(&["ci/bob", "ci/nobody"], "hi").await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+    assert!(unknown.message().contains("acme/ci/nobody"), "{}", unknown.message());
+    assert!(bob.inbox(0, true).await.unwrap().messages.is_empty(), "a send with one bad recipient delivers to nobody");
+
+    let other_account = alice.send(&["globex/ci/bob"], "hi").await.unwrap_err();
+    assert_eq!(other_account.code(), Code::NotFound);
+
+    let malformed = alice.send(&["Not An Address"], "hi").await.unwrap_err();
+    assert_eq!(malformed.code(), Code::InvalidArgument);
+
+    let oversized = alice.send(&["ci/bob"], &"x".repeat(64 * 1024 + 1)).await.unwrap_err();
+    assert_eq!(oversized.code(), Code::InvalidArgument);
+    assert!(oversized.message().contains("limit"), "{}", oversized.message());
+
+    let too_many: Vec<String> = (0..33).map(|i| format!("h{i}")).collect();
+    let refs: Vec<&str> = too_many.iter().map(String::as_str).collect();
+    assert_eq!(alice.send(&refs, "hi").await.unwrap_err().code(), Code::InvalidArgument);
+
+    assert_eq!(alice.send(&["laptop/alice"], "me").await.unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(alice.inbox(301, true).await.unwrap_err().code(), Code::InvalidArgument);
+    let bad_status = alice.rpc.update_profile(UpdateProfileRequest { status: Some("asleep".into()), ..Default::default() });
+    assert_eq!(bad_status.await.unwrap_err().code(), Code::InvalidArgument);
+    let missing = alice.rpc.reply(ReplyRequest { id: "zzzzzzzz".into(), body: "x".into(), client_id: String::new() });
+    assert_eq!(missing.await.unwrap_err().code(), Code::NotFound);
+
+    assert!(bob.inbox(0, true).await.unwrap().messages.is_empty());
+}
+
+#[tokio::test]
+async fn profiles_presence_and_handles() {
+    let (_db, server, mut alice, mut bob) = two_machines().await;
+    let laptop2 = server.admin_ok(&["machine", "add", "acme/laptop2"]);
+
+    let taken = Agent::hello(&server.url, &laptop2, "carol").await.unwrap();
+    let clash = Agent::hello(&server.url, &laptop2, "carol").await.err().expect("a live handle is taken");
+    assert_eq!(clash.code(), Code::AlreadyExists);
+    let bad = Agent::hello(&server.url, &laptop2, "Carol!").await.err().unwrap();
+    assert_eq!(bad.code(), Code::InvalidArgument);
+
+    let me = alice
+        .rpc
+        .update_profile(UpdateProfileRequest {
+            status: Some("busy".into()),
+            note: Some("refactoring the store".into()),
+            now: Some("running tests".into()),
+            title: Some("store refactor".into()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((me.status.as_str(), me.now.as_str(), me.title.as_str()), ("busy", "running tests", "store refactor"));
+
+    let listed = bob.rpc.list(ListRequest::default()).await.unwrap().into_inner().endpoints;
+    let names: Vec<_> = listed.iter().map(|e| e.address.as_str()).collect();
+    assert_eq!(names, ["acme/ci/bob", "acme/laptop/alice", "acme/laptop2/carol"]);
+    assert_eq!(listed[1].note, "refactoring the store");
+
+    // Ending a session frees its handle and takes it off the default list.
+    taken.rpc.clone().goodbye(GoodbyeRequest {}).await.unwrap();
+    let after = bob.rpc.list(ListRequest::default()).await.unwrap().into_inner().endpoints;
+    assert_eq!(after.len(), 2);
+    let all = bob.rpc.list(ListRequest { all: true, contacts: false }).await.unwrap().into_inner().endpoints;
+    assert!(all.iter().any(|e| e.address == "acme/laptop2/carol" && e.ended));
+    let ended = bob.send(&["laptop2/carol"], "hi").await.unwrap_err();
+    assert_eq!(ended.code(), Code::FailedPrecondition);
+    assert_eq!(taken.rpc.clone().who_am_i(WhoAmIRequest {}).await.unwrap_err().code(), Code::Unauthenticated);
+    Agent::hello(&server.url, &laptop2, "carol").await.expect("an ended handle can be claimed again");
+
+    let whoami = bob.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner();
+    assert_eq!(whoami.endpoint.unwrap().address, "acme/ci/bob");
+}
+
+#[tokio::test]
+async fn contacts_open_other_accounts() {
+    let (_db, server, mut alice, _bob) = two_machines().await;
+    let globex = server.machine("globex", "box");
+    let mut gina = Agent::hello(&server.url, &globex, "gina").await.unwrap();
+
+    assert_eq!(alice.send(&["globex/box/gina"], "hello").await.unwrap_err().code(), Code::NotFound);
+    let hidden = alice.rpc.list(ListRequest { all: true, contacts: true }).await.unwrap().into_inner();
+    assert!(hidden.endpoints.is_empty(), "no contact, nothing listed");
+
+    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    alice.send(&["globex/box/gina"], "hello").await.unwrap();
+    let got = gina.inbox(5, true).await.unwrap();
+    assert_eq!(got.messages[0].from, "acme/laptop/alice");
+    let listed = alice.rpc.list(ListRequest { all: false, contacts: true }).await.unwrap().into_inner();
+    assert_eq!(listed.endpoints.iter().map(|e| e.address.as_str()).collect::<Vec<_>>(), ["globex/box/gina"]);
+}
