@@ -19,7 +19,9 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::AddMachine { path } => {
             let token = store.add_machine(&path).await?;
             println!("{token}");
-            eprintln!("machine {path} added; this token is shown once: give it to `agent-bridge login` on that machine");
+            eprintln!(
+                "machine {path} added; this token is shown once: give it to `agent-bridge login` on that machine"
+            );
         }
         AdminCommand::RevokeMachine { path } => {
             store.revoke_machine(&path).await?;

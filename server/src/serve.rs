@@ -16,6 +16,9 @@ use crate::protocol::service::RelayService;
 use crate::push::{self, Hub};
 use crate::store::{DbConfig, Store};
 
+/// How long calls in flight may take to finish after a shutdown signal.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
 /// Where and how to listen.
 #[derive(Debug, Clone)]
 pub struct ListenOptions {
@@ -73,7 +76,11 @@ pub async fn open_store(db: DbConfig) -> anyhow::Result<Store> {
 }
 
 /// Serves until `shutdown_signal` resolves, then ends open streams and waits for calls in flight.
-pub async fn serve(store: Store, options: &ListenOptions, shutdown_signal: impl Future<Output = ()>) -> anyhow::Result<()> {
+pub async fn serve(
+    store: Store,
+    options: &ListenOptions,
+    shutdown_signal: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let tls = options.tls()?;
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
@@ -112,12 +119,23 @@ pub async fn serve(store: Store, options: &ListenOptions, shutdown_signal: impl 
             shutdown.cancel();
         }
     };
-    let served = builder
+    let server = builder
         .add_service(health_service)
         .add_service(reflection)
         .add_service(relay)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(socket), stop)
-        .await;
+        .serve_with_incoming_shutdown(TcpListenerStream::new(socket), stop);
+    // A client that never closes its connection must not hold the shutdown forever.
+    let drain_limit = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(DRAIN_LIMIT).await;
+    };
+    let served = tokio::select! {
+        served = server => served,
+        () = drain_limit => {
+            tracing::warn!(limit_s = DRAIN_LIMIT.as_secs(), "connections still open after the drain limit; stopping anyway");
+            Ok(())
+        }
+    };
     shutdown.cancel();
     let _ = listener.await;
     served.context("grpc server failed")?;

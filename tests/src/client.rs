@@ -46,8 +46,12 @@ pub struct Agent {
 impl Agent {
     /// Claims `handle` (or a picked one when empty) on the machine whose token is given.
     pub async fn hello(url: &str, machine_token: &str, handle: &str) -> Result<Self, Status> {
-        Self::hello_with(url, machine_token, HelloRequest { handle: handle.into(), harness: "claude".into(), resume: String::new() })
-            .await
+        Self::hello_with(
+            url,
+            machine_token,
+            HelloRequest { handle: handle.into(), harness: "claude".into(), resume: String::new() },
+        )
+        .await
     }
 
     pub async fn hello_with(url: &str, machine_token: &str, request: HelloRequest) -> Result<Self, Status> {
@@ -58,7 +62,8 @@ impl Agent {
     }
 
     pub async fn send(&mut self, to: &[&str], body: &str) -> Result<SendResponse, Status> {
-        let request = SendRequest { to: to.iter().map(|s| s.to_string()).collect(), body: body.into(), ..Default::default() };
+        let request =
+            SendRequest { to: to.iter().map(|s| s.to_string()).collect(), body: body.into(), ..Default::default() };
         Ok(self.rpc.send(request).await?.into_inner())
     }
 

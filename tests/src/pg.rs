@@ -37,7 +37,8 @@ fn start_cluster() -> Cluster {
     }
     let bin = postgres::bin_dir().expect("postgres binaries");
     let owner = postgres::owner().expect("postgres owner");
-    let dir = std::env::temp_dir().join(format!("relay-test-pg-{}-{:08x}", std::process::id(), rand::rng().random::<u32>()));
+    let dir =
+        std::env::temp_dir().join(format!("relay-test-pg-{}-{:08x}", std::process::id(), rand::rng().random::<u32>()));
     postgres::make_private_dir(&dir, owner).expect("cluster directory");
     let port = crate::free_port();
     let mut cmd = if owner.is_some() {
@@ -88,8 +89,9 @@ impl TestDb {
     pub async fn new() -> Self {
         let base = tokio::task::spawn_blocking(|| CLUSTER.get_or_init(start_cluster).base.clone()).await.unwrap();
         let name = format!("relay_test_{:016x}", rand::rng().random::<u64>());
-        let (client, connection) =
-            tokio_postgres::connect(&with_dbname(&base, "postgres"), NoTls).await.expect("connect to the test postgres");
+        let (client, connection) = tokio_postgres::connect(&with_dbname(&base, "postgres"), NoTls)
+            .await
+            .expect("connect to the test postgres");
         tokio::spawn(connection);
         client.batch_execute(&format!("create database {name}")).await.expect("create the test database");
         Self { url: with_dbname(&base, &name), name }

@@ -50,10 +50,9 @@ impl Server {
         self.admin_ok(&["machine", "add", &format!("{account}/{machine}")])
     }
 
-    /// SIGTERM, then waits for a clean exit.
-    pub fn stop(&mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        self.child.wait().expect("wait for relay-server")
+    /// SIGTERM, then waits for the exit while this runtime keeps serving the test's own connections.
+    pub async fn stop(&mut self) -> std::process::ExitStatus {
+        terminate(&mut self.child).await
     }
 }
 
@@ -61,6 +60,17 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Sends SIGTERM and waits for the process without blocking the async runtime.
+pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -169,10 +169,7 @@ async fn ask_gets_its_reply() {
 
     let inbox = bob.inbox(5, false).await.unwrap();
     assert_eq!(inbox.messages[0].kind(), MessageKind::Ask);
-    bob.rpc
-        .reply(ReplyRequest { id: "last".into(), body: "8443".into(), client_id: String::new() })
-        .await
-        .unwrap();
+    bob.rpc.reply(ReplyRequest { id: "last".into(), body: "8443".into(), client_id: String::new() }).await.unwrap();
 
     let answer = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap().unwrap().into_inner();
     assert_eq!(answer.id, ask.id);
@@ -225,7 +222,8 @@ async fn bad_requests_are_refused_and_change_nothing() {
 
     assert_eq!(alice.send(&["laptop/alice"], "me").await.unwrap_err().code(), Code::InvalidArgument);
     assert_eq!(alice.inbox(301, true).await.unwrap_err().code(), Code::InvalidArgument);
-    let bad_status = alice.rpc.update_profile(UpdateProfileRequest { status: Some("asleep".into()), ..Default::default() });
+    let bad_status =
+        alice.rpc.update_profile(UpdateProfileRequest { status: Some("asleep".into()), ..Default::default() });
     assert_eq!(bad_status.await.unwrap_err().code(), Code::InvalidArgument);
     let missing = alice.rpc.reply(ReplyRequest { id: "zzzzzzzz".into(), body: "x".into(), client_id: String::new() });
     assert_eq!(missing.await.unwrap_err().code(), Code::NotFound);

@@ -80,10 +80,8 @@ async fn ensure_database(cluster: &postgres::DevCluster) -> anyhow::Result<()> {
         .await
         .context("cannot connect to the dev database cluster")?;
     let driver = tokio::spawn(connection);
-    let exists = client
-        .query_opt("select 1 from pg_database where datname = $1", &[&postgres::DEV_DATABASE])
-        .await?
-        .is_some();
+    let exists =
+        client.query_opt("select 1 from pg_database where datname = $1", &[&postgres::DEV_DATABASE]).await?.is_some();
     if !exists {
         client.batch_execute(&format!("create database {}", postgres::DEV_DATABASE)).await?;
     }

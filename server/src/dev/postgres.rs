@@ -58,7 +58,8 @@ pub fn owner() -> anyhow::Result<Option<Owner>> {
         .find(|l| l.starts_with("postgres:"))
         .context("running as root, but there is no postgres user to run Postgres as")?;
     let fields: Vec<&str> = entry.split(':').collect();
-    let parse = |i: usize| fields.get(i).and_then(|f| f.parse().ok()).context("malformed postgres entry in /etc/passwd");
+    let parse =
+        |i: usize| fields.get(i).and_then(|f| f.parse().ok()).context("malformed postgres entry in /etc/passwd");
     Ok(Some(Owner { uid: parse(2)?, gid: parse(3)? }))
 }
 
@@ -94,7 +95,7 @@ pub fn run(cmd: &mut Command, what: &str) -> anyhow::Result<Output> {
     let output = cmd.output().with_context(|| format!("cannot run {what}"))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let detail = stderr.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("no output");
+        let detail = stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("no output");
         bail!("{what} failed ({}): {detail}", output.status);
     }
     Ok(output)
@@ -140,10 +141,15 @@ impl DevCluster {
         if !cluster.pgdata.join("PG_VERSION").exists() {
             tracing::info!(dir = %cluster.pgdata.display(), "creating the dev database cluster");
             run(
-                command(&cluster.bin, "initdb", owner)
-                    .arg("-D")
-                    .arg(&cluster.pgdata)
-                    .args(["-U", DEV_USER, "-A", "trust", "-E", "UTF8", "--no-instructions"]),
+                command(&cluster.bin, "initdb", owner).arg("-D").arg(&cluster.pgdata).args([
+                    "-U",
+                    DEV_USER,
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--no-instructions",
+                ]),
                 "initdb",
             )?;
         }

@@ -14,9 +14,7 @@ pub const MIN_SUFFIX_LEN: usize = 4;
 /// A new message id. It is random throughout, so its first 8 characters serve as a short id.
 pub fn new_message_id() -> String {
     let mut rng = rand::rng();
-    (0..MESSAGE_ID_LEN)
-        .map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char)
-        .collect()
+    (0..MESSAGE_ID_LEN).map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char).collect()
 }
 
 /// Kinds of bearer credential; the prefix lets a person tell them apart and lets scanners find them.
@@ -93,7 +91,9 @@ impl MessageRef {
         match self {
             Self::Last => false,
             Self::Text(text) => {
-                id == text || (text.len() == SHORT_ID_LEN && id.starts_with(text.as_str())) || id.ends_with(text.as_str())
+                id == text
+                    || (text.len() == SHORT_ID_LEN && id.starts_with(text.as_str()))
+                    || id.ends_with(text.as_str())
             }
         }
     }

@@ -60,9 +60,7 @@ fn token_like(what: &str, value: &str, max: usize) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid(format!(
-            "invalid {what} {value:?}: use up to {max} letters, digits, '-', '_', '.' or ':'"
-        )))
+        Err(Error::invalid(format!("invalid {what} {value:?}: use up to {max} letters, digits, '-', '_', '.' or ':'")))
     }
 }
 

@@ -27,9 +27,7 @@ pub fn is_valid_name(name: &str) -> bool {
     !bytes.is_empty()
         && bytes.len() <= MAX_NAME_LEN
         && (bytes[0].is_ascii_lowercase() || bytes[0].is_ascii_digit())
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }
 
 pub fn validate(kind: NameKind, name: &str) -> Result<()> {

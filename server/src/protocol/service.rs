@@ -36,7 +36,13 @@ impl RelayService {
 
     /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever the
     /// caller's inbox changes. The waiter is taken before the first attempt, so no change is missed.
-    async fn wait_for<T, F, Fut>(&self, caller: &Caller, wait_s: u32, ready: impl Fn(&T) -> bool, mut attempt: F) -> Result<T>
+    async fn wait_for<T, F, Fut>(
+        &self,
+        caller: &Caller,
+        wait_s: u32,
+        ready: impl Fn(&T) -> bool,
+        mut attempt: F,
+    ) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
@@ -164,9 +170,12 @@ impl Relay for RelayService {
         let req = request.get_ref();
         let batch = limits::inbox_batch(req.limit);
         let (messages, remaining) = self
-            .wait_for(&caller, req.wait_s, |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(), || {
-                self.store.inbox(&caller, batch, req.ack)
-            })
+            .wait_for(
+                &caller,
+                req.wait_s,
+                |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(),
+                || self.store.inbox(&caller, batch, req.ack),
+            )
             .await?;
         Ok(Response::new(InboxResponse { messages, remaining }))
     }
@@ -175,9 +184,12 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
         let (id, replies, recipients) = self
-            .wait_for(&caller, req.wait_s, |(_, replies, _): &(String, Vec<Message>, Vec<RecipientState>)| !replies.is_empty(), || {
-                self.store.replies(&caller, &req.id)
-            })
+            .wait_for(
+                &caller,
+                req.wait_s,
+                |(_, replies, _): &(String, Vec<Message>, Vec<RecipientState>)| !replies.is_empty(),
+                || self.store.replies(&caller, &req.id),
+            )
             .await?;
         Ok(Response::new(AskWaitResponse { id, replies, recipients }))
     }
@@ -194,7 +206,13 @@ impl Relay for RelayService {
         check_profile(req)?;
         let endpoint = self
             .store
-            .update_profile(&caller, req.status.as_deref(), req.note.as_deref(), req.now.as_deref(), req.title.as_deref())
+            .update_profile(
+                &caller,
+                req.status.as_deref(),
+                req.note.as_deref(),
+                req.now.as_deref(),
+                req.title.as_deref(),
+            )
             .await?;
         Ok(Response::new(endpoint))
     }

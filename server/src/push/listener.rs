@@ -58,7 +58,10 @@ pub async fn start(config: tokio_postgres::Config, hub: Hub, shutdown: Cancellat
     }))
 }
 
-async fn listen(config: &tokio_postgres::Config, hub: &Hub) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
+async fn listen(
+    config: &tokio_postgres::Config,
+    hub: &Hub,
+) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
     let (client, mut connection) = config.connect(NoTls).await?;
     let hub = hub.clone();
     let driver = tokio::spawn(async move {

@@ -85,7 +85,12 @@ async fn heartbeat(store: &Store, caller: &Caller, tx: &mpsc::Sender<Result<Push
 }
 
 /// Pushes every unread delivery above `last`. `false` when the client is gone.
-async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender<Result<Push, Status>>) -> Result<bool> {
+async fn drain(
+    store: &Store,
+    caller: &Caller,
+    last: &mut i64,
+    tx: &mpsc::Sender<Result<Push, Status>>,
+) -> Result<bool> {
     loop {
         let batch: Vec<Message> = store.pending_after(caller, *last, BATCH).await?;
         if batch.is_empty() {

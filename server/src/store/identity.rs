@@ -221,8 +221,12 @@ impl Store {
             .query_opt(&stmt, &[&ids::token_hash(token)])
             .await?
             .ok_or_else(|| Error::Unauthenticated("unknown machine token".into()))?;
-        let identity =
-            MachineIdentity { machine_id: row.get(0), machine: row.get(1), account_id: row.get(2), account: row.get(3) };
+        let identity = MachineIdentity {
+            machine_id: row.get(0),
+            machine: row.get(1),
+            account_id: row.get(2),
+            account: row.get(3),
+        };
         if row.get::<_, bool>(4) {
             return Err(Error::Unauthenticated(format!(
                 "the machine token of {}/{} was revoked",
@@ -245,9 +249,10 @@ impl Store {
                  where e.session_hash = $1 and e.ended_at is null and m.revoked_at is null",
             )
             .await?;
-        let row = client.query_opt(&stmt, &[&hash]).await?.ok_or_else(|| {
-            Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into())
-        })?;
+        let row = client
+            .query_opt(&stmt, &[&hash])
+            .await?
+            .ok_or_else(|| Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()))?;
         Ok(Caller {
             endpoint_id: row.get(0),
             account_id: row.get(1),
@@ -288,7 +293,9 @@ impl Store {
                      returning id",
                 )
                 .await?;
-            if let Some(row) = client.query_opt(&stmt, &[&ids::token_hash(token), &machine.machine_id, &harness, &lease]).await? {
+            if let Some(row) =
+                client.query_opt(&stmt, &[&ids::token_hash(token), &machine.machine_id, &harness, &lease]).await?
+            {
                 let endpoint = self.endpoint(row.get(0)).await?;
                 return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
             }
@@ -315,11 +322,11 @@ impl Store {
                 .query_opt(&claim, &[&machine.machine_id, &handle, &harness, &hash, &lease])
                 .await?
                 .ok_or_else(|| {
-                    Error::AlreadyExists(format!(
-                        "handle {handle} is in use by a connected agent on {}/{}: pick another handle",
-                        machine.account, machine.machine
-                    ))
-                })?,
+                Error::AlreadyExists(format!(
+                    "handle {handle} is in use by a connected agent on {}/{}: pick another handle",
+                    machine.account, machine.machine
+                ))
+            })?,
             None => {
                 // Pick `<harness>-<n>`, the lowest n not held by a live endpoint; retry if another claim races us.
                 let mut found = None;
@@ -367,7 +374,9 @@ impl Store {
 
     pub async fn endpoint(&self, id: i64) -> Result<Endpoint> {
         let client = self.client().await?;
-        let sql = format!("select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1");
+        let sql = format!(
+            "select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
+        );
         let stmt = client.prepare_cached(&sql).await?;
         let row = client.query_opt(&stmt, &[&id]).await?.ok_or_else(|| Error::not_found("no such endpoint"))?;
         Ok(endpoint_from_row(&row))

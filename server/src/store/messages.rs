@@ -1,8 +1,8 @@
 //! Messages and their deliveries: sending, the inbox, replies and delivery states.
 
 use chrono::{DateTime, Utc};
-use relay_proto::v1::{Message, RecipientState};
 use deadpool_postgres::GenericClient;
+use relay_proto::v1::{Message, RecipientState};
 use tokio_postgres::Row;
 
 use super::Store;
@@ -39,8 +39,7 @@ struct Target {
 }
 
 /// Columns read by [`message_from_row`], for deliveries `d` joined to messages `m` and the sender's `ea`.
-const MESSAGE_COLUMNS: &str =
-    "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at";
+const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at";
 
 fn message_from_row(row: &Row) -> Result<Message> {
     let sent_at: DateTime<Utc> = row.get("created_at");
@@ -241,7 +240,10 @@ impl Store {
             )
             .await?;
         let inserted = tx
-            .execute(&insert, &[&id, &caller.endpoint_id, &out.client_id, &thread, &out.kind.to_db(), &out.body, &reply_to])
+            .execute(
+                &insert,
+                &[&id, &caller.endpoint_id, &out.client_id, &thread, &out.kind.to_db(), &out.body, &reply_to],
+            )
             .await?;
         if inserted == 0 {
             return Ok(None);
@@ -257,7 +259,8 @@ impl Store {
             .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
             .await?;
         let heads = tx.query(&bump, &[&ids]).await?;
-        let (recipients, seqs): (Vec<i64>, Vec<i64>) = heads.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))).unzip();
+        let (recipients, seqs): (Vec<i64>, Vec<i64>) =
+            heads.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))).unzip();
 
         let deliver = tx
             .prepare_cached(
@@ -446,7 +449,11 @@ impl Store {
     }
 
     /// Replies the caller received to a message it sent; returned replies become read.
-    pub async fn replies(&self, caller: &Caller, reference: &str) -> Result<(String, Vec<Message>, Vec<RecipientState>)> {
+    pub async fn replies(
+        &self,
+        caller: &Caller,
+        reference: &str,
+    ) -> Result<(String, Vec<Message>, Vec<RecipientState>)> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let id = Self::resolve_sent(&tx, caller, reference).await?;
@@ -459,11 +466,17 @@ impl Store {
              order by d.seq"
         );
         let stmt = tx.prepare_cached(&sql).await?;
-        let replies = tx.query(&stmt, &[&id, &caller.endpoint_id]).await?.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
+        let replies = tx
+            .query(&stmt, &[&id, &caller.endpoint_id])
+            .await?
+            .iter()
+            .map(message_from_row)
+            .collect::<Result<Vec<_>>>()?;
         if let Some(newest) = replies.last() {
             let seqs: Vec<i64> = replies.iter().map(|m| m.seq as i64).collect();
             Self::advance(&tx, caller, &seqs, State::Read).await?;
-            tx.execute("update endpoints set last_shown = $2 where id = $1", &[&caller.endpoint_id, &newest.id]).await?;
+            tx.execute("update endpoints set last_shown = $2 where id = $1", &[&caller.endpoint_id, &newest.id])
+                .await?;
         }
         let recipients = Self::recipient_states(&tx, &id).await?;
         tx.commit().await?;

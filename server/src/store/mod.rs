@@ -25,8 +25,8 @@ pub struct DbConfig {
 impl DbConfig {
     /// Parses a libpq-style URL or key=value string. The error never repeats the URL, which may hold a password.
     pub fn parse(url: &str, pool_size: usize) -> Result<Self> {
-        let mut pg = tokio_postgres::Config::from_str(url)
-            .map_err(|e| Error::invalid(format!("invalid database url: {e}")))?;
+        let mut pg =
+            tokio_postgres::Config::from_str(url).map_err(|e| Error::invalid(format!("invalid database url: {e}")))?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(Duration::from_secs(5));
         }
@@ -48,11 +48,8 @@ pub struct Store {
 impl Store {
     /// Builds the pool and checks that the database answers.
     pub async fn connect(config: DbConfig) -> Result<Self> {
-        let manager = Manager::from_config(
-            config.pg.clone(),
-            NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
-        );
+        let manager =
+            Manager::from_config(config.pg.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
             .wait_timeout(Some(Duration::from_secs(5)))

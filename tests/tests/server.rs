@@ -1,0 +1,210 @@
+//! The server as an operator runs it: replicas, revocation, shutdown, migrations, the dev default.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use relay_proto::v1::*;
+use relay_tests::client::{Agent, next_message};
+use relay_tests::pg::TestDb;
+use relay_tests::server::{Server, admin, terminate, wait_serving};
+use relay_tests::{bin, free_port};
+use tonic::Code;
+
+#[tokio::test]
+async fn two_replicas_on_one_database_push_across() {
+    let db = TestDb::new().await;
+    // Both start at once: the migration lock makes one apply and the other wait.
+    let (a, b) = tokio::join!(Server::start(&db), Server::start(&db));
+    let laptop = a.machine("acme", "laptop");
+    let ci = a.machine("acme", "ci");
+    let mut alice = Agent::hello(&a.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&b.url, &ci, "bob").await.unwrap();
+
+    let mut stream = bob.subscribe(0).await;
+    for i in 0..3 {
+        let sent = alice.send(&["ci/bob"], &format!("across {i}")).await.unwrap();
+        let got = next_message(&mut stream, Duration::from_secs(5)).await;
+        assert_eq!((got.id, got.seq), (sent.id, i + 1));
+    }
+    // And back: bob writes through replica b, alice polls replica a.
+    let mut rpc = alice.rpc.clone();
+    let poll = tokio::spawn(async move { rpc.inbox(InboxRequest { wait_s: 20, ack: true, limit: 0 }).await });
+    bob.send(&["laptop/alice"], "back").await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), poll).await.unwrap().unwrap().unwrap().into_inner();
+    assert_eq!(got.messages[0].body, "back");
+}
+
+#[tokio::test]
+async fn a_revoked_machine_is_refused_on_its_next_call() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let mut stream = bob.subscribe(0).await;
+    alice.send(&["ci/bob"], "before").await.unwrap();
+    assert_eq!(next_message(&mut stream, Duration::from_secs(5)).await.body, "before");
+
+    server.admin_ok(&["machine", "revoke", "acme/ci"]);
+
+    let refused = bob.rpc.who_am_i(WhoAmIRequest {}).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated);
+    let hello = Agent::hello(&server.url, &ci, "bob").await.err().expect("a revoked machine token is refused");
+    assert_eq!(hello.code(), Code::Unauthenticated);
+    assert!(hello.message().contains("revoked"), "{}", hello.message());
+    let gone = alice.send(&["ci/bob"], "after").await.unwrap_err();
+    assert_eq!(gone.code(), Code::NotFound, "a revoked machine's endpoints are unreachable");
+
+    // Its open stream ends by the next presence renewal at the latest.
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match stream.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return None,
+                Err(status) => return Some(status.code()),
+            }
+        }
+    })
+    .await
+    .expect("the stream of a revoked machine ends");
+    assert_eq!(ended, Some(Code::Unauthenticated));
+
+    // A re-added machine gets a new token; the old one stays dead.
+    let fresh = server.admin_ok(&["machine", "add", "acme/ci"]);
+    assert_ne!(fresh, ci);
+    Agent::hello(&server.url, &fresh, "bob").await.unwrap();
+    assert_eq!(Agent::hello(&server.url, &ci, "bob").await.err().unwrap().code(), Code::Unauthenticated);
+    let garbage = Agent::hello(&server.url, "rlm_nonsense", "bob").await.err().unwrap();
+    assert_eq!(garbage.code(), Code::Unauthenticated);
+}
+
+#[tokio::test]
+async fn admin_commands_report_errors_and_print_only_the_token() {
+    let db = TestDb::new().await;
+    let ok = admin(&db.url, &["account", "create", "acme"]);
+    assert!(ok.status.success());
+    let dup = admin(&db.url, &["account", "create", "acme"]);
+    assert!(!dup.status.success());
+    assert!(String::from_utf8_lossy(&dup.stderr).contains("already exists"));
+
+    let added = admin(&db.url, &["machine", "add", "acme/laptop"]);
+    assert!(added.status.success());
+    let stdout = String::from_utf8(added.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "only the token on stdout: {stdout:?}");
+    assert!(stdout.starts_with("rlm_"));
+    let again = admin(&db.url, &["machine", "add", "acme/laptop"]);
+    assert!(!again.status.success(), "an active machine is not silently re-keyed");
+
+    for (args, expect) in [
+        (&["machine", "add", "nobody/laptop"][..], "no account nobody"),
+        (&["machine", "add", "acme"][..], "ACCOUNT/MACHINE"),
+        (&["account", "create", "Bad_Name"][..], "invalid account name"),
+        (&["machine", "revoke", "acme/ghost"][..], "no machine acme/ghost"),
+        (&["contact", "add", "acme", "acme"][..], "its own contact"),
+    ] {
+        let out = admin(&db.url, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} should fail");
+        assert!(stderr.contains(expect), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "one clear line: {stderr}");
+    }
+
+    let no_db = Command::new(bin("relay-server"))
+        .args(["admin", "account", "create", "x"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(!no_db.status.success());
+    assert!(String::from_utf8_lossy(&no_db.stderr).contains("DATABASE_URL"));
+    let unreachable = admin("postgres://relay:secret-pw@127.0.0.1:1/relay", &["account", "create", "x"]);
+    let stderr = String::from_utf8_lossy(&unreachable.stderr);
+    assert!(!unreachable.status.success() && stderr.contains("cannot reach the database"), "{stderr}");
+    assert!(!stderr.contains("secret-pw"), "the password never reaches output: {stderr}");
+}
+
+#[tokio::test]
+async fn serve_refuses_plaintext_off_loopback_and_stops_gracefully() {
+    let db = TestDb::new().await;
+    let refused = Command::new(bin("relay-server"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("refusing plaintext"));
+
+    let mut server = Server::start(&db).await;
+    let token = server.machine("acme", "laptop");
+    let mut agent = Agent::hello(&server.url, &token, "alice").await.unwrap();
+    let mut stream = agent.subscribe(0).await;
+    let status = server.stop().await;
+    assert!(status.success(), "SIGTERM ends the server cleanly even with a stream open: {status}");
+    let end =
+        tokio::time::timeout(Duration::from_secs(5), async { while let Ok(Some(_)) = stream.message().await {} }).await;
+    assert!(end.is_ok(), "open streams are closed at shutdown");
+}
+
+#[tokio::test]
+async fn migrate_is_idempotent() {
+    let db = TestDb::new().await;
+    for _ in 0..2 {
+        let out = Command::new(bin("relay-server")).arg("migrate").env("DATABASE_URL", &db.url).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// The README's first command on a machine with nothing configured: a private cluster, the server,
+/// and a bridge config that authenticates.
+#[tokio::test]
+async fn dev_runs_on_a_private_postgres_and_writes_the_bridge_config() {
+    let home = tempfile::tempdir().unwrap();
+    // Root's private cluster runs as postgres, which must reach the data directory.
+    let data = tempfile::Builder::new().prefix("relay-dev-test-").tempdir_in("/tmp").unwrap();
+    let config = home.path().join("bridge.toml");
+    let port = free_port();
+    let mut dev = Command::new(bin("relay-server"))
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(data.path().join("relay"))
+        .env_remove("DATABASE_URL")
+        .env("HOME", home.path())
+        .env("RELAY_CONFIG", &config)
+        .env("RELAY_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    wait_serving(&url).await;
+
+    let text = std::fs::read_to_string(&config).expect("the bridge config is written");
+    let token = text.lines().find_map(|l| l.strip_prefix("token = \"")).unwrap().trim_end_matches('"').to_owned();
+    assert!(text.contains(&format!("server = \"{url}\"")), "{text}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&config).unwrap().permissions().mode() & 0o777, 0o600);
+    let agent = Agent::hello(&url, &token, "first").await.expect("the written token works");
+    assert!(agent.address.starts_with("local/"), "{}", agent.address);
+
+    assert!(terminate(&mut dev).await.success());
+
+    // Running it again reuses the cluster, the data and the token.
+    let mut again = Command::new(bin("relay-server"))
+        .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(data.path().join("relay"))
+        .env_remove("DATABASE_URL")
+        .env("HOME", home.path())
+        .env("RELAY_CONFIG", &config)
+        .env("RELAY_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_serving(&url).await;
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), text, "a valid config is kept as it is");
+    let mut resumed = Agent::hello(&url, &token, "second").await.unwrap();
+    let listed = resumed.rpc.list(ListRequest { all: true, contacts: false }).await.unwrap().into_inner();
+    assert!(listed.endpoints.iter().any(|e| e.handle == "first"), "data survives a restart");
+    assert!(terminate(&mut again).await.success());
+}
