@@ -1,6 +1,133 @@
-//! agent-bridge: the per-machine Relay bridge. The MCP server arrives with its own change.
+//! agent-bridge: the per-machine Relay bridge. `mcp` is the stdio MCP server an agent starts;
+//! `login` stores the machine's credential; `install` hooks the bridge into an agent's client.
+//!
+//! * [`mcp`]: the MCP protocol layer (JSON-RPC over stdio).
+//! * [`tools`]: the relay tools: schemas, arguments, wording, untrusted framing.
+//! * [`relay`]: the gRPC client: channel, endpoint session, push stream.
 
-fn main() -> std::process::ExitCode {
-    eprintln!("agent-bridge: not available yet");
-    std::process::ExitCode::FAILURE
+mod install;
+mod mcp;
+mod relay;
+mod tools;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use relay_proto::bridge_config::{self, BridgeConfig};
+use relay_proto::v1::CheckMachineRequest;
+use relay_proto::v1::relay_client::RelayClient;
+use tracing_subscriber::EnvFilter;
+
+use crate::relay::session::{Claim, authed};
+
+/// The Relay bridge for one machine.
+#[derive(Parser)]
+#[command(name = "agent-bridge", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve MCP on stdin/stdout for one agent session.
+    Mcp {
+        /// The handle to claim on this machine; a free one is picked when absent.
+        #[arg(long, env = "RELAY_HANDLE")]
+        handle: Option<String>,
+        /// The agent's harness.
+        #[arg(long, env = "RELAY_HARNESS", value_enum, default_value_t = Harness::Other)]
+        harness: Harness,
+        /// Offer channel pushes (`notifications/claude/channel`) to clients that take them.
+        #[arg(long, env = "RELAY_CHANNELS")]
+        channels: bool,
+    },
+    /// Check a machine token against the server and store it in the bridge config (mode 0600).
+    Login {
+        #[arg(long)]
+        server: String,
+        #[arg(long)]
+        token: String,
+        /// A PEM certificate to trust for the server, beside the system's roots.
+        #[arg(long)]
+        ca: Option<PathBuf>,
+    },
+    /// Add the bridge to an agent client's MCP configuration (idempotent; never writes the token).
+    Install {
+        #[arg(value_enum)]
+        client: install::Client,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Harness {
+    Claude,
+    Codex,
+    Gemini,
+    Cursor,
+    Other,
+}
+
+impl Harness {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Claude => "claude",
+            Self::Codex => "codex",
+            Self::Gemini => "gemini",
+            Self::Cursor => "cursor",
+            Self::Other => "other",
+        }
+    }
+}
+
+async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow::Result<()> {
+    let config = relay::connection::resolve()?;
+    let channel = relay::connection::channel(&config.server, config.ca.as_deref())?;
+    let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned() };
+    let relay = Arc::new(relay::Relay::new(channel, config.token, claim));
+    let tools = Arc::new(tools::Tools::new(relay));
+    let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };
+    let stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    mcp::session::run(tools, options, stdin, tokio::io::stdout()).await.context("stdio failed")
+}
+
+async fn login(server: String, token: String, ca: Option<PathBuf>) -> anyhow::Result<()> {
+    let token = token.trim().to_owned();
+    let ca = ca.map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string());
+    let channel = relay::connection::channel(&server, ca.as_deref())?;
+    let reply = RelayClient::new(channel)
+        .check_machine(authed(CheckMachineRequest {}, &token))
+        .await
+        .map_err(|s| anyhow::anyhow!("the server refused the token: {}", s.message()))?
+        .into_inner();
+    let path = bridge_config::default_path()?;
+    bridge_config::write(&path, &BridgeConfig { server, token, ca })?;
+    eprintln!("logged in as machine {}/{}; config written to {}", reply.account, reply.machine, path.display());
+    Ok(())
+}
+
+fn init_logging() {
+    // stdout belongs to MCP: diagnostics go to stderr only.
+    let filter = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_logging();
+    let outcome = match Cli::parse().command {
+        Command::Mcp { handle, harness, channels } => mcp(handle, harness, channels).await,
+        Command::Login { server, token, ca } => login(server, token, ca).await,
+        Command::Install { client } => install::run(client),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("agent-bridge: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,4 +1,7 @@
-//! The `relay.v1` gRPC contract shared by the server, the bridge and the tests.
+//! The contracts the server and the bridge share: the `relay.v1` gRPC API, and the bridge's config
+//! file, which `relay-server dev` and `agent-bridge login` both write.
+
+pub mod bridge_config;
 
 pub mod v1 {
     tonic::include_proto!("relay.v1");

@@ -7,7 +7,6 @@
 //! * [`serve`], [`dev`], [`admin`]: what the `relay-server` commands run.
 
 pub mod admin;
-pub mod bridge_config;
 pub mod dev;
 pub mod domain;
 pub mod protocol;

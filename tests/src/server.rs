@@ -13,12 +13,17 @@ pub struct Server {
     child: Child,
     pub url: String,
     pub db_url: String,
+    pub port: u16,
 }
 
 impl Server {
     /// Starts `relay-server serve` on the test database and waits until it reports SERVING.
     pub async fn start(db: &TestDb) -> Self {
-        let port = free_port();
+        Self::start_on(db, free_port()).await
+    }
+
+    /// Starts on a given port (a restart keeps the address the bridges know).
+    pub async fn start_on(db: &TestDb, port: u16) -> Self {
         let child = Command::new(bin("relay-server"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db-pool-size", "8"])
             .env("DATABASE_URL", &db.url)
@@ -27,7 +32,7 @@ impl Server {
             .stdout(Stdio::null())
             .spawn()
             .expect("start relay-server");
-        let server = Self { child, url: format!("http://127.0.0.1:{port}"), db_url: db.url.clone() };
+        let server = Self { child, url: format!("http://127.0.0.1:{port}"), db_url: db.url.clone(), port };
         wait_serving(&server.url).await;
         server
     }

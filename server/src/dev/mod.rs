@@ -7,10 +7,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::bridge_config::{self, BridgeConfig};
 use crate::domain::names;
 use crate::serve::{self, ListenOptions};
 use crate::store::{DbConfig, Store};
+use relay_proto::bridge_config::{self, BridgeConfig};
 
 pub const DEV_ACCOUNT: &str = "local";
 

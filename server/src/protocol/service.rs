@@ -96,6 +96,14 @@ fn check_profile(req: &UpdateProfileRequest) -> Result<()> {
 impl Relay for RelayService {
     type SubscribeStream = PushStream;
 
+    async fn check_machine(
+        &self,
+        request: Request<CheckMachineRequest>,
+    ) -> Result<Response<CheckMachineResponse>, Status> {
+        let machine = self.store.authenticate_machine(bearer(&request)?).await?;
+        Ok(Response::new(CheckMachineResponse { account: machine.account, machine: machine.machine }))
+    }
+
     async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
         let machine = self.store.authenticate_machine(bearer(&request)?).await?;
         let req = request.get_ref();

@@ -6,8 +6,21 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot find the home directory; set RELAY_CONFIG")]
+    NoHome,
+    #[error("cannot write {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+    #[error("cannot encode the bridge config: {0}")]
+    Encode(#[from] toml::ser::Error),
+}
+
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> ConfigError + '_ {
+    move |source| ConfigError::Write { path: path.to_path_buf(), source }
+}
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct BridgeConfig {
@@ -18,11 +31,11 @@ pub struct BridgeConfig {
 }
 
 /// `RELAY_CONFIG`, else `~/.config/agent-relay/bridge.toml`.
-pub fn default_path() -> anyhow::Result<PathBuf> {
+pub fn default_path() -> Result<PathBuf, ConfigError> {
     if let Some(path) = std::env::var_os("RELAY_CONFIG").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(path));
     }
-    let home = dirs::home_dir().context("cannot find the home directory; set RELAY_CONFIG")?;
+    let home = dirs::home_dir().ok_or(ConfigError::NoHome)?;
     Ok(home.join(".config").join("agent-relay").join("bridge.toml"))
 }
 
@@ -33,15 +46,11 @@ pub fn read(path: &Path) -> Option<BridgeConfig> {
 }
 
 /// Writes the file with owner-only permissions, replacing it atomically.
-pub fn write(path: &Path, config: &BridgeConfig) -> anyhow::Result<()> {
+pub fn write(path: &Path, config: &BridgeConfig) -> Result<(), ConfigError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(write_err(dir))?;
     }
-    let text = toml::to_string(config).context("cannot encode the bridge config")?;
+    let text = toml::to_string(config)?;
     let tmp = path.with_extension("toml.tmp");
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -49,10 +58,9 @@ pub fn write(path: &Path, config: &BridgeConfig) -> anyhow::Result<()> {
         .truncate(true)
         .mode(0o600)
         .open(&tmp)
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        .map_err(write_err(&tmp))?;
+    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(write_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(write_err(path))?;
     Ok(())
 }
 

@@ -1,0 +1,85 @@
+//! The push stream: kept open for as long as the bridge runs (it is also the endpoint's presence),
+//! reopened with backoff after any failure, and resumed above the last seq received so nothing is
+//! handed on twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use relay_proto::v1::{Message, SubscribeRequest, push};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::session::{Relay, authed};
+
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+/// The server sends a heartbeat every 10 s; this much silence means the connection is dead.
+const SILENCE: Duration = Duration::from_secs(35);
+
+/// Feeds every new message into `sink`, in seq order and each seq once, until `stop`.
+pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, stop: CancellationToken) {
+    let mut last_seq = 0u64;
+    let mut address = String::new();
+    let mut retry = FIRST_RETRY;
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let attempt = async {
+            let session = relay.session().await.map_err(|e| e.to_string())?;
+            if session.endpoint.address != address {
+                // A different endpoint has its own sequence.
+                address.clone_from(&session.endpoint.address);
+                last_seq = 0;
+            }
+            let request = authed(SubscribeRequest { after_seq: last_seq }, &session.token);
+            let mut stream = match relay.client().subscribe(request).await {
+                Ok(response) => response.into_inner(),
+                Err(status) => {
+                    if status.code() == tonic::Code::Unauthenticated {
+                        relay.renew(&session).await.map_err(|e| e.to_string())?;
+                    }
+                    return Err(status.message().to_owned());
+                }
+            };
+            loop {
+                let next = tokio::time::timeout(SILENCE, stream.message()).await;
+                let push = match next {
+                    Err(_) => return Err("push stream went silent".to_owned()),
+                    Ok(Err(status)) => {
+                        if status.code() == tonic::Code::Unauthenticated {
+                            relay.renew(&session).await.map_err(|e| e.to_string())?;
+                        }
+                        return Err(status.message().to_owned());
+                    }
+                    Ok(Ok(None)) => return Err("push stream closed by the server".to_owned()),
+                    Ok(Ok(Some(push))) => push,
+                };
+                retry = FIRST_RETRY;
+                if let Some(push::Event::Message(message)) = push.event
+                    && message.seq > last_seq
+                {
+                    last_seq = message.seq;
+                    if sink.send(message).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = attempt => outcome,
+            () = stop.cancelled() => return,
+        };
+        match outcome {
+            Ok(()) => return,
+            Err(reason) => {
+                tracing::info!(reason, retry_ms = retry.as_millis() as u64, "push stream interrupted; reopening")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(retry) => {}
+            () = stop.cancelled() => return,
+        }
+        retry = (retry * 2).min(MAX_RETRY);
+    }
+}

@@ -1,0 +1,162 @@
+//! The endpoint this bridge holds on the server, and calls made in its name.
+
+use std::future::Future;
+use std::time::Duration;
+
+use relay_proto::v1::relay_client::RelayClient;
+use relay_proto::v1::{Endpoint, GoodbyeRequest, HelloRequest};
+use tokio::sync::Mutex;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Response, Status};
+
+/// A failed relay call, as the tool layer words it for the model.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// The server answered and refused: the model can act on its reason.
+    #[error("{}", .0.message())]
+    Refused(Status),
+    /// The server could not be reached or did not answer in time.
+    #[error("the relay server cannot be reached ({0}); try again shortly")]
+    Unreachable(String),
+}
+
+impl From<Status> for RelayError {
+    fn from(status: Status) -> Self {
+        match status.code() {
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+                Self::Unreachable(status.message().to_owned())
+            }
+            _ => Self::Refused(status),
+        }
+    }
+}
+
+/// What this bridge claims: a handle (or a picked one) under a harness.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub handle: Option<String>,
+    pub harness: String,
+}
+
+/// The session `Hello` granted.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub token: String,
+    pub endpoint: Endpoint,
+}
+
+pub type Client = RelayClient<Channel>;
+
+/// Most a plain call may take beyond its own waiting; a silent server becomes an error, not a hang.
+const CALL_SLACK: Duration = Duration::from_secs(20);
+
+pub struct Relay {
+    client: Client,
+    machine_token: String,
+    claim: Mutex<Claim>,
+    session: Mutex<Option<Session>>,
+}
+
+/// A request carrying a bearer token.
+pub fn authed<T>(message: T, token: &str) -> Request<T> {
+    let mut request = Request::new(message);
+    if let Ok(value) = MetadataValue::try_from(format!("Bearer {token}")) {
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
+}
+
+impl Relay {
+    pub fn new(channel: Channel, machine_token: String, claim: Claim) -> Self {
+        Self { client: RelayClient::new(channel), machine_token, claim: Mutex::new(claim), session: Mutex::new(None) }
+    }
+
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The current session, claiming (or resuming) the endpoint first when there is none.
+    pub async fn session(&self) -> Result<Session, RelayError> {
+        let mut slot = self.session.lock().await;
+        if let Some(session) = slot.as_ref() {
+            return Ok(session.clone());
+        }
+        let session = self.hello(None).await?;
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// Drops `stale` (if it is still current) so the next call claims again: resuming when the
+    /// server still knows the session token, else claiming the same handle afresh.
+    pub async fn renew(&self, stale: &Session) -> Result<Session, RelayError> {
+        let mut slot = self.session.lock().await;
+        if let Some(current) = slot.as_ref()
+            && current.token != stale.token
+        {
+            return Ok(current.clone());
+        }
+        let session = self.hello(Some(stale)).await?;
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    async fn hello(&self, previous: Option<&Session>) -> Result<Session, RelayError> {
+        let mut claim = self.claim.lock().await;
+        let request = HelloRequest {
+            handle: claim.handle.clone().unwrap_or_default(),
+            harness: claim.harness.clone(),
+            resume: previous.map(|s| s.token.clone()).unwrap_or_default(),
+        };
+        let reply = with_deadline(Duration::ZERO, self.client.clone().hello(authed(request, &self.machine_token)))
+            .await?
+            .into_inner();
+        let endpoint = reply.endpoint.ok_or_else(|| RelayError::Unreachable("hello without an endpoint".into()))?;
+        // A picked handle is kept, so reconnecting claims the same name.
+        claim.handle = Some(endpoint.handle.clone());
+        tracing::info!(endpoint = %endpoint.address, resumed = reply.resumed, "relay session ready");
+        Ok(Session { token: reply.session_token, endpoint })
+    }
+
+    /// Makes a call in the endpoint's name. A dropped connection or a lost session is repaired and
+    /// the call tried once more; the server makes retried sends idempotent by their client id.
+    pub async fn call<Req, T, F, Fut>(&self, wait: Duration, message: Req, call: F) -> Result<T, RelayError>
+    where
+        Req: Clone,
+        F: Fn(Client, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let session = self.session().await?;
+        let first = call(self.client.clone(), authed(message.clone(), &session.token));
+        let retry_with = match with_deadline(wait, first).await {
+            Ok(response) => return Ok(response.into_inner()),
+            Err(status) if status.code() == Code::Unauthenticated => self.renew(&session).await?,
+            Err(status) if matches!(RelayError::from(status.clone()), RelayError::Unreachable(_)) => {
+                tracing::debug!(error = %status.message(), "relay call failed; retrying once");
+                session
+            }
+            Err(status) => return Err(status.into()),
+        };
+        let again = call(self.client.clone(), authed(message, &retry_with.token));
+        Ok(with_deadline(wait, again).await?.into_inner())
+    }
+
+    /// Ends the session on the server: the endpoint goes offline and its handle is free.
+    pub async fn goodbye(&self) {
+        let Some(session) = self.session.lock().await.take() else { return };
+        let request = authed(GoodbyeRequest {}, &session.token);
+        if let Err(e) = tokio::time::timeout(Duration::from_secs(3), self.client.clone().goodbye(request)).await {
+            tracing::debug!(error = %e, "goodbye timed out");
+        }
+    }
+}
+
+async fn with_deadline<T>(
+    wait: Duration,
+    call: impl Future<Output = Result<Response<T>, Status>>,
+) -> Result<Response<T>, Status> {
+    match tokio::time::timeout(wait + CALL_SLACK, call).await {
+        Ok(result) => result,
+        Err(_) => Err(Status::deadline_exceeded("no answer in time")),
+    }
+}

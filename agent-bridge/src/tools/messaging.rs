@@ -1,0 +1,321 @@
+//! The messaging tools: each reads its arguments, makes one or two server calls, and words the result.
+
+use std::time::Duration;
+
+use rand::Rng;
+use relay_proto::v1::*;
+use serde_json::{Map, Value, json};
+
+use super::args::{ArgError, Args};
+use super::{
+    ASK_WAIT_DEFAULT_S, MAX_RECIPIENTS, MAX_WAIT_S, NOTE_CHARS, Outcome, STATUS_STATES, TITLE_CHARS, ToolError, Tools,
+    frame,
+};
+
+type Result<T> = std::result::Result<T, ToolError>;
+
+pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> Result<Outcome> {
+    match name {
+        "relay_whoami" => whoami(tools, Args::new(arguments, &[])?).await,
+        "relay_list" => list(tools, Args::new(arguments, &["all", "contacts"])?).await,
+        "relay_send" => send(tools, Args::new(arguments, &["to", "body", "thread", "private"])?).await,
+        "relay_reply" => reply(tools, Args::new(arguments, &["id", "body"])?).await,
+        "relay_inbox" => inbox(tools, Args::new(arguments, &["wait_s", "ack"])?).await,
+        "relay_ask" => ask(tools, Args::new(arguments, &["to", "body", "wait_s", "require_reply"])?).await,
+        "relay_ask_wait" => ask_wait(tools, Args::new(arguments, &["id", "wait_s"])?).await,
+        "relay_set_status" => set_status(tools, Args::new(arguments, &["state", "note"])?).await,
+        "relay_set_now" => set_now(tools, Args::new(arguments, &["now"])?).await,
+        "relay_set_title" => set_title(tools, Args::new(arguments, &["title"])?).await,
+        other => Err(ToolError::Refused(format!("no tool {other}"))),
+    }
+}
+
+/// A fresh idempotency key: a retried call after a lost answer returns the first result.
+fn client_id() -> String {
+    let bytes: [u8; 12] = rand::rng().random();
+    format!("b_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+fn state_name(state: DeliveryState) -> &'static str {
+    match state {
+        DeliveryState::Queued => "queued",
+        DeliveryState::Pushed => "pushed",
+        DeliveryState::Surfaced => "surfaced",
+        DeliveryState::Read => "read",
+        DeliveryState::Unspecified => "unknown",
+    }
+}
+
+fn recipients_json(recipients: &[RecipientState]) -> Value {
+    Value::Array(recipients.iter().map(|r| json!({ "address": r.address, "state": state_name(r.state()) })).collect())
+}
+
+fn recipients_text(recipients: &[RecipientState]) -> String {
+    recipients.iter().map(|r| format!("{} ({})", r.address, state_name(r.state()))).collect::<Vec<_>>().join(", ")
+}
+
+fn message_json(m: &Message) -> Value {
+    let kind = match m.kind() {
+        MessageKind::Ask => "ask",
+        MessageKind::Reply => "reply",
+        _ => "message",
+    };
+    let mut value =
+        json!({ "id": m.id, "seq": m.seq, "from": m.from, "thread": m.thread, "kind": kind, "body": m.body });
+    if !m.reply_to.is_empty() {
+        value["reply_to"] = json!(m.reply_to);
+    }
+    if !m.relation.is_empty() {
+        value["relation"] = json!(m.relation);
+    }
+    value
+}
+
+fn endpoint_line(e: &Endpoint, me: &str) -> String {
+    let presence = if e.ended {
+        "ended"
+    } else if e.online {
+        "online"
+    } else {
+        "offline"
+    };
+    let mut parts = vec![if e.address == me { format!("{} (you)", e.address) } else { e.address.clone() }];
+    parts.push(e.harness.clone());
+    parts.push(presence.to_owned());
+    parts.push(if e.note.is_empty() { e.status.clone() } else { format!("{} {}", e.status, frame::quote(&e.note)) });
+    if !e.title.is_empty() {
+        parts.push(format!("title {}", frame::quote(&e.title)));
+    }
+    if !e.now.is_empty() {
+        parts.push(format!("now {}", frame::quote(&e.now)));
+    }
+    parts.join("  ")
+}
+
+fn endpoint_json(e: &Endpoint) -> Value {
+    json!({
+        "address": e.address, "harness": e.harness, "online": e.online, "ended": e.ended,
+        "status": e.status, "note": e.note, "now": e.now, "title": e.title,
+    })
+}
+
+fn check_chars(what: &str, value: &str, max: usize) -> std::result::Result<(), ArgError> {
+    if value.chars().count() > max {
+        return Err(ArgError(format!("{what} is longer than {max} characters")));
+    }
+    Ok(())
+}
+
+async fn whoami(tools: &Tools, _: Args<'_>) -> Result<Outcome> {
+    let reply =
+        tools.relay().call(Duration::ZERO, WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await }).await?;
+    let e = reply.endpoint.unwrap_or_default();
+    let text = format!(
+        "address: {}\nharness: {}\nstatus: {}{}\ntitle: {}\nunread: {}",
+        e.address,
+        e.harness,
+        e.status,
+        if e.note.is_empty() { String::new() } else { format!(" {}", frame::quote(&e.note)) },
+        if e.title.is_empty() { "none".to_owned() } else { frame::quote(&e.title) },
+        reply.unread
+    );
+    let mut structured = endpoint_json(&e);
+    structured["account"] = json!(e.account);
+    structured["machine"] = json!(e.machine);
+    structured["handle"] = json!(e.handle);
+    structured["unread"] = json!(reply.unread);
+    Ok(Outcome::with(text, structured))
+}
+
+async fn list(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = ListRequest {
+        all: args.opt_bool("all")?.unwrap_or(false),
+        contacts: args.opt_bool("contacts")?.unwrap_or(false),
+    };
+    let me = tools.relay().session().await?.endpoint.address;
+    let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.list(r).await }).await?;
+    let structured = json!({ "endpoints": reply.endpoints.iter().map(endpoint_json).collect::<Vec<_>>() });
+    if reply.endpoints.is_empty() {
+        let text = if request.contacts {
+            "no agents of contact accounts (an account's human or operator adds contacts)"
+        } else if request.all {
+            "no agents in your account"
+        } else {
+            "no other agents online (all: true includes offline ones)"
+        };
+        return Ok(Outcome::with(text, structured));
+    }
+    let lines: Vec<String> = reply.endpoints.iter().map(|e| endpoint_line(e, &me)).collect();
+    let n = lines.len();
+    let text = format!(
+        "{n} agent{} (quoted titles and notes are written by the agents themselves):\n{}",
+        if n == 1 { "" } else { "s" },
+        lines.join("\n")
+    );
+    Ok(Outcome::with(text, structured))
+}
+
+async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let to = args.addresses("to", MAX_RECIPIENTS)?;
+    let body = args.str("body")?.to_owned();
+    let thread = args.opt_str("thread")?.unwrap_or_default().trim().to_owned();
+    if args.opt_bool("private")? == Some(true) {
+        return Err(ToolError::Refused(
+            "this relay server does not handle private data yet, so nothing was sent; send without private, leaving the private data out"
+                .into(),
+        ));
+    }
+    let request = SendRequest { to, body, thread, kind: MessageKind::Message as i32, client_id: client_id() };
+    let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
+    let text = format!(
+        "sent {} (id {}, thread {}) to {}",
+        frame::short(&sent.id),
+        sent.id,
+        sent.thread,
+        recipients_text(&sent.recipients)
+    );
+    Ok(Outcome::with(
+        text,
+        json!({ "id": sent.id, "thread": sent.thread, "recipients": recipients_json(&sent.recipients) }),
+    ))
+}
+
+async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = ReplyRequest {
+        id: args.str("id")?.trim().to_owned(),
+        body: args.str("body")?.to_owned(),
+        client_id: client_id(),
+    };
+    let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.reply(r).await }).await?;
+    let text = format!(
+        "replied {} (id {}) to {}, answering {} in thread {}",
+        frame::short(&sent.id),
+        sent.id,
+        recipients_text(&sent.recipients),
+        frame::short(&sent.reply_to),
+        sent.thread
+    );
+    Ok(Outcome::with(
+        text,
+        json!({ "id": sent.id, "thread": sent.thread, "reply_to": sent.reply_to, "recipients": recipients_json(&sent.recipients) }),
+    ))
+}
+
+async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let wait_s = args.seconds("wait_s", 0, MAX_WAIT_S)?;
+    let ack = args.opt_bool("ack")?.unwrap_or(true);
+    let request = InboxRequest { wait_s, ack, limit: 0 };
+    let reply = tools
+        .relay()
+        .call(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.inbox(r).await })
+        .await?;
+    tools.mark_seen(reply.messages.iter().map(|m| m.seq)).await;
+    let structured = json!({ "messages": reply.messages.iter().map(message_json).collect::<Vec<_>>() });
+    if reply.messages.is_empty() {
+        return Ok(Outcome::with("no unread messages", structured));
+    }
+    let mut text = frame::messages(&reply.messages);
+    text.push_str("\n\nAnswer one with relay_reply and its short id.");
+    if reply.remaining > 0 {
+        text.push_str(&format!(" {} more unread: call relay_inbox again.", reply.remaining));
+    }
+    if !ack {
+        text.push_str(" These stay unread until acknowledged.");
+    }
+    Ok(Outcome::with(text, structured))
+}
+
+async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let to = args.str("to")?.trim().to_owned();
+    let body = args.str("body")?.to_owned();
+    let wait_s = args.seconds("wait_s", ASK_WAIT_DEFAULT_S, MAX_WAIT_S)?;
+    if args.opt_bool("require_reply")? == Some(true) {
+        return Err(ToolError::Refused(
+            "this relay server cannot require replies yet, so nothing was sent; ask without require_reply".into(),
+        ));
+    }
+    let request = SendRequest {
+        to: vec![to],
+        body,
+        thread: String::new(),
+        kind: MessageKind::Ask as i32,
+        client_id: client_id(),
+    };
+    let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
+    wait_for_replies(tools, sent.id, wait_s).await
+}
+
+async fn ask_wait(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let id = args.str("id")?.trim().to_owned();
+    let wait_s = args.seconds("wait_s", ASK_WAIT_DEFAULT_S, MAX_WAIT_S)?;
+    wait_for_replies(tools, id, wait_s).await
+}
+
+async fn wait_for_replies(tools: &Tools, id: String, wait_s: u32) -> Result<Outcome> {
+    let request = AskWaitRequest { id, wait_s };
+    let reply = tools
+        .relay()
+        .call(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.ask_wait(r).await })
+        .await?;
+    tools.mark_seen(reply.replies.iter().map(|m| m.seq)).await;
+    let structured = json!({
+        "id": reply.id,
+        "recipients": recipients_json(&reply.recipients),
+        "replies": reply.replies.iter().map(message_json).collect::<Vec<_>>(),
+    });
+    let text = if reply.replies.is_empty() {
+        format!(
+            "no reply yet to {} (delivery: {}); keep waiting with relay_ask_wait and id {}",
+            frame::short(&reply.id),
+            recipients_text(&reply.recipients),
+            reply.id
+        )
+    } else {
+        frame::messages(&reply.replies)
+    };
+    Ok(Outcome::with(text, structured))
+}
+
+async fn update(tools: &Tools, request: UpdateProfileRequest) -> Result<Endpoint> {
+    Ok(tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.update_profile(r).await }).await?)
+}
+
+async fn set_status(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let state = args.str("state")?;
+    if !STATUS_STATES.contains(&state) {
+        return Err(ArgError(format!("state must be one of {}", STATUS_STATES.join(", "))).into());
+    }
+    let note = args.opt_str("note")?.unwrap_or_default();
+    check_chars("note", note, NOTE_CHARS)?;
+    let e = update(
+        tools,
+        UpdateProfileRequest { status: Some(state.into()), note: Some(note.into()), ..Default::default() },
+    )
+    .await?;
+    let note = if e.note.is_empty() { String::new() } else { format!(" {}", frame::quote(&e.note)) };
+    Ok(Outcome::with(format!("{}: {}{note}", e.address, e.status), endpoint_json(&e)))
+}
+
+async fn set_now(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let now = args.str_allow_empty("now")?;
+    check_chars("now", now, NOTE_CHARS)?;
+    let e = update(tools, UpdateProfileRequest { now: Some(now.into()), ..Default::default() }).await?;
+    let text = if e.now.is_empty() {
+        format!("{}: now cleared", e.address)
+    } else {
+        format!("{}: now {}", e.address, frame::quote(&e.now))
+    };
+    Ok(Outcome::with(text, endpoint_json(&e)))
+}
+
+async fn set_title(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let title = args.str_allow_empty("title")?;
+    check_chars("title", title, TITLE_CHARS)?;
+    let e = update(tools, UpdateProfileRequest { title: Some(title.into()), ..Default::default() }).await?;
+    let text = if e.title.is_empty() {
+        format!("{}: title cleared", e.address)
+    } else {
+        format!("{}: title {}", e.address, frame::quote(&e.title))
+    };
+    Ok(Outcome::with(text, endpoint_json(&e)))
+}

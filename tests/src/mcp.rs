@@ -1,0 +1,182 @@
+//! An MCP client driving a real `agent-bridge mcp` over stdio, as an agent's client would.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+
+use crate::bin;
+
+pub const WAIT: Duration = Duration::from_secs(15);
+
+pub struct Bridge {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::UnboundedReceiver<Value>,
+    /// Messages read while looking for something else.
+    held: VecDeque<Value>,
+    next_id: i64,
+    pub home: tempfile::TempDir,
+}
+
+/// How to start a bridge.
+pub struct BridgeSpec<'a> {
+    pub server: &'a str,
+    pub token: &'a str,
+    pub handle: Option<&'a str>,
+    pub channels: bool,
+}
+
+impl Bridge {
+    pub fn start(spec: BridgeSpec<'_>) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(bin("agent-bridge"));
+        cmd.arg("mcp").args(["--harness", "claude"]);
+        if let Some(handle) = spec.handle {
+            cmd.args(["--handle", handle]);
+        }
+        if spec.channels {
+            cmd.arg("--channels");
+        }
+        cmd.env("RELAY_SERVER", spec.server)
+            .env("RELAY_TOKEN", spec.token)
+            .env("HOME", home.path())
+            .env("RELAY_CONFIG", home.path().join("absent.toml"))
+            .env_remove("RELAY_HANDLE")
+            .env_remove("RELAY_CHANNELS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        Self::spawn(cmd, home)
+    }
+
+    fn spawn(mut cmd: Command, home: tempfile::TempDir) -> Self {
+        let mut child = cmd.spawn().expect("start agent-bridge");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                // Nothing but MCP on stdout: every line must be one JSON-RPC message.
+                let value: Value =
+                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("non-JSON on stdout ({e}): {line}"));
+                assert_eq!(
+                    value.get("jsonrpc").or_else(|| value.get(0).and_then(|v| v.get("jsonrpc"))),
+                    Some(&json!("2.0")),
+                    "{line}"
+                );
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        Self { child, stdin, lines, held: VecDeque::new(), next_id: 1, home }
+    }
+
+    pub fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    pub async fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.write_all(b"\n").await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    pub async fn send(&mut self, message: &Value) {
+        self.send_raw(&message.to_string()).await;
+    }
+
+    /// Closes stdin: the end of the session.
+    pub fn close(&mut self) {
+        self.stdin.take();
+    }
+
+    /// Sends a request and returns its id.
+    pub async fn start_request(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params })).await;
+        id
+    }
+
+    /// The next message matching `pred`, keeping the others for later.
+    pub async fn wait_for(&mut self, what: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        if let Some(i) = self.held.iter().position(&pred) {
+            return self.held.remove(i).unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.lines.recv())
+                .await
+                .unwrap_or_else(|_| panic!("timed out after {limit:?} waiting for {what}; held: {:?}", self.held))
+                .unwrap_or_else(|| panic!("the bridge closed stdout while waiting for {what}"));
+            if pred(&next) {
+                return next;
+            }
+            self.held.push_back(next);
+        }
+    }
+
+    /// The next message of any kind.
+    pub async fn next(&mut self, limit: Duration) -> Value {
+        self.wait_for("any message", limit, |_| true).await
+    }
+
+    pub async fn response(&mut self, id: i64) -> Value {
+        self.wait_for(&format!("response {id}"), WAIT, |v| v["id"] == json!(id)).await
+    }
+
+    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.start_request(method, params).await;
+        self.response(id).await
+    }
+
+    pub async fn initialize_with(&mut self, params: Value) -> Value {
+        let answer = self.request("initialize", params).await;
+        self.send(&json!({ "jsonrpc": "2.0", "method": "notifications/initialized" })).await;
+        answer
+    }
+
+    /// Initializes as a plain client speaking `version`.
+    pub async fn initialize(&mut self, version: &str) -> Value {
+        self.initialize_with(json!({
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": { "name": "relay-tests", "version": "0" },
+        }))
+        .await
+    }
+
+    /// Calls a tool; returns the `result` (which may be an isError result).
+    pub async fn tool(&mut self, name: &str, arguments: Value) -> Value {
+        let answer = self.request("tools/call", json!({ "name": name, "arguments": arguments })).await;
+        assert!(answer.get("error").is_none(), "{name} failed at the protocol level: {answer}");
+        answer["result"].clone()
+    }
+
+    /// Calls a tool that must succeed; returns the result.
+    pub async fn tool_ok(&mut self, name: &str, arguments: Value) -> Value {
+        let result = self.tool(name, arguments).await;
+        assert_ne!(result["isError"], json!(true), "{name} was refused: {}", text(&result));
+        result
+    }
+
+    pub async fn notification(&mut self, method: &str, limit: Duration) -> Value {
+        self.wait_for(method, limit, |v| v["method"] == method).await
+    }
+}
+
+/// The text content of a tool result.
+pub fn text(result: &Value) -> String {
+    result["content"].as_array().map_or_else(String::new, |items| {
+        items.iter().filter_map(|c| c["text"].as_str()).collect::<Vec<_>>().join("\n")
+    })
+}
