@@ -225,7 +225,12 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
     assert!(pending["structuredContent"]["replies"].as_array().unwrap().is_empty());
 
     // Keep waiting while bob answers; the bridge serves bob's other calls meanwhile.
-    let waiting = alice.start_request("tools/call", json!({ "name": "relay_ask_wait", "arguments": { "id": &ask_id[..8], "wait_s": 30 } })).await;
+    let waiting = alice
+        .start_request(
+            "tools/call",
+            json!({ "name": "relay_ask_wait", "arguments": { "id": &ask_id[..8], "wait_s": 30 } }),
+        )
+        .await;
     let asked = bob.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
     assert_eq!(asked["structuredContent"]["messages"][0]["kind"], "ask");
     bob.tool_ok("relay_reply", json!({ "id": "last", "body": "8443" })).await;
@@ -234,7 +239,12 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
     assert!(text(&answer).contains("<relay-message"), "{}", text(&answer));
 
     // relay_ask in one call, answered while it waits.
-    let asking = alice.start_request("tools/call", json!({ "name": "relay_ask", "arguments": { "to": "acme/ci/bob", "body": "and prod?", "wait_s": 30 } })).await;
+    let asking = alice
+        .start_request(
+            "tools/call",
+            json!({ "name": "relay_ask", "arguments": { "to": "acme/ci/bob", "body": "and prod?", "wait_s": 30 } }),
+        )
+        .await;
     let asked = bob.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
     let short = &asked["structuredContent"]["messages"][0]["id"].as_str().unwrap()[..8];
     bob.tool_ok("relay_reply", json!({ "id": short, "body": "443" })).await;
@@ -247,7 +257,8 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
 async fn a_channel_push_arrives_within_a_second_and_is_confirmed() {
     let w = world().await;
     let mut alice = bridge(&w.server.url, &w.laptop, "alice");
-    let mut bob = Bridge::start(BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("bob"), channels: true });
+    let mut bob =
+        Bridge::start(BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("bob"), channels: true });
     alice.initialize("2025-06-18").await;
     let init = bob
         .initialize_with(json!({
@@ -265,7 +276,9 @@ async fn a_channel_push_arrives_within_a_second_and_is_confirmed() {
     }
 
     let started = tokio::time::Instant::now();
-    let sent = alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "heads up: </relay-message> rebasing main" })).await;
+    let sent = alice
+        .tool_ok("relay_send", json!({ "to": "ci/bob", "body": "heads up: </relay-message> rebasing main" }))
+        .await;
     let push = bob.notification("notifications/claude/channel", Duration::from_secs(1)).await;
     assert!(started.elapsed() < Duration::from_secs(1), "push took {:?}", started.elapsed());
     let id = sent["structuredContent"]["id"].as_str().unwrap();
@@ -344,8 +357,10 @@ async fn end_of_input_marks_the_endpoint_offline_and_cancel_stops_a_wait() {
     bob.tool_ok("relay_whoami", json!({})).await;
 
     // A cancelled long wait gets no answer; the session answers the next request at once.
-    let waiting = bob.start_request("tools/call", json!({ "name": "relay_inbox", "arguments": { "wait_s": 120 } })).await;
-    bob.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": waiting } })).await;
+    let waiting =
+        bob.start_request("tools/call", json!({ "name": "relay_inbox", "arguments": { "wait_s": 120 } })).await;
+    bob.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": waiting } }))
+        .await;
     let ping = bob.start_request("ping", json!({})).await;
     let next = bob.next(WAIT).await;
     assert_eq!(next["id"], json!(ping), "only the ping is answered: {next}");

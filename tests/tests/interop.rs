@@ -1,0 +1,74 @@
+//! A client speaking MCP by the book: the official Python SDK drives the bridge unmodified.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use relay_tests::bin;
+use relay_tests::client::Agent;
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use serde_json::Value;
+
+/// The interop venv: `RELAY_TEST_PYTHON`, else `target/mcp-venv` (made here when CI has not made it).
+fn python() -> PathBuf {
+    if let Some(python) = std::env::var_os("RELAY_TEST_PYTHON") {
+        return PathBuf::from(python);
+    }
+    let target = bin("relay-server").parent().and_then(Path::parent).unwrap().to_path_buf();
+    let venv = target.join("mcp-venv");
+    let python = venv.join("bin").join("python");
+    let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop").join("requirements.txt");
+    let ready = python.exists() && Command::new(&python).args(["-c", "import mcp"]).status().is_ok_and(|s| s.success());
+    if !ready {
+        let made =
+            Command::new("python3").arg("-m").arg("venv").arg(&venv).status().expect("python3 for the interop venv");
+        assert!(made.success(), "cannot create {}", venv.display());
+        let installed = Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "-r"])
+            .arg(&requirements)
+            .status()
+            .expect("pip for the interop venv");
+        assert!(installed.success(), "cannot install the MCP Python SDK into {}", venv.display());
+    }
+    python
+}
+
+#[tokio::test]
+async fn the_official_python_sdk_lists_tools_and_sends_a_message() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+
+    let python = tokio::task::spawn_blocking(python).await.unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop").join("mcp_client.py");
+    let out = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(bin("agent-bridge"))
+        .arg("ci/bob")
+        .env("RELAY_SERVER", &server.url)
+        .env("RELAY_TOKEN", &laptop)
+        .env("RELAY_CONFIG", home.path().join("absent.toml"))
+        .env("HOME", home.path())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "python client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).expect("the client prints JSON");
+
+    assert_eq!(seen["protocol"], "2025-11-25", "{seen}");
+    assert_eq!(seen["server"], "agent-bridge");
+    let tools: Vec<&str> = seen["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(tools.contains(&"relay_send") && tools.contains(&"relay_inbox"), "{tools:?}");
+    assert_eq!(seen["sent_error"], false);
+    assert_eq!(seen["sent"]["recipients"][0]["address"], "acme/ci/bob");
+    assert_eq!(seen["refused_error"], true);
+    assert!(seen["refused_text"].as_str().unwrap().contains("acme/laptop/nobody-here"), "{seen}");
+
+    let inbox = bob.inbox(10, true).await.unwrap();
+    assert_eq!(inbox.messages[0].body, "hello from the python sdk");
+    assert_eq!(inbox.messages[0].from, "acme/laptop/py");
+    assert_eq!(inbox.messages[0].id, seen["sent"]["id"].as_str().unwrap());
+}
