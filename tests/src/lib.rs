@@ -11,13 +11,17 @@ pub mod server;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// A built workspace binary, beside the test executable's directory.
+/// A built workspace binary of the same profile: beside this executable (a bench program) or one
+/// directory up (a test, which lives in `deps/`).
 pub fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target profile directory");
-    let path = dir.join(name);
-    assert!(path.exists(), "{} is not built: run `cargo build --workspace` before the tests", path.display());
-    path
+    let exe = std::env::current_exe().expect("executable path");
+    let here = exe.parent().expect("executable directory");
+    let candidates = [Some(here.join(name)), here.parent().map(|p| p.join(name))];
+    candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} is not built next to {}: run `cargo build --workspace` first", exe.display()))
 }
 
 /// Polls `check` until it yields a value or `limit` passes: for conditions with no event to wait on.

@@ -34,6 +34,11 @@ pub struct BridgeSpec<'a> {
 
 impl Bridge {
     pub fn start(spec: BridgeSpec<'_>) -> Self {
+        Self::start_with_env(spec, &[])
+    }
+
+    /// [`Bridge::start`] with extra environment variables.
+    pub fn start_with_env(spec: BridgeSpec<'_>, env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let home = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(bin("agent-bridge"));
         cmd.arg("mcp").args(["--harness", "claude"]);
@@ -52,6 +57,9 @@ impl Bridge {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
         Self::spawn(cmd, home)
     }
 

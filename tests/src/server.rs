@@ -1,8 +1,10 @@
 //! The real `relay-server` binary, on a free loopback port.
 
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use tonic::transport::{Certificate, ClientTlsConfig};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
@@ -24,17 +26,32 @@ impl Server {
 
     /// Starts on a given port (a restart keeps the address the bridges know).
     pub async fn start_on(db: &TestDb, port: u16) -> Self {
+        let server = Self::spawn(db, port, &[], format!("http://127.0.0.1:{port}"));
+        wait_serving(&server.url).await;
+        server
+    }
+
+    /// Starts with TLS from the given PEM files; `url` is https and names the certificate's host.
+    pub async fn start_tls(db: &TestDb, cert: &Path, key: &Path) -> Self {
+        let port = free_port();
+        let tls = ["--tls-cert".as_ref(), cert.as_os_str(), "--tls-key".as_ref(), key.as_os_str()];
+        let server = Self::spawn(db, port, &tls, format!("https://localhost:{port}"));
+        let ca = tonic::transport::Certificate::from_pem(std::fs::read(cert).unwrap());
+        wait_serving_with(&server.url, Some(ca)).await;
+        server
+    }
+
+    fn spawn(db: &TestDb, port: u16, extra: &[&std::ffi::OsStr], url: String) -> Self {
         let child = Command::new(bin("relay-server"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db-pool-size", "8"])
+            .args(extra)
             .env("DATABASE_URL", &db.url)
             .env("RELAY_LOG", std::env::var("RELAY_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
             .expect("start relay-server");
-        let server = Self { child, url: format!("http://127.0.0.1:{port}"), db_url: db.url.clone(), port };
-        wait_serving(&server.url).await;
-        server
+        Self { child, url, db_url: db.url.clone(), port }
     }
 
     /// Runs `relay-server admin ARGS` against this server's database.
@@ -53,6 +70,10 @@ impl Server {
     pub fn machine(&self, account: &str, machine: &str) -> String {
         let _ = self.admin(&["account", "create", account]);
         self.admin_ok(&["machine", "add", &format!("{account}/{machine}")])
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGTERM, then waits for the exit while this runtime keeps serving the test's own connections.
@@ -91,11 +112,20 @@ pub fn admin(db_url: &str, args: &[&str]) -> Output {
 
 /// Waits until the gRPC health service at `url` says SERVING.
 pub async fn wait_serving(url: &str) {
+    wait_serving_with(url, None).await
+}
+
+/// [`wait_serving`] over TLS, trusting `ca`.
+pub async fn wait_serving_with(url: &str, ca: Option<Certificate>) {
     let url = url.to_owned();
     eventually(Duration::from_secs(30), "relay-server to report SERVING", || {
-        let url = url.clone();
+        let (url, ca) = (url.clone(), ca.clone());
         async move {
-            let channel = tonic::transport::Endpoint::from_shared(url).ok()?.connect().await.ok()?;
+            let mut endpoint = tonic::transport::Endpoint::from_shared(url).ok()?;
+            if let Some(ca) = ca {
+                endpoint = endpoint.tls_config(ClientTlsConfig::new().ca_certificate(ca)).ok()?;
+            }
+            let channel = endpoint.connect().await.ok()?;
             let status = HealthClient::new(channel)
                 .check(HealthCheckRequest { service: String::new() })
                 .await

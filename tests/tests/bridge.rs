@@ -373,3 +373,29 @@ async fn end_of_input_marks_the_endpoint_offline_and_cancel_stops_a_wait() {
     let all = alice.tool_ok("relay_list", json!({ "all": true })).await;
     assert!(text(&all).contains("acme/ci/bob"), "{}", text(&all));
 }
+
+#[tokio::test]
+async fn tls_end_to_end_with_a_private_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    std::fs::write(&cert, issued.cert.pem()).unwrap();
+    std::fs::write(&key, issued.signing_key.serialize_pem()).unwrap();
+
+    let db = TestDb::new().await;
+    let server = Server::start_tls(&db, &cert, &key).await;
+    let token = server.machine("acme", "laptop");
+
+    let spec = BridgeSpec { server: &server.url, token: &token, handle: Some("alice"), channels: false };
+    let mut trusted = Bridge::start_with_env(spec, &[("RELAY_CA", cert.as_os_str())]);
+    trusted.initialize("2025-06-18").await;
+    let me = trusted.tool_ok("relay_whoami", json!({})).await;
+    assert_eq!(me["structuredContent"]["address"], "acme/laptop/alice");
+
+    // Without the CA the certificate is not trusted, and the tool says the server cannot be reached.
+    let mut untrusted = bridge(&server.url, &token, "bob");
+    untrusted.initialize("2025-06-18").await;
+    let refused = untrusted.tool("relay_whoami", json!({})).await;
+    assert_eq!(refused["isError"], true);
+    assert!(text(&refused).contains("cannot be reached"), "{}", text(&refused));
+}
