@@ -163,18 +163,21 @@ async fn dev_runs_on_a_private_postgres_and_writes_the_bridge_config() {
     let data = tempfile::Builder::new().prefix("relay-dev-test-").tempdir_in("/tmp").unwrap();
     let config = home.path().join("bridge.toml");
     let port = free_port();
-    let mut dev = Command::new(bin("relay-server"))
-        .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(data.path().join("relay"))
-        .env_remove("DATABASE_URL")
-        .env("HOME", home.path())
-        .env("RELAY_CONFIG", &config)
-        .env("RELAY_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let dev_server = || {
+        Command::new(bin("relay-server"))
+            .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(data.path().join("relay"))
+            .env_remove("DATABASE_URL")
+            .env("HOME", home.path())
+            .env("RELAY_CONFIG", &config)
+            .env("RELAY_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut dev = dev_server();
     let url = format!("http://127.0.0.1:{port}");
     wait_serving(&url).await;
 
@@ -189,18 +192,7 @@ async fn dev_runs_on_a_private_postgres_and_writes_the_bridge_config() {
     assert!(terminate(&mut dev).await.success());
 
     // Running it again reuses the cluster, the data and the token.
-    let mut again = Command::new(bin("relay-server"))
-        .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
-        .arg("--data-dir")
-        .arg(data.path().join("relay"))
-        .env_remove("DATABASE_URL")
-        .env("HOME", home.path())
-        .env("RELAY_CONFIG", &config)
-        .env("RELAY_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut again = dev_server();
     wait_serving(&url).await;
     assert_eq!(std::fs::read_to_string(&config).unwrap(), text, "a valid config is kept as it is");
     let mut resumed = Agent::hello(&url, &token, "second").await.unwrap();
