@@ -86,7 +86,8 @@ impl Harness {
 async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow::Result<()> {
     let config = relay::connection::resolve()?;
     let channel = relay::connection::channel(&config.server, config.ca.as_deref())?;
-    let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned() };
+    let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
+    let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
     let relay = Arc::new(relay::Relay::new(channel, config.token, claim));
     let tools = Arc::new(tools::Tools::new(relay));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };

@@ -7,9 +7,12 @@ pub enum AdminCommand {
     AddMachine { path: String },
     RevokeMachine { path: String },
     AddContact { first: String, second: String },
+    DropContact { first: String, second: String },
+    AddHuman { account: String, name: String },
+    RevokeHuman { account: String, name: String },
 }
 
-/// Runs one command. Only a machine token goes to stdout; confirmations go to stderr.
+/// Runs one command. Only a new token goes to stdout; confirmations go to stderr.
 pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::CreateAccount { name } => {
@@ -30,6 +33,19 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
         AdminCommand::AddContact { first, second } => {
             store.add_contact(&first, &second).await?;
             eprintln!("{first} and {second} are now contacts");
+        }
+        AdminCommand::DropContact { first, second } => {
+            let view = store.contact_drop(&first, &second).await?;
+            eprintln!("{first} and {second} are no longer contacts; {} undelivered messages withdrawn", view.withdrawn);
+        }
+        AdminCommand::AddHuman { account, name } => {
+            let token = store.add_human(&account, &name).await?;
+            println!("{token}");
+            eprintln!("human {name} of {account} added; this token is shown once: it manages the account's contacts");
+        }
+        AdminCommand::RevokeHuman { account, name } => {
+            store.revoke_human(&account, &name).await?;
+            eprintln!("revoked human {name} of {account}");
         }
     }
     Ok(())

@@ -100,9 +100,26 @@ enum AdminArgs {
     /// Machines: `machine add ACCOUNT/MACHINE` prints its token; `machine revoke ACCOUNT/MACHINE`.
     #[command(subcommand)]
     Machine(MachineArgs),
-    /// Contacts between accounts: `contact add ACCOUNT ACCOUNT`.
+    /// Contacts between accounts: `contact add ACCOUNT ACCOUNT`, `contact drop ACCOUNT ACCOUNT`.
     #[command(subcommand)]
     Contact(ContactArgs),
+    /// An account's people: `human add ACCOUNT` prints a human token; `human revoke ACCOUNT NAME`.
+    #[command(subcommand)]
+    Human(HumanArgs),
+}
+
+#[derive(Subcommand)]
+enum HumanArgs {
+    /// Issue a human token for the account (alone on stdout, shown once).
+    Add {
+        account: String,
+        #[arg(long, default_value = "owner")]
+        name: String,
+    },
+    Revoke {
+        account: String,
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -122,6 +139,8 @@ enum MachineArgs {
 enum ContactArgs {
     /// Make two accounts mutual contacts.
     Add { first: String, second: String },
+    /// End a contact; messages between the two that no agent has seen yet are withdrawn.
+    Drop { first: String, second: String },
 }
 
 impl From<AdminArgs> for AdminCommand {
@@ -131,6 +150,9 @@ impl From<AdminArgs> for AdminCommand {
             AdminArgs::Machine(MachineArgs::Add { machine }) => Self::AddMachine { path: machine },
             AdminArgs::Machine(MachineArgs::Revoke { machine }) => Self::RevokeMachine { path: machine },
             AdminArgs::Contact(ContactArgs::Add { first, second }) => Self::AddContact { first, second },
+            AdminArgs::Contact(ContactArgs::Drop { first, second }) => Self::DropContact { first, second },
+            AdminArgs::Human(HumanArgs::Add { account, name }) => Self::AddHuman { account, name },
+            AdminArgs::Human(HumanArgs::Revoke { account, name }) => Self::RevokeHuman { account, name },
         }
     }
 }

@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use relay_proto::v1::FILE_DESCRIPTOR_SET;
+use relay_proto::v1::human_server::HumanServer;
 use relay_proto::v1::relay_server::RelayServer;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
+use crate::protocol::human::HumanService;
 use crate::protocol::service::RelayService;
 use crate::push::{self, Hub};
 use crate::store::{DbConfig, Store};
@@ -93,6 +95,7 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
+    let human = HumanServer::new(HumanService::new(store.clone()));
     let relay = RelayServer::new(RelayService::new(store, hub, shutdown.clone()));
 
     let socket = tokio::net::TcpListener::bind(options.listen)
@@ -123,6 +126,7 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection)
         .add_service(relay)
+        .add_service(human)
         .serve_with_incoming_shutdown(TcpListenerStream::new(socket), stop);
     // A client that never closes its connection must not hold the shutdown forever.
     let drain_limit = async {

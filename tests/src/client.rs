@@ -49,7 +49,7 @@ impl Agent {
         Self::hello_with(
             url,
             machine_token,
-            HelloRequest { handle: handle.into(), harness: "claude".into(), resume: String::new() },
+            HelloRequest { handle: handle.into(), harness: "claude".into(), ..Default::default() },
         )
         .await
     }

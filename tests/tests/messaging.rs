@@ -91,7 +91,12 @@ async fn offline_recipient_gets_everything_in_order_on_reconnect() {
     assert_eq!(tracked.recipients[0].state(), DeliveryState::Queued, "nobody was there to push to");
 
     // Bob's bridge comes back and resumes the same endpoint with its session token.
-    let again = HelloRequest { handle: "bob".into(), harness: "codex".into(), resume: bob.session_token.clone() };
+    let again = HelloRequest {
+        handle: "bob".into(),
+        harness: "codex".into(),
+        resume: bob.session_token.clone(),
+        ..Default::default()
+    };
     let resumed = Agent::hello_with(&server.url, &ci, again.clone()).await.unwrap();
     assert_eq!(resumed.address, "acme/ci/bob");
     assert_eq!(resumed.session_token, bob.session_token);

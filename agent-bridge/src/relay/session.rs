@@ -37,6 +37,8 @@ impl From<Status> for RelayError {
 pub struct Claim {
     pub handle: Option<String>,
     pub harness: String,
+    /// Set for a spawned worker: claims the endpoint its parent reserved.
+    pub spawn_grant: Option<String>,
 }
 
 /// The session `Hello` granted.
@@ -107,6 +109,7 @@ impl Relay {
             handle: claim.handle.clone().unwrap_or_default(),
             harness: claim.harness.clone(),
             resume: previous.map(|s| s.token.clone()).unwrap_or_default(),
+            spawn_grant: claim.spawn_grant.clone().unwrap_or_default(),
         };
         let reply = with_deadline(Duration::ZERO, self.client.clone().hello(authed(request, &self.machine_token)))
             .await?

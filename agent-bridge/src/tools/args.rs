@@ -81,6 +81,32 @@ impl<'a> Args<'a> {
     }
 }
 
+impl Args<'_> {
+    /// A selector list: a list of strings or one comma-separated string; absent stays absent.
+    pub fn selectors(&self, key: &str) -> Result<Option<Vec<String>>, ArgError> {
+        let split = |s: &str| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(split(s))),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(|s| s.trim().to_owned()))
+                .collect::<Option<Vec<_>>>()
+                .map(Some)
+                .ok_or_else(|| ArgError(format!("{key} must be a list of selectors"))),
+            Some(other) => Err(ArgError(format!("{key} must be a list of selectors, not {}", kind(other)))),
+        }
+    }
+
+    /// One of a fixed set of words.
+    pub fn one_of(&self, key: &str, values: &[&str]) -> Result<&str, ArgError> {
+        match self.opt_str(key)? {
+            Some(v) if values.contains(&v) => Ok(v),
+            _ => Err(ArgError(format!("{key} must be one of {}", values.join(", ")))),
+        }
+    }
+}
+
 fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",

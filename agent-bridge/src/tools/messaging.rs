@@ -26,6 +26,7 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "relay_set_status" => set_status(tools, Args::new(arguments, &["state", "note"])?).await,
         "relay_set_now" => set_now(tools, Args::new(arguments, &["now"])?).await,
         "relay_set_title" => set_title(tools, Args::new(arguments, &["title"])?).await,
+        "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
         other => Err(ToolError::Refused(format!("no tool {other}"))),
     }
 }
@@ -42,16 +43,38 @@ fn state_name(state: DeliveryState) -> &'static str {
         DeliveryState::Pushed => "pushed",
         DeliveryState::Surfaced => "surfaced",
         DeliveryState::Read => "read",
+        DeliveryState::Withdrawn => "withdrawn",
         DeliveryState::Unspecified => "unknown",
     }
 }
 
 fn recipients_json(recipients: &[RecipientState]) -> Value {
-    Value::Array(recipients.iter().map(|r| json!({ "address": r.address, "state": state_name(r.state()) })).collect())
+    Value::Array(
+        recipients
+            .iter()
+            .map(|r| {
+                let mut v = json!({ "address": r.address, "state": state_name(r.state()) });
+                if !r.reason.is_empty() {
+                    v["reason"] = json!(r.reason);
+                }
+                v
+            })
+            .collect(),
+    )
 }
 
 fn recipients_text(recipients: &[RecipientState]) -> String {
-    recipients.iter().map(|r| format!("{} ({})", r.address, state_name(r.state()))).collect::<Vec<_>>().join(", ")
+    recipients
+        .iter()
+        .map(|r| {
+            if r.reason.is_empty() {
+                format!("{} ({})", r.address, state_name(r.state()))
+            } else {
+                format!("{} ({}: {})", r.address, state_name(r.state()), r.reason)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn message_json(m: &Message) -> Value {

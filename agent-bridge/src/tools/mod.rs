@@ -3,6 +3,7 @@
 mod args;
 pub mod frame;
 mod messaging;
+mod scope;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -139,6 +140,10 @@ fn build_definitions() -> Vec<Value> {
         json!({ "type": "number", "minimum": 0, "maximum": MAX_WAIT_S,
                 "description": format!("seconds to wait for {what} (default {default}, at most {MAX_WAIT_S})") })
     };
+    let selectors = json!({
+        "oneOf": [{ "type": "array", "items": { "type": "string" } }, { "type": "string" }],
+        "description": "selectors, as a list or comma-separated: *, ep:<address>, handle:<glob>, group:<name>, tree:parent|children|siblings|self|descendants, fleet:<root>",
+    });
     let object = |properties: Value, required: &[&str]| json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false });
     vec![
         json!({
@@ -213,6 +218,38 @@ fn build_definitions() -> Vec<Value> {
             "name": "relay_set_now",
             "description": "Set your now: one line on what you are doing at the moment, shown in relay_list.",
             "inputSchema": object(json!({ "now": { "type": "string", "maxLength": NOTE_CHARS } }), &["now"]),
+        }),
+        json!({
+            "name": "relay_rules",
+            "description": "Who may message an agent (in) and whom it may message (out). show: rules, caps and groups; set: your own rules, or narrow an agent you spawned with a cap it cannot loosen; widen: loosen caps you set on an agent you spawned (your own caps still bind it); lift: drop a cap by id; why: whether from (default you) may message to, with the reasons. Selectors: *, ep:<address>, handle:<glob>, group:<name>, tree:parent|children|siblings|self|descendants, fleet:<root>.",
+            "inputSchema": object(json!({
+                "action": { "type": "string", "enum": ["show", "set", "widen", "lift", "why"] },
+                "endpoint": { "type": "string", "description": "an agent you spawned (default: you)" },
+                "in": selectors.clone(),
+                "out": selectors.clone(),
+                "scope": { "type": "string", "enum": ["open", "tree", "parent", "none"], "description": "a preset for both directions: open, tree (parent and descendants), parent, none" },
+                "allow": selectors.clone(),
+                "cap": { "type": "string", "description": "for lift: the cap id, as show lists it (cap-<n>)" },
+                "from": { "type": "string", "description": "for why (default: you)" },
+                "to": { "type": "string", "description": "for why" },
+            }), &["action"]),
+        }),
+        json!({
+            "name": "relay_group",
+            "description": "Groups of agents of your account. A group's rules are caps on every member; group:self in them means the members; relay_send to group:<name> reaches the members you may message. create, add and remove (the owner; any member may remove itself), rules, ls, show, drop.",
+            "inputSchema": object(json!({
+                "action": { "type": "string", "enum": ["create", "add", "remove", "rules", "ls", "show", "drop"] },
+                "name": { "type": "string" },
+                "endpoint": { "type": "string", "description": "for add and remove (default: you)" },
+                "rules": selectors.clone(),
+                "in": selectors.clone(),
+                "out": selectors,
+            }), &["action"]),
+        }),
+        json!({
+            "name": "relay_peers",
+            "description": "Everyone you may message right now, each with what admits it.",
+            "inputSchema": object(json!({ "all": { "type": "boolean", "description": "include offline agents" } }), &[]),
         }),
         json!({
             "name": "relay_set_title",

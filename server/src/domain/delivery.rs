@@ -12,6 +12,8 @@ pub enum State {
     Pushed = 2,
     Surfaced = 3,
     Read = 4,
+    /// Taken back before the recipient saw it.
+    Withdrawn = 5,
 }
 
 impl State {
@@ -21,6 +23,7 @@ impl State {
             2 => Ok(Self::Pushed),
             3 => Ok(Self::Surfaced),
             4 => Ok(Self::Read),
+            5 => Ok(Self::Withdrawn),
             other => Err(Error::Internal(format!("unknown delivery state {other} in the database"))),
         }
     }
@@ -35,6 +38,7 @@ impl State {
             Self::Pushed => DeliveryState::Pushed,
             Self::Surfaced => DeliveryState::Surfaced,
             Self::Read => DeliveryState::Read,
+            Self::Withdrawn => DeliveryState::Withdrawn,
         }
     }
 

@@ -22,6 +22,10 @@ pub fn new_message_id() -> String {
 pub enum TokenKind {
     Machine,
     Session,
+    /// An account's person: manages contacts.
+    Human,
+    /// One worker's claim on the endpoint reserved for it by a spawn.
+    SpawnGrant,
 }
 
 impl TokenKind {
@@ -29,6 +33,8 @@ impl TokenKind {
         match self {
             Self::Machine => "rlm_",
             Self::Session => "rls_",
+            Self::Human => "rlh_",
+            Self::SpawnGrant => "rlg_",
         }
     }
 }
@@ -55,6 +61,8 @@ pub fn check_token(kind: TokenKind, token: &str) -> Result<()> {
         let what = match kind {
             TokenKind::Machine => "machine token",
             TokenKind::Session => "session token",
+            TokenKind::Human => "human token",
+            TokenKind::SpawnGrant => "spawn grant",
         };
         Err(Error::Unauthenticated(format!("malformed {what}")))
     }

@@ -1,5 +1,6 @@
 //! The gRPC surface: thin handlers that authenticate, validate and call the store.
 
 mod auth;
+pub mod human;
 pub mod service;
 pub mod status;

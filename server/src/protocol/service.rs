@@ -11,12 +11,14 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use crate::domain::delivery::{Kind, State};
-use crate::domain::{Result, limits};
+use crate::domain::scope::{self, Selector};
+use crate::domain::{Error, Result, limits};
 use crate::push::stream::{self, PushStream};
 use crate::push::{Hub, hub::Waiter};
 use crate::store::Store;
 use crate::store::identity::Caller;
 use crate::store::messages::{Outgoing, Sent};
+use crate::store::scope::RuleChange;
 
 #[derive(Clone)]
 pub struct RelayService {
@@ -70,7 +72,41 @@ fn sent_response(sent: Sent) -> SendResponse {
         recipients: sent.recipients,
         duplicate: sent.duplicate,
         reply_to: sent.reply_to.unwrap_or_default(),
+        skipped: sent.skipped,
     }
+}
+
+/// A selector list from the wire: absent stays absent.
+fn selectors(list: Option<&Selectors>) -> Result<Option<Vec<Selector>>> {
+    list.map(|l| Selector::parse_list(&l.selectors)).transpose()
+}
+
+/// What `SetRules` changes in each direction: a preset for both, then explicit lists, then `allow`
+/// added to whatever is not open.
+fn rule_changes(req: &SetRulesRequest) -> Result<(RuleChange, RuleChange)> {
+    let base = match req.scope.trim() {
+        "" => None,
+        name => Some(scope::preset(name)?),
+    };
+    let rules_in = selectors(req.rules_in.as_ref())?.map(Some).or_else(|| base.clone());
+    let rules_out = selectors(req.rules_out.as_ref())?.map(Some).or(base);
+    if rules_in.is_none() && rules_out.is_none() {
+        return Err(Error::invalid(if req.allow.is_empty() {
+            "set takes scope, in or out"
+        } else {
+            "allow goes with scope, in or out"
+        }));
+    }
+    let allow = Selector::parse_list(&req.allow)?;
+    let add = |change: RuleChange| {
+        change.map(|rule| {
+            rule.map(|mut list| {
+                list.extend(allow.iter().filter(|a| !list.contains(a)).cloned().collect::<Vec<_>>());
+                list
+            })
+        })
+    };
+    Ok((add(rules_in), add(rules_out)))
 }
 
 fn optional(value: &str) -> Option<&str> {
@@ -108,7 +144,10 @@ impl Relay for RelayService {
         let machine = self.store.authenticate_machine(bearer(&request)?).await?;
         let req = request.get_ref();
         let harness = limits::harness(&req.harness)?;
-        let outcome = self.store.hello(&machine, optional(&req.handle), harness, optional(&req.resume)).await?;
+        let outcome = self
+            .store
+            .hello(&machine, optional(&req.handle), harness, optional(&req.resume), optional(&req.spawn_grant))
+            .await?;
         tracing::info!(endpoint = %outcome.endpoint.address, resumed = outcome.resumed, harness, "hello");
         Ok(Response::new(HelloResponse {
             endpoint: Some(outcome.endpoint),
@@ -230,6 +269,116 @@ impl Relay for RelayService {
         let after = request.get_ref().after_seq;
         let stream = stream::open(self.store.clone(), self.hub.clone(), caller, after, self.shutdown.clone());
         Ok(Response::new(stream))
+    }
+
+    async fn show_rules(&self, request: Request<ShowRulesRequest>) -> Result<Response<RulesView>, Status> {
+        let caller = self.caller(&request).await?;
+        Ok(Response::new(self.store.show_rules(&caller, &request.get_ref().endpoint).await?))
+    }
+
+    async fn set_rules(&self, request: Request<SetRulesRequest>) -> Result<Response<RulesView>, Status> {
+        let caller = self.caller(&request).await?;
+        let req = request.get_ref();
+        let (rules_in, rules_out) = rule_changes(req)?;
+        Ok(Response::new(self.store.set_rules(&caller, &req.endpoint, rules_in, rules_out).await?))
+    }
+
+    async fn widen_rules(&self, request: Request<WidenRulesRequest>) -> Result<Response<RulesView>, Status> {
+        let caller = self.caller(&request).await?;
+        let req = request.get_ref();
+        let (rules_in, rules_out) = (selectors(req.rules_in.as_ref())?, selectors(req.rules_out.as_ref())?);
+        if rules_in.is_none() && rules_out.is_none() {
+            return Err(Error::invalid("widen takes in or out").into());
+        }
+        Ok(Response::new(self.store.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?))
+    }
+
+    async fn lift_cap(&self, request: Request<LiftCapRequest>) -> Result<Response<RulesView>, Status> {
+        let caller = self.caller(&request).await?;
+        let req = request.get_ref();
+        Ok(Response::new(self.store.lift_cap(&caller, &req.endpoint, &req.cap).await?))
+    }
+
+    async fn why(&self, request: Request<WhyRequest>) -> Result<Response<WhyResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        let req = request.get_ref();
+        if req.to.trim().is_empty() {
+            return Err(Error::invalid("why takes to (and optionally from)").into());
+        }
+        let (from, to, verdict) = self.store.why(&caller, &req.from, &req.to).await?;
+        Ok(Response::new(WhyResponse { from, to, allowed: verdict.allowed, reasons: verdict.reasons }))
+    }
+
+    async fn peers(&self, request: Request<PeersRequest>) -> Result<Response<PeersResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        let peers = self.store.peers(&caller, request.get_ref().all).await?;
+        Ok(Response::new(PeersResponse { peers }))
+    }
+
+    async fn group(&self, request: Request<GroupRequest>) -> Result<Response<GroupResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        let req = request.get_ref();
+        let name = req.name.trim();
+        let needs_name = || {
+            if name.is_empty() { Err(Error::invalid("this group action takes name")) } else { Ok(()) }
+        };
+        let change = |list: Option<&Selectors>| -> Result<RuleChange> { Ok(selectors(list)?.map(Some)) };
+        let one = |g| GroupResponse { groups: vec![g], note: String::new() };
+        let response = match req.action() {
+            GroupAction::Create => {
+                needs_name()?;
+                let (i, o) = (change(req.rules_in.as_ref())?, change(req.rules_out.as_ref())?);
+                one(self.store.group_create(&caller, name, i, o).await?)
+            }
+            GroupAction::Add | GroupAction::Remove => {
+                needs_name()?;
+                let add = req.action() == GroupAction::Add;
+                one(self.store.group_member(&caller, name, &req.endpoint, add).await?)
+            }
+            GroupAction::Rules => {
+                needs_name()?;
+                let (i, o) = (change(req.rules_in.as_ref())?, change(req.rules_out.as_ref())?);
+                if i.is_none() && o.is_none() {
+                    return Err(Error::invalid("rules takes in or out").into());
+                }
+                one(self.store.group_rules(&caller, name, i, o).await?)
+            }
+            GroupAction::Show => {
+                needs_name()?;
+                one(self.store.group_show(&caller, name).await?)
+            }
+            GroupAction::Ls => GroupResponse { groups: self.store.group_list(&caller).await?, note: String::new() },
+            GroupAction::Drop => {
+                needs_name()?;
+                self.store.group_drop(&caller, name).await?;
+                GroupResponse { groups: Vec::new(), note: format!("group {name} dropped") }
+            }
+            GroupAction::Unspecified => {
+                return Err(Error::invalid("action must be create, add, remove, rules, ls, show or drop").into());
+            }
+        };
+        Ok(Response::new(response))
+    }
+
+    async fn spawn(&self, request: Request<SpawnRequest>) -> Result<Response<SpawnResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        let req = request.get_ref();
+        let harness = limits::harness(&req.harness)?;
+        let caps = match req.scope.trim() {
+            "" => None,
+            "open" => return Err(Error::invalid("a worker is open unless you give tree, parent or none").into()),
+            name => scope::preset(name)?,
+        };
+        let (endpoint, grant) = self.store.spawn(&caller, harness, caps).await?;
+        tracing::info!(parent = %caller.address(), child = %endpoint.address, "spawn reserved");
+        Ok(Response::new(SpawnResponse { endpoint: Some(endpoint), grant }))
+    }
+
+    async fn spawn_result(&self, request: Request<SpawnResultRequest>) -> Result<Response<SendResponse>, Status> {
+        let grant = bearer(&request)?.to_owned();
+        let req = request.get_ref();
+        let sent = self.store.spawn_result(&grant, req.exit_code, &req.output).await?;
+        Ok(Response::new(sent_response(sent)))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {

@@ -276,6 +276,7 @@ impl Store {
         handle: Option<&str>,
         harness: &str,
         resume: Option<&str>,
+        spawn_grant: Option<&str>,
     ) -> Result<HelloOutcome> {
         if let Some(handle) = handle {
             validate(NameKind::Handle, handle)?;
@@ -303,6 +304,21 @@ impl Store {
 
         let token = ids::new_token(TokenKind::Session);
         let hash = ids::token_hash(&token);
+        if let Some(grant) = spawn_grant {
+            // A spawned worker takes the endpoint reserved for it, whatever handle it asked for.
+            let id = self.granted_endpoint(machine, grant).await?;
+            client
+                .execute(
+                    "update endpoints
+                     set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
+                         last_seen_at = now(), ended_at = null
+                     where id = $1",
+                    &[&id, &harness, &hash, &lease],
+                )
+                .await?;
+            let endpoint = self.endpoint(id).await?;
+            return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
+        }
         let claim = client
             .prepare_cached(
                 "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at)

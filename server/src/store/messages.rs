@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use relay_proto::v1::{Message, RecipientState};
+use relay_proto::v1::{DeliveryState, Message, RecipientState};
 use tokio_postgres::Row;
 
 use super::Store;
@@ -10,7 +10,9 @@ use super::identity::Caller;
 use crate::domain::address::{Address, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
+use crate::domain::scope::{Reach, Verdict};
 use crate::domain::{Error, Result};
+use crate::store::scope;
 
 /// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
 pub const DELIVERY_CHANNEL: &str = "relay_delivery";
@@ -30,6 +32,8 @@ pub struct Sent {
     pub recipients: Vec<RecipientState>,
     pub duplicate: bool,
     pub reply_to: Option<String>,
+    /// Group members the sender may not message.
+    pub skipped: Vec<RecipientState>,
 }
 
 /// A recipient resolved to its endpoint.
@@ -38,8 +42,16 @@ struct Target {
     address: String,
 }
 
-/// Columns read by [`message_from_row`], for deliveries `d` joined to messages `m` and the sender's `ea`.
-const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at";
+/// Columns read by [`message_from_row`], over [`MESSAGE_JOINS`].
+const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at, \
+     case when re.parent_id = m.sender_id then 'parent' when se.parent_id = d.recipient_id then 'child' else '' end as relation";
+
+/// Deliveries `d` with their message `m`, the sender's address `ea`, and both endpoints for the relation.
+const MESSAGE_JOINS: &str = "deliveries d
+     join messages m on m.id = d.message_id
+     join endpoint_addresses ea on ea.id = m.sender_id
+     join endpoints re on re.id = d.recipient_id
+     join endpoints se on se.id = m.sender_id";
 
 fn message_from_row(row: &Row) -> Result<Message> {
     let sent_at: DateTime<Utc> = row.get("created_at");
@@ -52,17 +64,12 @@ fn message_from_row(row: &Row) -> Result<Message> {
         body: row.get("body"),
         reply_to: row.get::<_, Option<String>>("reply_to").unwrap_or_default(),
         sent_at_ms: sent_at.timestamp_millis(),
-        relation: String::new(),
+        relation: row.get("relation"),
     })
 }
 
 fn seqs_to_db(seqs: &[u64]) -> Result<Vec<i64>> {
     seqs.iter().map(|s| i64::try_from(*s).map_err(|_| Error::invalid(format!("seq {s} is out of range")))).collect()
-}
-
-/// Whom a message may be answered by or sent to: an endpoint of the caller's account or of a contact account.
-fn reachable(caller: &Caller, account_id: i64, contacts: &[i64]) -> bool {
-    account_id == caller.account_id || contacts.contains(&account_id)
 }
 
 impl Store {
@@ -76,11 +83,12 @@ impl Store {
             return Ok(sent);
         }
         let tx = client.transaction().await?;
-        let targets = Self::resolve_addresses(&tx, caller, out.to).await?;
+        let (targets, skipped) = Self::resolve_addresses(&tx, caller, out.to).await?;
         let stored = Self::store_message(&tx, caller, &targets, &out, None).await?;
         match stored {
-            Some(sent) => {
+            Some(mut sent) => {
                 tx.commit().await?;
+                sent.skipped = skipped;
                 Ok(sent)
             }
             None => {
@@ -92,6 +100,30 @@ impl Store {
                     .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
             }
         }
+    }
+
+    /// Sends to one known endpoint without scope rules: for reports the system makes on an
+    /// endpoint's behalf (a worker's final result to its parent).
+    pub(super) async fn send_unscoped(&self, sender: &Caller, out: Outgoing<'_>) -> Result<Sent> {
+        let mut client = self.client().await?;
+        if let Some(client_id) = out.client_id
+            && let Some(sent) = Self::previous_send(&client, sender, client_id).await?
+        {
+            return Ok(sent);
+        }
+        let tx = client.transaction().await?;
+        let address = out.to.first().ok_or_else(|| Error::invalid("no recipient"))?;
+        let id: i64 = tx
+            .query_opt("select id from endpoint_addresses where address = $1", &[address])
+            .await?
+            .ok_or_else(|| Error::not_found(format!("no agent at {address}")))?
+            .get(0);
+        let targets = [Target { id, address: address.clone() }];
+        let sent = Self::store_message(&tx, sender, &targets, &out, None)
+            .await?
+            .ok_or_else(|| Error::Unavailable("a concurrent send with this client id is in progress; retry".into()))?;
+        tx.commit().await?;
+        Ok(sent)
     }
 
     /// Answers a message the caller received: to its sender, in its thread; the original becomes read.
@@ -118,7 +150,7 @@ impl Store {
             .await?;
         let (thread, sender_id, sender_address): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
         let contacts = Self::contact_accounts(&tx, caller.account_id).await?;
-        if !reachable(caller, row.get(3), &contacts) || row.get::<_, bool>(5) {
+        if scope::reach(caller.account_id, &contacts, row.get(3)) == Reach::None || row.get::<_, bool>(5) {
             return Err(Error::FailedPrecondition(format!(
                 "{sender_address} is no longer reachable from your account, so the reply cannot be delivered"
             )));
@@ -127,6 +159,10 @@ impl Store {
             return Err(Error::FailedPrecondition(format!(
                 "{sender_address} ended its session; the reply cannot be delivered until it connects again"
             )));
+        }
+        let verdicts = scope::decide_many(&tx, caller, &contacts, &[sender_id]).await?;
+        if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
+            return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
         }
         let targets = vec![Target { id: sender_id, address: sender_address }];
         let out = Outgoing { to: &[], body, thread: Some(&thread), kind: Kind::Reply, client_id };
@@ -156,14 +192,32 @@ impl Store {
         };
         let id: String = row.get(0);
         let recipients = Self::recipient_states(client, &id).await?;
-        Ok(Some(Sent { id, thread: row.get(1), recipients, duplicate: true, reply_to: row.get(2) }))
+        Ok(Some(Sent {
+            id,
+            thread: row.get(1),
+            recipients,
+            duplicate: true,
+            reply_to: row.get(2),
+            skipped: Vec::new(),
+        }))
     }
 
-    /// Turns addresses into endpoints the caller may reach. Every address must resolve, or nothing is sent.
-    async fn resolve_addresses(tx: &impl GenericClient, caller: &Caller, to: &[String]) -> Result<Vec<Target>> {
+    /// Turns addresses into endpoints the caller may message. Every named address must resolve and
+    /// be allowed, or nothing is sent; `group:<name>` fans out to the members the caller may message,
+    /// and the others come back as skipped with the reason.
+    async fn resolve_addresses(
+        tx: &impl GenericClient,
+        caller: &Caller,
+        to: &[String],
+    ) -> Result<(Vec<Target>, Vec<RecipientState>)> {
         let origin = Origin { account: &caller.account, machine: &caller.machine };
         let mut wanted: Vec<Address> = Vec::with_capacity(to.len());
+        let mut groups: Vec<&str> = Vec::new();
         for raw in to {
+            if let Some(name) = raw.trim().strip_prefix("group:") {
+                groups.push(name.trim());
+                continue;
+            }
             let address = Address::parse(raw, origin)?;
             if !wanted.contains(&address) {
                 wanted.push(address);
@@ -191,9 +245,10 @@ impl Store {
         for address in &wanted {
             let text = address.to_string();
             // An endpoint outside the caller's reach is reported exactly like one that does not exist.
-            let row = rows
-                .iter()
-                .find(|r| r.get::<_, &str>("address") == text && reachable(caller, r.get("account_id"), &contacts));
+            let row = rows.iter().find(|r| {
+                r.get::<_, &str>("address") == text
+                    && scope::reach(caller.account_id, &contacts, r.get("account_id")) != Reach::None
+            });
             match row {
                 None => unknown.push(text),
                 Some(row) if row.get::<_, bool>("ended") => ended.push(text),
@@ -218,7 +273,44 @@ impl Store {
                 ended.join(", ")
             )));
         }
-        Ok(targets)
+
+        let mut members: Vec<Target> = Vec::new();
+        for name in &groups {
+            for (id, address) in Self::group_members_for_send(tx, caller, name).await? {
+                if !targets.iter().chain(&members).any(|t| t.id == id) {
+                    members.push(Target { id, address });
+                }
+            }
+        }
+        let ids: Vec<i64> = targets.iter().chain(&members).map(|t| t.id).collect();
+        let verdicts = scope::decide_many(tx, caller, &contacts, &ids).await?;
+        let refusal = |t: &Target| verdicts.get(&t.id).and_then(|v| v.refusal().map(str::to_owned));
+
+        let refused: Vec<String> =
+            targets.iter().filter_map(|t| refusal(t).map(|why| format!("{}: {why}", t.address))).collect();
+        if !refused.is_empty() {
+            return Err(Error::PermissionDenied(format!("not allowed, nothing was sent: {}", refused.join("; "))));
+        }
+        let mut skipped = Vec::new();
+        for member in members {
+            match refusal(&member) {
+                None => targets.push(member),
+                Some(reason) => skipped.push(RecipientState {
+                    address: member.address,
+                    state: DeliveryState::Unspecified as i32,
+                    reason,
+                }),
+            }
+        }
+        if targets.is_empty() {
+            let why: Vec<String> = skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
+            return Err(Error::FailedPrecondition(if why.is_empty() {
+                format!("group:{} has no other live members; nothing was sent", groups.join(", group:"))
+            } else {
+                format!("no member you may message, nothing was sent: {}", why.join("; "))
+            }));
+        }
+        Ok((targets, skipped))
     }
 
     /// Inserts the message and its deliveries. `None` when a concurrent send with the same client id
@@ -279,15 +371,27 @@ impl Store {
 
         let recipients = targets
             .iter()
-            .map(|t| RecipientState { address: t.address.clone(), state: State::Queued.to_proto() as i32 })
+            .map(|t| RecipientState {
+                address: t.address.clone(),
+                state: State::Queued.to_proto() as i32,
+                reason: String::new(),
+            })
             .collect();
-        Ok(Some(Sent { id, thread, recipients, duplicate: false, reply_to: reply_to.map(str::to_owned) }))
+        Ok(Some(Sent {
+            id,
+            thread,
+            recipients,
+            duplicate: false,
+            reply_to: reply_to.map(str::to_owned),
+            skipped: Vec::new(),
+        }))
     }
 
     async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<RecipientState>> {
         let stmt = client
             .prepare_cached(
-                "select ea.address, d.state from deliveries d join endpoint_addresses ea on ea.id = d.recipient_id
+                "select ea.address, d.state, coalesce(d.reason, '') from deliveries d
+                 join endpoint_addresses ea on ea.id = d.recipient_id
                  where d.message_id = $1 order by ea.address",
             )
             .await?;
@@ -295,7 +399,13 @@ impl Store {
             .query(&stmt, &[&message_id])
             .await?
             .iter()
-            .map(|r| Ok(RecipientState { address: r.get(0), state: State::from_db(r.get(1))?.to_proto() as i32 }))
+            .map(|r| {
+                Ok(RecipientState {
+                    address: r.get(0),
+                    state: State::from_db(r.get(1))?.to_proto() as i32,
+                    reason: r.get(2),
+                })
+            })
             .collect()
     }
 
@@ -358,10 +468,7 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let sql = format!(
-            "select {MESSAGE_COLUMNS}
-             from deliveries d
-             join messages m on m.id = d.message_id
-             join endpoint_addresses ea on ea.id = m.sender_id
+            "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
              where d.recipient_id = $1 and d.state < 4
              order by d.seq limit $2"
         );
@@ -421,10 +528,7 @@ impl Store {
     pub async fn pending_after(&self, caller: &Caller, after: i64, limit: i64) -> Result<Vec<Message>> {
         let client = self.client().await?;
         let sql = format!(
-            "select {MESSAGE_COLUMNS}
-             from deliveries d
-             join messages m on m.id = d.message_id
-             join endpoint_addresses ea on ea.id = m.sender_id
+            "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
              where d.recipient_id = $1 and d.seq > $2 and d.state < 4
              order by d.seq limit $3"
         );
@@ -445,7 +549,7 @@ impl Store {
         let id = Self::resolve_sent(&client, caller, reference).await?;
         let row = client.query_one("select thread, reply_to from messages where id = $1", &[&id]).await?;
         let recipients = Self::recipient_states(&client, &id).await?;
-        Ok(Sent { id, thread: row.get(0), recipients, duplicate: false, reply_to: row.get(1) })
+        Ok(Sent { id, thread: row.get(0), recipients, duplicate: false, reply_to: row.get(1), skipped: Vec::new() })
     }
 
     /// Replies the caller received to a message it sent; returned replies become read.
@@ -458,11 +562,8 @@ impl Store {
         let tx = client.transaction().await?;
         let id = Self::resolve_sent(&tx, caller, reference).await?;
         let sql = format!(
-            "select {MESSAGE_COLUMNS}
-             from messages m
-             join deliveries d on d.message_id = m.id and d.recipient_id = $2
-             join endpoint_addresses ea on ea.id = m.sender_id
-             where m.reply_to = $1
+            "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
+             where m.reply_to = $1 and d.recipient_id = $2 and d.state <> 5
              order by d.seq"
         );
         let stmt = tx.prepare_cached(&sql).await?;

@@ -11,11 +11,18 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "identity_and_messaging",
-    sql: include_str!("../../migrations/0001_identity_and_messaging.sql"),
-}];
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "identity_and_messaging",
+        sql: include_str!("../../migrations/0001_identity_and_messaging.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "scope_contacts_groups",
+        sql: include_str!("../../migrations/0002_scope_contacts_groups.sql"),
+    },
+];
 
 /// Arbitrary but fixed: every replica must take the same lock.
 const LOCK_KEY: i64 = 0x5245_4c41_5900_0001;

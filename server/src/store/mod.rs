@@ -1,9 +1,12 @@
 //! Everything the server keeps lives in Postgres; this module holds all of the SQL.
 
+pub mod contacts;
 mod error;
 pub mod identity;
 pub mod messages;
 pub mod migrate;
+pub mod scope;
+pub mod spawn;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -1,0 +1,207 @@
+//! The scope tools: rules and caps, why, peers and groups. The server decides everything; these
+//! only carry the request and word the answer.
+
+use std::time::Duration;
+
+use relay_proto::v1::*;
+use serde_json::{Map, Value, json};
+
+use super::args::{ArgError, Args};
+use super::{Outcome, ToolError, Tools, frame};
+
+type Result<T> = std::result::Result<T, ToolError>;
+
+pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> Result<Outcome> {
+    match name {
+        "relay_rules" => {
+            let args =
+                Args::new(arguments, &["action", "endpoint", "in", "out", "scope", "allow", "cap", "from", "to"])?;
+            rules(tools, args).await
+        }
+        "relay_group" => {
+            group(tools, Args::new(arguments, &["action", "name", "endpoint", "rules", "in", "out"])?).await
+        }
+        "relay_peers" => peers(tools, Args::new(arguments, &["all"])?).await,
+        other => Err(ToolError::Refused(format!("no tool {other}"))),
+    }
+}
+
+fn wrap(list: Option<Vec<String>>) -> Option<Selectors> {
+    list.map(|selectors| Selectors { selectors })
+}
+
+fn rule_text(rule: &Option<Selectors>) -> String {
+    match rule {
+        None => "open".to_owned(),
+        Some(s) if s.selectors.is_empty() => "nobody".to_owned(),
+        Some(s) => s.selectors.join(","),
+    }
+}
+
+fn rule_json(rule: &Option<Selectors>) -> Value {
+    rule.as_ref().map_or(Value::Null, |s| json!(s.selectors))
+}
+
+fn rules_outcome(view: RulesView) -> Outcome {
+    let mut lines = vec![format!(
+        "{}{}",
+        view.address,
+        if view.parent.is_empty() { String::new() } else { format!(" (spawned by {})", view.parent) }
+    )];
+    lines.push(format!("rules in: {}", rule_text(&view.rules_in)));
+    lines.push(format!("rules out: {}", rule_text(&view.rules_out)));
+    for cap in &view.caps {
+        lines.push(format!(
+            "{} {} cap by {}: {}",
+            cap.id,
+            cap.dir,
+            cap.by,
+            if cap.selectors.is_empty() { "nobody".to_owned() } else { cap.selectors.join(",") }
+        ));
+    }
+    if !view.groups.is_empty() {
+        lines.push(format!("groups: {}", view.groups.join(", ")));
+    }
+    let structured = json!({
+        "address": view.address,
+        "parent": view.parent,
+        "in": rule_json(&view.rules_in),
+        "out": rule_json(&view.rules_out),
+        "caps": view.caps.iter().map(|c| json!({ "id": c.id, "dir": c.dir, "selectors": c.selectors, "by": c.by })).collect::<Vec<_>>(),
+        "groups": view.groups,
+    });
+    Outcome::with(lines.join("\n"), structured)
+}
+
+async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let action = args.one_of("action", &["show", "set", "widen", "lift", "why"])?;
+    let endpoint = args.opt_str("endpoint")?.unwrap_or_default().trim().to_owned();
+    let relay = tools.relay();
+    let view = match action {
+        "show" => {
+            let request = ShowRulesRequest { endpoint };
+            relay.call(Duration::ZERO, request, |mut c, r| async move { c.show_rules(r).await }).await?
+        }
+        "set" => {
+            let request = SetRulesRequest {
+                endpoint,
+                rules_in: wrap(args.selectors("in")?),
+                rules_out: wrap(args.selectors("out")?),
+                scope: args.opt_str("scope")?.unwrap_or_default().to_owned(),
+                allow: args.selectors("allow")?.unwrap_or_default(),
+            };
+            relay.call(Duration::ZERO, request, |mut c, r| async move { c.set_rules(r).await }).await?
+        }
+        "widen" => {
+            if endpoint.is_empty() {
+                return Err(ArgError("widen takes endpoint: the agent whose caps you loosen".into()).into());
+            }
+            let request = WidenRulesRequest {
+                endpoint,
+                rules_in: wrap(args.selectors("in")?),
+                rules_out: wrap(args.selectors("out")?),
+            };
+            relay.call(Duration::ZERO, request, |mut c, r| async move { c.widen_rules(r).await }).await?
+        }
+        "lift" => {
+            let request = LiftCapRequest { endpoint, cap: args.str("cap")?.to_owned() };
+            relay.call(Duration::ZERO, request, |mut c, r| async move { c.lift_cap(r).await }).await?
+        }
+        _ => {
+            let request = WhyRequest {
+                from: args.opt_str("from")?.unwrap_or_default().to_owned(),
+                to: args.str("to")?.to_owned(),
+            };
+            let why = relay.call(Duration::ZERO, request, |mut c, r| async move { c.why(r).await }).await?;
+            let head = format!("{} {} message {}", why.from, if why.allowed { "may" } else { "may not" }, why.to);
+            let text = std::iter::once(head)
+                .chain(why.reasons.iter().map(|r| format!("  {r}")))
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Ok(Outcome::with(
+                text,
+                json!({ "from": why.from, "to": why.to, "allowed": why.allowed, "reasons": why.reasons }),
+            ));
+        }
+    };
+    Ok(rules_outcome(view))
+}
+
+async fn peers(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = PeersRequest { all: args.opt_bool("all")?.unwrap_or(false) };
+    let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.peers(r).await }).await?;
+    let lines: Vec<String> = reply
+        .peers
+        .iter()
+        .map(|p| {
+            let e = p.endpoint.clone().unwrap_or_default();
+            let presence = if e.online { "online" } else { "offline" };
+            let title = if e.title.is_empty() { String::new() } else { format!("  title {}", frame::quote(&e.title)) };
+            format!("{}  {}  {presence}{title}  ({})", e.address, e.harness, p.reason)
+        })
+        .collect();
+    let structured = json!({
+        "peers": reply.peers.iter().map(|p| {
+            let e = p.endpoint.clone().unwrap_or_default();
+            json!({ "address": e.address, "online": e.online, "reason": p.reason })
+        }).collect::<Vec<_>>(),
+    });
+    let text = if lines.is_empty() {
+        "nobody you may message is online (all: true includes offline agents)".to_owned()
+    } else {
+        lines.join("\n")
+    };
+    Ok(Outcome::with(text, structured))
+}
+
+fn group_text(g: &GroupView) -> String {
+    format!(
+        "group {}  owner {}\nrules in: {}\nrules out: {}\nmembers: {}",
+        g.name,
+        g.owner,
+        rule_text(&g.rules_in),
+        rule_text(&g.rules_out),
+        if g.members.is_empty() { "none".to_owned() } else { g.members.join(", ") }
+    )
+}
+
+async fn group(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let action = args.one_of("action", &["create", "add", "remove", "rules", "ls", "show", "drop"])?;
+    let both = args.selectors("rules")?;
+    let request = GroupRequest {
+        action: match action {
+            "create" => GroupAction::Create,
+            "add" => GroupAction::Add,
+            "remove" => GroupAction::Remove,
+            "rules" => GroupAction::Rules,
+            "ls" => GroupAction::Ls,
+            "show" => GroupAction::Show,
+            _ => GroupAction::Drop,
+        } as i32,
+        name: args.opt_str("name")?.unwrap_or_default().trim().to_owned(),
+        endpoint: args.opt_str("endpoint")?.unwrap_or_default().trim().to_owned(),
+        rules_in: wrap(args.selectors("in")?.or_else(|| both.clone())),
+        rules_out: wrap(args.selectors("out")?.or(both)),
+    };
+    let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.group(r).await }).await?;
+    let structured = json!({
+        "groups": reply.groups.iter().map(|g| json!({
+            "name": g.name, "owner": g.owner, "in": rule_json(&g.rules_in), "out": rule_json(&g.rules_out), "members": g.members,
+        })).collect::<Vec<_>>(),
+    });
+    let text = if !reply.note.is_empty() {
+        reply.note.clone()
+    } else if reply.groups.is_empty() {
+        "no groups in your account".to_owned()
+    } else if action == "ls" {
+        reply
+            .groups
+            .iter()
+            .map(|g| format!("{}  owner {}  {} members", g.name, g.owner, g.members.len()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    } else {
+        reply.groups.iter().map(group_text).collect::<Vec<_>>().join("\n\n")
+    };
+    Ok(Outcome::with(text, structured))
+}
