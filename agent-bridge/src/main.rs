@@ -5,9 +5,11 @@
 //! * [`tools`]: the relay tools: schemas, arguments, wording, untrusted framing.
 //! * [`relay`]: the gRPC client: channel, endpoint session, push stream.
 
+mod human;
 mod install;
 mod mcp;
 mod relay;
+mod spawn;
 mod tools;
 
 use std::path::PathBuf;
@@ -60,6 +62,27 @@ enum Command {
         #[arg(value_enum)]
         client: install::Client,
     },
+    /// Start a worker agent as a child of the calling agent; returns at once with its name.
+    Spawn {
+        /// The worker's harness.
+        #[arg(long, value_enum, default_value_t = Harness::Other)]
+        harness: Harness,
+        /// Caps on the worker in both directions: tree, parent or none (default: none set).
+        #[arg(long)]
+        scope: Option<String>,
+        /// The worker's command line.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// What an account's person does: contacts.
+    #[command(subcommand)]
+    Human(human::HumanCommand),
+    /// Runs a spawned worker and reports its end (started by spawn).
+    #[command(hide = true)]
+    Supervise {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -88,7 +111,8 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let channel = relay::connection::channel(&config.server, config.ca.as_deref())?;
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
-    let relay = Arc::new(relay::Relay::new(channel, config.token, claim));
+    let session_file = spawn::session_path(std::os::unix::process::parent_id());
+    let relay = Arc::new(relay::Relay::new(channel, config.token, claim).with_session_file(session_file, config.server.clone(), config.ca.clone()));
     let tools = Arc::new(tools::Tools::new(relay));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -105,7 +129,8 @@ async fn login(server: String, token: String, ca: Option<PathBuf>) -> anyhow::Re
         .map_err(|s| anyhow::anyhow!("the server refused the token: {}", s.message()))?
         .into_inner();
     let path = bridge_config::default_path()?;
-    bridge_config::write(&path, &BridgeConfig { server, token, ca })?;
+    let human_token = bridge_config::read(&path).and_then(|c| c.human_token);
+    bridge_config::write(&path, &BridgeConfig { server, token, ca, human_token })?;
     eprintln!("logged in as machine {}/{}; config written to {}", reply.account, reply.machine, path.display());
     Ok(())
 }
@@ -123,6 +148,9 @@ async fn main() -> ExitCode {
         Command::Mcp { handle, harness, channels } => mcp(handle, harness, channels).await,
         Command::Login { server, token, ca } => login(server, token, ca).await,
         Command::Install { client } => install::run(client),
+        Command::Spawn { harness, scope, command } => spawn::spawn(harness.name().to_owned(), scope, command).await,
+        Command::Human(command) => human::run(command).await,
+        Command::Supervise { command } => spawn::supervise(command).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

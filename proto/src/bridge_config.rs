@@ -28,6 +28,9 @@ pub struct BridgeConfig {
     pub token: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca: Option<String>,
+    /// An account person's token, for `agent-bridge human …`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human_token: Option<String>,
 }
 
 /// `RELAY_CONFIG`, else `~/.config/agent-relay/bridge.toml`.
@@ -74,7 +77,7 @@ mod tests {
     fn round_trips_with_owner_only_permissions() {
         let dir = std::env::temp_dir().join(format!("relay-config-test-{}", std::process::id()));
         let path = dir.join("nested").join("bridge.toml");
-        let config = BridgeConfig { server: "http://127.0.0.1:7447".into(), token: "rlm_x".into(), ca: None };
+        let config = BridgeConfig { server: "http://127.0.0.1:7447".into(), token: "rlm_x".into(), ..Default::default() };
         write(&path, &config).unwrap();
         assert_eq!(read(&path).unwrap(), config);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;

@@ -24,7 +24,7 @@ pub enum ConnectError {
 pub fn resolve() -> Result<BridgeConfig, ConnectError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     if let (Some(server), Some(token)) = (env("RELAY_SERVER"), env("RELAY_TOKEN")) {
-        return Ok(BridgeConfig { server, token, ca: env("RELAY_CA") });
+        return Ok(BridgeConfig { server, token, ca: env("RELAY_CA"), human_token: env("RELAY_HUMAN_TOKEN") });
     }
     let path = bridge_config::default_path()?;
     bridge_config::read(&path).ok_or(ConnectError::NotConfigured)

@@ -58,6 +58,14 @@ pub struct Relay {
     machine_token: String,
     claim: Mutex<Claim>,
     session: Mutex<Option<Session>>,
+    /// Where to leave the session for `agent-bridge spawn` run from the agent's shell.
+    session_file: Option<SessionFileSpec>,
+}
+
+struct SessionFileSpec {
+    path: std::path::PathBuf,
+    server: String,
+    ca: Option<String>,
 }
 
 /// A request carrying a bearer token.
@@ -71,7 +79,19 @@ pub fn authed<T>(message: T, token: &str) -> Request<T> {
 
 impl Relay {
     pub fn new(channel: Channel, machine_token: String, claim: Claim) -> Self {
-        Self { client: RelayClient::new(channel), machine_token, claim: Mutex::new(claim), session: Mutex::new(None) }
+        Self {
+            client: RelayClient::new(channel),
+            machine_token,
+            claim: Mutex::new(claim),
+            session: Mutex::new(None),
+            session_file: None,
+        }
+    }
+
+    /// Keeps a session file at `path` for as long as the session lives.
+    pub fn with_session_file(mut self, path: std::path::PathBuf, server: String, ca: Option<String>) -> Self {
+        self.session_file = Some(SessionFileSpec { path, server, ca });
+        self
     }
 
     pub fn client(&self) -> Client {
@@ -118,6 +138,15 @@ impl Relay {
         // A picked handle is kept, so reconnecting claims the same name.
         claim.handle = Some(endpoint.handle.clone());
         tracing::info!(endpoint = %endpoint.address, resumed = reply.resumed, "relay session ready");
+        if let Some(spec) = &self.session_file {
+            let file = crate::spawn::SessionFile {
+                server: spec.server.clone(),
+                ca: spec.ca.clone(),
+                session_token: reply.session_token.clone(),
+                address: endpoint.address.clone(),
+            };
+            crate::spawn::write_session_at(&spec.path, &file);
+        }
         Ok(Session { token: reply.session_token, endpoint })
     }
 
@@ -146,6 +175,9 @@ impl Relay {
 
     /// Ends the session on the server: the endpoint goes offline and its handle is free.
     pub async fn goodbye(&self) {
+        if let Some(spec) = &self.session_file {
+            let _ = std::fs::remove_file(&spec.path);
+        }
         let Some(session) = self.session.lock().await.take() else { return };
         let request = authed(GoodbyeRequest {}, &session.token);
         if let Err(e) = tokio::time::timeout(Duration::from_secs(3), self.client.clone().goodbye(request)).await {

@@ -110,12 +110,13 @@ async fn provision(store: &Store, listen: &ListenOptions) -> anyhow::Result<Path
     let ca = listen.tls_cert.as_ref().map(|p| p.display().to_string());
 
     let existing = bridge_config::read(&path);
-    let token = match existing {
-        Some(c) if store.machine_token_is(&c.token, DEV_ACCOUNT, &machine).await? => c.token,
+    let human_token = existing.as_ref().and_then(|c| c.human_token.clone());
+    let token = match &existing {
+        Some(c) if store.machine_token_is(&c.token, DEV_ACCOUNT, &machine).await? => c.token.clone(),
         _ => store.reissue_machine_token(DEV_ACCOUNT, &machine).await?,
     };
-    let config = BridgeConfig { server, token, ca };
-    if bridge_config::read(&path).as_ref() != Some(&config) {
+    let config = BridgeConfig { server, token, ca, human_token };
+    if existing.as_ref() != Some(&config) {
         bridge_config::write(&path, &config)?;
     }
     Ok(path)
