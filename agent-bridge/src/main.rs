@@ -112,7 +112,11 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
     let session_file = spawn::session_path(std::os::unix::process::parent_id());
-    let relay = Arc::new(relay::Relay::new(channel, config.token, claim).with_session_file(session_file, config.server.clone(), config.ca.clone()));
+    let relay = Arc::new(relay::Relay::new(channel, config.token, claim).with_session_file(
+        session_file,
+        config.server.clone(),
+        config.ca.clone(),
+    ));
     let tools = Arc::new(tools::Tools::new(relay));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());

@@ -59,10 +59,12 @@ pub fn write_session_at(path: &std::path::Path, file: &SessionFile) {
         }
         let text = toml::to_string(file).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("tmp");
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).and_then(|mut f| {
-            use std::io::Write;
-            f.write_all(text.as_bytes())
-        })?;
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).and_then(
+            |mut f| {
+                use std::io::Write;
+                f.write_all(text.as_bytes())
+            },
+        )?;
         std::fs::rename(tmp, path)
     };
     if let Err(e) = write() {
@@ -91,7 +93,9 @@ fn find_session() -> anyhow::Result<SessionFile> {
         }
         pid = parent;
     }
-    bail!("no relay session found: run agent-bridge spawn from the shell of an agent connected through agent-bridge mcp")
+    bail!(
+        "no relay session found: run agent-bridge spawn from the shell of an agent connected through agent-bridge mcp"
+    )
 }
 
 pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>) -> anyhow::Result<()> {
@@ -120,6 +124,7 @@ pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>)
         .env("RELAY_HANDLE", &child.handle)
         .env("RELAY_HARNESS", &harness)
         .env("RELAY_SPAWN_GRANT", &reserved.grant)
+        .env_remove("RELAY_SESSION_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -129,7 +134,10 @@ pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>)
         supervisor.env("RELAY_CA", ca);
     }
     supervisor.spawn().context("cannot start the worker")?;
-    println!("spawned {} (child of {}); its final output will reach you as a relay message", child.address, session.address);
+    println!(
+        "spawned {} (child of {}); its final output will reach you as a relay message",
+        child.address, session.address
+    );
     Ok(())
 }
 
@@ -143,7 +151,12 @@ pub async fn supervise(command: Vec<String>) -> anyhow::Result<()> {
     let outcome = tokio::task::spawn_blocking({
         let (program, args) = (program.clone(), args.to_vec());
         move || -> std::io::Result<(i32, String)> {
-            let mut child = Command::new(program).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+            let mut child = Command::new(program)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?;
             let mut err = child.stderr.take().expect("piped stderr");
             let errs = std::thread::spawn(move || {
                 let mut buf = Vec::new();

@@ -77,7 +77,8 @@ mod tests {
     fn round_trips_with_owner_only_permissions() {
         let dir = std::env::temp_dir().join(format!("relay-config-test-{}", std::process::id()));
         let path = dir.join("nested").join("bridge.toml");
-        let config = BridgeConfig { server: "http://127.0.0.1:7447".into(), token: "rlm_x".into(), ..Default::default() };
+        let config =
+            BridgeConfig { server: "http://127.0.0.1:7447".into(), token: "rlm_x".into(), ..Default::default() };
         write(&path, &config).unwrap();
         assert_eq!(read(&path).unwrap(), config);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;

@@ -44,7 +44,7 @@ fn state_name(state: DeliveryState) -> &'static str {
         DeliveryState::Surfaced => "surfaced",
         DeliveryState::Read => "read",
         DeliveryState::Withdrawn => "withdrawn",
-        DeliveryState::Unspecified => "unknown",
+        DeliveryState::Unspecified => "not sent",
     }
 }
 
@@ -190,17 +190,21 @@ async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     }
     let request = SendRequest { to, body, thread, kind: MessageKind::Message as i32, client_id: client_id() };
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
-    let text = format!(
+    let mut text = format!(
         "sent {} (id {}, thread {}) to {}",
         frame::short(&sent.id),
         sent.id,
         sent.thread,
         recipients_text(&sent.recipients)
     );
-    Ok(Outcome::with(
-        text,
-        json!({ "id": sent.id, "thread": sent.thread, "recipients": recipients_json(&sent.recipients) }),
-    ))
+    let mut structured =
+        json!({ "id": sent.id, "thread": sent.thread, "recipients": recipients_json(&sent.recipients) });
+    if !sent.skipped.is_empty() {
+        let skipped: Vec<String> = sent.skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
+        text.push_str(&format!("\nnot sent to these group members (not allowed): {}", skipped.join("; ")));
+        structured["skipped"] = recipients_json(&sent.skipped);
+    }
+    Ok(Outcome::with(text, structured))
 }
 
 async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
