@@ -7,6 +7,7 @@ pub mod ids;
 pub mod limits;
 pub mod names;
 pub mod presence;
+pub mod schedule;
 pub mod scope;
 
 pub use error::Error;
