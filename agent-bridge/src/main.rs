@@ -11,6 +11,7 @@ mod mcp;
 mod relay;
 mod spawn;
 mod tools;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,6 +78,24 @@ enum Command {
     /// What an account's person does: contacts.
     #[command(subcommand)]
     Human(human::HumanCommand),
+    /// Serve this machine's repositories on the board: claim cards and run their agents.
+    Worker {
+        /// A repository of this machine to serve (registered on the board); repeatable.
+        #[arg(long = "repo")]
+        repos: Vec<PathBuf>,
+        /// Where card worktrees go (default: under the user's data directory).
+        #[arg(long, env = "RELAY_WORKTREES")]
+        worktrees: Option<PathBuf>,
+        /// How to start an agent CLI, NAME=COMMAND with {prompt} and {mcp_config} placeholders; repeatable.
+        #[arg(long = "agent")]
+        agents: Vec<String>,
+        /// Milliseconds between looks for work when idle.
+        #[arg(long, default_value_t = 5000)]
+        poll_ms: u64,
+        /// Stop after running one card.
+        #[arg(long)]
+        once: bool,
+    },
     /// Runs a spawned worker and reports its end (started by spawn).
     #[command(hide = true)]
     Supervise {
@@ -154,6 +173,10 @@ async fn main() -> ExitCode {
         Command::Install { client } => install::run(client),
         Command::Spawn { harness, scope, command } => spawn::spawn(harness.name().to_owned(), scope, command).await,
         Command::Human(command) => human::run(command).await,
+        Command::Worker { repos, worktrees, agents, poll_ms, once } => {
+            let poll = std::time::Duration::from_millis(poll_ms.max(50));
+            worker::run(worker::Options { repos, worktrees, agents, poll, once }).await
+        }
         Command::Supervise { command } => spawn::supervise(command).await,
     };
     match outcome {

@@ -10,6 +10,7 @@ pub enum AdminCommand {
     DropContact { first: String, second: String },
     AddHuman { account: String, name: String },
     RevokeHuman { account: String, name: String },
+    SetOperator { account: String, endpoint: String },
 }
 
 /// Runs one command. Only a new token goes to stdout; confirmations go to stderr.
@@ -42,6 +43,10 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
             let token = store.add_human(&account, &name).await?;
             println!("{token}");
             eprintln!("human {name} of {account} added; this token is shown once: it manages the account's contacts");
+        }
+        AdminCommand::SetOperator { account, endpoint } => {
+            store.set_operator(&account, &endpoint).await?;
+            eprintln!("{account}/{endpoint} is the operator of {account}'s board");
         }
         AdminCommand::RevokeHuman { account, name } => {
             store.revoke_human(&account, &name).await?;

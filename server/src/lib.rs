@@ -4,6 +4,7 @@
 //! * [`domain`]: the product's rules, pure and unit-tested.
 //! * [`store`]: all SQL, over a Postgres pool.
 //! * [`push`]: LISTEN/NOTIFY fan-out and the per-endpoint push streams.
+//! * [`scheduler`]: the timed rounds: due schedules, expired worker leases.
 //! * [`serve`], [`dev`], [`admin`]: what the `relay-server` commands run.
 
 pub mod admin;
@@ -11,5 +12,6 @@ pub mod dev;
 pub mod domain;
 pub mod protocol;
 pub mod push;
+pub mod scheduler;
 pub mod serve;
 pub mod store;

@@ -106,6 +106,8 @@ enum AdminArgs {
     /// An account's people: `human add ACCOUNT` prints a human token; `human revoke ACCOUNT NAME`.
     #[command(subcommand)]
     Human(HumanArgs),
+    /// Name the account's operator endpoint (MACHINE/HANDLE): it reviews cards and adds repositories.
+    Operator { account: String, endpoint: String },
 }
 
 #[derive(Subcommand)]
@@ -153,6 +155,7 @@ impl From<AdminArgs> for AdminCommand {
             AdminArgs::Contact(ContactArgs::Drop { first, second }) => Self::DropContact { first, second },
             AdminArgs::Human(HumanArgs::Add { account, name }) => Self::AddHuman { account, name },
             AdminArgs::Human(HumanArgs::Revoke { account, name }) => Self::RevokeHuman { account, name },
+            AdminArgs::Operator { account, endpoint } => Self::SetOperator { account, endpoint },
         }
     }
 }

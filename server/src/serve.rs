@@ -9,12 +9,14 @@ use anyhow::{Context, bail};
 use relay_proto::v1::FILE_DESCRIPTOR_SET;
 use relay_proto::v1::human_server::HumanServer;
 use relay_proto::v1::relay_server::RelayServer;
+use relay_proto::v1::worker_server::WorkerServer;
 use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::protocol::human::HumanService;
 use crate::protocol::service::RelayService;
+use crate::protocol::worker::WorkerService;
 use crate::push::{self, Hub};
 use crate::store::{DbConfig, Store};
 
@@ -96,6 +98,8 @@ pub async fn serve(
         .build_v1()
         .context("cannot build the reflection service")?;
     let human = HumanServer::new(HumanService::new(store.clone()));
+    let worker = WorkerServer::new(WorkerService::new(store.clone()));
+    let scheduler = crate::scheduler::start(store.clone(), shutdown.clone());
     let relay = RelayServer::new(RelayService::new(store, hub, shutdown.clone()));
 
     let socket = tokio::net::TcpListener::bind(options.listen)
@@ -127,6 +131,7 @@ pub async fn serve(
         .add_service(reflection)
         .add_service(relay)
         .add_service(human)
+        .add_service(worker)
         .serve_with_incoming_shutdown(TcpListenerStream::new(socket), stop);
     // A client that never closes its connection must not hold the shutdown forever.
     let drain_limit = async {
@@ -142,6 +147,7 @@ pub async fn serve(
     };
     shutdown.cancel();
     let _ = listener.await;
+    let _ = scheduler.await;
     served.context("grpc server failed")?;
     tracing::info!("stopped");
     Ok(())

@@ -13,6 +13,12 @@ use tonic::{Request, Status, Streaming};
 #[derive(Clone)]
 pub struct Bearer(MetadataValue<Ascii>);
 
+impl Bearer {
+    pub fn new(token: &str) -> Self {
+        Self(format!("Bearer {token}").parse().expect("ascii token"))
+    }
+}
+
 impl Interceptor for Bearer {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         request.metadata_mut().insert("authorization", self.0.clone());

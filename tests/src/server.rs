@@ -26,7 +26,12 @@ impl Server {
 
     /// Starts on a given port (a restart keeps the address the bridges know).
     pub async fn start_on(db: &TestDb, port: u16) -> Self {
-        let server = Self::spawn(db, port, &[], format!("http://127.0.0.1:{port}"));
+        Self::start_with_env(db, port, &[]).await
+    }
+
+    /// Starts with extra environment (fast scheduler ticks, short leases).
+    pub async fn start_with_env(db: &TestDb, port: u16, env: &[(&str, &str)]) -> Self {
+        let server = Self::spawn_with(db, port, &[], format!("http://127.0.0.1:{port}"), env);
         wait_serving(&server.url).await;
         server
     }
@@ -35,14 +40,15 @@ impl Server {
     pub async fn start_tls(db: &TestDb, cert: &Path, key: &Path) -> Self {
         let port = free_port();
         let tls = ["--tls-cert".as_ref(), cert.as_os_str(), "--tls-key".as_ref(), key.as_os_str()];
-        let server = Self::spawn(db, port, &tls, format!("https://localhost:{port}"));
+        let server = Self::spawn_with(db, port, &tls, format!("https://localhost:{port}"), &[]);
         let ca = tonic::transport::Certificate::from_pem(std::fs::read(cert).unwrap());
         wait_serving_with(&server.url, Some(ca)).await;
         server
     }
 
-    fn spawn(db: &TestDb, port: u16, extra: &[&std::ffi::OsStr], url: String) -> Self {
+    fn spawn_with(db: &TestDb, port: u16, extra: &[&std::ffi::OsStr], url: String, env: &[(&str, &str)]) -> Self {
         let child = Command::new(bin("relay-server"))
+            .envs(env.iter().copied())
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db-pool-size", "8"])
             .args(extra)
             .env("DATABASE_URL", &db.url)

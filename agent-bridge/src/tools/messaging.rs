@@ -27,6 +27,9 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "relay_set_now" => set_now(tools, Args::new(arguments, &["now"])?).await,
         "relay_set_title" => set_title(tools, Args::new(arguments, &["title"])?).await,
         "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
+        "post_job" | "list_jobs" | "read_job" | "edit_job" | "finish_job" | "close_job" | "add_repo" => {
+            super::board::call(tools, name, arguments).await
+        }
         other => Err(ToolError::Refused(format!("no tool {other}"))),
     }
 }

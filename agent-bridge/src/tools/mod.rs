@@ -1,6 +1,7 @@
 //! The relay tools an agent calls: their schemas, and how each becomes a server call.
 
 mod args;
+mod board;
 pub mod frame;
 mod messaging;
 mod scope;
@@ -250,6 +251,65 @@ fn build_definitions() -> Vec<Value> {
             "name": "relay_peers",
             "description": "Everyone you may message right now, each with what admits it.",
             "inputSchema": object(json!({ "all": { "type": "boolean", "description": "include offline agents" } }), &[]),
+        }),
+        json!({
+            "name": "post_job",
+            "description": "Put a card on your account's job board (To do) when your user asks to queue work or hand it to another agent, not for work you are doing yourself. A fresh agent does it in its own git worktree and branch on the repository's machine, without this conversation, so the detail must be all it needs. With schedule the card becomes a recurring job that posts a run card each time it comes due.",
+            "inputSchema": object(json!({
+                "title": { "type": "string", "description": "one line naming the work" },
+                "detail": { "type": "string", "description": "everything the agent needs: context, constraints, files, how to tell it is done" },
+                "repo": { "type": "string", "description": "a repository path or folder name (default: the one you are working in)" },
+                "schedule": { "type": "string", "description": "makes it recurring: five cron fields in this machine's time zone (\"0 9 * * 1-5\" = 09:00 on weekdays) or @hourly, @daily, @weekly, @monthly, @yearly" },
+                "agent": { "type": "string", "enum": ["claude", "codex"], "description": "the CLI that does the work (default: yours)" },
+                "requires_pr": { "type": "boolean", "description": "whether the work ends in a pull request (default: true once, false on a schedule)" },
+            }), &["title"]),
+        }),
+        json!({
+            "name": "list_jobs",
+            "description": "The cards on your account's board by column (To do, In progress, Review), each with its id. Finished cards are archived: state done lists them.",
+            "inputSchema": object(json!({
+                "state": { "type": "string", "enum": ["todo", "in-progress", "review", "done"] },
+                "repo": { "type": "string", "description": "only this repository (path or folder name)" },
+            }), &[]),
+        }),
+        json!({
+            "name": "read_job",
+            "description": "One card in full: detail, schedule, branch, pull request, errors, who posted and who last edited it.",
+            "inputSchema": object(json!({ "id": { "type": "string" } }), &["id"]),
+        }),
+        json!({
+            "name": "edit_job",
+            "description": "Change a card still in To do (once dispatched, its agent already has the text). Given fields replace what is there; detail is not appended to. An empty schedule makes the card run once.",
+            "inputSchema": object(json!({
+                "id": { "type": "string" },
+                "title": { "type": "string" },
+                "detail": { "type": "string" },
+                "repo": { "type": "string" },
+                "schedule": { "type": "string" },
+                "requires_pr": { "type": "boolean" },
+            }), &["id"]),
+        }),
+        json!({
+            "name": "finish_job",
+            "description": "For an agent the board dispatched: report your card done, which moves it to Review. If it requires a pull request, open it first and pass its URL; otherwise pass a summary of what you did or found.",
+            "inputSchema": object(json!({
+                "pr_url": { "type": "string" },
+                "summary": { "type": "string" },
+            }), &[]),
+        }),
+        json!({
+            "name": "close_job",
+            "description": "Operator only: close a card in Review. accept true files it as Done; false sends it back to To do with your note added for the next worker.",
+            "inputSchema": object(json!({
+                "id": { "type": "string" },
+                "accept": { "type": "boolean" },
+                "note": { "type": "string", "description": "required when sending it back" },
+            }), &["id", "accept"]),
+        }),
+        json!({
+            "name": "add_repo",
+            "description": "Operator only: put a git repository of this machine on the board so cards can be posted in it. Adding one already there does nothing.",
+            "inputSchema": object(json!({ "path": { "type": "string", "description": "absolute path (~/ allowed)" } }), &["path"]),
         }),
         json!({
             "name": "relay_set_title",

@@ -26,6 +26,8 @@ pub enum TokenKind {
     Human,
     /// One worker's claim on the endpoint reserved for it by a spawn.
     SpawnGrant,
+    /// One attempt at a board card: its agent finishes the card with it.
+    JobToken,
 }
 
 impl TokenKind {
@@ -35,6 +37,7 @@ impl TokenKind {
             Self::Session => "rls_",
             Self::Human => "rlh_",
             Self::SpawnGrant => "rlg_",
+            Self::JobToken => "rlj_",
         }
     }
 }
@@ -63,6 +66,7 @@ pub fn check_token(kind: TokenKind, token: &str) -> Result<()> {
             TokenKind::Session => "session token",
             TokenKind::Human => "human token",
             TokenKind::SpawnGrant => "spawn grant",
+            TokenKind::JobToken => "job token",
         };
         Err(Error::Unauthenticated(format!("malformed {what}")))
     }

@@ -1,6 +1,7 @@
 //! Pure rules of the product: names, addresses, limits, ids and delivery states. No I/O here.
 
 pub mod address;
+pub mod board;
 pub mod delivery;
 pub mod error;
 pub mod ids;

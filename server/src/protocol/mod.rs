@@ -4,3 +4,4 @@ mod auth;
 pub mod human;
 pub mod service;
 pub mod status;
+pub mod worker;

@@ -11,11 +11,13 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use crate::domain::delivery::{Kind, State};
+use crate::domain::schedule::Schedule;
 use crate::domain::scope::{self, Selector};
 use crate::domain::{Error, Result, limits};
 use crate::push::stream::{self, PushStream};
 use crate::push::{Hub, hub::Waiter};
 use crate::store::Store;
+use crate::store::board::{JobEdit, NewJob};
 use crate::store::identity::Caller;
 use crate::store::messages::{Outgoing, Sent};
 use crate::store::scope::RuleChange;
@@ -107,6 +109,14 @@ fn rule_changes(req: &SetRulesRequest) -> Result<(RuleChange, RuleChange)> {
         })
     };
     Ok((add(rules_in), add(rules_out)))
+}
+
+/// A schedule as a card carries it: absent when the expression is empty; read in `zone` (UTC when empty).
+fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
+    if expr.trim().is_empty() {
+        return Ok(None);
+    }
+    Schedule::parse(expr, if zone.trim().is_empty() { "UTC" } else { zone.trim() }).map(Some)
 }
 
 fn optional(value: &str) -> Option<&str> {
@@ -379,6 +389,73 @@ impl Relay for RelayService {
         let req = request.get_ref();
         let sent = self.store.spawn_result(&grant, req.exit_code, &req.output).await?;
         Ok(Response::new(sent_response(sent)))
+    }
+
+    async fn post_job(&self, request: Request<PostJobRequest>) -> Result<Response<JobView>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        let schedule = schedule(&r.schedule, &r.time_zone)?;
+        let new = NewJob {
+            title: &r.title,
+            detail: &r.detail,
+            repo: &r.repo,
+            schedule,
+            agent: optional(&r.agent),
+            requires_pr: r.requires_pr,
+            cwd: &r.cwd,
+        };
+        let job = self.store.post_job(&caller, new).await?;
+        tracing::info!(card = %job.id, by = %caller.address(), "card posted");
+        Ok(Response::new(job))
+    }
+
+    async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        let (jobs, archived) = self.store.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
+        Ok(Response::new(ListJobsResponse { jobs, archived }))
+    }
+
+    async fn read_job(&self, request: Request<ReadJobRequest>) -> Result<Response<JobView>, Status> {
+        let caller = self.caller(&request).await?;
+        Ok(Response::new(self.store.read_job(&caller, &request.get_ref().id).await?))
+    }
+
+    async fn edit_job(&self, request: Request<EditJobRequest>) -> Result<Response<JobView>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        let schedule = match &r.schedule {
+            None => None,
+            Some(expr) => Some(schedule(expr, &r.time_zone)?),
+        };
+        let edit = JobEdit {
+            title: r.title.as_deref(),
+            detail: r.detail.as_deref(),
+            repo: r.repo.as_deref(),
+            schedule,
+            requires_pr: r.requires_pr,
+            cwd: &r.cwd,
+        };
+        Ok(Response::new(self.store.edit_job(&caller, &r.id, edit).await?))
+    }
+
+    async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        let job = self.store.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await?;
+        tracing::info!(card = %job.id, by = %caller.address(), "card finished");
+        Ok(Response::new(job))
+    }
+
+    async fn close_job(&self, request: Request<CloseJobRequest>) -> Result<Response<JobView>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        Ok(Response::new(self.store.close_job(&caller, &r.id, r.accept, &r.note).await?))
+    }
+
+    async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
+        let caller = self.caller(&request).await?;
+        Ok(Response::new(self.store.add_repo(&caller, &request.get_ref().path).await?))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {

@@ -22,6 +22,7 @@ const MIGRATIONS: &[Migration] = &[
         name: "scope_contacts_groups",
         sql: include_str!("../../migrations/0002_scope_contacts_groups.sql"),
     },
+    Migration { version: 3, name: "board", sql: include_str!("../../migrations/0003_board.sql") },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

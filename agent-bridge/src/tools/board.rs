@@ -1,0 +1,289 @@
+//! The board tools: cards for the account's job board. The server checks everything; these read
+//! arguments, add where the agent works, and read back what the server stored.
+
+use std::time::Duration;
+
+use relay_proto::v1::*;
+use serde_json::{Map, Value, json};
+
+use super::args::Args;
+use super::{Outcome, ToolError, Tools};
+
+type Result<T> = std::result::Result<T, ToolError>;
+
+pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> Result<Outcome> {
+    match name {
+        "post_job" => {
+            post_job(tools, Args::new(arguments, &["title", "detail", "repo", "schedule", "agent", "requires_pr"])?)
+                .await
+        }
+        "list_jobs" => list_jobs(tools, Args::new(arguments, &["state", "repo"])?).await,
+        "read_job" => read_job(tools, Args::new(arguments, &["id"])?).await,
+        "edit_job" => {
+            edit_job(tools, Args::new(arguments, &["id", "title", "detail", "repo", "schedule", "requires_pr"])?).await
+        }
+        "finish_job" => finish_job(tools, Args::new(arguments, &["pr_url", "summary"])?).await,
+        "close_job" => close_job(tools, Args::new(arguments, &["id", "accept", "note"])?).await,
+        "add_repo" => add_repo(tools, Args::new(arguments, &["path"])?).await,
+        other => Err(ToolError::Refused(format!("no tool {other}"))),
+    }
+}
+
+/// Where the agent works: the default repository of its cards.
+fn cwd() -> String {
+    std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default()
+}
+
+/// This machine's IANA time zone, which schedules are read in: `TZ`, `/etc/timezone`, or the
+/// `/etc/localtime` link; UTC when none says.
+pub fn local_zone() -> String {
+    let from_tz = std::env::var("TZ")
+        .ok()
+        .map(|z| z.trim_start_matches(':').to_owned())
+        .filter(|z| z.contains('/') || z == "UTC");
+    let from_file =
+        || std::fs::read_to_string("/etc/timezone").ok().map(|z| z.trim().to_owned()).filter(|z| !z.is_empty());
+    let from_link = || {
+        let target = std::fs::read_link("/etc/localtime").ok()?;
+        let text = target.to_string_lossy().into_owned();
+        text.split_once("zoneinfo/").map(|(_, zone)| zone.to_owned())
+    };
+    from_tz.or_else(from_file).or_else(from_link).unwrap_or_else(|| "UTC".to_owned())
+}
+
+fn job_json(j: &JobView) -> Value {
+    let repo = j.repo.clone().unwrap_or_default();
+    let mut v = json!({
+        "id": j.id, "state": j.state, "title": j.title, "repo": repo.name, "repo_path": repo.path, "machine": repo.machine,
+        "agent": j.agent, "requires_pr": j.requires_pr, "attempts": j.attempts,
+    });
+    for (key, value) in [
+        ("schedule", &j.schedule),
+        ("time_zone", &j.time_zone),
+        ("next_run_at", &j.next_run_at),
+        ("schedule_id", &j.schedule_id),
+        ("branch", &j.branch),
+        ("pr_url", &j.pr_url),
+        ("summary", &j.summary),
+        ("last_error", &j.last_error),
+        ("agent_state", &j.agent_state),
+        ("posted_by", &j.posted_by),
+        ("edited_by", &j.edited_by),
+    ] {
+        if !value.is_empty() {
+            v[key] = json!(value);
+        }
+    }
+    v
+}
+
+fn column_label(state: &str) -> &'static str {
+    match state {
+        "todo" => "To do",
+        "in-progress" => "In progress",
+        "review" => "Review",
+        _ => "Done",
+    }
+}
+
+fn schedule_text(j: &JobView) -> String {
+    if j.next_run_at.is_empty() {
+        format!("{} ({})", j.schedule, j.time_zone)
+    } else {
+        format!("{} ({}), next run {}", j.schedule, j.time_zone, j.next_run_at)
+    }
+}
+
+fn dispatcher_note(j: &JobView) -> String {
+    if j.dispatcher_running {
+        String::new()
+    } else {
+        let machine = j.repo.as_ref().map(|r| r.machine.as_str()).unwrap_or("its machine");
+        format!(" No worker is serving {machine} right now, so it waits until `agent-bridge worker` runs there.")
+    }
+}
+
+async fn post_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = PostJobRequest {
+        title: args.str("title")?.to_owned(),
+        detail: args.opt_str("detail")?.unwrap_or_default().to_owned(),
+        repo: args.opt_str("repo")?.unwrap_or_default().to_owned(),
+        schedule: args.opt_str("schedule")?.unwrap_or_default().to_owned(),
+        agent: args.opt_str("agent")?.unwrap_or_default().to_owned(),
+        requires_pr: args.opt_bool("requires_pr")?,
+        cwd: cwd(),
+        time_zone: local_zone(),
+    };
+    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.post_job(r).await }).await?;
+    let repo = job.repo.clone().unwrap_or_default();
+    let what = if job.schedule.is_empty() {
+        format!("to To do{}", if job.requires_pr { "" } else { " (no pull request)" })
+    } else {
+        format!("as a schedule: {}; each run posts its own card", schedule_text(&job))
+    };
+    let text = format!(
+        "Posted \"{}\" in {} on {} {what}.{}\nid: {}",
+        job.title,
+        repo.name,
+        repo.machine,
+        if job.schedule.is_empty() { dispatcher_note(&job) } else { String::new() },
+        job.id
+    );
+    Ok(Outcome::with(text, job_json(&job)))
+}
+
+fn summary_line(j: &JobView) -> String {
+    let repo = j.repo.clone().unwrap_or_default();
+    let mut bits = vec![format!("{} on {}", repo.name, repo.machine), j.agent.clone()];
+    if !j.schedule.is_empty() {
+        bits.push(format!("schedule {}", schedule_text(j)));
+    }
+    if !j.schedule_id.is_empty() {
+        bits.push(format!("a run of {}", j.schedule_id));
+    }
+    if !j.agent_state.is_empty() {
+        bits.push(format!("agent {}", j.agent_state));
+    }
+    if !j.pr_url.is_empty() {
+        bits.push(j.pr_url.clone());
+    }
+    if !j.last_error.is_empty() {
+        bits.push(format!("last error: {}", j.last_error));
+    }
+    format!("  {}  {}\n    {}", j.id, j.title, bits.join(" · "))
+}
+
+async fn list_jobs(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = ListJobsRequest {
+        state: args.opt_str("state")?.unwrap_or_default().to_owned(),
+        repo: args.opt_str("repo")?.unwrap_or_default().to_owned(),
+        cwd: cwd(),
+    };
+    let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.list_jobs(r).await }).await?;
+    let structured = json!({ "jobs": reply.jobs.iter().map(job_json).collect::<Vec<_>>(), "archived": reply.archived });
+    let archive = if reply.archived > 0 {
+        format!("\n\n{} finished card(s) are archived (state: \"done\" lists them).", reply.archived)
+    } else {
+        String::new()
+    };
+    if reply.jobs.is_empty() {
+        return Ok(Outcome::with(format!("Nothing on the board here.{archive}"), structured));
+    }
+    let mut sections = Vec::new();
+    for state in ["todo", "in-progress", "review", "done"] {
+        let cards: Vec<String> = reply.jobs.iter().filter(|j| j.state == state).map(summary_line).collect();
+        if !cards.is_empty() {
+            sections.push(format!("{} ({})\n{}", column_label(state), cards.len(), cards.join("\n")));
+        }
+    }
+    let text = format!("{} card(s) on the board:\n\n{}{archive}", reply.jobs.len(), sections.join("\n\n"));
+    Ok(Outcome::with(text, structured))
+}
+
+fn full_text(j: &JobView) -> String {
+    let repo = j.repo.clone().unwrap_or_default();
+    let mut lines = vec![
+        j.title.clone(),
+        format!("id: {}", j.id),
+        format!("column: {}", column_label(&j.state)),
+        format!("repo: {} ({} on {})", repo.name, repo.path, repo.machine),
+        format!("agent: {}", j.agent),
+        if j.schedule.is_empty() {
+            format!("runs once{}", if j.requires_pr { ", ends in a pull request" } else { ", no pull request" })
+        } else {
+            let mut s = format!("schedule: {}", schedule_text(j));
+            if j.run_count > 0 {
+                s.push_str(&format!("; posted {} run(s), last {}", j.run_count, j.last_run_at));
+            }
+            if !j.last_skip_reason.is_empty() {
+                s.push_str(&format!("; last held off: {}", j.last_skip_reason));
+            }
+            s
+        },
+        format!("posted {} by {}", j.posted_at, j.posted_by),
+    ];
+    let mut add = |label: &str, value: &str| {
+        if !value.is_empty() {
+            lines.push(format!("{label}: {value}"));
+        }
+    };
+    add("a run of schedule", &j.schedule_id);
+    add("last edited by", &j.edited_by);
+    add("branch", &j.branch);
+    add("worktree", &j.worktree);
+    add("agent state", &j.agent_state);
+    add("pull request", &j.pr_url);
+    add("result", &j.summary);
+    add("last error", &j.last_error);
+    if j.attempts > 0 {
+        lines.push(format!("attempts: {}", j.attempts));
+    }
+    if j.state != "todo" {
+        lines.push("This card has left To do, so edit_job can no longer change it.".to_owned());
+    }
+    lines.push(String::new());
+    lines.push(if j.detail.is_empty() { "(no detail)".to_owned() } else { j.detail.clone() });
+    lines.join("\n")
+}
+
+async fn read_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = ReadJobRequest { id: args.str("id")?.to_owned() };
+    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.read_job(r).await }).await?;
+    Ok(Outcome::with(full_text(&job), job_json(&job)))
+}
+
+async fn edit_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = EditJobRequest {
+        id: args.str("id")?.to_owned(),
+        title: args.opt_str("title")?.map(str::to_owned),
+        detail: args.opt_str("detail")?.map(str::to_owned),
+        repo: args.opt_str("repo")?.map(str::to_owned),
+        schedule: args.opt_str("schedule")?.map(str::to_owned),
+        requires_pr: args.opt_bool("requires_pr")?,
+        cwd: cwd(),
+        time_zone: local_zone(),
+    };
+    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.edit_job(r).await }).await?;
+    let runs = if job.schedule.is_empty() { String::new() } else { format!(" It runs {}.", schedule_text(&job)) };
+    let text = format!("Updated {} on \"{}\", still in To do.{runs}", job.changed.join(", "), job.title);
+    Ok(Outcome::with(text, job_json(&job)))
+}
+
+async fn finish_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = FinishJobRequest {
+        job_token: std::env::var("RELAY_JOB_TOKEN").unwrap_or_default(),
+        pr_url: args.opt_str("pr_url")?.unwrap_or_default().to_owned(),
+        summary: args.opt_str("summary")?.unwrap_or_default().to_owned(),
+    };
+    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.finish_job(r).await }).await?;
+    Ok(Outcome::with(format!("\"{}\" is in Review. You are done: end your turn here.", job.title), job_json(&job)))
+}
+
+async fn close_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let accept = args.opt_bool("accept")?.ok_or_else(|| super::ArgError("accept is required: true or false".into()))?;
+    let request = CloseJobRequest {
+        id: args.str("id")?.to_owned(),
+        accept,
+        note: args.opt_str("note")?.unwrap_or_default().to_owned(),
+    };
+    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.close_job(r).await }).await?;
+    let text = if accept {
+        format!("\"{}\" is Done; its worktree is removed on the worker's next round.", job.title)
+    } else {
+        format!("\"{}\" is back in To do with your note; a fresh worker picks it up.", job.title)
+    };
+    Ok(Outcome::with(text, job_json(&job)))
+}
+
+async fn add_repo(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let raw = args.str("path")?;
+    let path = match raw.strip_prefix("~/") {
+        Some(rest) => dirs::home_dir().map(|h| h.join(rest).display().to_string()).unwrap_or_else(|| raw.to_owned()),
+        None => raw.to_owned(),
+    };
+    let request = AddRepoRequest { path };
+    let repo = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.add_repo(r).await }).await?;
+    let text =
+        format!("{} is on the board as \"{}\" ({}); post_job can use it now.", repo.path, repo.name, repo.machine);
+    Ok(Outcome::with(text, json!({ "name": repo.name, "path": repo.path, "machine": repo.machine })))
+}

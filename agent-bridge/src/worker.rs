@@ -1,0 +1,332 @@
+//! `agent-bridge worker`: serves this machine's repositories on the board. It claims To do cards
+//! under a lease it renews, makes a git worktree and branch per card, runs the card's agent CLI in
+//! it with a token that ties the agent's `finish_job` to the card, and removes worktrees of cards
+//! that reached Done. The server decides which card runs where; the worker only does the local work.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use relay_proto::bridge_config::BridgeConfig;
+use relay_proto::v1::worker_client::WorkerClient;
+use relay_proto::v1::*;
+use tokio::process::Command;
+use tonic::transport::Channel;
+
+use crate::relay::connection;
+use crate::relay::session::authed;
+
+/// How often a running card's lease is renewed (the server's lease is several times longer).
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// After its card reached Review, an agent gets this long to exit before it is stopped.
+const AFTER_FINISH: Duration = Duration::from_secs(120);
+
+pub struct Options {
+    pub repos: Vec<PathBuf>,
+    pub worktrees: Option<PathBuf>,
+    /// `claude=COMMAND …` / `codex=COMMAND …`: how to start each agent CLI.
+    pub agents: Vec<String>,
+    pub poll: Duration,
+    /// Stop after one card has run (for scripts and tests).
+    pub once: bool,
+}
+
+struct Worker {
+    client: WorkerClient<Channel>,
+    config: BridgeConfig,
+    worktrees: PathBuf,
+    claude: Vec<String>,
+    codex: Vec<String>,
+}
+
+/// The command line of an agent CLI; `{prompt}` becomes the card's text and `{mcp_config}` a file
+/// that hooks the relay bridge in.
+fn default_command(agent: &str) -> Vec<String> {
+    let words: &[&str] = match agent {
+        "codex" => &["codex", "exec", "--full-auto", "{prompt}"],
+        _ => &["claude", "-p", "--mcp-config", "{mcp_config}", "{prompt}"],
+    };
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+fn parse_agents(specs: &[String]) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let (mut claude, mut codex) = (default_command("claude"), default_command("codex"));
+    for spec in specs {
+        let (name, command) =
+            spec.split_once('=').context("--agent takes NAME=COMMAND, e.g. codex=\"codex exec {prompt}\"")?;
+        let words: Vec<String> = command.split_whitespace().map(str::to_owned).collect();
+        if words.is_empty() {
+            bail!("--agent {name}= needs a command");
+        }
+        match name.trim() {
+            "claude" => claude = words,
+            "codex" => codex = words,
+            other => bail!("--agent names claude or codex, not {other}"),
+        }
+    }
+    Ok((claude, codex))
+}
+
+fn prompt(job: &JobView) -> String {
+    let ending = if job.requires_pr {
+        "When the work is done, open a pull request from this branch and call the finish_job tool with its URL as pr_url."
+    } else {
+        "When you are done, call the finish_job tool with a summary of what you did or found; no pull request is needed."
+    };
+    format!(
+        "You are working on a card from your team's job board.\n\nTitle: {}\n\n{}\n\nYou are in a git worktree of {} on branch {}. {ending}",
+        job.title,
+        if job.detail.is_empty() { "(no further detail)" } else { &job.detail },
+        job.repo.as_ref().map(|r| r.name.as_str()).unwrap_or("the repository"),
+        job.branch
+    )
+}
+
+async fn git(args: &[&str], dir: &Path) -> anyhow::Result<String> {
+    let out = Command::new("git").args(args).current_dir(dir).output().await.context("cannot run git")?;
+    if !out.status.success() {
+        bail!("git {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A worktree on the card's branch: reused on a later attempt, so earlier work is kept.
+async fn prepare_worktree(repo: &Path, worktree: &Path, branch: &str) -> anyhow::Result<()> {
+    if worktree.join(".git").exists() {
+        return Ok(());
+    }
+    let target = worktree.to_string_lossy().into_owned();
+    let exists = git(&["rev-parse", "--verify", "--quiet", &format!("refs/heads/{branch}")], repo).await.is_ok();
+    if exists {
+        git(&["worktree", "add", &target, branch], repo).await?;
+    } else {
+        git(&["worktree", "add", "-b", branch, &target], repo).await?;
+    }
+    Ok(())
+}
+
+impl Worker {
+    async fn renew(&mut self, token: &str, state: &str, worktree: &Path, branch: &str) -> Option<RenewResponse> {
+        let request = RenewRequest {
+            job_token: token.to_owned(),
+            agent_state: state.to_owned(),
+            worktree: worktree.display().to_string(),
+            branch: branch.to_owned(),
+        };
+        match self.client.renew(authed(request, &self.config.token)).await {
+            Ok(r) => Some(r.into_inner()),
+            Err(e) => {
+                tracing::warn!(error = %e.message(), "cannot renew the lease");
+                None
+            }
+        }
+    }
+
+    async fn release(&mut self, token: &str, exit_code: i32, error: String) {
+        let request = ReleaseRequest { job_token: token.to_owned(), exit_code, error };
+        for attempt in 0..5 {
+            match self.client.release(authed(request.clone(), &self.config.token)).await {
+                Ok(r) => {
+                    let job = r.into_inner();
+                    tracing::info!(card = %job.id, state = %job.state, "card released");
+                    return;
+                }
+                Err(e) if e.code() == tonic::Code::Unavailable && attempt < 4 => {
+                    tokio::time::sleep(Duration::from_secs(2)).await
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e.message(), "cannot release the card; its lease will expire");
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn cleanup(&mut self, items: Vec<Cleanup>) {
+        let mut done = Vec::new();
+        for item in items {
+            let (repo, worktree) = (PathBuf::from(&item.repo_path), PathBuf::from(&item.worktree));
+            let removed = if worktree.exists() {
+                git(&["worktree", "remove", "--force", &item.worktree], &repo).await.map(|_| ())
+            } else {
+                Ok(())
+            };
+            match removed {
+                Ok(()) => {
+                    tracing::info!(card = %item.id, worktree = %item.worktree, "worktree removed");
+                    done.push(item.id);
+                }
+                Err(e) => tracing::warn!(card = %item.id, error = %e, "cannot remove the worktree"),
+            }
+        }
+        if !done.is_empty() {
+            let _ = self.client.cleaned(authed(CleanedRequest { ids: done }, &self.config.token)).await;
+        }
+    }
+
+    /// Runs one claimed card to the end of its agent process.
+    async fn run(&mut self, job: JobView, token: String) {
+        let repo = PathBuf::from(job.repo.as_ref().map(|r| r.path.clone()).unwrap_or_default());
+        let worktree = self.worktrees.join(&job.id);
+        let branch = job.branch.clone();
+        tracing::info!(card = %job.id, title = %job.title, worktree = %worktree.display(), "running card");
+        if let Err(e) = prepare_worktree(&repo, &worktree, &branch).await {
+            return self.release(&token, -1, format!("cannot make the worktree: {e:#}")).await;
+        }
+        self.renew(&token, "starting", &worktree, &branch).await;
+
+        let mcp_config = self.worktrees.join(format!("{}.mcp.json", job.id));
+        let me = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "agent-bridge".into());
+        let config = serde_json::json!({ "mcpServers": { "relay": { "command": me, "args": ["mcp", "--harness", job.agent] } } });
+        if let Err(e) = std::fs::write(&mcp_config, config.to_string()) {
+            return self.release(&token, -1, format!("cannot write the agent's MCP config: {e}")).await;
+        }
+        let template = if job.agent == "codex" { &self.codex } else { &self.claude };
+        let text = prompt(&job);
+        let words: Vec<String> = template
+            .iter()
+            .map(|w| w.replace("{prompt}", &text).replace("{mcp_config}", &mcp_config.display().to_string()))
+            .collect();
+        let log = match std::fs::File::create(self.worktrees.join(format!("{}.log", job.id))) {
+            Ok(f) => f,
+            Err(e) => return self.release(&token, -1, format!("cannot write the agent's log: {e}")).await,
+        };
+        let mut command = Command::new(&words[0]);
+        command
+            .args(&words[1..])
+            .current_dir(&worktree)
+            .env("RELAY_JOB_TOKEN", &token)
+            .env("RELAY_SERVER", &self.config.server)
+            .env("RELAY_TOKEN", &self.config.token)
+            .env("RELAY_HARNESS", &job.agent)
+            .env("RELAY_HANDLE", format!("job-{}", job.id))
+            .env_remove("RELAY_SESSION_FILE")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map(Stdio::from).unwrap_or_else(|_| Stdio::null()))
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true);
+        if let Some(ca) = &self.config.ca {
+            command.env("RELAY_CA", ca);
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => return self.release(&token, -1, format!("cannot start {}: {e}", words[0])).await,
+        };
+        let pid = child.id().unwrap_or_default();
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + RENEW_EVERY, RENEW_EVERY);
+        let mut finished_at: Option<tokio::time::Instant> = None;
+        let status = loop {
+            tokio::select! {
+                status = child.wait() => break status,
+                _ = renew.tick() => {
+                    if finished_at.is_some_and(|t| t.elapsed() > AFTER_FINISH) {
+                        tracing::info!(card = %job.id, "agent still running well after finishing; stopping it");
+                        let _ = child.kill().await;
+                        continue;
+                    }
+                    let Some(answer) = self.renew(&token, &format!("running (pid {pid})"), &worktree, &branch).await else { continue };
+                    match answer.state.as_str() {
+                        "in-progress" => {}
+                        "review" | "done" => { finished_at.get_or_insert_with(tokio::time::Instant::now); }
+                        _ => {
+                            // The lease is gone and the card may run elsewhere: never twice at once.
+                            tracing::warn!(card = %job.id, "lease lost; stopping the agent");
+                            let _ = child.kill().await;
+                        }
+                    }
+                }
+            }
+        };
+        let _ = std::fs::remove_file(&mcp_config);
+        let code = status.as_ref().ok().and_then(|s| s.code()).unwrap_or(-1);
+        let error = match status {
+            Ok(_) => String::new(),
+            Err(e) => format!("waiting for the agent failed: {e}"),
+        };
+        self.release(&token, code, error).await;
+    }
+}
+
+pub async fn run(options: Options) -> anyhow::Result<()> {
+    let config = connection::resolve()?;
+    let channel = connection::channel(&config.server, config.ca.as_deref())?;
+    let (claude, codex) = parse_agents(&options.agents)?;
+    let worktrees = match options.worktrees {
+        Some(dir) => dir,
+        None => dirs::data_dir()
+            .context("cannot find a data directory; pass --worktrees")?
+            .join("agent-relay")
+            .join("worktrees"),
+    };
+    std::fs::create_dir_all(&worktrees).with_context(|| format!("cannot create {}", worktrees.display()))?;
+    let mut worker = Worker { client: WorkerClient::new(channel), config, worktrees, claude, codex };
+
+    for repo in &options.repos {
+        let path = std::path::absolute(repo).unwrap_or_else(|_| repo.clone());
+        git(&["rev-parse", "--git-dir"], &path)
+            .await
+            .with_context(|| format!("{} is not a git repository", path.display()))?;
+        let request = RegisterRepoRequest { path: path.display().to_string() };
+        let view = worker
+            .client
+            .register_repo(authed(request, &worker.config.token))
+            .await
+            .map_err(|s| anyhow::anyhow!("cannot register {}: {}", path.display(), s.message()))?
+            .into_inner();
+        eprintln!("serving {} as \"{}\" on {}", view.path, view.name, view.machine);
+    }
+
+    loop {
+        let claim = worker.client.claim(authed(ClaimRequest {}, &worker.config.token)).await;
+        match claim {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                worker.cleanup(reply.cleanup).await;
+                if let Some(claimed) = reply.claimed
+                    && let Some(job) = claimed.job
+                {
+                    worker.run(job, claimed.job_token).await;
+                    if options.once {
+                        return Ok(());
+                    }
+                    continue;
+                }
+            }
+            Err(e) if e.code() == tonic::Code::Unauthenticated => {
+                bail!("the server refused this machine: {}", e.message())
+            }
+            Err(e) => tracing::warn!(error = %e.message(), "cannot reach the server; retrying"),
+        }
+        tokio::time::sleep(options.poll).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_commands_default_and_override() {
+        let (claude, codex) = parse_agents(&[]).unwrap();
+        assert!(claude.contains(&"{prompt}".to_owned()) && claude.contains(&"{mcp_config}".to_owned()));
+        assert_eq!(codex[0], "codex");
+        let (claude, _) = parse_agents(&["claude=/opt/stand-in --task {prompt}".into()]).unwrap();
+        assert_eq!(claude, ["/opt/stand-in", "--task", "{prompt}"]);
+        assert!(parse_agents(&["gemini=x".into()]).is_err());
+        assert!(parse_agents(&["claude".into()]).is_err());
+    }
+
+    #[test]
+    fn the_prompt_says_how_to_finish() {
+        let job = JobView {
+            title: "t".into(),
+            detail: "d".into(),
+            requires_pr: false,
+            branch: "relay/x".into(),
+            ..Default::default()
+        };
+        let text = prompt(&job);
+        assert!(text.contains("finish_job tool with a summary") && text.contains("branch relay/x"), "{text}");
+    }
+}

@@ -1,0 +1,380 @@
+//! The board: card tools and their refusals, schedules fired exactly once across replicas, worker
+//! leases, and a card run end to end by a worker on another machine.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use relay_proto::v1::worker_client::WorkerClient;
+use relay_proto::v1::*;
+use relay_tests::client::{Bearer, channel};
+use relay_tests::mcp::{Bridge, BridgeSpec, text};
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use relay_tests::{bin, eventually, free_port};
+use serde_json::{Value, json};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+/// An RFC 3339 time as the server writes it (UTC, seconds).
+fn rfc3339_utc(rfc3339: &str) -> &str {
+    assert_eq!(rfc3339.len(), 20, "{rfc3339}");
+    rfc3339
+}
+
+fn refused(result: &Value) -> bool {
+    result["isError"] == json!(true)
+}
+
+async fn sql(db: &TestDb) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+fn worker_client(ch: Channel, token: &str) -> WorkerClient<InterceptedService<Channel, Bearer>> {
+    WorkerClient::with_interceptor(ch, Bearer::new(token))
+}
+
+/// A git repository with one commit.
+fn git_repo(dir: &Path) {
+    let run = |args: &[&str]| {
+        let ok = std::process::Command::new("git").args(args).current_dir(dir).status().unwrap().success();
+        assert!(ok, "git {args:?}");
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    run(&["init", "-q", "-b", "main"]);
+    std::fs::write(dir.join("README"), "app\n").unwrap();
+    run(&["add", "README"]);
+    run(&["-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "initial"]);
+}
+
+struct Board {
+    db: TestDb,
+    server: Server,
+    laptop: String,
+    ci: String,
+    alice: Bridge,
+    repo: tempfile::TempDir,
+}
+
+/// acme with machines laptop (alice, the operator) and ci (which has the repository `app`).
+async fn board(env: &[(&str, &str)]) -> Board {
+    let db = TestDb::new().await;
+    let server = Server::start_with_env(&db, free_port(), env).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    server.admin_ok(&["operator", "acme", "laptop/alice"]);
+    let repo = tempfile::tempdir().unwrap();
+    git_repo(&repo.path().join("app"));
+    let mut w = worker_client(channel(&server.url).await, &ci);
+    let path = repo.path().join("app").display().to_string();
+    w.register_repo(RegisterRepoRequest { path }).await.unwrap();
+    let mut alice =
+        Bridge::start(BridgeSpec { server: &server.url, token: &laptop, handle: Some("alice"), channels: false });
+    alice.initialize("2025-06-18").await;
+    Board { db, server, laptop, ci, alice, repo }
+}
+
+#[tokio::test]
+async fn card_tools_read_back_and_refuse_clearly() {
+    let mut b = board(&[]).await;
+    let posted = b
+        .alice
+        .tool_ok(
+            "post_job",
+            json!({ "title": "Fix the flaky login test", "detail": "It fails one run in ten.", "repo": "app" }),
+        )
+        .await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(posted["structuredContent"]["state"], "todo");
+    assert_eq!(posted["structuredContent"]["requires_pr"], true);
+    assert_eq!(posted["structuredContent"]["agent"], "claude", "the poster's harness");
+    assert!(
+        text(&posted).contains("No worker is serving ci right now"),
+        "the stopped dispatcher is said: {}",
+        text(&posted)
+    );
+
+    // A schedule is read in the poster's zone and stored in UTC: Mondays 09:00 in Berlin are 08:00Z in winter.
+    let spec = BridgeSpec { server: &b.server.url, token: &b.laptop, handle: Some("planner"), channels: false };
+    let mut planner = Bridge::start_with_env(spec, &[("TZ", std::ffi::OsStr::new("Europe/Berlin"))]);
+    planner.initialize("2025-06-18").await;
+    let scheduled = planner
+        .tool_ok("post_job", json!({ "title": "Weekly dependency report", "repo": "app", "schedule": "0 9 * * 1" }))
+        .await;
+    let s = &scheduled["structuredContent"];
+    assert_eq!((s["schedule"].as_str(), s["time_zone"].as_str()), (Some("0 9 * * 1"), Some("Europe/Berlin")));
+    assert_eq!(s["requires_pr"], false, "schedules default to a summary");
+    let next = rfc3339_utc(s["next_run_at"].as_str().unwrap());
+    assert!(next.ends_with("T08:00:00Z"), "next run in UTC: {s}");
+    assert!(text(&scheduled).contains("next run"), "{}", text(&scheduled));
+
+    let listed = b.alice.tool_ok("list_jobs", json!({})).await;
+    assert!(text(&listed).starts_with("2 card(s) on the board:\n\nTo do (2)"), "{}", text(&listed));
+    let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
+    assert!(text(&read).contains("posted") && text(&read).contains("acme/laptop/alice"), "{}", text(&read));
+
+    let edited = b.alice.tool_ok("edit_job", json!({ "id": id, "detail": "Replaced text." })).await;
+    assert!(text(&edited).contains("Updated detail"), "{}", text(&edited));
+    let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
+    assert!(text(&read).ends_with("Replaced text.") && text(&read).contains("last edited by: acme/laptop/alice"));
+
+    for (tool, args, expect) in [
+        ("post_job", json!({ "detail": "no title" }), "title is required"),
+        ("post_job", json!({ "title": "t", "repo": "app", "schedule": "0 9 * *" }), "4 fields"),
+        ("post_job", json!({ "title": "t", "repo": "app", "schedule": "0 9 * * 1#2" }), "crontab does not accept"),
+        ("post_job", json!({ "title": "t", "repo": "nowhere" }), "no repository \"nowhere\""),
+        ("post_job", json!({ "title": "t", "repo": "app", "agent": "gemini" }), "use claude or codex"),
+        ("post_job", json!({ "title": "t" }), "not inside a repository on the board"),
+        ("read_job", json!({ "id": "nope" }), "no card with id"),
+        ("edit_job", json!({ "id": id }), "nothing to change"),
+        ("list_jobs", json!({ "state": "doing" }), "invalid state"),
+        ("finish_job", json!({ "summary": "x" }), "this session has no card"),
+        ("close_job", json!({ "id": id, "accept": true }), "only cards in Review can be closed"),
+        ("close_job", json!({ "id": id }), "accept is required"),
+        ("add_repo", json!({ "path": "relative/path" }), "must be absolute"),
+    ] {
+        let result = b.alice.tool(tool, args.clone()).await;
+        assert!(refused(&result), "{tool} {args} should be refused");
+        assert!(text(&result).contains(expect), "{tool} {args}: {}", text(&result));
+    }
+
+    // The operator's tools are the operator's alone.
+    let mut carol =
+        Bridge::start(BridgeSpec { server: &b.server.url, token: &b.laptop, handle: Some("carol"), channels: false });
+    carol.initialize("2025-06-18").await;
+    let denied = carol.tool("add_repo", json!({ "path": "/srv/app" })).await;
+    assert!(refused(&denied) && text(&denied).contains("only the account's operator"), "{}", text(&denied));
+    let added = b.alice.tool_ok("add_repo", json!({ "path": "/srv/app" })).await;
+    assert_eq!(added["structuredContent"]["machine"], "laptop");
+
+    // Once dispatched, a card cannot be edited.
+    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
+    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("a card to claim");
+    assert_eq!(claimed.job.as_ref().unwrap().id, id);
+    let late = b.alice.tool("edit_job", json!({ "id": id, "title": "too late" })).await;
+    assert!(refused(&late) && text(&late).contains("only cards still in To do can be edited"), "{}", text(&late));
+    let _ = &b.db;
+}
+
+#[tokio::test]
+async fn two_replicas_fire_each_due_schedule_exactly_once() {
+    let db = TestDb::new().await;
+    let fast = [("RELAY_SCHEDULER_TICK_MS", "20")];
+    let (a, _b) =
+        tokio::join!(Server::start_with_env(&db, free_port(), &fast), Server::start_with_env(&db, free_port(), &fast));
+    let laptop = a.machine("acme", "laptop");
+    let repo = tempfile::tempdir().unwrap();
+    let mut w = worker_client(channel(&a.url).await, &laptop);
+    w.register_repo(RegisterRepoRequest { path: repo.path().display().to_string() }).await.unwrap();
+    let mut alice =
+        Bridge::start(BridgeSpec { server: &a.url, token: &laptop, handle: Some("alice"), channels: false });
+    alice.initialize("2025-06-18").await;
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let posted = alice
+            .tool_ok("post_job", json!({ "title": format!("report {i}"), "repo": repo.path().display().to_string(), "schedule": "@hourly" }))
+            .await;
+        ids.push(posted["structuredContent"]["id"].as_str().unwrap().to_owned());
+    }
+    // All twenty come due at once, and several slots were missed: each must fire once.
+    let db_client = sql(&db).await;
+    db_client
+        .execute("update jobs set next_run_at = now() - interval '3 hours' where kind = 'schedule'", &[])
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), "every schedule to fire", || async {
+        let pending: i64 = db_client
+            .query_one("select count(*) from jobs where kind = 'schedule' and next_run_at <= now()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        (pending == 0).then_some(())
+    })
+    .await;
+    let runs = db_client
+        .query("select s.id, s.run_count, count(r.id) from jobs s left join jobs r on r.schedule_id = s.id where s.kind = 'schedule' group by s.id, s.run_count", &[])
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), 20);
+    for row in runs {
+        let (id, count, cards): (String, i32, i64) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!((count, cards), (1, 1), "schedule {id} fired {cards} times");
+    }
+
+    // Due again while its run is still waiting: held off, and the card says why.
+    db_client
+        .execute("update jobs set next_run_at = now() - interval '1 minute' where id = $1", &[&ids[0]])
+        .await
+        .unwrap();
+    let reason = eventually(Duration::from_secs(30), "the hold-off", || async {
+        let row = db_client
+            .query_one("select last_skip_reason, next_run_at > now() from jobs where id = $1", &[&ids[0]])
+            .await
+            .unwrap();
+        row.get::<_, bool>(1).then(|| row.get::<_, Option<String>>(0)).flatten()
+    })
+    .await;
+    assert!(reason.contains("still in progress"), "{reason}");
+    let read = alice.tool_ok("read_job", json!({ "id": ids[0] })).await;
+    assert!(text(&read).contains("last held off: its last run is still in progress"), "{}", text(&read));
+    let count: i64 =
+        db_client.query_one("select count(*) from jobs where schedule_id = $1", &[&ids[0]]).await.unwrap().get(0);
+    assert_eq!(count, 1);
+}
+
+#[tokio::test]
+async fn leases_expire_and_a_card_is_never_claimed_twice() {
+    let b = board(&[("RELAY_SCHEDULER_TICK_MS", "50"), ("RELAY_LEASE_S", "1")]).await;
+    let mut alice = b.alice;
+    let posted = alice.tool_ok("post_job", json!({ "title": "one card", "repo": "app" })).await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+
+    // Two workers ask at once; one gets it.
+    let ch = channel(&b.server.url).await;
+    let (mut w1, mut w2) = (worker_client(ch.clone(), &b.ci), worker_client(ch, &b.ci));
+    let (r1, r2) = tokio::join!(w1.claim(ClaimRequest {}), w2.claim(ClaimRequest {}));
+    let claims: Vec<_> =
+        [r1.unwrap().into_inner(), r2.unwrap().into_inner()].into_iter().filter_map(|r| r.claimed).collect();
+    assert_eq!(claims.len(), 1, "exactly one worker holds the card");
+
+    // That worker goes silent: the card comes back with the reason and the attempt counted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let back = loop {
+        let read = alice.tool_ok("read_job", json!({ "id": id })).await;
+        if read["structuredContent"]["state"] == "todo" {
+            break read;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the lease never expired: {read}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let s = &back["structuredContent"];
+    assert_eq!(s["attempts"], 1);
+    assert!(s["last_error"].as_str().unwrap().contains("the worker on ci stopped renewing its lease"), "{s}");
+    // The stale token finishes nothing.
+    let stale = w1
+        .renew(RenewRequest { job_token: claims[0].job_token.clone(), ..Default::default() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!stale.in_progress);
+}
+
+/// A stand-in agent CLI: commits in its worktree, then reports through its own bridge.
+const STAND_IN: &str = r#"#!/bin/sh
+branch=$(git rev-parse --abbrev-ref HEAD)
+echo "done" > result.txt
+git add result.txt && git -c user.email=a@example.com -c user.name=agent commit -qm "the work"
+printf '%s\n' \
+ '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stand-in","version":"1"}}}' \
+ "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"finish_job\",\"arguments\":{\"summary\":\"committed result.txt on $branch\"}}}" \
+ | "$BRIDGE" mcp --harness claude
+"#;
+
+#[tokio::test]
+async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
+    let mut b = board(&[]).await;
+    let scripts = tempfile::tempdir().unwrap();
+    let agent = scripts.path().join("stand-in.sh");
+    std::fs::write(&agent, STAND_IN).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let worktrees = scripts.path().join("worktrees");
+
+    let posted = b
+        .alice
+        .tool_ok(
+            "post_job",
+            json!({ "title": "Write result.txt", "detail": "Say done.", "repo": "app", "requires_pr": false }),
+        )
+        .await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+
+    let worker = tokio::process::Command::new(bin("agent-bridge"))
+        .arg("worker")
+        .arg("--repo")
+        .arg(b.repo.path().join("app"))
+        .arg("--worktrees")
+        .arg(&worktrees)
+        .arg("--agent")
+        .arg(format!("claude={} {{prompt}}", agent.display()))
+        .args(["--poll-ms", "100", "--once"])
+        .env("BRIDGE", bin("agent-bridge"))
+        .env("RELAY_SERVER", &b.server.url)
+        .env("RELAY_TOKEN", &b.ci)
+        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), worker).await.expect("the worker runs one card").unwrap();
+    assert!(out.status.success(), "worker: {}", String::from_utf8_lossy(&out.stderr));
+
+    let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
+    let s = &read["structuredContent"];
+    assert_eq!(s["state"], "review", "{s}");
+    assert_eq!(s["summary"], format!("committed result.txt on relay/{id}"));
+    assert_eq!(s["agent_state"], "exited with code 0");
+    let worktree = worktrees.join(&id);
+    assert_eq!(std::fs::read_to_string(worktree.join("result.txt")).unwrap(), "done\n");
+
+    let closed = b.alice.tool_ok("close_job", json!({ "id": id, "accept": true })).await;
+    assert_eq!(closed["structuredContent"]["state"], "done");
+    let archived = b.alice.tool_ok("list_jobs", json!({})).await;
+    assert!(text(&archived).contains("1 finished card(s) are archived"), "{}", text(&archived));
+
+    // The worker's next round removes the finished card's worktree; the branch keeps the work.
+    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
+    let round = w.claim(ClaimRequest {}).await.unwrap().into_inner();
+    assert_eq!(round.cleanup.len(), 1);
+    let again = tokio::process::Command::new(bin("agent-bridge"))
+        .arg("worker")
+        .arg("--worktrees")
+        .arg(&worktrees)
+        .args(["--poll-ms", "100"])
+        .env("RELAY_SERVER", &b.server.url)
+        .env("RELAY_TOKEN", &b.ci)
+        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(20), "the worktree to be removed", || async { (!worktree.exists()).then_some(()) })
+        .await;
+    drop(again);
+    let log = std::process::Command::new("git")
+        .args(["log", "--oneline", &format!("relay/{id}")])
+        .current_dir(b.repo.path().join("app"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&log.stdout).contains("the work"));
+
+    // Sent back instead: the note goes to the next worker.
+    let second = b.alice.tool_ok("post_job", json!({ "title": "Redo", "repo": "app", "requires_pr": false })).await;
+    let id2 = second["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
+    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap();
+    let pr_needed = b.alice.tool("close_job", json!({ "id": id2, "accept": false })).await;
+    assert!(refused(&pr_needed), "not in review yet");
+    let token = claimed.job_token;
+    // Finish through a bridge holding the job token, as the card's agent would.
+    let mut agent_bridge = Bridge::start_with_env(
+        BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false },
+        &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&token))],
+    );
+    agent_bridge.initialize("2025-06-18").await;
+    let no_summary = agent_bridge.tool("finish_job", json!({})).await;
+    assert!(refused(&no_summary) && text(&no_summary).contains("pass a summary"), "{}", text(&no_summary));
+    agent_bridge.tool_ok("finish_job", json!({ "summary": "half done" })).await;
+    let no_note = b.alice.tool("close_job", json!({ "id": id2, "accept": false })).await;
+    assert!(refused(&no_note) && text(&no_note).contains("needs a note"), "{}", text(&no_note));
+    let back =
+        b.alice.tool_ok("close_job", json!({ "id": id2, "accept": false, "note": "also update the docs" })).await;
+    assert_eq!(back["structuredContent"]["state"], "todo");
+    let read = b.alice.tool_ok("read_job", json!({ "id": id2 })).await;
+    assert!(
+        text(&read).ends_with("Review note from acme/laptop/alice for the next attempt:\nalso update the docs"),
+        "{}",
+        text(&read)
+    );
+    let _ = (&b.laptop, &b.db);
+}
