@@ -80,6 +80,24 @@ fn recipients_text(recipients: &[RecipientState]) -> String {
         .join(", ")
 }
 
+/// Tells the sender what the server took out of its body.
+fn redaction_text(redactions: &[Redaction]) -> String {
+    if redactions.is_empty() {
+        return String::new();
+    }
+    let total: u32 = redactions.iter().map(|r| r.count).sum();
+    let kinds: Vec<String> = redactions.iter().map(|r| format!("{} {}", r.count, r.kind)).collect();
+    format!(
+        "\nredacted {total} credential span{} before delivery ({}): never put credentials in a message, send a reference instead",
+        if total == 1 { "" } else { "s" },
+        kinds.join(", ")
+    )
+}
+
+fn redactions_json(redactions: &[Redaction]) -> Value {
+    Value::Array(redactions.iter().map(|r| json!({ "kind": r.kind, "count": r.count })).collect())
+}
+
 fn message_json(m: &Message) -> Value {
     let kind = match m.kind() {
         MessageKind::Ask => "ask",
@@ -218,17 +236,20 @@ async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     };
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.reply(r).await }).await?;
     let text = format!(
-        "replied {} (id {}) to {}, answering {} in thread {}",
+        "replied {} (id {}) to {}, answering {} in thread {}{}",
         frame::short(&sent.id),
         sent.id,
         recipients_text(&sent.recipients),
         frame::short(&sent.reply_to),
-        sent.thread
+        sent.thread,
+        redaction_text(&sent.redactions)
     );
-    Ok(Outcome::with(
-        text,
-        json!({ "id": sent.id, "thread": sent.thread, "reply_to": sent.reply_to, "recipients": recipients_json(&sent.recipients) }),
-    ))
+    let mut structured =
+        json!({ "id": sent.id, "thread": sent.thread, "reply_to": sent.reply_to, "recipients": recipients_json(&sent.recipients) });
+    if !sent.redactions.is_empty() {
+        structured["redacted"] = redactions_json(&sent.redactions);
+    }
+    Ok(Outcome::with(text, structured))
 }
 
 async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {

@@ -8,6 +8,7 @@ pub mod ids;
 pub mod limits;
 pub mod names;
 pub mod presence;
+pub mod redact;
 pub mod schedule;
 pub mod scope;
 

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use crate::domain::delivery::{Kind, State};
+use crate::domain::redact::{Redacted, redact};
 use crate::domain::schedule::Schedule;
 use crate::domain::scope::{self, Selector};
 use crate::domain::{Error, Result, limits};
@@ -68,7 +69,14 @@ impl RelayService {
 }
 
 fn sent_response(sent: Sent) -> SendResponse {
+    sent_response_redacted(sent, &Redacted::default())
+}
+
+/// A send's answer, telling the sender what was redacted from its body.
+fn sent_response_redacted(sent: Sent, redacted: &Redacted) -> SendResponse {
+    let redactions = redacted.counts.iter().map(|(kind, count)| Redaction { kind: (*kind).to_owned(), count: *count }).collect();
     SendResponse {
+        redactions,
         id: sent.id,
         thread: sent.thread,
         recipients: sent.recipients,
@@ -201,16 +209,17 @@ impl Relay for RelayService {
         limits::thread(&req.thread)?;
         limits::client_id(&req.client_id)?;
         let kind = Kind::for_send(req.kind())?;
+        let redacted = redact(&req.body);
         let out = Outgoing {
             to: &req.to,
-            body: &req.body,
+            body: &redacted.text,
             thread: optional(&req.thread),
             kind,
             client_id: optional(&req.client_id),
         };
         let sent = self.store.send(&caller, out).await?;
-        tracing::debug!(from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(), duplicate = sent.duplicate, "sent");
-        Ok(Response::new(sent_response(sent)))
+        tracing::debug!(from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(), duplicate = sent.duplicate, redacted = redacted.total(), "sent");
+        Ok(Response::new(sent_response_redacted(sent, &redacted)))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
@@ -218,8 +227,9 @@ impl Relay for RelayService {
         let req = request.get_ref();
         limits::body(&req.body)?;
         limits::client_id(&req.client_id)?;
-        let sent = self.store.reply(&caller, &req.id, &req.body, optional(&req.client_id)).await?;
-        Ok(Response::new(sent_response(sent)))
+        let redacted = redact(&req.body);
+        let sent = self.store.reply(&caller, &req.id, &redacted.text, optional(&req.client_id)).await?;
+        Ok(Response::new(sent_response_redacted(sent, &redacted)))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
@@ -387,7 +397,7 @@ impl Relay for RelayService {
     async fn spawn_result(&self, request: Request<SpawnResultRequest>) -> Result<Response<SendResponse>, Status> {
         let grant = bearer(&request)?.to_owned();
         let req = request.get_ref();
-        let sent = self.store.spawn_result(&grant, req.exit_code, &req.output).await?;
+        let sent = self.store.spawn_result(&grant, req.exit_code, &redact(&req.output).text).await?;
         Ok(Response::new(sent_response(sent)))
     }
 
@@ -395,9 +405,10 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let schedule = schedule(&r.schedule, &r.time_zone)?;
+        let (title, detail) = (redact(&r.title).text, redact(&r.detail).text);
         let new = NewJob {
-            title: &r.title,
-            detail: &r.detail,
+            title: &title,
+            detail: &detail,
             repo: &r.repo,
             schedule,
             agent: optional(&r.agent),
@@ -428,9 +439,10 @@ impl Relay for RelayService {
             None => None,
             Some(expr) => Some(schedule(expr, &r.time_zone)?),
         };
+        let (title, detail) = (r.title.as_deref().map(|t| redact(t).text), r.detail.as_deref().map(|d| redact(d).text));
         let edit = JobEdit {
-            title: r.title.as_deref(),
-            detail: r.detail.as_deref(),
+            title: title.as_deref(),
+            detail: detail.as_deref(),
             repo: r.repo.as_deref(),
             schedule,
             requires_pr: r.requires_pr,
@@ -442,7 +454,8 @@ impl Relay for RelayService {
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
-        let job = self.store.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await?;
+        let summary = redact(&r.summary).text;
+        let job = self.store.finish_job(&caller, &r.job_token, &r.pr_url, &summary).await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
         Ok(Response::new(job))
     }
