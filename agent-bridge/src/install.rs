@@ -27,7 +27,13 @@ pub fn run(client: Client) -> anyhow::Result<()> {
         // Project-scoped: the agent of this repository gets the relay.
         Client::Claude => {
             let path = cwd.join(".mcp.json");
-            (path.clone(), install_json(&path, &command, &["mcp", "--harness", "claude", "--channels"])?)
+            let mcp = install_json(&path, &command, &["mcp", "--harness", "claude", "--channels"])?;
+            let settings = cwd.join(".claude").join("settings.json");
+            let hook = install_stop_hook(&settings, &format!("{command} hook stop"))?;
+            if hook {
+                eprintln!("added the relay Stop hook to {}", settings.display());
+            }
+            (path.clone(), mcp)
         }
         Client::Cursor => {
             let path = cwd.join(".cursor").join("mcp.json");
@@ -108,6 +114,32 @@ fn install_json(path: &Path, command: &str, args: &[&str]) -> anyhow::Result<boo
     Ok(true)
 }
 
+/// Adds a Stop hook running `command` to Claude Code settings, unless it is there. Returns whether
+/// the file changed.
+fn install_stop_hook(path: &Path, command: &str) -> anyhow::Result<bool> {
+    let mut doc = match read_existing(path)? {
+        Some(text) if !text.trim().is_empty() => serde_json::from_str::<Value>(&text)
+            .with_context(|| format!("cannot parse {} as JSON; fix it and run install again", path.display()))?,
+        _ => json!({}),
+    };
+    let Some(root) = doc.as_object_mut() else { bail!("{} is not a JSON object", path.display()) };
+    let hooks = root.entry("hooks").or_insert_with(|| json!({}));
+    let Some(hooks) = hooks.as_object_mut() else { bail!("hooks in {} is not an object", path.display()) };
+    let stop = hooks.entry("Stop").or_insert_with(|| json!([]));
+    let Some(stop) = stop.as_array_mut() else { bail!("hooks.Stop in {} is not a list", path.display()) };
+    let present = stop.iter().any(|group| {
+        group["hooks"].as_array().is_some_and(|hs| hs.iter().any(|h| h["command"].as_str() == Some(command)))
+    });
+    if present {
+        return Ok(false);
+    }
+    stop.push(json!({ "hooks": [{ "type": "command", "command": command }] }));
+    let mut text = serde_json::to_string_pretty(&doc)?;
+    text.push('\n');
+    write_atomically(path, &text)?;
+    Ok(true)
+}
+
 /// Sets `[mcp_servers.relay]` in Codex's TOML config, keeping its comments and layout.
 fn install_codex(path: &Path, command: &str) -> anyhow::Result<bool> {
     let text = read_existing(path)?.unwrap_or_default();
@@ -164,6 +196,21 @@ mod tests {
         std::fs::write(&path, "{ not json").unwrap();
         assert!(install_json(&path, "agent-bridge", &["mcp"]).is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
+    }
+
+    #[test]
+    fn the_stop_hook_is_added_once_beside_other_hooks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        std::fs::write(&path, r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"other"}]}]},"model":"x"}"#)
+            .unwrap();
+        assert!(install_stop_hook(&path, "agent-bridge hook stop").unwrap());
+        assert!(!install_stop_hook(&path, "agent-bridge hook stop").unwrap());
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(doc["model"], "x");
+        let stop = doc["hooks"]["Stop"].as_array().unwrap();
+        assert_eq!(stop.len(), 2);
+        assert_eq!(stop[1]["hooks"][0]["command"], "agent-bridge hook stop");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! * [`tools`]: the relay tools: schemas, arguments, wording, untrusted framing.
 //! * [`relay`]: the gRPC client: channel, endpoint session, push stream.
 
+mod hook;
 mod human;
 mod install;
 mod mcp;
@@ -96,6 +97,11 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Hooks an agent client calls: `hook stop` (Claude Code's Stop hook).
+    Hook {
+        #[arg(value_parser = ["stop"])]
+        event: String,
+    },
     /// Runs a spawned worker and reports its end (started by spawn).
     #[command(hide = true)]
     Supervise {
@@ -173,6 +179,7 @@ async fn main() -> ExitCode {
         Command::Install { client } => install::run(client),
         Command::Spawn { harness, scope, command } => spawn::spawn(harness.name().to_owned(), scope, command).await,
         Command::Human(command) => human::run(command).await,
+        Command::Hook { .. } => hook::stop().await,
         Command::Worker { repos, worktrees, agents, poll_ms, once } => {
             let poll = std::time::Duration::from_millis(poll_ms.max(50));
             worker::run(worker::Options { repos, worktrees, agents, poll, once }).await

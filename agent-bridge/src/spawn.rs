@@ -79,7 +79,7 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 /// The session of the nearest ancestor process that runs a bridge-connected agent.
-fn find_session() -> anyhow::Result<SessionFile> {
+pub fn find_session() -> anyhow::Result<SessionFile> {
     if let Some(path) = std::env::var_os("RELAY_SESSION_FILE").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;

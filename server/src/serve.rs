@@ -97,7 +97,7 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let human = HumanServer::new(HumanService::new(store.clone()));
+    let human = HumanServer::new(HumanService::new(store.clone(), hub.clone()));
     let worker = WorkerServer::new(WorkerService::new(store.clone()));
     let scheduler = crate::scheduler::start(store.clone(), shutdown.clone());
     let relay = RelayServer::new(RelayService::new(store, hub, shutdown.clone()));

@@ -27,6 +27,7 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "relay_set_now" => set_now(tools, Args::new(arguments, &["now"])?).await,
         "relay_set_title" => set_title(tools, Args::new(arguments, &["title"])?).await,
         "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
+        "relay_peek" | "relay_set_peek" => super::peek::call(tools, name, arguments).await,
         "post_job" | "list_jobs" | "read_job" | "edit_job" | "finish_job" | "close_job" | "add_repo" => {
             super::board::call(tools, name, arguments).await
         }
@@ -111,6 +112,12 @@ fn message_json(m: &Message) -> Value {
     }
     if !m.relation.is_empty() {
         value["relation"] = json!(m.relation);
+    }
+    if m.require_reply {
+        value["require_reply"] = json!(true);
+    }
+    if m.private {
+        value["private"] = json!(true);
     }
     value
 }
@@ -203,13 +210,16 @@ async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let to = args.addresses("to", MAX_RECIPIENTS)?;
     let body = args.str("body")?.to_owned();
     let thread = args.opt_str("thread")?.unwrap_or_default().trim().to_owned();
-    if args.opt_bool("private")? == Some(true) {
-        return Err(ToolError::Refused(
-            "this relay server does not handle private data yet, so nothing was sent; send without private, leaving the private data out"
-                .into(),
-        ));
-    }
-    let request = SendRequest { to, body, thread, kind: MessageKind::Message as i32, client_id: client_id() };
+    let private = args.opt_bool("private")?.unwrap_or(false);
+    let request = SendRequest {
+        to,
+        body,
+        thread,
+        kind: MessageKind::Message as i32,
+        client_id: client_id(),
+        private,
+        require_reply: false,
+    };
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
     let mut text = format!(
         "sent {} (id {}, thread {}) to {}",
@@ -244,8 +254,7 @@ async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         sent.thread,
         redaction_text(&sent.redactions)
     );
-    let mut structured =
-        json!({ "id": sent.id, "thread": sent.thread, "reply_to": sent.reply_to, "recipients": recipients_json(&sent.recipients) });
+    let mut structured = json!({ "id": sent.id, "thread": sent.thread, "reply_to": sent.reply_to, "recipients": recipients_json(&sent.recipients) });
     if !sent.redactions.is_empty() {
         structured["redacted"] = redactions_json(&sent.redactions);
     }
@@ -280,12 +289,10 @@ async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let to = args.str("to")?.trim().to_owned();
     let body = args.str("body")?.to_owned();
     let wait_s = args.seconds("wait_s", ASK_WAIT_DEFAULT_S, MAX_WAIT_S)?;
-    if args.opt_bool("require_reply")? == Some(true) {
-        return Err(ToolError::Refused(
-            "this relay server cannot require replies yet, so nothing was sent; ask without require_reply".into(),
-        ));
-    }
+    let require_reply = args.opt_bool("require_reply")?.unwrap_or(false);
     let request = SendRequest {
+        require_reply,
+        private: false,
         to: vec![to],
         body,
         thread: String::new(),

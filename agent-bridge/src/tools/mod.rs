@@ -4,6 +4,7 @@ mod args;
 mod board;
 pub mod frame;
 mod messaging;
+mod peek;
 mod scope;
 
 use std::collections::BTreeSet;
@@ -251,6 +252,21 @@ fn build_definitions() -> Vec<Value> {
             "name": "relay_peers",
             "description": "Everyone you may message right now, each with what admits it.",
             "inputSchema": object(json!({ "all": { "type": "boolean", "description": "include offline agents" } }), &[]),
+        }),
+        json!({
+            "name": "relay_peek",
+            "description": format!("See a redacted view of another agent's last turns (prompts, replies, tool names), if it allows peeking and you may message it; who: true lists who peeked at you instead. {untrusted}"),
+            "inputSchema": object(json!({
+                "endpoint": { "type": "string" },
+                "turns": { "type": "number", "minimum": 1, "maximum": 10, "description": "how many turns (default 3)" },
+                "full": { "type": "boolean", "description": "up to 10 turns" },
+                "who": { "type": "boolean", "description": "list who peeked at you" },
+            }), &[]),
+        }),
+        json!({
+            "name": "relay_set_peek",
+            "description": "Allow (on) or stop (off) agents that may message you seeing a redacted view of your last turns. Off by default; turning it off deletes what was kept.",
+            "inputSchema": object(json!({ "on": { "type": "boolean" } }), &["on"]),
         }),
         json!({
             "name": "post_job",

@@ -14,9 +14,16 @@ pub struct Address {
     pub handle: String,
 }
 
+/// The account's human inbox lives at machine `me`, handle `me`, and reads as `account/me`.
+pub const HUMAN: &str = "me";
+
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}/{}", self.account, self.machine, self.handle)
+        if self.is_human() {
+            write!(f, "{}/{HUMAN}", self.account)
+        } else {
+            write!(f, "{}/{}/{}", self.account, self.machine, self.handle)
+        }
     }
 }
 
@@ -28,11 +35,23 @@ pub struct Origin<'a> {
 }
 
 impl Address {
-    /// Parses an address as written by the agent at `origin`.
+    /// The account's human inbox.
+    pub fn human(account: &str) -> Self {
+        Self { account: account.to_owned(), machine: HUMAN.to_owned(), handle: HUMAN.to_owned() }
+    }
+
+    pub fn is_human(&self) -> bool {
+        self.machine == HUMAN && self.handle == HUMAN
+    }
+
+    /// Parses an address as written by the agent at `origin`. `me` is the origin account's human and
+    /// `account/me` another account's.
     pub fn parse(raw: &str, origin: Origin<'_>) -> Result<Self> {
         let text = raw.trim();
         let parts: Vec<&str> = text.split('/').collect();
         let (account, machine, handle) = match parts.as_slice() {
+            [HUMAN] => (origin.account, HUMAN, HUMAN),
+            [account, HUMAN] => (*account, HUMAN, HUMAN),
             [handle] => (origin.account, origin.machine, *handle),
             [machine, handle] => (origin.account, *machine, *handle),
             [account, machine, handle] => (*account, *machine, *handle),
@@ -75,6 +94,14 @@ mod tests {
             assert!(matches!(err, Error::Invalid(_)), "{raw}: {err:?}");
             assert!(err.to_string().contains("invalid address"), "{err}");
         }
+    }
+
+    #[test]
+    fn me_is_the_human_inbox() {
+        assert_eq!(parse("me").unwrap(), "acme/me");
+        assert_eq!(parse("globex/me").unwrap(), "globex/me");
+        assert!(Address::parse("me", HERE).unwrap().is_human());
+        assert!(!Address::parse("laptop/bob", HERE).unwrap().is_human());
     }
 
     #[test]

@@ -41,6 +41,15 @@ pub fn validate(kind: NameKind, name: &str) -> Result<()> {
     }
 }
 
+/// Names agents and machines may not take: `me` is the account's human inbox.
+pub fn check_claimable(kind: NameKind, name: &str) -> Result<()> {
+    validate(kind, name)?;
+    if name == super::address::HUMAN {
+        return Err(Error::invalid(format!("{} name \"me\" is reserved for the account's human inbox", kind.as_str())));
+    }
+    Ok(())
+}
+
 /// Turns an arbitrary host name into a valid machine name (`My_Laptop.local` → `my-laptop-local`).
 pub fn sanitize(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
@@ -54,7 +63,12 @@ pub fn sanitize(raw: &str) -> String {
     }
     out.truncate(MAX_NAME_LEN);
     let trimmed = out.trim_end_matches('-');
-    if trimmed.is_empty() { "machine".to_owned() } else { trimmed.to_owned() }
+    match trimmed {
+        "" => "machine".to_owned(),
+        // `me` is the human inbox's reserved machine.
+        "me" => "me-machine".to_owned(),
+        name => name.to_owned(),
+    }
 }
 
 #[cfg(test)]

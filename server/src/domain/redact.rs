@@ -29,7 +29,11 @@ static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
         ),
         rule("relay-token", r"\brl[mshgj]_[0-9a-f]{64}\b", 0),
         rule("aws-access-key", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b", 0),
-        rule("aws-secret-key", r#"(?i)aws.{0,20}?(?:secret|private).{0,20}?['"]?\s*[:=]\s*['"]?([A-Za-z0-9/+=]{40})\b"#, 1),
+        rule(
+            "aws-secret-key",
+            r#"(?i)aws.{0,20}?(?:secret|private).{0,20}?['"]?\s*[:=]\s*['"]?([A-Za-z0-9/+=]{40})\b"#,
+            1,
+        ),
         rule("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b", 0),
         rule("gitlab-token", r"\bglpat-[A-Za-z0-9_-]{20,}\b", 0),
         rule("slack-token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b", 0),
@@ -51,7 +55,9 @@ fn placeholder(value: &str) -> bool {
     v.starts_with(['$', '<', '{', '%', '*'])
         || v.starts_with("[REDACTED")
         || v.chars().all(|c| c == 'x' || c == 'X' || c == '*' || c == '.')
-        || ["changeme", "password", "example", "redacted", "process.env", "os.environ"].iter().any(|p| v.to_ascii_lowercase().starts_with(p))
+        || ["changeme", "password", "example", "redacted", "process.env", "os.environ"]
+            .iter()
+            .any(|p| v.to_ascii_lowercase().starts_with(p))
 }
 
 /// What redaction did to one body.
@@ -105,18 +111,22 @@ mod tests {
             "key:\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ\nAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----\nthanks",
             "key:\n[REDACTED:private-key]\nthanks",
         ),
+        ("private-key", "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7bq\n(truncated)", "[REDACTED:private-key]"),
         (
-            "private-key",
-            "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7bq\n(truncated)",
-            "[REDACTED:private-key]",
+            "aws-access-key",
+            "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+            "export AWS_ACCESS_KEY_ID=[REDACTED:aws-access-key]",
         ),
-        ("aws-access-key", "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE", "export AWS_ACCESS_KEY_ID=[REDACTED:aws-access-key]"),
         (
             "aws-secret-key",
             "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
             "aws_secret_access_key = [REDACTED:aws-secret-key]",
         ),
-        ("github-token", "use ghp_1234567890abcdefghijklmnopqrstuvwxyzAB to push", "use [REDACTED:github-token] to push"),
+        (
+            "github-token",
+            "use ghp_1234567890abcdefghijklmnopqrstuvwxyzAB to push",
+            "use [REDACTED:github-token] to push",
+        ),
         (
             "github-token",
             "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123456789",
@@ -193,7 +203,9 @@ mod tests {
 
     #[test]
     fn several_spans_are_counted() {
-        let out = redact("a ghp_1234567890abcdefghijklmnopqrstuvwxyzAB b ghp_abcdefghijklmnopqrstuvwxyz1234567890AB c AKIAIOSFODNN7EXAMPLE");
+        let out = redact(
+            "a ghp_1234567890abcdefghijklmnopqrstuvwxyzAB b ghp_abcdefghijklmnopqrstuvwxyz1234567890AB c AKIAIOSFODNN7EXAMPLE",
+        );
         assert_eq!(out.counts.get("github-token"), Some(&2));
         assert_eq!(out.counts.get("aws-access-key"), Some(&1));
         assert!(!out.text.contains("ghp_1") && !out.text.contains("AKIA"));

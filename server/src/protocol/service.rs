@@ -74,9 +74,11 @@ fn sent_response(sent: Sent) -> SendResponse {
 
 /// A send's answer, telling the sender what was redacted from its body.
 fn sent_response_redacted(sent: Sent, redacted: &Redacted) -> SendResponse {
-    let redactions = redacted.counts.iter().map(|(kind, count)| Redaction { kind: (*kind).to_owned(), count: *count }).collect();
+    let redactions =
+        redacted.counts.iter().map(|(kind, count)| Redaction { kind: (*kind).to_owned(), count: *count }).collect();
     SendResponse {
         redactions,
+        hold: sent.hold.unwrap_or_default(),
         id: sent.id,
         thread: sent.thread,
         recipients: sent.recipients,
@@ -125,6 +127,20 @@ fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
         return Ok(None);
     }
     Schedule::parse(expr, if zone.trim().is_empty() { "UTC" } else { zone.trim() }).map(Some)
+}
+
+/// Longest text kept of one peeked turn.
+const PEEK_TEXT_BYTES: usize = 4096;
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 fn optional(value: &str) -> Option<&str> {
@@ -216,7 +232,12 @@ impl Relay for RelayService {
             thread: optional(&req.thread),
             kind,
             client_id: optional(&req.client_id),
+            private: req.private,
+            require_reply: req.require_reply,
         };
+        if req.require_reply && kind != Kind::Ask {
+            return Err(Error::invalid("require_reply goes with a request (ask)").into());
+        }
         let sent = self.store.send(&caller, out).await?;
         tracing::debug!(from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(), duplicate = sent.duplicate, redacted = redacted.total(), "sent");
         Ok(Response::new(sent_response_redacted(sent, &redacted)))
@@ -469,6 +490,52 @@ impl Relay for RelayService {
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
         let caller = self.caller(&request).await?;
         Ok(Response::new(self.store.add_repo(&caller, &request.get_ref().path).await?))
+    }
+
+    async fn set_peek(&self, request: Request<SetPeekRequest>) -> Result<Response<SetPeekResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        let on = request.get_ref().on;
+        self.store.set_peek(&caller, on).await?;
+        Ok(Response::new(SetPeekResponse { on }))
+    }
+
+    async fn put_peek_turns(
+        &self,
+        request: Request<PutPeekTurnsRequest>,
+    ) -> Result<Response<PutPeekTurnsResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        // Turns are another agent's data to be: redacted like message bodies before they are kept.
+        let turns: Vec<PeekTurn> = request
+            .into_inner()
+            .turns
+            .into_iter()
+            .map(|t| PeekTurn { text: redact(&truncate(&t.text, PEEK_TEXT_BYTES)).text, ..t })
+            .collect();
+        let kept = self.store.put_peek_turns(&caller, &turns).await?;
+        Ok(Response::new(PutPeekTurnsResponse { kept }))
+    }
+
+    async fn peek(&self, request: Request<PeekRequest>) -> Result<Response<PeekView>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        if r.endpoint.trim().is_empty() {
+            return Err(Error::invalid("peek takes endpoint: whose last turns to see").into());
+        }
+        let turns = if r.turns == 0 { 3 } else { r.turns as usize };
+        Ok(Response::new(self.store.peek(&caller, &r.endpoint, turns).await?))
+    }
+
+    async fn peekers(&self, request: Request<PeekersRequest>) -> Result<Response<PeekersResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        Ok(Response::new(PeekersResponse { peekers: self.store.peekers(&caller).await? }))
+    }
+
+    async fn pending_replies(
+        &self,
+        request: Request<PendingRepliesRequest>,
+    ) -> Result<Response<PendingRepliesResponse>, Status> {
+        let caller = self.caller(&request).await?;
+        Ok(Response::new(PendingRepliesResponse { requests: self.store.pending_replies(&caller).await? }))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {

@@ -7,7 +7,7 @@ use tokio_postgres::types::ToSql;
 
 use super::{Store, is_unique_violation};
 use crate::domain::ids::{self, TokenKind};
-use crate::domain::names::{NameKind, validate};
+use crate::domain::names::{NameKind, check_claimable, validate};
 use crate::domain::{Error, Result, presence};
 
 /// A machine, as authenticated by its machine token.
@@ -47,7 +47,7 @@ pub struct HelloOutcome {
 pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, ea.handle, e.harness, e.status, \
      e.note, e.now_text, e.title, \
      (e.ended_at is null and coalesce(e.online_until > now(), false)) as online, \
-     e.ended_at is not null as ended, e.last_seen_at";
+     e.ended_at is not null as ended, e.last_seen_at, e.peek_on";
 
 pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
     let last_seen: Option<DateTime<Utc>> = row.get("last_seen_at");
@@ -64,6 +64,7 @@ pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
         online: row.get("online"),
         ended: row.get("ended"),
         last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
+        peek: row.get("peek_on"),
     }
 }
 
@@ -72,7 +73,7 @@ fn split_machine_path(path: &str) -> Result<(&str, &str)> {
         .split_once('/')
         .ok_or_else(|| Error::invalid(format!("invalid machine {path:?}: write ACCOUNT/MACHINE")))?;
     validate(NameKind::Account, account)?;
-    validate(NameKind::Machine, machine)?;
+    check_claimable(NameKind::Machine, machine)?;
     Ok((account, machine))
 }
 
@@ -110,7 +111,7 @@ impl Store {
     /// Issues a fresh token for a machine, creating it when needed; the old token stops working.
     pub async fn reissue_machine_token(&self, account: &str, machine: &str) -> Result<String> {
         validate(NameKind::Account, account)?;
-        validate(NameKind::Machine, machine)?;
+        check_claimable(NameKind::Machine, machine)?;
         self.issue_machine_token(account, machine, true).await
     }
 
@@ -279,7 +280,7 @@ impl Store {
         spawn_grant: Option<&str>,
     ) -> Result<HelloOutcome> {
         if let Some(handle) = handle {
-            validate(NameKind::Handle, handle)?;
+            check_claimable(NameKind::Handle, handle)?;
         }
         let client = self.client().await?;
         let lease = presence::secs(presence::CLAIM_LEASE);

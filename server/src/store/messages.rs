@@ -24,6 +24,8 @@ pub struct Outgoing<'a> {
     pub thread: Option<&'a str>,
     pub kind: Kind,
     pub client_id: Option<&'a str>,
+    pub private: bool,
+    pub require_reply: bool,
 }
 
 pub struct Sent {
@@ -34,16 +36,20 @@ pub struct Sent {
     pub reply_to: Option<String>,
     /// Group members the sender may not message.
     pub skipped: Vec<RecipientState>,
+    /// The hold that keeps it from everyone until the account's human decides.
+    pub hold: Option<String>,
 }
 
 /// A recipient resolved to its endpoint.
-struct Target {
-    id: i64,
-    address: String,
+pub(super) struct Target {
+    pub id: i64,
+    pub address: String,
+    pub account_id: i64,
 }
 
 /// Columns read by [`message_from_row`], over [`MESSAGE_JOINS`].
 const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at, \
+     m.require_reply, m.private, \
      case when re.parent_id = m.sender_id then 'parent' when se.parent_id = d.recipient_id then 'child' else '' end as relation";
 
 /// Deliveries `d` with their message `m`, the sender's address `ea`, and both endpoints for the relation.
@@ -65,6 +71,8 @@ fn message_from_row(row: &Row) -> Result<Message> {
         reply_to: row.get::<_, Option<String>>("reply_to").unwrap_or_default(),
         sent_at_ms: sent_at.timestamp_millis(),
         relation: row.get("relation"),
+        require_reply: row.get("require_reply"),
+        private: row.get("private"),
     })
 }
 
@@ -118,7 +126,7 @@ impl Store {
             .await?
             .ok_or_else(|| Error::not_found(format!("no agent at {address}")))?
             .get(0);
-        let targets = [Target { id, address: address.clone() }];
+        let targets = [Target { id, address: address.clone(), account_id: sender.account_id }];
         let sent = Self::store_message(&tx, sender, &targets, &out, None)
             .await?
             .ok_or_else(|| Error::Unavailable("a concurrent send with this client id is in progress; retry".into()))?;
@@ -164,8 +172,16 @@ impl Store {
         if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
             return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
         }
-        let targets = vec![Target { id: sender_id, address: sender_address }];
-        let out = Outgoing { to: &[], body, thread: Some(&thread), kind: Kind::Reply, client_id };
+        let targets = vec![Target { id: sender_id, address: sender_address, account_id: row.get(3) }];
+        let out = Outgoing {
+            to: &[],
+            body,
+            thread: Some(&thread),
+            kind: Kind::Reply,
+            client_id,
+            private: false,
+            require_reply: false,
+        };
         let Some(sent) = Self::store_message(&tx, caller, &targets, &out, Some(&original)).await? else {
             drop(tx);
             return Self::previous_send(&client, caller, client_id.unwrap_or_default())
@@ -192,6 +208,7 @@ impl Store {
         };
         let id: String = row.get(0);
         let recipients = Self::recipient_states(client, &id).await?;
+        let hold = client.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.get(0));
         Ok(Some(Sent {
             id,
             thread: row.get(1),
@@ -199,6 +216,7 @@ impl Store {
             duplicate: true,
             reply_to: row.get(2),
             skipped: Vec::new(),
+            hold,
         }))
     }
 
@@ -223,6 +241,17 @@ impl Store {
                 wanted.push(address);
             }
         }
+        let contacts = Self::contact_accounts(tx, caller.account_id).await?;
+        // A human inbox in reach exists from the first message to it.
+        let humans: Vec<&str> = wanted.iter().filter(|a| a.is_human()).map(|a| a.account.as_str()).collect();
+        if !humans.is_empty() {
+            for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
+                let account: i64 = row.get(0);
+                if scope::reach(caller.account_id, &contacts, account) != Reach::None {
+                    Self::ensure_human(tx, account).await?;
+                }
+            }
+        }
         let accounts: Vec<&str> = wanted.iter().map(|a| a.account.as_str()).collect();
         let machines: Vec<&str> = wanted.iter().map(|a| a.machine.as_str()).collect();
         let handles: Vec<&str> = wanted.iter().map(|a| a.handle.as_str()).collect();
@@ -238,7 +267,6 @@ impl Store {
             )
             .await?;
         let rows = tx.query(&stmt, &[&accounts, &machines, &handles]).await?;
-        let contacts = Self::contact_accounts(tx, caller.account_id).await?;
 
         let mut targets = Vec::with_capacity(wanted.len());
         let (mut unknown, mut ended) = (Vec::new(), Vec::new());
@@ -257,7 +285,7 @@ impl Store {
                     if id == caller.endpoint_id {
                         return Err(Error::invalid("you cannot message yourself"));
                     }
-                    targets.push(Target { id, address: text });
+                    targets.push(Target { id, address: text, account_id: row.get("account_id") });
                 }
             }
         }
@@ -278,7 +306,7 @@ impl Store {
         for name in &groups {
             for (id, address) in Self::group_members_for_send(tx, caller, name).await? {
                 if !targets.iter().chain(&members).any(|t| t.id == id) {
-                    members.push(Target { id, address });
+                    members.push(Target { id, address, account_id: caller.account_id });
                 }
             }
         }
@@ -315,7 +343,7 @@ impl Store {
 
     /// Inserts the message and its deliveries. `None` when a concurrent send with the same client id
     /// already stored it.
-    async fn store_message(
+    pub(super) async fn store_message(
         tx: &deadpool_postgres::Transaction<'_>,
         caller: &Caller,
         targets: &[Target],
@@ -326,21 +354,58 @@ impl Store {
         let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
         let insert = tx
             .prepare_cached(
-                "insert into messages (id, sender_id, client_id, thread, kind, body, reply_to)
-                 values ($1, $2, $3, $4, $5, $6, $7)
+                "insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
+                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  on conflict (sender_id, client_id) do nothing",
             )
             .await?;
         let inserted = tx
             .execute(
                 &insert,
-                &[&id, &caller.endpoint_id, &out.client_id, &thread, &out.kind.to_db(), &out.body, &reply_to],
+                &[
+                    &id,
+                    &caller.endpoint_id,
+                    &out.client_id,
+                    &thread,
+                    &out.kind.to_db(),
+                    &out.body,
+                    &reply_to,
+                    &out.private,
+                    &out.require_reply,
+                ],
             )
             .await?;
         if inserted == 0 {
             return Ok(None);
         }
+        let hold = match Self::hold_class(tx, caller, targets, out.private).await? {
+            Some(class) => Some(Self::hold(tx, caller, &id, class, targets).await?),
+            None => {
+                Self::deliver(tx, &id, targets).await?;
+                None
+            }
+        };
+        let (state, reason) = match hold {
+            Some(_) => (DeliveryState::Unspecified, "held for the account's human"),
+            None => (State::Queued.to_proto(), ""),
+        };
+        let recipients = targets
+            .iter()
+            .map(|t| RecipientState { address: t.address.clone(), state: state as i32, reason: reason.to_owned() })
+            .collect();
+        Ok(Some(Sent {
+            id,
+            thread,
+            recipients,
+            duplicate: false,
+            reply_to: reply_to.map(str::to_owned),
+            skipped: Vec::new(),
+            hold,
+        }))
+    }
 
+    /// Gives each target a delivery of the message with the next seq of its inbox, and announces it.
+    pub(super) async fn deliver(tx: &impl GenericClient, message_id: &str, targets: &[Target]) -> Result<()> {
         // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
         // then take the next seq of each.
         let mut ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
@@ -360,7 +425,7 @@ impl Store {
                  select r, s, $3 from unnest($1::bigint[], $2::bigint[]) as t(r, s)",
             )
             .await?;
-        tx.execute(&deliver, &[&recipients, &seqs, &id]).await?;
+        tx.execute(&deliver, &[&recipients, &seqs, &message_id]).await?;
         // Sent with the transaction: listeners hear of it only once it is committed.
         let notify = tx
             .prepare_cached(&format!(
@@ -368,23 +433,7 @@ impl Store {
             ))
             .await?;
         tx.query(&notify, &[&recipients, &seqs]).await?;
-
-        let recipients = targets
-            .iter()
-            .map(|t| RecipientState {
-                address: t.address.clone(),
-                state: State::Queued.to_proto() as i32,
-                reason: String::new(),
-            })
-            .collect();
-        Ok(Some(Sent {
-            id,
-            thread,
-            recipients,
-            duplicate: false,
-            reply_to: reply_to.map(str::to_owned),
-            skipped: Vec::new(),
-        }))
+        Ok(())
     }
 
     async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<RecipientState>> {
@@ -549,7 +598,15 @@ impl Store {
         let id = Self::resolve_sent(&client, caller, reference).await?;
         let row = client.query_one("select thread, reply_to from messages where id = $1", &[&id]).await?;
         let recipients = Self::recipient_states(&client, &id).await?;
-        Ok(Sent { id, thread: row.get(0), recipients, duplicate: false, reply_to: row.get(1), skipped: Vec::new() })
+        Ok(Sent {
+            id,
+            thread: row.get(0),
+            recipients,
+            duplicate: false,
+            reply_to: row.get(1),
+            skipped: Vec::new(),
+            hold: None,
+        })
     }
 
     /// Replies the caller received to a message it sent; returned replies become read.

@@ -23,6 +23,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0002_scope_contacts_groups.sql"),
     },
     Migration { version: 3, name: "board", sql: include_str!("../../migrations/0003_board.sql") },
+    Migration { version: 4, name: "trust", sql: include_str!("../../migrations/0004_trust.sql") },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -8,6 +8,7 @@ pub mod messages;
 pub mod migrate;
 pub mod scope;
 pub mod spawn;
+pub mod trust;
 
 use std::str::FromStr;
 use std::time::Duration;

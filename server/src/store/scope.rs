@@ -189,6 +189,19 @@ async fn resolve_in_reach(c: &impl GenericClient, caller: &Caller, raw: &str) ->
     Ok((row.get(0), address))
 }
 
+/// An endpoint the caller may message right now, by the address it wrote.
+pub(super) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(i64, String)> {
+    let (id, address) = resolve_in_reach(c, caller, raw).await?;
+    let contacts = Store::contact_accounts(c, caller.account_id).await?;
+    let verdicts = decide_many(c, caller, &contacts, &[id]).await?;
+    if let Some(why) = verdicts.get(&id).and_then(Verdict::refusal) {
+        return Err(Error::PermissionDenied(format!(
+            "you may not message {address}, so you may not peek at it: {why}"
+        )));
+    }
+    Ok((id, address))
+}
+
 fn rules_view(s: &Scoped, parent: Option<String>) -> RulesView {
     RulesView {
         address: s.party.address.clone(),

@@ -121,7 +121,15 @@ impl Store {
         }
         let body = format!("worker {} finished with exit code {exit_code}. Its final output:\n{tail}", child.address());
         let to = [parent_address];
-        let out = Outgoing { to: &to, body: &body, thread: None, kind: Kind::Message, client_id: Some("spawn-result") };
+        let out = Outgoing {
+            to: &to,
+            body: &body,
+            thread: None,
+            kind: Kind::Message,
+            client_id: Some("spawn-result"),
+            private: false,
+            require_reply: false,
+        };
         let sent = self.send_unscoped(&child, out).await?;
         let client = self.client().await?;
         client.execute("update endpoints set spawn_grant_hash = null where id = $1", &[&child.endpoint_id]).await?;

@@ -1,0 +1,364 @@
+//! Trust: the human inbox, private data, holds for the human, required replies and peek.
+
+use deadpool_postgres::GenericClient;
+use relay_proto::v1::{HoldView, Message, PeekTurn, PeekView, PeekerView};
+
+use super::Store;
+use super::contacts::Human;
+use super::identity::Caller;
+use super::messages::{Outgoing, Target};
+use crate::domain::address::HUMAN;
+use crate::domain::delivery::Kind;
+use crate::domain::ids;
+use crate::domain::{Error, Result};
+
+/// Hold classes an account can turn on.
+pub const HOLD_CLASSES: [&str; 2] = ["private-outbound", "contact"];
+/// Most turns a peek keeps and returns.
+pub const MAX_PEEK_TURNS: usize = 10;
+
+impl Store {
+    /// The account's human endpoint (`account/me`), made on first use.
+    pub(super) async fn ensure_human(c: &impl GenericClient, account_id: i64) -> Result<i64> {
+        // The reserved machine can never authenticate: its token hash is of random bytes nobody has.
+        let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
+        c.execute(
+            "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
+            &[&account_id, &HUMAN, &unusable],
+        )
+        .await?;
+        let row = c
+            .query_one(
+                "insert into endpoints (machine_id, handle, harness)
+                 select id, $2, 'other' from machines where account_id = $1 and name = $2
+                 on conflict (machine_id, handle) do update set handle = excluded.handle
+                 returning id",
+                &[&account_id, &HUMAN],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// The human as a sender and recipient, with the same guarantees as any endpoint.
+    pub async fn human_caller(&self, human: &Human) -> Result<Caller> {
+        let client = self.client().await?;
+        let id = Self::ensure_human(&client, human.account_id).await?;
+        let machine_id: i64 = client.query_one("select machine_id from endpoints where id = $1", &[&id]).await?.get(0);
+        Ok(Caller {
+            endpoint_id: id,
+            account_id: human.account_id,
+            account: human.account.clone(),
+            machine_id,
+            machine: HUMAN.to_owned(),
+            handle: HUMAN.to_owned(),
+            session_hash: Vec::new(),
+        })
+    }
+
+    /// Refuses private data that may not reach a target, and says which hold class, if any, keeps
+    /// the message for the sender's human. The human's own messages are never held.
+    pub(super) async fn hold_class(
+        c: &impl GenericClient,
+        caller: &Caller,
+        targets: &[Target],
+        private: bool,
+    ) -> Result<Option<&'static str>> {
+        let outside: Vec<&Target> = targets.iter().filter(|t| t.account_id != caller.account_id).collect();
+        if private {
+            let mut refused = Vec::new();
+            for t in &outside {
+                let ok: bool = c
+                    .query_opt(
+                        "select private_ok from contacts
+                         where account_a = least($1::bigint, $2::bigint) and account_b = greatest($1::bigint, $2::bigint)",
+                        &[&caller.account_id, &t.account_id],
+                    )
+                    .await?
+                    .is_some_and(|r| r.get(0));
+                if !ok {
+                    refused.push(t.address.as_str());
+                }
+            }
+            if !refused.is_empty() {
+                return Err(Error::PermissionDenied(format!(
+                    "private data may not leave account {} for {}: that contact does not allow private data (the accounts' humans can allow it); nothing was sent",
+                    caller.account,
+                    refused.join(", ")
+                )));
+            }
+        }
+        if caller.machine == HUMAN || outside.is_empty() {
+            return Ok(None);
+        }
+        let classes: Vec<String> =
+            c.query_one("select hold_classes from accounts where id = $1", &[&caller.account_id]).await?.get(0);
+        let has = |class: &str| classes.iter().any(|c| c == class);
+        Ok(if private && has("private-outbound") {
+            Some("private-outbound")
+        } else if has("contact") {
+            Some("contact")
+        } else {
+            None
+        })
+    }
+
+    /// Keeps a stored message from everyone until the human decides.
+    pub(super) async fn hold(
+        c: &impl GenericClient,
+        caller: &Caller,
+        message_id: &str,
+        class: &str,
+        targets: &[Target],
+    ) -> Result<String> {
+        let id = format!("h{}", &ids::new_message_id()[..9]);
+        let recipients: Vec<i64> = targets.iter().map(|t| t.id).collect();
+        c.execute(
+            "insert into holds (id, account_id, message_id, class, recipients) values ($1, $2, $3, $4, $5)",
+            &[&id, &caller.account_id, &message_id, &class, &recipients],
+        )
+        .await?;
+        Ok(id)
+    }
+
+    pub async fn hold_policy(&self, human: &Human, class: &str, on: bool) -> Result<Vec<String>> {
+        if !HOLD_CLASSES.contains(&class) {
+            return Err(Error::invalid(format!("unknown hold class {class:?}: use {}", HOLD_CLASSES.join(" or "))));
+        }
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "update accounts set hold_classes = case when $3 then array(select distinct unnest(hold_classes || $2::text))
+                                                       else array_remove(hold_classes, $2) end
+                 where id = $1 returning hold_classes",
+                &[&human.account_id, &class, &on],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    pub async fn contact_private(&self, human: &Human, other: &str, on: bool) -> Result<()> {
+        let client = self.client().await?;
+        let updated = client
+            .execute(
+                "update contacts c set private_ok = $3 from accounts o
+                 where o.name = $2 and c.account_a = least($1::bigint, o.id) and c.account_b = greatest($1::bigint, o.id)",
+                &[&human.account_id, &other, &on],
+            )
+            .await?;
+        if updated == 0 {
+            return Err(Error::not_found(format!("{} and {other} are not contacts", human.account)));
+        }
+        Ok(())
+    }
+
+    pub async fn holds(&self, human: &Human, all: bool) -> Result<Vec<HoldView>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
+                        array(select address from endpoint_addresses where id = any(h.recipients) order by address)
+                 from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
+                 where h.account_id = $1 and ($2 or h.state = 'pending') order by h.created_at",
+                &[&human.account_id, &all],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| HoldView {
+                id: r.get(0),
+                class: r.get(1),
+                state: r.get(2),
+                reason: r.get(3),
+                from: r.get(4),
+                body: r.get(5),
+                message_id: r.get(6),
+                to: r.get(7),
+            })
+            .collect())
+    }
+
+    /// Releases (delivers) or rejects a held message; its sender hears the outcome from the human.
+    pub async fn decide_hold(&self, human: &Human, id: &str, release: bool, reason: &str) -> Result<HoldView> {
+        let me = self.human_caller(human).await?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let row = tx
+            .query_opt(
+                "select h.message_id, h.recipients, h.state, m.sender_id, s.address
+                 from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
+                 where h.id = $1 and h.account_id = $2 for update of h",
+                &[&id.trim(), &human.account_id],
+            )
+            .await?
+            .ok_or_else(|| Error::not_found(format!("no hold {id} in your account: holds lists them")))?;
+        let (message_id, recipients, state, sender_id, sender): (String, Vec<i64>, String, i64, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+        if state != "pending" {
+            return Err(Error::FailedPrecondition(format!("hold {id} was already {state}")));
+        }
+        if !release && reason.trim().is_empty() {
+            return Err(Error::invalid("rejecting a hold needs a reason: the sender reads it"));
+        }
+        if release {
+            let targets: Vec<Target> = tx
+                .query("select id, address, account_id from endpoint_addresses where id = any($1)", &[&recipients])
+                .await?
+                .iter()
+                .map(|r| Target { id: r.get(0), address: r.get(1), account_id: r.get(2) })
+                .collect();
+            Self::deliver(&tx, &message_id, &targets).await?;
+        }
+        tx.execute(
+            "update holds set state = $2, reason = nullif($3, ''), decided_at = now(), decided_by = $4 where id = $1",
+            &[&id.trim(), &if release { "released" } else { "rejected" }, &reason.trim(), &human.name],
+        )
+        .await?;
+        let short = &message_id[..8];
+        let body = if release {
+            format!("Your held message {short} was released by your account's human and delivered.")
+        } else {
+            format!(
+                "Your held message {short} was rejected by your account's human and delivered to nobody: {}",
+                reason.trim()
+            )
+        };
+        let notice = Outgoing {
+            to: &[],
+            body: &body,
+            thread: None,
+            kind: Kind::Message,
+            client_id: None,
+            private: false,
+            require_reply: false,
+        };
+        let target = [Target { id: sender_id, address: sender, account_id: human.account_id }];
+        Self::store_message(&tx, &me, &target, &notice, None).await?;
+        tx.commit().await?;
+        let view = self.holds(human, true).await?.into_iter().find(|h| h.id == id.trim());
+        view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))
+    }
+
+    /// Asks to the caller that require a reply it has not given yet.
+    pub async fn pending_replies(&self, caller: &Caller) -> Result<Vec<Message>> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "select m.id, s.address, m.body, m.thread from deliveries d
+                 join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
+                 where d.recipient_id = $1 and m.require_reply and d.state <> 5
+                   and not exists (select 1 from messages r where r.reply_to = m.id and r.sender_id = $1)
+                 order by d.seq",
+                &[&caller.endpoint_id],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| Message {
+                id: r.get(0),
+                from: r.get(1),
+                body: r.get(2),
+                thread: r.get(3),
+                kind: relay_proto::v1::MessageKind::Ask as i32,
+                require_reply: true,
+                ..Default::default()
+            })
+            .collect())
+    }
+
+    // ---- peek --------------------------------------------------------------------------------
+
+    /// Turning peek off deletes what was kept.
+    pub async fn set_peek(&self, caller: &Caller, on: bool) -> Result<()> {
+        let client = self.client().await?;
+        client.execute("update endpoints set peek_on = $2 where id = $1", &[&caller.endpoint_id, &on]).await?;
+        if !on {
+            client.execute("delete from peek_turns where endpoint_id = $1", &[&caller.endpoint_id]).await?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the caller's last turns (already redacted), only while it allows peeking.
+    pub async fn put_peek_turns(&self, caller: &Caller, turns: &[PeekTurn]) -> Result<bool> {
+        let kept: Vec<serde_json::Value> = turns
+            .iter()
+            .rev()
+            .take(MAX_PEEK_TURNS)
+            .rev()
+            .map(|t| serde_json::json!({ "role": t.role, "text": t.text, "tools": t.tools }))
+            .collect();
+        let client = self.client().await?;
+        let stored = client
+            .execute(
+                "insert into peek_turns (endpoint_id, turns, updated_at)
+                 select id, $2, now() from endpoints where id = $1 and peek_on
+                 on conflict (endpoint_id) do update set turns = excluded.turns, updated_at = now()",
+                &[&caller.endpoint_id, &serde_json::Value::Array(kept)],
+            )
+            .await?;
+        Ok(stored == 1)
+    }
+
+    /// The target's last turns, for a caller that may message it, when the target allows it.
+    pub async fn peek(&self, caller: &Caller, endpoint: &str, turns: usize) -> Result<PeekView> {
+        let client = self.client().await?;
+        let (target, address) = super::scope::messageable(&client, caller, endpoint).await?;
+        let address = address.as_str();
+        let row = client
+            .query_one(
+                "select e.peek_on, p.turns, p.updated_at from endpoints e left join peek_turns p on p.endpoint_id = e.id
+                 where e.id = $1",
+                &[&target],
+            )
+            .await?;
+        if !row.get::<_, bool>(0) {
+            return Err(Error::PermissionDenied(format!(
+                "{address} does not allow peeking (relay_set_peek turns it on)"
+            )));
+        }
+        let stored: Option<serde_json::Value> = row.get(1);
+        let all: Vec<PeekTurn> = stored
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .map(|t| PeekTurn {
+                role: t["role"].as_str().unwrap_or_default().to_owned(),
+                text: t["text"].as_str().unwrap_or_default().to_owned(),
+                tools: t["tools"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default(),
+            })
+            .collect();
+        let shown: Vec<PeekTurn> = all.iter().rev().take(turns.clamp(1, MAX_PEEK_TURNS)).rev().cloned().collect();
+        client
+            .execute(
+                "insert into peeks (target_id, peeker, turns) values ($1, $2, $3)",
+                &[&target, &caller.address(), &(shown.len() as i32)],
+            )
+            .await?;
+        let updated: Option<chrono::DateTime<chrono::Utc>> = row.get(2);
+        Ok(PeekView {
+            endpoint: address.to_owned(),
+            turns: shown,
+            updated_at: updated.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)).unwrap_or_default(),
+        })
+    }
+
+    /// Who peeked at the caller, newest first.
+    pub async fn peekers(&self, caller: &Caller) -> Result<Vec<PeekerView>> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "select peeker, at, turns from peeks where target_id = $1 order by at desc limit 50",
+                &[&caller.endpoint_id],
+            )
+            .await?
+            .iter()
+            .map(|r| PeekerView {
+                by: r.get(0),
+                at: r.get::<_, chrono::DateTime<chrono::Utc>>(1).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                turns: r.get::<_, i32>(2) as u32,
+            })
+            .collect())
+    }
+}
