@@ -228,8 +228,24 @@ async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         sent.thread,
         recipients_text(&sent.recipients)
     );
+    text.push_str(&redaction_text(&sent.redactions));
+    if !sent.hold.is_empty() {
+        text = format!(
+            "held {} (id {}) for your account's human to review (hold {}): nobody has it yet, and you will get a message when it is released or rejected{}",
+            frame::short(&sent.id),
+            sent.id,
+            sent.hold,
+            redaction_text(&sent.redactions)
+        );
+    }
     let mut structured =
         json!({ "id": sent.id, "thread": sent.thread, "recipients": recipients_json(&sent.recipients) });
+    if !sent.hold.is_empty() {
+        structured["hold"] = json!(sent.hold);
+    }
+    if !sent.redactions.is_empty() {
+        structured["redacted"] = redactions_json(&sent.redactions);
+    }
     if !sent.skipped.is_empty() {
         let skipped: Vec<String> = sent.skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
         text.push_str(&format!("\nnot sent to these group members (not allowed): {}", skipped.join("; ")));
