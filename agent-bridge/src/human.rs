@@ -48,6 +48,16 @@ pub enum HumanCommand {
         #[arg(long)]
         reason: String,
     },
+    /// Board agents' permission requests waiting for an answer.
+    Approvals,
+    /// Answer a permission request: allow or deny.
+    Approve {
+        id: String,
+        #[arg(value_parser = ["allow", "deny"])]
+        decision: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// Which messages wait for the human: `hold-policy contact on`, `hold-policy private-outbound off`.
     HoldPolicy {
         class: String,
@@ -172,6 +182,23 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
             let view = client.decide_hold(authed(DecideHoldRequest { id, release: false, reason }, &token)).await;
             let view = view.map_err(refused)?.into_inner();
             println!("{}\t{}", view.id, view.state);
+        }
+        HumanCommand::Approvals => {
+            let token = human_token(&config)?;
+            let list =
+                client.approvals(authed(ApprovalsRequest {}, &token)).await.map_err(refused)?.into_inner().approvals;
+            if list.is_empty() {
+                println!("no permission requests waiting");
+            }
+            for a in list {
+                println!("{}  {}  {} on card {} wants {}: {}", a.id, a.state, a.requester, a.job_id, a.tool, a.input);
+            }
+        }
+        HumanCommand::Approve { id, decision, reason } => {
+            let token = human_token(&config)?;
+            let request = AnswerPermissionRequest { id, decision, reason };
+            let d = client.approve(authed(request, &token)).await.map_err(refused)?.into_inner();
+            println!("{}\t{}", d.id, d.state);
         }
         HumanCommand::HoldPolicy { class, state } => {
             let token = human_token(&config)?;

@@ -45,7 +45,15 @@ struct Worker {
 fn default_command(agent: &str) -> Vec<String> {
     let words: &[&str] = match agent {
         "codex" => &["codex", "exec", "--full-auto", "{prompt}"],
-        _ => &["claude", "-p", "--mcp-config", "{mcp_config}", "{prompt}"],
+        _ => &[
+            "claude",
+            "-p",
+            "--mcp-config",
+            "{mcp_config}",
+            "--permission-prompt-tool",
+            "mcp__relay__relay_permission",
+            "{prompt}",
+        ],
     };
     words.iter().map(|w| (*w).to_owned()).collect()
 }

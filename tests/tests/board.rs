@@ -378,3 +378,76 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     );
     let _ = (&b.laptop, &b.db);
 }
+
+#[tokio::test]
+async fn permission_requests_go_to_the_operator_then_the_human() {
+    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "3")]).await;
+    let human = b.server.admin_ok(&["human", "add", "acme"]);
+    let posted = b.alice.tool_ok("post_job", json!({ "title": "Clean the build", "repo": "app" })).await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
+    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap();
+    assert_eq!(claimed.job.unwrap().id, id);
+    let spec = BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false };
+    let mut agent = Bridge::start_with_env(spec, &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&claimed.job_token))]);
+    agent.initialize("2025-06-18").await;
+    let tools = agent.request("tools/list", json!({})).await;
+    assert!(tools.to_string().contains("relay_permission"), "a board agent is offered the permission tool");
+    let plain = b.alice.request("tools/list", json!({})).await;
+    assert!(!plain.to_string().contains("relay_permission"), "other sessions are not");
+
+    // The operator answers.
+    let asking = agent
+        .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "rm -rf build" } } }))
+        .await;
+    let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
+    let body = inbox["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
+    assert!(body.starts_with("[Approval a") && body.contains("rm -rf build") && body.contains(&id), "{body}");
+    let approval = body[10..20].to_owned();
+    let mut carol =
+        Bridge::start(BridgeSpec { server: &b.server.url, token: &b.laptop, handle: Some("carol"), channels: false });
+    carol.initialize("2025-06-18").await;
+    let not_operator = carol.tool("answer_permission", json!({ "id": approval, "decision": "allow" })).await;
+    assert!(refused(&not_operator), "{}", text(&not_operator));
+    b.alice.tool_ok("answer_permission", json!({ "id": approval, "decision": "allow" })).await;
+    let answer = agent.response(asking).await["result"].clone();
+    let decision: Value = serde_json::from_str(&text(&answer)).unwrap();
+    assert_eq!(decision, json!({ "behavior": "allow", "updatedInput": { "command": "rm -rf build" } }));
+
+    // Unanswered, it goes to the human, whose no the agent reads.
+    let asking = agent
+        .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "git push --force" } } }))
+        .await;
+    let run = |args: Vec<String>| {
+        let (url, human) = (b.server.url.clone(), human.clone());
+        async move {
+            let out = tokio::process::Command::new(bin("agent-bridge"))
+                .arg("human")
+                .args(args)
+                .env("RELAY_SERVER", url)
+                .env("RELAY_TOKEN", "unused")
+                .env("RELAY_HUMAN_TOKEN", human)
+                .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
+                .output()
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+        }
+    };
+    let listed = eventually(Duration::from_secs(20), "the request to reach the human", || {
+        let run = run.clone();
+        async move {
+            let out = run(vec!["approvals".into()]).await;
+            out.contains("escalated").then_some(out)
+        }
+    })
+    .await;
+    assert!(listed.contains("git push --force"), "{listed}");
+    let approval = listed.split_whitespace().next().unwrap().to_owned();
+    let said = run(vec!["approve".into(), approval, "deny".into(), "--reason".into(), "not on main".into()]).await;
+    assert!(said.contains("deny"), "{said}");
+    let answer = agent.response(asking).await["result"].clone();
+    let decision: Value = serde_json::from_str(&text(&answer)).unwrap();
+    assert_eq!(decision["behavior"], "deny");
+    assert!(decision["message"].as_str().unwrap().contains("not on main"), "{decision}");
+}

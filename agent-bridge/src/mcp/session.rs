@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::jsonrpc::{self, Incoming, Line, LineReader};
 use super::{BATCH_VERSION, negotiate};
 use crate::relay::push;
-use crate::tools::{Tools, definitions, frame};
+use crate::tools::{Tools, frame, listed};
 
 pub struct Options {
     /// `--channels`: offer `notifications/claude/channel` pushes to a client that takes them.
@@ -213,7 +213,7 @@ impl Session {
         match method {
             "initialize" => self.initialize(id, params),
             "ping" => jsonrpc::result(id, json!({})),
-            "tools/list" => jsonrpc::result(id, json!({ "tools": definitions() })),
+            "tools/list" => jsonrpc::result(id, json!({ "tools": listed().collect::<Vec<_>>() })),
             _ => jsonrpc::error(id, jsonrpc::METHOD_NOT_FOUND, format!("method not found: {method}")),
         }
     }

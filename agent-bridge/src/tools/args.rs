@@ -98,6 +98,11 @@ impl Args<'_> {
         }
     }
 
+    /// The value as given, whatever its type.
+    pub fn raw(&self, key: &str) -> Option<&Value> {
+        self.map.get(key)
+    }
+
     /// One of a fixed set of words.
     pub fn one_of(&self, key: &str, values: &[&str]) -> Result<&str, ArgError> {
         match self.opt_str(key)? {

@@ -25,6 +25,8 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "finish_job" => finish_job(tools, Args::new(arguments, &["pr_url", "summary"])?).await,
         "close_job" => close_job(tools, Args::new(arguments, &["id", "accept", "note"])?).await,
         "add_repo" => add_repo(tools, Args::new(arguments, &["path"])?).await,
+        "answer_permission" => answer_permission(tools, Args::new(arguments, &["id", "decision", "reason"])?).await,
+        "relay_permission" => permission(tools, Args::new(arguments, &["tool_name", "input", "tool_use_id"])?).await,
         other => Err(ToolError::Refused(format!("no tool {other}"))),
     }
 }
@@ -286,4 +288,41 @@ async fn add_repo(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let text =
         format!("{} is on the board as \"{}\" ({}); post_job can use it now.", repo.path, repo.name, repo.machine);
     Ok(Outcome::with(text, json!({ "name": repo.name, "path": repo.path, "machine": repo.machine })))
+}
+
+async fn answer_permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let request = AnswerPermissionRequest {
+        id: args.str("id")?.trim().to_owned(),
+        decision: args.one_of("decision", &["allow", "deny", "owner"])?.to_owned(),
+        reason: args.opt_str("reason")?.unwrap_or_default().to_owned(),
+    };
+    let d = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.answer_permission(r).await }).await?;
+    let text = match d.state.as_str() {
+        "escalated" => format!("Left to your account's human: request {} now waits for them.", d.id),
+        state => format!("Request {} answered: {state}.", d.id),
+    };
+    Ok(Outcome::with(text, json!({ "id": d.id, "state": d.state })))
+}
+
+/// Claude Code's permission prompt tool for a board agent: the answer is the JSON it expects.
+async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+    let tool = args.str("tool_name")?.to_owned();
+    let input = args.raw("input").cloned().unwrap_or(Value::Null);
+    let request = PermissionRequest {
+        job_token: std::env::var("RELAY_JOB_TOKEN").unwrap_or_default(),
+        tool,
+        input: input.to_string(),
+    };
+    // Someone has to answer: the operator, then the human, each with their time.
+    let d = tools
+        .relay()
+        .call(Duration::from_secs(7200), request, |mut c, r| async move { c.request_permission(r).await })
+        .await?;
+    let answer = if d.state == "allow" {
+        json!({ "behavior": "allow", "updatedInput": input })
+    } else {
+        let why = if d.reason.is_empty() { "denied".to_owned() } else { d.reason.clone() };
+        json!({ "behavior": "deny", "message": format!("{} said no: {why}", if d.decided_by.is_empty() { "nobody" } else { &d.decided_by }) })
+    };
+    Ok(Outcome::with(answer.to_string(), json!({ "id": d.id, "state": d.state })))
 }

@@ -90,7 +90,7 @@ impl Tools {
     }
 
     pub fn exists(name: &str) -> bool {
-        definitions().iter().any(|t| t["name"] == name)
+        listed().any(|t| t["name"] == name)
     }
 
     /// Runs a tool; `name` must be one of [`definitions`].
@@ -130,8 +130,14 @@ impl From<crate::relay::RelayError> for ToolError {
     }
 }
 
-/// The tool list, as `tools/list` returns it.
-pub fn definitions() -> &'static [Value] {
+/// The tools this session offers: `relay_permission` only to an agent the board dispatched.
+pub fn listed() -> impl Iterator<Item = &'static Value> {
+    let board_agent = std::env::var_os("RELAY_JOB_TOKEN").is_some_and(|t| !t.is_empty());
+    definitions().iter().filter(move |t| board_agent || t["name"] != "relay_permission")
+}
+
+/// Every tool the bridge knows.
+fn definitions() -> &'static [Value] {
     static DEFINITIONS: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
     DEFINITIONS.get_or_init(build_definitions)
 }
@@ -326,6 +332,24 @@ fn build_definitions() -> Vec<Value> {
             "name": "add_repo",
             "description": "Operator only: put a git repository of this machine on the board so cards can be posted in it. Adding one already there does nothing.",
             "inputSchema": object(json!({ "path": { "type": "string", "description": "absolute path (~/ allowed)" } }), &["path"]),
+        }),
+        json!({
+            "name": "answer_permission",
+            "description": "Operator only: answer a board agent's permission request, which arrives as a message \"[Approval <id>] …\". allow lets it go ahead; deny refuses (your reason is what it reads); owner leaves it to the account's human. Unanswered requests go to the human after a while.",
+            "inputSchema": object(json!({
+                "id": { "type": "string" },
+                "decision": { "type": "string", "enum": ["allow", "deny", "owner"] },
+                "reason": { "type": "string" },
+            }), &["id", "decision"]),
+        }),
+        json!({
+            "name": "relay_permission",
+            "description": "For a board agent's client: asks the account's operator (then its human) whether a tool may run. Returns {\"behavior\": \"allow\"|\"deny\", …}.",
+            "inputSchema": object(json!({
+                "tool_name": { "type": "string" },
+                "input": { "type": "object" },
+                "tool_use_id": { "type": "string" },
+            }), &["tool_name"]),
         }),
         json!({
             "name": "relay_set_title",

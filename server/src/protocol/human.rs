@@ -147,6 +147,17 @@ impl Human for HumanService {
         Ok(Response::new(HoldPolicyResponse { classes: self.store.hold_policy(&person, r.class.trim(), r.on).await? }))
     }
 
+    async fn approvals(&self, request: Request<ApprovalsRequest>) -> Result<Response<ApprovalsResponse>, Status> {
+        let person = self.person(&request).await?;
+        Ok(Response::new(ApprovalsResponse { approvals: self.store.approvals(&person).await? }))
+    }
+
+    async fn approve(&self, request: Request<AnswerPermissionRequest>) -> Result<Response<PermissionDecision>, Status> {
+        let person = self.person(&request).await?;
+        let r = request.get_ref();
+        Ok(Response::new(self.store.approve(&person, &r.id, &r.decision, &r.reason).await?))
+    }
+
     async fn contact_drop(&self, request: Request<ContactDropRequest>) -> Result<Response<ContactView>, Status> {
         let person = self.person(&request).await?;
         let view = self.store.contact_drop(&person.account, request.get_ref().account.trim()).await?;

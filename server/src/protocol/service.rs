@@ -129,6 +129,13 @@ fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
     Schedule::parse(expr, if zone.trim().is_empty() { "UTC" } else { zone.trim() }).map(Some)
 }
 
+/// How long the operator, then the human, has to answer a permission request
+/// (`RELAY_APPROVAL_WAIT_S`, default 5 minutes each).
+fn approval_wait() -> Duration {
+    let secs = std::env::var("RELAY_APPROVAL_WAIT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(300u64);
+    Duration::from_secs(secs.clamp(1, 3600))
+}
+
 /// Longest text kept of one peeked turn.
 const PEEK_TEXT_BYTES: usize = 4096;
 
@@ -536,6 +543,54 @@ impl Relay for RelayService {
     ) -> Result<Response<PendingRepliesResponse>, Status> {
         let caller = self.caller(&request).await?;
         Ok(Response::new(PendingRepliesResponse { requests: self.store.pending_replies(&caller).await? }))
+    }
+
+    async fn request_permission(
+        &self,
+        request: Request<PermissionRequest>,
+    ) -> Result<Response<PermissionDecision>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        let input = redact(&r.input).text;
+        let id = self.store.request_permission(&caller, &r.job_token, &r.tool, &input).await?;
+        tracing::info!(approval = %id, by = %caller.address(), tool = %r.tool, "permission requested");
+        // The operator has its time, then the human; unanswered after both, the answer is no.
+        let wait = approval_wait();
+        let started = Instant::now();
+        let mut waiter = self.hub.waiter(caller.endpoint_id);
+        loop {
+            let decision = self.store.approval(caller.account_id, &id).await?;
+            match decision.state.as_str() {
+                "allow" | "deny" => return Ok(Response::new(decision)),
+                "pending" if started.elapsed() >= wait => self.store.escalate(&caller, &id).await?,
+                "escalated" if started.elapsed() >= wait * 2 => {
+                    return Ok(Response::new(PermissionDecision {
+                        state: "deny".into(),
+                        reason: "nobody answered in time; try another way or ask again later".into(),
+                        ..decision
+                    }));
+                }
+                _ => {}
+            }
+            if self.shutdown.is_cancelled() {
+                return Err(Error::Unavailable("the server is shutting down; ask again".into()).into());
+            }
+            let next = if started.elapsed() < wait { started + wait } else { started + wait * 2 };
+            tokio::select! {
+                () = waiter.changed() => {}
+                () = tokio::time::sleep_until(next) => {}
+                () = self.shutdown.cancelled() => {}
+            }
+        }
+    }
+
+    async fn answer_permission(
+        &self,
+        request: Request<AnswerPermissionRequest>,
+    ) -> Result<Response<PermissionDecision>, Status> {
+        let caller = self.caller(&request).await?;
+        let r = request.get_ref();
+        Ok(Response::new(self.store.answer_permission(&caller, &r.id, &r.decision, &r.reason).await?))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {

@@ -186,7 +186,7 @@ impl Store {
         }
     }
 
-    async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
+    pub(super) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
         let operator: Option<String> =
             c.query_one("select operator from accounts where id = $1", &[&caller.account_id]).await?.get(0);
         match operator {

@@ -1,0 +1,271 @@
+//! Permission requests of board agents: the operator endpoint answers, else the account's human.
+
+use relay_proto::v1::{ApprovalView, PermissionDecision};
+
+use super::Store;
+use super::contacts::Human;
+use super::identity::Caller;
+use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
+use crate::domain::delivery::Kind;
+use crate::domain::ids::{self, TokenKind};
+use crate::domain::{Error, Result};
+
+const EXCERPT: usize = 600;
+
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+impl Store {
+    /// Records a board agent's request and asks the operator endpoint (or, without one, the human).
+    pub async fn request_permission(
+        &self,
+        caller: &Caller,
+        job_token: &str,
+        tool: &str,
+        input: &str,
+    ) -> Result<String> {
+        ids::check_token(TokenKind::JobToken, job_token)?;
+        if tool.trim().is_empty() {
+            return Err(Error::invalid("a permission request names the tool"));
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let job = tx
+            .query_opt(
+                "select j.id, j.title, a.operator from jobs j join accounts a on a.id = j.account_id
+                 where j.job_token_hash = $1 and j.account_id = $2 and j.state = 'in_progress'",
+                &[&ids::token_hash(job_token), &caller.account_id],
+            )
+            .await?
+            .ok_or_else(|| {
+                Error::FailedPrecondition("permission requests come from an agent working a card in progress".into())
+            })?;
+        let (job_id, title, operator): (String, String, Option<String>) = (job.get(0), job.get(1), job.get(2));
+        let id = format!("a{}", &ids::new_message_id()[..9]);
+        let operator_id: Option<(i64, String)> = match &operator {
+            Some(op) => tx
+                .query_opt(
+                    "select ea.id, ea.address from endpoint_addresses ea join endpoints e on e.id = ea.id
+                     where ea.account_id = $1 and ea.machine || '/' || ea.handle = $2 and e.ended_at is null",
+                    &[&caller.account_id, op],
+                )
+                .await?
+                .map(|r| (r.get(0), r.get(1))),
+            None => None,
+        };
+        let state = if operator_id.is_some() { "pending" } else { "escalated" };
+        tx.execute(
+            "insert into approvals (id, account_id, job_id, requester_id, tool, input, state) values ($1, $2, $3, $4, $5, $6, $7)",
+            &[&id, &caller.account_id, &job_id, &caller.endpoint_id, &tool.trim(), &excerpt(input), &state],
+        )
+        .await?;
+        let body = match &operator_id {
+            Some(_) => format!(
+                "[Approval {id}] {} working on card {job_id} (\"{title}\") asks to use {}: {}\nAnswer with answer_permission {{id: \"{id}\", decision: allow | deny | owner}}.",
+                caller.address(),
+                tool.trim(),
+                excerpt(input)
+            ),
+            None => Self::escalation_text(&id, &caller.address(), &job_id, tool, input),
+        };
+        let target = match operator_id {
+            Some((id, address)) => Target { id, address, account_id: caller.account_id },
+            None => {
+                let me = Self::ensure_human(&tx, caller.account_id).await?;
+                Target { id: me, address: format!("{}/me", caller.account), account_id: caller.account_id }
+            }
+        };
+        let out = Outgoing {
+            to: &[],
+            body: &body,
+            thread: None,
+            kind: Kind::Ask,
+            client_id: None,
+            private: false,
+            require_reply: false,
+        };
+        Self::store_message(&tx, caller, &[target], &out, None).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    fn escalation_text(id: &str, requester: &str, job_id: &str, tool: &str, input: &str) -> String {
+        format!(
+            "[Approval {id}] {requester} working on card {job_id} asks to use {}: {}\nThe operator has not answered. Answer with agent-bridge human approve {id} allow|deny.",
+            tool.trim(),
+            excerpt(input)
+        )
+    }
+
+    pub async fn approval(&self, account_id: i64, id: &str) -> Result<PermissionDecision> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "select state, coalesce(reason, ''), coalesce(decided_by, '') from approvals where id = $1 and account_id = $2",
+                &[&id.trim(), &account_id],
+            )
+            .await?
+            .ok_or_else(|| Error::not_found(format!("no permission request {id} in your account")))?;
+        Ok(PermissionDecision {
+            id: id.trim().to_owned(),
+            state: row.get(0),
+            reason: row.get(1),
+            decided_by: row.get(2),
+        })
+    }
+
+    /// Hands an unanswered request to the account's human.
+    pub async fn escalate(&self, caller: &Caller, id: &str) -> Result<()> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let Some(row) = tx
+            .query_opt(
+                "update approvals set state = 'escalated' where id = $1 and state = 'pending' returning job_id, tool, input",
+                &[&id],
+            )
+            .await?
+        else {
+            return Ok(());
+        };
+        let body = Self::escalation_text(id, &caller.address(), row.get(0), row.get(1), row.get(2));
+        let me = Self::ensure_human(&tx, caller.account_id).await?;
+        let target = [Target { id: me, address: format!("{}/me", caller.account), account_id: caller.account_id }];
+        let out = Outgoing {
+            to: &[],
+            body: &body,
+            thread: None,
+            kind: Kind::Ask,
+            client_id: None,
+            private: false,
+            require_reply: false,
+        };
+        Self::store_message(&tx, caller, &target, &out, None).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Decides an open request and wakes the agent waiting on it. `owner` hands it to the human.
+    async fn decide_approval(
+        &self,
+        account_id: i64,
+        id: &str,
+        decision: &str,
+        reason: &str,
+        by: &str,
+        human: bool,
+    ) -> Result<PermissionDecision> {
+        let state = match (decision.trim(), human) {
+            ("allow", _) => "allow",
+            ("deny", _) => "deny",
+            ("owner", false) => "escalated",
+            _ => {
+                return Err(Error::invalid(if human {
+                    "decision must be allow or deny"
+                } else {
+                    "decision must be allow, deny or owner"
+                }));
+            }
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let open = if human { vec!["pending", "escalated"] } else { vec!["pending"] };
+        let row = tx
+            .query_opt(
+                "update approvals set state = $3, reason = nullif($4, ''), decided_by = $5,
+                                      decided_at = case when $3 in ('allow', 'deny') then now() end
+                 where id = $1 and account_id = $2 and state = any($6)
+                 returning requester_id, job_id, tool, input",
+                &[&id.trim(), &account_id, &state, &reason.trim(), &by, &open],
+            )
+            .await?;
+        let Some(row) = row else {
+            let current = self.approval(account_id, id).await?;
+            return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
+        };
+        let requester: i64 = row.get(0);
+        if state == "escalated" {
+            let address: String =
+                tx.query_one("select address from endpoint_addresses where id = $1", &[&requester]).await?.get(0);
+            let body = Self::escalation_text(id.trim(), &address, row.get(1), row.get(2), row.get(3));
+            let me = Self::ensure_human(&tx, account_id).await?;
+            let account: String = tx.query_one("select name from accounts where id = $1", &[&account_id]).await?.get(0);
+            let requester_caller = Caller {
+                endpoint_id: requester,
+                account_id,
+                account: account.clone(),
+                machine_id: 0,
+                machine: String::new(),
+                handle: String::new(),
+                session_hash: Vec::new(),
+            };
+            let target = [Target { id: me, address: format!("{account}/me"), account_id }];
+            let out = Outgoing {
+                to: &[],
+                body: &body,
+                thread: None,
+                kind: Kind::Ask,
+                client_id: None,
+                private: false,
+                require_reply: false,
+            };
+            Self::store_message(&tx, &requester_caller, &target, &out, None).await?;
+        }
+        // Wake the requester's waiting call on whichever replica holds it.
+        tx.execute("select pg_notify($1, $2)", &[&DELIVERY_CHANNEL, &format!("{requester}:0")]).await?;
+        tx.commit().await?;
+        self.approval(account_id, id).await
+    }
+
+    /// The operator's answer.
+    pub async fn answer_permission(
+        &self,
+        caller: &Caller,
+        id: &str,
+        decision: &str,
+        reason: &str,
+    ) -> Result<PermissionDecision> {
+        let client = self.client().await?;
+        Self::is_operator(&client, caller).await?;
+        drop(client);
+        self.decide_approval(caller.account_id, id, decision, reason, &caller.address(), false).await
+    }
+
+    /// The human's answer, to a request pending or escalated.
+    pub async fn approve(&self, human: &Human, id: &str, decision: &str, reason: &str) -> Result<PermissionDecision> {
+        self.decide_approval(
+            human.account_id,
+            id,
+            decision,
+            reason,
+            &format!("{}/me ({})", human.account, human.name),
+            true,
+        )
+        .await
+    }
+
+    pub async fn approvals(&self, human: &Human) -> Result<Vec<ApprovalView>> {
+        let client = self.client().await?;
+        Ok(client
+            .query(
+                "select a.id, a.state, a.job_id, ea.address, a.tool, a.input from approvals a
+                 join endpoint_addresses ea on ea.id = a.requester_id
+                 where a.account_id = $1 and a.state in ('pending', 'escalated') order by a.created_at",
+                &[&human.account_id],
+            )
+            .await?
+            .iter()
+            .map(|r| ApprovalView {
+                id: r.get(0),
+                state: r.get(1),
+                job_id: r.get(2),
+                requester: r.get(3),
+                tool: r.get(4),
+                input: r.get(5),
+            })
+            .collect())
+    }
+}
