@@ -434,12 +434,9 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
             String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
         }
     };
-    let listed = eventually(Duration::from_secs(20), "the request to reach the human", || {
-        let run = run.clone();
-        async move {
-            let out = run(vec!["approvals".into()]).await;
-            out.contains("escalated").then_some(out)
-        }
+    let listed = eventually(Duration::from_secs(20), "the request to reach the human", || async move {
+        let out = run(vec!["approvals".into()]).await;
+        out.contains("escalated").then_some(out)
     })
     .await;
     assert!(listed.contains("git push --force"), "{listed}");
