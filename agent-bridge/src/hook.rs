@@ -78,7 +78,7 @@ pub async fn stop() -> anyhow::Result<()> {
         && let Ok(text) = std::fs::read_to_string(Path::new(path))
     {
         let turns = claude_turns(&text);
-        if let Err(e) = client.put_peek_turns(authed(PutPeekTurnsRequest { turns }, token)).await {
+        if let Err(e) = client.put_peek_turns(authed(PutPeekTurnsRequest { turns, append: false }, token)).await {
             tracing::warn!(error = %e.message(), "cannot share turns for peek");
         }
     }
@@ -101,9 +101,62 @@ pub async fn stop() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The turn a Codex `notify` event describes: the prompt(s) it answered and its last reply.
+pub fn codex_turns(event: &Value) -> Vec<PeekTurn> {
+    let mut turns = Vec::new();
+    let prompts: Vec<String> = event["input-messages"]
+        .as_array()
+        .map(|m| m.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    if !prompts.is_empty() {
+        turns.push(PeekTurn { role: "user".into(), text: prompts.join("\n"), tools: Vec::new() });
+    }
+    if let Some(reply) = event["last-assistant-message"].as_str().filter(|r| !r.is_empty()) {
+        turns.push(PeekTurn { role: "assistant".into(), text: reply.to_owned(), tools: Vec::new() });
+    }
+    turns
+}
+
+/// `agent-bridge hook codex-notify JSON`: Codex's `notify` program, run after each turn. Codex has
+/// no stop hook, so it only shares the turn for peek (required replies are marked in its inbox).
+pub async fn codex_notify(payload: Option<String>) -> anyhow::Result<()> {
+    let event: Value = payload.as_deref().and_then(|p| serde_json::from_str(p).ok()).unwrap_or(Value::Null);
+    if event["type"].as_str() != Some("agent-turn-complete") {
+        return Ok(());
+    }
+    let Ok(session) = spawn::find_session() else { return Ok(()) };
+    let channel = connection::channel(&session.server, session.ca.as_deref())?;
+    let mut client = RelayClient::new(channel);
+    let token = &session.session_token;
+    let peek_on = client
+        .who_am_i(authed(WhoAmIRequest {}, token))
+        .await
+        .ok()
+        .and_then(|r| r.into_inner().endpoint)
+        .is_some_and(|e| e.peek);
+    if peek_on {
+        let turns = codex_turns(&event);
+        client.put_peek_turns(authed(PutPeekTurnsRequest { turns, append: true }, token)).await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn codex_notify_events_become_turns() {
+        let event = json!({
+            "type": "agent-turn-complete",
+            "input-messages": ["rename the crate"],
+            "last-assistant-message": "Renamed it."
+        });
+        let turns = codex_turns(&event);
+        assert_eq!(turns.len(), 2);
+        assert_eq!((turns[0].role.as_str(), turns[1].text.as_str()), ("user", "Renamed it."));
+        assert!(codex_turns(&json!({})).is_empty());
+    }
 
     #[test]
     fn turns_come_from_the_transcript() {

@@ -46,7 +46,9 @@ pub fn run(client: Client) -> anyhow::Result<()> {
         }
         Client::Codex => {
             let path = home()?.join(".codex").join("config.toml");
-            (path.clone(), install_codex(&path, &command)?)
+            let server = install_codex(&path, &command)?;
+            let notify = install_codex_notify(&path, &command)?;
+            (path.clone(), server || notify)
         }
     };
     if changed {
@@ -171,6 +173,33 @@ fn install_codex(path: &Path, command: &str) -> anyhow::Result<bool> {
     Ok(true)
 }
 
+/// Sets Codex's `notify` program to the bridge's hook (it shares turns for peek), unless the user
+/// has a notify program of their own, which is kept. Returns whether the file changed.
+fn install_codex_notify(path: &Path, command: &str) -> anyhow::Result<bool> {
+    let text = read_existing(path)?.unwrap_or_default();
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("cannot parse {} as TOML; fix it and run install again", path.display()))?;
+    if let Some(existing) = doc.get("notify") {
+        let ours = existing
+            .as_array()
+            .is_some_and(|a| a.iter().filter_map(|v| v.as_str()).eq([command, "hook", "codex-notify"]));
+        if !ours {
+            eprintln!(
+                "note: {} already has a notify program; peek for Codex needs `{command} hook codex-notify` there",
+                path.display()
+            );
+        }
+        return Ok(false);
+    }
+    let mut notify = toml_edit::Array::new();
+    notify.extend([command, "hook", "codex-notify"]);
+    // A root key: toml_edit writes it in the root section, before every table.
+    doc.insert("notify", toml_edit::value(notify));
+    write_atomically(path, &doc.to_string())?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +240,22 @@ mod tests {
         let stop = doc["hooks"]["Stop"].as_array().unwrap();
         assert_eq!(stop.len(), 2);
         assert_eq!(stop[1]["hooks"][0]["command"], "agent-bridge hook stop");
+    }
+
+    #[test]
+    fn codex_notify_is_set_once_and_never_over_the_users_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "model = \"o3\"\n\n[mcp_servers.other]\ncommand = \"x\"\n").unwrap();
+        assert!(install_codex_notify(&path, "agent-bridge").unwrap());
+        assert!(!install_codex_notify(&path, "agent-bridge").unwrap());
+        let doc: toml_edit::DocumentMut = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        assert_eq!(doc["notify"].as_array().unwrap().len(), 3);
+        assert_eq!(doc["mcp_servers"]["other"]["command"].as_str(), Some("x"));
+        let mine = dir.path().join("mine.toml");
+        std::fs::write(&mine, "notify = [\"my-notifier\"]\n").unwrap();
+        assert!(!install_codex_notify(&mine, "agent-bridge").unwrap());
+        assert!(std::fs::read_to_string(&mine).unwrap().contains("my-notifier"));
     }
 
     #[test]

@@ -97,10 +97,13 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
-    /// Hooks an agent client calls: `hook stop` (Claude Code's Stop hook).
+    /// Hooks an agent client calls: `hook stop` (Claude Code's Stop hook), `hook codex-notify JSON`
+    /// (Codex's notify program).
     Hook {
-        #[arg(value_parser = ["stop"])]
+        #[arg(value_parser = ["stop", "codex-notify"])]
         event: String,
+        /// The event Codex passes to its notify program.
+        payload: Option<String>,
     },
     /// Runs a spawned worker and reports its end (started by spawn).
     #[command(hide = true)]
@@ -179,7 +182,10 @@ async fn main() -> ExitCode {
         Command::Install { client } => install::run(client),
         Command::Spawn { harness, scope, command } => spawn::spawn(harness.name().to_owned(), scope, command).await,
         Command::Human(command) => human::run(command).await,
-        Command::Hook { .. } => hook::stop().await,
+        Command::Hook { event, payload } => match event.as_str() {
+            "codex-notify" => hook::codex_notify(payload).await,
+            _ => hook::stop().await,
+        },
         Command::Worker { repos, worktrees, agents, poll_ms, once } => {
             let poll = std::time::Duration::from_millis(poll_ms.max(50));
             worker::run(worker::Options { repos, worktrees, agents, poll, once }).await

@@ -107,8 +107,12 @@ async fn card_tools_read_back_and_refuse_clearly() {
     assert_eq!((s["schedule"].as_str(), s["time_zone"].as_str()), (Some("0 9 * * 1"), Some("Europe/Berlin")));
     assert_eq!(s["requires_pr"], false, "schedules default to a summary");
     let next = rfc3339_utc(s["next_run_at"].as_str().unwrap());
-    assert!(next.ends_with("T08:00:00Z"), "next run in UTC: {s}");
-    assert!(text(&scheduled).contains("next run"), "{}", text(&scheduled));
+    let local = s.get("next_run_local").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let shown = text(&scheduled);
+    // Winter (CET) or summer (CEST): 09:00 local is 08:00 or 07:00 UTC.
+    let winter = shown.contains("09:00 CET") && next.ends_with("T08:00:00Z");
+    let summer = shown.contains("09:00 CEST") && next.ends_with("T07:00:00Z");
+    assert!(shown.contains("next run Mon ") && (winter || summer), "{shown} / {next} / {local}");
 
     let listed = b.alice.tool_ok("list_jobs", json!({})).await;
     assert!(text(&listed).starts_with("2 card(s) on the board:\n\nTo do (2)"), "{}", text(&listed));

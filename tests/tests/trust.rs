@@ -255,6 +255,21 @@ async fn peek_shows_redacted_turns_only_when_allowed_and_records_who_looked() {
     assert_eq!(view.turns.len(), 2);
     assert_eq!(view.turns[0].text, "rotate the key [REDACTED:github-token]", "peeked turns are redacted");
     assert_eq!(view.turns[1].tools, ["Bash"]);
+    // Codex has no stop hook: its notify program appends each finished turn instead.
+    let notify = json!({ "type": "agent-turn-complete", "input-messages": ["bump the version"], "last-assistant-message": "Bumped to 1.2." });
+    let out = tokio::process::Command::new(bin("agent-bridge"))
+        .args(["hook", "codex-notify", &notify.to_string()])
+        .env("RELAY_SESSION_FILE", &w.alice_session)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let view = w.bob.rpc.peek(PeekRequest { endpoint: "laptop/alice".into(), turns: 10 }).await.unwrap().into_inner();
+    let texts: Vec<&str> = view.turns.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["rotate the key [REDACTED:github-token]", "Rotating it now.", "bump the version", "Bumped to 1.2."]
+    );
     let outsider = w.gina.rpc.peek(PeekRequest { endpoint: "acme/laptop/alice".into(), turns: 3 }).await;
     assert!(outsider.is_ok(), "a contact that may message alice may peek");
     let who = w.alice.tool_ok("relay_peek", json!({ "who": true })).await;

@@ -63,6 +63,7 @@ fn job_json(j: &JobView) -> Value {
         ("schedule", &j.schedule),
         ("time_zone", &j.time_zone),
         ("next_run_at", &j.next_run_at),
+        ("next_run_local", &j.next_run_local),
         ("schedule_id", &j.schedule_id),
         ("branch", &j.branch),
         ("pr_url", &j.pr_url),
@@ -92,7 +93,7 @@ fn schedule_text(j: &JobView) -> String {
     if j.next_run_at.is_empty() {
         format!("{} ({})", j.schedule, j.time_zone)
     } else {
-        format!("{} ({}), next run {}", j.schedule, j.time_zone, j.next_run_at)
+        format!("{} ({}), next run {} ({})", j.schedule, j.time_zone, j.next_run_local, j.next_run_at)
     }
 }
 

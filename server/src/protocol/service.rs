@@ -512,13 +512,13 @@ impl Relay for RelayService {
     ) -> Result<Response<PutPeekTurnsResponse>, Status> {
         let caller = self.caller(&request).await?;
         // Turns are another agent's data to be: redacted like message bodies before they are kept.
+        let request = request.into_inner();
         let turns: Vec<PeekTurn> = request
-            .into_inner()
             .turns
             .into_iter()
             .map(|t| PeekTurn { text: redact(&truncate(&t.text, PEEK_TEXT_BYTES)).text, ..t })
             .collect();
-        let kept = self.store.put_peek_turns(&caller, &turns).await?;
+        let kept = self.store.put_peek_turns(&caller, &turns, request.append).await?;
         Ok(Response::new(PutPeekTurnsResponse { kept }))
     }
 

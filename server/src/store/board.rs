@@ -57,8 +57,17 @@ fn text(row: &Row, column: &str) -> String {
     row.get::<_, Option<String>>(column).unwrap_or_default()
 }
 
+/// A UTC instant in an IANA zone, as a person reads it.
+fn local(at: Option<DateTime<Utc>>, zone: Option<&str>) -> String {
+    match (at, zone.and_then(|z| z.parse::<chrono_tz::Tz>().ok())) {
+        (Some(at), Some(tz)) => at.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string(),
+        _ => String::new(),
+    }
+}
+
 fn job_from_row(row: &Row) -> Result<JobView> {
     Ok(JobView {
+        next_run_local: local(row.get("next_run_at"), row.get::<_, Option<&str>>("time_zone")),
         id: row.get("id"),
         state: Column::from_db(row.get("state"))?.name().to_owned(),
         title: row.get("title"),

@@ -278,23 +278,30 @@ impl Store {
     }
 
     /// Keeps the caller's last turns (already redacted), only while it allows peeking.
-    pub async fn put_peek_turns(&self, caller: &Caller, turns: &[PeekTurn]) -> Result<bool> {
-        let kept: Vec<serde_json::Value> = turns
-            .iter()
-            .rev()
-            .take(MAX_PEEK_TURNS)
-            .rev()
-            .map(|t| serde_json::json!({ "role": t.role, "text": t.text, "tools": t.tools }))
-            .collect();
-        let client = self.client().await?;
-        let stored = client
+    pub async fn put_peek_turns(&self, caller: &Caller, turns: &[PeekTurn], append: bool) -> Result<bool> {
+        let new: Vec<serde_json::Value> =
+            turns.iter().map(|t| serde_json::json!({ "role": t.role, "text": t.text, "tools": t.tools })).collect();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let mut all = Vec::new();
+        if append {
+            let kept: Option<serde_json::Value> = tx
+                .query_opt("select turns from peek_turns where endpoint_id = $1 for update", &[&caller.endpoint_id])
+                .await?
+                .map(|r| r.get(0));
+            all.extend(kept.and_then(|v| v.as_array().cloned()).unwrap_or_default());
+        }
+        all.extend(new);
+        let start = all.len().saturating_sub(MAX_PEEK_TURNS);
+        let stored = tx
             .execute(
                 "insert into peek_turns (endpoint_id, turns, updated_at)
                  select id, $2, now() from endpoints where id = $1 and peek_on
                  on conflict (endpoint_id) do update set turns = excluded.turns, updated_at = now()",
-                &[&caller.endpoint_id, &serde_json::Value::Array(kept)],
+                &[&caller.endpoint_id, &serde_json::Value::Array(all.split_off(start))],
             )
             .await?;
+        tx.commit().await?;
         Ok(stored == 1)
     }
 
