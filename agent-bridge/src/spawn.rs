@@ -51,11 +51,28 @@ pub fn session_path(pid: u32) -> PathBuf {
     }
 }
 
+/// Whether `dir` is a real directory of ours that nobody else can write: a shared temp dir could
+/// otherwise hold a folder or link someone planted.
+fn private_dir(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => meta.is_dir() && Some(meta.uid()) == me && meta.mode() & 0o022 == 0,
+        Err(_) => false,
+    }
+}
+
 /// Writes the file owner-only; a failure only costs the agent the ability to spawn.
 pub fn write_session_at(path: &std::path::Path, file: &SessionFile) {
     let write = || -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            if !private_dir(dir) {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a private directory of this user",
+                    dir.display()
+                )));
+            }
         }
         let text = toml::to_string(file).map_err(std::io::Error::other)?;
         let tmp = path.with_extension("tmp");
@@ -88,7 +105,9 @@ pub fn find_session() -> anyhow::Result<SessionFile> {
     let mut pid = std::process::id();
     for _ in 0..64 {
         let Some(parent) = parent_of(pid).filter(|p| *p > 1) else { break };
-        if let Ok(text) = std::fs::read_to_string(session_path(parent)) {
+        let path = session_path(parent);
+        let trusted = path.parent().is_some_and(private_dir);
+        if trusted && let Ok(text) = std::fs::read_to_string(&path) {
             return toml::from_str(&text).context("malformed session file");
         }
         pid = parent;

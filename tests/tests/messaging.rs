@@ -297,3 +297,33 @@ async fn contacts_open_other_accounts() {
     let listed = alice.rpc.list(ListRequest { all: false, contacts: true }).await.unwrap().into_inner();
     assert_eq!(listed.endpoints.iter().map(|e| e.address.as_str()).collect::<Vec<_>>(), ["globex/box/gina"]);
 }
+
+#[tokio::test]
+async fn a_picked_name_never_takes_over_an_offline_agent() {
+    let (_db, server, _alice, _bob, ci) = two_machines_with_token().await;
+    let mut first = Agent::hello_with(&server.url, &ci, HelloRequest::default()).await.unwrap();
+    assert_eq!(first.address, "acme/ci/other-1");
+    first.rpc.set_peek(SetPeekRequest { on: true }).await.unwrap();
+    drop(first.subscribe(0).await);
+    // Once it is offline (the reconnect grace has passed), a new session without a name gets its own.
+    relay_tests::eventually(Duration::from_secs(20), "other-1 to go offline", || {
+        let mut rpc = first.rpc.clone();
+        async move {
+            let listed = rpc.list(ListRequest::default()).await.ok()?.into_inner().endpoints;
+            (!listed.iter().any(|e| e.address == "acme/ci/other-1")).then_some(())
+        }
+    })
+    .await;
+    let second = Agent::hello_with(&server.url, &ci, HelloRequest::default()).await.unwrap();
+    assert_eq!(second.address, "acme/ci/other-2", "the offline agent keeps its name and inbox");
+
+    // Claiming it by name is a restart of that agent: it gets the inbox, but not the old session's peek.
+    let mut again =
+        Agent::hello_with(&server.url, &ci, HelloRequest { handle: "other-1".into(), ..Default::default() })
+            .await
+            .unwrap();
+    let me = again.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().endpoint.unwrap();
+    assert_eq!(me.address, "acme/ci/other-1");
+    assert!(!me.peek, "peeking is one session's choice");
+    assert_eq!(first.rpc.who_am_i(WhoAmIRequest {}).await.unwrap_err().code(), Code::Unauthenticated);
+}

@@ -160,6 +160,15 @@ async fn held_messages_wait_for_the_human_who_releases_or_rejects_them() {
     assert!(!ok && said.contains("already rejected"), "{said}");
     assert!(w.gina.inbox(0, true).await.unwrap().messages.is_empty());
 
+    // A hold still waiting when the contact is dropped can never be released.
+    let third = w.alice.tool_ok("relay_send", json!({ "to": "globex/box/gina", "body": "the forecast" })).await;
+    let hold3 = third["structuredContent"]["hold"].as_str().unwrap().to_owned();
+    w.server.admin_ok(&["contact", "drop", "acme", "globex"]);
+    let (ok, said) = human(&w, &w.acme_human, &["release", &hold3]).await;
+    assert!(!ok && said.contains("already rejected"), "{said}");
+    w.server.admin_ok(&["contact", "add", "acme", "globex"]);
+    assert!(w.gina.inbox(0, true).await.unwrap().messages.is_empty());
+
     // The sender hears both outcomes from its human.
     let inbox = w.alice.tool_ok("relay_inbox", json!({ "wait_s": 5 })).await;
     let notices: Vec<(String, String)> = inbox["structuredContent"]["messages"]

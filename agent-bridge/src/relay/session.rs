@@ -173,6 +173,28 @@ impl Relay {
         Ok(with_deadline(wait, again).await?.into_inner())
     }
 
+    /// Like [`Relay::call`], for calls that change state without an idempotency key (an inbox that
+    /// acknowledges, a permission request): retried only when the server refused the session before
+    /// doing anything, never after a lost answer, which might have been acted on.
+    pub async fn call_once<Req, T, F, Fut>(&self, wait: Duration, message: Req, call: F) -> Result<T, RelayError>
+    where
+        Req: Clone,
+        F: Fn(Client, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
+        let session = self.session().await?;
+        let first = call(self.client.clone(), authed(message.clone(), &session.token));
+        match with_deadline(wait, first).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) if status.code() == Code::Unauthenticated => {
+                let session = self.renew(&session).await?;
+                let again = call(self.client.clone(), authed(message, &session.token));
+                Ok(with_deadline(wait, again).await?.into_inner())
+            }
+            Err(status) => Err(status.into()),
+        }
+    }
+
     /// Ends the session on the server: the endpoint goes offline and its handle is free.
     pub async fn goodbye(&self) {
         if let Some(spec) = &self.session_file {

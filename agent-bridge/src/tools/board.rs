@@ -317,7 +317,7 @@ async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     // Someone has to answer: the operator, then the human, each with their time.
     let d = tools
         .relay()
-        .call(Duration::from_secs(7200), request, |mut c, r| async move { c.request_permission(r).await })
+        .call_once(Duration::from_secs(7200), request, |mut c, r| async move { c.request_permission(r).await })
         .await?;
     let answer = if d.state == "allow" {
         json!({ "behavior": "allow", "updatedInput": input })

@@ -282,7 +282,7 @@ async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let request = InboxRequest { wait_s, ack, limit: 0 };
     let reply = tools
         .relay()
-        .call(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.inbox(r).await })
+        .call_once(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.inbox(r).await })
         .await?;
     tools.mark_seen(reply.messages.iter().map(|m| m.seq)).await;
     let structured = json!({ "messages": reply.messages.iter().map(message_json).collect::<Vec<_>>() });
@@ -328,7 +328,7 @@ async fn wait_for_replies(tools: &Tools, id: String, wait_s: u32) -> Result<Outc
     let request = AskWaitRequest { id, wait_s };
     let reply = tools
         .relay()
-        .call(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.ask_wait(r).await })
+        .call_once(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.ask_wait(r).await })
         .await?;
     tools.mark_seen(reply.replies.iter().map(|m| m.seq)).await;
     let structured = json!({

@@ -82,6 +82,29 @@ impl Tools {
         self.unread.lock().await.insert(seq);
     }
 
+    /// How many pushed messages are still unread. The server has the last word: a reply or another
+    /// client may have read them, and then the hint is dropped.
+    async fn unread_now(&self) -> usize {
+        if self.unread.lock().await.is_empty() {
+            return 0;
+        }
+        let server = self
+            .relay
+            .call(std::time::Duration::ZERO, relay_proto::v1::WhoAmIRequest {}, |mut c, r| async move {
+                c.who_am_i(r).await
+            })
+            .await;
+        let mut unread = self.unread.lock().await;
+        match server {
+            Ok(me) if me.unread == 0 => {
+                unread.clear();
+                0
+            }
+            Ok(me) => unread.len().min(me.unread as usize),
+            Err(_) => unread.len(),
+        }
+    }
+
     async fn mark_seen(&self, seqs: impl IntoIterator<Item = u64>) {
         let mut unread = self.unread.lock().await;
         for seq in seqs {
@@ -100,7 +123,7 @@ impl Tools {
             Err(err) => Outcome::refused(err.to_string()),
         };
         if !self.channel_mode.load(Ordering::Relaxed) && !matches!(name, "relay_inbox" | "relay_ask_wait") {
-            let waiting = self.unread.lock().await.len();
+            let waiting = self.unread_now().await;
             if waiting > 0 {
                 let plural = if waiting == 1 { "message is" } else { "messages are" };
                 outcome.text.push_str(&format!("\n\n({waiting} unread relay {plural} waiting: read with relay_inbox)"));

@@ -63,13 +63,16 @@ pub fn title(title: &str) -> Result<&str> {
     if t.is_empty() {
         return Err(Error::invalid("title is required: one line naming the work"));
     }
-    if t.chars().count() > MAX_TITLE_CHARS || t.contains('\n') {
+    if t.chars().count() > MAX_TITLE_CHARS || t.contains('\n') || t.contains('\0') {
         return Err(Error::invalid(format!("title must be one line of at most {MAX_TITLE_CHARS} characters")));
     }
     Ok(t)
 }
 
 pub fn detail(detail: &str) -> Result<()> {
+    if detail.contains('\0') {
+        return Err(Error::invalid("detail contains a NUL character, which text cannot hold: remove it"));
+    }
     if detail.len() > MAX_DETAIL_BYTES {
         return Err(Error::invalid(format!("detail is {} bytes; the limit is {MAX_DETAIL_BYTES}", detail.len())));
     }

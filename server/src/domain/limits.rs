@@ -20,6 +20,9 @@ pub fn body(body: &str) -> Result<()> {
     if body.trim().is_empty() {
         return Err(Error::invalid("body is empty"));
     }
+    if body.contains('\0') {
+        return Err(Error::invalid("body contains a NUL character, which text cannot hold: remove it"));
+    }
     if body.len() > MAX_BODY_BYTES {
         return Err(Error::invalid(format!(
             "body is {} bytes; the limit is {MAX_BODY_BYTES} bytes: send a summary or split it",
@@ -112,6 +115,7 @@ mod tests {
         let err = body(&"x".repeat(MAX_BODY_BYTES + 1)).unwrap_err().to_string();
         assert!(err.contains("limit is 65536 bytes"), "{err}");
         assert!(body(" \n").is_err());
+        assert!(body("a\0b").unwrap_err().to_string().contains("NUL"));
     }
 
     #[test]

@@ -564,11 +564,7 @@ impl Relay for RelayService {
                 "allow" | "deny" => return Ok(Response::new(decision)),
                 "pending" if started.elapsed() >= wait => self.store.escalate(&caller, &id).await?,
                 "escalated" if started.elapsed() >= wait * 2 => {
-                    return Ok(Response::new(PermissionDecision {
-                        state: "deny".into(),
-                        reason: "nobody answered in time; try another way or ask again later".into(),
-                        ..decision
-                    }));
+                    return Ok(Response::new(self.store.expire_approval(caller.account_id, &id).await?));
                 }
                 _ => {}
             }

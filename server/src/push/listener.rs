@@ -13,6 +13,8 @@ use crate::domain::{Error, Result};
 use crate::store::messages::{DELIVERY_CHANNEL, parse_delivery_payload};
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
+const PROBE_EVERY: Duration = Duration::from_secs(30);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_RETRY: Duration = Duration::from_secs(10);
 
 type Driver = JoinHandle<std::result::Result<(), tokio_postgres::Error>>;
@@ -27,14 +29,29 @@ pub async fn start(config: tokio_postgres::Config, hub: Hub, shutdown: Cancellat
         let mut current = Some(first);
         let mut retry = FIRST_RETRY;
         loop {
-            if let Some((_client, driver)) = current.take() {
-                tokio::select! {
-                    ended = driver => match ended {
-                        Ok(Ok(())) => tracing::warn!("notification connection closed"),
-                        Ok(Err(e)) => tracing::warn!(error = %e, "notification connection failed"),
-                        Err(e) => tracing::error!(error = %e, "notification task failed"),
-                    },
-                    () = shutdown.cancelled() => return,
+            if let Some((client, mut driver)) = current.take() {
+                // A half-open connection would swallow notifications silently: probe it now and then.
+                let mut probe = tokio::time::interval_at(tokio::time::Instant::now() + PROBE_EVERY, PROBE_EVERY);
+                loop {
+                    tokio::select! {
+                        ended = &mut driver => {
+                            match ended {
+                                Ok(Ok(())) => tracing::warn!("notification connection closed"),
+                                Ok(Err(e)) => tracing::warn!(error = %e, "notification connection failed"),
+                                Err(e) => tracing::error!(error = %e, "notification task failed"),
+                            }
+                            break;
+                        }
+                        _ = probe.tick() => {
+                            let alive = tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("select 1")).await;
+                            if !matches!(alive, Ok(Ok(_))) {
+                                tracing::warn!("notification connection stopped answering; reconnecting");
+                                driver.abort();
+                                break;
+                            }
+                        }
+                        () = shutdown.cancelled() => return,
+                    }
                 }
             }
             tokio::select! {

@@ -28,12 +28,15 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
     tokio::spawn(async move {
         let address = caller.address();
         tracing::debug!(endpoint = %address, after_seq, "push stream opened");
-        let outcome = feed(&store, &hub, &caller, after_seq as i64, &tx, &shutdown).await;
+        let mut generation = None;
+        let outcome = feed(&store, &hub, &caller, after_seq as i64, &tx, &shutdown, &mut generation).await;
         if let Err(status) = outcome {
             tracing::debug!(endpoint = %address, error = %status.message(), "push stream failed");
             let _ = tx.send(Err(status)).await;
         }
-        if let Err(e) = store.release_presence(&caller).await {
+        if let Some(generation) = generation
+            && let Err(e) = store.release_presence(&caller, generation).await
+        {
             tracing::warn!(endpoint = %address, error = %e, "cannot release presence");
         }
         tracing::debug!(endpoint = %address, "push stream closed");
@@ -49,10 +52,13 @@ async fn feed(
     mut last: i64,
     tx: &mpsc::Sender<Result<Push, Status>>,
     shutdown: &CancellationToken,
+    generation: &mut Option<i64>,
 ) -> Result<(), Status> {
     // Subscribe before the first read, so nothing committed after that read can go unnoticed.
     let mut waiter = hub.waiter(caller.endpoint_id);
-    if !heartbeat(store, caller, tx).await? {
+    let (stream_gen, head) = store.open_presence(caller).await.map_err(to_status)?.ok_or_else(gone)?;
+    *generation = Some(stream_gen);
+    if !send_timely(tx, beat(head)).await {
         return Ok(());
     }
     let mut renew = interval_at(Instant::now() + presence::RENEW_EVERY, presence::RENEW_EVERY);
@@ -64,7 +70,7 @@ async fn feed(
             () = shutdown.cancelled() => return Ok(()),
             () = tx.closed() => return Ok(()),
             _ = renew.tick() => {
-                if !heartbeat(store, caller, tx).await? {
+                if !heartbeat(store, caller, stream_gen, tx).await? {
                     return Ok(());
                 }
             }
@@ -73,15 +79,25 @@ async fn feed(
     }
 }
 
+fn gone() -> Status {
+    Status::unauthenticated(
+        "the session ended, was taken over or the machine was revoked, or a newer stream replaced this one: call Hello again",
+    )
+}
+
+fn beat(head: i64) -> Push {
+    Push { event: Some(push::Event::Heartbeat(Heartbeat { head_seq: head as u64 })) }
+}
+
 /// Renews presence and tells the bridge the head seq. `false` when the client is gone.
-async fn heartbeat(store: &Store, caller: &Caller, tx: &mpsc::Sender<Result<Push, Status>>) -> Result<bool, Status> {
-    let head = store
-        .renew_presence(caller)
-        .await
-        .map_err(to_status)?
-        .ok_or_else(|| Status::unauthenticated("the session ended or the machine was revoked: call Hello again"))?;
-    let beat = Push { event: Some(push::Event::Heartbeat(Heartbeat { head_seq: head as u64 })) };
-    Ok(send_timely(tx, beat).await)
+async fn heartbeat(
+    store: &Store,
+    caller: &Caller,
+    generation: i64,
+    tx: &mpsc::Sender<Result<Push, Status>>,
+) -> Result<bool, Status> {
+    let head = store.renew_presence(caller, generation).await.map_err(to_status)?.ok_or_else(gone)?;
+    Ok(send_timely(tx, beat(head)).await)
 }
 
 /// Pushes every unread delivery above `last`. `false` when the client is gone.

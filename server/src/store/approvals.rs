@@ -220,6 +220,21 @@ impl Store {
         self.approval(account_id, id).await
     }
 
+    /// Nobody answered in time: the request is refused for good, so nobody can allow it later.
+    pub async fn expire_approval(&self, account_id: i64, id: &str) -> Result<PermissionDecision> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "update approvals set state = 'deny', reason = 'nobody answered in time; try another way or ask again later',
+                                      decided_by = 'timeout', decided_at = now()
+                 where id = $1 and account_id = $2 and state in ('pending', 'escalated')",
+                &[&id, &account_id],
+            )
+            .await?;
+        drop(client);
+        self.approval(account_id, id).await
+    }
+
     /// The operator's answer.
     pub async fn answer_permission(
         &self,

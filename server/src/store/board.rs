@@ -301,6 +301,7 @@ impl Store {
 
     /// Replaces the given fields of a card still in To do.
     pub async fn edit_job(&self, caller: &Caller, id: &str, edit: JobEdit<'_>) -> Result<JobView> {
+        let id = id.trim();
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let (column, _) = state_of(&tx, caller.account_id, id).await?;

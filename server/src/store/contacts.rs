@@ -197,6 +197,15 @@ impl Store {
             return Err(Error::not_found(format!("{account} and {other} are not contacts")));
         }
         let reason = format!("withdrawn: the contact between {account} and {other} was dropped before it was seen");
+        // Held messages between the two can no longer be released.
+        tx.execute(
+            "update holds h set state = 'rejected', reason = $3, decided_at = now(), decided_by = 'contact drop'
+             where h.state = 'pending' and h.account_id in ($1, $2)
+               and exists (select 1 from endpoint_addresses r where r.id = any(h.recipients)
+                           and r.account_id in ($1, $2) and r.account_id <> h.account_id)",
+            &[&me, &other_id, &format!("the contact between {account} and {other} was dropped")],
+        )
+        .await?;
         let withdrawn = tx
             .execute(
                 "update deliveries d set state = 5, reason = $3, updated_at = now()

@@ -308,15 +308,20 @@ impl Store {
         if let Some(grant) = spawn_grant {
             // A spawned worker takes the endpoint reserved for it, whatever handle it asked for.
             let id = self.granted_endpoint(machine, grant).await?;
-            client
+            // A grant claims its endpoint once; again only when that worker's session is gone.
+            let claimed = client
                 .execute(
                     "update endpoints
                      set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
                          last_seen_at = now(), ended_at = null
-                     where id = $1",
+                     where id = $1
+                       and (session_hash is null or ended_at is not null or online_until is null or online_until < now())",
                     &[&id, &harness, &hash, &lease],
                 )
                 .await?;
+            if claimed == 0 {
+                return Err(Error::AlreadyExists("the worker this grant was issued for is connected already".into()));
+            }
             let endpoint = self.endpoint(id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
@@ -327,7 +332,9 @@ impl Store {
                  on conflict (machine_id, handle) do update
                      set harness = excluded.harness, session_hash = excluded.session_hash,
                          online_until = excluded.online_until, last_seen_at = now(), ended_at = null,
-                         status = 'idle', note = '', now_text = ''
+                         status = 'idle', note = '', now_text = '', last_shown = null,
+                         -- peeking is the choice of one session: a new one starts with it off
+                         peek_on = false
                      where endpoints.ended_at is not null
                         or endpoints.online_until is null
                         or endpoints.online_until < now()
@@ -348,10 +355,11 @@ impl Store {
                 // Pick `<harness>-<n>`, the lowest n not held by a live endpoint; retry if another claim races us.
                 let mut found = None;
                 for _ in 0..8 {
+                    // A picked name is one nobody holds: never used, or ended. An endpoint that is only
+                    // offline keeps its name (and inbox) for the agent that claims it by name.
                     let live: Vec<String> = client
                         .query(
-                            "select handle from endpoints
-                             where machine_id = $1 and ended_at is null and online_until > now()",
+                            "select handle from endpoints where machine_id = $1 and ended_at is null",
                             &[&machine.machine_id],
                         )
                         .await?
@@ -372,7 +380,9 @@ impl Store {
                 found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?
             }
         };
-        let endpoint = self.endpoint(claimed.get(0)).await?;
+        let id: i64 = claimed.get(0);
+        client.execute("delete from peek_turns where endpoint_id = $1", &[&id]).await?;
+        let endpoint = self.endpoint(id).await?;
         Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
     }
 
@@ -399,33 +409,59 @@ impl Store {
         Ok(endpoint_from_row(&row))
     }
 
-    /// Renews the presence lease of a stream's endpoint. Returns the newest seq, or `None` when the
-    /// session is no longer valid (ended, taken over, or its machine revoked).
-    pub async fn renew_presence(&self, caller: &Caller) -> Result<Option<i64>> {
+    /// A push stream opens: it becomes the endpoint's newest stream and takes the presence lease.
+    /// Returns its generation and the newest seq, or `None` when the session is no longer valid.
+    pub async fn open_presence(&self, caller: &Caller) -> Result<Option<(i64, i64)>> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "update endpoints e
+                 set stream_gen = e.stream_gen + 1, last_seen_at = now(),
+                     online_until = greatest(e.online_until, now() + $3 * interval '1 second')
+                 from machines m
+                 where e.id = $1 and e.session_hash = $2 and e.ended_at is null
+                   and m.id = e.machine_id and m.revoked_at is null
+                 returning e.stream_gen, e.head_seq",
+            )
+            .await?;
+        let lease = presence::secs(presence::STREAM_LEASE);
+        Ok(client
+            .query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease])
+            .await?
+            .map(|r| (r.get(0), r.get(1))))
+    }
+
+    /// Renews the lease of the endpoint's newest stream. Returns the newest seq, or `None` when this
+    /// stream was superseded or the session is no longer valid (ended, taken over, machine revoked).
+    pub async fn renew_presence(&self, caller: &Caller, generation: i64) -> Result<Option<i64>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
                 "update endpoints e
                  set online_until = greatest(e.online_until, now() + $3 * interval '1 second'), last_seen_at = now()
                  from machines m
-                 where e.id = $1 and e.session_hash = $2 and e.ended_at is null
+                 where e.id = $1 and e.session_hash = $2 and e.stream_gen = $4 and e.ended_at is null
                    and m.id = e.machine_id and m.revoked_at is null
                  returning e.head_seq",
             )
             .await?;
         let lease = presence::secs(presence::STREAM_LEASE);
-        Ok(client.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease]).await?.map(|r| r.get(0)))
+        Ok(client
+            .query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease, &generation])
+            .await?
+            .map(|r| r.get(0)))
     }
 
-    /// A stream closed: the endpoint stays online only for the reconnect grace.
-    pub async fn release_presence(&self, caller: &Caller) -> Result<()> {
+    /// The newest stream closed: the endpoint stays online only for the reconnect grace. An older
+    /// stream closing changes nothing.
+    pub async fn release_presence(&self, caller: &Caller, generation: i64) -> Result<()> {
         let client = self.client().await?;
         let grace = presence::secs(presence::RECONNECT_GRACE);
         client
             .execute(
                 "update endpoints set online_until = least(online_until, now() + $2 * interval '1 second'), last_seen_at = now()
-                 where id = $1 and ended_at is null",
-                &[&caller.endpoint_id, &grace],
+                 where id = $1 and session_hash = $3 and stream_gen = $4 and ended_at is null",
+                &[&caller.endpoint_id, &grace, &caller.session_hash, &generation],
             )
             .await?;
         Ok(())

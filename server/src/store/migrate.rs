@@ -25,6 +25,11 @@ const MIGRATIONS: &[Migration] = &[
     Migration { version: 3, name: "board", sql: include_str!("../../migrations/0003_board.sql") },
     Migration { version: 4, name: "trust", sql: include_str!("../../migrations/0004_trust.sql") },
     Migration { version: 5, name: "approvals", sql: include_str!("../../migrations/0005_approvals.sql") },
+    Migration {
+        version: 6,
+        name: "stream_generation",
+        sql: include_str!("../../migrations/0006_stream_generation.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -200,12 +200,7 @@ impl Store {
             return Err(Error::invalid("rejecting a hold needs a reason: the sender reads it"));
         }
         if release {
-            let targets: Vec<Target> = tx
-                .query("select id, address, account_id from endpoint_addresses where id = any($1)", &[&recipients])
-                .await?
-                .iter()
-                .map(|r| Target { id: r.get(0), address: r.get(1), account_id: r.get(2) })
-                .collect();
+            let targets = Self::still_reachable(&tx, sender_id, &message_id, &recipients).await?;
             Self::deliver(&tx, &message_id, &targets).await?;
         }
         tx.execute(
@@ -236,6 +231,65 @@ impl Store {
         tx.commit().await?;
         let view = self.holds(human, true).await?.into_iter().find(|h| h.id == id.trim());
         view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))
+    }
+
+    /// A held message's recipients, checked again as a send would be now: reach, rules, private
+    /// data, ended sessions and revoked machines may all have changed while it waited.
+    async fn still_reachable(
+        c: &impl GenericClient,
+        sender_id: i64,
+        message_id: &str,
+        recipients: &[i64],
+    ) -> Result<Vec<Target>> {
+        let sender = c
+            .query_one(
+                "select e.id, ea.account_id, ea.account, e.machine_id, ea.machine, ea.handle
+                 from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1",
+                &[&sender_id],
+            )
+            .await?;
+        let caller = Caller {
+            endpoint_id: sender.get(0),
+            account_id: sender.get(1),
+            account: sender.get(2),
+            machine_id: sender.get(3),
+            machine: sender.get(4),
+            handle: sender.get(5),
+            session_hash: Vec::new(),
+        };
+        let rows = c
+            .query(
+                "select ea.id, ea.address, ea.account_id, e.ended_at is null and m.revoked_at is null
+                 from endpoint_addresses ea join endpoints e on e.id = ea.id join machines m on m.id = e.machine_id
+                 where ea.id = any($1)",
+                &[&recipients],
+            )
+            .await?;
+        let contacts = Self::contact_accounts(c, caller.account_id).await?;
+        let verdicts = super::scope::decide_many(c, &caller, &contacts, recipients).await?;
+        let mut targets = Vec::new();
+        let mut refused = Vec::new();
+        for row in &rows {
+            let target = Target { id: row.get(0), address: row.get(1), account_id: row.get(2) };
+            let why = if !row.get::<_, bool>(3) {
+                Some("ended or its machine was revoked".to_owned())
+            } else {
+                verdicts.get(&target.id).and_then(|v| v.refusal().map(str::to_owned))
+            };
+            match why {
+                Some(why) => refused.push(format!("{}: {why}", target.address)),
+                None => targets.push(target),
+            }
+        }
+        let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.get(0);
+        Self::hold_class(c, &caller, &targets, private).await?;
+        if !refused.is_empty() {
+            return Err(Error::FailedPrecondition(format!(
+                "it can no longer be delivered as it was sent ({}): reject it instead",
+                refused.join("; ")
+            )));
+        }
+        Ok(targets)
     }
 
     /// Asks to the caller that require a reply it has not given yet.
