@@ -150,21 +150,27 @@ impl Session {
                 }
                 self.start_push_if_ready();
                 let key = id_key(&id);
-                // Held while the task is spawned and recorded, so its own removal comes after the record.
-                let mut running = self.running.lock().expect("running lock");
-                if running.contains_key(&key) {
-                    drop(running);
-                    return self
-                        .send(jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, "a request with this id is still running"))
-                        .await;
+                let duplicate = {
+                    // Held while the task is spawned and recorded, so its own removal comes after the record.
+                    let mut running = self.running.lock().expect("running lock");
+                    if running.contains_key(&key) {
+                        Some(id)
+                    } else {
+                        let session = self.clone();
+                        let task = tasks.spawn(async move {
+                            let answer = session.tool_call(&id, &params).await;
+                            session.running.lock().expect("running lock").remove(&id_key(&id));
+                            session.send(answer).await;
+                        });
+                        running.insert(key, task);
+                        None
+                    }
+                };
+                if let Some(id) = duplicate {
+                    let refusal =
+                        jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, "a request with this id is still running");
+                    self.send(refusal).await;
                 }
-                let session = self.clone();
-                let task = tasks.spawn(async move {
-                    let answer = session.tool_call(&id, &params).await;
-                    session.running.lock().expect("running lock").remove(&id_key(&id));
-                    session.send(answer).await;
-                });
-                running.insert(key, task);
             }
             Incoming::Request { id, method, params } => {
                 let answer = self.request(&id, &method, &params).await;
