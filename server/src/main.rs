@@ -59,6 +59,9 @@ struct DbArgs {
     /// Most database connections this process opens (plus one for notifications).
     #[arg(long, env = "RELAY_DB_POOL_SIZE", default_value_t = 16)]
     db_pool_size: usize,
+    /// A PEM CA to trust for the database's certificate (with sslmode=require), beside the system's roots.
+    #[arg(long, env = "RELAY_DB_CA")]
+    db_ca: Option<PathBuf>,
 }
 
 impl DbArgs {
@@ -67,7 +70,7 @@ impl DbArgs {
             .database_url
             .as_deref()
             .context("no database: set DATABASE_URL or --database-url (or run `relay-server dev` for a private one)")?;
-        Ok(DbConfig::parse(url, self.db_pool_size)?)
+        Ok(DbConfig::parse(url, self.db_pool_size, self.db_ca.as_deref())?)
     }
 }
 

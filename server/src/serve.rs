@@ -88,7 +88,7 @@ pub async fn serve(
     let tls = options.tls()?;
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
-    let listener = push::listener::start(store.config().pg.clone(), hub.clone(), shutdown.clone()).await?;
+    let listener = push::listener::start(store.config().clone(), hub.clone(), shutdown.clone()).await?;
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RelayServer<RelayService>>().await;

@@ -1,6 +1,7 @@
 //! Postgres for tests: `DATABASE_URL`, or a throwaway cluster (`initdb -A trust -N`, `fsync=off`).
 
 use std::io::Read;
+use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -13,6 +14,8 @@ use tokio_postgres::NoTls;
 struct Cluster {
     /// Connection string without a database name.
     base: String,
+    /// The CA of the cluster's TLS certificate (for host `localhost`), when the harness started it.
+    tls_ca: Option<PathBuf>,
     /// Holding the watchdog's stdin open keeps the cluster alive; the process's exit closes it,
     /// and the watchdog then stops Postgres and deletes its files.
     _watchdog: Option<Mutex<(Child, ChildStdin)>>,
@@ -25,7 +28,8 @@ const WATCHDOG: &str = r#"
 bin="$1"; dir="$2"; port="$3"
 "$bin/initdb" -D "$dir/data" -A trust -N -U postgres --no-instructions >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
 "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 -c fsync=off \
-  -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 >"$dir/postgres.log" 2>&1 &
+  -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 \
+  -c ssl=on -c ssl_cert_file="$dir/tls/server.crt" -c ssl_key_file="$dir/tls/server.key" >"$dir/postgres.log" 2>&1 &
 pid=$!
 cat >/dev/null
 kill -INT "$pid"; wait "$pid"; rm -rf "$dir"
@@ -33,13 +37,29 @@ kill -INT "$pid"; wait "$pid"; rm -rf "$dir"
 
 fn start_cluster() -> Cluster {
     if let Ok(url) = std::env::var("DATABASE_URL") {
-        return Cluster { base: url, _watchdog: None };
+        return Cluster { base: url, tls_ca: None, _watchdog: None };
     }
     let bin = postgres::bin_dir().expect("postgres binaries");
     let owner = postgres::owner().expect("postgres owner");
     let dir =
         std::env::temp_dir().join(format!("relay-test-pg-{}-{:08x}", std::process::id(), rand::rng().random::<u32>()));
     postgres::make_private_dir(&dir, owner).expect("cluster directory");
+    // TLS for the tests of sslmode=require: a certificate for localhost, readable only by the cluster.
+    let tls = dir.join("tls");
+    postgres::make_private_dir(&tls, owner).expect("tls directory");
+    let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("test certificate");
+    let (cert, key) = (tls.join("server.crt"), tls.join("server.key"));
+    std::fs::write(&cert, issued.cert.pem()).unwrap();
+    std::fs::write(&key, issued.signing_key.serialize_pem()).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    if let Some(o) = owner {
+        for f in [&cert, &key] {
+            std::os::unix::fs::chown(f, Some(o.uid), Some(o.gid)).unwrap();
+        }
+    }
+    let ca = std::env::temp_dir().join(format!("relay-test-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca, issued.cert.pem()).unwrap();
     let port = crate::free_port();
     let mut cmd = if owner.is_some() {
         let mut c = Command::new("runuser");
@@ -76,7 +96,16 @@ fn start_cluster() -> Cluster {
         assert!(Instant::now() < deadline, "the test postgres cluster did not accept connections within 60s");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Cluster { base, _watchdog: Some(Mutex::new((child, stdin))) }
+    Cluster { base, tls_ca: Some(ca), _watchdog: Some(Mutex::new((child, stdin))) }
+}
+
+/// For TLS tests: the test database's URL through `localhost` with `sslmode=require`, and the CA to
+/// trust. `None` when the tests run against an external `DATABASE_URL`.
+pub fn tls_url(db: &TestDb) -> Option<(String, PathBuf)> {
+    let cluster = CLUSTER.get()?;
+    let ca = cluster.tls_ca.clone()?;
+    let port = cluster.base.split_whitespace().find_map(|kv| kv.strip_prefix("port="))?;
+    Some((format!("host=localhost port={port} user=postgres dbname={} sslmode=require", db.name), ca))
 }
 
 /// One test's own database.

@@ -200,3 +200,48 @@ async fn dev_runs_on_a_private_postgres_and_writes_the_bridge_config() {
     assert!(listed.endpoints.iter().any(|e| e.handle == "first"), "data survives a restart");
     assert!(terminate(&mut again).await.success());
 }
+
+#[tokio::test]
+async fn the_database_connection_can_require_verified_tls() {
+    let db = TestDb::new().await;
+    let Some((url, ca)) = relay_tests::pg::tls_url(&db) else {
+        eprintln!("skipped: the external DATABASE_URL server has no test certificate");
+        return;
+    };
+    let migrate = |ca: Option<&std::path::Path>| {
+        let mut cmd = Command::new(bin("relay-server"));
+        cmd.arg("migrate").env("DATABASE_URL", &url).env_remove("RELAY_DB_CA");
+        if let Some(ca) = ca {
+            cmd.env("RELAY_DB_CA", ca);
+        }
+        cmd.output().unwrap()
+    };
+    let unverified = migrate(None);
+    let stderr = String::from_utf8_lossy(&unverified.stderr);
+    assert!(!unverified.status.success(), "an unknown certificate is refused");
+    assert!(stderr.contains("cannot reach the database"), "{stderr}");
+    let verified = migrate(Some(&ca));
+    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
+
+    // The server serves over it, its LISTEN connection included: a push crosses.
+    let port = free_port();
+    let mut server = Command::new(bin("relay-server"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("DATABASE_URL", &url)
+        .env("RELAY_DB_CA", &ca)
+        .env("RELAY_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    wait_serving(&url).await;
+    assert!(admin(&db.url, &["account", "create", "acme"]).status.success());
+    let token = String::from_utf8(admin(&db.url, &["machine", "add", "acme/laptop"]).stdout).unwrap().trim().to_owned();
+    let mut alice = Agent::hello(&url, &token, "alice").await.unwrap();
+    let mut bob = Agent::hello(&url, &token, "bob").await.unwrap();
+    let mut stream = bob.subscribe(0).await;
+    alice.send(&["bob"], "over tls").await.unwrap();
+    assert_eq!(next_message(&mut stream, Duration::from_secs(10)).await.body, "over tls");
+    drop((alice, bob, stream));
+    assert!(terminate(&mut server).await.success());
+}

@@ -36,7 +36,7 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     options.listen.tls()?;
     let mut cluster = None;
     let db = match &options.database_url {
-        Some(url) => DbConfig::parse(url, options.pool_size)?,
+        Some(url) => DbConfig::parse(url, options.pool_size, None)?,
         None => {
             let data_dir = match options.data_dir.clone() {
                 Some(dir) => dir,
@@ -49,7 +49,12 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
             })
             .await??;
             ensure_database(&started).await?;
-            let config = DbConfig { pg: started.pg_config(postgres::DEV_DATABASE), pool_size: options.pool_size };
+            // A Unix socket in a directory only its owner can enter: no TLS needed.
+            let config = DbConfig {
+                pg: started.pg_config(postgres::DEV_DATABASE),
+                pool_size: options.pool_size,
+                tls: crate::store::DbTls::None,
+            };
             cluster = Some(started);
             config
         }

@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
 use crate::domain::{Error, Result};
 use crate::store::messages::{DELIVERY_CHANNEL, parse_delivery_payload};
+use crate::store::{DbConfig, DbTls};
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const PROBE_EVERY: Duration = Duration::from_secs(30);
@@ -21,7 +23,7 @@ type Driver = JoinHandle<std::result::Result<(), tokio_postgres::Error>>;
 
 /// Connects and listens before returning, so the server never serves without push; afterwards it
 /// reconnects by itself and wakes every waiter to re-read what it may have missed meanwhile.
-pub async fn start(config: tokio_postgres::Config, hub: Hub, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
+pub async fn start(config: DbConfig, hub: Hub, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
     let first = listen(&config, &hub)
         .await
         .map_err(|e| Error::Unavailable(format!("cannot open the notification connection: {e}")))?;
@@ -75,11 +77,23 @@ pub async fn start(config: tokio_postgres::Config, hub: Hub, shutdown: Cancellat
     }))
 }
 
-async fn listen(
+async fn listen(config: &DbConfig, hub: &Hub) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
+    match &config.tls {
+        DbTls::None => listen_with(&config.pg, NoTls, hub).await,
+        DbTls::Verified(tls) => listen_with(&config.pg, tls.clone(), hub).await,
+    }
+}
+
+async fn listen_with<T>(
     config: &tokio_postgres::Config,
+    tls: T,
     hub: &Hub,
-) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+) -> std::result::Result<(Client, Driver), tokio_postgres::Error>
+where
+    T: MakeTlsConnect<Socket>,
+    T::Stream: Send + 'static,
+{
+    let (client, mut connection) = config.connect(tls).await?;
     let hub = hub.clone();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -109,8 +109,11 @@ impl Store {
             return Err(Error::invalid("an account cannot be its own contact"));
         }
         // Two humans asking each other at once must meet: lock both accounts in id order first.
-        tx.execute("select id from accounts where id in ($1, $2) order by id for update", &[&human.account_id, &other_id])
-            .await?;
+        tx.execute(
+            "select id from accounts where id in ($1, $2) order by id for update",
+            &[&human.account_id, &other_id],
+        )
+        .await?;
         let state = if Self::contact_accounts(&tx, human.account_id).await?.contains(&other_id) {
             "contact"
         } else if tx
