@@ -143,3 +143,19 @@ pub async fn wait_serving_with(url: &str, ca: Option<Certificate>) {
     })
     .await
 }
+
+/// Runs `agent-bridge human ARGS` as the person holding the human `token`; returns whether it
+/// succeeded and everything it printed.
+pub async fn human(url: &str, token: &str, args: &[&str]) -> (bool, String) {
+    let out = tokio::process::Command::new(bin("agent-bridge"))
+        .arg("human")
+        .args(args)
+        .env("RELAY_SERVER", url)
+        .env("RELAY_TOKEN", "unused-by-human-commands")
+        .env("RELAY_HUMAN_TOKEN", token)
+        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
+        .output()
+        .await
+        .expect("run agent-bridge human");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}

@@ -423,19 +423,10 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
         .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "git push --force" } } }))
         .await;
     let run = |args: Vec<String>| {
-        let (url, human) = (b.server.url.clone(), human.clone());
+        let (url, human_token) = (b.server.url.clone(), human.clone());
         async move {
-            let out = tokio::process::Command::new(bin("agent-bridge"))
-                .arg("human")
-                .args(args)
-                .env("RELAY_SERVER", url)
-                .env("RELAY_TOKEN", "unused")
-                .env("RELAY_HUMAN_TOKEN", human)
-                .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
-                .output()
-                .await
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            relay_tests::server::human(&url, &human_token, &args).await.1
         }
     };
     let listed = eventually(Duration::from_secs(20), "the request to reach the human", || async move {

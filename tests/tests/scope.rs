@@ -8,7 +8,7 @@ use relay_proto::v1::*;
 use relay_tests::client::Agent;
 use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, text};
 use relay_tests::pg::TestDb;
-use relay_tests::server::Server;
+use relay_tests::server::{Server, human};
 use serde_json::{Value, json};
 
 /// Where the target stands relative to the caller, `acme/laptop/alice`.
@@ -297,21 +297,6 @@ async fn groups_cap_members_and_fan_out() {
     w.targets[0].agent.send(&["globex/box/gina"], "free again").await.expect("the group's cap left with it");
 }
 
-/// Runs `agent-bridge human ARGS` as an account's person with `token`.
-async fn human(server: &Server, token: &str, args: &[&str]) -> (bool, String) {
-    let out = tokio::process::Command::new(relay_tests::bin("agent-bridge"))
-        .arg("human")
-        .args(args)
-        .env("RELAY_SERVER", &server.url)
-        .env("RELAY_TOKEN", "unused-for-human-commands")
-        .env("RELAY_HUMAN_TOKEN", token)
-        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
-        .output()
-        .await
-        .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
-}
-
 #[tokio::test]
 async fn contacts_are_made_and_dropped_by_the_accounts_humans() {
     let db = TestDb::new().await;
@@ -324,28 +309,28 @@ async fn contacts_are_made_and_dropped_by_the_accounts_humans() {
     let mut alice = Agent::hello(&server.url, &acme_box, "alice").await.unwrap();
     let mut gina = Agent::hello(&server.url, &globex_box, "gina").await.unwrap();
 
-    let (ok, out) = human(&server, &acme_human, &["contact", "request", "globex"]).await;
+    let (ok, out) = human(&server.url, &acme_human, &["contact", "request", "globex"]).await;
     assert!(ok && out.contains("globex\trequested"), "{out}");
     assert_eq!(alice.send(&["globex/box/gina"], "too early").await.unwrap_err().code(), tonic::Code::NotFound);
-    let (ok, out) = human(&server, &globex_human, &["contact", "list"]).await;
+    let (ok, out) = human(&server.url, &globex_human, &["contact", "list"]).await;
     assert!(ok && out.contains("acme\tpending"), "{out}");
-    let (ok, out) = human(&server, &globex_human, &["contact", "accept", "acme"]).await;
+    let (ok, out) = human(&server.url, &globex_human, &["contact", "accept", "acme"]).await;
     assert!(ok && out.contains("acme\tcontact"), "{out}");
 
     alice.send(&["globex/box/gina"], "now we can talk").await.unwrap();
     assert_eq!(gina.inbox(5, true).await.unwrap().messages[0].body, "now we can talk");
     let queued = alice.send(&["globex/box/gina"], "queued, never read").await.unwrap();
 
-    let (ok, out) = human(&server, &globex_human, &["contact", "drop", "acme"]).await;
+    let (ok, out) = human(&server.url, &globex_human, &["contact", "drop", "acme"]).await;
     assert!(ok && out.contains("1 undelivered messages withdrawn"), "{out}");
     assert!(gina.inbox(0, true).await.unwrap().messages.is_empty(), "a withdrawn message is not delivered");
     let tracked = alice.rpc.track(TrackRequest { id: queued.id }).await.unwrap().into_inner();
     assert_eq!(tracked.recipients[0].state(), DeliveryState::Withdrawn);
     assert_eq!(alice.send(&["globex/box/gina"], "after").await.unwrap_err().code(), tonic::Code::NotFound);
 
-    let (ok, out) = human(&server, "rlh_nonsense", &["contact", "list"]).await;
+    let (ok, out) = human(&server.url, "rlh_nonsense", &["contact", "list"]).await;
     assert!(!ok && out.contains("malformed human token"), "{out}");
-    let (ok, out) = human(&server, &acme_human, &["contact", "accept", "initech"]).await;
+    let (ok, out) = human(&server.url, &acme_human, &["contact", "accept", "initech"]).await;
     assert!(!ok && out.contains("no account initech"), "{out}");
 }
 

@@ -7,7 +7,7 @@ use relay_proto::v1::*;
 use relay_tests::client::Agent;
 use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
-use relay_tests::server::Server;
+use relay_tests::server::{Server, human};
 use relay_tests::{bin, free_port};
 use serde_json::{Value, json};
 
@@ -41,21 +41,6 @@ async fn world() -> World {
     let bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
     let gina = Agent::hello(&server.url, &globex, "gina").await.unwrap();
     World { db, server, alice, alice_session, bob, gina, acme_human, globex_human }
-}
-
-/// `agent-bridge human ARGS` as the person holding `token`.
-async fn human(w: &World, token: &str, args: &[&str]) -> (bool, String) {
-    let out = tokio::process::Command::new(bin("agent-bridge"))
-        .arg("human")
-        .args(args)
-        .env("RELAY_SERVER", &w.server.url)
-        .env("RELAY_TOKEN", "unused")
-        .env("RELAY_HUMAN_TOKEN", token)
-        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
-        .output()
-        .await
-        .unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
 }
 
 /// Runs the Claude Code Stop hook as alice's client would, with `event` on stdin.
@@ -121,7 +106,7 @@ async fn private_data_stays_in_the_account_unless_the_contact_allows_it() {
     );
     assert!(w.gina.inbox(0, true).await.unwrap().messages.is_empty());
 
-    let (ok, said) = human(&w, &w.acme_human, &["contact", "private", "globex", "on"]).await;
+    let (ok, said) = human(&w.server.url, &w.acme_human, &["contact", "private", "globex", "on"]).await;
     assert!(ok && said.contains("private data allowed"), "{said}");
     w.alice.tool_ok("relay_send", json!({ "to": "globex/box/gina", "body": "salary sheet", "private": true })).await;
     assert_eq!(w.gina.inbox(5, true).await.unwrap().messages[0].body, "salary sheet");
@@ -130,7 +115,7 @@ async fn private_data_stays_in_the_account_unless_the_contact_allows_it() {
 #[tokio::test]
 async fn held_messages_wait_for_the_human_who_releases_or_rejects_them() {
     let mut w = world().await;
-    let (ok, said) = human(&w, &w.acme_human, &["hold-policy", "contact", "on"]).await;
+    let (ok, said) = human(&w.server.url, &w.acme_human, &["hold-policy", "contact", "on"]).await;
     assert!(ok && said.contains("held for the human: contact"), "{said}");
 
     let held = w.alice.tool_ok("relay_send", json!({ "to": "globex/box/gina", "body": "the roadmap" })).await;
@@ -141,22 +126,23 @@ async fn held_messages_wait_for_the_human_who_releases_or_rejects_them() {
     w.alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "internal" })).await;
     assert_eq!(w.bob.inbox(5, true).await.unwrap().messages.len(), 1);
 
-    let (ok, listed) = human(&w, &w.acme_human, &["holds"]).await;
+    let (ok, listed) = human(&w.server.url, &w.acme_human, &["holds"]).await;
     assert!(
         ok && listed.contains(&hold) && listed.contains("the roadmap") && listed.contains("to globex/box/gina"),
         "{listed}"
     );
-    let (ok, said) = human(&w, &w.globex_human, &["release", &hold]).await;
+    let (ok, said) = human(&w.server.url, &w.globex_human, &["release", &hold]).await;
     assert!(!ok && said.contains("no hold"), "another account's human cannot release it: {said}");
-    let (ok, said) = human(&w, &w.acme_human, &["release", &hold]).await;
+    let (ok, said) = human(&w.server.url, &w.acme_human, &["release", &hold]).await;
     assert!(ok && said.contains("released"), "{said}");
     assert_eq!(w.gina.inbox(5, true).await.unwrap().messages[0].body, "the roadmap");
 
     let second = w.alice.tool_ok("relay_send", json!({ "to": "globex/box/gina", "body": "the pricing" })).await;
     let hold2 = second["structuredContent"]["hold"].as_str().unwrap().to_owned();
-    let (ok, said) = human(&w, &w.acme_human, &["reject", &hold2, "--reason", "pricing stays internal"]).await;
+    let (ok, said) =
+        human(&w.server.url, &w.acme_human, &["reject", &hold2, "--reason", "pricing stays internal"]).await;
     assert!(ok && said.contains("rejected"), "{said}");
-    let (ok, said) = human(&w, &w.acme_human, &["release", &hold2]).await;
+    let (ok, said) = human(&w.server.url, &w.acme_human, &["release", &hold2]).await;
     assert!(!ok && said.contains("already rejected"), "{said}");
     assert!(w.gina.inbox(0, true).await.unwrap().messages.is_empty());
 
@@ -164,7 +150,7 @@ async fn held_messages_wait_for_the_human_who_releases_or_rejects_them() {
     let third = w.alice.tool_ok("relay_send", json!({ "to": "globex/box/gina", "body": "the forecast" })).await;
     let hold3 = third["structuredContent"]["hold"].as_str().unwrap().to_owned();
     w.server.admin_ok(&["contact", "drop", "acme", "globex"]);
-    let (ok, said) = human(&w, &w.acme_human, &["release", &hold3]).await;
+    let (ok, said) = human(&w.server.url, &w.acme_human, &["release", &hold3]).await;
     assert!(!ok && said.contains("already rejected"), "{said}");
     w.server.admin_ok(&["contact", "add", "acme", "globex"]);
     assert!(w.gina.inbox(0, true).await.unwrap().messages.is_empty());
@@ -188,16 +174,16 @@ async fn the_human_inbox_takes_part_from_a_terminal() {
     w.alice.tool_ok("relay_send", json!({ "to": "me", "body": "may I merge the migration?" })).await;
     w.gina.send(&["acme/me"], "hello from globex").await.expect("a contact reaches the other account's human");
 
-    let (ok, inbox) = human(&w, &w.acme_human, &["inbox", "--wait", "5"]).await;
+    let (ok, inbox) = human(&w.server.url, &w.acme_human, &["inbox", "--wait", "5"]).await;
     assert!(ok && inbox.contains("from acme/laptop/alice") && inbox.contains("may I merge the migration?"), "{inbox}");
     assert!(inbox.contains("from globex/box/gina"), "{inbox}");
-    let (ok, said) = human(&w, &w.acme_human, &["send", "laptop/alice", "yes, after the backup"]).await;
+    let (ok, said) = human(&w.server.url, &w.acme_human, &["send", "laptop/alice", "yes, after the backup"]).await;
     assert!(ok && said.contains("to acme/laptop/alice"), "{said}");
     let got = w.alice.tool_ok("relay_inbox", json!({ "wait_s": 5 })).await;
     assert_eq!(got["structuredContent"]["messages"][0]["from"], "acme/me");
     assert_eq!(got["structuredContent"]["messages"][0]["body"], "yes, after the backup");
 
-    let (ok, said) = human(&w, &w.acme_human, &["send", "initech/me", "x"]).await;
+    let (ok, said) = human(&w.server.url, &w.acme_human, &["send", "initech/me", "x"]).await;
     assert!(!ok && said.contains("no agent you can reach at initech/me"), "{said}");
     let claim = Agent::hello(&w.server.url, &w.server.machine("acme", "box2"), "me").await.err().unwrap();
     assert!(claim.message().contains("reserved for the account's human inbox"), "{}", claim.message());

@@ -158,19 +158,7 @@ impl Relay {
         F: Fn(Client, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let session = self.session().await?;
-        let first = call(self.client.clone(), authed(message.clone(), &session.token));
-        let retry_with = match with_deadline(wait, first).await {
-            Ok(response) => return Ok(response.into_inner()),
-            Err(status) if status.code() == Code::Unauthenticated => self.renew(&session).await?,
-            Err(status) if matches!(RelayError::from(status.clone()), RelayError::Unreachable(_)) => {
-                tracing::debug!(error = %status.message(), "relay call failed; retrying once");
-                session
-            }
-            Err(status) => return Err(status.into()),
-        };
-        let again = call(self.client.clone(), authed(message, &retry_with.token));
-        Ok(with_deadline(wait, again).await?.into_inner())
+        self.call_with(wait, message, call, true).await
     }
 
     /// Like [`Relay::call`], for calls that change state without an idempotency key (an inbox that
@@ -182,17 +170,34 @@ impl Relay {
         F: Fn(Client, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
+        self.call_with(wait, message, call, false).await
+    }
+
+    async fn call_with<Req, T, F, Fut>(
+        &self,
+        wait: Duration,
+        message: Req,
+        call: F,
+        retry_lost: bool,
+    ) -> Result<T, RelayError>
+    where
+        Req: Clone,
+        F: Fn(Client, Request<Req>) -> Fut,
+        Fut: Future<Output = Result<Response<T>, Status>>,
+    {
         let session = self.session().await?;
         let first = call(self.client.clone(), authed(message.clone(), &session.token));
-        match with_deadline(wait, first).await {
-            Ok(response) => Ok(response.into_inner()),
-            Err(status) if status.code() == Code::Unauthenticated => {
-                let session = self.renew(&session).await?;
-                let again = call(self.client.clone(), authed(message, &session.token));
-                Ok(with_deadline(wait, again).await?.into_inner())
+        let retry_with = match with_deadline(wait, first).await {
+            Ok(response) => return Ok(response.into_inner()),
+            Err(status) if status.code() == Code::Unauthenticated => self.renew(&session).await?,
+            Err(status) if retry_lost && matches!(RelayError::from(status.clone()), RelayError::Unreachable(_)) => {
+                tracing::debug!(error = %status.message(), "relay call failed; retrying once");
+                session
             }
-            Err(status) => Err(status.into()),
-        }
+            Err(status) => return Err(status.into()),
+        };
+        let again = call(self.client.clone(), authed(message, &retry_with.token));
+        Ok(with_deadline(wait, again).await?.into_inner())
     }
 
     /// Ends the session on the server: the endpoint goes offline and its handle is free.

@@ -74,23 +74,37 @@ impl Store {
         };
         let target = match operator_id {
             Some((id, address)) => Target { id, address, account_id: caller.account_id },
-            None => {
-                let me = Self::ensure_human(&tx, caller.account_id).await?;
-                Target { id: me, address: format!("{}/me", caller.account), account_id: caller.account_id }
-            }
+            None => Self::human_target(&tx, caller.account_id, &caller.account).await?,
         };
+        Self::ask_about(&tx, caller, target, &body).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// The account's human inbox as a recipient.
+    async fn human_target(c: &impl deadpool_postgres::GenericClient, account_id: i64, account: &str) -> Result<Target> {
+        let id = Self::ensure_human(c, account_id).await?;
+        Ok(Target { id, address: format!("{account}/me"), account_id })
+    }
+
+    /// Puts a permission question in front of whoever must answer it, from the agent asking.
+    async fn ask_about(
+        tx: &deadpool_postgres::Transaction<'_>,
+        asker: &Caller,
+        target: Target,
+        body: &str,
+    ) -> Result<()> {
         let out = Outgoing {
             to: &[],
-            body: &body,
+            body,
             thread: None,
             kind: Kind::Ask,
             client_id: None,
             private: false,
             require_reply: false,
         };
-        Self::store_message(&tx, caller, &[target], &out, None).await?;
-        tx.commit().await?;
-        Ok(id)
+        Self::store_message(tx, asker, &[target], &out, None).await?;
+        Ok(())
     }
 
     fn escalation_text(id: &str, requester: &str, job_id: &str, tool: &str, input: &str) -> String {
@@ -132,18 +146,8 @@ impl Store {
             return Ok(());
         };
         let body = Self::escalation_text(id, &caller.address(), row.get(0), row.get(1), row.get(2));
-        let me = Self::ensure_human(&tx, caller.account_id).await?;
-        let target = [Target { id: me, address: format!("{}/me", caller.account), account_id: caller.account_id }];
-        let out = Outgoing {
-            to: &[],
-            body: &body,
-            thread: None,
-            kind: Kind::Ask,
-            client_id: None,
-            private: false,
-            require_reply: false,
-        };
-        Self::store_message(&tx, caller, &target, &out, None).await?;
+        let target = Self::human_target(&tx, caller.account_id, &caller.account).await?;
+        Self::ask_about(&tx, caller, target, &body).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -191,7 +195,6 @@ impl Store {
             let address: String =
                 tx.query_one("select address from endpoint_addresses where id = $1", &[&requester]).await?.get(0);
             let body = Self::escalation_text(id.trim(), &address, row.get(1), row.get(2), row.get(3));
-            let me = Self::ensure_human(&tx, account_id).await?;
             let account: String = tx.query_one("select name from accounts where id = $1", &[&account_id]).await?.get(0);
             let requester_caller = Caller {
                 endpoint_id: requester,
@@ -202,17 +205,8 @@ impl Store {
                 handle: String::new(),
                 session_hash: Vec::new(),
             };
-            let target = [Target { id: me, address: format!("{account}/me"), account_id }];
-            let out = Outgoing {
-                to: &[],
-                body: &body,
-                thread: None,
-                kind: Kind::Ask,
-                client_id: None,
-                private: false,
-                require_reply: false,
-            };
-            Self::store_message(&tx, &requester_caller, &target, &out, None).await?;
+            let target = Self::human_target(&tx, account_id, &account).await?;
+            Self::ask_about(&tx, &requester_caller, target, &body).await?;
         }
         // Wake the requester's waiting call on whichever replica holds it.
         tx.execute("select pg_notify($1, $2)", &[&DELIVERY_CHANNEL, &format!("{requester}:0")]).await?;
