@@ -385,7 +385,7 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
 
 #[tokio::test]
 async fn permission_requests_go_to_the_operator_then_the_human() {
-    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "3")]).await;
+    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "5")]).await;
     let human = b.server.admin_ok(&["human", "add", "acme"]);
     let posted = b.alice.tool_ok("post_job", json!({ "title": "Clean the build", "repo": "app" })).await;
     let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
