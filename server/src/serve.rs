@@ -10,8 +10,8 @@ use relay_proto::v1::FILE_DESCRIPTOR_SET;
 use relay_proto::v1::human_server::HumanServer;
 use relay_proto::v1::relay_server::RelayServer;
 use relay_proto::v1::worker_server::WorkerServer;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::protocol::human::HumanService;
@@ -106,11 +106,12 @@ pub async fn serve(
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
     let local = socket.local_addr()?;
+    // Accepted sockets get no-delay (a batched answer must not wait out delayed ACKs) and keepalives.
+    let incoming = TcpIncoming::from(socket).with_nodelay(Some(true)).with_keepalive(Some(Duration::from_secs(30)));
 
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .tcp_keepalive(Some(Duration::from_secs(30)));
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
     if let Some(tls) = tls {
         builder = builder.tls_config(tls).context("invalid tls configuration")?;
     }
@@ -132,7 +133,7 @@ pub async fn serve(
         .add_service(relay)
         .add_service(human)
         .add_service(worker)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(socket), stop);
+        .serve_with_incoming_shutdown(incoming, stop);
     // A client that never closes its connection must not hold the shutdown forever.
     let drain_limit = async {
         shutdown.cancelled().await;
