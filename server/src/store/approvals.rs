@@ -4,7 +4,7 @@ use relay_proto::v1::{ApprovalView, PermissionDecision};
 
 use super::Store;
 use super::contacts::Human;
-use super::identity::Caller;
+use super::identity::{Caller, caller_of};
 use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{self, TokenKind};
@@ -192,21 +192,10 @@ impl Store {
         };
         let requester: i64 = row.get(0);
         if state == "escalated" {
-            let address: String =
-                tx.query_one("select address from endpoint_addresses where id = $1", &[&requester]).await?.get(0);
-            let body = Self::escalation_text(id.trim(), &address, row.get(1), row.get(2), row.get(3));
-            let account: String = tx.query_one("select name from accounts where id = $1", &[&account_id]).await?.get(0);
-            let requester_caller = Caller {
-                endpoint_id: requester,
-                account_id,
-                account: account.clone(),
-                machine_id: 0,
-                machine: String::new(),
-                handle: String::new(),
-                session_hash: Vec::new(),
-            };
-            let target = Self::human_target(&tx, account_id, &account).await?;
-            Self::ask_about(&tx, &requester_caller, target, &body).await?;
+            let asker = caller_of(&tx, requester).await?;
+            let body = Self::escalation_text(id.trim(), &asker.address(), row.get(1), row.get(2), row.get(3));
+            let target = Self::human_target(&tx, account_id, &asker.account).await?;
+            Self::ask_about(&tx, &asker, target, &body).await?;
         }
         // Wake the requester's waiting call on whichever replica holds it.
         tx.execute("select pg_notify($1, $2)", &[&DELIVERY_CHANNEL, &format!("{requester}:0")]).await?;

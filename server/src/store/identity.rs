@@ -6,6 +6,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Store, is_unique_violation};
+use crate::domain::address::Address;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, check_claimable, validate};
 use crate::domain::{Error, Result, presence};
@@ -33,8 +34,30 @@ pub struct Caller {
 
 impl Caller {
     pub fn address(&self) -> String {
-        format!("{}/{}/{}", self.account, self.machine, self.handle)
+        Address { account: self.account.clone(), machine: self.machine.clone(), handle: self.handle.clone() }
+            .to_string()
     }
+}
+
+/// An endpoint as the sender of what the server writes on its behalf (a worker's report, a held
+/// message re-checked, a permission question): no session of its own is involved.
+pub(super) async fn caller_of(c: &impl deadpool_postgres::GenericClient, endpoint_id: i64) -> Result<Caller> {
+    let row = c
+        .query_opt(
+            "select id, account_id, account, machine_id, machine, handle from endpoint_addresses where id = $1",
+            &[&endpoint_id],
+        )
+        .await?
+        .ok_or_else(|| Error::not_found("that endpoint is gone"))?;
+    Ok(Caller {
+        endpoint_id: row.get(0),
+        account_id: row.get(1),
+        account: row.get(2),
+        machine_id: row.get(3),
+        machine: row.get(4),
+        handle: row.get(5),
+        session_hash: Vec::new(),
+    })
 }
 
 pub struct HelloOutcome {

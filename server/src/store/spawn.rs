@@ -4,7 +4,7 @@
 use relay_proto::v1::Endpoint;
 
 use super::Store;
-use super::identity::{Caller, MachineIdentity};
+use super::identity::{Caller, MachineIdentity, caller_of};
 use super::messages::{Outgoing, Sent};
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{self, TokenKind};
@@ -88,22 +88,14 @@ impl Store {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "select e.id, e.parent_id, m.account_id, a.name, m.id, m.name, e.handle
-                 from endpoints e join machines m on m.id = e.machine_id join accounts a on a.id = m.account_id
+                "select e.id, e.parent_id
+                 from endpoints e join machines m on m.id = e.machine_id
                  where e.spawn_grant_hash = $1 and m.revoked_at is null",
                 &[&ids::token_hash(grant)],
             )
             .await?
             .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?;
-        let child = Caller {
-            endpoint_id: row.get(0),
-            account_id: row.get(2),
-            account: row.get(3),
-            machine_id: row.get(4),
-            machine: row.get(5),
-            handle: row.get(6),
-            session_hash: Vec::new(),
-        };
+        let child = caller_of(&client, row.get(0)).await?;
         let parent: i64 =
             row.get::<_, Option<i64>>(1).ok_or_else(|| Error::not_found("the worker's parent is gone"))?;
         let parent_address: String =

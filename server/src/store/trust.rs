@@ -5,7 +5,7 @@ use relay_proto::v1::{HoldView, Message, PeekTurn, PeekView, PeekerView};
 
 use super::Store;
 use super::contacts::Human;
-use super::identity::Caller;
+use super::identity::{Caller, caller_of};
 use super::messages::{Outgoing, Target};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::Kind;
@@ -43,16 +43,7 @@ impl Store {
     pub async fn human_caller(&self, human: &Human) -> Result<Caller> {
         let client = self.client().await?;
         let id = Self::ensure_human(&client, human.account_id).await?;
-        let machine_id: i64 = client.query_one("select machine_id from endpoints where id = $1", &[&id]).await?.get(0);
-        Ok(Caller {
-            endpoint_id: id,
-            account_id: human.account_id,
-            account: human.account.clone(),
-            machine_id,
-            machine: HUMAN.to_owned(),
-            handle: HUMAN.to_owned(),
-            session_hash: Vec::new(),
-        })
+        caller_of(&client, id).await
     }
 
     /// Refuses private data that may not reach a target, and says which hold class, if any, keeps
@@ -241,22 +232,7 @@ impl Store {
         message_id: &str,
         recipients: &[i64],
     ) -> Result<Vec<Target>> {
-        let sender = c
-            .query_one(
-                "select e.id, ea.account_id, ea.account, e.machine_id, ea.machine, ea.handle
-                 from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1",
-                &[&sender_id],
-            )
-            .await?;
-        let caller = Caller {
-            endpoint_id: sender.get(0),
-            account_id: sender.get(1),
-            account: sender.get(2),
-            machine_id: sender.get(3),
-            machine: sender.get(4),
-            handle: sender.get(5),
-            session_hash: Vec::new(),
-        };
+        let caller = caller_of(c, sender_id).await?;
         let rows = c
             .query(
                 "select ea.id, ea.address, ea.account_id, e.ended_at is null and m.revoked_at is null
