@@ -46,6 +46,35 @@ impl Store {
         caller_of(&client, id).await
     }
 
+    /// Refuses private data for any target outside the sender's account whose contact does not
+    /// allow private data.
+    pub(super) async fn check_private(c: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
+        let outside: Vec<&Target> = targets.iter().filter(|t| t.account_id != caller.account_id).collect();
+        if outside.is_empty() {
+            return Ok(());
+        }
+        let allowed: Vec<i64> = c
+            .query(
+                "select case when account_a = $1 then account_b else account_a end from contacts
+                 where (account_a = $1 or account_b = $1) and private_ok",
+                &[&caller.account_id],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let refused: Vec<&str> =
+            outside.iter().filter(|t| !allowed.contains(&t.account_id)).map(|t| t.address.as_str()).collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(Error::PermissionDenied(format!(
+            "private data may not leave account {} for {}: that contact does not allow private data (the accounts' humans can allow it); nothing was sent",
+            caller.account,
+            refused.join(", ")
+        )))
+    }
+
     /// Refuses private data that may not reach a target, and says which hold class, if any, keeps
     /// the message for the sender's human. The human's own messages are never held.
     pub(super) async fn hold_class(
@@ -54,31 +83,11 @@ impl Store {
         targets: &[Target],
         private: bool,
     ) -> Result<Option<&'static str>> {
-        let outside: Vec<&Target> = targets.iter().filter(|t| t.account_id != caller.account_id).collect();
         if private {
-            let mut refused = Vec::new();
-            for t in &outside {
-                let ok: bool = c
-                    .query_opt(
-                        "select private_ok from contacts
-                         where account_a = least($1::bigint, $2::bigint) and account_b = greatest($1::bigint, $2::bigint)",
-                        &[&caller.account_id, &t.account_id],
-                    )
-                    .await?
-                    .is_some_and(|r| r.get(0));
-                if !ok {
-                    refused.push(t.address.as_str());
-                }
-            }
-            if !refused.is_empty() {
-                return Err(Error::PermissionDenied(format!(
-                    "private data may not leave account {} for {}: that contact does not allow private data (the accounts' humans can allow it); nothing was sent",
-                    caller.account,
-                    refused.join(", ")
-                )));
-            }
+            Self::check_private(c, caller, targets).await?;
         }
-        if caller.machine == HUMAN || outside.is_empty() {
+        let outside = targets.iter().any(|t| t.account_id != caller.account_id);
+        if caller.machine == HUMAN || !outside {
             return Ok(None);
         }
         let classes: Vec<String> =
@@ -258,7 +267,9 @@ impl Store {
             }
         }
         let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.get(0);
-        Self::hold_class(c, &caller, &targets, private).await?;
+        if private {
+            Self::check_private(c, &caller, &targets).await?;
+        }
         if !refused.is_empty() {
             return Err(Error::FailedPrecondition(format!(
                 "it can no longer be delivered as it was sent ({}): reject it instead",
