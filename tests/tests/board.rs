@@ -50,7 +50,6 @@ fn git_repo(dir: &Path) {
 }
 
 struct Board {
-    db: TestDb,
     server: Server,
     laptop: String,
     ci: String,
@@ -73,7 +72,7 @@ async fn board(env: &[(&str, &str)]) -> Board {
     let mut alice =
         Bridge::start(BridgeSpec { server: &server.url, token: &laptop, handle: Some("alice"), channels: false });
     alice.initialize("2025-06-18").await;
-    Board { db, server, laptop, ci, alice, repo }
+    Board { server, laptop, ci, alice, repo }
 }
 
 #[tokio::test]
@@ -159,7 +158,6 @@ async fn card_tools_read_back_and_refuse_clearly() {
     assert_eq!(claimed.job.as_ref().unwrap().id, id);
     let late = b.alice.tool("edit_job", json!({ "id": id, "title": "too late" })).await;
     assert!(refused(&late) && text(&late).contains("only cards still in To do can be edited"), "{}", text(&late));
-    let _ = &b.db;
 }
 
 #[tokio::test]
@@ -380,7 +378,6 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
         "{}",
         text(&read)
     );
-    let _ = (&b.laptop, &b.db);
 }
 
 #[tokio::test]
