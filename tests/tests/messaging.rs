@@ -193,7 +193,12 @@ async fn ask_gets_its_reply() {
 async fn inbox_long_poll_wakes_on_a_new_message() {
     let (_db, _server, mut alice, bob) = two_machines().await;
     let mut rpc = bob.rpc.clone();
-    let poll = tokio::spawn(async move { rpc.inbox(InboxRequest { wait_s: 30, ack: true, limit: 0 }).await });
+    let mut poll = tokio::spawn(async move { rpc.inbox(InboxRequest { wait_s: 30, ack: true, limit: 0 }).await });
+    // With nothing unread the poll waits instead of answering empty; the send is what ends it.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), &mut poll).await.is_err(),
+        "an empty inbox with wait_s answers only when something arrives"
+    );
     alice.send(&["ci/bob"], "ping").await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(10), poll).await.expect("long poll woke").unwrap().unwrap();
     assert_eq!(got.into_inner().messages[0].body, "ping");
