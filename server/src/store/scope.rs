@@ -174,9 +174,13 @@ pub(super) async fn decide_many(
 }
 
 /// Resolves an address the caller wrote to an endpoint id in the caller's reach.
-async fn resolve_in_reach(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(i64, String)> {
+async fn resolve_in_reach(
+    c: &impl GenericClient,
+    caller: &Caller,
+    contacts: &[i64],
+    raw: &str,
+) -> Result<(i64, String)> {
     let address = Address::parse(raw, Origin { account: &caller.account, machine: &caller.machine })?.to_string();
-    let contacts = Store::contact_accounts(c, caller.account_id).await?;
     let row = c
         .query_opt(
             "select ea.id, ea.account_id from endpoint_addresses ea join machines m on m.id = ea.machine_id
@@ -184,15 +188,15 @@ async fn resolve_in_reach(c: &impl GenericClient, caller: &Caller, raw: &str) ->
             &[&address],
         )
         .await?
-        .filter(|r| reach(caller.account_id, &contacts, r.get(1)) != Reach::None)
+        .filter(|r| reach(caller.account_id, contacts, r.get(1)) != Reach::None)
         .ok_or_else(|| Error::not_found(format!("no agent you can reach at {address}")))?;
     Ok((row.get(0), address))
 }
 
 /// An endpoint the caller may message right now, by the address it wrote.
 pub(super) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(i64, String)> {
-    let (id, address) = resolve_in_reach(c, caller, raw).await?;
     let contacts = Store::contact_accounts(c, caller.account_id).await?;
+    let (id, address) = resolve_in_reach(c, caller, &contacts, raw).await?;
     let verdicts = decide_many(c, caller, &contacts, &[id]).await?;
     if let Some(why) = verdicts.get(&id).and_then(Verdict::refusal) {
         return Err(Error::PermissionDenied(format!(
@@ -229,7 +233,8 @@ impl Store {
         if endpoint.trim().is_empty() {
             return Ok((caller.endpoint_id, false));
         }
-        let (id, address) = resolve_in_reach(c, caller, endpoint).await?;
+        let contacts = Self::contact_accounts(c, caller.account_id).await?;
+        let (id, address) = resolve_in_reach(c, caller, &contacts, endpoint).await?;
         if id == caller.endpoint_id {
             return Ok((id, false));
         }
@@ -367,17 +372,23 @@ impl Store {
     /// May `from` (default: the caller) message `to`, and why. Both must be in the caller's reach.
     pub async fn why(&self, caller: &Caller, from: &str, to: &str) -> Result<(String, String, Verdict)> {
         let client = self.client().await?;
+        let mine = Self::contact_accounts(&client, caller.account_id).await?;
         let (from_id, from_address) = if from.trim().is_empty() {
             (caller.endpoint_id, caller.address())
         } else {
-            resolve_in_reach(&client, caller, from).await?
+            resolve_in_reach(&client, caller, &mine, from).await?
         };
-        let (to_id, to_address) = resolve_in_reach(&client, caller, to).await?;
+        let (to_id, to_address) = resolve_in_reach(&client, caller, &mine, to).await?;
         let loaded = load(&client, &[from_id, to_id]).await?;
         let (Some(a), Some(b)) = (loaded.get(&from_id), loaded.get(&to_id)) else {
             return Err(Error::not_found("no such endpoint"));
         };
-        let contacts = Self::contact_accounts(&client, a.party.account_id).await?;
+        // The verdict is about `from`, whose contacts may differ from the caller's.
+        let contacts = if a.party.account_id == caller.account_id {
+            mine
+        } else {
+            Self::contact_accounts(&client, a.party.account_id).await?
+        };
         let verdict = scope::decide(a, b, reach(a.party.account_id, &contacts, b.party.account_id));
         Ok((from_address, to_address, verdict))
     }
@@ -503,7 +514,8 @@ impl Store {
         let (member, address) = if endpoint.trim().is_empty() {
             (caller.endpoint_id, caller.address())
         } else {
-            resolve_in_reach(&client, caller, endpoint).await?
+            resolve_in_reach(&client, caller, &Self::contact_accounts(&client, caller.account_id).await?, endpoint)
+                .await?
         };
         let leaving_itself = !add && member == caller.endpoint_id;
         if !leaving_itself {
