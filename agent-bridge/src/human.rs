@@ -6,6 +6,7 @@ use relay_proto::bridge_config;
 use relay_proto::v1::human_client::HumanClient;
 use relay_proto::v1::*;
 
+use crate::frame::visible;
 use crate::relay::connection;
 use crate::relay::session::authed;
 
@@ -132,7 +133,14 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
             }
             for m in reply.messages {
                 let mark = if m.require_reply { "  (reply required)" } else { "" };
-                println!("{}  from {}  thread {}{mark}\n{}\n", &m.id[..8], m.from, m.thread, m.body);
+                // Bodies are other agents' text: nothing in them may steer the terminal.
+                println!(
+                    "{}  from {}  thread {}{mark}\n{}\n",
+                    &m.id[..8],
+                    visible(&m.from),
+                    visible(&m.thread),
+                    visible(&m.body)
+                );
             }
             if reply.remaining > 0 {
                 println!("{} more unread", reply.remaining);
@@ -157,7 +165,7 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
                 println!("no held messages");
             }
             for h in holds {
-                let reason = if h.reason.is_empty() { String::new() } else { format!(" ({})", h.reason) };
+                let reason = if h.reason.is_empty() { String::new() } else { format!(" ({})", visible(&h.reason)) };
                 println!(
                     "{}  {}  {}{reason}  from {} to {}\n{}\n",
                     h.id,
@@ -165,7 +173,7 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
                     h.class,
                     h.from,
                     h.to.join(", "),
-                    h.body
+                    visible(&h.body)
                 );
             }
         }
@@ -191,7 +199,15 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
                 println!("no permission requests waiting");
             }
             for a in list {
-                println!("{}  {}  {} on card {} wants {}: {}", a.id, a.state, a.requester, a.job_id, a.tool, a.input);
+                println!(
+                    "{}  {}  {} on card {} wants {}: {}",
+                    a.id,
+                    a.state,
+                    a.requester,
+                    a.job_id,
+                    visible(&a.tool),
+                    visible(&a.input)
+                );
             }
         }
         HumanCommand::Approve { id, decision, reason } => {

@@ -56,8 +56,21 @@ pub fn run(client: Client) -> anyhow::Result<()> {
     } else {
         eprintln!("{} already has the relay MCP server", path.display());
     }
+    if matches!(client, Client::Claude) {
+        eprintln!("{CLAUDE_CHANNELS}");
+    }
     Ok(())
 }
+
+/// How new messages reach a Claude Code session, with channels and without.
+const CLAUDE_CHANNELS: &str = "\
+New relay messages can reach Claude Code the moment they arrive, as channel messages. Channels are a
+research preview: they need Claude Code 2.1.80 or later and a claude.ai login (not an API key), Team and
+Enterprise organisations must enable them, and a channel not on Anthropic's allowlist is loaded only when
+Claude Code starts with:
+    claude --dangerously-load-development-channels server:relay
+Without channels nothing is lost: every relay tool result says how many messages wait unread and from
+whom, and relay_inbox reads them.";
 
 /// `agent-bridge` when that name on PATH is this program, else this program's full path.
 fn bridge_command() -> String {

@@ -2,9 +2,11 @@
 //! `login` stores the machine's credential; `install` hooks the bridge into an agent's client.
 //!
 //! * [`mcp`]: the MCP protocol layer (JSON-RPC over stdio).
-//! * [`tools`]: the relay tools: schemas, arguments, wording, untrusted framing.
+//! * [`tools`]: the relay tools: schemas, arguments, wording.
+//! * [`frame`]: text other agents wrote, made safe to show to a model or a terminal.
 //! * [`relay`]: the gRPC client: channel, endpoint session, push stream.
 
+mod frame;
 mod hook;
 mod human;
 mod install;

@@ -84,8 +84,8 @@ fn prompt(job: &JobView) -> String {
     };
     format!(
         "You are working on a card from your team's job board.\n\nTitle: {}\n\n{}\n\nYou are in a git worktree of {} on branch {}. {ending}",
-        job.title,
-        if job.detail.is_empty() { "(no further detail)" } else { &job.detail },
+        crate::frame::visible(&job.title),
+        if job.detail.is_empty() { "(no further detail)".to_owned() } else { crate::frame::visible(&job.detail) },
         job.repo.as_ref().map(|r| r.name.as_str()).unwrap_or("the repository"),
         job.branch
     )

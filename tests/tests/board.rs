@@ -114,7 +114,12 @@ async fn card_tools_read_back_and_refuse_clearly() {
     assert!(shown.contains("next run Mon ") && (winter || summer), "{shown} / {next} / {local}");
 
     let listed = b.alice.tool_ok("list_jobs", json!({})).await;
-    assert!(text(&listed).starts_with("2 card(s) on the board:\n\nTo do (2)"), "{}", text(&listed));
+    let shown = text(&listed);
+    assert!(
+        shown.starts_with("Relay content below") && shown.contains("2 card(s) on the board:\n\nTo do (2)"),
+        "{shown}"
+    );
+    assert_eq!(listed["structuredContent"]["untrusted"].as_str().map(|u| shown.starts_with(u)), Some(true));
     let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
     assert!(text(&read).contains("posted") && text(&read).contains("acme/laptop/alice"), "{}", text(&read));
 

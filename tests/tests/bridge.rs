@@ -149,7 +149,8 @@ async fn batches_under_2025_03_26() {
     let batch = b.wait_for("a batch answer", WAIT, Value::is_array).await;
     let ids: Vec<i64> = batch.as_array().unwrap().iter().map(|a| a["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, [1001, 1002, 1003]);
-    assert_eq!(batch[1]["result"]["structuredContent"]["address"], "acme/laptop/alice");
+    assert!(text(&batch[1]["result"]).contains("address: acme/laptop/alice"), "{batch}");
+    assert!(batch[1]["result"].get("structuredContent").is_none(), "2025-03-26 has no structured content: {batch}");
     assert_eq!(batch[2]["error"]["code"], -32601);
 }
 
@@ -170,16 +171,16 @@ async fn two_bridges_on_two_machines_message_each_other() {
     assert_eq!(sent["structuredContent"]["recipients"][0]["address"], "acme/ci/bob");
     assert_eq!(sent["structuredContent"]["thread"], id.as_str());
 
+    // Bob speaks 2024-11-05: text alone, everything in it.
     let inbox = bob.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
-    let messages = inbox["structuredContent"]["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 1);
-    assert_eq!(messages[0]["id"], id.as_str());
-    assert_eq!(messages[0]["from"], "acme/laptop/alice");
+    assert!(inbox.get("structuredContent").is_none(), "{inbox}");
     let shown = text(&inbox);
     assert!(shown.contains("untrusted data") && shown.contains("<relay-message"), "framed as data: {shown}");
+    assert!(shown.contains(&format!("id=\"{id}\"")) && shown.contains("from=\"acme/laptop/alice\""), "{shown}");
+    assert_eq!(shown.matches("<relay-message ").count(), 1, "{shown}");
 
     let reply = bob.tool_ok("relay_reply", json!({ "id": &id[..8], "body": "looking" })).await;
-    assert_eq!(reply["structuredContent"]["reply_to"], id.as_str());
+    assert!(text(&reply).contains(&format!("answering {}", &id[..8])), "{}", text(&reply));
     let back = alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
     let got = &back["structuredContent"]["messages"][0];
     assert_eq!(
@@ -198,7 +199,7 @@ async fn two_bridges_on_two_machines_message_each_other() {
     let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         let result = alice.tool_ok("relay_set_now", json!({ "now": "triaging the build" })).await;
-        if text(&result).contains("1 unread relay message is waiting") {
+        if text(&result).contains("1 unread relay message: ") && text(&result).contains("from acme/ci/bob") {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "no unread hint: {}", text(&result));
@@ -254,7 +255,7 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
 }
 
 #[tokio::test]
-async fn a_channel_push_arrives_within_a_second_and_is_confirmed() {
+async fn a_channel_push_arrives_within_a_second_and_is_hinted_until_read() {
     let w = world().await;
     let mut alice = bridge(&w.server.url, &w.laptop, "alice");
     let mut bob =
@@ -291,19 +292,29 @@ async fn a_channel_push_arrives_within_a_second_and_is_confirmed() {
     assert!(content.contains("untrusted data"), "{content}");
     assert_eq!(content.matches("</relay-message>").count(), 1, "the body cannot close the frame: {content}");
 
-    // The bridge confirms what it surfaced; the sender sees it.
+    // A channel push is only pushed: the client may have dropped it (Claude Code does without
+    // channels on), so the next tool result names it, and only then is it surfaced.
     let db_state = || async {
         let (client, conn) = tokio_postgres::connect(&w.server.db_url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
         client.query_one("select state from deliveries where message_id = $1", &[&id]).await.unwrap().get::<_, i16>(0)
     };
+    // The server marks it pushed just after writing it to the stream.
     let deadline = tokio::time::Instant::now() + WAIT;
-    while db_state().await != 3 {
-        assert!(tokio::time::Instant::now() < deadline, "the push was never confirmed as surfaced");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut state = db_state().await;
+    while state == 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the push was never marked pushed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        state = db_state().await;
     }
-    // Channel clients get no unread hints: the message already reached them.
-    assert!(!text(&bob.tool_ok("relay_whoami", json!({})).await).contains("unread relay"));
+    assert_eq!(state, 2, "pushed, not surfaced");
+    let hinted = bob.tool_ok("relay_whoami", json!({})).await;
+    let hint = hinted["structuredContent"]["hint"].as_str().expect("a hint in structuredContent");
+    assert!(hint.contains(&format!("{} from acme/laptop/alice", &id[..8])), "{hint}");
+    assert!(text(&hinted).contains(hint), "the same hint in the text: {}", text(&hinted));
+    assert_eq!(db_state().await, 3, "the hint named it: surfaced");
+    bob.tool_ok("relay_inbox", json!({})).await;
+    assert!(!text(&bob.tool_ok("relay_whoami", json!({})).await).contains("unread relay"), "read: no more hint");
 }
 
 #[tokio::test]

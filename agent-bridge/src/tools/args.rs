@@ -63,6 +63,19 @@ impl<'a> Args<'a> {
         }
     }
 
+    /// A whole number from `min` to `max`.
+    pub fn count(&self, key: &str, default: u32, min: u32, max: u32) -> Result<u32, ArgError> {
+        let wrong = |v: &Value| ArgError(format!("{key} must be a whole number from {min} to {max}, not {}", shown(v)));
+        match self.map.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v @ Value::Number(n)) => match n.as_f64() {
+                Some(x) if x.fract() == 0.0 && (f64::from(min)..=f64::from(max)).contains(&x) => Ok(x as u32),
+                _ => Err(wrong(v)),
+            },
+            Some(other) => Err(wrong(other)),
+        }
+    }
+
     /// One address or a list of 1 to `max` addresses.
     pub fn addresses(&self, key: &str, max: usize) -> Result<Vec<String>, ArgError> {
         let wrong = || ArgError(format!("{key} must be an address or a list of 1 to {max} addresses"));
@@ -81,7 +94,7 @@ impl<'a> Args<'a> {
     }
 }
 
-impl Args<'_> {
+impl<'a> Args<'a> {
     /// A selector list: a list of strings or one comma-separated string; absent stays absent.
     pub fn selectors(&self, key: &str) -> Result<Option<Vec<String>>, ArgError> {
         let split = |s: &str| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
@@ -104,11 +117,20 @@ impl Args<'_> {
     }
 
     /// One of a fixed set of words.
-    pub fn one_of(&self, key: &str, values: &[&str]) -> Result<&str, ArgError> {
+    pub fn one_of(&self, key: &str, values: &[&str]) -> Result<&'a str, ArgError> {
         match self.opt_str(key)? {
             Some(v) if values.contains(&v) => Ok(v),
-            _ => Err(ArgError(format!("{key} must be one of {}", values.join(", ")))),
+            Some(v) => Err(ArgError(format!("{key} must be one of {}, not {v:?}", values.join(", ")))),
+            None => Err(ArgError(format!("{key} is required: one of {}", values.join(", ")))),
         }
+    }
+}
+
+/// A value as a message quotes it: short values whole, others by kind.
+fn shown(value: &Value) -> String {
+    match value {
+        Value::Number(n) => n.to_string(),
+        other => kind(other).to_owned(),
     }
 }
 
@@ -160,5 +182,17 @@ mod tests {
         assert_eq!(a.seconds("absent", 30, 300).unwrap(), 30);
         assert_eq!(a.str_allow_empty("title").unwrap(), "");
         assert!(a.str("title").is_err());
+    }
+
+    #[test]
+    fn counts_and_words_name_what_is_allowed() {
+        let m = map(json!({"turns": 0, "half": 2.5, "state": "in_progress"}));
+        let a = Args::new(&m, &["turns", "half", "state"]).unwrap();
+        assert_eq!(a.count("turns", 3, 1, 10).unwrap_err().0, "turns must be a whole number from 1 to 10, not 0");
+        assert!(a.count("half", 3, 1, 10).is_err());
+        assert_eq!(a.count("absent", 3, 1, 10).unwrap(), 3);
+        let err = a.one_of("state", &["todo", "in-progress"]).unwrap_err().0;
+        assert_eq!(err, "state must be one of todo, in-progress, not \"in_progress\"");
+        assert_eq!(a.one_of("absent", &["todo"]).unwrap_err().0, "absent is required: one of todo");
     }
 }

@@ -7,7 +7,9 @@ use relay_proto::v1::*;
 use serde_json::{Map, Value, json};
 
 use super::args::Args;
+use super::output;
 use super::{Outcome, ToolError, Tools};
+use crate::frame;
 
 type Result<T> = std::result::Result<T, ToolError>;
 
@@ -53,31 +55,9 @@ pub fn local_zone() -> String {
     from_tz.or_else(from_file).or_else(from_link).unwrap_or_else(|| "UTC".to_owned())
 }
 
-fn job_json(j: &JobView) -> Value {
-    let repo = j.repo.clone().unwrap_or_default();
-    let mut v = json!({
-        "id": j.id, "state": j.state, "title": j.title, "repo": repo.name, "repo_path": repo.path, "machine": repo.machine,
-        "agent": j.agent, "requires_pr": j.requires_pr, "attempts": j.attempts,
-    });
-    for (key, value) in [
-        ("schedule", &j.schedule),
-        ("time_zone", &j.time_zone),
-        ("next_run_at", &j.next_run_at),
-        ("next_run_local", &j.next_run_local),
-        ("schedule_id", &j.schedule_id),
-        ("branch", &j.branch),
-        ("pr_url", &j.pr_url),
-        ("summary", &j.summary),
-        ("last_error", &j.last_error),
-        ("agent_state", &j.agent_state),
-        ("posted_by", &j.posted_by),
-        ("edited_by", &j.edited_by),
-    ] {
-        if !value.is_empty() {
-            v[key] = json!(value);
-        }
-    }
-    v
+/// A card's result: agent-written text neutralised, and marked as data.
+fn card(text: String, job: &JobView) -> Outcome {
+    Outcome::data(text, &output::Job::from(job)).untrusted()
 }
 
 fn column_label(state: &str) -> &'static str {
@@ -97,13 +77,11 @@ fn schedule_text(j: &JobView) -> String {
     }
 }
 
-fn dispatcher_note(j: &JobView) -> String {
-    if j.dispatcher_running {
-        String::new()
-    } else {
+fn dispatcher_note(j: &JobView) -> Option<String> {
+    (!j.dispatcher_running).then(|| {
         let machine = j.repo.as_ref().map(|r| r.machine.as_str()).unwrap_or("its machine");
-        format!(" No worker is serving {machine} right now, so it waits until `agent-bridge worker` runs there.")
-    }
+        format!("No worker is serving {machine} right now, so it waits until `agent-bridge worker` runs there.")
+    })
 }
 
 async fn post_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -124,15 +102,13 @@ async fn post_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     } else {
         format!("as a schedule: {}; each run posts its own card", schedule_text(&job))
     };
-    let text = format!(
-        "Posted \"{}\" in {} on {} {what}.{}\nid: {}",
-        job.title,
-        repo.name,
-        repo.machine,
-        if job.schedule.is_empty() { dispatcher_note(&job) } else { String::new() },
-        job.id
-    );
-    Ok(Outcome::with(text, job_json(&job)))
+    let text =
+        format!("Posted {} in {} on {} {what}.\nid: {}", frame::quote(&job.title), repo.name, repo.machine, job.id);
+    let outcome = card(text, &job);
+    Ok(match dispatcher_note(&job).filter(|_| job.schedule.is_empty()) {
+        Some(note) => outcome.then(note),
+        None => outcome,
+    })
 }
 
 fn summary_line(j: &JobView) -> String {
@@ -145,15 +121,15 @@ fn summary_line(j: &JobView) -> String {
         bits.push(format!("a run of {}", j.schedule_id));
     }
     if !j.agent_state.is_empty() {
-        bits.push(format!("agent {}", j.agent_state));
+        bits.push(format!("agent {}", frame::quote(&j.agent_state)));
     }
     if !j.pr_url.is_empty() {
-        bits.push(j.pr_url.clone());
+        bits.push(frame::quote(&j.pr_url));
     }
     if !j.last_error.is_empty() {
-        bits.push(format!("last error: {}", j.last_error));
+        bits.push(format!("last error: {}", frame::quote(&j.last_error)));
     }
-    format!("  {}  {}\n    {}", j.id, j.title, bits.join(" · "))
+    format!("  {}  {}\n    {}", j.id, frame::quote(&j.title), bits.join(" · "))
 }
 
 async fn list_jobs(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -163,14 +139,15 @@ async fn list_jobs(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         cwd: cwd(),
     };
     let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.list_jobs(r).await }).await?;
-    let structured = json!({ "jobs": reply.jobs.iter().map(job_json).collect::<Vec<_>>(), "archived": reply.archived });
-    let archive = if reply.archived > 0 {
-        format!("\n\n{} finished card(s) are archived (state: \"done\" lists them).", reply.archived)
-    } else {
-        String::new()
-    };
+    let data = output::Jobs { jobs: reply.jobs.iter().map(output::Job::from).collect(), archived: reply.archived };
+    let archive = (reply.archived > 0)
+        .then(|| format!("{} finished card(s) are archived (state: \"done\" lists them).", reply.archived));
     if reply.jobs.is_empty() {
-        return Ok(Outcome::with(format!("Nothing on the board here.{archive}"), structured));
+        let outcome = Outcome::data("Nothing on the board here.", &data);
+        return Ok(match archive {
+            Some(line) => outcome.then(line),
+            None => outcome,
+        });
     }
     let mut sections = Vec::new();
     for state in ["todo", "in-progress", "review", "done"] {
@@ -179,14 +156,18 @@ async fn list_jobs(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
             sections.push(format!("{} ({})\n{}", column_label(state), cards.len(), cards.join("\n")));
         }
     }
-    let text = format!("{} card(s) on the board:\n\n{}{archive}", reply.jobs.len(), sections.join("\n\n"));
-    Ok(Outcome::with(text, structured))
+    let text = format!("{} card(s) on the board:\n\n{}", reply.jobs.len(), sections.join("\n\n"));
+    let outcome = Outcome::data(text, &data).untrusted();
+    Ok(match archive {
+        Some(line) => outcome.then(line),
+        None => outcome,
+    })
 }
 
 fn full_text(j: &JobView) -> String {
     let repo = j.repo.clone().unwrap_or_default();
     let mut lines = vec![
-        j.title.clone(),
+        frame::quote(&j.title),
         format!("id: {}", j.id),
         format!("column: {}", column_label(&j.state)),
         format!("repo: {} ({} on {})", repo.name, repo.path, repo.machine),
@@ -199,7 +180,7 @@ fn full_text(j: &JobView) -> String {
                 s.push_str(&format!("; posted {} run(s), last {}", j.run_count, j.last_run_at));
             }
             if !j.last_skip_reason.is_empty() {
-                s.push_str(&format!("; last held off: {}", j.last_skip_reason));
+                s.push_str(&format!("; last held off: {}", frame::neutralize(&j.last_skip_reason)));
             }
             s
         },
@@ -207,7 +188,7 @@ fn full_text(j: &JobView) -> String {
     ];
     let mut add = |label: &str, value: &str| {
         if !value.is_empty() {
-            lines.push(format!("{label}: {value}"));
+            lines.push(format!("{label}: {}", frame::neutralize(value)));
         }
     };
     add("a run of schedule", &j.schedule_id);
@@ -221,18 +202,20 @@ fn full_text(j: &JobView) -> String {
     if j.attempts > 0 {
         lines.push(format!("attempts: {}", j.attempts));
     }
-    if j.state != "todo" {
-        lines.push("This card has left To do, so edit_job can no longer change it.".to_owned());
-    }
     lines.push(String::new());
-    lines.push(if j.detail.is_empty() { "(no detail)".to_owned() } else { j.detail.clone() });
+    lines.push(if j.detail.is_empty() { "(no detail)".to_owned() } else { frame::neutralize(&j.detail) });
     lines.join("\n")
 }
 
 async fn read_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let request = ReadJobRequest { id: args.str("id")?.to_owned() };
     let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.read_job(r).await }).await?;
-    Ok(Outcome::with(full_text(&job), job_json(&job)))
+    let outcome = card(full_text(&job), &job);
+    Ok(if job.state == "todo" {
+        outcome
+    } else {
+        outcome.then("This card has left To do, so edit_job can no longer change it.")
+    })
 }
 
 async fn edit_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -248,8 +231,8 @@ async fn edit_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     };
     let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.edit_job(r).await }).await?;
     let runs = if job.schedule.is_empty() { String::new() } else { format!(" It runs {}.", schedule_text(&job)) };
-    let text = format!("Updated {} on \"{}\", still in To do.{runs}", job.changed.join(", "), job.title);
-    Ok(Outcome::with(text, job_json(&job)))
+    let text = format!("Updated {} on {}, still in To do.{runs}", job.changed.join(", "), frame::quote(&job.title));
+    Ok(card(text, &job))
 }
 
 async fn finish_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -259,7 +242,7 @@ async fn finish_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         summary: args.opt_str("summary")?.unwrap_or_default().to_owned(),
     };
     let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.finish_job(r).await }).await?;
-    Ok(Outcome::with(format!("\"{}\" is in Review. You are done: end your turn here.", job.title), job_json(&job)))
+    Ok(card(format!("{} is in Review.", frame::quote(&job.title)), &job).then("You are done: end your turn here."))
 }
 
 async fn close_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -271,11 +254,11 @@ async fn close_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     };
     let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.close_job(r).await }).await?;
     let text = if accept {
-        format!("\"{}\" is Done; its worktree is removed on the worker's next round.", job.title)
+        format!("{} is Done; its worktree is removed on the worker's next round.", frame::quote(&job.title))
     } else {
-        format!("\"{}\" is back in To do with your note; a fresh worker picks it up.", job.title)
+        format!("{} is back in To do with your note; a fresh worker picks it up.", frame::quote(&job.title))
     };
-    Ok(Outcome::with(text, job_json(&job)))
+    Ok(card(text, &job))
 }
 
 async fn add_repo(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -288,7 +271,7 @@ async fn add_repo(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let repo = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.add_repo(r).await }).await?;
     let text =
         format!("{} is on the board as \"{}\" ({}); post_job can use it now.", repo.path, repo.name, repo.machine);
-    Ok(Outcome::with(text, json!({ "name": repo.name, "path": repo.path, "machine": repo.machine })))
+    Ok(Outcome::data(text, &output::Repo { name: repo.name, path: repo.path, machine: repo.machine }))
 }
 
 async fn answer_permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -302,7 +285,7 @@ async fn answer_permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         "escalated" => format!("Left to your account's human: request {} now waits for them.", d.id),
         state => format!("Request {} answered: {state}.", d.id),
     };
-    Ok(Outcome::with(text, json!({ "id": d.id, "state": d.state })))
+    Ok(Outcome::data(text, &output::Decision { id: d.id, state: d.state }))
 }
 
 /// Claude Code's permission prompt tool for a board agent: the answer is the JSON it expects.
@@ -325,5 +308,6 @@ async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         let why = if d.reason.is_empty() { "denied".to_owned() } else { d.reason.clone() };
         json!({ "behavior": "deny", "message": format!("{} said no: {why}", if d.decided_by.is_empty() { "nobody" } else { &d.decided_by }) })
     };
-    Ok(Outcome::with(answer.to_string(), json!({ "id": d.id, "state": d.state })))
+    // Text alone: Claude Code reads the decision from the text, and would read structuredContent instead.
+    Ok(Outcome::text(answer.to_string()))
 }

@@ -4,13 +4,14 @@ use std::time::Duration;
 
 use rand::Rng;
 use relay_proto::v1::*;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::args::{ArgError, Args};
+use super::output::{self, state_name};
 use super::{
     ASK_WAIT_DEFAULT_S, MAX_RECIPIENTS, MAX_WAIT_S, NOTE_CHARS, Outcome, STATUS_STATES, TITLE_CHARS, ToolError, Tools,
-    frame,
 };
+use crate::frame;
 
 type Result<T> = std::result::Result<T, ToolError>;
 
@@ -38,32 +39,6 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
 fn client_id() -> String {
     let bytes: [u8; 12] = rand::rng().random();
     format!("b_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
-}
-
-fn state_name(state: DeliveryState) -> &'static str {
-    match state {
-        DeliveryState::Queued => "queued",
-        DeliveryState::Pushed => "pushed",
-        DeliveryState::Surfaced => "surfaced",
-        DeliveryState::Read => "read",
-        DeliveryState::Withdrawn => "withdrawn",
-        DeliveryState::Unspecified => "not sent",
-    }
-}
-
-fn recipients_json(recipients: &[RecipientState]) -> Value {
-    Value::Array(
-        recipients
-            .iter()
-            .map(|r| {
-                let mut v = json!({ "address": r.address, "state": state_name(r.state()) });
-                if !r.reason.is_empty() {
-                    v["reason"] = json!(r.reason);
-                }
-                v
-            })
-            .collect(),
-    )
 }
 
 fn recipients_text(recipients: &[RecipientState]) -> String {
@@ -94,33 +69,6 @@ fn redaction_text(redactions: &[Redaction]) -> String {
     )
 }
 
-fn redactions_json(redactions: &[Redaction]) -> Value {
-    Value::Array(redactions.iter().map(|r| json!({ "kind": r.kind, "count": r.count })).collect())
-}
-
-fn message_json(m: &Message) -> Value {
-    let kind = match m.kind() {
-        MessageKind::Ask => "ask",
-        MessageKind::Reply => "reply",
-        _ => "message",
-    };
-    let mut value =
-        json!({ "id": m.id, "seq": m.seq, "from": m.from, "thread": m.thread, "kind": kind, "body": m.body });
-    if !m.reply_to.is_empty() {
-        value["reply_to"] = json!(m.reply_to);
-    }
-    if !m.relation.is_empty() {
-        value["relation"] = json!(m.relation);
-    }
-    if m.require_reply {
-        value["require_reply"] = json!(true);
-    }
-    if m.private {
-        value["private"] = json!(true);
-    }
-    value
-}
-
 fn endpoint_line(e: &Endpoint, me: &str) -> String {
     let presence = if e.ended {
         "ended"
@@ -142,13 +90,6 @@ fn endpoint_line(e: &Endpoint, me: &str) -> String {
     parts.join("  ")
 }
 
-fn endpoint_json(e: &Endpoint) -> Value {
-    json!({
-        "address": e.address, "harness": e.harness, "online": e.online, "ended": e.ended,
-        "status": e.status, "note": e.note, "now": e.now, "title": e.title,
-    })
-}
-
 fn check_chars(what: &str, value: &str, max: usize) -> std::result::Result<(), ArgError> {
     if value.chars().count() > max {
         return Err(ArgError(format!("{what} is longer than {max} characters")));
@@ -160,7 +101,8 @@ async fn whoami(tools: &Tools, _: Args<'_>) -> Result<Outcome> {
     let reply =
         tools.relay().call(Duration::ZERO, WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await }).await?;
     let e = reply.endpoint.unwrap_or_default();
-    let text = format!(
+    tools.observe(&e);
+    let mut text = format!(
         "address: {}\nharness: {}\nstatus: {}{}\ntitle: {}\nunread: {}",
         e.address,
         e.harness,
@@ -169,12 +111,15 @@ async fn whoami(tools: &Tools, _: Args<'_>) -> Result<Outcome> {
         if e.title.is_empty() { "none".to_owned() } else { frame::quote(&e.title) },
         reply.unread
     );
-    let mut structured = endpoint_json(&e);
-    structured["account"] = json!(e.account);
-    structured["machine"] = json!(e.machine);
-    structured["handle"] = json!(e.handle);
-    structured["unread"] = json!(reply.unread);
-    Ok(Outcome::with(text, structured))
+    if !e.now.is_empty() {
+        text.push_str(&format!("\nnow: {}", frame::quote(&e.now)));
+    }
+    if e.operator {
+        text.push_str("\nrole: your account's operator (close_job, add_repo, answer_permission)");
+    }
+    let outcome = Outcome::data(text, &output::Whoami::new(&e, reply.unread));
+    // A title or note may be left from an earlier holder of the handle: shown as data.
+    Ok(if e.note.is_empty() && e.title.is_empty() && e.now.is_empty() { outcome } else { outcome.untrusted() })
 }
 
 async fn list(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -184,7 +129,6 @@ async fn list(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     };
     let me = tools.relay().session().await?.endpoint.address;
     let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.list(r).await }).await?;
-    let structured = json!({ "endpoints": reply.endpoints.iter().map(endpoint_json).collect::<Vec<_>>() });
     if reply.endpoints.is_empty() {
         let text = if request.contacts {
             "no agents of contact accounts (an account's human or operator adds contacts)"
@@ -193,7 +137,7 @@ async fn list(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         } else {
             "no other agents online (all: true includes offline ones)"
         };
-        return Ok(Outcome::with(text, structured));
+        return Ok(Outcome::text(text));
     }
     let lines: Vec<String> = reply.endpoints.iter().map(|e| endpoint_line(e, &me)).collect();
     let n = lines.len();
@@ -202,7 +146,37 @@ async fn list(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         if n == 1 { "" } else { "s" },
         lines.join("\n")
     );
-    Ok(Outcome::with(text, structured))
+    let outcome = Outcome::text(text);
+    let foreign = reply.endpoints.iter().any(|e| !e.title.is_empty() || !e.note.is_empty() || !e.now.is_empty());
+    Ok(if foreign { outcome.untrusted() } else { outcome })
+}
+
+fn sent_data(sent: &SendResponse) -> output::Sent {
+    output::Sent {
+        id: sent.id.clone(),
+        thread: sent.thread.clone(),
+        recipients: output::recipients(&sent.recipients),
+        reply_to: sent.reply_to.clone(),
+        hold: sent.hold.clone(),
+        redacted: output::redacted(&sent.redactions),
+        skipped: output::recipients(&sent.skipped),
+    }
+}
+
+/// Advice for a sender whose recipients are not online to take it now.
+fn offline_note(recipients: &[RecipientState]) -> Option<String> {
+    let offline: Vec<&str> = recipients
+        .iter()
+        .filter(|r| r.state() == DeliveryState::Queued && !r.reason.is_empty())
+        .map(|r| r.address.as_str())
+        .collect();
+    (!offline.is_empty()).then(|| {
+        format!(
+            "{} will get it when {} next connects.",
+            offline.join(", "),
+            if offline.len() == 1 { "it" } else { "they" }
+        )
+    })
 }
 
 async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -220,37 +194,32 @@ async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         require_reply: false,
     };
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
-    let mut text = format!(
-        "sent {} (id {}, thread {}) to {}",
-        frame::short(&sent.id),
-        sent.id,
-        sent.thread,
-        recipients_text(&sent.recipients)
-    );
-    text.push_str(&redaction_text(&sent.redactions));
-    if !sent.hold.is_empty() {
-        text = format!(
-            "held {} (id {}) for your account's human to review (hold {}): nobody has it yet, and you will get a message when it is released or rejected{}",
+    let mut text = if sent.hold.is_empty() {
+        format!(
+            "sent {} (id {}, thread {}) to {}",
+            frame::short(&sent.id),
+            sent.id,
+            sent.thread,
+            recipients_text(&sent.recipients)
+        )
+    } else {
+        format!(
+            "held {} (id {}) for your account's human to review (hold {}): nobody has it yet, and you will get a message when it is released or rejected",
             frame::short(&sent.id),
             sent.id,
             sent.hold,
-            redaction_text(&sent.redactions)
-        );
-    }
-    let mut structured =
-        json!({ "id": sent.id, "thread": sent.thread, "recipients": recipients_json(&sent.recipients) });
-    if !sent.hold.is_empty() {
-        structured["hold"] = json!(sent.hold);
-    }
-    if !sent.redactions.is_empty() {
-        structured["redacted"] = redactions_json(&sent.redactions);
-    }
+        )
+    };
+    text.push_str(&redaction_text(&sent.redactions));
     if !sent.skipped.is_empty() {
         let skipped: Vec<String> = sent.skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
         text.push_str(&format!("\nnot sent to these group members (not allowed): {}", skipped.join("; ")));
-        structured["skipped"] = recipients_json(&sent.skipped);
     }
-    Ok(Outcome::with(text, structured))
+    let mut outcome = Outcome::data(text, &sent_data(&sent));
+    if let Some(note) = offline_note(&sent.recipients) {
+        outcome = outcome.then(note);
+    }
+    Ok(outcome)
 }
 
 async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -260,6 +229,7 @@ async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         client_id: client_id(),
     };
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.reply(r).await }).await?;
+    tools.mark_seen_id(&sent.reply_to).await;
     let text = format!(
         "replied {} (id {}) to {}, answering {} in thread {}{}",
         frame::short(&sent.id),
@@ -269,11 +239,11 @@ async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         sent.thread,
         redaction_text(&sent.redactions)
     );
-    let mut structured = json!({ "id": sent.id, "thread": sent.thread, "reply_to": sent.reply_to, "recipients": recipients_json(&sent.recipients) });
-    if !sent.redactions.is_empty() {
-        structured["redacted"] = redactions_json(&sent.redactions);
+    let mut outcome = Outcome::data(text, &sent_data(&sent));
+    if let Some(note) = offline_note(&sent.recipients) {
+        outcome = outcome.then(note);
     }
-    Ok(Outcome::with(text, structured))
+    Ok(outcome)
 }
 
 async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -285,19 +255,25 @@ async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         .call_once(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.inbox(r).await })
         .await?;
     tools.mark_seen(reply.messages.iter().map(|m| m.seq)).await;
-    let structured = json!({ "messages": reply.messages.iter().map(message_json).collect::<Vec<_>>() });
+    let data = output::Inbox {
+        messages: reply.messages.iter().map(output::MessageOut::from).collect(),
+        remaining: reply.remaining,
+    };
     if reply.messages.is_empty() {
-        return Ok(Outcome::with("no unread messages", structured));
+        let text =
+            if wait_s > 0 { format!("no unread messages (waited {wait_s} s)") } else { "no unread messages".into() };
+        return Ok(Outcome::data(text, &data));
     }
-    let mut text = frame::messages(&reply.messages);
-    text.push_str("\n\nAnswer one with relay_reply and its short id.");
+    let mut outcome = Outcome::data(frame::messages(&reply.messages), &data)
+        .untrusted()
+        .then("Answer one with relay_reply and its short id.");
     if reply.remaining > 0 {
-        text.push_str(&format!(" {} more unread: call relay_inbox again.", reply.remaining));
+        outcome = outcome.then(format!("{} more unread: call relay_inbox again.", reply.remaining));
     }
     if !ack {
-        text.push_str(" These stay unread until acknowledged.");
+        outcome = outcome.then("These stay unread until acknowledged.");
     }
-    Ok(Outcome::with(text, structured))
+    Ok(outcome)
 }
 
 async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -331,22 +307,22 @@ async fn wait_for_replies(tools: &Tools, id: String, wait_s: u32) -> Result<Outc
         .call_once(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.ask_wait(r).await })
         .await?;
     tools.mark_seen(reply.replies.iter().map(|m| m.seq)).await;
-    let structured = json!({
-        "id": reply.id,
-        "recipients": recipients_json(&reply.recipients),
-        "replies": reply.replies.iter().map(message_json).collect::<Vec<_>>(),
-    });
-    let text = if reply.replies.is_empty() {
-        format!(
-            "no reply yet to {} (delivery: {}); keep waiting with relay_ask_wait and id {}",
-            frame::short(&reply.id),
-            recipients_text(&reply.recipients),
-            reply.id
-        )
-    } else {
-        frame::messages(&reply.replies)
+    let data = output::Replies {
+        id: reply.id.clone(),
+        recipients: output::recipients(&reply.recipients),
+        replies: reply.replies.iter().map(output::MessageOut::from).collect(),
     };
-    Ok(Outcome::with(text, structured))
+    if reply.replies.is_empty() {
+        let text =
+            format!("no reply yet to {} (delivery: {})", frame::short(&reply.id), recipients_text(&reply.recipients));
+        let mut outcome =
+            Outcome::data(text, &data).then(format!("Keep waiting with relay_ask_wait and id {}.", reply.id));
+        if let Some(note) = offline_note(&reply.recipients) {
+            outcome = outcome.then(note);
+        }
+        return Ok(outcome);
+    }
+    Ok(Outcome::data(frame::messages(&reply.replies), &data).untrusted())
 }
 
 async fn update(tools: &Tools, request: UpdateProfileRequest) -> Result<Endpoint> {
@@ -354,10 +330,7 @@ async fn update(tools: &Tools, request: UpdateProfileRequest) -> Result<Endpoint
 }
 
 async fn set_status(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let state = args.str("state")?;
-    if !STATUS_STATES.contains(&state) {
-        return Err(ArgError(format!("state must be one of {}", STATUS_STATES.join(", "))).into());
-    }
+    let state = args.one_of("state", &STATUS_STATES)?;
     let note = args.opt_str("note")?.unwrap_or_default();
     check_chars("note", note, NOTE_CHARS)?;
     let e = update(
@@ -366,29 +339,27 @@ async fn set_status(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     )
     .await?;
     let note = if e.note.is_empty() { String::new() } else { format!(" {}", frame::quote(&e.note)) };
-    Ok(Outcome::with(format!("{}: {}{note}", e.address, e.status), endpoint_json(&e)))
+    Ok(Outcome::text(format!("{}: {}{note}", e.address, e.status)))
 }
 
 async fn set_now(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let now = args.str_allow_empty("now")?;
     check_chars("now", now, NOTE_CHARS)?;
     let e = update(tools, UpdateProfileRequest { now: Some(now.into()), ..Default::default() }).await?;
-    let text = if e.now.is_empty() {
+    Ok(Outcome::text(if e.now.is_empty() {
         format!("{}: now cleared", e.address)
     } else {
         format!("{}: now {}", e.address, frame::quote(&e.now))
-    };
-    Ok(Outcome::with(text, endpoint_json(&e)))
+    }))
 }
 
 async fn set_title(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let title = args.str_allow_empty("title")?;
     check_chars("title", title, TITLE_CHARS)?;
     let e = update(tools, UpdateProfileRequest { title: Some(title.into()), ..Default::default() }).await?;
-    let text = if e.title.is_empty() {
+    Ok(Outcome::text(if e.title.is_empty() {
         format!("{}: title cleared", e.address)
     } else {
         format!("{}: title {}", e.address, frame::quote(&e.title))
-    };
-    Ok(Outcome::with(text, endpoint_json(&e)))
+    }))
 }

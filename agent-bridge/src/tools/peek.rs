@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use relay_proto::v1::*;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::args::{ArgError, Args};
-use super::{Outcome, ToolError, Tools, frame};
+use super::{Outcome, ToolError, Tools};
+use crate::frame;
 
 type Result<T> = std::result::Result<T, ToolError>;
 
@@ -24,7 +25,7 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
             } else {
                 "peek is off, and what was kept of your turns is deleted"
             };
-            Ok(Outcome::with(text, json!({ "on": reply.on })))
+            Ok(Outcome::text(text))
         }
         _ => {
             let args = Args::new(arguments, &["endpoint", "turns", "full", "who"])?;
@@ -36,26 +37,19 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
                     .iter()
                     .map(|p| format!("{} at {} ({} turn{})", p.by, p.at, p.turns, if p.turns == 1 { "" } else { "s" }))
                     .collect();
-                let structured = json!({ "peekers": reply.peekers.iter().map(|p| json!({ "by": p.by, "at": p.at, "turns": p.turns })).collect::<Vec<_>>() });
                 let text = if lines.is_empty() { "nobody peeked at you".to_owned() } else { lines.join("\n") };
-                return Ok(Outcome::with(text, structured));
+                return Ok(Outcome::text(text));
             }
             let endpoint = args.str("endpoint")?.trim().to_owned();
             let full = args.opt_bool("full")?.unwrap_or(false);
-            let turns = args.seconds("turns", if full { 10 } else { 3 }, 10)?;
+            let turns = args.count("turns", if full { 10 } else { 3 }, 1, 10)?;
             let request = PeekRequest { endpoint, turns };
             let view = relay.call(Duration::ZERO, request, |mut c, r| async move { c.peek(r).await }).await?;
-            let structured = json!({
-                "endpoint": view.endpoint,
-                "updated_at": view.updated_at,
-                "turns": view.turns.iter().map(|t| json!({ "role": t.role, "text": t.text, "tools": t.tools })).collect::<Vec<_>>(),
-            });
-            let text = if view.turns.is_empty() {
-                format!("{} allows peeking but has shared no turns yet", view.endpoint)
+            Ok(if view.turns.is_empty() {
+                Outcome::text(format!("{} allows peeking but has shared no turns yet", view.endpoint))
             } else {
-                frame::peek(&view)
-            };
-            Ok(Outcome::with(text, structured))
+                Outcome::text(frame::peek(&view)).untrusted()
+            })
         }
     }
 }

@@ -4,10 +4,12 @@
 use std::time::Duration;
 
 use relay_proto::v1::*;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::args::{ArgError, Args};
-use super::{Outcome, ToolError, Tools, frame};
+use super::output;
+use super::{Outcome, ToolError, Tools};
+use crate::frame;
 
 type Result<T> = std::result::Result<T, ToolError>;
 
@@ -38,8 +40,8 @@ fn rule_text(rule: &Option<Selectors>) -> String {
     }
 }
 
-fn rule_json(rule: &Option<Selectors>) -> Value {
-    rule.as_ref().map_or(Value::Null, |s| json!(s.selectors))
+fn rule_list(rule: &Option<Selectors>) -> Option<Vec<String>> {
+    rule.as_ref().map(|s| s.selectors.clone())
 }
 
 fn rules_outcome(view: RulesView) -> Outcome {
@@ -62,15 +64,24 @@ fn rules_outcome(view: RulesView) -> Outcome {
     if !view.groups.is_empty() {
         lines.push(format!("groups: {}", view.groups.join(", ")));
     }
-    let structured = json!({
-        "address": view.address,
-        "parent": view.parent,
-        "in": rule_json(&view.rules_in),
-        "out": rule_json(&view.rules_out),
-        "caps": view.caps.iter().map(|c| json!({ "id": c.id, "dir": c.dir, "selectors": c.selectors, "by": c.by })).collect::<Vec<_>>(),
-        "groups": view.groups,
-    });
-    Outcome::with(lines.join("\n"), structured)
+    let data = output::Rules {
+        rules_in: rule_list(&view.rules_in),
+        rules_out: rule_list(&view.rules_out),
+        caps: view
+            .caps
+            .iter()
+            .map(|c| output::Cap {
+                id: c.id.clone(),
+                dir: c.dir.clone(),
+                selectors: c.selectors.clone(),
+                by: c.by.clone(),
+            })
+            .collect(),
+        groups: view.groups.clone(),
+        address: view.address,
+        parent: view.parent,
+    };
+    Outcome::data(lines.join("\n"), &output::RulesResult { rules: Some(data), why: None })
 }
 
 async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -118,10 +129,8 @@ async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
                 .chain(why.reasons.iter().map(|r| format!("  {r}")))
                 .collect::<Vec<_>>()
                 .join("\n");
-            return Ok(Outcome::with(
-                text,
-                json!({ "from": why.from, "to": why.to, "allowed": why.allowed, "reasons": why.reasons }),
-            ));
+            let why = output::Why { from: why.from, to: why.to, allowed: why.allowed, reasons: why.reasons };
+            return Ok(Outcome::data(text, &output::RulesResult { rules: None, why: Some(why) }));
         }
     };
     Ok(rules_outcome(view))
@@ -140,18 +149,24 @@ async fn peers(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
             format!("{}  {}  {presence}{title}  ({})", e.address, e.harness, p.reason)
         })
         .collect();
-    let structured = json!({
-        "peers": reply.peers.iter().map(|p| {
-            let e = p.endpoint.clone().unwrap_or_default();
-            json!({ "address": e.address, "online": e.online, "reason": p.reason })
-        }).collect::<Vec<_>>(),
-    });
+    let data = output::Peers {
+        peers: reply
+            .peers
+            .iter()
+            .map(|p| {
+                let e = p.endpoint.clone().unwrap_or_default();
+                output::Peer { address: e.address, online: e.online, reason: p.reason.clone() }
+            })
+            .collect(),
+    };
+    let foreign = reply.peers.iter().any(|p| p.endpoint.as_ref().is_some_and(|e| !e.title.is_empty()));
     let text = if lines.is_empty() {
         "nobody you may message is online (all: true includes offline agents)".to_owned()
     } else {
         lines.join("\n")
     };
-    Ok(Outcome::with(text, structured))
+    let outcome = Outcome::data(text, &data);
+    Ok(if foreign { outcome.untrusted() } else { outcome })
 }
 
 fn group_text(g: &GroupView) -> String {
@@ -184,11 +199,20 @@ async fn group(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         rules_out: wrap(args.selectors("out")?.or(both)),
     };
     let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.group(r).await }).await?;
-    let structured = json!({
-        "groups": reply.groups.iter().map(|g| json!({
-            "name": g.name, "owner": g.owner, "in": rule_json(&g.rules_in), "out": rule_json(&g.rules_out), "members": g.members,
-        })).collect::<Vec<_>>(),
-    });
+    let data = output::Groups {
+        groups: reply
+            .groups
+            .iter()
+            .map(|g| output::Group {
+                name: g.name.clone(),
+                owner: g.owner.clone(),
+                rules_in: rule_list(&g.rules_in),
+                rules_out: rule_list(&g.rules_out),
+                members: g.members.clone(),
+            })
+            .collect(),
+        note: reply.note.clone(),
+    };
     let text = if !reply.note.is_empty() {
         reply.note.clone()
     } else if reply.groups.is_empty() {
@@ -203,5 +227,5 @@ async fn group(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     } else {
         reply.groups.iter().map(group_text).collect::<Vec<_>>().join("\n\n")
     };
-    Ok(Outcome::with(text, structured))
+    Ok(Outcome::data(text, &data))
 }

@@ -88,6 +88,7 @@ pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
         ended: row.get("ended"),
         last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
         peek: row.get("peek_on"),
+        operator: false,
     }
 }
 

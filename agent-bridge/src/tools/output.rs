@@ -1,0 +1,403 @@
+//! The structured results of the tools that have one. Each type is both what a result carries and,
+//! derived from it, the tool's `outputSchema`, so the two cannot drift apart. Text another agent
+//! wrote is stored here already neutralised, exactly as the text part shows it.
+
+use relay_proto::v1::{Endpoint, JobView, Message, RecipientState, Redaction};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::frame;
+
+/// Fields every structured result may carry beside its own.
+pub const UNTRUSTED: &str = "untrusted";
+pub const NEXT: &str = "next";
+pub const HINT: &str = "hint";
+
+fn is_false(b: &bool) -> bool {
+    !b
+}
+
+/// A tool's `outputSchema`: the derived schema, inlined, with the shared fields added.
+pub fn schema<T: JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft07()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("title");
+        object.remove("description");
+    }
+    let properties = schema["properties"].as_object_mut().expect("an output is an object");
+    properties.insert(
+        UNTRUSTED.into(),
+        json!({ "type": "string", "description": "present when the result holds text other agents wrote: how to treat it" }),
+    );
+    properties.insert(
+        NEXT.into(),
+        json!({ "type": "array", "items": { "type": "string" }, "description": "what to do next" }),
+    );
+    properties.insert(HINT.into(), json!({ "type": "string", "description": "unread relay messages waiting" }));
+    schema
+}
+
+pub fn state_name(state: relay_proto::v1::DeliveryState) -> &'static str {
+    use relay_proto::v1::DeliveryState;
+    match state {
+        DeliveryState::Queued => "queued",
+        DeliveryState::Pushed => "pushed",
+        DeliveryState::Surfaced => "surfaced",
+        DeliveryState::Read => "read",
+        DeliveryState::Withdrawn => "withdrawn",
+        DeliveryState::Unspecified => "not sent",
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Recipient {
+    pub address: String,
+    /// queued, pushed, surfaced, read, withdrawn, or not sent
+    pub state: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub reason: String,
+}
+
+pub fn recipients(list: &[RecipientState]) -> Vec<Recipient> {
+    list.iter()
+        .map(|r| Recipient {
+            address: r.address.clone(),
+            state: state_name(r.state()).into(),
+            reason: r.reason.clone(),
+        })
+        .collect()
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Redacted {
+    pub kind: String,
+    pub count: u32,
+}
+
+/// A message another agent sent, its body neutralised.
+#[derive(Serialize, JsonSchema)]
+pub struct MessageOut {
+    pub id: String,
+    pub short: String,
+    pub seq: u64,
+    pub from: String,
+    pub thread: String,
+    /// message, ask or reply
+    pub kind: String,
+    pub body: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub reply_to: String,
+    /// parent or child, when the sender is in your spawn tree
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub relation: String,
+    #[serde(skip_serializing_if = "is_false", default)]
+    pub require_reply: bool,
+    #[serde(skip_serializing_if = "is_false", default)]
+    pub private: bool,
+}
+
+impl From<&Message> for MessageOut {
+    fn from(m: &Message) -> Self {
+        Self {
+            id: m.id.clone(),
+            short: frame::short(&m.id).to_owned(),
+            seq: m.seq,
+            from: m.from.clone(),
+            thread: m.thread.clone(),
+            kind: frame::kind_name(m.kind()).to_owned(),
+            body: frame::neutralize(&m.body),
+            reply_to: m.reply_to.clone(),
+            relation: m.relation.clone(),
+            require_reply: m.require_reply,
+            private: m.private,
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Whoami {
+    pub address: String,
+    pub account: String,
+    pub machine: String,
+    pub handle: String,
+    pub harness: String,
+    pub status: String,
+    pub note: String,
+    pub now: String,
+    pub title: String,
+    pub unread: u64,
+    pub operator: bool,
+}
+
+impl Whoami {
+    pub fn new(e: &Endpoint, unread: u64) -> Self {
+        Self {
+            address: e.address.clone(),
+            account: e.account.clone(),
+            machine: e.machine.clone(),
+            handle: e.handle.clone(),
+            harness: e.harness.clone(),
+            status: e.status.clone(),
+            note: frame::neutralize(&e.note),
+            now: frame::neutralize(&e.now),
+            title: frame::neutralize(&e.title),
+            unread,
+            operator: e.operator,
+        }
+    }
+}
+
+/// What a send, a reply or an ask stored.
+#[derive(Serialize, JsonSchema)]
+pub struct Sent {
+    pub id: String,
+    pub thread: String,
+    pub recipients: Vec<Recipient>,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub reply_to: String,
+    /// the hold id, when the message waits for the account's human
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub hold: String,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub redacted: Vec<Redacted>,
+    /// group members not sent to, each with the reason
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub skipped: Vec<Recipient>,
+}
+
+pub fn redacted(list: &[Redaction]) -> Vec<Redacted> {
+    list.iter().map(|r| Redacted { kind: r.kind.clone(), count: r.count }).collect()
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Inbox {
+    pub messages: Vec<MessageOut>,
+    /// unread messages left after these
+    pub remaining: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Replies {
+    /// the request's id
+    pub id: String,
+    pub recipients: Vec<Recipient>,
+    pub replies: Vec<MessageOut>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Cap {
+    pub id: String,
+    pub dir: String,
+    pub selectors: Vec<String>,
+    pub by: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Rules {
+    pub address: String,
+    pub parent: String,
+    /// selectors of who may message it; null when open
+    #[serde(rename = "in")]
+    pub rules_in: Option<Vec<String>>,
+    /// selectors of whom it may message; null when open
+    #[serde(rename = "out")]
+    pub rules_out: Option<Vec<String>>,
+    pub caps: Vec<Cap>,
+    pub groups: Vec<String>,
+}
+
+/// relay_rules: the rules of an endpoint (show, set, widen, lift) or a verdict (why).
+#[derive(Serialize, JsonSchema)]
+pub struct RulesResult {
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Rules>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub why: Option<Why>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Why {
+    pub from: String,
+    pub to: String,
+    pub allowed: bool,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Group {
+    pub name: String,
+    pub owner: String,
+    #[serde(rename = "in")]
+    pub rules_in: Option<Vec<String>>,
+    #[serde(rename = "out")]
+    pub rules_out: Option<Vec<String>>,
+    pub members: Vec<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Groups {
+    pub groups: Vec<Group>,
+    /// what the action did, when it says more than the groups show
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub note: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Peer {
+    pub address: String,
+    pub online: bool,
+    /// what admits it
+    pub reason: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Peers {
+    pub peers: Vec<Peer>,
+}
+
+/// A card, its agent-written text neutralised.
+#[derive(Serialize, JsonSchema)]
+pub struct Job {
+    pub id: String,
+    /// todo, in-progress, review or done
+    pub state: String,
+    pub title: String,
+    pub detail: String,
+    pub repo: String,
+    pub repo_path: String,
+    pub machine: String,
+    pub agent: String,
+    pub requires_pr: bool,
+    pub attempts: u32,
+    pub posted_by: String,
+    pub posted_at: String,
+    /// whether a worker serves the card's machine now
+    pub worker_running: bool,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub schedule: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub time_zone: String,
+    /// RFC 3339 in UTC
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub next_run_at: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub next_run_local: String,
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub run_count: u32,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub last_run_at: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub last_skip_reason: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub schedule_id: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub edited_by: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub branch: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub worktree: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub pr_url: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub summary: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub last_error: String,
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub agent_state: String,
+    /// the fields an edit changed
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub changed: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl From<&JobView> for Job {
+    fn from(j: &JobView) -> Self {
+        let repo = j.repo.clone().unwrap_or_default();
+        let n = |s: &str| frame::neutralize(s);
+        Self {
+            id: j.id.clone(),
+            state: j.state.clone(),
+            title: n(&j.title),
+            detail: n(&j.detail),
+            repo: repo.name,
+            repo_path: repo.path,
+            machine: repo.machine,
+            agent: j.agent.clone(),
+            requires_pr: j.requires_pr,
+            attempts: j.attempts,
+            posted_by: j.posted_by.clone(),
+            posted_at: j.posted_at.clone(),
+            worker_running: j.dispatcher_running,
+            schedule: j.schedule.clone(),
+            time_zone: j.time_zone.clone(),
+            next_run_at: j.next_run_at.clone(),
+            next_run_local: j.next_run_local.clone(),
+            run_count: j.run_count,
+            last_run_at: j.last_run_at.clone(),
+            last_skip_reason: n(&j.last_skip_reason),
+            schedule_id: j.schedule_id.clone(),
+            edited_by: j.edited_by.clone(),
+            branch: j.branch.clone(),
+            worktree: j.worktree.clone(),
+            pr_url: n(&j.pr_url),
+            summary: n(&j.summary),
+            last_error: n(&j.last_error),
+            agent_state: n(&j.agent_state),
+            changed: j.changed.clone(),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Jobs {
+    pub jobs: Vec<Job>,
+    /// finished cards not listed (state done lists them)
+    pub archived: u32,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Repo {
+    pub name: String,
+    pub path: String,
+    pub machine: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Decision {
+    pub id: String,
+    /// allow, deny, escalated, …
+    pub state: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_are_plain_objects_with_the_shared_fields() {
+        let s = schema::<Inbox>();
+        assert_eq!(s["type"], "object");
+        assert!(s.get("$schema").is_none() && s.get("definitions").is_none(), "{s}");
+        assert_eq!(s["properties"]["messages"]["items"]["properties"]["body"]["type"], "string", "{s}");
+        for field in [UNTRUSTED, NEXT, HINT] {
+            assert!(s["properties"][field].is_object(), "{field} in {s}");
+        }
+        let required: Vec<&str> = s["properties"]["messages"]["items"]["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(required.contains(&"body") && !required.contains(&"reply_to"), "{required:?}");
+    }
+}
