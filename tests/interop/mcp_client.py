@@ -24,6 +24,10 @@ async def main(bridge: str, recipient: str) -> None:
             tools = await session.list_tools()
             sent = await session.call_tool("relay_send", {"to": recipient, "body": "hello from the python sdk"})
             refused = await session.call_tool("relay_send", {"to": "nobody-here", "body": "x"})
+            # The SDK checks every structuredContent against the tool's outputSchema.
+            me = await session.call_tool("relay_whoami", {})
+            asked = await session.call_tool("relay_ask", {"to": recipient, "body": "which port?", "wait_s": 20})
+            board = await session.call_tool("list_jobs", {})
             print(
                 json.dumps(
                     {
@@ -34,6 +38,13 @@ async def main(bridge: str, recipient: str) -> None:
                         "sent": sent.structuredContent,
                         "refused_error": refused.isError,
                         "refused_text": refused.content[0].text,
+                        "me": me.structuredContent,
+                        "asked_error": asked.isError,
+                        "asked": asked.structuredContent,
+                        "asked_text": asked.content[0].text,
+                        "board_error": board.isError,
+                        "annotations": {t.name: t.annotations.model_dump() if t.annotations else None for t in tools.tools},
+                        "output_schemas": [t.name for t in tools.tools if t.outputSchema],
                     }
                 )
             )

@@ -172,11 +172,15 @@ async fn held_messages_wait_for_the_human_who_releases_or_rejects_them() {
 async fn the_human_inbox_takes_part_from_a_terminal() {
     let mut w = world().await;
     w.alice.tool_ok("relay_send", json!({ "to": "me", "body": "may I merge the migration?" })).await;
-    w.gina.send(&["acme/me"], "hello from globex").await.expect("a contact reaches the other account's human");
+    // Screen-clear, window-title and hyperlink sequences, a bell and a bidi override.
+    let hostile = "hello from globex\x1b[2J\x1b]0;owned\x07\x1b]8;;https://evil.example\x1b\\link\u{202e}";
+    w.gina.send(&["acme/me"], hostile).await.expect("a contact reaches the other account's human");
 
     let (ok, inbox) = human(&w.server.url, &w.acme_human, &["inbox", "--wait", "5"]).await;
     assert!(ok && inbox.contains("from acme/laptop/alice") && inbox.contains("may I merge the migration?"), "{inbox}");
-    assert!(inbox.contains("from globex/box/gina"), "{inbox}");
+    assert!(inbox.contains("from globex/box/gina") && inbox.contains("hello from globex"), "{inbox}");
+    assert!(!inbox.contains(['\x1b', '\x07', '\u{202e}']), "nothing steers the person's terminal: {inbox:?}");
+    assert!(inbox.contains("\u{241b}]0;owned"), "the sequence is shown, not run: {inbox:?}");
     let (ok, said) = human(&w.server.url, &w.acme_human, &["send", "laptop/alice", "yes, after the backup"]).await;
     assert!(ok && said.contains("to acme/laptop/alice"), "{said}");
     let got = w.alice.tool_ok("relay_inbox", json!({ "wait_s": 5 })).await;
@@ -219,8 +223,14 @@ async fn required_replies_hold_the_stop_until_answered() {
         "{reason}"
     );
 
+    assert!(reason.contains("decline"), "the agent learns it may decline: {reason}");
+    // Claude Code goes on because of that hold: holding again for the same request would trap it.
+    assert_eq!(stop_hook(&w, json!({ "stop_hook_active": true })).await, "", "never held twice in a row");
+    let again = stop_hook(&w, json!({ "stop_hook_active": false })).await;
+    assert!(again.contains("\"block\""), "a later stop is held again while unanswered: {again}");
+
     w.alice.tool_ok("relay_reply", json!({ "id": &asked.id[..8], "body": "fix/login" })).await;
-    assert_eq!(stop_hook(&w, json!({ "stop_hook_active": true })).await, "", "answered: the stop goes ahead");
+    assert_eq!(stop_hook(&w, json!({ "stop_hook_active": false })).await, "", "answered: the stop goes ahead");
 }
 
 #[tokio::test]
