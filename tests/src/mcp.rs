@@ -188,3 +188,8 @@ pub fn text(result: &Value) -> String {
         items.iter().filter_map(|c| c["text"].as_str()).collect::<Vec<_>>().join("\n")
     })
 }
+
+/// A bridge claiming `handle`, without channels.
+pub fn bridge(server: &str, token: &str, handle: &str) -> Bridge {
+    Bridge::start(BridgeSpec { server, token, handle: Some(handle), channels: false })
+}

@@ -159,3 +159,21 @@ pub async fn human(url: &str, token: &str, args: &[&str]) -> (bool, String) {
         .expect("run agent-bridge human");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
 }
+
+/// One account, `acme`, with two machines: the world most bridge tests start from.
+pub struct TwoMachines {
+    pub server: Server,
+    pub laptop: String,
+    pub ci: String,
+    _db: TestDb,
+}
+
+impl TwoMachines {
+    pub async fn start() -> Self {
+        let db = TestDb::new().await;
+        let server = Server::start(&db).await;
+        let laptop = server.machine("acme", "laptop");
+        let ci = server.machine("acme", "ci");
+        Self { server, laptop, ci, _db: db }
+    }
+}

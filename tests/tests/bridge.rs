@@ -2,28 +2,13 @@
 
 use std::time::Duration;
 
-use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, text};
+use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
 use relay_tests::pg::TestDb;
-use relay_tests::server::Server;
+use relay_tests::server::{Server, TwoMachines};
 use serde_json::{Value, json};
 
-struct World {
-    _db: TestDb,
-    server: Server,
-    laptop: String,
-    ci: String,
-}
-
-async fn world() -> World {
-    let db = TestDb::new().await;
-    let server = Server::start(&db).await;
-    let laptop = server.machine("acme", "laptop");
-    let ci = server.machine("acme", "ci");
-    World { _db: db, server, laptop, ci }
-}
-
-fn bridge(server: &str, token: &str, handle: &str) -> Bridge {
-    Bridge::start(BridgeSpec { server, token, handle: Some(handle), channels: false })
+async fn world() -> TwoMachines {
+    TwoMachines::start().await
 }
 
 fn error_code(answer: &Value) -> i64 {

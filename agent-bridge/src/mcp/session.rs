@@ -182,6 +182,14 @@ impl Session {
                     self.send(jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, why)).await;
                 }
             }
+            // Listing asks the server for the endpoint's role: off the reading loop, like a tool call.
+            Incoming::Request { id, method, params } if method == "tools/list" => {
+                let session = self.clone();
+                tasks.spawn(async move {
+                    let answer = session.request(&id, &method, &params).await;
+                    session.send(answer).await;
+                });
+            }
             Incoming::Request { id, method, params } => {
                 let answer = self.request(&id, &method, &params).await;
                 self.send(answer).await;
