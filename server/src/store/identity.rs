@@ -66,6 +66,9 @@ pub struct HelloOutcome {
     pub resumed: bool,
 }
 
+/// Whether endpoint `e` is online, as SQL over `endpoints e`.
+pub(super) const ONLINE: &str = "(e.ended_at is null and coalesce(e.online_until > now(), false))";
+
 /// Columns read by [`endpoint_from_row`], for `from endpoints e join endpoint_addresses ea on ea.id = e.id`.
 pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, ea.handle, e.harness, e.status, \
      e.note, e.now_text, e.title, \
@@ -537,11 +540,21 @@ impl Store {
              join endpoint_addresses ea on ea.id = e.id
              join machines m on m.id = e.machine_id
              where m.account_id = any($1) and m.revoked_at is null
-               and ($2 or (e.ended_at is null and e.online_until > now()))
+               and ($2 or {ONLINE})
              order by ea.address"
         );
         let stmt = client.prepare_cached(&sql).await?;
         let params: [&(dyn ToSql + Sync); 2] = [&accounts, &all];
         Ok(client.query(&stmt, &params).await?.iter().map(endpoint_from_row).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_read_online_as_everywhere_else() {
+        assert!(ENDPOINT_COLUMNS.contains(&format!("{ONLINE} as online")), "{ENDPOINT_COLUMNS}");
     }
 }

@@ -1,0 +1,159 @@
+//! Edges agents run into: mail for agents that are away, handles of crashed agents, the operator
+//! flag, the board's notices, and arguments a model gets wrong.
+
+use relay_proto::v1::*;
+use relay_tests::client::Agent;
+use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, text};
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use relay_tests::{eventually, free_port};
+use serde_json::json;
+use tonic::Code;
+
+/// acme with machines laptop and ci; returns their tokens.
+async fn acme(env: &[(&str, &str)]) -> (TestDb, Server, String, String) {
+    let db = TestDb::new().await;
+    let server = Server::start_with_env(&db, free_port(), env).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    (db, server, laptop, ci)
+}
+
+/// An RFC 3339 instant in UTC to the second, as the server writes it.
+fn is_utc_second(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.len() == 20 && b[4] == b'-' && b[10] == b'T' && b[19] == b'Z'
+}
+
+/// The offline reason the sender is shown, checked for its form.
+fn offline_since(state: &RecipientState) -> String {
+    assert_eq!(state.state(), DeliveryState::Queued, "{state:?}");
+    let since = state.reason.strip_prefix("offline since ").unwrap_or_else(|| panic!("{state:?}"));
+    assert!(is_utc_second(since), "{state:?}");
+    since.to_owned()
+}
+
+// ---- 1. offline agents get their mail --------------------------------------------------------
+
+#[tokio::test]
+async fn mail_for_an_agent_that_left_waits_for_its_return() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+
+    // Bob reads one message, asks alice something, then ends his session.
+    alice.send(&["ci/bob"], "zero").await.unwrap();
+    assert_eq!(bob.inbox(5, true).await.unwrap().messages[0].seq, 1);
+    let ask = bob
+        .rpc
+        .send(SendRequest {
+            to: vec!["laptop/alice".into()],
+            body: "which port does staging use?".into(),
+            kind: MessageKind::Ask as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    bob.rpc.goodbye(GoodbyeRequest {}).await.unwrap();
+
+    // A message to the ended session is queued, and the sender hears that bob is away and since when.
+    let first = alice.send(&["ci/bob"], "first").await.unwrap();
+    assert_eq!(first.recipients[0].address, "acme/ci/bob");
+    let since = offline_since(&first.recipients[0]);
+    // The reply to the asker who left waits for it likewise.
+    let reply = alice
+        .rpc
+        .reply(ReplyRequest { id: ask.id.clone(), body: "8443".into(), client_id: String::new() })
+        .await
+        .expect("a reply to an asker that left is kept for it")
+        .into_inner();
+    assert_eq!(offline_since(&reply.recipients[0]), since);
+    let third = alice.send(&["acme/ci/bob"], "third").await.unwrap();
+    offline_since(&third.recipients[0]);
+    // Track says the same while it waits.
+    let tracked = alice.rpc.track(TrackRequest { id: first.id.clone() }).await.unwrap().into_inner();
+    assert_eq!(offline_since(&tracked.recipients[0]), since);
+
+    // The same handle comes back: a new session takes over the inbox, and its seqs go on.
+    let mut back = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    assert_eq!(back.address, "acme/ci/bob");
+    let inbox = back.inbox(5, true).await.unwrap();
+    let got: Vec<(u64, &str, &str)> =
+        inbox.messages.iter().map(|m| (m.seq, m.body.as_str(), m.from.as_str())).collect();
+    assert_eq!(
+        got,
+        [(2, "first", "acme/laptop/alice"), (3, "8443", "acme/laptop/alice"), (4, "third", "acme/laptop/alice")]
+    );
+    assert_eq!(inbox.messages[1].reply_to, ask.id);
+    assert_eq!(inbox.messages[1].kind(), MessageKind::Reply);
+    let tracked = alice.rpc.track(TrackRequest { id: first.id }).await.unwrap().into_inner();
+    assert_eq!((tracked.recipients[0].state(), tracked.recipients[0].reason.as_str()), (DeliveryState::Read, ""));
+
+    // An online recipient gets no reason.
+    let _stream = back.subscribe(4).await;
+    eventually(WAIT, "bob's stream to count as online", || {
+        let mut alice = alice.rpc.clone();
+        async move {
+            let listed = alice.list(ListRequest::default()).await.ok()?.into_inner().endpoints;
+            listed.iter().any(|e| e.address == "acme/ci/bob" && e.online).then_some(())
+        }
+    })
+    .await;
+    let online = alice.send(&["ci/bob"], "welcome back").await.unwrap();
+    assert_eq!(online.recipients[0].reason, "");
+}
+
+#[tokio::test]
+async fn a_closed_bridge_gets_its_mail_when_the_handle_returns() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let spec = || BridgeSpec { server: &server.url, token: &ci, handle: Some("carol"), channels: false };
+    let mut carol = Bridge::start(spec());
+    carol.initialize("2025-06-18").await;
+    carol.tool_ok("relay_whoami", json!({})).await;
+    carol.close();
+    let status = tokio::time::timeout(WAIT, carol.child.wait()).await.expect("the bridge exits").unwrap();
+    assert!(status.success());
+
+    let sent = alice.send(&["ci/carol"], "the build is green").await.unwrap();
+    offline_since(&sent.recipients[0]);
+
+    let mut again = Bridge::start(spec());
+    again.initialize("2025-06-18").await;
+    let inbox = again.tool_ok("relay_inbox", json!({})).await;
+    let messages = inbox["structuredContent"]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{inbox}");
+    assert_eq!(messages[0]["id"], sent.id);
+    assert!(text(&inbox).contains("the build is green"), "{}", text(&inbox));
+}
+
+#[tokio::test]
+async fn a_full_inbox_refuses_more_until_it_is_read() {
+    let (_db, server, laptop, ci) = acme(&[("RELAY_MAX_UNREAD", "3")]).await;
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    for i in 0..3 {
+        alice.send(&["ci/bob"], &format!("message {i}")).await.unwrap();
+    }
+    let refused = alice.send(&["ci/bob"], "one too many").await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(
+        refused.message(),
+        "acme/ci/bob has 3 unread messages, the most an inbox holds: nothing was sent; try again after it reads its inbox"
+    );
+    // Nothing of the refused send was stored, for bob or anyone else named with him.
+    let mut carol = Agent::hello(&server.url, &laptop, "carol").await.unwrap();
+    assert_eq!(alice.send(&["ci/bob", "carol"], "both").await.unwrap_err().code(), Code::ResourceExhausted);
+    assert!(carol.inbox(0, true).await.unwrap().messages.is_empty());
+    // Replies count too.
+    let asked = bob.send(&["laptop/alice"], "ping").await.unwrap();
+    let reply = alice.rpc.reply(ReplyRequest { id: asked.id, body: "pong".into(), client_id: String::new() }).await;
+    assert_eq!(reply.unwrap_err().code(), Code::ResourceExhausted);
+
+    // Surfaced is still unread; read makes room.
+    assert_eq!(bob.inbox(0, false).await.unwrap().messages.len(), 3);
+    assert_eq!(alice.send(&["ci/bob"], "still full").await.unwrap_err().code(), Code::ResourceExhausted);
+    assert_eq!(bob.inbox(0, true).await.unwrap().messages.len(), 3);
+    alice.send(&["ci/bob"], "room again").await.unwrap();
+}
