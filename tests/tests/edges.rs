@@ -1,6 +1,8 @@
 //! Edges agents run into: mail for agents that are away, handles of crashed agents, the operator
 //! flag, the board's notices, and arguments a model gets wrong.
 
+use std::time::Duration;
+
 use relay_proto::v1::*;
 use relay_tests::client::Agent;
 use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, text};
@@ -8,6 +10,7 @@ use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
 use relay_tests::{eventually, free_port};
 use serde_json::json;
+use tokio::time::Instant;
 use tonic::Code;
 
 /// acme with machines laptop and ci; returns their tokens.
@@ -156,4 +159,114 @@ async fn a_full_inbox_refuses_more_until_it_is_read() {
     assert_eq!(alice.send(&["ci/bob"], "still full").await.unwrap_err().code(), Code::ResourceExhausted);
     assert_eq!(bob.inbox(0, true).await.unwrap().messages.len(), 3);
     alice.send(&["ci/bob"], "room again").await.unwrap();
+}
+
+// ---- 2. a crashed agent's handle comes back ---------------------------------------------------
+
+/// Whether `address` is listed online, as `observer` sees it.
+async fn listed_online(observer: &Agent, address: &str) -> bool {
+    let listed = observer.rpc.clone().list(ListRequest::default()).await.unwrap().into_inner().endpoints;
+    listed.iter().any(|e| e.address == address && e.online)
+}
+
+/// A bridge holding `handle`, initialized, shown online to `observer`, and with its push stream open:
+/// a message from `observer` has reached it (that message is in its inbox, unread).
+async fn live_bridge(server: &Server, token: &str, handle: &str, observer: &mut Agent) -> Bridge {
+    let mut bridge = Bridge::start(BridgeSpec { server: &server.url, token, handle: Some(handle), channels: false });
+    bridge.initialize("2025-06-18").await;
+    let address = format!("acme/laptop/{handle}");
+    eventually(WAIT, "the bridge to show online", || async { listed_online(observer, &address).await.then_some(()) })
+        .await;
+    let probe = observer.send(&[&address], "are you there?").await.unwrap().id;
+    eventually(WAIT, "a push to reach the bridge", || {
+        let (mut rpc, id) = (observer.rpc.clone(), probe.clone());
+        async move {
+            let tracked = rpc.track(TrackRequest { id }).await.ok()?.into_inner();
+            (tracked.recipients[0].state() == DeliveryState::Pushed).then_some(())
+        }
+    })
+    .await;
+    bridge
+}
+
+#[tokio::test]
+async fn a_killed_bridge_frees_its_handle_within_two_seconds() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let mut alice = live_bridge(&server, &laptop, "alice", &mut bob).await;
+    let before = bob.send(&["laptop/alice"], "sent before the crash").await.unwrap();
+
+    alice.child.start_kill().unwrap();
+    let killed = Instant::now();
+    let limit = Duration::from_millis(2500);
+    let mut back = eventually(limit, "alice's handle to be free again", || async {
+        Agent::hello(&server.url, &laptop, "alice").await.ok()
+    })
+    .await;
+    assert!(killed.elapsed() < limit, "took {:?}", killed.elapsed());
+    let _ = alice.child.wait().await;
+
+    // The same endpoint: its inbox came along.
+    assert_eq!(back.address, "acme/laptop/alice");
+    let inbox = back.inbox(0, true).await.unwrap();
+    let bodies: Vec<&str> = inbox.messages.iter().map(|m| m.body.as_str()).collect();
+    assert_eq!(bodies, ["are you there?", "sent before the crash"]);
+    assert_eq!(inbox.messages[1].id, before.id);
+
+    // A crashed holder nobody replaces is not listed online for longer than the reconnect grace.
+    let mut dave = live_bridge(&server, &laptop, "dave", &mut bob).await;
+    dave.child.start_kill().unwrap();
+    let killed = Instant::now();
+    eventually(Duration::from_secs(7), "dave to be listed offline", || async {
+        (!listed_online(&bob, "acme/laptop/dave").await).then_some(())
+    })
+    .await;
+    assert!(killed.elapsed() < Duration::from_secs(7));
+}
+
+#[tokio::test]
+async fn a_live_holder_keeps_its_handle_and_a_refused_claim_says_who_holds_it() {
+    let (db, server, laptop, ci) = acme(&[]).await;
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let _alice = live_bridge(&server, &laptop, "alice", &mut bob).await;
+    // However long ago its last heartbeat, an open stream holds the handle.
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    sql.execute("update endpoints set last_seen_at = now() - interval '20 seconds' where handle = 'alice'", &[])
+        .await
+        .unwrap();
+
+    let refused = Agent::hello(&server.url, &laptop, "alice").await.err().expect("a live handle is held");
+    assert_eq!(refused.code(), Code::AlreadyExists);
+    let message = refused.message();
+    let rest = message
+        .strip_prefix("handle alice on acme/laptop is held by a claude session connected since ")
+        .unwrap_or_else(|| panic!("{message}"));
+    let (since, next) = rest.split_at(20);
+    assert!(is_utc_second(since), "{message}");
+    assert_eq!(
+        next,
+        " with its push stream open: choose another handle (--handle or RELAY_HANDLE), or wait for that session to end"
+    );
+}
+
+#[tokio::test]
+async fn a_session_that_never_subscribes_frees_its_handle() {
+    let (_db, server, laptop, _ci) = acme(&[]).await;
+    let first = Agent::hello(&server.url, &laptop, "erin").await.unwrap();
+    let claimed = Instant::now();
+    let early = Agent::hello(&server.url, &laptop, "erin").await.err().expect("held for a moment");
+    assert_eq!(early.code(), Code::AlreadyExists);
+    assert!(early.message().contains("that has not opened its push stream"), "{}", early.message());
+    assert!(early.message().contains("claim it again in 2 s"), "{}", early.message());
+
+    let limit = Duration::from_millis(2500);
+    let second = eventually(limit, "erin's handle to be free", || async {
+        Agent::hello(&server.url, &laptop, "erin").await.ok()
+    })
+    .await;
+    assert!(claimed.elapsed() < limit, "took {:?}", claimed.elapsed());
+    assert_eq!(second.address, "acme/laptop/erin");
+    let old = first.rpc.clone().who_am_i(WhoAmIRequest {}).await.unwrap_err();
+    assert_eq!(old.code(), Code::Unauthenticated, "the first session was taken over");
 }
