@@ -270,3 +270,30 @@ async fn a_session_that_never_subscribes_frees_its_handle() {
     let old = first.rpc.clone().who_am_i(WhoAmIRequest {}).await.unwrap_err();
     assert_eq!(old.code(), Code::Unauthenticated, "the first session was taken over");
 }
+
+// ---- 3. the operator flag ---------------------------------------------------------------------
+
+#[tokio::test]
+async fn hello_and_whoami_say_whether_the_endpoint_is_the_operator() {
+    let (_db, server, laptop, _ci) = acme(&[]).await;
+    server.admin_ok(&["operator", "acme", "laptop/alice"]);
+    let ch = relay_tests::client::channel(&server.url).await;
+    let hello = |handle: &str| {
+        let request = HelloRequest { handle: handle.into(), harness: "claude".into(), ..Default::default() };
+        let mut machine = relay_tests::client::client(ch.clone(), &laptop);
+        async move { machine.hello(request).await.unwrap().into_inner() }
+    };
+    let (alice, bob) = (hello("alice").await, hello("bob").await);
+    assert!(alice.endpoint.as_ref().unwrap().operator, "hello carries the flag");
+    assert!(!bob.endpoint.as_ref().unwrap().operator);
+    for (session, operator) in [(&alice.session_token, true), (&bob.session_token, false)] {
+        let mut rpc = relay_tests::client::client(ch.clone(), session);
+        let me = rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().endpoint.unwrap();
+        assert_eq!(me.operator, operator, "{}", me.address);
+    }
+    // Another machine's alice is not the operator.
+    let ci = server.machine("acme", "ci2");
+    let other = Agent::hello(&server.url, &ci, "alice").await.unwrap();
+    let me = other.rpc.clone().who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().endpoint.unwrap();
+    assert!(!me.operator);
+}

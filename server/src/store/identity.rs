@@ -77,7 +77,9 @@ pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, e
      e.note, e.now_text, e.title, \
      (e.ended_at is null and coalesce(e.online_until > now(), false) \
      and (e.stream_gen > e.stream_closed_gen or coalesce(e.last_seen_at > now() - interval '5 seconds', false))) as online, \
-     e.ended_at is not null as ended, e.last_seen_at, e.peek_on";
+     e.ended_at is not null as ended, e.last_seen_at, e.peek_on, \
+     coalesce((select a.operator from accounts a where a.id = ea.account_id) = ea.machine || '/' || ea.handle, false) \
+     as operator";
 
 pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
     let last_seen: Option<DateTime<Utc>> = row.get("last_seen_at");
@@ -95,6 +97,7 @@ pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
         ended: row.get("ended"),
         last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
         peek: row.get("peek_on"),
+        operator: row.get("operator"),
     }
 }
 
