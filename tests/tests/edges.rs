@@ -297,3 +297,157 @@ async fn hello_and_whoami_say_whether_the_endpoint_is_the_operator() {
     let me = other.rpc.clone().who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().endpoint.unwrap();
     assert!(!me.operator);
 }
+
+// ---- 4. the board's notices ------------------------------------------------------------------
+
+type Worker = relay_proto::v1::worker_client::WorkerClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, relay_tests::client::Bearer>,
+>;
+use relay_proto::v1::worker_client::WorkerClient;
+
+/// The worker API of a machine, as `agent-bridge worker` uses it, with a repository registered.
+async fn worker_with_repo(server: &Server, token: &str) -> (Worker, tempfile::TempDir) {
+    let ch = relay_tests::client::channel(&server.url).await;
+    let mut w: Worker = WorkerClient::with_interceptor(ch, relay_tests::client::Bearer::new(token));
+    let repo = tempfile::tempdir().unwrap();
+    w.register_repo(RegisterRepoRequest { path: repo.path().display().to_string() }).await.unwrap();
+    (w, repo)
+}
+
+/// The one message now unread in `agent`'s inbox (read as it is returned).
+async fn only_notice(agent: &mut Agent) -> Message {
+    let mut inbox = agent.inbox(10, true).await.unwrap();
+    assert_eq!(inbox.messages.len(), 1, "{} has {:?}", agent.address, inbox.messages);
+    let notice = inbox.messages.remove(0);
+    assert_eq!(notice.from, "acme/me/board");
+    notice
+}
+
+#[tokio::test]
+async fn the_board_tells_the_operator_and_the_poster_what_happened() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    server.admin_ok(&["operator", "acme", "laptop/alice"]);
+    let (mut w, repo) = worker_with_repo(&server, &ci).await;
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut carol = Agent::hello(&server.url, &laptop, "carol").await.unwrap();
+    let posted = PostJobRequest {
+        title: "Fix the \"login\" test".into(),
+        detail: "It fails one run in ten.".into(),
+        repo: repo.path().display().to_string(),
+        ..Default::default()
+    };
+    let id = carol.rpc.post_job(posted).await.unwrap().into_inner().id;
+
+    // The card's agent finishes it: the operator reads that it is in Review and how to close it.
+    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let mut card_agent = Agent::hello(&server.url, &ci, "card-agent").await.unwrap();
+    let pr = "https://forge.example/acme/app/pull/12";
+    let finish = FinishJobRequest { job_token: token, pr_url: pr.into(), summary: String::new() };
+    card_agent.rpc.finish_job(finish).await.unwrap();
+    let review = only_notice(&mut alice).await;
+    assert_eq!(
+        review.body,
+        format!(
+            "Card {id} \"Fix the \\\"login\\\" test\" is in Review: {pr}. Accept it with close_job {{id: \"{id}\", accept: true}} or send it back with accept: false and a note."
+        )
+    );
+    assert_eq!(review.thread, format!("card:{id}"));
+    let told = only_notice(&mut carol).await.body;
+    assert!(told.contains("is in Review") && told.contains("The operator acme/laptop/alice accepts it"), "{told}");
+    assert!(card_agent.inbox(0, true).await.unwrap().messages.is_empty(), "the agent that finished is not told");
+
+    // Nobody can answer the board, claim it, or register its machine.
+    let reply = ReplyRequest { id: review.id.clone(), body: "thanks".into(), client_id: String::new() };
+    let refused = alice.rpc.reply(reply).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(refused.message().starts_with("acme/me/board sends the board's notices and reads no messages"));
+    let refused = alice.send(&["me/board"], "hello?").await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(refused.message().contains("act on the card with read_job, list_jobs or close_job"), "{refused:?}");
+    assert!(!server.admin(&["machine", "add", "acme/me"]).status.success());
+
+    // Sent back: the poster hears why; the operator, who did it, is not told.
+    let back = CloseJobRequest { id: id.clone(), accept: false, note: "also update the docs".into() };
+    alice.rpc.close_job(back).await.unwrap();
+    let told = only_notice(&mut carol).await.body;
+    assert!(
+        told.starts_with(&format!(
+            "Card {id} \"Fix the \\\"login\\\" test\" went back to To do: acme/laptop/alice sent it back with the note \"also update the docs\"."
+        )),
+        "{told}"
+    );
+    assert!(alice.inbox(0, true).await.unwrap().messages.is_empty());
+
+    // The next attempt fails: both hear it, with the worker's error quoted.
+    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let failed = ReleaseRequest { job_token: token, exit_code: 1, error: "tests fail".into() };
+    w.release(failed).await.unwrap();
+    for reader in [&mut alice, &mut carol] {
+        let told = only_notice(reader).await.body;
+        assert!(
+            told.contains("went back to To do after attempt 1 of 3: its agent exited with code 1: \"tests fail\""),
+            "{told}"
+        );
+    }
+
+    // Accepted: the poster hears it is done.
+    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let finish = FinishJobRequest { job_token: token, pr_url: pr.into(), summary: String::new() };
+    card_agent.rpc.finish_job(finish).await.unwrap();
+    only_notice(&mut alice).await;
+    only_notice(&mut carol).await;
+    alice.rpc.close_job(CloseJobRequest { id: id.clone(), accept: true, note: String::new() }).await.unwrap();
+    let told = only_notice(&mut carol).await.body;
+    assert!(told.ends_with("is Done: acme/laptop/alice accepted it. Nothing more to do."), "{told}");
+    assert!(alice.inbox(0, true).await.unwrap().messages.is_empty());
+}
+
+#[tokio::test]
+async fn schedules_tell_when_they_fire_hold_off_and_lose_a_run() {
+    let env = [("RELAY_SCHEDULER_TICK_MS", "50"), ("RELAY_LEASE_S", "1")];
+    let (db, server, laptop, ci) = acme(&env).await;
+    server.admin_ok(&["operator", "acme", "laptop/alice"]);
+    let (mut w, repo) = worker_with_repo(&server, &ci).await;
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut carol = Agent::hello(&server.url, &laptop, "carol").await.unwrap();
+    let posted = PostJobRequest {
+        title: "Weekly dependency report".into(),
+        repo: repo.path().display().to_string(),
+        schedule: "@hourly".into(),
+        ..Default::default()
+    };
+    let schedule = carol.rpc.post_job(posted).await.unwrap().into_inner().id;
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let due_now = || async {
+        sql.execute("update jobs set next_run_at = now() - interval '1 minute' where id = $1", &[&schedule])
+            .await
+            .unwrap();
+    };
+    let round_done = || async {
+        let row = sql.query_one("select next_run_at > now() from jobs where id = $1", &[&schedule]).await.unwrap();
+        row.get::<_, bool>(0).then_some(())
+    };
+
+    due_now().await;
+    for reader in [&mut alice, &mut carol] {
+        let told = only_notice(reader).await.body;
+        assert!(told.starts_with(&format!("Schedule {schedule} \"Weekly dependency report\" came due")), "{told}");
+    }
+    // Due again while its run waits: held off, told once, not at every slot after.
+    due_now().await;
+    for reader in [&mut alice, &mut carol] {
+        let told = only_notice(reader).await.body;
+        assert!(told.contains("held off its run: its last run is still in progress"), "{told}");
+    }
+    due_now().await;
+    eventually(WAIT, "the next scheduler round", round_done).await;
+    assert!(alice.inbox(0, true).await.unwrap().messages.is_empty(), "the same hold-off is told once");
+
+    // The run's worker goes quiet: the schedule's poster and the operator hear the card came back.
+    w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("the run card");
+    for reader in [&mut alice, &mut carol] {
+        let told = only_notice(reader).await.body;
+        assert!(told.contains("went back to To do after attempt 1 of 3: the worker on ci stopped renewing"), "{told}");
+    }
+}

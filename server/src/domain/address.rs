@@ -16,6 +16,16 @@ pub struct Address {
 
 /// The account's human inbox lives at machine `me`, handle `me`, and reads as `account/me`.
 pub const HUMAN: &str = "me";
+/// The board's notices come from handle `board` on the reserved machine `me` (`account/me/board`),
+/// which no machine token can claim. It reads nothing: sends and replies to it are refused.
+pub const BOARD: &str = "board";
+
+/// The refusal of a message to the board's notice sender.
+pub fn board_reads_nothing(address: &str) -> Error {
+    Error::FailedPrecondition(format!(
+        "{address} sends the board's notices and reads no messages: act on the card with read_job, list_jobs or close_job, or message the card's poster; nothing was sent"
+    ))
+}
 
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -42,6 +52,15 @@ impl Address {
 
     pub fn is_human(&self) -> bool {
         self.machine == HUMAN && self.handle == HUMAN
+    }
+
+    /// The board's notice sender.
+    pub fn board(account: &str) -> Self {
+        Self { account: account.to_owned(), machine: HUMAN.to_owned(), handle: BOARD.to_owned() }
+    }
+
+    pub fn is_board(&self) -> bool {
+        self.machine == HUMAN && self.handle == BOARD
     }
 
     /// Parses an address as written by the agent at `origin`. `me` is the origin account's human and
@@ -102,6 +121,17 @@ mod tests {
         assert_eq!(parse("globex/me").unwrap(), "globex/me");
         assert!(Address::parse("me", HERE).unwrap().is_human());
         assert!(!Address::parse("laptop/bob", HERE).unwrap().is_human());
+    }
+
+    #[test]
+    fn the_board_sender_is_on_the_reserved_machine() {
+        let board = Address::parse("me/board", HERE).unwrap();
+        assert!(board.is_board() && !board.is_human());
+        assert_eq!(board, Address::board("acme"));
+        assert_eq!(board.to_string(), "acme/me/board");
+        assert!(!Address::parse("laptop/board", HERE).unwrap().is_board(), "a handle named board is just a handle");
+        let err = board_reads_nothing("acme/me/board").to_string();
+        assert!(err.starts_with("acme/me/board sends the board's notices and reads no messages"), "{err}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::Store;
 use super::identity::{Caller, ONLINE};
-use crate::domain::address::{Address, HUMAN, Origin};
+use crate::domain::address::{self, Address, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
 use crate::domain::scope::{Reach, Verdict};
@@ -160,6 +160,9 @@ impl Store {
             )
             .await?;
         let (thread, sender_id, sender_address): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+        if super::notices::is_board_address(&sender_address) {
+            return Err(address::board_reads_nothing(&sender_address));
+        }
         let contacts = Self::contact_accounts(&tx, caller.account_id).await?;
         if scope::reach(caller.account_id, &contacts, row.get(3)) == Reach::None || row.get::<_, bool>(4) {
             return Err(Error::FailedPrecondition(format!(
@@ -237,6 +240,9 @@ impl Store {
                 continue;
             }
             let address = Address::parse(raw, origin)?;
+            if address.is_board() {
+                return Err(address::board_reads_nothing(&address.to_string()));
+            }
             if !wanted.contains(&address) {
                 wanted.push(address);
             }

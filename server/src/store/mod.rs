@@ -7,6 +7,7 @@ mod error;
 pub mod identity;
 pub mod messages;
 pub mod migrate;
+mod notices;
 pub mod scope;
 pub mod spawn;
 pub mod trust;
