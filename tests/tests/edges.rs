@@ -451,3 +451,112 @@ async fn schedules_tell_when_they_fire_hold_off_and_lose_a_run() {
         assert!(told.contains("went back to To do after attempt 1 of 3: the worker on ci stopped renewing"), "{told}");
     }
 }
+
+// ---- 5. arguments a model gets wrong ---------------------------------------------------------
+
+#[tokio::test]
+async fn wrong_arguments_are_refused_with_what_is_right() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let (_w, repo) = worker_with_repo(&server, &ci).await;
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &laptop, "bob").await.unwrap();
+    let globex = server.machine("globex", "box");
+    let _gina = Agent::hello(&server.url, &globex, "gina").await.unwrap();
+
+    // A column spelled the database's way is not a column.
+    for state in ["in_progress", "doing"] {
+        let request = ListJobsRequest { state: state.into(), ..Default::default() };
+        let refused = alice.rpc.list_jobs(request).await.unwrap_err();
+        assert_eq!(refused.code(), Code::InvalidArgument, "{state}");
+        assert!(
+            refused.message().starts_with(&format!("invalid state {state:?}: use todo, in-progress, review or done")),
+            "{}",
+            refused.message()
+        );
+    }
+    let request = ListJobsRequest { state: "in-progress".into(), ..Default::default() };
+    alice.rpc.list_jobs(request).await.expect("the right spelling");
+
+    // A thread the caller never took part in.
+    let send = |thread: &str| SendRequest {
+        to: vec!["bob".into()],
+        body: "more on that".into(),
+        thread: thread.into(),
+        ..Default::default()
+    };
+    let refused = alice.rpc.send(send("nope")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::NotFound);
+    assert_eq!(
+        refused.message(),
+        "no thread \"nope\" among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
+    );
+    let bobs = bob.send(&["alice"], "a thread of bob's").await.unwrap().thread;
+    alice.rpc.send(send(&bobs)).await.expect("a thread alice received a message in");
+    let mut carol = Agent::hello(&server.url, &laptop, "carol").await.unwrap();
+    let theirs = carol.send(&["bob"], "between carol and bob").await.unwrap().thread;
+    assert_eq!(alice.rpc.send(send(&theirs)).await.unwrap_err().code(), Code::NotFound, "someone else's thread");
+
+    // A bad schedule names the field, the value and the range.
+    let post = PostJobRequest {
+        title: "nightly".into(),
+        repo: repo.path().display().to_string(),
+        schedule: "0 25 * * *".into(),
+        ..Default::default()
+    };
+    let refused = alice.rpc.post_job(post).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert_eq!(refused.message(), "schedule \"0 25 * * *\": hour is 25, but hours run 0-23");
+
+    // An address that resolves to nothing: the nearest one in reach, never a stranger's.
+    let refused = alice.send(&["bbo"], "hi").await.unwrap_err();
+    assert_eq!(refused.code(), Code::NotFound);
+    assert_eq!(
+        refused.message(),
+        "no agent you can reach at acme/laptop/bbo: did you mean acme/laptop/bob? check the address with relay_list; nothing was sent"
+    );
+    let refused = alice.send(&["globex/box/gian"], "hi").await.unwrap_err();
+    assert_eq!(
+        refused.message(),
+        "no agent you can reach at globex/box/gian: check the address with relay_list; nothing was sent",
+        "globex is no contact of acme: its names are never offered"
+    );
+    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    let refused = alice.send(&["globex/box/gian"], "hi").await.unwrap_err();
+    assert!(refused.message().contains("did you mean globex/box/gina?"), "{}", refused.message());
+}
+
+#[tokio::test]
+async fn pending_replies_leave_out_requests_that_can_never_be_answered() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let old = server.machine("acme", "old");
+    let globex = server.machine("globex", "box");
+    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let ask = |body: &str| SendRequest {
+        to: vec!["acme/laptop/alice".into()],
+        body: body.into(),
+        kind: MessageKind::Ask as i32,
+        require_reply: true,
+        ..Default::default()
+    };
+    let mut askers = Vec::new();
+    for (token, handle) in [(&ci, "bob"), (&old, "olga"), (&globex, "gina")] {
+        let mut agent = Agent::hello(&server.url, token, handle).await.unwrap();
+        let id = agent.rpc.send(ask(&format!("{handle} asks"))).await.unwrap().into_inner().id;
+        askers.push((agent, id));
+    }
+    // Alice has seen them all (so dropping the contact withdraws nothing), then: bob ends his
+    // session, olga's machine is revoked, and globex stops being a contact.
+    assert_eq!(alice.inbox(0, false).await.unwrap().messages.len(), 3);
+    askers[0].0.rpc.goodbye(GoodbyeRequest {}).await.unwrap();
+    server.admin_ok(&["machine", "revoke", "acme/old"]);
+    server.admin_ok(&["contact", "drop", "acme", "globex"]);
+
+    let pending = alice.rpc.pending_replies(PendingRepliesRequest {}).await.unwrap().into_inner().requests;
+    let from: Vec<&str> = pending.iter().map(|m| m.from.as_str()).collect();
+    assert_eq!(from, ["acme/ci/bob"], "only the asker that can still get a reply");
+    let reply = ReplyRequest { id: askers[0].1.clone(), body: "port 8443".into(), client_id: String::new() };
+    alice.rpc.reply(reply).await.expect("an ended asker is answered");
+    let pending = alice.rpc.pending_replies(PendingRepliesRequest {}).await.unwrap().into_inner().requests;
+    assert!(pending.is_empty(), "{pending:?}");
+}

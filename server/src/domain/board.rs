@@ -24,18 +24,28 @@ pub enum Column {
 }
 
 impl Column {
+    const ALL: [Self; 4] = [Self::Todo, Self::InProgress, Self::Review, Self::Done];
+
+    /// A column as agents name it: exactly one spelling each, so a near miss is refused with the
+    /// right one rather than read as something else.
     pub fn parse(name: &str) -> Result<Self> {
-        match name.trim() {
-            "todo" => Ok(Self::Todo),
-            "in-progress" | "in_progress" => Ok(Self::InProgress),
-            "review" => Ok(Self::Review),
-            "done" => Ok(Self::Done),
-            other => Err(Error::invalid(format!("invalid state {other:?}: use todo, in-progress, review or done"))),
+        let name = name.trim();
+        if let Some(column) = Self::ALL.into_iter().find(|c| c.name() == name) {
+            return Ok(column);
         }
+        let folded = name.to_ascii_lowercase().replace(['_', ' '], "-");
+        let hint = match Self::ALL.into_iter().find(|c| c.name() == folded) {
+            Some(near) => format!(" (did you mean {:?}?)", near.name()),
+            None => String::new(),
+        };
+        Err(Error::invalid(format!("invalid state {name:?}: use todo, in-progress, review or done{hint}")))
     }
 
     pub fn from_db(value: &str) -> Result<Self> {
-        Self::parse(value).map_err(|_| Error::Internal(format!("unknown card state {value} in the database")))
+        Self::ALL
+            .into_iter()
+            .find(|c| c.db() == value)
+            .ok_or_else(|| Error::Internal(format!("unknown card state {value} in the database")))
     }
 
     pub fn db(self) -> &'static str {
@@ -293,10 +303,24 @@ mod tests {
     }
 
     #[test]
-    fn columns_parse_both_spellings() {
-        assert_eq!(Column::parse("in-progress").unwrap(), Column::InProgress);
-        assert_eq!(Column::parse("in_progress").unwrap().name(), "in-progress");
-        assert!(Column::parse("doing").unwrap_err().to_string().contains("todo, in-progress, review or done"));
+    fn columns_have_one_spelling_for_agents_and_one_in_the_database() {
+        for column in Column::ALL {
+            assert_eq!(Column::parse(column.name()).unwrap(), column);
+            assert_eq!(Column::from_db(column.db()).unwrap(), column);
+        }
+        assert_eq!(Column::parse(" review ").unwrap(), Column::Review);
+        assert_eq!(
+            Column::parse("in_progress").unwrap_err().to_string(),
+            "invalid state \"in_progress\": use todo, in-progress, review or done (did you mean \"in-progress\"?)"
+        );
+        assert!(
+            matches!(Column::parse("In Progress"), Err(Error::Invalid(m)) if m.contains("did you mean \"in-progress\""))
+        );
+        assert_eq!(
+            Column::parse("doing").unwrap_err().to_string(),
+            "invalid state \"doing\": use todo, in-progress, review or done"
+        );
+        assert!(matches!(Column::from_db("in-progress"), Err(Error::Internal(_))));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::Store;
 use super::identity::{Caller, ONLINE};
-use crate::domain::address::{self, Address, HUMAN, Origin};
+use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
 use crate::domain::scope::{Reach, Verdict};
@@ -93,6 +93,9 @@ impl Store {
             return Ok(sent);
         }
         let tx = client.transaction().await?;
+        if let Some(thread) = out.thread {
+            Self::check_thread(&tx, caller, thread).await?;
+        }
         let (targets, skipped) = Self::resolve_addresses(&tx, caller, out.to).await?;
         Self::check_room(&tx, &targets, self.max_unread).await?;
         let stored = Self::store_message(&tx, caller, &targets, &out, None).await?;
@@ -223,6 +226,50 @@ impl Store {
         }))
     }
 
+    /// A thread continued by a send must be one the caller took part in: it sent or received a
+    /// message in it. Anything else is refused as not found, whoever else's thread it may be.
+    async fn check_thread(c: &impl GenericClient, caller: &Caller, thread: &str) -> Result<()> {
+        let stmt = c
+            .prepare_cached(
+                "select exists (select 1 from messages where thread = $1 and sender_id = $2)
+                     or exists (select 1 from messages m join deliveries d on d.message_id = m.id
+                                where m.thread = $1 and d.recipient_id = $2)",
+            )
+            .await?;
+        if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.get(0) {
+            return Ok(());
+        }
+        Err(Error::not_found(format!(
+            "no thread {thread:?} among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
+        )))
+    }
+
+    /// The refusal of a send to `unknown` addresses, each with the nearest address the caller can
+    /// reach: its own account's endpoints and its contacts', never another account's.
+    pub(super) async fn unknown_addresses(
+        c: &impl GenericClient,
+        caller: &Caller,
+        contacts: &[i64],
+        unknown: &[String],
+        sending: bool,
+    ) -> Result<Error> {
+        let mut accounts = contacts.to_vec();
+        accounts.push(caller.account_id);
+        let stmt = c
+            .prepare_cached(&format!(
+                "select ea.address from endpoint_addresses ea join machines m on m.id = ea.machine_id
+                 where ea.account_id = any($1) and m.revoked_at is null and ea.id <> $2
+                   and not (m.name = '{HUMAN}' and ea.handle = '{BOARD}')
+                 order by ea.address limit 10000"
+            ))
+            .await?;
+        let reachable: Vec<String> =
+            c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.get(0)).collect();
+        let named: Vec<(String, Option<&str>)> =
+            unknown.iter().map(|a| (a.clone(), address::did_you_mean(a, &reachable))).collect();
+        Ok(address::unknown(&named, sending))
+    }
+
     /// Turns addresses into endpoints the caller may message. Every named address must resolve and
     /// be allowed, or nothing is sent; `group:<name>` fans out to the members the caller may message,
     /// and the others come back as skipped with the reason.
@@ -296,10 +343,7 @@ impl Store {
             }
         }
         if !unknown.is_empty() {
-            return Err(Error::not_found(format!(
-                "no agent you can reach at {}: check the address with relay_list; nothing was sent",
-                unknown.join(", ")
-            )));
+            return Err(Self::unknown_addresses(tx, caller, &contacts, &unknown, true).await?);
         }
 
         let mut members: Vec<Target> = Vec::new();

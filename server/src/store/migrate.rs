@@ -31,6 +31,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0006_stream_generation.sql"),
     },
     Migration { version: 7, name: "stream_open", sql: include_str!("../../migrations/0007_stream_open.sql") },
+    Migration { version: 8, name: "message_threads", sql: include_str!("../../migrations/0008_message_threads.sql") },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -280,17 +280,23 @@ impl Store {
         Ok(targets)
     }
 
-    /// Asks to the caller that require a reply it has not given yet.
+    /// Asks to the caller that require a reply it has not given yet, and that it can still answer:
+    /// an asker whose machine was revoked, or whose account is out of reach (a contact dropped), can
+    /// never get the reply. An ended asker can.
     pub async fn pending_replies(&self, caller: &Caller) -> Result<Vec<Message>> {
         let client = self.client().await?;
+        let mut reach = Self::contact_accounts(&client, caller.account_id).await?;
+        reach.push(caller.account_id);
         let rows = client
             .query(
                 "select m.id, s.address, m.body, m.thread from deliveries d
                  join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
+                 join machines sm on sm.id = s.machine_id
                  where d.recipient_id = $1 and m.require_reply and d.state <> 5
+                   and sm.revoked_at is null and s.account_id = any($2)
                    and not exists (select 1 from messages r where r.reply_to = m.id and r.sender_id = $1)
                  order by d.seq",
-                &[&caller.endpoint_id],
+                &[&caller.endpoint_id, &reach],
             )
             .await?;
         Ok(rows
