@@ -26,6 +26,8 @@ enum Command {
         db: DbArgs,
         #[command(flatten)]
         listen: ListenArgs,
+        #[command(flatten)]
+        limits: LimitArgs,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -38,6 +40,8 @@ enum Command {
         db: DbArgs,
         #[command(flatten)]
         listen: ListenArgs,
+        #[command(flatten)]
+        limits: LimitArgs,
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
@@ -72,6 +76,14 @@ impl DbArgs {
             .context("no database: set DATABASE_URL or --database-url (or run `relay-server dev` for a private one)")?;
         Ok(DbConfig::parse(url, self.db_pool_size, self.db_ca.as_deref())?)
     }
+}
+
+#[derive(Args)]
+struct LimitArgs {
+    /// Most unread messages one inbox holds; a send beyond it is refused until the recipient reads.
+    #[arg(long, env = "RELAY_MAX_UNREAD", default_value_t = relay_server::domain::limits::DEFAULT_MAX_UNREAD,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_unread: u32,
 }
 
 #[derive(Args)]
@@ -170,11 +182,11 @@ fn init_logging(default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen } => {
+        Command::Serve { db, listen, limits } => {
             init_logging("info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
-            let store = serve::open_store(db.config()?).await?;
+            let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
             serve::serve(store, &listen, serve::termination()).await
         }
         Command::Migrate { db } => {
@@ -183,13 +195,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, data_dir } => {
+        Command::Dev { db, listen, limits, data_dir } => {
             init_logging("info");
             dev::run(DevOptions {
                 listen: listen.into(),
                 database_url: db.database_url,
                 data_dir,
                 pool_size: db.db_pool_size,
+                max_unread: limits.max_unread,
             })
             .await
         }

@@ -377,6 +377,15 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     let back =
         b.alice.tool_ok("close_job", json!({ "id": id2, "accept": false, "note": "also update the docs" })).await;
     assert_eq!(back["structuredContent"]["state"], "todo");
+    // The operator was told of both cards reaching Review; read, they leave no unread hint behind.
+    let notices = b.alice.tool_ok("relay_inbox", json!({ "ack": true })).await;
+    let from: Vec<&str> = notices["structuredContent"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["from"].as_str().unwrap())
+        .collect();
+    assert_eq!(from, ["acme/me/board", "acme/me/board"], "{}", text(&notices));
     let read = b.alice.tool_ok("read_job", json!({ "id": id2 })).await;
     assert!(
         text(&read).ends_with("Review note from acme/laptop/alice for the next attempt:\nalso update the docs"),

@@ -273,10 +273,13 @@ async fn profiles_presence_and_handles() {
     assert_eq!(after.len(), 2);
     let all = bob.rpc.list(ListRequest { all: true, contacts: false }).await.unwrap().into_inner().endpoints;
     assert!(all.iter().any(|e| e.address == "acme/laptop2/carol" && e.ended));
-    let ended = bob.send(&["laptop2/carol"], "hi").await.unwrap_err();
-    assert_eq!(ended.code(), Code::FailedPrecondition);
+    // Mail for an ended session waits for the handle's return; the sender hears that it is away.
+    let ended = bob.send(&["laptop2/carol"], "hi").await.unwrap();
+    assert_eq!(ended.recipients[0].state(), DeliveryState::Queued);
+    assert!(ended.recipients[0].reason.starts_with("offline since "), "{:?}", ended.recipients[0]);
     assert_eq!(taken.rpc.clone().who_am_i(WhoAmIRequest {}).await.unwrap_err().code(), Code::Unauthenticated);
-    Agent::hello(&server.url, &laptop2, "carol").await.expect("an ended handle can be claimed again");
+    let mut carol = Agent::hello(&server.url, &laptop2, "carol").await.expect("an ended handle can be claimed again");
+    assert_eq!(carol.inbox(0, true).await.unwrap().messages[0].body, "hi");
 
     let whoami = bob.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner();
     assert_eq!(whoami.endpoint.unwrap().address, "acme/ci/bob");

@@ -20,6 +20,8 @@ pub struct DevOptions {
     pub database_url: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub pool_size: usize,
+    /// Most unread messages one inbox holds.
+    pub max_unread: u32,
 }
 
 /// Root keeps its data where the postgres user can reach it; anyone else under their data dir.
@@ -61,7 +63,7 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     };
 
     let outcome = async {
-        let store = serve::open_store(db).await?;
+        let store = serve::open_store(db).await?.with_max_unread(options.max_unread);
         let config_path = provision(&store, &options.listen).await?;
         eprintln!(
             "relay dev server: {}  (account {DEV_ACCOUNT}; bridge config {})",

@@ -16,6 +16,53 @@ pub struct Address {
 
 /// The account's human inbox lives at machine `me`, handle `me`, and reads as `account/me`.
 pub const HUMAN: &str = "me";
+/// The board's notices come from handle `board` on the reserved machine `me` (`account/me/board`),
+/// which no machine token can claim. It reads nothing: sends and replies to it are refused.
+pub const BOARD: &str = "board";
+
+/// The refusal of a message to the board's notice sender.
+pub fn board_reads_nothing(address: &str) -> Error {
+    Error::FailedPrecondition(format!(
+        "{address} sends the board's notices and reads no messages: act on the card with read_job, list_jobs or close_job, or message the card's poster; nothing was sent"
+    ))
+}
+
+/// The reachable address closest to `wanted`, when it is close enough to be a slip of the keys: at
+/// most two edits (a swap of neighbours counts as one) and fewer than half of `wanted`'s handle.
+/// Ties go to the first in `reachable`.
+pub fn did_you_mean<'a>(wanted: &str, reachable: &'a [String]) -> Option<&'a str> {
+    let handle = wanted.rsplit('/').next().unwrap_or(wanted);
+    let most = 2.min(handle.chars().count() / 2);
+    reachable
+        .iter()
+        .filter(|r| r.as_str() != wanted)
+        .map(|r| (strsim::osa_distance(wanted, r), r.as_str()))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, r)| r)
+}
+
+/// The refusal of addresses that name no endpoint the caller can reach, each with the nearest one
+/// it can, if any. `sending`: the refusal is of a send, which it says delivered nothing.
+pub fn unknown(addresses: &[(String, Option<&str>)], sending: bool) -> Error {
+    let listed: Vec<String> = addresses.iter().map(|(a, _)| a.clone()).collect();
+    let text = match addresses {
+        [(address, Some(near))] => format!("{address}: did you mean {near}? check the address with relay_list"),
+        [(_, None)] => format!("{}: check the address with relay_list", listed[0]),
+        _ => {
+            let each: Vec<String> = addresses
+                .iter()
+                .map(|(a, near)| match near {
+                    Some(near) => format!("{a} (did you mean {near}?)"),
+                    None => a.clone(),
+                })
+                .collect();
+            format!("{}: check the addresses with relay_list", each.join(", "))
+        }
+    };
+    let tail = if sending { "; nothing was sent" } else { "" };
+    Error::not_found(format!("no agent you can reach at {text}{tail}"))
+}
 
 impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -42,6 +89,15 @@ impl Address {
 
     pub fn is_human(&self) -> bool {
         self.machine == HUMAN && self.handle == HUMAN
+    }
+
+    /// The board's notice sender.
+    pub fn board(account: &str) -> Self {
+        Self { account: account.to_owned(), machine: HUMAN.to_owned(), handle: BOARD.to_owned() }
+    }
+
+    pub fn is_board(&self) -> bool {
+        self.machine == HUMAN && self.handle == BOARD
     }
 
     /// Parses an address as written by the agent at `origin`. `me` is the origin account's human and
@@ -102,6 +158,64 @@ mod tests {
         assert_eq!(parse("globex/me").unwrap(), "globex/me");
         assert!(Address::parse("me", HERE).unwrap().is_human());
         assert!(!Address::parse("laptop/bob", HERE).unwrap().is_human());
+    }
+
+    #[test]
+    fn the_board_sender_is_on_the_reserved_machine() {
+        let board = Address::parse("me/board", HERE).unwrap();
+        assert!(board.is_board() && !board.is_human());
+        assert_eq!(board, Address::board("acme"));
+        assert_eq!(board.to_string(), "acme/me/board");
+        assert!(!Address::parse("laptop/board", HERE).unwrap().is_board(), "a handle named board is just a handle");
+        let err = board_reads_nothing("acme/me/board").to_string();
+        assert!(err.starts_with("acme/me/board sends the board's notices and reads no messages"), "{err}");
+    }
+
+    fn reachable() -> Vec<String> {
+        ["acme/laptop/alice", "acme/laptop/bob", "acme/ci/bob", "acme/ci/carl", "globex/box/gina", "acme/me"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+
+    #[test]
+    fn slips_of_the_keys_find_the_address_meant() {
+        let r = reachable();
+        assert_eq!(did_you_mean("acme/laptop/bbo", &r), Some("acme/laptop/bob"), "a swap");
+        assert_eq!(did_you_mean("acme/laptop/alcie", &r), Some("acme/laptop/alice"));
+        assert_eq!(did_you_mean("acme/laptop/alic", &r), Some("acme/laptop/alice"), "a missing letter");
+        assert_eq!(did_you_mean("acme/ci/carlo", &r), Some("acme/ci/carl"));
+        assert_eq!(did_you_mean("acme/laptp/bob", &r), Some("acme/laptop/bob"), "a machine typo");
+        assert_eq!(did_you_mean("globex/box/gine", &r), Some("globex/box/gina"));
+        assert_eq!(did_you_mean("acme/ci/bo", &r), Some("acme/ci/bob"));
+        assert_eq!(did_you_mean("acme/ci/b", &r), None, "too short a name to guess at");
+    }
+
+    #[test]
+    fn nothing_far_off_is_suggested() {
+        let r = reachable();
+        assert_eq!(did_you_mean("acme/laptop/zed", &r), None);
+        assert_eq!(did_you_mean("initech/box/ivan", &r), None);
+        assert_eq!(did_you_mean("acme/laptop/bob", &r), None, "never the address itself");
+        assert_eq!(did_you_mean("acme/laptop/bob", &[]), None);
+    }
+
+    #[test]
+    fn unknown_addresses_are_refused_with_the_nearest() {
+        let one = unknown(&[("acme/laptop/bbo".into(), Some("acme/laptop/bob"))], true);
+        assert!(matches!(one, Error::NotFound(_)));
+        assert_eq!(
+            one.to_string(),
+            "no agent you can reach at acme/laptop/bbo: did you mean acme/laptop/bob? check the address with relay_list; nothing was sent"
+        );
+        assert_eq!(
+            unknown(&[("acme/ci/x".into(), None)], false).to_string(),
+            "no agent you can reach at acme/ci/x: check the address with relay_list"
+        );
+        assert_eq!(
+            unknown(&[("acme/laptop/bbo".into(), Some("acme/laptop/bob")), ("acme/ci/x".into(), None)], true)
+                .to_string(),
+            "no agent you can reach at acme/laptop/bbo (did you mean acme/laptop/bob?), acme/ci/x: check the addresses with relay_list; nothing was sent"
+        );
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub enum Error {
     /// The request is well formed but the state of things does not allow it now.
     #[error("{0}")]
     FailedPrecondition(String),
+    /// Something the request needs is full (a recipient's inbox); it may succeed once that drains.
+    #[error("{0}")]
+    ResourceExhausted(String),
     /// The database could not be reached or is overloaded; the call may be retried.
     #[error("{0}")]
     Unavailable(String),

@@ -12,6 +12,9 @@ pub const MAX_THREAD_LEN: usize = 64;
 pub const MAX_CLIENT_ID_LEN: usize = 64;
 pub const DEFAULT_INBOX_BATCH: u32 = 50;
 pub const MAX_INBOX_BATCH: u32 = 200;
+/// Most unread messages one inbox holds (`RELAY_MAX_UNREAD`): a send beyond it is refused, so an
+/// agent that never reads cannot grow the database without bound.
+pub const DEFAULT_MAX_UNREAD: u32 = 10_000;
 
 pub const STATUS_STATES: [&str; 4] = ["idle", "busy", "blocked", "away"];
 pub const HARNESSES: [&str; 5] = ["claude", "codex", "gemini", "cursor", "other"];
@@ -48,6 +51,13 @@ pub fn wait_s(wait_s: u32) -> Result<u32> {
     } else {
         Ok(wait_s)
     }
+}
+
+/// The refusal of a send to a recipient whose inbox holds `cap` unread messages already.
+pub fn inbox_full(address: &str, cap: u32) -> Error {
+    Error::ResourceExhausted(format!(
+        "{address} has {cap} unread messages, the most an inbox holds: nothing was sent; try again after it reads its inbox"
+    ))
 }
 
 pub fn inbox_batch(limit: u32) -> u32 {
@@ -141,5 +151,15 @@ mod tests {
         assert!(status("sleeping").is_err());
         assert_eq!(harness("").unwrap(), "other");
         assert!(harness("vim").is_err());
+    }
+
+    #[test]
+    fn a_full_inbox_says_whose_and_what_to_do() {
+        let err = inbox_full("acme/laptop/bob", 10_000);
+        assert!(matches!(err, Error::ResourceExhausted(_)));
+        assert_eq!(
+            err.to_string(),
+            "acme/laptop/bob has 10000 unread messages, the most an inbox holds: nothing was sent; try again after it reads its inbox"
+        );
     }
 }

@@ -14,7 +14,35 @@ use super::{Error, Result};
 const SHORTHANDS: [&str; 5] = ["@hourly", "@daily", "@weekly", "@monthly", "@yearly"];
 const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
 const DAYS: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
-const FIELDS: [&str; 5] = ["minute", "hour", "day-of-month", "month", "day-of-week"];
+
+/// One of the five fields: its name, its range and the names it takes.
+struct Field {
+    name: &'static str,
+    min: u32,
+    max: u32,
+    /// How a refusal words the range.
+    range: &'static str,
+    names: &'static [&'static str],
+    /// The number of the first name.
+    first_name: u32,
+}
+
+const FIELDS: [Field; 5] = [
+    Field { name: "minute", min: 0, max: 59, range: "minutes run 0-59", names: &[], first_name: 0 },
+    Field { name: "hour", min: 0, max: 23, range: "hours run 0-23", names: &[], first_name: 0 },
+    Field { name: "day of month", min: 1, max: 31, range: "days of the month run 1-31", names: &[], first_name: 0 },
+    Field { name: "month", min: 1, max: 12, range: "months run 1-12 (or jan-dec)", names: &MONTHS, first_name: 1 },
+    Field {
+        name: "day of week",
+        min: 0,
+        max: 7,
+        range: "days of the week run 0-7 (0 and 7 are Sunday, or sun-sat)",
+        names: &DAYS,
+        first_name: 0,
+    },
+];
+
+const FORM: &str = "five fields (minute hour day-of-month month day-of-week, e.g. \"0 9 * * 1-5\" for 09:00 on weekdays) or @hourly, @daily, @weekly, @monthly, @yearly";
 
 #[derive(Debug, Clone)]
 pub struct Schedule {
@@ -23,39 +51,74 @@ pub struct Schedule {
     cron: Cron,
 }
 
-fn invalid(expr: &str, why: impl std::fmt::Display) -> Error {
-    Error::invalid(format!(
-        "invalid schedule {expr:?}: {why}. Use five fields (minute hour day-of-month month day-of-week, e.g. \"0 9 * * 1-5\" for 09:00 on weekdays) or @hourly, @daily, @weekly, @monthly, @yearly"
-    ))
+/// A refusal naming the expression and what is wrong with it.
+fn refuse(expr: &str, why: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("schedule {:?}: {why}", expr.trim()))
 }
 
-/// Each field is crontab syntax: `*`, numbers, names, and `,` `-` `/` between them.
-fn check_field(expr: &str, index: usize, field: &str) -> Result<()> {
-    let names: &[&str] = match index {
-        3 => &MONTHS,
-        4 => &DAYS,
-        _ => &[],
-    };
-    for part in field.split(',') {
-        let (range, step) = part.split_once('/').map_or((part, None), |(r, s)| (r, Some(s)));
-        if let Some(step) = step
-            && (step.is_empty() || !step.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return Err(invalid(expr, format!("the {} field has a bad step {part:?}", FIELDS[index])));
-        }
-        for atom in range.split('-') {
-            let ok = atom == "*" && range == "*"
-                || (!atom.is_empty() && atom.bytes().all(|b| b.is_ascii_digit()))
-                || names.contains(&atom.to_ascii_lowercase().as_str());
-            if !ok {
-                return Err(invalid(
-                    expr,
-                    format!("the {} field has {part:?}, which crontab does not accept", FIELDS[index]),
-                ));
+impl Field {
+    /// A number or a name of this field, within its range.
+    fn value(&self, expr: &str, atom: &str) -> Result<u32> {
+        if !atom.is_empty() && atom.bytes().all(|b| b.is_ascii_digit()) {
+            let n: u32 = atom.parse().unwrap_or(u32::MAX);
+            if n < self.min || n > self.max {
+                return Err(refuse(expr, format!("{} is {atom}, but {}", self.name, self.range)));
             }
+            return Ok(n);
+        }
+        let lower = atom.to_ascii_lowercase();
+        match self.names.iter().position(|n| *n == lower) {
+            Some(i) => Ok(self.first_name + i as u32),
+            None if self.names.is_empty() => Err(refuse(
+                expr,
+                format!(
+                    "the {} field has {atom:?}, which crontab does not accept: use numbers, *, and , - / between them ({})",
+                    self.name, self.range
+                ),
+            )),
+            None => Err(refuse(
+                expr,
+                format!(
+                    "the {} field has {atom:?}, which crontab does not accept: use numbers or names, *, and , - / between them ({})",
+                    self.name, self.range
+                ),
+            )),
         }
     }
-    Ok(())
+
+    /// Each part is `*`, a value or a range `a-b`, optionally with a step `/n`.
+    fn check(&self, expr: &str, field: &str) -> Result<()> {
+        for part in field.split(',') {
+            let (range, step) = part.split_once('/').map_or((part, None), |(r, s)| (r, Some(s)));
+            if let Some(step) = step {
+                if step.is_empty() || !step.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(refuse(expr, format!("{} step {step:?} is not a number", self.name)));
+                }
+                let n: u32 = step.parse().unwrap_or(u32::MAX);
+                if n == 0 || n > self.max {
+                    return Err(refuse(expr, format!("{} step is {step}, but a step runs 1-{}", self.name, self.max)));
+                }
+            }
+            if range == "*" {
+                continue;
+            }
+            match range.split_once('-') {
+                Some((from, to)) => {
+                    let (a, b) = (self.value(expr, from)?, self.value(expr, to)?);
+                    if a > b {
+                        return Err(refuse(
+                            expr,
+                            format!("{} range {range} runs backwards: write the smaller end first", self.name),
+                        ));
+                    }
+                }
+                None => {
+                    self.value(expr, range)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Schedule {
@@ -67,18 +130,15 @@ impl Schedule {
         if text.starts_with('@') {
             let lower = text.to_ascii_lowercase();
             if !SHORTHANDS.contains(&lower.as_str()) {
-                return Err(invalid(expr, format!("unknown shorthand {text}")));
+                return Err(refuse(expr, format!("{text} is not a shorthand crontab knows: use {FORM}")));
             }
         } else {
-            let fields: Vec<&str> = text.split(' ').collect();
+            let fields: Vec<&str> = if text.is_empty() { Vec::new() } else { text.split(' ').collect() };
             if fields.len() != 5 {
-                return Err(invalid(
-                    expr,
-                    format!("it has {} fields, not 5", if text.is_empty() { 0 } else { fields.len() }),
-                ));
+                return Err(refuse(expr, format!("it has {} fields, but a schedule is {FORM}", fields.len())));
             }
-            for (i, field) in fields.iter().enumerate() {
-                check_field(expr, i, field)?;
+            for (field, spec) in fields.iter().zip(&FIELDS) {
+                spec.check(expr, field)?;
             }
         }
         let cron = CronParser::builder()
@@ -86,7 +146,8 @@ impl Schedule {
             .year(Year::Disallowed)
             .build()
             .parse(&text)
-            .map_err(|e| invalid(expr, e))?;
+            // Every field was checked above; what croner still refuses is said in its words.
+            .map_err(|e| refuse(expr, format!("{e}; write {FORM}")))?;
         Ok(Self { expr: text, zone, cron })
     }
 
@@ -194,25 +255,67 @@ mod tests {
         assert_eq!(s.next_after(utc(2026, 7, 10, 0, 0)).unwrap(), utc(2026, 7, 10, 13, 0));
     }
 
+    fn refusal(expr: &str) -> String {
+        Schedule::parse(expr, "UTC").unwrap_err().to_string()
+    }
+
     #[test]
-    fn bad_expressions_say_what_is_wrong() {
+    fn each_field_names_its_value_and_range() {
         for (expr, expect) in [
-            ("* * * *", "4 fields"),
-            ("* * * * * *", "6 fields"),
-            ("", "0 fields"),
-            ("61 * * * *", "out of bounds"),
-            ("0 0 L * *", "day-of-month field has \"L\""),
-            ("0 0 * * 1#2", "day-of-week field has \"1#2\""),
-            ("0 0 * * +1", "day-of-week field"),
-            ("0 0 ? * *", "day-of-month field"),
-            ("@often", "unknown shorthand"),
-            ("*/x * * * *", "bad step"),
-            ("0 0 * foo *", "month field"),
+            ("60 * * * *", "schedule \"60 * * * *\": minute is 60, but minutes run 0-59"),
+            ("0 25 * * *", "schedule \"0 25 * * *\": hour is 25, but hours run 0-23"),
+            ("0 0 0 * *", "schedule \"0 0 0 * *\": day of month is 0, but days of the month run 1-31"),
+            ("0 0 32 * *", "schedule \"0 0 32 * *\": day of month is 32, but days of the month run 1-31"),
+            ("0 0 * 13 *", "schedule \"0 0 * 13 *\": month is 13, but months run 1-12 (or jan-dec)"),
+            ("0 0 * 0 *", "schedule \"0 0 * 0 *\": month is 0, but months run 1-12 (or jan-dec)"),
+            (
+                "0 0 * * 8",
+                "schedule \"0 0 * * 8\": day of week is 8, but days of the week run 0-7 (0 and 7 are Sunday, or sun-sat)",
+            ),
         ] {
-            let err = Schedule::parse(expr, "UTC").unwrap_err().to_string();
-            assert!(err.contains(expect), "{expr}: {err}");
-            assert!(err.contains("Use five fields"), "{err}");
+            assert_eq!(refusal(expr), expect);
         }
+        for ok in ["59 23 31 12 7", "0 0 1 1 0", "*/5 9-17 1,15 jan-jun mon-fri", "0 9 * * 1-7"] {
+            Schedule::parse(ok, "UTC").unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+    }
+
+    #[test]
+    fn ranges_and_steps_are_checked_too() {
+        assert_eq!(refusal("5-70 * * * *"), "schedule \"5-70 * * * *\": minute is 70, but minutes run 0-59");
+        assert_eq!(refusal("*/0 * * * *"), "schedule \"*/0 * * * *\": minute step is 0, but a step runs 1-59");
+        assert_eq!(refusal("0 */24 * * *"), "schedule \"0 */24 * * *\": hour step is 24, but a step runs 1-23");
+        assert_eq!(refusal("*/x * * * *"), "schedule \"*/x * * * *\": minute step \"x\" is not a number");
+        assert_eq!(
+            refusal("0 9 * * 5-1"),
+            "schedule \"0 9 * * 5-1\": day of week range 5-1 runs backwards: write the smaller end first"
+        );
+        assert_eq!(refusal("0 0-30/5 * * *"), "schedule \"0 0-30/5 * * *\": hour is 30, but hours run 0-23");
+        assert!(
+            refusal("0 0 * foo *")
+                .starts_with("schedule \"0 0 * foo *\": the month field has \"foo\", which crontab does not accept")
+        );
+        assert!(refusal("0 0 * * mon-xyz").contains("the day of week field has \"xyz\""));
+    }
+
+    #[test]
+    fn wrong_field_counts_and_croner_extensions_are_refused() {
+        for (expr, count) in [("* * * *", 4), ("* * * * * *", 6), ("", 0), ("0", 1)] {
+            let err = refusal(expr);
+            assert!(err.contains(&format!("it has {count} fields, but a schedule is five fields")), "{err}");
+            assert!(err.contains("@hourly"), "{err}");
+        }
+        for (expr, field) in [
+            ("0 0 L * *", "the day of month field has \"L\""),
+            ("0 0 * * 1#2", "the day of week field has \"1#2\""),
+            ("0 0 * * +1", "the day of week field has \"+1\""),
+            ("0 0 ? * *", "the day of month field has \"?\""),
+            ("0 0 1W * *", "the day of month field has \"1W\""),
+        ] {
+            let err = refusal(expr);
+            assert!(err.contains(field) && err.contains("crontab does not accept"), "{expr}: {err}");
+        }
+        assert!(refusal("@often").starts_with("schedule \"@often\": @often is not a shorthand crontab knows"));
         assert!(Schedule::parse("@daily", "Mars/Olympus").unwrap_err().to_string().contains("unknown time zone"));
         assert_eq!(Schedule::parse("  0   9 * *  MON-FRI ", "UTC").unwrap().expr(), "0 9 * * MON-FRI");
     }

@@ -12,6 +12,7 @@ pub fn to_status(err: Error) -> Status {
         Error::Unauthenticated(_) => Code::Unauthenticated,
         Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::FailedPrecondition(_) => Code::FailedPrecondition,
+        Error::ResourceExhausted(_) => Code::ResourceExhausted,
         Error::Unavailable(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     };

@@ -7,7 +7,7 @@ use tokio_postgres::Row;
 
 use super::Store;
 use super::identity::{Caller, MachineIdentity};
-use crate::domain::board::{self, Column, LEASE_S, MAX_ATTEMPTS, WORKER_FRESH_S};
+use crate::domain::board::{self, Cause, Column, Event, LEASE_S, MAX_ATTEMPTS, WORKER_FRESH_S};
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::schedule::Schedule;
 use crate::domain::{Error, Result};
@@ -412,6 +412,8 @@ impl Store {
             &[&id, &pr, &summary],
         )
         .await?;
+        let review = Event::Review { pr_url: pr, summary: (!summary.is_empty()).then_some(summary) };
+        Self::notify_board(&tx, caller.account_id, &id, review, Some(caller.endpoint_id), self.max_unread).await?;
         let view = job(&tx, caller.account_id, &id).await?;
         tx.commit().await?;
         Ok(view)
@@ -429,12 +431,16 @@ impl Store {
                 column.name()
             )));
         }
+        let by = caller.address();
         if accept {
             tx.execute(
                 "update jobs set state = 'done', closed_at = now(), job_token_hash = null where id = $1",
                 &[&id.trim()],
             )
             .await?;
+            let done = Event::Done { by: &by };
+            Self::notify_board(&tx, caller.account_id, id.trim(), done, Some(caller.endpoint_id), self.max_unread)
+                .await?;
         } else {
             let note = note.trim();
             if note.is_empty() {
@@ -453,6 +459,9 @@ impl Store {
                 &[&id.trim(), &appended],
             )
             .await?;
+            let back = Event::SentBack { by: &by, note };
+            Self::notify_board(&tx, caller.account_id, id.trim(), back, Some(caller.endpoint_id), self.max_unread)
+                .await?;
         }
         let view = job(&tx, caller.account_id, id).await?;
         tx.commit().await?;
@@ -595,6 +604,13 @@ impl Store {
                 &[&id, &why, &format!("exited with code {exit_code}")],
             )
             .await?;
+            let cause = Cause::Exited { code: exit_code, error };
+            let event = if attempts >= MAX_ATTEMPTS {
+                Event::Exhausted { cause }
+            } else {
+                Event::Returned { attempt: attempts, cause }
+            };
+            Self::notify_board(&tx, machine.account_id, &id, event, None, self.max_unread).await?;
         } else {
             tx.execute(
                 "update jobs set agent_state = $2, job_token_hash = null where id = $1",
@@ -621,21 +637,37 @@ impl Store {
 
     // ---- the scheduler's rounds ----------------------------------------------------------------
 
-    /// Cards whose worker stopped renewing go back to To do with the reason.
+    /// Cards whose worker stopped renewing go back to To do with the reason; the board tells the
+    /// operator and the poster.
     pub async fn expire_leases(&self) -> Result<u64> {
-        let client = self.client().await?;
-        Ok(client
-            .execute(
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let expired = tx
+            .query(
                 "update jobs j set state = 'todo', job_token_hash = null, lease_until = null, agent_state = 'lost',
                                    started_at = null,
                                    last_error = 'attempt ' || j.attempts || ': the worker on ' || m.name
                                        || ' stopped renewing its lease'
                                        || case when j.attempts >= $1 then '; gave up after ' || $1 || ' attempts: edit the card to try again' else '' end
                  from machines m
-                 where m.id = j.lease_machine and j.state = 'in_progress' and j.lease_until < now()",
+                 where m.id = j.lease_machine and j.state = 'in_progress' and j.lease_until < now()
+                 returning j.id, j.account_id, j.attempts, m.name",
                 &[&MAX_ATTEMPTS],
             )
-            .await?)
+            .await?;
+        for row in &expired {
+            let (id, account_id, attempts, machine): (&str, i64, i32, &str) =
+                (row.get(0), row.get(1), row.get(2), row.get(3));
+            let cause = Cause::LeaseLost { machine };
+            let event = if attempts >= MAX_ATTEMPTS {
+                Event::Exhausted { cause }
+            } else {
+                Event::Returned { attempt: attempts, cause }
+            };
+            Self::notify_board(&tx, account_id, id, event, None, self.max_unread).await?;
+        }
+        tx.commit().await?;
+        Ok(expired.len() as u64)
     }
 
     /// Posts a run card for each due schedule, unless its last run is still going or its pull request
@@ -646,7 +678,7 @@ impl Store {
         let tx = client.transaction().await?;
         let due = tx
             .query(
-                "select id, schedule, time_zone from jobs
+                "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, '') from jobs
                  where kind = 'schedule' and state = 'todo' and next_run_at <= now()
                  order by next_run_at limit 50
                  for update skip locked",
@@ -655,7 +687,8 @@ impl Store {
             .await?;
         let mut fired = 0;
         for row in &due {
-            let (id, expr, zone): (String, String, String) = (row.get(0), row.get(1), row.get(2));
+            let (id, expr, zone, account_id, skipped): (String, String, String, i64, String) =
+                (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
             let next = Schedule::parse(&expr, &zone).and_then(|s| s.next_after(Utc::now()));
             let next = match next {
                 Ok(next) => next,
@@ -686,6 +719,12 @@ impl Store {
                     &[&id, &next, &format!("{} at {}", reason, Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true))],
                 )
                 .await?;
+                // Told once when it starts holding off for this reason, not at every slot after.
+                if !skipped.starts_with(reason) {
+                    let next = next.to_rfc3339_opts(SecondsFormat::Secs, true);
+                    let held = Event::HeldOff { why: reason, next: &next };
+                    Self::notify_board(&tx, account_id, &id, held, None, self.max_unread).await?;
+                }
                 continue;
             }
             let run = new_job_id();
@@ -702,6 +741,7 @@ impl Store {
                 &[&id, &next],
             )
             .await?;
+            Self::notify_board(&tx, account_id, &id, Event::Fired { run: &run }, None, self.max_unread).await?;
             fired += 1;
         }
         tx.commit().await?;

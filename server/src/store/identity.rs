@@ -66,11 +66,20 @@ pub struct HelloOutcome {
     pub resumed: bool,
 }
 
+/// Whether endpoint `e` is online, as SQL over `endpoints e`: its session lives, its lease holds, and
+/// its newest push stream is open or it showed a sign of life within the reconnect grace (so a
+/// holder that crashed before or after opening its stream is not shown online for long).
+pub(super) const ONLINE: &str = "(e.ended_at is null and coalesce(e.online_until > now(), false) \
+     and (e.stream_gen > e.stream_closed_gen or coalesce(e.last_seen_at > now() - interval '5 seconds', false)))";
+
 /// Columns read by [`endpoint_from_row`], for `from endpoints e join endpoint_addresses ea on ea.id = e.id`.
 pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, ea.handle, e.harness, e.status, \
      e.note, e.now_text, e.title, \
-     (e.ended_at is null and coalesce(e.online_until > now(), false)) as online, \
-     e.ended_at is not null as ended, e.last_seen_at, e.peek_on";
+     (e.ended_at is null and coalesce(e.online_until > now(), false) \
+     and (e.stream_gen > e.stream_closed_gen or coalesce(e.last_seen_at > now() - interval '5 seconds', false))) as online, \
+     e.ended_at is not null as ended, e.last_seen_at, e.peek_on, \
+     coalesce((select a.operator from accounts a where a.id = ea.account_id) = ea.machine || '/' || ea.handle, false) \
+     as operator";
 
 pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
     let last_seen: Option<DateTime<Utc>> = row.get("last_seen_at");
@@ -88,7 +97,7 @@ pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
         ended: row.get("ended"),
         last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
         peek: row.get("peek_on"),
-        operator: false,
+        operator: row.get("operator"),
     }
 }
 
@@ -293,8 +302,9 @@ impl Store {
 
     /// Claims an endpoint on the machine, or resumes the one `resume` names.
     ///
-    /// A handle is free when nobody holds it or its holder is offline or ended: a restarted agent
-    /// that claims its old handle takes over its inbox.
+    /// A handle is free when nobody holds it, its session ended, its presence lease lapsed, or none
+    /// of its push streams is open and it showed no sign of life for [`presence::UNSTREAMED_HOLD`]:
+    /// a restarted (or crashed) agent that claims its old handle takes over its inbox.
     pub async fn hello(
         &self,
         machine: &MachineIdentity,
@@ -337,7 +347,7 @@ impl Store {
                 .execute(
                     "update endpoints
                      set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
-                         last_seen_at = now(), ended_at = null
+                         last_seen_at = now(), ended_at = null, claimed_at = now(), stream_closed_gen = stream_gen
                      where id = $1
                        and (session_hash is null or ended_at is not null or online_until is null or online_until < now())",
                     &[&id, &harness, &hash, &lease],
@@ -351,30 +361,33 @@ impl Store {
         }
         let claim = client
             .prepare_cached(
-                "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at)
-                 values ($1, $2, $3, $4, now() + $5 * interval '1 second', now())
+                "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at, claimed_at)
+                 values ($1, $2, $3, $4, now() + $5 * interval '1 second', now(), now())
                  on conflict (machine_id, handle) do update
                      set harness = excluded.harness, session_hash = excluded.session_hash,
                          online_until = excluded.online_until, last_seen_at = now(), ended_at = null,
                          status = 'idle', note = '', now_text = '', last_shown = null,
                          -- peeking is the choice of one session: a new one starts with it off
-                         peek_on = false
+                         peek_on = false,
+                         claimed_at = now(), stream_closed_gen = endpoints.stream_gen
                      where endpoints.ended_at is not null
                         or endpoints.online_until is null
                         or endpoints.online_until < now()
+                        -- no stream open and no sign of life for a moment: the holder crashed, or
+                        -- claimed and never subscribed
+                        or (endpoints.stream_gen <= endpoints.stream_closed_gen
+                            and coalesce(endpoints.last_seen_at, endpoints.created_at) < now() - $6 * interval '1 second')
                  returning id",
             )
             .await?;
+        let hold = presence::secs(presence::UNSTREAMED_HOLD);
         let claimed = match handle {
-            Some(handle) => client
-                .query_opt(&claim, &[&machine.machine_id, &handle, &harness, &hash, &lease])
-                .await?
-                .ok_or_else(|| {
-                Error::AlreadyExists(format!(
-                    "handle {handle} is in use by a connected agent on {}/{}: pick another handle",
-                    machine.account, machine.machine
-                ))
-            })?,
+            Some(handle) => {
+                match client.query_opt(&claim, &[&machine.machine_id, &handle, &harness, &hash, &lease, &hold]).await? {
+                    Some(row) => row,
+                    None => return Err(Self::held(&client, machine, handle).await?),
+                }
+            }
             None => {
                 // Pick `<harness>-<n>`, the lowest n not held by a live endpoint; retry if another claim races us.
                 let mut found = None;
@@ -394,8 +407,9 @@ impl Store {
                         .map(|n| format!("{harness}-{n}"))
                         .find(|h| !live.contains(h))
                         .expect("an unbounded range always has a free name");
-                    if let Some(row) =
-                        client.query_opt(&claim, &[&machine.machine_id, &candidate, &harness, &hash, &lease]).await?
+                    if let Some(row) = client
+                        .query_opt(&claim, &[&machine.machine_id, &candidate, &harness, &hash, &lease, &hold])
+                        .await?
                     {
                         found = Some(row);
                         break;
@@ -408,6 +422,31 @@ impl Store {
         client.execute("delete from peek_turns where endpoint_id = $1", &[&id]).await?;
         let endpoint = self.endpoint(id).await?;
         Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
+    }
+
+    /// The refusal of a claim on `handle`, naming the session that holds it.
+    async fn held(
+        client: &impl deadpool_postgres::GenericClient,
+        machine: &MachineIdentity,
+        handle: &str,
+    ) -> Result<Error> {
+        let row = client
+            .query_opt(
+                "select harness, coalesce(claimed_at, last_seen_at, created_at), stream_gen > stream_closed_gen
+                 from endpoints where machine_id = $1 and handle = $2",
+                &[&machine.machine_id, &handle],
+            )
+            .await?;
+        let at = format!("{}/{}", machine.account, machine.machine);
+        Ok(match row {
+            Some(row) => presence::handle_held(
+                handle,
+                &at,
+                &presence::Holder { harness: row.get(0), since: row.get(1), stream_open: row.get(2) },
+            ),
+            // Freed between the claim and this read: a second try will take it.
+            None => Error::Unavailable(format!("handle {handle} on {at} was changing hands; try again")),
+        })
     }
 
     /// Ends a session: the endpoint goes offline at once and its handle is free.
@@ -476,14 +515,16 @@ impl Store {
             .map(|r| r.get(0)))
     }
 
-    /// The newest stream closed: the endpoint stays online only for the reconnect grace. An older
-    /// stream closing changes nothing.
+    /// The newest stream closed: the endpoint stays online only for the reconnect grace, and its
+    /// handle is free for a new claim after [`presence::UNSTREAMED_HOLD`]. An older stream closing
+    /// changes nothing.
     pub async fn release_presence(&self, caller: &Caller, generation: i64) -> Result<()> {
         let client = self.client().await?;
         let grace = presence::secs(presence::RECONNECT_GRACE);
         client
             .execute(
-                "update endpoints set online_until = least(online_until, now() + $2 * interval '1 second'), last_seen_at = now()
+                "update endpoints set online_until = least(online_until, now() + $2 * interval '1 second'),
+                                      last_seen_at = now(), stream_closed_gen = $4
                  where id = $1 and session_hash = $3 and stream_gen = $4 and ended_at is null",
                 &[&caller.endpoint_id, &grace, &caller.session_hash, &generation],
             )
@@ -538,11 +579,23 @@ impl Store {
              join endpoint_addresses ea on ea.id = e.id
              join machines m on m.id = e.machine_id
              where m.account_id = any($1) and m.revoked_at is null
-               and ($2 or (e.ended_at is null and e.online_until > now()))
+               and ($2 or {ONLINE})
              order by ea.address"
         );
         let stmt = client.prepare_cached(&sql).await?;
         let params: [&(dyn ToSql + Sync); 2] = [&accounts, &all];
         Ok(client.query(&stmt, &params).await?.iter().map(endpoint_from_row).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_read_online_as_everywhere_else() {
+        assert!(ENDPOINT_COLUMNS.contains(&format!("{ONLINE} as online")), "{ENDPOINT_COLUMNS}");
+        let grace = format!("interval '{} seconds'", presence::RECONNECT_GRACE.as_secs());
+        assert!(ONLINE.contains(&grace), "{ONLINE} must use the reconnect grace");
     }
 }

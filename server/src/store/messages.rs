@@ -5,13 +5,15 @@ use deadpool_postgres::GenericClient;
 use relay_proto::v1::{DeliveryState, Message, RecipientState};
 use tokio_postgres::Row;
 
+use std::collections::HashMap;
+
 use super::Store;
-use super::identity::Caller;
-use crate::domain::address::{Address, Origin};
+use super::identity::{Caller, ONLINE};
+use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
 use crate::domain::scope::{Reach, Verdict};
-use crate::domain::{Error, Result};
+use crate::domain::{Error, Result, limits, presence};
 use crate::store::scope;
 
 /// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
@@ -91,7 +93,11 @@ impl Store {
             return Ok(sent);
         }
         let tx = client.transaction().await?;
+        if let Some(thread) = out.thread {
+            Self::check_thread(&tx, caller, thread).await?;
+        }
         let (targets, skipped) = Self::resolve_addresses(&tx, caller, out.to).await?;
+        Self::check_room(&tx, &targets, self.max_unread).await?;
         let stored = Self::store_message(&tx, caller, &targets, &out, None).await?;
         match stored {
             Some(mut sent) => {
@@ -147,7 +153,7 @@ impl Store {
         let original = Self::resolve_received(&tx, caller, &reference).await?;
         let row = tx
             .query_one(
-                "select m.thread, m.sender_id, ea.address, ea.account_id, e.ended_at is not null, mc.revoked_at is not null
+                "select m.thread, m.sender_id, ea.address, ea.account_id, mc.revoked_at is not null
                  from messages m
                  join endpoint_addresses ea on ea.id = m.sender_id
                  join endpoints e on e.id = m.sender_id
@@ -157,22 +163,22 @@ impl Store {
             )
             .await?;
         let (thread, sender_id, sender_address): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+        if super::notices::is_board_address(&sender_address) {
+            return Err(address::board_reads_nothing(&sender_address));
+        }
         let contacts = Self::contact_accounts(&tx, caller.account_id).await?;
-        if scope::reach(caller.account_id, &contacts, row.get(3)) == Reach::None || row.get::<_, bool>(5) {
+        if scope::reach(caller.account_id, &contacts, row.get(3)) == Reach::None || row.get::<_, bool>(4) {
             return Err(Error::FailedPrecondition(format!(
-                "{sender_address} is no longer reachable from your account, so the reply cannot be delivered"
+                "{sender_address} is no longer reachable from your account (its machine was revoked or the contact ended), so the reply was not sent"
             )));
         }
-        if row.get::<_, bool>(4) {
-            return Err(Error::FailedPrecondition(format!(
-                "{sender_address} ended its session; the reply cannot be delivered until it connects again"
-            )));
-        }
+        // An asker that ended its session still gets the reply: it waits in its inbox for its return.
         let verdicts = scope::decide_many(&tx, caller, &contacts, &[sender_id]).await?;
         if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
             return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
         }
         let targets = vec![Target { id: sender_id, address: sender_address, account_id: row.get(3) }];
+        Self::check_room(&tx, &targets, self.max_unread).await?;
         let out = Outgoing {
             to: &[],
             body,
@@ -220,6 +226,50 @@ impl Store {
         }))
     }
 
+    /// A thread continued by a send must be one the caller took part in: it sent or received a
+    /// message in it. Anything else is refused as not found, whoever else's thread it may be.
+    async fn check_thread(c: &impl GenericClient, caller: &Caller, thread: &str) -> Result<()> {
+        let stmt = c
+            .prepare_cached(
+                "select exists (select 1 from messages where thread = $1 and sender_id = $2)
+                     or exists (select 1 from messages m join deliveries d on d.message_id = m.id
+                                where m.thread = $1 and d.recipient_id = $2)",
+            )
+            .await?;
+        if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.get(0) {
+            return Ok(());
+        }
+        Err(Error::not_found(format!(
+            "no thread {thread:?} among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
+        )))
+    }
+
+    /// The refusal of a send to `unknown` addresses, each with the nearest address the caller can
+    /// reach: its own account's endpoints and its contacts', never another account's.
+    pub(super) async fn unknown_addresses(
+        c: &impl GenericClient,
+        caller: &Caller,
+        contacts: &[i64],
+        unknown: &[String],
+        sending: bool,
+    ) -> Result<Error> {
+        let mut accounts = contacts.to_vec();
+        accounts.push(caller.account_id);
+        let stmt = c
+            .prepare_cached(&format!(
+                "select ea.address from endpoint_addresses ea join machines m on m.id = ea.machine_id
+                 where ea.account_id = any($1) and m.revoked_at is null and ea.id <> $2
+                   and not (m.name = '{HUMAN}' and ea.handle = '{BOARD}')
+                 order by ea.address limit 10000"
+            ))
+            .await?;
+        let reachable: Vec<String> =
+            c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.get(0)).collect();
+        let named: Vec<(String, Option<&str>)> =
+            unknown.iter().map(|a| (a.clone(), address::did_you_mean(a, &reachable))).collect();
+        Ok(address::unknown(&named, sending))
+    }
+
     /// Turns addresses into endpoints the caller may message. Every named address must resolve and
     /// be allowed, or nothing is sent; `group:<name>` fans out to the members the caller may message,
     /// and the others come back as skipped with the reason.
@@ -237,6 +287,9 @@ impl Store {
                 continue;
             }
             let address = Address::parse(raw, origin)?;
+            if address.is_board() {
+                return Err(address::board_reads_nothing(&address.to_string()));
+            }
             if !wanted.contains(&address) {
                 wanted.push(address);
             }
@@ -257,7 +310,7 @@ impl Store {
         let handles: Vec<&str> = wanted.iter().map(|a| a.handle.as_str()).collect();
         let stmt = tx
             .prepare_cached(
-                "select ea.id, ea.address, ea.account_id, e.ended_at is not null as ended
+                "select ea.id, ea.address, ea.account_id
                  from unnest($1::text[], $2::text[], $3::text[]) as t(account, machine, handle)
                  join endpoint_addresses ea
                    on ea.account = t.account and ea.machine = t.machine and ea.handle = t.handle
@@ -268,8 +321,9 @@ impl Store {
             .await?;
         let rows = tx.query(&stmt, &[&accounts, &machines, &handles]).await?;
 
+        // An endpoint that is offline or ended is a target like any other: its mail waits for it.
         let mut targets = Vec::with_capacity(wanted.len());
-        let (mut unknown, mut ended) = (Vec::new(), Vec::new());
+        let mut unknown = Vec::new();
         for address in &wanted {
             let text = address.to_string();
             // An endpoint outside the caller's reach is reported exactly like one that does not exist.
@@ -279,7 +333,6 @@ impl Store {
             });
             match row {
                 None => unknown.push(text),
-                Some(row) if row.get::<_, bool>("ended") => ended.push(text),
                 Some(row) => {
                     let id: i64 = row.get("id");
                     if id == caller.endpoint_id {
@@ -290,16 +343,7 @@ impl Store {
             }
         }
         if !unknown.is_empty() {
-            return Err(Error::not_found(format!(
-                "no agent you can reach at {}: check the address with relay_list; nothing was sent",
-                unknown.join(", ")
-            )));
-        }
-        if !ended.is_empty() {
-            return Err(Error::FailedPrecondition(format!(
-                "{} ended its session and cannot receive messages until it connects again; nothing was sent",
-                ended.join(", ")
-            )));
+            return Err(Self::unknown_addresses(tx, caller, &contacts, &unknown, true).await?);
         }
 
         let mut members: Vec<Target> = Vec::new();
@@ -378,20 +422,24 @@ impl Store {
         if inserted == 0 {
             return Ok(None);
         }
-        let hold = match Self::hold_class(tx, caller, targets, out.private).await? {
-            Some(class) => Some(Self::hold(tx, caller, &id, class, targets).await?),
-            None => {
-                Self::deliver(tx, &id, targets).await?;
-                None
-            }
-        };
-        let (state, reason) = match hold {
-            Some(_) => (DeliveryState::Unspecified, "held for the account's human"),
-            None => (State::Queued.to_proto(), ""),
+        let (hold, offline) = match Self::hold_class(tx, caller, targets, out.private).await? {
+            Some(class) => (Some(Self::hold(tx, caller, &id, class, targets).await?), HashMap::new()),
+            None => (None, Self::deliver(tx, &id, targets).await?),
         };
         let recipients = targets
             .iter()
-            .map(|t| RecipientState { address: t.address.clone(), state: state as i32, reason: reason.to_owned() })
+            .map(|t| match hold {
+                Some(_) => RecipientState {
+                    address: t.address.clone(),
+                    state: DeliveryState::Unspecified as i32,
+                    reason: "held for the account's human".to_owned(),
+                },
+                None => RecipientState {
+                    address: t.address.clone(),
+                    state: State::Queued.to_proto() as i32,
+                    reason: offline.get(&t.id).cloned().unwrap_or_default(),
+                },
+            })
             .collect();
         Ok(Some(Sent {
             id,
@@ -405,13 +453,30 @@ impl Store {
     }
 
     /// Gives each target a delivery of the message with the next seq of its inbox, and announces it.
-    pub(super) async fn deliver(tx: &impl GenericClient, message_id: &str, targets: &[Target]) -> Result<()> {
+    /// Returns, for each recipient that is offline, what its sender is told about that.
+    pub(super) async fn deliver(
+        tx: &impl GenericClient,
+        message_id: &str,
+        targets: &[Target],
+    ) -> Result<HashMap<i64, String>> {
         // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
-        // then take the next seq of each.
+        // then take the next seq of each. The same read says who is offline.
         let mut ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
         ids.sort_unstable();
-        let lock = tx.prepare_cached("select id from endpoints where id = any($1) order by id for update").await?;
-        tx.query(&lock, &[&ids]).await?;
+        let lock = tx
+            .prepare_cached(&format!(
+                "select e.id, {ONLINE} as online, e.last_seen_at, m.name = '{HUMAN}' as system
+                 from endpoints e join machines m on m.id = e.machine_id
+                 where e.id = any($1) order by e.id for update of e"
+            ))
+            .await?;
+        let offline: HashMap<i64, String> = tx
+            .query(&lock, &[&ids])
+            .await?
+            .iter()
+            .filter(|r| !r.get::<_, bool>("online") && !r.get::<_, bool>("system"))
+            .map(|r| (r.get("id"), presence::offline_reason(r.get("last_seen_at"))))
+            .collect();
         let bump = tx
             .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
             .await?;
@@ -433,27 +498,51 @@ impl Store {
             ))
             .await?;
         tx.query(&notify, &[&recipients, &seqs]).await?;
-        Ok(())
+        Ok(offline)
+    }
+
+    /// Refuses a send that would take a target's unread messages past `cap`. Each count stops at
+    /// `cap`, so a full inbox costs no more to check than a nearly empty one.
+    pub(super) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: u32) -> Result<()> {
+        let ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
+        let stmt = c
+            .prepare_cached(
+                "select t.id from unnest($1::bigint[]) as t(id)
+                 where (select count(*) from (select 1 from deliveries d
+                                              where d.recipient_id = t.id and d.state < 4 limit $2) s) >= $2",
+            )
+            .await?;
+        let full = c.query(&stmt, &[&ids, &i64::from(cap)]).await?;
+        match full.first().and_then(|r| targets.iter().find(|t| t.id == r.get::<_, i64>(0))) {
+            Some(target) => Err(limits::inbox_full(&target.address, cap)),
+            None => Ok(()),
+        }
     }
 
     async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<RecipientState>> {
         let stmt = client
-            .prepare_cached(
-                "select ea.address, d.state, coalesce(d.reason, '') from deliveries d
+            .prepare_cached(&format!(
+                "select ea.address, d.state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
+                        e.last_seen_at
+                 from deliveries d
                  join endpoint_addresses ea on ea.id = d.recipient_id
-                 where d.message_id = $1 order by ea.address",
-            )
+                 join endpoints e on e.id = d.recipient_id
+                 join machines m on m.id = e.machine_id
+                 where d.message_id = $1 order by ea.address"
+            ))
             .await?;
         client
             .query(&stmt, &[&message_id])
             .await?
             .iter()
             .map(|r| {
-                Ok(RecipientState {
-                    address: r.get(0),
-                    state: State::from_db(r.get(1))?.to_proto() as i32,
-                    reason: r.get(2),
-                })
+                let state = State::from_db(r.get("state"))?;
+                let mut reason: String = r.get("reason");
+                // A delivery still waiting for an absent recipient says since when it is away.
+                if state == State::Queued && reason.is_empty() && !r.get::<_, bool>("present") {
+                    reason = presence::offline_reason(r.get("last_seen_at"));
+                }
+                Ok(RecipientState { address: r.get("address"), state: state.to_proto() as i32, reason })
             })
             .collect()
     }

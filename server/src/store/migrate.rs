@@ -30,6 +30,8 @@ const MIGRATIONS: &[Migration] = &[
         name: "stream_generation",
         sql: include_str!("../../migrations/0006_stream_generation.sql"),
     },
+    Migration { version: 7, name: "stream_open", sql: include_str!("../../migrations/0007_stream_open.sql") },
+    Migration { version: 8, name: "message_threads", sql: include_str!("../../migrations/0008_message_threads.sql") },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -7,6 +7,7 @@ mod error;
 pub mod identity;
 pub mod messages;
 pub mod migrate;
+mod notices;
 pub mod scope;
 pub mod spawn;
 pub mod trust;
@@ -100,6 +101,8 @@ impl DbConfig {
 pub struct Store {
     pool: Pool,
     config: DbConfig,
+    /// Most unread messages one inbox holds; a send beyond it is refused.
+    max_unread: u32,
 }
 
 impl Store {
@@ -118,7 +121,7 @@ impl Store {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Internal(format!("cannot build the database pool: {e}")))?;
-        let store = Self { pool, config };
+        let store = Self { pool, config, max_unread: crate::domain::limits::DEFAULT_MAX_UNREAD };
         // Startup is the one place where the driver's own words help the operator most.
         let probe = store.pool.get().await.map_err(|e| match e {
             deadpool_postgres::PoolError::Backend(e) => Error::Unavailable(format!("cannot reach the database: {e}")),
@@ -126,6 +129,12 @@ impl Store {
         })?;
         drop(probe);
         Ok(store)
+    }
+
+    /// Sets the most unread messages one inbox holds (at least 1).
+    pub fn with_max_unread(mut self, cap: u32) -> Self {
+        self.max_unread = cap.max(1);
+        self
     }
 
     pub fn config(&self) -> &DbConfig {

@@ -188,9 +188,11 @@ async fn resolve_in_reach(
             &[&address],
         )
         .await?
-        .filter(|r| reach(caller.account_id, contacts, r.get(1)) != Reach::None)
-        .ok_or_else(|| Error::not_found(format!("no agent you can reach at {address}")))?;
-    Ok((row.get(0), address))
+        .filter(|r| reach(caller.account_id, contacts, r.get(1)) != Reach::None);
+    match row {
+        Some(row) => Ok((row.get(0), address)),
+        None => Err(Store::unknown_addresses(c, caller, contacts, &[address], false).await?),
+    }
 }
 
 /// An endpoint the caller may message right now, by the address it wrote.

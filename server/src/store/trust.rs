@@ -234,7 +234,8 @@ impl Store {
     }
 
     /// A held message's recipients, checked again as a send would be now: reach, rules, private
-    /// data, ended sessions and revoked machines may all have changed while it waited.
+    /// data and revoked machines may all have changed while it waited. A recipient whose session
+    /// ended meanwhile still gets it, as it would a send.
     async fn still_reachable(
         c: &impl GenericClient,
         sender_id: i64,
@@ -244,7 +245,7 @@ impl Store {
         let caller = caller_of(c, sender_id).await?;
         let rows = c
             .query(
-                "select ea.id, ea.address, ea.account_id, e.ended_at is null and m.revoked_at is null
+                "select ea.id, ea.address, ea.account_id, m.revoked_at is null
                  from endpoint_addresses ea join endpoints e on e.id = ea.id join machines m on m.id = e.machine_id
                  where ea.id = any($1)",
                 &[&recipients],
@@ -257,7 +258,7 @@ impl Store {
         for row in &rows {
             let target = Target { id: row.get(0), address: row.get(1), account_id: row.get(2) };
             let why = if !row.get::<_, bool>(3) {
-                Some("ended or its machine was revoked".to_owned())
+                Some("its machine was revoked".to_owned())
             } else {
                 verdicts.get(&target.id).and_then(|v| v.refusal().map(str::to_owned))
             };
@@ -279,17 +280,23 @@ impl Store {
         Ok(targets)
     }
 
-    /// Asks to the caller that require a reply it has not given yet.
+    /// Asks to the caller that require a reply it has not given yet, and that it can still answer:
+    /// an asker whose machine was revoked, or whose account is out of reach (a contact dropped), can
+    /// never get the reply. An ended asker can.
     pub async fn pending_replies(&self, caller: &Caller) -> Result<Vec<Message>> {
         let client = self.client().await?;
+        let mut reach = Self::contact_accounts(&client, caller.account_id).await?;
+        reach.push(caller.account_id);
         let rows = client
             .query(
                 "select m.id, s.address, m.body, m.thread from deliveries d
                  join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
+                 join machines sm on sm.id = s.machine_id
                  where d.recipient_id = $1 and m.require_reply and d.state <> 5
+                   and sm.revoked_at is null and s.account_id = any($2)
                    and not exists (select 1 from messages r where r.reply_to = m.id and r.sender_id = $1)
                  order by d.seq",
-                &[&caller.endpoint_id],
+                &[&caller.endpoint_id, &reach],
             )
             .await?;
         Ok(rows

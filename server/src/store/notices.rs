@@ -1,0 +1,120 @@
+//! The board's notices: what happened to a card, told to the account's operator and the card's
+//! poster as messages from the account's board sender, in the transaction that made it happen.
+
+use deadpool_postgres::{GenericClient, Transaction};
+
+use super::Store;
+use super::identity::caller_of;
+use super::messages::{Outgoing, Target};
+use crate::domain::Result;
+use crate::domain::address::{Address, BOARD, HUMAN};
+use crate::domain::board::{self, Event, Reader};
+use crate::domain::delivery::Kind;
+use crate::domain::ids;
+
+impl Store {
+    /// The account's board sender (`account/me/board`), made on first use on the reserved machine
+    /// that no token can claim.
+    async fn ensure_board(c: &impl GenericClient, account_id: i64) -> Result<i64> {
+        let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
+        c.execute(
+            "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
+            &[&account_id, &HUMAN, &unusable],
+        )
+        .await?;
+        let row = c
+            .query_one(
+                "insert into endpoints (machine_id, handle, harness)
+                 select id, $3, 'other' from machines where account_id = $1 and name = $2
+                 on conflict (machine_id, handle) do update set handle = excluded.handle
+                 returning id",
+                &[&account_id, &HUMAN, &BOARD],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Tells the operator and the card's poster (of a run card: its schedule's poster) what happened
+    /// to card `job_id`: one message each, none to `actor`, who made it happen. A recipient whose
+    /// inbox is full misses the notice rather than blocking the board.
+    pub(super) async fn notify_board(
+        tx: &Transaction<'_>,
+        account_id: i64,
+        job_id: &str,
+        event: Event<'_>,
+        actor: Option<i64>,
+        cap: u32,
+    ) -> Result<()> {
+        let card = tx
+            .query_one(
+                "select j.title, coalesce(s.posted_by, j.posted_by), a.name, a.operator
+                 from jobs j join accounts a on a.id = j.account_id left join jobs s on s.id = j.schedule_id
+                 where j.id = $1 and j.account_id = $2",
+                &[&job_id, &account_id],
+            )
+            .await?;
+        let (title, poster, account, operator): (String, String, String, Option<String>) =
+            (card.get(0), card.get(1), card.get(2), card.get(3));
+        let operator = operator.map(|op| format!("{account}/{op}"));
+        let wanted: Vec<&str> = operator.iter().map(String::as_str).chain([poster.as_str()]).collect();
+        let found = tx
+            .query(
+                "select ea.id, ea.address from endpoint_addresses ea join machines m on m.id = ea.machine_id
+                 where ea.address = any($1) and ea.account_id = $2 and m.revoked_at is null",
+                &[&wanted, &account_id],
+            )
+            .await?;
+        let endpoint = |address: &str| {
+            found.iter().find(|r| r.get::<_, &str>(1) == address).map(|r| Target {
+                id: r.get(0),
+                address: address.to_owned(),
+                account_id,
+            })
+        };
+        let mut readers: Vec<(Target, Reader)> = Vec::new();
+        if let Some(op) = operator.as_deref().and_then(endpoint) {
+            readers.push((op, Reader::Operator));
+        }
+        if let Some(p) = endpoint(&poster)
+            && !readers.iter().any(|(t, _)| t.id == p.id)
+        {
+            readers.push((p, Reader::Poster));
+        }
+        readers.retain(|(t, _)| Some(t.id) != actor);
+        if readers.is_empty() {
+            return Ok(());
+        }
+        let board_id = Self::ensure_board(tx, account_id).await?;
+        let sender = caller_of(tx, board_id).await?;
+        let thread = format!("card:{job_id}");
+        for (target, reader) in readers {
+            let targets = [target];
+            if let Err(e) = Self::check_room(tx, &targets, cap).await {
+                tracing::warn!(card = %job_id, error = %e, "board notice not sent");
+                continue;
+            }
+            let body = board::notice(job_id, &title, event, reader, operator.as_deref());
+            let out = Outgoing {
+                to: &[],
+                body: &body,
+                thread: Some(&thread),
+                kind: Kind::Message,
+                client_id: None,
+                private: false,
+                require_reply: false,
+            };
+            Self::store_message(tx, &sender, &targets, &out, None).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `address` (as the view spells it) is an account's board sender.
+pub(super) fn is_board_address(address: &str) -> bool {
+    let mut parts = address.split('/');
+    let (Some(account), Some(machine), Some(handle), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    Address { account: account.to_owned(), machine: machine.to_owned(), handle: handle.to_owned() }.is_board()
+}
