@@ -188,3 +188,25 @@ async fn operator_tools_are_listed_to_the_operator_alone() {
     let refused = bob.tool("close_job", json!({ "id": "nope", "accept": true })).await;
     assert_eq!(refused["isError"], true, "{refused}");
 }
+
+#[tokio::test]
+async fn a_sender_learns_its_message_waits_for_an_offline_agent() {
+    let w = TwoMachines::start().await;
+    let mut bob = bridge(&w.server.url, &w.ci, "bob");
+    bob.initialize("2025-06-18").await;
+    bob.tool_ok("relay_whoami", json!({})).await;
+    bob.close();
+    bob.child.wait().await.unwrap();
+
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    let sent = alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "read this when you are back" })).await;
+    let shown = text(&sent);
+    assert!(shown.contains("acme/ci/bob (queued: offline since 20"), "{shown}");
+    assert!(shown.contains("acme/ci/bob will get it when it next connects"), "{shown}");
+    let recipient = &sent["structuredContent"]["recipients"][0];
+    assert_eq!(recipient["state"], "queued");
+    assert!(recipient["reason"].as_str().unwrap().starts_with("offline since "), "{recipient}");
+    let next = sent["structuredContent"]["next"][0].as_str().unwrap();
+    assert!(shown.contains(next), "the same advice in both channels: {next}");
+}
