@@ -1,8 +1,6 @@
 //! `agent-bridge human …`: what an account's person does from a terminal.
 
-use anyhow::Context;
 use clap::Subcommand;
-use relay_proto::bridge_config;
 use relay_proto::v1::human_client::HumanClient;
 use relay_proto::v1::*;
 
@@ -12,10 +10,19 @@ use crate::relay::session::authed;
 
 #[derive(Subcommand)]
 pub enum HumanCommand {
-    /// Store a human token (from `relay-server admin human add`) in the bridge config.
+    /// Check a human token (from `relay-server admin human add`) and keep it for these commands, in
+    /// a file of its own (mode 0600). The token is read from RELAY_HUMAN_TOKEN, else stdin (a prompt
+    /// on a terminal). No machine login is needed.
     Login {
+        /// The server (default: RELAY_SERVER, else the one this computer's bridge uses).
         #[arg(long)]
-        token: String,
+        server: Option<String>,
+        /// A PEM certificate to trust for the server, beside the system's roots.
+        #[arg(long)]
+        ca: Option<std::path::PathBuf>,
+        /// The token itself; visible to other users in the process list, so prefer stdin.
+        #[arg(long)]
+        token: Option<String>,
     },
     /// Contacts with other accounts.
     #[command(subcommand)]
@@ -85,13 +92,6 @@ pub enum ContactCommand {
     },
 }
 
-fn human_token(config: &relay_proto::bridge_config::BridgeConfig) -> anyhow::Result<String> {
-    config
-        .human_token
-        .clone()
-        .context("no human token: run `agent-bridge human login --token …` or set RELAY_HUMAN_TOKEN")
-}
-
 fn client_id() -> String {
     use rand::Rng;
     let bytes: [u8; 12] = rand::rng().random();
@@ -106,27 +106,52 @@ fn print_sent(sent: &SendResponse) {
     }
 }
 
-pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
-    let config = connection::resolve()?;
-    let channel = connection::channel(&config.server, config.ca.as_deref())?;
-    let mut client = HumanClient::new(channel);
-    let refused = |s: tonic::Status| anyhow::anyhow!("{}", s.message());
-    match command {
-        HumanCommand::Login { token } => {
-            let token = token.trim().to_owned();
-            client.contact_list(authed(ContactListRequest {}, &token)).await.map_err(refused)?;
-            let path = bridge_config::default_path()?;
-            let mut stored = bridge_config::read(&path).context("log the machine in first: agent-bridge login")?;
-            stored.human_token = Some(token);
-            bridge_config::write(&path, &stored)?;
-            eprintln!("human token stored in {}", path.display());
+/// A failed call, as a person reads it.
+fn refused(ca: Option<&str>) -> impl Fn(tonic::Status) -> anyhow::Error + '_ {
+    move |status| match connection::untrusted_certificate(&status, ca) {
+        Some(why) => anyhow::anyhow!("{why}"),
+        None => anyhow::anyhow!("{}", status.message()),
+    }
+}
+
+async fn login(server: Option<String>, ca: Option<std::path::PathBuf>, token: Option<String>) -> anyhow::Result<()> {
+    let (server, ca) = match server {
+        Some(server) => (server, ca.map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string())),
+        None => {
+            let (server, known_ca) = connection::human_server()?;
+            (server, ca.map(|p| p.display().to_string()).or(known_ca))
         }
+    };
+    let token = match token {
+        Some(token) => {
+            eprintln!("note: a token in argv is visible to every user of this machine; pipe it in instead");
+            token.trim().to_owned()
+        }
+        None => connection::read_secret("human token", "RELAY_HUMAN_TOKEN")?,
+    };
+    let mut client = HumanClient::new(connection::channel(&server, ca.as_deref())?);
+    client.contact_list(authed(ContactListRequest {}, &token)).await.map_err(refused(ca.as_deref()))?;
+    let path = connection::human_config_path()?;
+    connection::write_human(&path, &connection::HumanConfig { server: server.clone(), ca, token })?;
+    println!("logged in to {server} as your account's human; token kept in {}", path.display());
+    Ok(())
+}
+
+pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
+    if let HumanCommand::Login { server, ca, token } = command {
+        return login(server, ca, token).await;
+    }
+    let (server, ca) = connection::human_server()?;
+    let token = connection::human_token()?;
+    let mut client = HumanClient::new(connection::channel(&server, ca.as_deref())?);
+    let refused = refused(ca.as_deref());
+    match command {
+        HumanCommand::Login { .. } => unreachable!("handled above"),
         HumanCommand::Inbox { wait } => {
-            let token = human_token(&config)?;
             let reply = client
                 .inbox(authed(InboxRequest { wait_s: wait, ack: true, limit: 0 }, &token))
                 .await
-                .map_err(refused)?;
+                .map_err(&refused)?;
             let reply = reply.into_inner();
             if reply.messages.is_empty() {
                 println!("no unread messages");
@@ -147,22 +172,19 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
             }
         }
         HumanCommand::Send { to, body, private } => {
-            let token = human_token(&config)?;
             let request = SendRequest { to: vec![to], body, private, client_id: client_id(), ..Default::default() };
-            let sent = client.send(authed(request, &token)).await.map_err(refused)?.into_inner();
+            let sent = client.send(authed(request, &token)).await.map_err(&refused)?.into_inner();
             print_sent(&sent);
         }
         HumanCommand::Reply { id, body } => {
-            let token = human_token(&config)?;
             let request = ReplyRequest { id, body, client_id: client_id() };
-            let sent = client.reply(authed(request, &token)).await.map_err(refused)?.into_inner();
+            let sent = client.reply(authed(request, &token)).await.map_err(&refused)?.into_inner();
             print_sent(&sent);
         }
         HumanCommand::Holds { all } => {
-            let token = human_token(&config)?;
-            let holds = client.holds(authed(HoldsRequest { all }, &token)).await.map_err(refused)?.into_inner().holds;
+            let holds = client.holds(authed(HoldsRequest { all }, &token)).await.map_err(&refused)?.into_inner().holds;
             if holds.is_empty() {
-                println!("no held messages");
+                println!("{}", if all { "no held messages, decided or not" } else { "no held messages waiting" });
             }
             for h in holds {
                 let reason = if h.reason.is_empty() { String::new() } else { format!(" ({})", visible(&h.reason)) };
@@ -178,23 +200,18 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
             }
         }
         HumanCommand::Release { id } => {
-            let token = human_token(&config)?;
-            let view = client
-                .decide_hold(authed(DecideHoldRequest { id, release: true, reason: String::new() }, &token))
-                .await;
-            let view = view.map_err(refused)?.into_inner();
-            println!("{}\t{}", view.id, view.state);
+            let request = DecideHoldRequest { id, release: true, reason: String::new() };
+            let view = client.decide_hold(authed(request, &token)).await.map_err(&refused)?.into_inner();
+            println!("hold {} released: delivered to {}; its sender is told", view.id, view.to.join(", "));
         }
         HumanCommand::Reject { id, reason } => {
-            let token = human_token(&config)?;
-            let view = client.decide_hold(authed(DecideHoldRequest { id, release: false, reason }, &token)).await;
-            let view = view.map_err(refused)?.into_inner();
-            println!("{}\t{}", view.id, view.state);
+            let request = DecideHoldRequest { id, release: false, reason };
+            let view = client.decide_hold(authed(request, &token)).await.map_err(&refused)?.into_inner();
+            println!("hold {} rejected: nobody gets the message, and its sender reads your reason", view.id);
         }
         HumanCommand::Approvals => {
-            let token = human_token(&config)?;
             let list =
-                client.approvals(authed(ApprovalsRequest {}, &token)).await.map_err(refused)?.into_inner().approvals;
+                client.approvals(authed(ApprovalsRequest {}, &token)).await.map_err(&refused)?.into_inner().approvals;
             if list.is_empty() {
                 println!("no permission requests waiting");
             }
@@ -211,50 +228,67 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
             }
         }
         HumanCommand::Approve { id, decision, reason } => {
-            let token = human_token(&config)?;
             let request = AnswerPermissionRequest { id, decision, reason };
-            let d = client.approve(authed(request, &token)).await.map_err(refused)?.into_inner();
-            println!("{}\t{}", d.id, d.state);
+            let d = client.approve(authed(request, &token)).await.map_err(&refused)?.into_inner();
+            println!("request {} answered: {}", d.id, d.state);
         }
         HumanCommand::HoldPolicy { class, state } => {
-            let token = human_token(&config)?;
             let request = HoldPolicyRequest { class, on: state == "on" };
-            let classes = client.hold_policy(authed(request, &token)).await.map_err(refused)?.into_inner().classes;
+            let classes = client.hold_policy(authed(request, &token)).await.map_err(&refused)?.into_inner().classes;
             println!(
                 "held for the human: {}",
                 if classes.is_empty() { "nothing".to_owned() } else { classes.join(", ") }
             );
         }
-        HumanCommand::Contact(command) => {
-            let token = human_token(&config)?;
-            let view = match command {
-                ContactCommand::Private { account, state } => {
-                    let request = ContactPrivateRequest { account, allow: state == "on" };
-                    client.contact_private(authed(request, &token)).await.map_err(refused)?
-                }
-                ContactCommand::Request { account } => {
-                    client.contact_request(authed(ContactRequestRequest { account }, &token)).await.map_err(refused)?
-                }
-                ContactCommand::Accept { account } => {
-                    client.contact_accept(authed(ContactAcceptRequest { account }, &token)).await.map_err(refused)?
-                }
-                ContactCommand::Drop { account } => {
-                    client.contact_drop(authed(ContactDropRequest { account }, &token)).await.map_err(refused)?
-                }
-                ContactCommand::List => {
-                    let list = client.contact_list(authed(ContactListRequest {}, &token)).await.map_err(refused)?;
-                    for c in list.into_inner().contacts {
-                        println!("{}\t{}", c.account, c.state);
-                    }
-                    return Ok(());
-                }
+        HumanCommand::Contact(command) => contact(&mut client, &token, command, &refused).await?,
+    }
+    Ok(())
+}
+
+async fn contact(
+    client: &mut HumanClient<tonic::transport::Channel>,
+    token: &str,
+    command: ContactCommand,
+    refused: &impl Fn(tonic::Status) -> anyhow::Error,
+) -> anyhow::Result<()> {
+    let view = match command {
+        ContactCommand::List => {
+            let contacts =
+                client.contact_list(authed(ContactListRequest {}, token)).await.map_err(refused)?.into_inner().contacts;
+            if contacts.is_empty() {
+                println!("no contacts, and no requests made or received");
             }
-            .into_inner();
-            match view.state.as_str() {
-                "none" => println!("{}\tnone\t{} undelivered messages withdrawn", view.account, view.withdrawn),
-                state => println!("{}\t{state}", view.account),
+            for c in contacts {
+                println!("{}\t{}", c.account, c.state);
             }
+            return Ok(());
         }
+        ContactCommand::Private { account, state } => {
+            let request = ContactPrivateRequest { account, allow: state == "on" };
+            let view = client.contact_private(authed(request, token)).await.map_err(refused)?.into_inner();
+            let allowed = if state == "on" { "may now carry" } else { "may no longer carry" };
+            println!("the contact with {} {allowed} private data", view.account);
+            return Ok(());
+        }
+        ContactCommand::Request { account } => {
+            client.contact_request(authed(ContactRequestRequest { account }, token)).await.map_err(refused)?
+        }
+        ContactCommand::Accept { account } => {
+            client.contact_accept(authed(ContactAcceptRequest { account }, token)).await.map_err(refused)?
+        }
+        ContactCommand::Drop { account } => {
+            client.contact_drop(authed(ContactDropRequest { account }, token)).await.map_err(refused)?
+        }
+    }
+    .into_inner();
+    match view.state.as_str() {
+        "none" => println!(
+            "contact with {} dropped: their agents are out of reach now, and {} undelivered messages were withdrawn",
+            view.account, view.withdrawn
+        ),
+        "contact" => println!("contact with {} made: your agents and theirs may now message each other", view.account),
+        "requested" => println!("asked {} for a contact: it is made when their human accepts", view.account),
+        state => println!("contact with {}: {state}", view.account),
     }
     Ok(())
 }

@@ -1,12 +1,17 @@
 //! `agent-bridge install CLIENT`: adds the bridge to a client's MCP configuration.
 //!
-//! Idempotent, keeps everything else in the file, and never writes the token: project files such
-//! as `.mcp.json` get committed, so the bridge reads its credential from its own 0600 config.
+//! Idempotent, keeps everything else in the file (comments, key order, layout: JSON files are
+//! edited as JSONC through a syntax tree, TOML through toml_edit), and never writes the token:
+//! project files such as `.mcp.json` get committed, so the bridge reads its credential from its own
+//! 0600 config. Relay's own entries are recognised wherever the binary lived when they were written,
+//! so installing again after it moved updates them instead of adding more.
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use clap::ValueEnum;
+use jsonc_parser::ParseOptions;
+use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -18,41 +23,45 @@ pub enum Client {
 }
 
 const ENTRY: &str = "relay";
+/// The program name every Relay entry runs, wherever it is installed.
+const PROGRAM: &str = "agent-bridge";
 
 pub fn run(client: Client) -> anyhow::Result<()> {
-    let command = bridge_command();
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let home = || dirs::home_dir().context("cannot find the home directory");
     let (path, changed) = match client {
-        // Project-scoped: the agent of this repository gets the relay.
+        // Project-scoped, and committed: the agent of this repository gets the relay.
         Client::Claude => {
+            let command = project_command();
             let path = cwd.join(".mcp.json");
             let mcp = install_json(&path, &command, &["mcp", "--harness", "claude", "--channels"])?;
             let settings = cwd.join(".claude").join("settings.json");
-            let hook = install_stop_hook(&settings, &format!("{command} hook stop"))?;
-            if hook {
-                eprintln!("added the relay Stop hook to {}", settings.display());
+            if install_stop_hook(&settings, &format!("{command} hook stop"))? {
+                eprintln!("set the relay Stop hook in {}", settings.display());
             }
-            (path.clone(), mcp)
+            (path, mcp)
         }
         Client::Cursor => {
             let path = cwd.join(".cursor").join("mcp.json");
-            (path.clone(), install_json(&path, &command, &["mcp", "--harness", "cursor"])?)
+            let changed = install_json(&path, &project_command(), &["mcp", "--harness", "cursor"])?;
+            (path, changed)
         }
         // User-scoped: these clients keep MCP servers in the user's config.
         Client::Gemini => {
             let path = home()?.join(".gemini").join("settings.json");
-            (path.clone(), install_json(&path, &command, &["mcp", "--harness", "gemini"])?)
+            let changed = install_json(&path, &user_command(), &["mcp", "--harness", "gemini"])?;
+            (path, changed)
         }
         Client::Codex => {
+            let command = user_command();
             let path = home()?.join(".codex").join("config.toml");
             let server = install_codex(&path, &command)?;
             let notify = install_codex_notify(&path, &command)?;
-            (path.clone(), server || notify)
+            (path, server || notify)
         }
     };
     if changed {
-        eprintln!("added the relay MCP server to {}", path.display());
+        eprintln!("set the relay MCP server in {}", path.display());
     } else {
         eprintln!("{} already has the relay MCP server", path.display());
     }
@@ -72,20 +81,49 @@ Claude Code starts with:
 Without channels nothing is lost: every relay tool result says how many messages wait unread and from
 whom, and relay_inbox reads them.";
 
-/// `agent-bridge` when that name on PATH is this program, else this program's full path.
-fn bridge_command() -> String {
-    let me = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("agent-bridge"))
-            .find(|p| p.is_file())
-            .and_then(|p| p.canonicalize().ok())
-    });
-    match (me, on_path) {
-        (Some(me), Some(found)) if me == found => "agent-bridge".to_owned(),
-        (Some(me), _) => me.display().to_string(),
-        (None, _) => "agent-bridge".to_owned(),
+/// The `agent-bridge` found on PATH, if any.
+fn on_path() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(PROGRAM)).find(|p| p.is_file())
+}
+
+fn this_program() -> Option<PathBuf> {
+    std::env::current_exe().ok().and_then(|p| p.canonicalize().ok())
+}
+
+/// For files a project commits: the bare name when any `agent-bridge` is on PATH, so the file works
+/// for everyone who has it installed; else this program's path, with a note.
+fn project_command() -> String {
+    if on_path().is_some() {
+        return PROGRAM.to_owned();
     }
+    let me = this_program().map_or_else(|| PROGRAM.to_owned(), |p| p.display().to_string());
+    eprintln!(
+        "note: agent-bridge is not on PATH, so the project file names {me}, which is only valid on this computer; \
+         install it on PATH (cargo install --path agent-bridge) and run install again"
+    );
+    me
+}
+
+/// For a user's own config: the bare name when PATH finds this very program, else its full path.
+fn user_command() -> String {
+    let me = this_program();
+    match (&me, on_path().and_then(|p| p.canonicalize().ok())) {
+        (Some(me), Some(found)) if *me == found => PROGRAM.to_owned(),
+        (Some(me), _) => me.display().to_string(),
+        (None, _) => PROGRAM.to_owned(),
+    }
+}
+
+/// Whether `program` (a command's first word) is some `agent-bridge`.
+fn is_bridge(program: &str) -> bool {
+    Path::new(program).file_name().is_some_and(|n| n == PROGRAM)
+}
+
+/// Whether a hook command is Relay's Stop hook, whatever path it was written with.
+fn is_relay_stop_hook(command: &str) -> bool {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    matches!(words.as_slice(), [program, "hook", "stop"] if is_bridge(program))
 }
 
 fn read_existing(path: &Path) -> anyhow::Result<Option<String>> {
@@ -96,63 +134,118 @@ fn read_existing(path: &Path) -> anyhow::Result<Option<String>> {
     }
 }
 
+/// Replaces `path` atomically, keeping its permissions; a new file gets the usual ones.
 fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    use std::io::Write;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+    tmp.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+    let permissions = match std::fs::metadata(path) {
+        Ok(meta) => meta.permissions(),
+        Err(_) => {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::Permissions::from_mode(0o644)
+        }
+    };
+    std::fs::set_permissions(tmp.path(), permissions).with_context(|| format!("cannot write {}", path.display()))?;
+    tmp.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// A JSON value as the syntax tree takes it.
+fn input(value: &Value) -> CstInputValue {
+    match value {
+        Value::Null => CstInputValue::Null,
+        Value::Bool(b) => CstInputValue::Bool(*b),
+        Value::Number(n) => CstInputValue::Number(n.to_string()),
+        Value::String(s) => CstInputValue::String(s.clone()),
+        Value::Array(items) => CstInputValue::Array(items.iter().map(input).collect()),
+        Value::Object(map) => CstInputValue::Object(map.iter().map(|(k, v)| (k.clone(), input(v))).collect()),
     }
-    let tmp: PathBuf = path.with_extension("relay-tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+}
+
+/// Edits a JSON (or JSONC) file's root object in place; writes only when `edit` says it changed.
+fn edit_json(path: &Path, edit: impl FnOnce(&CstObject) -> anyhow::Result<bool>) -> anyhow::Result<bool> {
+    let text = read_existing(path)?.unwrap_or_default();
+    let root = CstRootNode::parse(&text, &ParseOptions::default())
+        .map_err(|e| anyhow!("cannot parse {} as JSON: {e}; fix it and run install again", path.display()))?;
+    let object = root.object_value_or_create().ok_or_else(|| anyhow!("{} is not a JSON object", path.display()))?;
+    if !edit(&object)? {
+        return Ok(false);
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    let mut out = root.to_string();
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    write_atomically(path, &out)?;
+    Ok(true)
 }
 
 /// Sets `mcpServers.relay` in a JSON config. Returns whether the file changed.
 fn install_json(path: &Path, command: &str, args: &[&str]) -> anyhow::Result<bool> {
-    let mut doc = match read_existing(path)? {
-        Some(text) if !text.trim().is_empty() => serde_json::from_str::<Value>(&text)
-            .with_context(|| format!("cannot parse {} as JSON; fix it and run install again", path.display()))?,
-        _ => json!({}),
-    };
-    let Some(root) = doc.as_object_mut() else { bail!("{} is not a JSON object", path.display()) };
-    let servers = root.entry("mcpServers").or_insert_with(|| json!({}));
-    let Some(servers) = servers.as_object_mut() else { bail!("mcpServers in {} is not an object", path.display()) };
-    let entry = json!({ "command": command, "args": args });
-    if servers.get(ENTRY) == Some(&entry) {
-        return Ok(false);
-    }
-    servers.insert(ENTRY.to_owned(), entry);
-    let mut text = serde_json::to_string_pretty(&doc)?;
-    text.push('\n');
-    write_atomically(path, &text)?;
-    Ok(true)
+    edit_json(path, |root| {
+        let servers = root
+            .object_value_or_create("mcpServers")
+            .ok_or_else(|| anyhow!("mcpServers in {} is not an object", path.display()))?;
+        let entry = json!({ "command": command, "args": args });
+        match servers.get(ENTRY) {
+            Some(existing) if existing.value().and_then(|v| v.to_serde_value()).as_ref() == Some(&entry) => Ok(false),
+            Some(existing) => {
+                existing.set_value(input(&entry));
+                Ok(true)
+            }
+            None => {
+                servers.append(ENTRY, input(&entry));
+                Ok(true)
+            }
+        }
+    })
 }
 
-/// Adds a Stop hook running `command` to Claude Code settings, unless it is there. Returns whether
-/// the file changed.
+/// Makes Claude Code settings hold exactly one Relay Stop hook, running `command`: a hook written
+/// from another path is updated, extra ones removed, other hooks kept. Returns whether the file
+/// changed.
 fn install_stop_hook(path: &Path, command: &str) -> anyhow::Result<bool> {
-    let mut doc = match read_existing(path)? {
-        Some(text) if !text.trim().is_empty() => serde_json::from_str::<Value>(&text)
-            .with_context(|| format!("cannot parse {} as JSON; fix it and run install again", path.display()))?,
-        _ => json!({}),
-    };
-    let Some(root) = doc.as_object_mut() else { bail!("{} is not a JSON object", path.display()) };
-    let hooks = root.entry("hooks").or_insert_with(|| json!({}));
-    let Some(hooks) = hooks.as_object_mut() else { bail!("hooks in {} is not an object", path.display()) };
-    let stop = hooks.entry("Stop").or_insert_with(|| json!([]));
-    let Some(stop) = stop.as_array_mut() else { bail!("hooks.Stop in {} is not a list", path.display()) };
-    let present = stop.iter().any(|group| {
-        group["hooks"].as_array().is_some_and(|hs| hs.iter().any(|h| h["command"].as_str() == Some(command)))
-    });
-    if present {
-        return Ok(false);
-    }
-    stop.push(json!({ "hooks": [{ "type": "command", "command": command }] }));
-    let mut text = serde_json::to_string_pretty(&doc)?;
-    text.push('\n');
-    write_atomically(path, &text)?;
-    Ok(true)
+    edit_json(path, |root| {
+        let hooks = root
+            .object_value_or_create("hooks")
+            .ok_or_else(|| anyhow!("hooks in {} is not an object", path.display()))?;
+        let stop = hooks
+            .array_value_or_create("Stop")
+            .ok_or_else(|| anyhow!("hooks.Stop in {} is not a list", path.display()))?;
+        let mut changed = false;
+        let mut kept = false;
+        for group in stop.elements() {
+            let Some(list) = group.as_object().and_then(|g| g.array_value("hooks")) else { continue };
+            let mut emptied = false;
+            for hook in list.elements() {
+                let Some(prop) = hook.as_object().and_then(|h| h.get("command")) else { continue };
+                let current = prop.value().and_then(|v| v.to_serde_value());
+                if !current.as_ref().and_then(Value::as_str).is_some_and(is_relay_stop_hook) {
+                    continue;
+                }
+                if kept {
+                    hook.remove();
+                    (changed, emptied) = (true, true);
+                } else {
+                    kept = true;
+                    if current.as_ref().and_then(Value::as_str) != Some(command) {
+                        prop.set_value(CstInputValue::String(command.to_owned()));
+                        changed = true;
+                    }
+                }
+            }
+            if emptied && list.elements().is_empty() {
+                group.remove();
+            }
+        }
+        if !kept {
+            stop.append(input(&json!({ "hooks": [{ "type": "command", "command": command }] })));
+            changed = true;
+        }
+        Ok(changed)
+    })
 }
 
 /// Sets `[mcp_servers.relay]` in Codex's TOML config, keeping its comments and layout.
@@ -186,27 +279,32 @@ fn install_codex(path: &Path, command: &str) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// Sets Codex's `notify` program to the bridge's hook (it shares turns for peek), unless the user
-/// has a notify program of their own, which is kept. Returns whether the file changed.
+/// Sets Codex's `notify` program to the bridge's hook (it shares turns for peek), or updates it
+/// when it is Relay's from another path. A notify program of the user's own is kept, with a note.
+/// Returns whether the file changed.
 fn install_codex_notify(path: &Path, command: &str) -> anyhow::Result<bool> {
     let text = read_existing(path)?.unwrap_or_default();
     let mut doc: toml_edit::DocumentMut = text
         .parse()
         .with_context(|| format!("cannot parse {} as TOML; fix it and run install again", path.display()))?;
+    let wanted = [command, "hook", "codex-notify"];
     if let Some(existing) = doc.get("notify") {
-        let ours = existing
-            .as_array()
-            .is_some_and(|a| a.iter().filter_map(|v| v.as_str()).eq([command, "hook", "codex-notify"]));
+        let words: Vec<&str> =
+            existing.as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect()).unwrap_or_default();
+        let ours = matches!(words.as_slice(), [program, "hook", "codex-notify"] if is_bridge(program));
         if !ours {
             eprintln!(
-                "note: {} already has a notify program; peek for Codex needs `{command} hook codex-notify` there",
+                "note: {} already has a notify program of its own, which is kept; for peek in Codex, have it also run `{command} hook codex-notify` with the same argument",
                 path.display()
             );
+            return Ok(false);
         }
-        return Ok(false);
+        if words == wanted {
+            return Ok(false);
+        }
     }
     let mut notify = toml_edit::Array::new();
-    notify.extend([command, "hook", "codex-notify"]);
+    notify.extend(wanted);
     // A root key: toml_edit writes it in the root section, before every table.
     doc.insert("notify", toml_edit::value(notify));
     write_atomically(path, &doc.to_string())?;

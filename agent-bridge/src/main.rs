@@ -51,12 +51,14 @@ enum Command {
         #[arg(long, env = "RELAY_CHANNELS")]
         channels: bool,
     },
-    /// Check a machine token against the server and store it in the bridge config (mode 0600).
+    /// Check a machine token against the server and store it in the bridge config (mode 0600). The
+    /// token is read from RELAY_TOKEN, else stdin (a prompt on a terminal), so it stays out of argv.
     Login {
         #[arg(long)]
         server: String,
+        /// The token itself; visible to other users in the process list, so prefer stdin.
         #[arg(long)]
-        token: String,
+        token: Option<String>,
         /// A PEM certificate to trust for the server, beside the system's roots.
         #[arg(long)]
         ca: Option<PathBuf>,
@@ -142,7 +144,7 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
     let session_file = spawn::session_path(std::os::unix::process::parent_id());
-    let relay = Arc::new(relay::Relay::new(channel, config.token, claim).with_session_file(
+    let relay = Arc::new(relay::Relay::new(channel, config.ca.clone(), config.token, claim).with_session_file(
         session_file,
         config.server.clone(),
         config.ca.clone(),
@@ -153,14 +155,26 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     mcp::session::run(tools, options, stdin, tokio::io::stdout()).await.context("stdio failed")
 }
 
-async fn login(server: String, token: String, ca: Option<PathBuf>) -> anyhow::Result<()> {
-    let token = token.trim().to_owned();
+async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {
+    let token = match token {
+        Some(token) => {
+            eprintln!("note: a token in argv is visible to every user of this machine; pipe it in instead");
+            token.trim().to_owned()
+        }
+        None => relay::connection::read_secret("machine token", "RELAY_TOKEN")?,
+    };
     let ca = ca.map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string());
     let channel = relay::connection::channel(&server, ca.as_deref())?;
     let reply = RelayClient::new(channel)
         .check_machine(authed(CheckMachineRequest {}, &token))
         .await
-        .map_err(|s| anyhow::anyhow!("the server refused the token: {}", s.message()))?
+        .map_err(|status| match relay::connection::untrusted_certificate(&status, ca.as_deref()) {
+            Some(why) => anyhow::anyhow!("{why}"),
+            None if status.code() == tonic::Code::Unauthenticated => {
+                anyhow::anyhow!("the server refused the token: {}", status.message())
+            }
+            None => anyhow::anyhow!("cannot check the token with {server}: {}", status.message()),
+        })?
         .into_inner();
     let path = bridge_config::default_path()?;
     let human_token = bridge_config::read(&path).and_then(|c| c.human_token);

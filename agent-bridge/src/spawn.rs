@@ -7,7 +7,7 @@
 //! endpoint) and, when the worker ends, reports its final output to the parent as the child.
 
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -43,12 +43,37 @@ fn session_dir() -> PathBuf {
     }
 }
 
-/// The session file of the agent process `pid`; `RELAY_SESSION_FILE` names one explicitly.
-pub fn session_path(pid: u32) -> PathBuf {
+/// The session file this bridge keeps for its agent: named by the agent's process and the
+/// bridge's own, so two bridges of one agent keep two files. `RELAY_SESSION_FILE` names one
+/// explicitly.
+pub fn session_path(agent: u32) -> PathBuf {
     match std::env::var_os("RELAY_SESSION_FILE").filter(|p| !p.is_empty()) {
         Some(path) => PathBuf::from(path),
-        None => session_dir().join(format!("{pid}.toml")),
+        None => session_dir().join(format!("{agent}-{}.toml", std::process::id())),
     }
+}
+
+/// The session files of the bridges the agent process `agent` runs and that are still alive,
+/// newest first. A file whose bridge died without removing it is skipped (and removed).
+fn live_sessions(agent: u32) -> Vec<PathBuf> {
+    let dir = session_dir();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let prefix = format!("{agent}-");
+    let mut found: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let bridge: u32 = name.strip_prefix(&prefix)?.strip_suffix(".toml")?.parse().ok()?;
+            let path = entry.path();
+            if !std::path::Path::new(&format!("/proc/{bridge}")).exists() {
+                let _ = std::fs::remove_file(&path);
+                return None;
+            }
+            Some((entry.metadata().and_then(|m| m.modified()).ok()?, path))
+        })
+        .collect();
+    found.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
+    found.into_iter().map(|(_, path)| path).collect()
 }
 
 /// Whether `dir` is a real directory of ours that nobody else can write: a shared temp dir could
@@ -75,14 +100,7 @@ pub fn write_session_at(path: &std::path::Path, file: &SessionFile) {
             }
         }
         let text = toml::to_string(file).map_err(std::io::Error::other)?;
-        let tmp = path.with_extension("tmp");
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).and_then(
-            |mut f| {
-                use std::io::Write;
-                f.write_all(text.as_bytes())
-            },
-        )?;
-        std::fs::rename(tmp, path)
+        relay_proto::bridge_config::write_private(path, text.as_bytes()).map_err(std::io::Error::other)
     };
     if let Err(e) = write() {
         tracing::warn!(error = %e, "cannot write the session file; agent-bridge spawn will not find this agent");
@@ -102,12 +120,14 @@ pub fn find_session() -> anyhow::Result<SessionFile> {
         let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
         return toml::from_str(&text).context("malformed session file");
     }
+    if !private_dir(&session_dir()) {
+        bail!("no relay session found: {} is not a private directory of this user", session_dir().display());
+    }
     let mut pid = std::process::id();
     for _ in 0..64 {
         let Some(parent) = parent_of(pid).filter(|p| *p > 1) else { break };
-        let path = session_path(parent);
-        let trusted = path.parent().is_some_and(private_dir);
-        if trusted && let Ok(text) = std::fs::read_to_string(&path) {
+        // An agent with two relay bridges: the one that connected last speaks for it.
+        if let Some(text) = live_sessions(parent).iter().find_map(|path| std::fs::read_to_string(path).ok()) {
             return toml::from_str(&text).context("malformed session file");
         }
         pid = parent;

@@ -50,20 +50,47 @@ pub fn read(path: &Path) -> Option<BridgeConfig> {
 
 /// Writes the file with owner-only permissions, replacing it atomically.
 pub fn write(path: &Path, config: &BridgeConfig) -> Result<(), ConfigError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(write_err(dir))?;
-    }
     let text = toml::to_string(config)?;
-    let tmp = path.with_extension("toml.tmp");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(write_err(&tmp))?;
-    file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(write_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(write_err(path))?;
+    // An earlier version wrote through this fixed name, which a stale copy with loose permissions
+    // could turn into a readable config: it goes, and is never used again.
+    let _ = std::fs::remove_file(path.with_extension("toml.tmp"));
+    write_private(path, text.as_bytes())
+}
+
+/// `~/.config/agent-relay`, the directory of the bridge's files.
+fn default_dir() -> Option<PathBuf> {
+    dirs::home_dir().map(|home| home.join(".config").join("agent-relay"))
+}
+
+/// Writes `contents` to `path` for its owner alone, replacing it atomically. The bytes go to a
+/// temporary file created new (never one left lying around) with mode 0600 and then renamed over
+/// `path`, so no other user can read them at any moment. A directory made here is 0700, and so is
+/// the bridge's own directory when it exists with looser permissions.
+pub fn write_private(path: &Path, contents: &[u8]) -> Result<(), ConfigError> {
+    use std::os::unix::fs::PermissionsExt;
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(write_err(dir))?;
+    if default_dir().is_some_and(|own| own == dir) {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(write_err(dir))?;
+    }
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let (tmp, mut file) = loop {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{name}.{}.{nanos}.{n}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp) {
+            Ok(file) => break (tmp, file),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(write_err(&tmp)(e)),
+        }
+    };
+    let written = file.write_all(contents).and_then(|()| file.sync_all()).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(write_err(path)(e));
+    }
     Ok(())
 }
 
@@ -83,6 +110,23 @@ mod tests {
         assert_eq!(read(&path).unwrap(), config);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_stale_loose_temporary_file_never_becomes_the_config() {
+        let dir = std::env::temp_dir().join(format!("relay-config-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bridge.toml");
+        let stale = dir.join("bridge.toml.tmp");
+        std::fs::write(&stale, "old").unwrap();
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let config = BridgeConfig { server: "http://x".into(), token: "rlm_secret".into(), ..Default::default() };
+        write(&path, &config).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(!stale.exists(), "the stale file is removed");
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from("bridge.toml")], "no temporary file stays behind");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

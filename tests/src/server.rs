@@ -151,7 +151,7 @@ pub async fn human(url: &str, token: &str, args: &[&str]) -> (bool, String) {
         .arg("human")
         .args(args)
         .env("RELAY_SERVER", url)
-        .env("RELAY_TOKEN", "unused-by-human-commands")
+        .env_remove("RELAY_TOKEN")
         .env("RELAY_HUMAN_TOKEN", token)
         .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
         .output()

@@ -388,10 +388,56 @@ async fn tls_end_to_end_with_a_private_ca() {
     let me = trusted.tool_ok("relay_whoami", json!({})).await;
     assert_eq!(me["structuredContent"]["address"], "acme/laptop/alice");
 
-    // Without the CA the certificate is not trusted, and the tool says the server cannot be reached.
-    let mut untrusted = bridge(&server.url, &token, "bob");
+    // With another CA the certificate is not trusted, and the tool says so, naming the CA it used.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let wrong = dir.path().join("other-ca.crt");
+    std::fs::write(&wrong, other.cert.pem()).unwrap();
+    let spec = BridgeSpec { server: &server.url, token: &token, handle: Some("bob"), channels: false };
+    let mut untrusted = Bridge::start_with_env(spec, &[("RELAY_CA", wrong.as_os_str())]);
     untrusted.initialize("2025-06-18").await;
     let refused = untrusted.tool("relay_whoami", json!({})).await;
     assert_eq!(refused["isError"], true);
-    assert!(text(&refused).contains("cannot be reached"), "{}", text(&refused));
+    let said = text(&refused);
+    assert!(said.contains("the server's certificate was not trusted"), "{said}");
+    assert!(said.contains(&wrong.display().to_string()) && !said.contains("try again shortly"), "{said}");
+    // Without any CA file: checked against the system's roots, and it says that.
+    let mut bare = bridge(&server.url, &token, "carol");
+    bare.initialize("2025-06-18").await;
+    let said = text(&bare.tool("relay_whoami", json!({})).await);
+    assert!(said.contains("not trusted") && said.contains("system's root certificates"), "{said}");
+}
+
+#[tokio::test]
+async fn two_bridges_of_one_agent_keep_their_own_session_files_until_they_exit() {
+    let w = world().await;
+    let runtime = tempfile::tempdir().unwrap();
+    let start = |handle: &'static str| {
+        let spec = BridgeSpec { server: &w.server.url, token: &w.laptop, handle: Some(handle), channels: false };
+        Bridge::start_with_env(spec, &[("XDG_RUNTIME_DIR", runtime.path().as_os_str())])
+    };
+    let (mut alice, mut bob) = (start("alice"), start("bob"));
+    for b in [&mut alice, &mut bob] {
+        b.initialize("2025-06-18").await;
+        b.tool_ok("relay_whoami", json!({})).await;
+    }
+    let dir = runtime.path().join("agent-relay").join("sessions");
+    let files = || -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    };
+    // Both bridges are children of this test process: one file each, named by agent and bridge.
+    let me = std::process::id();
+    let expected = |b: &Bridge| format!("{me}-{}.toml", b.child.id().unwrap());
+    let mut want = vec![expected(&alice), expected(&bob)];
+    want.sort();
+    assert_eq!(files(), want);
+    let held: Vec<String> = want.iter().map(|f| std::fs::read_to_string(dir.join(f)).unwrap()).collect();
+    assert!(held.iter().any(|t| t.contains("acme/laptop/alice")) && held.iter().any(|t| t.contains("acme/laptop/bob")));
+
+    let bob_file = expected(&bob);
+    alice.close();
+    alice.child.wait().await.unwrap();
+    assert_eq!(files(), [bob_file], "a bridge that exits removes its file, and only its own");
 }

@@ -9,63 +9,177 @@ use relay_tests::server::Server;
 use serde_json::Value;
 
 fn bridge_cmd(home: &std::path::Path, args: &[&str]) -> Output {
-    Command::new(bin("agent-bridge"))
+    bridge_cmd_with(home, args, "", &[])
+}
+
+/// Runs the real binary as a user would: in `home`, with `stdin` piped in and only `env` set of
+/// the relay's variables.
+fn bridge_cmd_with(home: &std::path::Path, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(bin("agent-bridge"))
         .args(args)
         .current_dir(home)
         .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
         .env_remove("RELAY_CONFIG")
         .env_remove("RELAY_SERVER")
         .env_remove("RELAY_TOKEN")
-        .output()
-        .unwrap()
+        .env_remove("RELAY_HUMAN_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn said(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
 }
 
 #[tokio::test]
-async fn login_checks_the_token_and_writes_a_private_config() {
+async fn login_reads_the_token_from_stdin_and_writes_a_private_config() {
     let db = TestDb::new().await;
     let server = Server::start(&db).await;
     let token = server.machine("acme", "laptop");
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join(".config/agent-relay/bridge.toml");
+    let (url, dir) = (server.url.clone(), home.path().to_path_buf());
 
-    let server_url = server.url.clone();
-    let home_path = home.path().to_path_buf();
-    let bad = tokio::task::spawn_blocking(move || {
-        bridge_cmd(
-            &home_path,
-            &[
-                "login",
-                "--server",
-                &server_url,
-                "--token",
-                "rlm_0000000000000000000000000000000000000000000000000000000000000000",
-            ],
-        )
+    let bad = blocking(move || {
+        let wrong = "rlm_0000000000000000000000000000000000000000000000000000000000000000\n";
+        bridge_cmd_with(&dir, &["login", "--server", &url], wrong, &[])
     })
-    .await
-    .unwrap();
+    .await;
     assert!(!bad.status.success());
-    assert!(
-        String::from_utf8_lossy(&bad.stderr).contains("refused the token"),
-        "{}",
-        String::from_utf8_lossy(&bad.stderr)
-    );
+    assert!(said(&bad).contains("refused the token"), "{}", said(&bad));
     assert!(!config.exists(), "a refused token is not stored");
 
-    let (server_url, home_path, t) = (server.url.clone(), home.path().to_path_buf(), token.clone());
-    let ok =
-        tokio::task::spawn_blocking(move || bridge_cmd(&home_path, &["login", "--server", &server_url, "--token", &t]))
-            .await
-            .unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
-    assert!(String::from_utf8_lossy(&ok.stderr).contains("acme/laptop"));
+    // A stale temporary file with loose permissions, as an earlier version could leave behind.
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    let stale = config.with_extension("toml.tmp");
+    std::fs::write(&stale, "stale").unwrap();
+    std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(config.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let (url, dir, t) = (server.url.clone(), home.path().to_path_buf(), token.clone());
+    let ok = blocking(move || bridge_cmd_with(&dir, &["login", "--server", &url], &format!("{t}\n"), &[])).await;
+    assert!(ok.status.success(), "{}", said(&ok));
+    assert!(said(&ok).contains("acme/laptop"));
     let text = std::fs::read_to_string(&config).unwrap();
     assert!(text.contains(&token) && text.contains(&server.url), "{text}");
     assert_eq!(std::fs::metadata(&config).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(config.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
+    assert!(!stale.exists(), "the stale file is gone");
     assert!(ok.stdout.is_empty(), "login prints nothing on stdout");
 
-    let unreachable = bridge_cmd(home.path(), &["login", "--server", "http://127.0.0.1:1", "--token", &token]);
+    // From the environment works too; a token in argv still works, with a warning.
+    let (url, dir, t) = (server.url.clone(), home.path().to_path_buf(), token.clone());
+    let from_env =
+        blocking(move || bridge_cmd_with(&dir, &["login", "--server", &url], "", &[("RELAY_TOKEN", &t)])).await;
+    assert!(from_env.status.success(), "{}", said(&from_env));
+    let (url, dir, t) = (server.url.clone(), home.path().to_path_buf(), token.clone());
+    let argv = blocking(move || bridge_cmd(&dir, &["login", "--server", &url, "--token", &t])).await;
+    assert!(argv.status.success() && said(&argv).contains("visible to every user"), "{}", said(&argv));
+
+    let (dir, t) = (home.path().to_path_buf(), token.clone());
+    let unreachable =
+        blocking(move || bridge_cmd_with(&dir, &["login", "--server", "http://127.0.0.1:1"], &t, &[])).await;
     assert!(!unreachable.status.success());
+    let empty = blocking({
+        let (url, dir) = (server.url.clone(), home.path().to_path_buf());
+        move || bridge_cmd_with(&dir, &["login", "--server", &url], "", &[])
+    })
+    .await;
+    assert!(!empty.status.success() && said(&empty).contains("no machine token"), "{}", said(&empty));
+}
+
+#[tokio::test]
+async fn a_person_needs_no_machine_token() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    server.admin_ok(&["account", "create", "acme"]);
+    let human = server.admin_ok(&["human", "add", "acme"]);
+    let home = tempfile::tempdir().unwrap();
+
+    // Only the server and the human token, from the environment.
+    let (url, dir, h) = (server.url.clone(), home.path().to_path_buf(), human.clone());
+    let listed = blocking(move || {
+        bridge_cmd_with(&dir, &["human", "contact", "list"], "", &[("RELAY_SERVER", &url), ("RELAY_HUMAN_TOKEN", &h)])
+    })
+    .await;
+    assert!(listed.status.success(), "{}", said(&listed));
+    assert!(said(&listed).contains("no contacts"), "an empty list says so: {}", said(&listed));
+
+    // human login on a computer with no machine login: the token from stdin, kept in its own file.
+    let (url, dir, h) = (server.url.clone(), home.path().to_path_buf(), human.clone());
+    let login =
+        blocking(move || bridge_cmd_with(&dir, &["human", "login", "--server", &url], &format!("{h}\n"), &[])).await;
+    assert!(login.status.success(), "{}", said(&login));
+    assert!(said(&login).contains("logged in"), "{}", said(&login));
+    let file = home.path().join(".config/agent-relay/human.toml");
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert!(!home.path().join(".config/agent-relay/bridge.toml").exists(), "no machine config is made");
+
+    let dir = home.path().to_path_buf();
+    let held = blocking(move || bridge_cmd(&dir, &["human", "holds"])).await;
+    assert!(held.status.success(), "{}", said(&held));
+    assert!(said(&held).contains("no held messages"), "{}", said(&held));
+    let dir = home.path().to_path_buf();
+    let asked = blocking(move || bridge_cmd(&dir, &["human", "contact", "request", "globex"])).await;
+    assert!(!asked.status.success() && said(&asked).contains("globex"), "{}", said(&asked));
+    server.admin_ok(&["account", "create", "globex"]);
+    let dir = home.path().to_path_buf();
+    let asked = blocking(move || bridge_cmd(&dir, &["human", "contact", "request", "globex"])).await;
+    assert!(asked.status.success(), "{}", said(&asked));
+    assert!(said(&asked).contains("asked globex for a contact"), "a success says so: {}", said(&asked));
+
+    let dir = home.path().to_path_buf();
+    let nothing = blocking(move || bridge_cmd(&dir, &["human", "inbox"])).await;
+    assert!(nothing.status.success() && said(&nothing).contains("no unread messages"), "{}", said(&nothing));
+    let gone = tempfile::tempdir().unwrap();
+    let none = bridge_cmd(gone.path(), &["human", "inbox"]);
+    assert!(!none.status.success() && said(&none).contains("RELAY_SERVER"), "{}", said(&none));
+}
+
+/// The bridge binary at another path (a hard link: its own path, one copy on disk).
+fn bridge_at(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("agent-bridge");
+    if std::fs::hard_link(bin("agent-bridge"), &path).is_err() {
+        std::fs::copy(bin("agent-bridge"), &path).unwrap();
+    }
+    path
+}
+
+fn run_install(program: &std::path::Path, home: &std::path::Path, client: &str, path_env: &str) -> Output {
+    let out = Command::new(program)
+        .args(["install", client])
+        .current_dir(home)
+        .env("HOME", home)
+        .env("PATH", path_env)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", said(&out));
+    out
+}
+
+fn stop_hooks(settings: &str) -> Vec<String> {
+    let doc: Value = serde_json::from_str(settings).unwrap();
+    doc["hooks"]["Stop"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["hooks"].as_array().unwrap().iter().map(|h| h["command"].as_str().unwrap().to_owned()))
+        .collect()
 }
 
 #[test]
@@ -74,7 +188,8 @@ fn install_writes_client_configs_idempotently_without_the_token() {
     std::fs::write(home.path().join(".mcp.json"), r#"{"mcpServers":{"other":{"command":"x"}}}"#).unwrap();
     for _ in 0..2 {
         let out = bridge_cmd(home.path(), &["install", "claude"]);
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{}", said(&out));
+        assert!(said(&out).contains("--dangerously-load-development-channels"), "how to turn channels on");
     }
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(home.path().join(".mcp.json")).unwrap()).unwrap();
     assert_eq!(doc["mcpServers"]["other"]["command"], "x", "other servers are kept");
@@ -84,7 +199,7 @@ fn install_writes_client_configs_idempotently_without_the_token() {
     assert!(relay.get("env").is_none(), "no credential in a file that gets committed");
 
     let out = bridge_cmd(home.path(), &["install", "codex"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}", said(&out));
     let codex = std::fs::read_to_string(home.path().join(".codex/config.toml")).unwrap();
     assert!(codex.contains("[mcp_servers.relay]") && codex.contains("\"--harness\", \"codex\""), "{codex}");
     assert!(!codex.contains("rlm_"));
@@ -97,6 +212,61 @@ fn install_writes_client_configs_idempotently_without_the_token() {
 
     let unknown = bridge_cmd(home.path(), &["install", "vim"]);
     assert!(!unknown.status.success());
+}
+
+#[test]
+fn install_keeps_comments_and_key_order_and_follows_a_moved_binary() {
+    let home = tempfile::tempdir().unwrap();
+    // Gemini's settings are JSONC: comments and key order must come back as they were.
+    let gemini = home.path().join(".gemini/settings.json");
+    std::fs::create_dir_all(gemini.parent().unwrap()).unwrap();
+    let commented = "{\n  // my theme\n  \"theme\": \"dark\",\n  /* servers */\n  \"mcpServers\": {\n    \"zeta\": { \"command\": \"z\" },\n    \"alpha\": { \"command\": \"a\" }\n  },\n  \"autoAccept\": false\n}\n";
+    std::fs::write(&gemini, commented).unwrap();
+    // Two installs of the binary, neither on PATH at first.
+    let target = bin("agent-bridge").parent().unwrap().to_path_buf();
+    let places = tempfile::tempdir_in(&target).unwrap();
+    let (first, second) = (bridge_at(&places.path().join("a")), bridge_at(&places.path().join("b")));
+    run_install(&first, home.path(), "gemini", "/usr/bin:/bin");
+    run_install(&first, home.path(), "gemini", "/usr/bin:/bin");
+    let text = std::fs::read_to_string(&gemini).unwrap();
+    assert!(text.contains("// my theme") && text.contains("/* servers */"), "comments kept: {text}");
+    let order = ["\"theme\"", "\"zeta\"", "\"alpha\"", "\"relay\"", "\"autoAccept\""].map(|k| text.find(k).unwrap());
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "key order kept, relay added after the others: {text}");
+    let doc: Value = jsonc(&text);
+    assert_eq!(doc["mcpServers"]["relay"]["command"], first.display().to_string());
+
+    // Claude Code's project files: an install from the first path, then from the second after the binary moved.
+    let out = run_install(&first, home.path(), "claude", "/usr/bin:/bin");
+    assert!(said(&out).contains("only valid on this computer"), "{}", said(&out));
+    run_install(&second, home.path(), "claude", "/usr/bin:/bin");
+    let settings = std::fs::read_to_string(home.path().join(".claude/settings.json")).unwrap();
+    assert_eq!(stop_hooks(&settings), [format!("{} hook stop", second.display())], "one hook, updated: {settings}");
+    // With agent-bridge on PATH, files a project commits name it bare.
+    let path_env = format!("{}:/usr/bin:/bin", second.parent().unwrap().display());
+    run_install(&second, home.path(), "claude", &path_env);
+    let settings = std::fs::read_to_string(home.path().join(".claude/settings.json")).unwrap();
+    assert_eq!(stop_hooks(&settings), ["agent-bridge hook stop"], "{settings}");
+    let mcp: Value = serde_json::from_str(&std::fs::read_to_string(home.path().join(".mcp.json")).unwrap()).unwrap();
+    assert_eq!(mcp["mcpServers"]["relay"]["command"], "agent-bridge");
+
+    // Codex's notify follows a moved binary when it is Relay's, and is left alone when it is not.
+    run_install(&first, home.path(), "codex", "/usr/bin:/bin");
+    run_install(&second, home.path(), "codex", "/usr/bin:/bin");
+    let codex = std::fs::read_to_string(home.path().join(".codex/config.toml")).unwrap();
+    let notify = format!("notify = [\"{}\", \"hook\", \"codex-notify\"]", second.display());
+    assert!(codex.contains(&notify) && !codex.contains(&first.display().to_string()), "{codex}");
+    std::fs::write(home.path().join(".codex/config.toml"), "notify = [\"my-notifier\"]\n").unwrap();
+    let out = run_install(&second, home.path(), "codex", "/usr/bin:/bin");
+    assert!(said(&out).contains("notify program of its own"), "{}", said(&out));
+    let codex = std::fs::read_to_string(home.path().join(".codex/config.toml")).unwrap();
+    assert!(codex.starts_with("notify = [\"my-notifier\"]"), "{codex}");
+}
+
+/// Reads JSON with comments, as the clients do.
+fn jsonc(text: &str) -> Value {
+    let plain: String =
+        text.lines().filter(|l| !l.trim_start().starts_with("//") && !l.trim_start().starts_with("/*")).collect();
+    serde_json::from_str(&plain).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 #[test]

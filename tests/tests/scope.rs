@@ -315,19 +315,22 @@ async fn contacts_are_made_and_dropped_by_the_accounts_humans() {
     let mut gina = Agent::hello(&server.url, &globex_box, "gina").await.unwrap();
 
     let (ok, out) = human(&server.url, &acme_human, &["contact", "request", "globex"]).await;
-    assert!(ok && out.contains("globex\trequested"), "{out}");
+    assert!(ok && out.contains("asked globex for a contact"), "{out}");
     assert_eq!(alice.send(&["globex/box/gina"], "too early").await.unwrap_err().code(), tonic::Code::NotFound);
     let (ok, out) = human(&server.url, &globex_human, &["contact", "list"]).await;
     assert!(ok && out.contains("acme\tpending"), "{out}");
     let (ok, out) = human(&server.url, &globex_human, &["contact", "accept", "acme"]).await;
-    assert!(ok && out.contains("acme\tcontact"), "{out}");
+    assert!(ok && out.contains("contact with acme made"), "{out}");
 
     alice.send(&["globex/box/gina"], "now we can talk").await.unwrap();
     assert_eq!(gina.inbox(5, true).await.unwrap().messages[0].body, "now we can talk");
     let queued = alice.send(&["globex/box/gina"], "queued, never read").await.unwrap();
 
     let (ok, out) = human(&server.url, &globex_human, &["contact", "drop", "acme"]).await;
-    assert!(ok && out.contains("1 undelivered messages withdrawn"), "{out}");
+    assert!(
+        ok && out.contains("contact with acme dropped") && out.contains("1 undelivered messages were withdrawn"),
+        "{out}"
+    );
     assert!(gina.inbox(0, true).await.unwrap().messages.is_empty(), "a withdrawn message is not delivered");
     let tracked = alice.rpc.track(TrackRequest { id: queued.id }).await.unwrap().into_inner();
     assert_eq!(tracked.recipients[0].state(), DeliveryState::Withdrawn);

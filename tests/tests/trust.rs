@@ -107,7 +107,7 @@ async fn private_data_stays_in_the_account_unless_the_contact_allows_it() {
     assert!(w.gina.inbox(0, true).await.unwrap().messages.is_empty());
 
     let (ok, said) = human(&w.server.url, &w.acme_human, &["contact", "private", "globex", "on"]).await;
-    assert!(ok && said.contains("private data allowed"), "{said}");
+    assert!(ok && said.contains("the contact with globex may now carry private data"), "{said}");
     w.alice.tool_ok("relay_send", json!({ "to": "globex/box/gina", "body": "salary sheet", "private": true })).await;
     assert_eq!(w.gina.inbox(5, true).await.unwrap().messages[0].body, "salary sheet");
 }

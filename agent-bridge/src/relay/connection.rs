@@ -1,33 +1,132 @@
-//! Where the server is and how to reach it.
+//! Where the server is, how to reach it, and with which credential: a machine's (for agents) or a
+//! person's (for `agent-bridge human`).
 
+use std::io::{BufRead, IsTerminal};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use relay_proto::bridge_config::{self, BridgeConfig};
+use serde::{Deserialize, Serialize};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error(
-        "no relay server configured: run `agent-bridge login --server URL --token TOKEN`, or set RELAY_SERVER and RELAY_TOKEN"
+        "no relay server configured: run `agent-bridge login --server URL` (it reads the token from stdin), or set RELAY_SERVER and RELAY_TOKEN"
     )]
     NotConfigured,
+    #[error(
+        "no relay server known for human commands: set RELAY_SERVER, or run `agent-bridge human login --server URL`"
+    )]
+    NoHumanServer,
     #[error("invalid server url {url:?}: {reason}")]
     BadUrl { url: String, reason: String },
     #[error("cannot read the CA certificate {path}: {source}")]
     Ca { path: String, source: std::io::Error },
+    #[error("no {what}: {hint}")]
+    NoSecret { what: &'static str, hint: &'static str },
+    #[error("cannot read the {what} from stdin: {source}")]
+    Stdin { what: &'static str, source: std::io::Error },
     #[error(transparent)]
     Config(#[from] bridge_config::ConfigError),
 }
 
-/// Server, credential and trust anchor: from `RELAY_SERVER` + `RELAY_TOKEN` (+ `RELAY_CA`), else the
-/// config file.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+/// Server, machine credential and trust anchor: from `RELAY_SERVER` + `RELAY_TOKEN` (+ `RELAY_CA`),
+/// else the config file.
 pub fn resolve() -> Result<BridgeConfig, ConnectError> {
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     if let (Some(server), Some(token)) = (env("RELAY_SERVER"), env("RELAY_TOKEN")) {
-        return Ok(BridgeConfig { server, token, ca: env("RELAY_CA"), human_token: env("RELAY_HUMAN_TOKEN") });
+        return Ok(BridgeConfig { server, token, ca: env("RELAY_CA"), human_token: None });
     }
     let path = bridge_config::default_path()?;
     bridge_config::read(&path).ok_or(ConnectError::NotConfigured)
+}
+
+/// What `agent-bridge human login` keeps: a person's credential, apart from any machine's.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HumanConfig {
+    pub server: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca: Option<String>,
+    pub token: String,
+}
+
+/// `RELAY_HUMAN_CONFIG`, else `human.toml` beside the bridge config.
+pub fn human_config_path() -> Result<PathBuf, ConnectError> {
+    if let Some(path) = env("RELAY_HUMAN_CONFIG") {
+        return Ok(PathBuf::from(path));
+    }
+    Ok(bridge_config::default_path()?.with_file_name("human.toml"))
+}
+
+pub fn read_human(path: &Path) -> Option<HumanConfig> {
+    toml::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+pub fn write_human(path: &Path, config: &HumanConfig) -> Result<(), ConnectError> {
+    let text = toml::to_string(config).map_err(bridge_config::ConfigError::from)?;
+    Ok(bridge_config::write_private(path, text.as_bytes())?)
+}
+
+/// Where a person's commands go, and the CA to trust: `RELAY_SERVER` (+ `RELAY_CA`), else the file
+/// `human login` wrote, else the machine's bridge config. No machine token is needed.
+pub fn human_server() -> Result<(String, Option<String>), ConnectError> {
+    if let Some(server) = env("RELAY_SERVER") {
+        return Ok((server, env("RELAY_CA")));
+    }
+    if let Some(stored) = read_human(&human_config_path()?) {
+        return Ok((stored.server, stored.ca));
+    }
+    let machine = bridge_config::read(&bridge_config::default_path()?).ok_or(ConnectError::NoHumanServer)?;
+    Ok((machine.server, machine.ca))
+}
+
+/// A person's token: `RELAY_HUMAN_TOKEN`, else the file `human login` wrote (or one an earlier
+/// version kept in the bridge config), else asked for on the terminal.
+pub fn human_token() -> Result<String, ConnectError> {
+    if let Some(token) = env("RELAY_HUMAN_TOKEN") {
+        return Ok(token);
+    }
+    if let Some(stored) = read_human(&human_config_path()?) {
+        return Ok(stored.token);
+    }
+    if let Some(token) = bridge_config::read(&bridge_config::default_path()?).and_then(|c| c.human_token) {
+        return Ok(token);
+    }
+    if std::io::stdin().is_terminal() {
+        return read_secret("human token", "");
+    }
+    Err(ConnectError::NoSecret {
+        what: "human token",
+        hint: "set RELAY_HUMAN_TOKEN, or run `agent-bridge human login` (it reads the token from stdin)",
+    })
+}
+
+/// A token that must not appear in argv: `env` when set, else typed at a prompt that does not echo
+/// it (on a terminal), else the first line of stdin (`… login < token-file`, or a pipe).
+pub fn read_secret(what: &'static str, env_name: &str) -> Result<String, ConnectError> {
+    if let Some(token) = (!env_name.is_empty()).then(|| env(env_name)).flatten() {
+        return Ok(token);
+    }
+    let stdin = std::io::stdin();
+    let line = if stdin.is_terminal() {
+        rpassword::prompt_password(format!("{what}: ")).map_err(|source| ConnectError::Stdin { what, source })?
+    } else {
+        let mut line = String::new();
+        stdin.lock().read_line(&mut line).map_err(|source| ConnectError::Stdin { what, source })?;
+        line
+    };
+    let token = line.trim().to_owned();
+    if token.is_empty() {
+        return Err(ConnectError::NoSecret {
+            what,
+            hint: "give it on stdin (a prompt on a terminal) or in the environment",
+        });
+    }
+    Ok(token)
 }
 
 /// A lazily connecting channel: it dials on first use and redials after a drop by itself.
@@ -51,4 +150,24 @@ pub fn channel(server: &str, ca: Option<&str>) -> Result<Channel, ConnectError> 
         return Err(bad("use http:// or https://".into()));
     }
     Ok(endpoint.connect_lazy())
+}
+
+/// What a failed call says when the cause is the server's certificate: that it was not trusted,
+/// why, and against which CA it was checked. `None` for any other failure.
+pub fn untrusted_certificate(status: &tonic::Status, ca: Option<&str>) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if text.contains("invalid peer certificate") || text.contains("certificate") && text.contains("verif") {
+            let checked = match ca {
+                Some(path) => format!("the CA in {path} and the system's root certificates"),
+                None => "the system's root certificates (no CA file given)".to_owned(),
+            };
+            return Some(format!(
+                "the server's certificate was not trusted ({text}); it was checked against {checked}: pass the CA that signed it with --ca or RELAY_CA"
+            ));
+        }
+        source = err.source();
+    }
+    None
 }

@@ -19,6 +19,9 @@ pub enum RelayError {
     /// The server could not be reached or did not answer in time.
     #[error("the relay server cannot be reached ({0}); try again shortly")]
     Unreachable(String),
+    /// The server's certificate was not trusted: retrying will not help.
+    #[error("{0}")]
+    Untrusted(String),
 }
 
 impl From<Status> for RelayError {
@@ -55,6 +58,8 @@ const CALL_SLACK: Duration = Duration::from_secs(20);
 
 pub struct Relay {
     client: Client,
+    /// The CA file trusted beside the system's roots, named when a certificate is refused.
+    ca: Option<String>,
     machine_token: String,
     claim: Mutex<Claim>,
     session: Mutex<Option<Session>>,
@@ -78,9 +83,10 @@ pub fn authed<T>(message: T, token: &str) -> Request<T> {
 }
 
 impl Relay {
-    pub fn new(channel: Channel, machine_token: String, claim: Claim) -> Self {
+    pub fn new(channel: Channel, ca: Option<String>, machine_token: String, claim: Claim) -> Self {
         Self {
             client: RelayClient::new(channel),
+            ca,
             machine_token,
             claim: Mutex::new(claim),
             session: Mutex::new(None),
@@ -132,7 +138,8 @@ impl Relay {
             spawn_grant: claim.spawn_grant.clone().unwrap_or_default(),
         };
         let reply = with_deadline(Duration::ZERO, self.client.clone().hello(authed(request, &self.machine_token)))
-            .await?
+            .await
+            .map_err(|status| self.error(status))?
             .into_inner();
         let endpoint = reply.endpoint.ok_or_else(|| RelayError::Unreachable("hello without an endpoint".into()))?;
         // A picked handle is kept, so reconnecting claims the same name.
@@ -190,14 +197,24 @@ impl Relay {
         let retry_with = match with_deadline(wait, first).await {
             Ok(response) => return Ok(response.into_inner()),
             Err(status) if status.code() == Code::Unauthenticated => self.renew(&session).await?,
-            Err(status) if retry_lost && matches!(RelayError::from(status.clone()), RelayError::Unreachable(_)) => {
-                tracing::debug!(error = %status.message(), "relay call failed; retrying once");
-                session
-            }
-            Err(status) => return Err(status.into()),
+            Err(status) => match self.error(status) {
+                RelayError::Unreachable(why) if retry_lost => {
+                    tracing::debug!(error = %why, "relay call failed; retrying once");
+                    session
+                }
+                other => return Err(other),
+            },
         };
         let again = call(self.client.clone(), authed(message, &retry_with.token));
-        Ok(with_deadline(wait, again).await?.into_inner())
+        Ok(with_deadline(wait, again).await.map_err(|status| self.error(status))?.into_inner())
+    }
+
+    /// A failed call as the tools word it; a refused certificate says so, and names the CA.
+    pub fn error(&self, status: Status) -> RelayError {
+        match super::connection::untrusted_certificate(&status, self.ca.as_deref()) {
+            Some(why) => RelayError::Untrusted(why),
+            None => status.into(),
+        }
     }
 
     /// Ends the session on the server: the endpoint goes offline and its handle is free.

@@ -283,7 +283,9 @@ impl From<crate::relay::RelayError> for ToolError {
     fn from(err: crate::relay::RelayError) -> Self {
         match err {
             crate::relay::RelayError::Refused(status) => Self::Refused(status.message().to_owned()),
-            unreachable @ crate::relay::RelayError::Unreachable(_) => Self::Unavailable(unreachable.to_string()),
+            other @ (crate::relay::RelayError::Unreachable(_) | crate::relay::RelayError::Untrusted(_)) => {
+                Self::Unavailable(other.to_string())
+            }
         }
     }
 }
