@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::frame;
 use crate::relay::connection;
 use crate::relay::session::authed;
-use crate::spawn;
+use crate::relay::session_file;
 
 /// Most turns read from the end of a transcript.
 const TURNS: usize = 10;
@@ -68,7 +68,7 @@ pub async fn stop() -> anyhow::Result<()> {
     let _ = std::io::stdin().read_to_string(&mut input);
     let event: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
     // Not an agent on the relay: nothing to hold.
-    let Ok(session) = spawn::find_session() else { return Ok(()) };
+    let Ok(session) = session_file::find_session() else { return Ok(()) };
     let channel = connection::channel(&session.server, session.ca.as_deref())?;
     let mut client = RelayClient::new(channel);
     let token = &session.session_token;
@@ -139,7 +139,7 @@ pub async fn codex_notify(payload: Option<String>) -> anyhow::Result<()> {
     if event["type"].as_str() != Some("agent-turn-complete") {
         return Ok(());
     }
-    let Ok(session) = spawn::find_session() else { return Ok(()) };
+    let Ok(session) = session_file::find_session() else { return Ok(()) };
     let channel = connection::channel(&session.server, session.ca.as_deref())?;
     let mut client = RelayClient::new(channel);
     let token = &session.session_token;

@@ -143,7 +143,7 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let channel = relay::connection::channel(&config.server, config.ca.as_deref())?;
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
-    let session_file = spawn::session_path(std::os::unix::process::parent_id());
+    let session_file = relay::session_file::session_path(std::os::unix::process::parent_id());
     let relay = Arc::new(relay::Relay::new(channel, config.ca.clone(), config.token, claim).with_session_file(
         session_file,
         config.server.clone(),

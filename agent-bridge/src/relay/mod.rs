@@ -3,5 +3,6 @@
 pub mod connection;
 pub mod push;
 pub mod session;
+pub mod session_file;
 
 pub use session::{Relay, RelayError};

@@ -146,13 +146,13 @@ impl Relay {
         claim.handle = Some(endpoint.handle.clone());
         tracing::info!(endpoint = %endpoint.address, resumed = reply.resumed, "relay session ready");
         if let Some(spec) = &self.session_file {
-            let file = crate::spawn::SessionFile {
+            let file = super::session_file::SessionFile {
                 server: spec.server.clone(),
                 ca: spec.ca.clone(),
                 session_token: reply.session_token.clone(),
                 address: endpoint.address.clone(),
             };
-            crate::spawn::write_session_at(&spec.path, &file);
+            super::session_file::write_session_at(&spec.path, &file);
         }
         Ok(Session { token: reply.session_token, endpoint })
     }
