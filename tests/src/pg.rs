@@ -23,12 +23,21 @@ struct Cluster {
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
-// Runs as the cluster owner: make the cluster, serve it until stdin closes, then clean up.
+/// Set before the first database is made: the cluster then runs as production does (fsync and
+/// synchronous commit on) and loads pg_stat_statements. Tests leave it off for speed.
+static DURABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process's throwaway cluster durable (see [`DURABLE`]); for benchmarks.
+pub fn durable_cluster() {
+    DURABLE.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+// Runs as the cluster owner: make the cluster, serve it until stdin closes, then clean up. The
+// fourth argument holds the durability settings.
 const WATCHDOG: &str = r#"
-bin="$1"; dir="$2"; port="$3"
+bin="$1"; dir="$2"; port="$3"; durability="$4"
 "$bin/initdb" -D "$dir/data" -A trust -N -U postgres --no-instructions >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
-"$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 -c fsync=off \
-  -c synchronous_commit=off -c full_page_writes=off -c max_connections=400 \
+"$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 $durability -c max_connections=400 \
   -c ssl=on -c ssl_cert_file="$dir/tls/server.crt" -c ssl_key_file="$dir/tls/server.key" >"$dir/postgres.log" 2>&1 &
 pid=$!
 cat >/dev/null
@@ -75,6 +84,13 @@ fn start_cluster() -> Cluster {
         .arg(&bin)
         .arg(&dir)
         .arg(port.to_string())
+        .arg(if DURABLE.load(std::sync::atomic::Ordering::SeqCst) {
+            let statements = bin.join("../lib/pg_stat_statements.so").exists();
+            let preload = if statements { " -c shared_preload_libraries=pg_stat_statements" } else { "" };
+            format!("-c fsync=on -c synchronous_commit=on -c full_page_writes=on{preload}")
+        } else {
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off".to_owned()
+        })
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

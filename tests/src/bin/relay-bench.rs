@@ -1,152 +1,587 @@
-//! Messaging benchmark: one relay-server on a throwaway Postgres (or `DATABASE_URL`), agents on two
-//! machines, and figures for send latency, end-to-end push latency, throughput and server memory.
+//! Relay beside its floor: one relay-server on a throwaway Postgres cluster that is durable like
+//! production (fsync and synchronous commit on), the raw Postgres floor measured in the same run on
+//! the same cluster, and Relay's figures printed beside it as ratios, with the targets.
 //!
-//! usage: relay-bench [MESSAGES] [SENDERS]     (defaults 2000 and 8; at most 100000 messages)
-//! Build with `cargo build --release --workspace` and run `target/release/relay-bench` for real figures.
+//! usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--unread N]
+//!   --fsync-off       a fast, non-durable cluster (figures not comparable to production)
+//!   --seconds N       length of each throughput phase (default 5)
+//!   --rate-seconds N  length of each fixed-rate phase (default 20)
+//!   --idle N,N        idle push streams to hold open (default 1000,10000)
+//!   --unread N        unread messages for the inbox phase (default 100000)
+//! With DATABASE_URL set it uses that database instead. Every phase is bounded in count and time.
+//! Build with `cargo build --release --workspace` and run `target/release/relay-bench`.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use relay_proto::v1::{Push, SendRequest, push};
-use relay_tests::client::Agent;
-use relay_tests::pg::TestDb;
+use relay_proto::v1::{InboxRequest, Push, SendRequest, SubscribeRequest, WhoAmIRequest, push};
+use relay_tests::client::{self, Agent, Client};
+use relay_tests::pg::{self, TestDb};
 use relay_tests::server::Server;
-use tonic::Streaming;
+use tokio::sync::Mutex;
+use tokio_postgres::NoTls;
+use tonic::{Code, Streaming};
 
-/// No phase may run longer than this, whatever the counts.
+/// No single wait of a phase may run longer than this, whatever the counts.
 const PHASE_LIMIT: Duration = Duration::from_secs(120);
+/// Most requests of an open-loop phase in flight at once; beyond it the phase stops offering.
+const MAX_IN_FLIGHT: usize = 20_000;
 
-fn percentiles(label: &str, mut samples: Vec<Duration>) {
-    if samples.is_empty() {
-        println!("{label:<28} no samples");
-        return;
-    }
-    samples.sort();
-    let at = |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize];
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    println!(
-        "{label:<28} n={:<6} p50={:>7.2}ms p95={:>7.2}ms p99={:>7.2}ms max={:>7.2}ms",
-        samples.len(),
-        ms(at(0.50)),
-        ms(at(0.95)),
-        ms(at(0.99)),
-        ms(*samples.last().unwrap())
-    );
+struct Args {
+    durable: bool,
+    seconds: u64,
+    rate_seconds: u64,
+    idle: Vec<usize>,
+    unread: i64,
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
+fn args() -> Args {
+    let mut args = Args { durable: true, seconds: 5, rate_seconds: 20, idle: vec![1000, 10_000], unread: 100_000 };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} takes a value"));
+        match flag.as_str() {
+            "--fsync-off" => args.durable = false,
+            "--seconds" => args.seconds = value().parse::<u64>().expect("--seconds N").clamp(1, 60),
+            "--rate-seconds" => args.rate_seconds = value().parse::<u64>().expect("--rate-seconds N").clamp(1, 120),
+            "--idle" => {
+                args.idle =
+                    value().split(',').map(|n| n.trim().parse::<usize>().expect("--idle N,N").min(20_000)).collect()
+            }
+            "--unread" => args.unread = value().parse::<i64>().expect("--unread N").clamp(0, 1_000_000),
+            other => panic!("unknown argument {other}; see the usage at the top of relay-bench.rs"),
+        }
+    }
+    args
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[derive(Clone, Copy, Default)]
+struct Quantiles {
+    n: usize,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+}
+
+fn quantiles(mut samples: Vec<Duration>) -> Quantiles {
+    if samples.is_empty() {
+        return Quantiles::default();
+    }
+    samples.sort();
+    let at = |p: f64| ms(samples[((samples.len() as f64 - 1.0) * p).round() as usize]);
+    Quantiles { n: samples.len(), p50: at(0.50), p99: at(0.99), p999: at(0.999) }
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
 }
 
-async fn next_message_seq(stream: &mut Streaming<Push>) -> u64 {
+/// One line of the summary: Relay's figure, the floor's, their ratio, and the target.
+struct Row {
+    what: String,
+    relay: String,
+    floor: String,
+    ratio: String,
+    target: String,
+}
+
+fn row(what: &str, relay: String, floor: Option<f64>, relay_value: f64, target: &str) -> Row {
+    let (floor, ratio) = match floor {
+        Some(f) if f > 0.0 => (format!("{f:.2}"), format!("{:.1}x", relay_value / f)),
+        _ => (String::new(), String::new()),
+    };
+    Row { what: what.to_owned(), relay, floor, ratio, target: target.to_owned() }
+}
+
+/// Counters of the database the server writes to.
+struct Stats {
+    client: tokio_postgres::Client,
+    statements: bool,
+}
+
+impl Stats {
+    async fn connect(url: &str) -> Self {
+        let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect for statistics");
+        tokio::spawn(conn);
+        let statements = client.batch_execute("create extension if not exists pg_stat_statements").await.is_ok()
+            && client.query_one("select count(*) from pg_stat_statements", &[]).await.is_ok();
+        Self { client, statements }
+    }
+
+    /// Commits of this database so far, and statements executed (when pg_stat_statements is loaded).
+    async fn counters(&self) -> (i64, i64) {
+        // Statistics are sent by backends at the end of a transaction and read from a snapshot.
+        let _ = self.client.batch_execute("select pg_stat_clear_snapshot()").await;
+        let commits: i64 = self
+            .client
+            .query_one("select xact_commit from pg_stat_database where datname = current_database()", &[])
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        let statements: i64 = if self.statements {
+            self.client
+                .query_one("select coalesce(sum(calls), 0)::bigint from pg_stat_statements", &[])
+                .await
+                .map(|r| r.get(0))
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        (commits, statements)
+    }
+}
+
+async fn db_client(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect to the bench database");
+    tokio::spawn(conn);
+    client
+}
+
+/// The floor: what Postgres itself does on this machine, in this run.
+struct Floor {
+    insert: Quantiles,
+    shaped: Quantiles,
+    commits_per_s: HashMap<usize, f64>,
+}
+
+async fn floor(url: &str, seconds: u64) -> Floor {
+    let c = db_client(url).await;
+    c.batch_execute(
+        "create table if not exists bench_floor (id bigserial primary key, body text not null);
+         create table if not exists bench_head (id bigint primary key, seq bigint not null);
+         create table if not exists bench_msg (id bigserial primary key, body text not null);
+         create table if not exists bench_delivery (recipient bigint, seq bigint, message bigint, primary key (recipient, seq));
+         insert into bench_head values (1, 0) on conflict do nothing;",
+    )
+    .await
+    .expect("floor tables");
+    let serial = |sql: &'static str| {
+        let c = &c;
+        async move {
+            let stmt = c.prepare(sql).await.expect("floor statement");
+            let mut lat = Vec::new();
+            let start = Instant::now();
+            while lat.len() < 1000 && start.elapsed() < Duration::from_secs(seconds * 2) {
+                let t = Instant::now();
+                c.execute(&stmt, &[]).await.expect("floor statement");
+                lat.push(t.elapsed());
+            }
+            quantiles(lat)
+        }
+    };
+    let insert = serial("insert into bench_floor (body) values ('floor probe')").await;
+    // A relay-shaped send in one round trip: the message, the recipient's seq bumped under its row
+    // lock, the delivery, and the notification.
+    let shaped = serial(
+        "with m as (insert into bench_msg (body) values ('shaped') returning id),
+              h as (update bench_head set seq = seq + 1 where id = 1 returning seq),
+              d as (insert into bench_delivery select 1, h.seq, m.id from m, h returning seq)
+         select pg_notify('bench_floor', (select seq from d)::text)",
+    )
+    .await;
+    let mut commits_per_s = HashMap::new();
+    for clients in [1usize, 8, 32] {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let mut tasks = Vec::new();
+        for _ in 0..clients {
+            let url = url.to_owned();
+            tasks.push(tokio::spawn(async move {
+                let c = db_client(&url).await;
+                let stmt = c.prepare("insert into bench_floor (body) values ('floor load')").await.unwrap();
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    c.execute(&stmt, &[]).await.unwrap();
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        commits_per_s.insert(clients, total as f64 / seconds as f64);
+    }
+    Floor { insert, shaped, commits_per_s }
+}
+
+/// Endpoints claimed on one machine, each with its own session.
+async fn agents(url: &str, token: &str, prefix: &str, n: usize) -> Vec<Agent> {
+    let mut out = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(32) {
+        let hellos = chunk.iter().map(|i| {
+            let (url, token, handle) = (url.to_owned(), token.to_owned(), format!("{prefix}{i}"));
+            async move { Agent::hello(&url, &token, &handle).await.expect("hello") }
+        });
+        out.extend(futures_join(hellos).await);
+    }
+    out
+}
+
+async fn futures_join<T: Send + 'static>(
+    futures: impl IntoIterator<Item = impl Future<Output = T> + Send + 'static>,
+) -> Vec<T> {
+    let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+async fn next_message(stream: &mut Streaming<Push>) -> Option<relay_proto::v1::Message> {
     loop {
-        let push = stream.message().await.expect("push stream").expect("push stream open");
-        if let Some(push::Event::Message(m)) = push.event {
-            return m.seq;
+        match stream.message().await {
+            Ok(Some(Push { event: Some(push::Event::Message(m)) })) => return Some(m),
+            Ok(Some(_)) => continue,
+            _ => return None,
         }
     }
+}
+
+fn send_request(to: &str, body: String) -> SendRequest {
+    SendRequest { to: vec![to.to_owned()], body, ..Default::default() }
+}
+
+/// Sends for `seconds` from `senders` tasks, each to its own recipient or all to one; messages per second.
+async fn throughput(senders: &[Client], recipients: &[String], hot: bool, seconds: u64) -> (f64, u64) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for (i, rpc) in senders.iter().enumerate() {
+        let mut rpc = rpc.clone();
+        let to = if hot { recipients[0].clone() } else { recipients[i % recipients.len()].clone() };
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut shed) = (0u64, 0u64);
+            while Instant::now() < deadline {
+                match rpc.send(send_request(&to, format!("throughput {i}/{ok}"))).await {
+                    Ok(_) => ok += 1,
+                    Err(s) if s.code() == Code::ResourceExhausted => shed += 1,
+                    Err(s) => panic!("send failed: {s}"),
+                }
+            }
+            (ok, shed)
+        }));
+    }
+    let (mut ok, mut shed) = (0, 0);
+    for t in tasks {
+        let (o, s) = t.await.unwrap();
+        ok += o;
+        shed += s;
+    }
+    (ok as f64 / seconds as f64, shed)
+}
+
+struct Offered {
+    send: Quantiles,
+    push: Quantiles,
+    shed: u64,
+    offered: u64,
+    pushed: usize,
+}
+
+/// An open loop: `rate` sends a second for `seconds`, spread over sender/recipient pairs whatever
+/// the answers take; send latency, push lag (send start to the recipient's stream) and sheds.
+async fn offered_rate(pairs: &[(Client, String)], streams: Vec<Streaming<Push>>, rate: u64, seconds: u64) -> Offered {
+    let started: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let total = rate * seconds;
+    let lags = Arc::new(Mutex::new(Vec::with_capacity(total as usize)));
+    let mut receivers = Vec::new();
+    for mut stream in streams {
+        let (started, lags) = (started.clone(), lags.clone());
+        receivers.push(tokio::spawn(async move {
+            while let Ok(Some(m)) =
+                tokio::time::timeout(Duration::from_secs(seconds + 30), next_message(&mut stream)).await
+            {
+                let at = Instant::now();
+                if let Some(t0) = started.lock().await.remove(&m.body) {
+                    lags.lock().await.push(at - t0);
+                }
+            }
+        }));
+    }
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let begin = Instant::now();
+    let mut tasks = Vec::with_capacity(total as usize);
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for i in 0..total {
+        tokio::time::sleep_until((begin + interval * i as u32).into()).await;
+        if in_flight.load(std::sync::atomic::Ordering::Relaxed) >= MAX_IN_FLIGHT {
+            break;
+        }
+        let (rpc, to) = &pairs[i as usize % pairs.len()];
+        let (mut rpc, to, started, in_flight) = (rpc.clone(), to.clone(), started.clone(), in_flight.clone());
+        in_flight.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tasks.push(tokio::spawn(async move {
+            let body = format!("rate {i}");
+            let t0 = Instant::now();
+            started.lock().await.insert(body.clone(), t0);
+            let outcome = rpc.send(send_request(&to, body.clone())).await;
+            in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            match outcome {
+                Ok(_) => (Some(t0.elapsed()), false),
+                Err(s) if s.code() == Code::ResourceExhausted => {
+                    started.lock().await.remove(&body);
+                    (None, true)
+                }
+                Err(s) => panic!("send failed: {s}"),
+            }
+        }));
+    }
+    let offered = tasks.len() as u64;
+    let (mut send, mut shed) = (Vec::new(), 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            (Some(lat), _) => send.push(lat),
+            (None, _) => shed += 1,
+        }
+    }
+    // Every accepted send's push, or the limit.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !started.lock().await.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for r in receivers {
+        r.abort();
+    }
+    let lags = std::mem::take(&mut *lags.lock().await);
+    Offered { send: quantiles(send), pushed: lags.len(), push: quantiles(lags), shed, offered }
 }
 
 #[tokio::main]
 async fn main() {
-    let mut args = std::env::args().skip(1);
-    let messages: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000).clamp(1, 100_000);
-    let senders: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(8).clamp(1, 64);
-
+    let args = args();
+    if args.durable {
+        pg::durable_cluster();
+    }
     let db = TestDb::new().await;
-    let server = Server::start(&db).await;
+    let port = relay_tests::free_port();
+    let server = Server::start_with_env(&db, port, &[("RELAY_MAX_UNREAD", "100000000")]).await;
+    let pid = server.pid();
+    let stats = Stats::connect(&db.url).await;
+    let fsync: String = stats.client.query_one("show fsync", &[]).await.map(|r| r.get(0)).unwrap_or_default();
+    let sync: String =
+        stats.client.query_one("show synchronous_commit", &[]).await.map(|r| r.get(0)).unwrap_or_default();
+    println!(
+        "relay-bench: server pid {pid}; postgres fsync={fsync} synchronous_commit={sync}; {} cores",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let mut rows = Vec::new();
+
+    // The floor, on the same cluster, before Relay loads it.
+    let f = floor(&db.url, args.seconds).await;
+    println!(
+        "floor: INSERT+COMMIT p50 {:.2} ms p99 {:.2} ms; relay-shaped send in one round trip p50 {:.2} ms p99 {:.2} ms; \
+         commits/s @1 {:.0} @8 {:.0} @32 {:.0}",
+        f.insert.p50,
+        f.insert.p99,
+        f.shaped.p50,
+        f.shaped.p99,
+        f.commits_per_s[&1],
+        f.commits_per_s[&8],
+        f.commits_per_s[&32]
+    );
+
+    // Serial send and send -> push, with the database work each send costs.
     let laptop = server.machine("bench", "laptop");
     let ci = server.machine("bench", "ci");
     let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
     let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
-    let pid = server.pid();
-    println!("relay-bench: {messages} messages, {senders} concurrent senders, server pid {pid}");
-    println!("server rss at start          {} KiB", rss_kib(pid).unwrap_or(0));
-
-    // 1. Latency: one message at a time, from the send call to the recipient's push stream.
     let mut stream = bob.subscribe(0).await;
-    let serial = messages.min(1000);
-    let (mut send_lat, mut push_lat) = (Vec::with_capacity(serial), Vec::with_capacity(serial));
+    let (mut send_lat, mut push_lat) = (Vec::new(), Vec::new());
+    let before = stats.counters().await;
     let phase = Instant::now();
-    for i in 0..serial {
-        if phase.elapsed() > PHASE_LIMIT {
-            break;
-        }
+    while send_lat.len() < 1000 && phase.elapsed() < Duration::from_secs(args.seconds * 4) {
         let start = Instant::now();
-        alice.send(&["ci/bob"], &format!("latency probe {i}")).await.unwrap();
+        alice.send(&["ci/bob"], &format!("latency probe {}", send_lat.len())).await.unwrap();
         send_lat.push(start.elapsed());
-        next_message_seq(&mut stream).await;
+        tokio::time::timeout(PHASE_LIMIT, next_message(&mut stream)).await.expect("push").expect("push");
         push_lat.push(start.elapsed());
     }
-    percentiles("send (rpc round trip)", send_lat);
-    percentiles("send -> push received", push_lat);
-
-    // 2. Throughput: concurrent senders, all to one recipient, until every push has arrived.
-    let already = serial as u64;
-    let per_sender = messages.div_ceil(senders);
-    let total = (per_sender * senders) as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for s in 0..senders {
-        let mut rpc = alice.rpc.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::with_capacity(per_sender);
-            for i in 0..per_sender {
-                if start.elapsed() > PHASE_LIMIT {
-                    break;
-                }
-                let t = Instant::now();
-                let request =
-                    SendRequest { to: vec!["ci/bob".into()], body: format!("load {s}/{i}"), ..Default::default() };
-                rpc.send(request).await.unwrap();
-                lat.push(t.elapsed());
-            }
-            lat
-        }));
-    }
-    let receiver = tokio::spawn(async move {
-        let mut last = already;
-        while last < already + total {
-            last = match tokio::time::timeout(PHASE_LIMIT, next_message_seq(&mut stream)).await {
-                Ok(seq) => seq,
-                Err(_) => break,
-            };
-        }
-        (last - already, Instant::now())
+    let after = stats.counters().await;
+    let n = send_lat.len() as f64;
+    // The two counter reads are themselves a commit and a statement each.
+    let commits = (after.0 - before.0 - 1) as f64 / n;
+    let statements =
+        if stats.statements { format!("{:.1}", (after.1 - before.1 - 2) as f64 / n) } else { "n/a".into() };
+    let (send, push) = (quantiles(send_lat), quantiles(push_lat));
+    rows.push(row("serial send p50 (ms)", format!("{:.2}", send.p50), Some(f.insert.p50), send.p50, "<= 1.0"));
+    rows.push(row("serial send p99 (ms)", format!("{:.2}", send.p99), Some(f.insert.p99), send.p99, ""));
+    rows.push(row("send -> push p50 (ms)", format!("{:.2}", push.p50), Some(f.shaped.p50), push.p50, "<= 1.5"));
+    rows.push(row("send -> push p99 (ms)", format!("{:.2}", push.p99), Some(f.shaped.p99), push.p99, ""));
+    rows.push(Row {
+        what: "per send: commits / statements".into(),
+        relay: format!("{commits:.1} / {statements}"),
+        floor: "1 / 1".into(),
+        ratio: String::new(),
+        target: "1 round trip".into(),
     });
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let sent_done = start.elapsed();
-    let (received, done_at) = receiver.await.unwrap();
-    let all_done = done_at.duration_since(start);
-    percentiles("send under load", lat);
-    println!(
-        "throughput                   sent {total} in {:.2}s ({:.0}/s); all pushed in {:.2}s ({:.0}/s); received {received}",
-        sent_done.as_secs_f64(),
-        total as f64 / sent_done.as_secs_f64(),
-        all_done.as_secs_f64(),
-        received as f64 / all_done.as_secs_f64()
-    );
-    println!("server rss at end            {} KiB", rss_kib(pid).unwrap_or(0));
+    drop(stream);
 
-    // 3. Catch-up: an offline inbox drained through the inbox call.
-    let start = Instant::now();
-    let mut drained = 0usize;
-    loop {
-        let batch = bob.inbox(0, true).await.unwrap();
-        drained += batch.messages.len();
-        if batch.remaining == 0 || batch.messages.is_empty() {
-            break;
+    // Throughput at 1, 8 and 32 senders: to distinct recipients, and all into one inbox.
+    let senders: Vec<Client> = agents(&server.url, &laptop, "s", 32).await.into_iter().map(|a| a.rpc).collect();
+    let recipients: Vec<String> = agents(&server.url, &ci, "r", 32).await.into_iter().map(|a| a.address).collect();
+    for n in [1usize, 8, 32] {
+        for hot in [false, true] {
+            let (rate, shed) = throughput(&senders[..n], &recipients, hot, args.seconds).await;
+            let what = format!("throughput @{n} {} (msg/s)", if hot { "one inbox" } else { "distinct" });
+            let target = if n == 32 && !hot { ">= 10000" } else { "" };
+            let floor = f.commits_per_s.get(&n).copied();
+            let mut r = row(
+                &what,
+                format!("{rate:.0}{}", if shed > 0 { format!(" ({shed} shed)") } else { String::new() }),
+                floor,
+                rate,
+                target,
+            );
+            r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
+            rows.push(r);
         }
     }
+
+    // A fixed offered rate, open loop, over 50 pairs.
+    let pair_senders = agents(&server.url, &laptop, "p", 50).await;
+    let mut pair_recipients = agents(&server.url, &ci, "q", 50).await;
+    for rate in [500u64, 2000] {
+        let mut streams = Vec::new();
+        // Nothing is unread in these inboxes, so each stream carries only this phase's messages.
+        for r in &mut pair_recipients {
+            streams.push(r.subscribe(0).await);
+        }
+        let pairs: Vec<(Client, String)> =
+            pair_senders.iter().zip(&pair_recipients).map(|(s, r)| (s.rpc.clone(), r.address.clone())).collect();
+        let o = offered_rate(&pairs, streams, rate, args.rate_seconds).await;
+        let what = |m: &str| format!("@{rate}/s offered: {m}");
+        let target = if rate == 2000 { "<= 50" } else { "" };
+        rows.push(Row {
+            what: what("send p50/p99/p999 (ms)"),
+            relay: format!("{:.1}/{:.1}/{:.1}", o.send.p50, o.send.p99, o.send.p999),
+            floor: String::new(),
+            ratio: String::new(),
+            target: if rate == 2000 { "p99 <= 50".into() } else { String::new() },
+        });
+        rows.push(Row {
+            what: what("push lag p50/p99/p999 (ms)"),
+            relay: format!("{:.1}/{:.1}/{:.1}", o.push.p50, o.push.p99, o.push.p999),
+            floor: String::new(),
+            ratio: String::new(),
+            target: target.replace("<=", "p99 <="),
+        });
+        rows.push(Row {
+            what: what("accepted / shed / pushed"),
+            relay: format!("{} / {} / {} of {}", o.send.n, o.shed, o.pushed, o.offered),
+            floor: String::new(),
+            ratio: String::new(),
+            target: String::new(),
+        });
+    }
+
+    // Idle push streams: what holding them open costs the database and the server.
+    for &n in &args.idle {
+        let idle = agents(&server.url, &laptop, &format!("idle{n}x"), n).await;
+        let mut channels = Vec::new();
+        for _ in 0..n.div_ceil(100) {
+            channels.push(client::channel(&server.url).await);
+        }
+        let mut streams = Vec::with_capacity(n);
+        for (i, agent) in idle.iter().enumerate() {
+            let mut rpc = client::client(channels[i / 100].clone(), &agent.session_token);
+            streams.push(rpc.subscribe(SubscribeRequest { after_seq: 0 }).await.expect("subscribe").into_inner());
+        }
+        // Each stream is open once its first heartbeat arrived.
+        for s in &mut streams {
+            let _ = tokio::time::timeout(Duration::from_secs(30), s.message()).await;
+        }
+        let window = Duration::from_secs(15);
+        let before = stats.counters().await;
+        tokio::time::sleep(window).await;
+        let after = stats.counters().await;
+        let per_s = (after.0 - before.0 - 1) as f64 / window.as_secs_f64();
+        rows.push(row(&format!("{n} idle streams: commits/s"), format!("{per_s:.1}"), None, per_s, "<= 5"));
+        rows.push(row(
+            &format!("{n} idle streams: server RSS (MiB)"),
+            format!("{:.0}", rss_mib(pid)),
+            None,
+            0.0,
+            "<= 300 @10000",
+        ));
+        drop(streams);
+        drop(channels);
+    }
+
+    // Inbox and whoami with nothing unread, then with many unread.
+    let mut reader = Agent::hello(&server.url, &ci, "reader").await.unwrap();
+    let timed = |rpc: Client| async move {
+        let (mut inbox, mut whoami) = (Vec::new(), Vec::new());
+        for _ in 0..200 {
+            let mut r = rpc.clone();
+            let t = Instant::now();
+            r.inbox(InboxRequest { wait_s: 0, ack: false, limit: 0 }).await.expect("inbox");
+            inbox.push(t.elapsed());
+            let t = Instant::now();
+            r.who_am_i(WhoAmIRequest {}).await.expect("whoami");
+            whoami.push(t.elapsed());
+        }
+        (quantiles(inbox), quantiles(whoami))
+    };
+    let (inbox_empty, whoami_empty) = timed(reader.rpc.clone()).await;
+    seed_unread(&db.url, &reader.address, args.unread).await;
+    let unread = reader.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread;
+    let (inbox_full, whoami_full) = timed(reader.rpc.clone()).await;
+    rows.push(row(
+        &format!("inbox p50 (ms), {unread} unread"),
+        format!("{:.2}", inbox_full.p50),
+        Some(inbox_empty.p50),
+        inbox_full.p50,
+        "<= 1.5x empty",
+    ));
+    rows.push(row(
+        &format!("whoami p50 (ms), {unread} unread"),
+        format!("{:.2}", whoami_full.p50),
+        Some(whoami_empty.p50),
+        whoami_full.p50,
+        "<= 1.5x empty",
+    ));
+
+    println!();
+    println!("{:<40} {:>22} {:>12} {:>8}  target", "", "relay", "floor", "ratio");
+    for r in rows {
+        println!("{:<40} {:>22} {:>12} {:>8}  {}", r.what, r.relay, r.floor, r.ratio, r.target);
+    }
     println!(
-        "inbox drain (batches of 50)  {drained} messages in {:.2}s ({:.0}/s)",
-        start.elapsed().as_secs_f64(),
-        drained as f64 / start.elapsed().as_secs_f64()
+        "\n(the floor of a latency row is the same-run INSERT+COMMIT or relay-shaped statement; of inbox/whoami, the empty inbox)"
     );
+    println!("server rss at end: {:.0} MiB", rss_mib(pid));
+}
+
+/// Puts `n` unread messages in `address`'s inbox straight through SQL (sending them would take the
+/// length of the benchmark). Follows the schema of deliveries: seqs above the inbox head.
+async fn seed_unread(url: &str, address: &str, n: i64) {
+    if n == 0 {
+        return;
+    }
+    let c = db_client(url).await;
+    let id: i64 =
+        c.query_one("select id from endpoint_addresses where address = $1", &[&address]).await.unwrap().get(0);
+    c.batch_execute(&format!(
+        "begin;
+         insert into messages (id, sender_id, thread, kind, body)
+           select 'seed' || g, {id}, 'seed' || g, 1, 'seeded unread message' from generate_series(1, {n}) g;
+         insert into deliveries (recipient_id, seq, message_id)
+           select {id}, e.head_seq + g, 'seed' || g from endpoints e, generate_series(1, {n}) g where e.id = {id};
+         update endpoints set head_seq = head_seq + {n} where id = {id};
+         commit;"
+    ))
+    .await
+    .expect("seed unread messages");
 }
