@@ -46,10 +46,15 @@ enum Command {
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
-    /// Operator commands straight against the database.
+    /// Operator commands straight against the database: --database-url/DATABASE_URL, else the
+    /// database of the running dev server under --data-dir/RELAY_DATA_DIR (default: dev's own).
     Admin {
         #[command(flatten)]
         db: DbArgs,
+        /// The data dir of a running `relay-server dev` whose database to use when no database URL is
+        /// given; by default the one `dev` uses.
+        #[arg(long, env = "RELAY_DATA_DIR", global = true)]
+        data_dir: Option<PathBuf>,
         #[command(subcommand)]
         command: AdminArgs,
     },
@@ -206,9 +211,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             })
             .await
         }
-        Command::Admin { db, command } => {
+        Command::Admin { db, data_dir, command } => {
             init_logging("warn");
-            let store = serve::open_store(db.config()?).await?;
+            let store = match &db.database_url {
+                Some(_) => serve::open_store(db.config()?).await?,
+                None => {
+                    let config = dev::running_database(data_dir, db.db_pool_size)?;
+                    serve::open_store(config).await.context("cannot use the dev server's database")?
+                }
+            };
             admin::run(&store, command.into()).await
         }
     }
