@@ -3,7 +3,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
 use relay_server::serve::{self, ListenOptions};
@@ -225,9 +226,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// Whether the command line itself carries a database password (`--database-url`, not the
+/// `DATABASE_URL` it falls back to): every user of the machine can read it with `ps`.
+fn password_in_argv(matches: &clap::ArgMatches) -> bool {
+    let Some((_, command)) = matches.subcommand() else { return false };
+    let Ok(Some(url)) = command.try_get_one::<String>("database_url") else { return false };
+    command.value_source("database_url") == Some(ValueSource::CommandLine) && DbConfig::has_password(url)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    let matches = Cli::command().get_matches();
+    if password_in_argv(&matches) {
+        eprintln!(
+            "relay-server: warning: the password in --database-url is visible to every user of this machine (ps shows command lines); set DATABASE_URL in the environment instead, e.g. from a file only the server's user can read (a systemd EnvironmentFile)"
+        );
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("relay-server: {err:#}");

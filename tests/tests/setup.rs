@@ -6,6 +6,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use relay_tests::client::Agent;
+use relay_tests::pg::TestDb;
 use relay_tests::server::{terminate, wait_serving};
 use relay_tests::{bin, free_port};
 
@@ -34,11 +35,11 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// A `relay-server dev` process; dropped early (a failed assertion), it is still stopped with
-/// SIGTERM so that it stops its Postgres too.
-struct Dev(Child);
+/// A `relay-server` process (dev or serve); dropped early (a failed assertion), it is still stopped with
+/// SIGTERM, so that dev stops its Postgres too.
+struct Running(Child);
 
-impl Drop for Dev {
+impl Drop for Running {
     fn drop(&mut self) {
         if let Ok(Some(_)) = self.0.try_wait() {
             return;
@@ -101,7 +102,7 @@ async fn admin_finds_the_dev_servers_database_by_its_data_dir() {
         .stderr(std::fs::File::create(&dirs.log).unwrap())
         .spawn()
         .unwrap();
-    let mut dev = Dev(dev);
+    let mut dev = Running(dev);
     wait_serving(&url).await;
 
     // It says how a second machine joins: the admin command for here, the login for there.
@@ -138,4 +139,61 @@ async fn admin_finds_the_dev_servers_database_by_its_data_dir() {
             && said.contains(&format!("`relay-server dev --data-dir {data}`")),
         "{said}"
     );
+}
+/// A database URL for the test database with a password in it, and that password. The harness's
+/// cluster trusts local connections, so any password is accepted.
+fn url_with_password(db: &TestDb) -> (String, String) {
+    let config: tokio_postgres::Config = db.url.parse().unwrap();
+    if let Some(password) = config.get_password() {
+        return (db.url.clone(), String::from_utf8_lossy(password).into_owned());
+    }
+    let password = "pw-on-the-command-line-7f3a".to_owned();
+    let url = if db.url.starts_with("postgres://") || db.url.starts_with("postgresql://") {
+        let sep = if db.url.contains('?') { '&' } else { '?' };
+        format!("{}{sep}password={password}", db.url)
+    } else {
+        format!("{} password={password}", db.url)
+    };
+    (url, password)
+}
+
+const ARGV_WARNING: &str = "the password in --database-url is visible to every user of this machine";
+
+#[tokio::test]
+async fn a_password_on_the_command_line_draws_a_warning_that_does_not_repeat_it() {
+    let db = TestDb::new().await;
+    let (url, password) = url_with_password(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let port = free_port();
+    let server = Command::new(bin("relay-server"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--database-url", &url])
+        .env_remove("DATABASE_URL")
+        .env("RELAY_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut server = Running(server);
+    wait_serving(&format!("http://127.0.0.1:{port}")).await;
+    assert!(terminate(&mut server.0).await.success());
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(said.matches(ARGV_WARNING).count(), 1, "warned once: {said}");
+    assert!(said.contains("DATABASE_URL") && !said.contains(&password), "{said}");
+
+    // admin takes --database-url too, and warns the same way.
+    let admin = relay_server(&["admin", "--database-url", &url, "account", "create", "acme"], &[]).await;
+    assert!(admin.status.success(), "{}", stderr(&admin));
+    let said = stderr(&admin);
+    assert!(said.contains(ARGV_WARNING) && !said.contains(&password), "{said}");
+
+    // The same URL from the environment is not on the command line: no warning.
+    let quiet = Command::new(bin("relay-server"))
+        .args(["admin", "account", "create", "initech"])
+        .env("DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(quiet.status.success(), "{}", stderr(&quiet));
+    assert!(!stderr(&quiet).contains(ARGV_WARNING), "{}", stderr(&quiet));
 }
