@@ -3,7 +3,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
 use relay_server::serve::{self, ListenOptions};
@@ -46,10 +47,15 @@ enum Command {
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
-    /// Operator commands straight against the database.
+    /// Operator commands straight against the database: --database-url/DATABASE_URL, else the
+    /// database of the running dev server under --data-dir/RELAY_DATA_DIR (default: dev's own).
     Admin {
         #[command(flatten)]
         db: DbArgs,
+        /// The data dir of a running `relay-server dev` whose database to use when no database URL is
+        /// given; by default the one `dev` uses.
+        #[arg(long, env = "RELAY_DATA_DIR", global = true)]
+        data_dir: Option<PathBuf>,
         #[command(subcommand)]
         command: AdminArgs,
     },
@@ -206,17 +212,38 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             })
             .await
         }
-        Command::Admin { db, command } => {
+        Command::Admin { db, data_dir, command } => {
             init_logging("warn");
-            let store = serve::open_store(db.config()?).await?;
+            let store = match &db.database_url {
+                Some(_) => serve::open_store(db.config()?).await?,
+                None => {
+                    let config = dev::running_database(data_dir, db.db_pool_size)?;
+                    serve::open_store(config).await.context("cannot use the dev server's database")?
+                }
+            };
             admin::run(&store, command.into()).await
         }
     }
 }
 
+/// Whether the command line itself carries a database password (`--database-url`, not the
+/// `DATABASE_URL` it falls back to): every user of the machine can read it with `ps`.
+fn password_in_argv(matches: &clap::ArgMatches) -> bool {
+    let Some((_, command)) = matches.subcommand() else { return false };
+    let Ok(Some(url)) = command.try_get_one::<String>("database_url") else { return false };
+    command.value_source("database_url") == Some(ValueSource::CommandLine) && DbConfig::has_password(url)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    let matches = Cli::command().get_matches();
+    if password_in_argv(&matches) {
+        eprintln!(
+            "relay-server: warning: the password in --database-url is visible to every user of this machine (ps shows command lines); set DATABASE_URL in the environment instead, e.g. from a file only the server's user can read (a systemd EnvironmentFile)"
+        );
+    }
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("relay-server: {err:#}");

@@ -57,15 +57,37 @@ impl ListenOptions {
 
     /// The URL a bridge on this machine uses to reach the server.
     pub fn local_url(&self) -> String {
-        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
-        let host = if self.listen.ip().is_unspecified() {
-            if self.listen.is_ipv4() { "127.0.0.1".to_owned() } else { "[::1]".to_owned() }
-        } else if self.listen.is_ipv6() {
-            format!("[{}]", self.listen.ip())
+        self.local_url_of(self.listen)
+    }
+
+    /// The URL a bridge on this machine uses to reach the server bound at `addr`.
+    pub fn local_url_of(&self, addr: SocketAddr) -> String {
+        let host = if addr.ip().is_unspecified() {
+            if addr.is_ipv4() { "127.0.0.1".to_owned() } else { "[::1]".to_owned() }
         } else {
-            self.listen.ip().to_string()
+            Self::host_of(addr)
         };
-        format!("{scheme}://{host}:{}", self.listen.port())
+        self.url(&host, addr.port())
+    }
+
+    /// The URL a bridge on another machine would use for the server bound at `addr`: an address
+    /// bound to every interface is named by this host's name.
+    pub fn remote_url_of(&self, addr: SocketAddr) -> String {
+        let host = if addr.ip().is_unspecified() {
+            gethostname::gethostname().to_string_lossy().into_owned()
+        } else {
+            Self::host_of(addr)
+        };
+        self.url(&host, addr.port())
+    }
+
+    fn host_of(addr: SocketAddr) -> String {
+        if addr.is_ipv6() { format!("[{}]", addr.ip()) } else { addr.ip().to_string() }
+    }
+
+    fn url(&self, host: &str, port: u16) -> String {
+        let scheme = if self.tls_cert.is_some() { "https" } else { "http" };
+        format!("{scheme}://{host}:{port}")
     }
 }
 
@@ -84,6 +106,17 @@ pub async fn serve(
     store: Store,
     options: &ListenOptions,
     shutdown_signal: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    serve_then(store, options, shutdown_signal, |_| {}).await
+}
+
+/// [`serve`], calling `ready` with the bound address once the port is taken, so that what it prints
+/// is true (the real port, even for port 0) and comes only when the server is up.
+pub async fn serve_then(
+    store: Store,
+    options: &ListenOptions,
+    shutdown_signal: impl Future<Output = ()>,
+    ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
     let tls = options.tls()?;
     let shutdown = CancellationToken::new();
@@ -116,6 +149,7 @@ pub async fn serve(
         builder = builder.tls_config(tls).context("invalid tls configuration")?;
     }
     tracing::info!(addr = %local, tls = options.tls_cert.is_some(), "serving relay.v1");
+    ready(local);
 
     let stop = {
         let shutdown = shutdown.clone();
@@ -200,5 +234,13 @@ mod tests {
     fn local_url_reaches_the_listener() {
         assert_eq!(options("0.0.0.0:7447").local_url(), "http://127.0.0.1:7447");
         assert_eq!(options("[::1]:9000").local_url(), "http://[::1]:9000");
+    }
+
+    #[test]
+    fn remote_url_names_this_host_for_every_interface() {
+        let host = gethostname::gethostname().to_string_lossy().into_owned();
+        let any = options("0.0.0.0:7447");
+        assert_eq!(any.remote_url_of("0.0.0.0:7447".parse().unwrap()), format!("http://{host}:7447"));
+        assert_eq!(any.remote_url_of("10.0.0.5:7447".parse().unwrap()), "http://10.0.0.5:7447");
     }
 }

@@ -3,7 +3,8 @@
 
 pub mod postgres;
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -25,7 +26,7 @@ pub struct DevOptions {
 }
 
 /// Root keeps its data where the postgres user can reach it; anyone else under their data dir.
-fn default_data_dir() -> anyhow::Result<PathBuf> {
+pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     if postgres::owner()?.is_some() {
         return Ok(PathBuf::from("/var/lib/agent-relay"));
     }
@@ -33,19 +34,39 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
     Ok(base.join("agent-relay"))
 }
 
+/// A path as one shell word, for commands printed to be copied.
+pub fn shell_word(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    shlex::try_quote(&text).map_or_else(|_| text.clone().into_owned(), |q| q.into_owned())
+}
+
+/// How to reach the database of the dev server under `data_dir` (default: the one `dev` uses), for
+/// `admin` run beside it. It must be running: see [`postgres::running_dev_cluster`].
+pub fn running_database(data_dir: Option<PathBuf>, pool_size: usize) -> anyhow::Result<DbConfig> {
+    let data_dir = match data_dir {
+        Some(dir) => dir,
+        None => default_data_dir()?,
+    };
+    let start = format!("relay-server dev --data-dir {}", shell_word(&data_dir));
+    let pg = postgres::running_dev_cluster(&data_dir, &start)?;
+    Ok(DbConfig { pg, pool_size, tls: crate::store::DbTls::None })
+}
+
 pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     // Fail on a bad listen configuration before starting anything.
     options.listen.tls()?;
     let mut cluster = None;
+    let mut data_dir = None;
     let db = match &options.database_url {
         Some(url) => DbConfig::parse(url, options.pool_size, None)?,
         None => {
-            let data_dir = match options.data_dir.clone() {
+            let dir = match options.data_dir.clone() {
                 Some(dir) => dir,
                 None => default_data_dir()?,
             };
+            data_dir = Some(dir.clone());
             let started = tokio::task::spawn_blocking(move || -> anyhow::Result<postgres::DevCluster> {
-                let mut c = postgres::DevCluster::prepare(&data_dir)?;
+                let mut c = postgres::DevCluster::prepare(&dir)?;
                 c.start()?;
                 Ok(c)
             })
@@ -65,12 +86,11 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     let outcome = async {
         let store = serve::open_store(db).await?.with_max_unread(options.max_unread);
         let config_path = provision(&store, &options.listen).await?;
-        eprintln!(
-            "relay dev server: {}  (account {DEV_ACCOUNT}; bridge config {})",
-            options.listen.local_url(),
-            config_path.display()
-        );
-        serve::serve(store, &options.listen, serve::termination()).await
+        let listen = &options.listen;
+        serve::serve_then(store, listen, serve::termination(), |bound| {
+            eprint!("{}", announcement(listen, bound, &config_path, data_dir.as_deref()));
+        })
+        .await
     }
     .await;
 
@@ -78,6 +98,35 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || cluster.stop()).await?;
     }
     outcome
+}
+
+/// What `dev` prints once it serves: where, and the two commands that add another machine. The
+/// token goes from the first to the second through stdin, never through a command line.
+fn announcement(listen: &ListenOptions, bound: SocketAddr, config: &Path, data_dir: Option<&Path>) -> String {
+    let mut text = format!(
+        "relay dev server: {}  (account {DEV_ACCOUNT}; bridge config {})\n",
+        listen.local_url_of(bound),
+        config.display()
+    );
+    let admin = match data_dir {
+        Some(dir) => format!("relay-server admin --data-dir {} machine add {DEV_ACCOUNT}/OTHER", shell_word(dir)),
+        None => format!("relay-server admin machine add {DEV_ACCOUNT}/OTHER   (with this server's DATABASE_URL)"),
+    };
+    text.push_str(&format!(
+        "to add another machine, run here (it prints the machine's token):\n  {admin}\n\
+         then on that machine (it reads the token from stdin):\n  agent-bridge login --server {}\n",
+        listen.remote_url_of(bound)
+    ));
+    if let Some(cert) = &listen.tls_cert {
+        text.push_str(&format!("  (add --ca with a copy of {} there unless a public CA signed it)\n", cert.display()));
+    }
+    if bound.ip().is_loopback() {
+        text.push_str(&format!(
+            "note: this server listens on loopback only; for other machines give --listen 0.0.0.0:{} with --tls-cert and --tls-key\n",
+            bound.port()
+        ));
+    }
+    text
 }
 
 async fn ensure_database(cluster: &postgres::DevCluster) -> anyhow::Result<()> {
@@ -127,4 +176,33 @@ async fn provision(store: &Store, listen: &ListenOptions) -> anyhow::Result<Path
         bridge_config::write(&path, &config)?;
     }
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listen(addr: &str) -> ListenOptions {
+        ListenOptions { listen: addr.parse().unwrap(), tls_cert: None, tls_key: None, insecure_plaintext: false }
+    }
+
+    #[test]
+    fn the_announcement_says_how_another_machine_joins() {
+        let opts = listen("127.0.0.1:0");
+        let text = announcement(
+            &opts,
+            "127.0.0.1:7447".parse().unwrap(),
+            Path::new("/h/bridge.toml"),
+            Some(Path::new("/var/lib/agent relay")),
+        );
+        assert!(text.starts_with("relay dev server: http://127.0.0.1:7447  (account local;"), "{text}");
+        assert!(
+            text.contains("\n  relay-server admin --data-dir '/var/lib/agent relay' machine add local/OTHER\n"),
+            "{text}"
+        );
+        assert!(text.contains("\n  agent-bridge login --server http://127.0.0.1:7447\n"), "{text}");
+        assert!(text.contains("loopback only"), "{text}");
+        let everywhere = announcement(&opts, "0.0.0.0:7447".parse().unwrap(), Path::new("/b"), Some(Path::new("/d")));
+        assert!(!everywhere.contains("loopback only") && !everywhere.contains("login --server http://0.0.0.0"));
+    }
 }

@@ -199,8 +199,46 @@ impl DevCluster {
 
     /// Connection settings for one database of the cluster, over its Unix socket.
     pub fn pg_config(&self, dbname: &str) -> tokio_postgres::Config {
-        let mut config = tokio_postgres::Config::new();
-        config.host_path(&self.socket_dir).port(5432).user(DEV_USER).dbname(dbname);
-        config
+        socket_config(&self.socket_dir, dbname)
     }
+}
+
+/// The port the dev cluster runs on: Postgres's default, which only names its socket file, since
+/// the cluster listens on no TCP address.
+const DEV_PORT: u16 = 5432;
+
+fn socket_config(socket_dir: &Path, dbname: &str) -> tokio_postgres::Config {
+    let mut config = tokio_postgres::Config::new();
+    config.host_path(socket_dir).port(DEV_PORT).user(DEV_USER).dbname(dbname);
+    config
+}
+
+/// Why the dev cluster under a data dir cannot be used by a command run beside `relay-server dev`.
+#[derive(Debug, thiserror::Error)]
+pub enum DevClusterError {
+    #[error("no dev database under {dir}: start one with `{start}`, or give --database-url/DATABASE_URL")]
+    Missing { dir: String, start: String },
+    #[error("the dev database under {dir} is not running: start it with `{start}` and run this while it serves")]
+    NotRunning { dir: String, start: String },
+    #[error("cannot look into {dir} ({source}): run this as the user that runs `relay-server dev`, or as root")]
+    Unreadable { dir: String, source: std::io::Error },
+}
+
+/// Connection settings for the relay database of the dev cluster under `data_dir`, which a running
+/// `relay-server dev` keeps up. This never starts the cluster: stopping it again afterwards could
+/// pull it from under a dev server that began reusing it meanwhile. `start` is the command that
+/// starts it, for the error.
+pub fn running_dev_cluster(data_dir: &Path, start: &str) -> Result<tokio_postgres::Config, DevClusterError> {
+    let dir = data_dir.display().to_string();
+    let exists =
+        |path: PathBuf| path.try_exists().map_err(|source| DevClusterError::Unreadable { dir: dir.clone(), source });
+    if !exists(data_dir.join("pg").join("PG_VERSION"))? {
+        return Err(DevClusterError::Missing { dir, start: start.to_owned() });
+    }
+    // Postgres makes its socket file when it starts and removes it when it stops.
+    let socket_dir = data_dir.join("run");
+    if !exists(socket_dir.join(format!(".s.PGSQL.{DEV_PORT}")))? {
+        return Err(DevClusterError::NotRunning { dir, start: start.to_owned() });
+    }
+    Ok(socket_config(&socket_dir, DEV_DATABASE))
 }

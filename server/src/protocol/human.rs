@@ -6,7 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use crate::domain::delivery::Kind;
-use crate::domain::redact::redact;
+use crate::domain::redact::{RedactedText, redact};
 use crate::domain::{Result, limits};
 use crate::push::Hub;
 use crate::store::Store;
@@ -136,7 +136,8 @@ impl Human for HumanService {
     async fn decide_hold(&self, request: Request<DecideHoldRequest>) -> Result<Response<HoldView>, Status> {
         let person = self.person(&request).await?;
         let r = request.get_ref();
-        let view = self.store.decide_hold(&person, &r.id, r.release, &r.reason).await?;
+        let reason = RedactedText::from_agent(&r.reason);
+        let view = self.store.decide_hold(&person, &r.id, r.release, &reason).await?;
         tracing::info!(account = %person.account, hold = %view.id, state = %view.state, "hold decided");
         Ok(Response::new(view))
     }
@@ -155,7 +156,8 @@ impl Human for HumanService {
     async fn approve(&self, request: Request<AnswerPermissionRequest>) -> Result<Response<PermissionDecision>, Status> {
         let person = self.person(&request).await?;
         let r = request.get_ref();
-        Ok(Response::new(self.store.approve(&person, &r.id, &r.decision, &r.reason).await?))
+        let reason = RedactedText::from_agent(&r.reason);
+        Ok(Response::new(self.store.approve(&person, &r.id, &r.decision, &reason).await?))
     }
 
     async fn contact_drop(&self, request: Request<ContactDropRequest>) -> Result<Response<ContactView>, Status> {

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use crate::domain::delivery::{Kind, State};
-use crate::domain::redact::{Redacted, redact};
+use crate::domain::redact::{Counts, RedactedText, redact};
 use crate::domain::schedule::Schedule;
 use crate::domain::scope::{self, Selector};
 use crate::domain::{Error, Result, limits};
@@ -22,6 +22,7 @@ use crate::store::board::{JobEdit, NewJob};
 use crate::store::identity::Caller;
 use crate::store::messages::{Outgoing, Sent};
 use crate::store::scope::RuleChange;
+use crate::store::trust::KeptTurn;
 
 #[derive(Clone)]
 pub struct RelayService {
@@ -69,13 +70,13 @@ impl RelayService {
 }
 
 fn sent_response(sent: Sent) -> SendResponse {
-    sent_response_redacted(sent, &Redacted::default())
+    sent_response_redacted(sent, &Counts::new())
 }
 
 /// A send's answer, telling the sender what was redacted from its body.
-fn sent_response_redacted(sent: Sent, redacted: &Redacted) -> SendResponse {
+fn sent_response_redacted(sent: Sent, redacted: &Counts) -> SendResponse {
     let redactions =
-        redacted.counts.iter().map(|(kind, count)| Redaction { kind: (*kind).to_owned(), count: *count }).collect();
+        redacted.iter().map(|(kind, count)| Redaction { kind: (*kind).to_owned(), count: *count }).collect();
     SendResponse {
         redactions,
         hold: sent.hold.unwrap_or_default(),
@@ -138,17 +139,6 @@ fn approval_wait() -> Duration {
 
 /// Longest text kept of one peeked turn.
 const PEEK_TEXT_BYTES: usize = 4096;
-
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
 
 fn optional(value: &str) -> Option<&str> {
     (!value.is_empty()).then_some(value)
@@ -247,7 +237,7 @@ impl Relay for RelayService {
         }
         let sent = self.store.send(&caller, out).await?;
         tracing::debug!(from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(), duplicate = sent.duplicate, redacted = redacted.total(), "sent");
-        Ok(Response::new(sent_response_redacted(sent, &redacted)))
+        Ok(Response::new(sent_response_redacted(sent, &redacted.counts)))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
@@ -257,7 +247,7 @@ impl Relay for RelayService {
         limits::client_id(&req.client_id)?;
         let redacted = redact(&req.body);
         let sent = self.store.reply(&caller, &req.id, &redacted.text, optional(&req.client_id)).await?;
-        Ok(Response::new(sent_response_redacted(sent, &redacted)))
+        Ok(Response::new(sent_response_redacted(sent, &redacted.counts)))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
@@ -299,15 +289,11 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
         check_profile(req)?;
+        let redacted = |text: &Option<String>| text.as_deref().map(RedactedText::from_agent);
+        let (note, now, title) = (redacted(&req.note), redacted(&req.now), redacted(&req.title));
         let endpoint = self
             .store
-            .update_profile(
-                &caller,
-                req.status.as_deref(),
-                req.note.as_deref(),
-                req.now.as_deref(),
-                req.title.as_deref(),
-            )
+            .update_profile(&caller, req.status.as_deref(), note.as_ref(), now.as_ref(), title.as_ref())
             .await?;
         Ok(Response::new(endpoint))
     }
@@ -425,7 +411,7 @@ impl Relay for RelayService {
     async fn spawn_result(&self, request: Request<SpawnResultRequest>) -> Result<Response<SendResponse>, Status> {
         let grant = bearer(&request)?.to_owned();
         let req = request.get_ref();
-        let sent = self.store.spawn_result(&grant, req.exit_code, &redact(&req.output).text).await?;
+        let sent = self.store.spawn_result(&grant, req.exit_code, &RedactedText::from_agent(&req.output)).await?;
         Ok(Response::new(sent_response(sent)))
     }
 
@@ -433,7 +419,7 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let schedule = schedule(&r.schedule, &r.time_zone)?;
-        let (title, detail) = (redact(&r.title).text, redact(&r.detail).text);
+        let (title, detail) = (RedactedText::from_agent(&r.title), RedactedText::from_agent(&r.detail));
         let new = NewJob {
             title: &title,
             detail: &detail,
@@ -467,10 +453,11 @@ impl Relay for RelayService {
             None => None,
             Some(expr) => Some(schedule(expr, &r.time_zone)?),
         };
-        let (title, detail) = (r.title.as_deref().map(|t| redact(t).text), r.detail.as_deref().map(|d| redact(d).text));
+        let redacted = |text: &Option<String>| text.as_deref().map(RedactedText::from_agent);
+        let (title, detail) = (redacted(&r.title), redacted(&r.detail));
         let edit = JobEdit {
-            title: title.as_deref(),
-            detail: detail.as_deref(),
+            title: title.as_ref(),
+            detail: detail.as_ref(),
             repo: r.repo.as_deref(),
             schedule,
             requires_pr: r.requires_pr,
@@ -482,8 +469,8 @@ impl Relay for RelayService {
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
-        let summary = redact(&r.summary).text;
-        let job = self.store.finish_job(&caller, &r.job_token, &r.pr_url, &summary).await?;
+        let (pr_url, summary) = (RedactedText::from_agent(&r.pr_url), RedactedText::from_agent(&r.summary));
+        let job = self.store.finish_job(&caller, &r.job_token, &pr_url, &summary).await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
         Ok(Response::new(job))
     }
@@ -491,7 +478,8 @@ impl Relay for RelayService {
     async fn close_job(&self, request: Request<CloseJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
-        Ok(Response::new(self.store.close_job(&caller, &r.id, r.accept, &r.note).await?))
+        let note = RedactedText::from_agent(&r.note);
+        Ok(Response::new(self.store.close_job(&caller, &r.id, r.accept, &note).await?))
     }
 
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
@@ -511,12 +499,17 @@ impl Relay for RelayService {
         request: Request<PutPeekTurnsRequest>,
     ) -> Result<Response<PutPeekTurnsResponse>, Status> {
         let caller = self.caller(&request).await?;
-        // Turns are another agent's data to be: redacted like message bodies before they are kept.
+        // Turns are another agent's data to be: redacted like message bodies before they are kept,
+        // and cut only after, so that a cut cannot hide a secret's shape from the redactor.
         let request = request.into_inner();
-        let turns: Vec<PeekTurn> = request
+        let turns: Vec<KeptTurn> = request
             .turns
             .into_iter()
-            .map(|t| PeekTurn { text: redact(&truncate(&t.text, PEEK_TEXT_BYTES)).text, ..t })
+            .map(|t| KeptTurn {
+                text: RedactedText::from_agent(&t.text).truncated(PEEK_TEXT_BYTES),
+                tools: t.tools.iter().map(|tool| RedactedText::from_agent(tool)).collect(),
+                role: RedactedText::from_agent(&t.role),
+            })
             .collect();
         let kept = self.store.put_peek_turns(&caller, &turns, request.append).await?;
         Ok(Response::new(PutPeekTurnsResponse { kept }))
@@ -551,8 +544,8 @@ impl Relay for RelayService {
     ) -> Result<Response<PermissionDecision>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
-        let input = redact(&r.input).text;
-        let id = self.store.request_permission(&caller, &r.job_token, &r.tool, &input).await?;
+        let (tool, input) = (RedactedText::from_agent(&r.tool), RedactedText::from_agent(&r.input));
+        let id = self.store.request_permission(&caller, &r.job_token, &tool, &input).await?;
         tracing::info!(approval = %id, by = %caller.address(), tool = %r.tool, "permission requested");
         // The operator has its time, then the human; unanswered after both, the answer is no.
         let wait = approval_wait();
@@ -586,7 +579,8 @@ impl Relay for RelayService {
     ) -> Result<Response<PermissionDecision>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
-        Ok(Response::new(self.store.answer_permission(&caller, &r.id, &r.decision, &r.reason).await?))
+        let reason = RedactedText::from_agent(&r.reason);
+        Ok(Response::new(self.store.answer_permission(&caller, &r.id, &r.decision, &reason).await?))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {

@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use crate::domain::Result;
+use crate::domain::redact::RedactedText;
 use crate::store::Store;
 use crate::store::identity::MachineIdentity;
 
@@ -44,15 +45,18 @@ impl Worker for WorkerService {
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
         let machine = self.machine(&request).await?;
         let r = request.get_ref();
+        let agent_state = RedactedText::from_agent(&r.agent_state);
         let (in_progress, state) =
-            self.store.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
+            self.store.renew(&machine, &r.job_token, &agent_state, &r.worktree, &r.branch).await?;
         Ok(Response::new(RenewResponse { in_progress, state }))
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
         let machine = self.machine(&request).await?;
         let r = request.get_ref();
-        let job = self.store.release(&machine, &r.job_token, r.exit_code, &r.error).await?;
+        // The worker reports what its agent printed last: redacted like everything agents write.
+        let error = RedactedText::from_agent(&r.error);
+        let job = self.store.release(&machine, &r.job_token, r.exit_code, &error).await?;
         tracing::info!(card = %job.id, state = %job.state, exit_code = r.exit_code, "card agent ended");
         Ok(Response::new(job))
     }

@@ -8,6 +8,7 @@ use super::identity::{Caller, caller_of};
 use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{self, TokenKind};
+use crate::domain::redact::{RedactedText, redact};
 use crate::domain::{Error, Result};
 
 const EXCERPT: usize = 600;
@@ -25,9 +26,10 @@ impl Store {
         &self,
         caller: &Caller,
         job_token: &str,
-        tool: &str,
-        input: &str,
+        tool: &RedactedText,
+        input: &RedactedText,
     ) -> Result<String> {
+        let (tool, input) = (tool.as_str(), input.as_str());
         ids::check_token(TokenKind::JobToken, job_token)?;
         if tool.trim().is_empty() {
             return Err(Error::invalid("a permission request names the tool"));
@@ -94,9 +96,11 @@ impl Store {
         target: Target,
         body: &str,
     ) -> Result<()> {
+        // The question quotes the agent's (redacted) input: redacted again as a whole for storing.
+        let body = redact(body).text;
         let out = Outgoing {
             to: &[],
-            body,
+            body: &body,
             thread: None,
             kind: Kind::Ask,
             client_id: None,
@@ -158,10 +162,11 @@ impl Store {
         account_id: i64,
         id: &str,
         decision: &str,
-        reason: &str,
+        reason: &RedactedText,
         by: &str,
         human: bool,
     ) -> Result<PermissionDecision> {
+        let reason = reason.as_str();
         let state = match (decision.trim(), human) {
             ("allow", _) => "allow",
             ("deny", _) => "deny",
@@ -224,7 +229,7 @@ impl Store {
         caller: &Caller,
         id: &str,
         decision: &str,
-        reason: &str,
+        reason: &RedactedText,
     ) -> Result<PermissionDecision> {
         let client = self.client().await?;
         Self::is_operator(&client, caller).await?;
@@ -233,7 +238,13 @@ impl Store {
     }
 
     /// The human's answer, to a request pending or escalated.
-    pub async fn approve(&self, human: &Human, id: &str, decision: &str, reason: &str) -> Result<PermissionDecision> {
+    pub async fn approve(
+        &self,
+        human: &Human,
+        id: &str,
+        decision: &str,
+        reason: &RedactedText,
+    ) -> Result<PermissionDecision> {
         self.decide_approval(
             human.account_id,
             id,

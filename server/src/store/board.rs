@@ -9,13 +9,14 @@ use super::Store;
 use super::identity::{Caller, MachineIdentity};
 use crate::domain::board::{self, Cause, Column, Event, LEASE_S, MAX_ATTEMPTS, WORKER_FRESH_S};
 use crate::domain::ids::{self, TokenKind};
+use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
 use crate::domain::{Error, Result};
 
 /// A new card post, checked by the caller of [`Store::post_job`].
 pub struct NewJob<'a> {
-    pub title: &'a str,
-    pub detail: &'a str,
+    pub title: &'a RedactedText,
+    pub detail: &'a RedactedText,
     pub repo: &'a str,
     pub schedule: Option<Schedule>,
     pub agent: Option<&'a str>,
@@ -26,8 +27,8 @@ pub struct NewJob<'a> {
 /// What an edit changes; `None` leaves a field alone.
 #[derive(Default)]
 pub struct JobEdit<'a> {
-    pub title: Option<&'a str>,
-    pub detail: Option<&'a str>,
+    pub title: Option<&'a RedactedText>,
+    pub detail: Option<&'a RedactedText>,
     pub repo: Option<&'a str>,
     /// `Some(None)`: the card runs once.
     pub schedule: Option<Option<Schedule>>,
@@ -229,8 +230,9 @@ impl Store {
     // ---- cards -------------------------------------------------------------------------------
 
     pub async fn post_job(&self, caller: &Caller, new: NewJob<'_>) -> Result<JobView> {
-        let title = board::title(new.title)?;
-        board::detail(new.detail)?;
+        let title = board::title(new.title.as_str())?;
+        let detail = new.detail.as_str();
+        board::detail(detail)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let repo = Self::resolve_repo(&tx, caller, new.repo, new.cwd).await?;
@@ -252,7 +254,7 @@ impl Store {
             "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule, time_zone,
                                next_run_at, posted_by)
              values ($1, $2, $3, $4, 'todo', $5, $6, $7, $8, $9, $10, $11, $12)",
-            &[&id, &caller.account_id, &repo, &kind, &title, &new.detail, &agent, &requires_pr, &expr, &zone, &next, &caller.address()],
+            &[&id, &caller.account_id, &repo, &kind, &title, &detail, &agent, &requires_pr, &expr, &zone, &next, &caller.address()],
         )
         .await?;
         let view = job(&tx, caller.account_id, &id).await?;
@@ -313,11 +315,12 @@ impl Store {
         }
         let mut changed = Vec::new();
         if let Some(title) = edit.title {
-            let title = board::title(title)?;
+            let title = board::title(title.as_str())?;
             tx.execute("update jobs set title = $2 where id = $1", &[&id, &title]).await?;
             changed.push("title");
         }
         if let Some(detail) = edit.detail {
+            let detail = detail.as_str();
             board::detail(detail)?;
             tx.execute("update jobs set detail = $2 where id = $1", &[&id, &detail]).await?;
             changed.push("detail");
@@ -367,7 +370,13 @@ impl Store {
     }
 
     /// The card's agent is done: its card moves to Review with the pull request or the summary.
-    pub async fn finish_job(&self, caller: &Caller, token: &str, pr_url: &str, summary: &str) -> Result<JobView> {
+    pub async fn finish_job(
+        &self,
+        caller: &Caller,
+        token: &str,
+        pr_url: &RedactedText,
+        summary: &RedactedText,
+    ) -> Result<JobView> {
         if token.is_empty() {
             return Err(Error::FailedPrecondition(
                 "finish_job is for an agent the board dispatched, and this session has no card".into(),
@@ -390,7 +399,7 @@ impl Store {
         if column != Column::InProgress {
             return Err(Error::FailedPrecondition(format!("the card is in {}, not in progress", column.name())));
         }
-        let (pr, summary) = (pr_url.trim(), summary.trim());
+        let (pr, summary) = (pr_url.as_str().trim(), summary.as_str().trim());
         let pr = if requires_pr {
             if pr.is_empty() {
                 return Err(Error::invalid(
@@ -420,7 +429,7 @@ impl Store {
     }
 
     /// Operator: a card in Review is accepted (Done) or sent back to To do with the note.
-    pub async fn close_job(&self, caller: &Caller, id: &str, accept: bool, note: &str) -> Result<JobView> {
+    pub async fn close_job(&self, caller: &Caller, id: &str, accept: bool, note: &RedactedText) -> Result<JobView> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         Self::is_operator(&tx, caller).await?;
@@ -442,7 +451,7 @@ impl Store {
             Self::notify_board(&tx, caller.account_id, id.trim(), done, Some(caller.endpoint_id), self.max_unread)
                 .await?;
         } else {
-            let note = note.trim();
+            let note = note.as_str().trim();
             if note.is_empty() {
                 return Err(Error::invalid(
                     "sending a card back needs a note: what the next worker must do differently",
@@ -545,7 +554,7 @@ impl Store {
         &self,
         machine: &MachineIdentity,
         token: &str,
-        agent_state: &str,
+        agent_state: &RedactedText,
         worktree: &str,
         branch: &str,
     ) -> Result<(bool, String)> {
@@ -557,7 +566,7 @@ impl Store {
                 "update jobs set lease_until = now() + make_interval(secs => $3), agent_state = nullif($4, ''),
                                  worktree = coalesce(nullif($5, ''), worktree), branch = coalesce(nullif($6, ''), branch)
                  where job_token_hash = $1 and lease_machine = $2 and state = 'in_progress'",
-                &[&ids::token_hash(token), &machine.machine_id, &lease_s(), &agent_state, &worktree, &branch],
+                &[&ids::token_hash(token), &machine.machine_id, &lease_s(), &agent_state.as_str(), &worktree, &branch],
             )
             .await?;
         let state = client
@@ -575,8 +584,9 @@ impl Store {
         machine: &MachineIdentity,
         token: &str,
         exit_code: i32,
-        error: &str,
+        error: &RedactedText,
     ) -> Result<JobView> {
+        let error = error.as_str();
         ids::check_token(TokenKind::JobToken, token)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;

@@ -9,6 +9,7 @@ use super::{Store, is_unique_violation};
 use crate::domain::address::Address;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, check_claimable, validate};
+use crate::domain::redact::RedactedText;
 use crate::domain::{Error, Result, presence};
 
 /// A machine, as authenticated by its machine token.
@@ -536,10 +537,12 @@ impl Store {
         &self,
         caller: &Caller,
         status: Option<&str>,
-        note: Option<&str>,
-        now: Option<&str>,
-        title: Option<&str>,
+        note: Option<&RedactedText>,
+        now: Option<&RedactedText>,
+        title: Option<&RedactedText>,
     ) -> Result<Endpoint> {
+        let (note, now, title) =
+            (note.map(RedactedText::as_str), now.map(RedactedText::as_str), title.map(RedactedText::as_str));
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(

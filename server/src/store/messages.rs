@@ -12,6 +12,7 @@ use super::identity::{Caller, ONLINE};
 use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
+use crate::domain::redact::RedactedText;
 use crate::domain::scope::{Reach, Verdict};
 use crate::domain::{Error, Result, limits, presence};
 use crate::store::scope;
@@ -22,7 +23,7 @@ pub const DELIVERY_CHANNEL: &str = "relay_delivery";
 /// A message to store, already validated by the caller of [`Store::send`].
 pub struct Outgoing<'a> {
     pub to: &'a [String],
-    pub body: &'a str,
+    pub body: &'a RedactedText,
     pub thread: Option<&'a str>,
     pub kind: Kind,
     pub client_id: Option<&'a str>,
@@ -141,7 +142,13 @@ impl Store {
     }
 
     /// Answers a message the caller received: to its sender, in its thread; the original becomes read.
-    pub async fn reply(&self, caller: &Caller, reference: &str, body: &str, client_id: Option<&str>) -> Result<Sent> {
+    pub async fn reply(
+        &self,
+        caller: &Caller,
+        reference: &str,
+        body: &RedactedText,
+        client_id: Option<&str>,
+    ) -> Result<Sent> {
         let reference = MessageRef::parse(reference)?;
         let mut client = self.client().await?;
         if let Some(client_id) = client_id
@@ -412,7 +419,7 @@ impl Store {
                     &out.client_id,
                     &thread,
                     &out.kind.to_db(),
-                    &out.body,
+                    &out.body.as_str(),
                     &reply_to,
                     &out.private,
                     &out.require_reply,

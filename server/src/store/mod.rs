@@ -96,6 +96,17 @@ impl DbConfig {
     }
 }
 
+impl DbConfig {
+    /// Whether a database URL or key=value string carries a password. One that does not parse is
+    /// judged by the redactor's shapes (`user:pass@`, `password=`).
+    pub fn has_password(url: &str) -> bool {
+        match tokio_postgres::Config::from_str(url) {
+            Ok(config) => config.get_password().is_some(),
+            Err(_) => crate::domain::redact::redact(url).total() > 0,
+        }
+    }
+}
+
 /// A handle on the database: a pool of connections with a bounded wait.
 #[derive(Clone)]
 pub struct Store {
@@ -148,5 +159,19 @@ impl Store {
     pub async fn migrate(&self) -> Result<Vec<i32>> {
         let mut client = self.client().await?;
         migrate::run(&mut client).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DbConfig;
+
+    #[test]
+    fn passwords_in_database_urls_are_noticed() {
+        assert!(DbConfig::has_password("postgres://relay:s3cret@db/relay"));
+        assert!(DbConfig::has_password("postgres://db/relay?password=s3cret"));
+        assert!(DbConfig::has_password("host=db user=relay password=s3cret"));
+        assert!(!DbConfig::has_password("postgres://relay@db/relay"));
+        assert!(!DbConfig::has_password("host=/var/run/postgresql user=relay"));
     }
 }

@@ -11,6 +11,7 @@ use crate::domain::address::{Address, BOARD, HUMAN};
 use crate::domain::board::{self, Event, Reader};
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
+use crate::domain::redact::redact;
 
 impl Store {
     /// The account's board sender (`account/me/board`), made on first use on the reserved machine
@@ -93,7 +94,8 @@ impl Store {
                 tracing::warn!(card = %job_id, error = %e, "board notice not sent");
                 continue;
             }
-            let body = board::notice(job_id, &title, event, reader, operator.as_deref());
+            // Redacted again as a whole: the notice quotes agent text, and only redacted text is stored.
+            let body = redact(&board::notice(job_id, &title, event, reader, operator.as_deref())).text;
             let out = Outgoing {
                 to: &[],
                 body: &body,

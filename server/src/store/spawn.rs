@@ -9,6 +9,7 @@ use super::messages::{Outgoing, Sent};
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::MAX_NAME_LEN;
+use crate::domain::redact::{RedactedText, redact};
 use crate::domain::scope::{Dir, Selector};
 use crate::domain::{Error, Result, limits};
 
@@ -83,7 +84,7 @@ impl Store {
 
     /// The worker ended: its report goes to the parent as a message from the child, and the grant
     /// is spent.
-    pub async fn spawn_result(&self, grant: &str, exit_code: i32, output: &str) -> Result<Sent> {
+    pub async fn spawn_result(&self, grant: &str, exit_code: i32, output: &RedactedText) -> Result<Sent> {
         ids::check_token(TokenKind::SpawnGrant, grant)?;
         let client = self.client().await?;
         let row = client
@@ -102,7 +103,7 @@ impl Store {
             client.query_one("select address from endpoint_addresses where id = $1", &[&parent]).await?.get(0);
         drop(client);
 
-        let mut tail = output.to_owned();
+        let mut tail = output.as_str().to_owned();
         let room = limits::MAX_BODY_BYTES - 256;
         if tail.len() > room {
             let mut cut = tail.len() - room;
@@ -112,6 +113,8 @@ impl Store {
             tail = format!("[…]{}", &tail[cut..]);
         }
         let body = format!("worker {} finished with exit code {exit_code}. Its final output:\n{tail}", child.address());
+        // Only redacted text is stored: the report, which quotes the redacted output, as a whole.
+        let body = redact(&body).text;
         let to = [parent_address];
         let out = Outgoing {
             to: &to,

@@ -10,7 +10,16 @@ use super::messages::{Outgoing, Target};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
+use crate::domain::redact::{RedactedText, redact};
 use crate::domain::{Error, Result};
+
+/// One turn of an agent's conversation, kept for peeking.
+pub struct KeptTurn {
+    pub role: RedactedText,
+    pub text: RedactedText,
+    /// Names of the tools the turn used.
+    pub tools: Vec<RedactedText>,
+}
 
 /// Hold classes an account can turn on.
 pub const HOLD_CLASSES: [&str; 2] = ["private-outbound", "contact"];
@@ -178,7 +187,8 @@ impl Store {
     }
 
     /// Releases (delivers) or rejects a held message; its sender hears the outcome from the human.
-    pub async fn decide_hold(&self, human: &Human, id: &str, release: bool, reason: &str) -> Result<HoldView> {
+    pub async fn decide_hold(&self, human: &Human, id: &str, release: bool, reason: &RedactedText) -> Result<HoldView> {
+        let reason = reason.as_str();
         let me = self.human_caller(human).await?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
@@ -217,6 +227,7 @@ impl Store {
                 reason.trim()
             )
         };
+        let body = redact(&body).text;
         let notice = Outgoing {
             to: &[],
             body: &body,
@@ -325,10 +336,15 @@ impl Store {
         Ok(())
     }
 
-    /// Keeps the caller's last turns (already redacted), only while it allows peeking.
-    pub async fn put_peek_turns(&self, caller: &Caller, turns: &[PeekTurn], append: bool) -> Result<bool> {
-        let new: Vec<serde_json::Value> =
-            turns.iter().map(|t| serde_json::json!({ "role": t.role, "text": t.text, "tools": t.tools })).collect();
+    /// Keeps the caller's last turns, only while it allows peeking.
+    pub async fn put_peek_turns(&self, caller: &Caller, turns: &[KeptTurn], append: bool) -> Result<bool> {
+        let new: Vec<serde_json::Value> = turns
+            .iter()
+            .map(|t| {
+                let tools: Vec<&str> = t.tools.iter().map(RedactedText::as_str).collect();
+                serde_json::json!({ "role": t.role.as_str(), "text": t.text.as_str(), "tools": tools })
+            })
+            .collect();
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let mut all = Vec::new();
