@@ -120,7 +120,14 @@ impl Store {
     }
 
     pub async fn approval(&self, account_id: i64, id: &str) -> Result<PermissionDecision> {
-        let client = self.client().await?;
+        Self::approval_on(&self.client().await?, account_id, id).await
+    }
+
+    async fn approval_on(
+        client: &impl deadpool_postgres::GenericClient,
+        account_id: i64,
+        id: &str,
+    ) -> Result<PermissionDecision> {
         let row = client
             .query_opt(
                 "select state, coalesce(reason, ''), coalesce(decided_by, '') from approvals where id = $1 and account_id = $2",
@@ -192,7 +199,7 @@ impl Store {
             )
             .await?;
         let Some(row) = row else {
-            let current = self.approval(account_id, id).await?;
+            let current = Self::approval_on(&tx, account_id, id).await?;
             return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
         };
         let requester: i64 = row.get(0);
@@ -204,8 +211,9 @@ impl Store {
         }
         // Wake the requester's waiting call on whichever replica holds it.
         tx.execute("select pg_notify($1, $2)", &[&DELIVERY_CHANNEL, &format!("{requester}:0")]).await?;
+        let decided = Self::approval_on(&tx, account_id, id).await?;
         tx.commit().await?;
-        self.approval(account_id, id).await
+        Ok(decided)
     }
 
     /// Nobody answered in time: the request is refused for good, so nobody can allow it later.
@@ -219,8 +227,7 @@ impl Store {
                 &[&id, &account_id],
             )
             .await?;
-        drop(client);
-        self.approval(account_id, id).await
+        Self::approval_on(&client, account_id, id).await
     }
 
     /// The operator's answer.

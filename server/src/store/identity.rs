@@ -333,7 +333,7 @@ impl Store {
             if let Some(row) =
                 client.query_opt(&stmt, &[&ids::token_hash(token), &machine.machine_id, &harness, &lease]).await?
             {
-                let endpoint = self.endpoint(row.get(0)).await?;
+                let endpoint = Self::endpoint_on(&client, row.get(0)).await?;
                 return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
             }
         }
@@ -342,7 +342,7 @@ impl Store {
         let hash = ids::token_hash(&token);
         if let Some(grant) = spawn_grant {
             // A spawned worker takes the endpoint reserved for it, whatever handle it asked for.
-            let id = self.granted_endpoint(machine, grant).await?;
+            let id = Self::granted_endpoint(&client, machine, grant).await?;
             // A grant claims its endpoint once; again only when that worker's session is gone.
             let claimed = client
                 .execute(
@@ -357,7 +357,7 @@ impl Store {
             if claimed == 0 {
                 return Err(Error::AlreadyExists("the worker this grant was issued for is connected already".into()));
             }
-            let endpoint = self.endpoint(id).await?;
+            let endpoint = Self::endpoint_on(&client, id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
         let claim = client
@@ -421,7 +421,7 @@ impl Store {
         };
         let id: i64 = claimed.get(0);
         client.execute("delete from peek_turns where endpoint_id = $1", &[&id]).await?;
-        let endpoint = self.endpoint(id).await?;
+        let endpoint = Self::endpoint_on(&client, id).await?;
         Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
     }
 
@@ -464,7 +464,11 @@ impl Store {
     }
 
     pub async fn endpoint(&self, id: i64) -> Result<Endpoint> {
-        let client = self.client().await?;
+        Self::endpoint_on(&self.client().await?, id).await
+    }
+
+    /// An endpoint as everyone sees it, read on a connection the caller already holds.
+    pub(super) async fn endpoint_on(client: &impl deadpool_postgres::GenericClient, id: i64) -> Result<Endpoint> {
         let sql = format!(
             "select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
         );
@@ -553,7 +557,7 @@ impl Store {
             )
             .await?;
         client.execute(&stmt, &[&caller.endpoint_id, &status, &note, &now, &title]).await?;
-        self.endpoint(caller.endpoint_id).await
+        Self::endpoint_on(&client, caller.endpoint_id).await
     }
 
     /// Ids of the accounts that are mutual contacts of `account_id`.

@@ -64,14 +64,18 @@ impl Store {
                 .await?;
             }
         }
+        let endpoint = Self::endpoint_on(&tx, child).await?;
         tx.commit().await?;
-        Ok((self.endpoint(child).await?, grant))
+        Ok((endpoint, grant))
     }
 
     /// The endpoint a spawn grant reserved, on the machine presenting it.
-    pub(super) async fn granted_endpoint(&self, machine: &MachineIdentity, grant: &str) -> Result<i64> {
+    pub(super) async fn granted_endpoint(
+        client: &impl deadpool_postgres::GenericClient,
+        machine: &MachineIdentity,
+        grant: &str,
+    ) -> Result<i64> {
         ids::check_token(TokenKind::SpawnGrant, grant)?;
-        let client = self.client().await?;
         Ok(client
             .query_opt(
                 "select id from endpoints where spawn_grant_hash = $1 and machine_id = $2",

@@ -161,7 +161,14 @@ impl Store {
     }
 
     pub async fn holds(&self, human: &Human, all: bool) -> Result<Vec<HoldView>> {
-        let client = self.client().await?;
+        Self::holds_on(&self.client().await?, human, all).await
+    }
+
+    async fn holds_on(
+        client: &impl deadpool_postgres::GenericClient,
+        human: &Human,
+        all: bool,
+    ) -> Result<Vec<HoldView>> {
         let rows = client
             .query(
                 "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
@@ -239,8 +246,8 @@ impl Store {
         };
         let target = [Target { id: sender_id, address: sender, account_id: human.account_id }];
         Self::store_message(&tx, &me, &target, &notice, None).await?;
+        let view = Self::holds_on(&tx, human, true).await?.into_iter().find(|h| h.id == id.trim());
         tx.commit().await?;
-        let view = self.holds(human, true).await?.into_iter().find(|h| h.id == id.trim());
         view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))
     }
 

@@ -286,6 +286,7 @@ struct Offered {
     send: Quantiles,
     push: Quantiles,
     shed: u64,
+    failed: u64,
     offered: u64,
     pushed: usize,
 }
@@ -330,20 +331,26 @@ async fn offered_rate(pairs: &[(Client, String)], streams: Vec<Streaming<Push>>,
             in_flight.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
             match outcome {
                 Ok(_) => (Some(t0.elapsed()), false),
-                Err(s) if s.code() == Code::ResourceExhausted => {
+                Err(s) => {
                     started.lock().await.remove(&body);
-                    (None, true)
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    if s.code() != Code::ResourceExhausted {
+                        SAID.call_once(|| {
+                            eprintln!("a send failed (counted, not repeated): {} {}", s.code(), s.message())
+                        });
+                    }
+                    (None, s.code() == Code::ResourceExhausted)
                 }
-                Err(s) => panic!("send failed: {s}"),
             }
         }));
     }
     let offered = tasks.len() as u64;
-    let (mut send, mut shed) = (Vec::new(), 0);
+    let (mut send, mut shed, mut failed) = (Vec::new(), 0, 0);
     for t in tasks {
         match t.await.unwrap() {
             (Some(lat), _) => send.push(lat),
-            (None, _) => shed += 1,
+            (None, true) => shed += 1,
+            (None, false) => failed += 1,
         }
     }
     // Every accepted send's push, or the limit.
@@ -355,7 +362,7 @@ async fn offered_rate(pairs: &[(Client, String)], streams: Vec<Streaming<Push>>,
         r.abort();
     }
     let lags = std::mem::take(&mut *lags.lock().await);
-    Offered { send: quantiles(send), pushed: lags.len(), push: quantiles(lags), shed, offered }
+    Offered { send: quantiles(send), pushed: lags.len(), push: quantiles(lags), shed, failed, offered }
 }
 
 #[tokio::main]
@@ -478,8 +485,8 @@ async fn main() {
             target: target.replace("<=", "p99 <="),
         });
         rows.push(Row {
-            what: what("accepted / shed / pushed"),
-            relay: format!("{} / {} / {} of {}", o.send.n, o.shed, o.pushed, o.offered),
+            what: what("accepted/shed/failed/pushed"),
+            relay: format!("{}/{}/{}/{} of {}", o.send.n, o.shed, o.failed, o.pushed, o.offered),
             floor: String::new(),
             ratio: String::new(),
             target: String::new(),
