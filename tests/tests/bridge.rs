@@ -147,8 +147,15 @@ async fn two_bridges_on_two_machines_message_each_other() {
     alice.initialize("2025-06-18").await;
     bob.initialize("2024-11-05").await;
 
-    let listed = alice.tool_ok("relay_list", json!({})).await;
-    let listed_text = text(&listed);
+    // Bob is listed once his bridge has claimed its handle and opened its stream.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let listed_text = loop {
+        let listed = text(&alice.tool_ok("relay_list", json!({})).await);
+        if listed.contains("acme/ci/bob") || tokio::time::Instant::now() > deadline {
+            break listed;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(listed_text.contains("acme/ci/bob") && listed_text.contains("acme/laptop/alice (you)"), "{listed_text}");
 
     let sent = alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "the build on main is red" })).await;

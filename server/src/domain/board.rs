@@ -234,6 +234,61 @@ pub fn notice(id: &str, title: &str, event: Event<'_>, reader: Reader, operator:
     }
 }
 
+/// A repository on the board.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Repo {
+    pub name: String,
+    pub path: String,
+    pub machine: String,
+}
+
+/// A card as the board shows it. Times are RFC 3339 in UTC, empty when unset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Job {
+    pub id: String,
+    pub state: String,
+    pub title: String,
+    pub detail: String,
+    pub repo: Repo,
+    pub agent: String,
+    pub requires_pr: bool,
+    pub schedule: String,
+    pub time_zone: String,
+    pub next_run_at: String,
+    /// The next run in the schedule's zone, as a person reads it.
+    pub next_run_local: String,
+    pub run_count: u32,
+    pub last_run_at: String,
+    pub last_skip_reason: String,
+    pub schedule_id: String,
+    pub posted_by: String,
+    pub posted_at: String,
+    pub edited_by: String,
+    pub edited_at: String,
+    pub attempts: u32,
+    pub last_error: String,
+    pub branch: String,
+    pub worktree: String,
+    pub agent_state: String,
+    pub pr_url: String,
+    pub summary: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub closed_at: String,
+    /// A worker serves the card's machine now.
+    pub dispatcher_running: bool,
+    /// The fields an edit changed.
+    pub changed: Vec<String>,
+}
+
+/// A finished card's worktree for its worker to remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cleanup {
+    pub id: String,
+    pub worktree: String,
+    pub repo_path: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,5 @@
 //! Delivery states of one message to one recipient. They only move forward.
 
-use relay_proto::v1::DeliveryState;
-
 use super::{Error, Result};
 
 /// Stored as a small integer; the order is the lifecycle order.
@@ -32,21 +30,10 @@ impl State {
         self as i16
     }
 
-    pub fn to_proto(self) -> DeliveryState {
-        match self {
-            Self::Queued => DeliveryState::Queued,
-            Self::Pushed => DeliveryState::Pushed,
-            Self::Surfaced => DeliveryState::Surfaced,
-            Self::Read => DeliveryState::Read,
-            Self::Withdrawn => DeliveryState::Withdrawn,
-        }
-    }
-
     /// The states a bridge may confirm: it cannot claim a message was only queued or pushed.
-    pub fn confirmable(state: DeliveryState) -> Result<Self> {
+    pub fn confirmable(state: Option<Self>) -> Result<Self> {
         match state {
-            DeliveryState::Surfaced => Ok(Self::Surfaced),
-            DeliveryState::Read => Ok(Self::Read),
+            Some(state @ (Self::Surfaced | Self::Read)) => Ok(state),
             _ => Err(Error::invalid("a confirmation must say surfaced or read")),
         }
     }
@@ -75,22 +62,11 @@ impl Kind {
         self as i16
     }
 
-    pub fn to_proto(self) -> relay_proto::v1::MessageKind {
-        use relay_proto::v1::MessageKind as P;
-        match self {
-            Self::Message => P::Message,
-            Self::Ask => P::Ask,
-            Self::Reply => P::Reply,
-        }
-    }
-
     /// What a sender may ask for; replies are made by the reply call, which knows what they answer.
-    pub fn for_send(kind: relay_proto::v1::MessageKind) -> Result<Self> {
-        use relay_proto::v1::MessageKind as P;
-        match kind {
-            P::Unspecified | P::Message => Ok(Self::Message),
-            P::Ask => Ok(Self::Ask),
-            P::Reply => Err(Error::invalid("to answer a message use reply with its id")),
+    pub fn for_send(self) -> Result<Self> {
+        match self {
+            Self::Reply => Err(Error::invalid("to answer a message use reply with its id")),
+            other => Ok(other),
         }
     }
 }
@@ -110,9 +86,10 @@ mod tests {
 
     #[test]
     fn bridges_confirm_only_surfaced_or_read() {
-        assert_eq!(State::confirmable(DeliveryState::Surfaced).unwrap(), State::Surfaced);
-        assert_eq!(State::confirmable(DeliveryState::Read).unwrap(), State::Read);
-        assert!(State::confirmable(DeliveryState::Queued).is_err());
-        assert!(State::confirmable(DeliveryState::Unspecified).is_err());
+        assert_eq!(State::confirmable(Some(State::Surfaced)).unwrap(), State::Surfaced);
+        assert_eq!(State::confirmable(Some(State::Read)).unwrap(), State::Read);
+        assert!(State::confirmable(Some(State::Queued)).is_err());
+        assert!(State::confirmable(None).is_err());
+        assert!(Kind::Reply.for_send().is_err() && Kind::Ask.for_send() == Ok(Kind::Ask));
     }
 }

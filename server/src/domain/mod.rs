@@ -1,16 +1,20 @@
-//! Pure rules of the product: names, addresses, limits, ids and delivery states. No I/O here.
+//! Pure rules of the product and the shapes it reports (endpoints, messages, cards, rules, holds):
+//! names, addresses, limits, ids and delivery states. No I/O here, and no wire types.
 
 pub mod address;
 pub mod board;
 pub mod delivery;
+pub mod endpoint;
 pub mod error;
 pub mod ids;
 pub mod limits;
+pub mod message;
 pub mod names;
 pub mod presence;
 pub mod redact;
 pub mod schedule;
 pub mod scope;
+pub mod trust;
 
 pub use error::Error;
 

@@ -339,6 +339,43 @@ pub fn decide(from: &Scoped, to: &Scoped, reach: Reach) -> Verdict {
     Verdict { allowed, reasons }
 }
 
+/// A cap as `show` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapView {
+    pub id: String,
+    pub dir: String,
+    pub selectors: Vec<String>,
+    pub by: String,
+    pub on: String,
+}
+
+/// An endpoint's rules, caps and groups. A rule of `None` is open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesView {
+    pub address: String,
+    pub parent: String,
+    pub rules_in: Option<Vec<String>>,
+    pub rules_out: Option<Vec<String>>,
+    pub caps: Vec<CapView>,
+    pub groups: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupView {
+    pub name: String,
+    pub owner: String,
+    pub rules_in: Option<Vec<String>>,
+    pub rules_out: Option<Vec<String>>,
+    pub members: Vec<String>,
+}
+
+/// Someone the caller may message, and what admits it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub endpoint: super::endpoint::Endpoint,
+    pub reason: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

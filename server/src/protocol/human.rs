@@ -5,6 +5,7 @@ use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
+use super::convert;
 use crate::domain::delivery::Kind;
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::{Result, limits};
@@ -35,12 +36,12 @@ impl Human for HumanService {
         let person = self.person(&request).await?;
         let view = self.store.contact_request(&person, request.get_ref().account.trim()).await?;
         tracing::info!(account = %person.account, other = %view.account, state = %view.state, "contact request");
-        Ok(Response::new(view))
+        Ok(Response::new(view.into()))
     }
 
     async fn contact_accept(&self, request: Request<ContactAcceptRequest>) -> Result<Response<ContactView>, Status> {
         let person = self.person(&request).await?;
-        Ok(Response::new(self.store.contact_accept(&person, request.get_ref().account.trim()).await?))
+        Ok(Response::new(self.store.contact_accept(&person, request.get_ref().account.trim()).await?.into()))
     }
 
     async fn contact_list(
@@ -48,7 +49,7 @@ impl Human for HumanService {
         request: Request<ContactListRequest>,
     ) -> Result<Response<ContactListResponse>, Status> {
         let person = self.person(&request).await?;
-        Ok(Response::new(ContactListResponse { contacts: self.store.contact_list(&person).await? }))
+        Ok(Response::new(ContactListResponse { contacts: convert::all(self.store.contact_list(&person).await?) }))
     }
 
     async fn contact_private(&self, request: Request<ContactPrivateRequest>) -> Result<Response<ContactView>, Status> {
@@ -69,7 +70,7 @@ impl Human for HumanService {
         loop {
             let (messages, remaining) = self.store.inbox(&me, limits::inbox_batch(r.limit), r.ack).await?;
             if !messages.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(Response::new(InboxResponse { messages, remaining }));
+                return Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }));
             }
             tokio::select! {
                 () = waiter.changed() => {}
@@ -99,10 +100,10 @@ impl Human for HumanService {
         Ok(Response::new(SendResponse {
             id: sent.id,
             thread: sent.thread,
-            recipients: sent.recipients,
+            recipients: convert::all(sent.recipients),
             duplicate: sent.duplicate,
             reply_to: String::new(),
-            skipped: sent.skipped,
+            skipped: convert::all(sent.skipped),
             redactions: redacted.counts.iter().map(|(k, n)| Redaction { kind: (*k).to_owned(), count: *n }).collect(),
             hold: String::new(),
         }))
@@ -119,7 +120,7 @@ impl Human for HumanService {
         Ok(Response::new(SendResponse {
             id: sent.id,
             thread: sent.thread,
-            recipients: sent.recipients,
+            recipients: convert::all(sent.recipients),
             duplicate: sent.duplicate,
             reply_to: sent.reply_to.unwrap_or_default(),
             skipped: Vec::new(),
@@ -130,7 +131,9 @@ impl Human for HumanService {
 
     async fn holds(&self, request: Request<HoldsRequest>) -> Result<Response<HoldsResponse>, Status> {
         let person = self.person(&request).await?;
-        Ok(Response::new(HoldsResponse { holds: self.store.holds(&person, request.get_ref().all).await? }))
+        Ok(Response::new(HoldsResponse {
+            holds: convert::all(self.store.holds(&person, request.get_ref().all).await?),
+        }))
     }
 
     async fn decide_hold(&self, request: Request<DecideHoldRequest>) -> Result<Response<HoldView>, Status> {
@@ -139,7 +142,7 @@ impl Human for HumanService {
         let reason = RedactedText::from_agent(&r.reason);
         let view = self.store.decide_hold(&person, &r.id, r.release, &reason).await?;
         tracing::info!(account = %person.account, hold = %view.id, state = %view.state, "hold decided");
-        Ok(Response::new(view))
+        Ok(Response::new(view.into()))
     }
 
     async fn hold_policy(&self, request: Request<HoldPolicyRequest>) -> Result<Response<HoldPolicyResponse>, Status> {
@@ -150,20 +153,20 @@ impl Human for HumanService {
 
     async fn approvals(&self, request: Request<ApprovalsRequest>) -> Result<Response<ApprovalsResponse>, Status> {
         let person = self.person(&request).await?;
-        Ok(Response::new(ApprovalsResponse { approvals: self.store.approvals(&person).await? }))
+        Ok(Response::new(ApprovalsResponse { approvals: convert::all(self.store.approvals(&person).await?) }))
     }
 
     async fn approve(&self, request: Request<AnswerPermissionRequest>) -> Result<Response<PermissionDecision>, Status> {
         let person = self.person(&request).await?;
         let r = request.get_ref();
         let reason = RedactedText::from_agent(&r.reason);
-        Ok(Response::new(self.store.approve(&person, &r.id, &r.decision, &reason).await?))
+        Ok(Response::new(self.store.approve(&person, &r.id, &r.decision, &reason).await?.into()))
     }
 
     async fn contact_drop(&self, request: Request<ContactDropRequest>) -> Result<Response<ContactView>, Status> {
         let person = self.person(&request).await?;
         let view = self.store.contact_drop(&person.account, request.get_ref().account.trim()).await?;
         tracing::info!(account = %person.account, other = %view.account, withdrawn = view.withdrawn, "contact dropped");
-        Ok(Response::new(view))
+        Ok(Response::new(view.into()))
     }
 }

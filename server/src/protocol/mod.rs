@@ -1,6 +1,7 @@
 //! The gRPC surface: thin handlers that authenticate, validate and call the store.
 
 mod auth;
+pub mod convert;
 pub mod human;
 pub mod service;
 pub mod status;

@@ -10,12 +10,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
+use super::convert;
 use crate::domain::delivery::{Kind, State};
+use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::{Counts, RedactedText, redact};
 use crate::domain::schedule::Schedule;
+use crate::domain::scope::GroupView;
 use crate::domain::scope::{self, Selector};
 use crate::domain::{Error, Result, limits};
-use crate::push::stream::{self, PushStream};
+use crate::push::stream;
 use crate::push::{Hub, hub::Waiter};
 use crate::store::Store;
 use crate::store::board::{JobEdit, NewJob};
@@ -82,10 +85,10 @@ fn sent_response_redacted(sent: Sent, redacted: &Counts) -> SendResponse {
         hold: sent.hold.unwrap_or_default(),
         id: sent.id,
         thread: sent.thread,
-        recipients: sent.recipients,
+        recipients: convert::all(sent.recipients),
         duplicate: sent.duplicate,
         reply_to: sent.reply_to.unwrap_or_default(),
-        skipped: sent.skipped,
+        skipped: convert::all(sent.skipped),
     }
 }
 
@@ -161,7 +164,7 @@ fn check_profile(req: &UpdateProfileRequest) -> Result<()> {
 
 #[tonic::async_trait]
 impl Relay for RelayService {
-    type SubscribeStream = PushStream;
+    type SubscribeStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Push, Status>> + Send>>;
 
     async fn check_machine(
         &self,
@@ -181,7 +184,7 @@ impl Relay for RelayService {
             .await?;
         tracing::info!(endpoint = %outcome.endpoint.address, resumed = outcome.resumed, harness, "hello");
         Ok(Response::new(HelloResponse {
-            endpoint: Some(outcome.endpoint),
+            endpoint: Some(outcome.endpoint.into()),
             session_token: outcome.session_token,
             resumed: outcome.resumed,
             limits: Some(Limits {
@@ -204,14 +207,14 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let endpoint = self.store.endpoint(caller.endpoint_id).await?;
         let unread = self.store.unread(&caller).await?;
-        Ok(Response::new(WhoAmIResponse { endpoint: Some(endpoint), unread }))
+        Ok(Response::new(WhoAmIResponse { endpoint: Some(endpoint.into()), unread }))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
         let endpoints = self.store.list(&caller, req.all, req.contacts).await?;
-        Ok(Response::new(ListResponse { endpoints }))
+        Ok(Response::new(ListResponse { endpoints: convert::all(endpoints) }))
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
@@ -221,7 +224,7 @@ impl Relay for RelayService {
         limits::body(&req.body)?;
         limits::thread(&req.thread)?;
         limits::client_id(&req.client_id)?;
-        let kind = Kind::for_send(req.kind())?;
+        let kind = convert::kind_from_wire(req.kind()).for_send()?;
         let redacted = redact(&req.body);
         let out = Outgoing {
             to: &req.to,
@@ -262,7 +265,7 @@ impl Relay for RelayService {
                 || self.store.inbox(&caller, batch, req.ack),
             )
             .await?;
-        Ok(Response::new(InboxResponse { messages, remaining }))
+        Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }))
     }
 
     async fn ask_wait(&self, request: Request<AskWaitRequest>) -> Result<Response<AskWaitResponse>, Status> {
@@ -272,17 +275,17 @@ impl Relay for RelayService {
             .wait_for(
                 &caller,
                 req.wait_s,
-                |(_, replies, _): &(String, Vec<Message>, Vec<RecipientState>)| !replies.is_empty(),
+                |(_, replies, _): &(String, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
                 || self.store.replies(&caller, &req.id),
             )
             .await?;
-        Ok(Response::new(AskWaitResponse { id, replies, recipients }))
+        Ok(Response::new(AskWaitResponse { id, replies: convert::all(replies), recipients: convert::all(recipients) }))
     }
 
     async fn track(&self, request: Request<TrackRequest>) -> Result<Response<TrackResponse>, Status> {
         let caller = self.caller(&request).await?;
         let sent = self.store.track(&caller, &request.get_ref().id).await?;
-        Ok(Response::new(TrackResponse { id: sent.id, thread: sent.thread, recipients: sent.recipients }))
+        Ok(Response::new(TrackResponse { id: sent.id, thread: sent.thread, recipients: convert::all(sent.recipients) }))
     }
 
     async fn update_profile(&self, request: Request<UpdateProfileRequest>) -> Result<Response<Endpoint>, Status> {
@@ -295,26 +298,27 @@ impl Relay for RelayService {
             .store
             .update_profile(&caller, req.status.as_deref(), note.as_ref(), now.as_ref(), title.as_ref())
             .await?;
-        Ok(Response::new(endpoint))
+        Ok(Response::new(endpoint.into()))
     }
 
     async fn subscribe(&self, request: Request<SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
         let caller = self.caller(&request).await?;
         let after = request.get_ref().after_seq;
         let stream = stream::open(self.store.clone(), self.hub.clone(), caller, after, self.shutdown.clone());
-        Ok(Response::new(stream))
+        let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(Status::from));
+        Ok(Response::new(Box::pin(wire)))
     }
 
     async fn show_rules(&self, request: Request<ShowRulesRequest>) -> Result<Response<RulesView>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(self.store.show_rules(&caller, &request.get_ref().endpoint).await?))
+        Ok(Response::new(self.store.show_rules(&caller, &request.get_ref().endpoint).await?.into()))
     }
 
     async fn set_rules(&self, request: Request<SetRulesRequest>) -> Result<Response<RulesView>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
         let (rules_in, rules_out) = rule_changes(req)?;
-        Ok(Response::new(self.store.set_rules(&caller, &req.endpoint, rules_in, rules_out).await?))
+        Ok(Response::new(self.store.set_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
     }
 
     async fn widen_rules(&self, request: Request<WidenRulesRequest>) -> Result<Response<RulesView>, Status> {
@@ -324,13 +328,13 @@ impl Relay for RelayService {
         if rules_in.is_none() && rules_out.is_none() {
             return Err(Error::invalid("widen takes in or out").into());
         }
-        Ok(Response::new(self.store.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?))
+        Ok(Response::new(self.store.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
     }
 
     async fn lift_cap(&self, request: Request<LiftCapRequest>) -> Result<Response<RulesView>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        Ok(Response::new(self.store.lift_cap(&caller, &req.endpoint, &req.cap).await?))
+        Ok(Response::new(self.store.lift_cap(&caller, &req.endpoint, &req.cap).await?.into()))
     }
 
     async fn why(&self, request: Request<WhyRequest>) -> Result<Response<WhyResponse>, Status> {
@@ -346,7 +350,7 @@ impl Relay for RelayService {
     async fn peers(&self, request: Request<PeersRequest>) -> Result<Response<PeersResponse>, Status> {
         let caller = self.caller(&request).await?;
         let peers = self.store.peers(&caller, request.get_ref().all).await?;
-        Ok(Response::new(PeersResponse { peers }))
+        Ok(Response::new(PeersResponse { peers: convert::all(peers) }))
     }
 
     async fn group(&self, request: Request<GroupRequest>) -> Result<Response<GroupResponse>, Status> {
@@ -357,7 +361,7 @@ impl Relay for RelayService {
             if name.is_empty() { Err(Error::invalid("this group action takes name")) } else { Ok(()) }
         };
         let change = |list: Option<&Selectors>| -> Result<RuleChange> { Ok(selectors(list)?.map(Some)) };
-        let one = |g| GroupResponse { groups: vec![g], note: String::new() };
+        let one = |g: GroupView| GroupResponse { groups: vec![g.into()], note: String::new() };
         let response = match req.action() {
             GroupAction::Create => {
                 needs_name()?;
@@ -381,7 +385,9 @@ impl Relay for RelayService {
                 needs_name()?;
                 one(self.store.group_show(&caller, name).await?)
             }
-            GroupAction::Ls => GroupResponse { groups: self.store.group_list(&caller).await?, note: String::new() },
+            GroupAction::Ls => {
+                GroupResponse { groups: convert::all(self.store.group_list(&caller).await?), note: String::new() }
+            }
             GroupAction::Drop => {
                 needs_name()?;
                 self.store.group_drop(&caller, name).await?;
@@ -405,7 +411,7 @@ impl Relay for RelayService {
         };
         let (endpoint, grant) = self.store.spawn(&caller, harness, caps).await?;
         tracing::info!(parent = %caller.address(), child = %endpoint.address, "spawn reserved");
-        Ok(Response::new(SpawnResponse { endpoint: Some(endpoint), grant }))
+        Ok(Response::new(SpawnResponse { endpoint: Some(endpoint.into()), grant }))
     }
 
     async fn spawn_result(&self, request: Request<SpawnResultRequest>) -> Result<Response<SendResponse>, Status> {
@@ -431,19 +437,19 @@ impl Relay for RelayService {
         };
         let job = self.store.post_job(&caller, new).await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card posted");
-        Ok(Response::new(job))
+        Ok(Response::new(job.into()))
     }
 
     async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let (jobs, archived) = self.store.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
-        Ok(Response::new(ListJobsResponse { jobs, archived }))
+        Ok(Response::new(ListJobsResponse { jobs: convert::all(jobs), archived }))
     }
 
     async fn read_job(&self, request: Request<ReadJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(self.store.read_job(&caller, &request.get_ref().id).await?))
+        Ok(Response::new(self.store.read_job(&caller, &request.get_ref().id).await?.into()))
     }
 
     async fn edit_job(&self, request: Request<EditJobRequest>) -> Result<Response<JobView>, Status> {
@@ -463,7 +469,7 @@ impl Relay for RelayService {
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
         };
-        Ok(Response::new(self.store.edit_job(&caller, &r.id, edit).await?))
+        Ok(Response::new(self.store.edit_job(&caller, &r.id, edit).await?.into()))
     }
 
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
@@ -472,19 +478,19 @@ impl Relay for RelayService {
         let (pr_url, summary) = (RedactedText::from_agent(&r.pr_url), RedactedText::from_agent(&r.summary));
         let job = self.store.finish_job(&caller, &r.job_token, &pr_url, &summary).await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
-        Ok(Response::new(job))
+        Ok(Response::new(job.into()))
     }
 
     async fn close_job(&self, request: Request<CloseJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let note = RedactedText::from_agent(&r.note);
-        Ok(Response::new(self.store.close_job(&caller, &r.id, r.accept, &note).await?))
+        Ok(Response::new(self.store.close_job(&caller, &r.id, r.accept, &note).await?.into()))
     }
 
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(self.store.add_repo(&caller, &request.get_ref().path).await?))
+        Ok(Response::new(self.store.add_repo(&caller, &request.get_ref().path).await?.into()))
     }
 
     async fn set_peek(&self, request: Request<SetPeekRequest>) -> Result<Response<SetPeekResponse>, Status> {
@@ -522,12 +528,12 @@ impl Relay for RelayService {
             return Err(Error::invalid("peek takes endpoint: whose last turns to see").into());
         }
         let turns = if r.turns == 0 { 3 } else { r.turns as usize };
-        Ok(Response::new(self.store.peek(&caller, &r.endpoint, turns).await?))
+        Ok(Response::new(self.store.peek(&caller, &r.endpoint, turns).await?.into()))
     }
 
     async fn peekers(&self, request: Request<PeekersRequest>) -> Result<Response<PeekersResponse>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(PeekersResponse { peekers: self.store.peekers(&caller).await? }))
+        Ok(Response::new(PeekersResponse { peekers: convert::all(self.store.peekers(&caller).await?) }))
     }
 
     async fn pending_replies(
@@ -535,7 +541,7 @@ impl Relay for RelayService {
         request: Request<PendingRepliesRequest>,
     ) -> Result<Response<PendingRepliesResponse>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(PendingRepliesResponse { requests: self.store.pending_replies(&caller).await? }))
+        Ok(Response::new(PendingRepliesResponse { requests: convert::all(self.store.pending_replies(&caller).await?) }))
     }
 
     async fn request_permission(
@@ -554,10 +560,10 @@ impl Relay for RelayService {
         loop {
             let decision = self.store.approval(caller.account_id, &id).await?;
             match decision.state.as_str() {
-                "allow" | "deny" => return Ok(Response::new(decision)),
+                "allow" | "deny" => return Ok(Response::new(decision.into())),
                 "pending" if started.elapsed() >= wait => self.store.escalate(&caller, &id).await?,
                 "escalated" if started.elapsed() >= wait * 2 => {
-                    return Ok(Response::new(self.store.expire_approval(caller.account_id, &id).await?));
+                    return Ok(Response::new(self.store.expire_approval(caller.account_id, &id).await?.into()));
                 }
                 _ => {}
             }
@@ -580,13 +586,13 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let reason = RedactedText::from_agent(&r.reason);
-        Ok(Response::new(self.store.answer_permission(&caller, &r.id, &r.decision, &reason).await?))
+        Ok(Response::new(self.store.answer_permission(&caller, &r.id, &r.decision, &reason).await?.into()))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        let state = State::confirmable(req.state())?;
+        let state = State::confirmable(convert::state_from_wire(req.state()))?;
         let updated = self.store.confirm(&caller, &req.seqs, state).await?;
         Ok(Response::new(ConfirmResponse { updated: updated as u32 }))
     }

@@ -5,6 +5,7 @@ use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
+use super::convert;
 use crate::domain::Result;
 use crate::domain::redact::RedactedText;
 use crate::store::Store;
@@ -29,7 +30,7 @@ impl WorkerService {
 impl Worker for WorkerService {
     async fn register_repo(&self, request: Request<RegisterRepoRequest>) -> Result<Response<RepoView>, Status> {
         let machine = self.machine(&request).await?;
-        Ok(Response::new(self.store.register_repo(&machine, &request.get_ref().path).await?))
+        Ok(Response::new(self.store.register_repo(&machine, &request.get_ref().path).await?.into()))
     }
 
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
@@ -38,8 +39,8 @@ impl Worker for WorkerService {
         if let Some((job, _)) = &claimed {
             tracing::info!(card = %job.id, machine = %machine.machine, attempt = job.attempts, "card claimed");
         }
-        let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job), job_token });
-        Ok(Response::new(ClaimResponse { claimed, cleanup }))
+        let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token });
+        Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup) }))
     }
 
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
@@ -58,7 +59,7 @@ impl Worker for WorkerService {
         let error = RedactedText::from_agent(&r.error);
         let job = self.store.release(&machine, &r.job_token, r.exit_code, &error).await?;
         tracing::info!(card = %job.id, state = %job.state, exit_code = r.exit_code, "card agent ended");
-        Ok(Response::new(job))
+        Ok(Response::new(job.into()))
     }
 
     async fn cleaned(&self, request: Request<CleanedRequest>) -> Result<Response<CleanedResponse>, Status> {

@@ -2,16 +2,14 @@
 
 use std::time::Duration;
 
-use relay_proto::v1::{Heartbeat, Message, Push, push};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, interval_at};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::Status;
 
 use super::Hub;
-use crate::domain::{Result, presence};
-use crate::protocol::status::to_status;
+use crate::domain::message::Message;
+use crate::domain::{Error, Result, presence};
 use crate::store::Store;
 use crate::store::identity::Caller;
 
@@ -19,7 +17,15 @@ const BATCH: i64 = 100;
 /// Small on purpose: a delivery counts as pushed once it is in here, so keep "here" close to the wire.
 const BUFFER: usize = 16;
 
-pub type PushStream = ReceiverStream<Result<Push, Status>>;
+/// What the stream carries: each delivery, and a heartbeat with the inbox head now and then.
+#[derive(Debug)]
+pub enum Event {
+    Message(Message),
+    Heartbeat { head_seq: u64 },
+}
+
+/// The events of one stream; an error ends it.
+pub type PushStream = ReceiverStream<Result<Event>>;
 
 /// Starts the task that feeds the stream; it ends when the client goes away (a send fails), the
 /// session ends, or the server shuts down.
@@ -30,9 +36,9 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
         tracing::debug!(endpoint = %address, after_seq, "push stream opened");
         let mut generation = None;
         let outcome = feed(&store, &hub, &caller, after_seq as i64, &tx, &shutdown, &mut generation).await;
-        if let Err(status) = outcome {
-            tracing::debug!(endpoint = %address, error = %status.message(), "push stream failed");
-            let _ = tx.send(Err(status)).await;
+        if let Err(err) = outcome {
+            tracing::debug!(endpoint = %address, error = %err, "push stream failed");
+            let _ = tx.send(Err(err)).await;
         }
         if let Some(generation) = generation
             && let Err(e) = store.release_presence(&caller, generation).await
@@ -44,26 +50,26 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
     ReceiverStream::new(rx)
 }
 
-/// `Ok` when the stream should simply end; `Err` carries the status to end it with.
+/// `Ok` when the stream should simply end; `Err` carries the error to end it with.
 async fn feed(
     store: &Store,
     hub: &Hub,
     caller: &Caller,
     mut last: i64,
-    tx: &mpsc::Sender<Result<Push, Status>>,
+    tx: &mpsc::Sender<Result<Event>>,
     shutdown: &CancellationToken,
     generation: &mut Option<i64>,
-) -> Result<(), Status> {
+) -> Result<()> {
     // Subscribe before the first read, so nothing committed after that read can go unnoticed.
     let mut waiter = hub.waiter(caller.endpoint_id);
-    let (stream_gen, head) = store.open_presence(caller).await.map_err(to_status)?.ok_or_else(gone)?;
+    let (stream_gen, head) = store.open_presence(caller).await?.ok_or_else(gone)?;
     *generation = Some(stream_gen);
     if !send_timely(tx, beat(head)).await {
         return Ok(());
     }
     let mut renew = interval_at(Instant::now() + presence::RENEW_EVERY, presence::RENEW_EVERY);
     loop {
-        if !drain(store, caller, &mut last, tx).await.map_err(to_status)? {
+        if !drain(store, caller, &mut last, tx).await? {
             return Ok(());
         }
         tokio::select! {
@@ -79,34 +85,25 @@ async fn feed(
     }
 }
 
-fn gone() -> Status {
-    Status::unauthenticated(
-        "the session ended, was taken over or the machine was revoked, or a newer stream replaced this one: call Hello again",
+fn gone() -> Error {
+    Error::Unauthenticated(
+        "the session ended, was taken over or the machine was revoked, or a newer stream replaced this one: call Hello again"
+            .into(),
     )
 }
 
-fn beat(head: i64) -> Push {
-    Push { event: Some(push::Event::Heartbeat(Heartbeat { head_seq: head as u64 })) }
+fn beat(head: i64) -> Event {
+    Event::Heartbeat { head_seq: head as u64 }
 }
 
 /// Renews presence and tells the bridge the head seq. `false` when the client is gone.
-async fn heartbeat(
-    store: &Store,
-    caller: &Caller,
-    generation: i64,
-    tx: &mpsc::Sender<Result<Push, Status>>,
-) -> Result<bool, Status> {
-    let head = store.renew_presence(caller, generation).await.map_err(to_status)?.ok_or_else(gone)?;
+async fn heartbeat(store: &Store, caller: &Caller, generation: i64, tx: &mpsc::Sender<Result<Event>>) -> Result<bool> {
+    let head = store.renew_presence(caller, generation).await?.ok_or_else(gone)?;
     Ok(send_timely(tx, beat(head)).await)
 }
 
 /// Pushes every unread delivery above `last`. `false` when the client is gone.
-async fn drain(
-    store: &Store,
-    caller: &Caller,
-    last: &mut i64,
-    tx: &mpsc::Sender<Result<Push, Status>>,
-) -> Result<bool> {
+async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender<Result<Event>>) -> Result<bool> {
     loop {
         let batch: Vec<Message> = store.pending_after(caller, *last, BATCH).await?;
         if batch.is_empty() {
@@ -115,7 +112,7 @@ async fn drain(
         let mut sent = Vec::with_capacity(batch.len());
         for message in batch {
             let seq = message.seq as i64;
-            if !send_timely(tx, Push { event: Some(push::Event::Message(message)) }).await {
+            if !send_timely(tx, Event::Message(message)).await {
                 store.mark_pushed(caller, &sent).await?;
                 return Ok(false);
             }
@@ -129,6 +126,6 @@ async fn drain(
 /// A client that stops reading for this long is treated as gone rather than holding the task forever.
 const STALLED: Duration = Duration::from_secs(60);
 
-async fn send_timely(tx: &mpsc::Sender<Result<Push, Status>>, push: Push) -> bool {
-    matches!(tokio::time::timeout(STALLED, tx.send(Ok(push))).await, Ok(Ok(())))
+async fn send_timely(tx: &mpsc::Sender<Result<Event>>, event: Event) -> bool {
+    matches!(tokio::time::timeout(STALLED, tx.send(Ok(event))).await, Ok(Ok(())))
 }

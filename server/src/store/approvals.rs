@@ -1,6 +1,6 @@
 //! Permission requests of board agents: the operator endpoint answers, else the account's human.
 
-use relay_proto::v1::{ApprovalView, PermissionDecision};
+use crate::domain::trust::{Approval as ApprovalView, Decision as PermissionDecision};
 
 use super::Store;
 use super::contacts::Human;

@@ -1,8 +1,8 @@
 //! The board in the database: cards, repositories, worker leases and schedule firing.
 
+use crate::domain::board::{Cleanup, Job as JobView, Repo as RepoView};
 use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
-use relay_proto::v1::{Cleanup, JobView, RepoView};
 use tokio_postgres::Row;
 
 use super::Store;
@@ -73,11 +73,7 @@ fn job_from_row(row: &Row) -> Result<JobView> {
         state: Column::from_db(row.get("state"))?.name().to_owned(),
         title: row.get("title"),
         detail: row.get("detail"),
-        repo: Some(RepoView {
-            name: row.get("repo_name"),
-            path: row.get("repo_path"),
-            machine: row.get("machine_name"),
-        }),
+        repo: RepoView { name: row.get("repo_name"), path: row.get("repo_path"), machine: row.get("machine_name") },
         agent: row.get("agent"),
         requires_pr: row.get("requires_pr"),
         schedule: text(row, "schedule"),

@@ -1,7 +1,7 @@
 //! The people of an account and the contacts they make between accounts.
 
+use crate::domain::trust::Contact as ContactView;
 use deadpool_postgres::GenericClient;
-use relay_proto::v1::ContactView;
 
 use super::{Store, is_unique_violation};
 use crate::domain::ids::{self, TokenKind};

@@ -1,7 +1,7 @@
 //! Accounts, machines, contacts and endpoints: who is who, and who is online.
 
+use crate::domain::endpoint::Endpoint;
 use chrono::{DateTime, Utc};
-use relay_proto::v1::Endpoint;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 

@@ -2,7 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
-use relay_proto::v1::{DeliveryState, Message, RecipientState};
 use tokio_postgres::Row;
 
 use std::collections::HashMap;
@@ -12,6 +11,7 @@ use super::identity::{Caller, ONLINE};
 use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
+use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::RedactedText;
 use crate::domain::scope::{Reach, Verdict};
 use crate::domain::{Error, Result, limits, presence};
@@ -34,11 +34,11 @@ pub struct Outgoing<'a> {
 pub struct Sent {
     pub id: String,
     pub thread: String,
-    pub recipients: Vec<RecipientState>,
+    pub recipients: Vec<Recipient>,
     pub duplicate: bool,
     pub reply_to: Option<String>,
     /// Group members the sender may not message.
-    pub skipped: Vec<RecipientState>,
+    pub skipped: Vec<Recipient>,
     /// The hold that keeps it from everyone until the account's human decides.
     pub hold: Option<String>,
 }
@@ -69,7 +69,7 @@ fn message_from_row(row: &Row) -> Result<Message> {
         seq: row.get::<_, i64>("seq") as u64,
         from: row.get("sender"),
         thread: row.get("thread"),
-        kind: Kind::from_db(row.get("kind"))?.to_proto() as i32,
+        kind: Kind::from_db(row.get("kind"))?,
         body: row.get("body"),
         reply_to: row.get::<_, Option<String>>("reply_to").unwrap_or_default(),
         sent_at_ms: sent_at.timestamp_millis(),
@@ -284,7 +284,7 @@ impl Store {
         tx: &impl GenericClient,
         caller: &Caller,
         to: &[String],
-    ) -> Result<(Vec<Target>, Vec<RecipientState>)> {
+    ) -> Result<(Vec<Target>, Vec<Recipient>)> {
         let origin = Origin { account: &caller.account, machine: &caller.machine };
         let mut wanted: Vec<Address> = Vec::with_capacity(to.len());
         let mut groups: Vec<&str> = Vec::new();
@@ -374,11 +374,7 @@ impl Store {
         for member in members {
             match refusal(&member) {
                 None => targets.push(member),
-                Some(reason) => skipped.push(RecipientState {
-                    address: member.address,
-                    state: DeliveryState::Unspecified as i32,
-                    reason,
-                }),
+                Some(reason) => skipped.push(Recipient { address: member.address, state: None, reason }),
             }
         }
         if targets.is_empty() {
@@ -436,14 +432,14 @@ impl Store {
         let recipients = targets
             .iter()
             .map(|t| match hold {
-                Some(_) => RecipientState {
+                Some(_) => Recipient {
                     address: t.address.clone(),
-                    state: DeliveryState::Unspecified as i32,
+                    state: None,
                     reason: "held for the account's human".to_owned(),
                 },
-                None => RecipientState {
+                None => Recipient {
                     address: t.address.clone(),
-                    state: State::Queued.to_proto() as i32,
+                    state: Some(State::Queued),
                     reason: offline.get(&t.id).cloned().unwrap_or_default(),
                 },
             })
@@ -526,7 +522,7 @@ impl Store {
         }
     }
 
-    async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<RecipientState>> {
+    async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
         let stmt = client
             .prepare_cached(&format!(
                 "select ea.address, d.state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
@@ -549,7 +545,7 @@ impl Store {
                 if state == State::Queued && reason.is_empty() && !r.get::<_, bool>("present") {
                     reason = presence::offline_reason(r.get("last_seen_at"));
                 }
-                Ok(RecipientState { address: r.get("address"), state: state.to_proto() as i32, reason })
+                Ok(Recipient { address: r.get("address"), state: Some(state), reason })
             })
             .collect()
     }
@@ -706,11 +702,7 @@ impl Store {
     }
 
     /// Replies the caller received to a message it sent; returned replies become read.
-    pub async fn replies(
-        &self,
-        caller: &Caller,
-        reference: &str,
-    ) -> Result<(String, Vec<Message>, Vec<RecipientState>)> {
+    pub async fn replies(&self, caller: &Caller, reference: &str) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let id = Self::resolve_sent(&tx, caller, reference).await?;

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
+use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use deadpool_postgres::GenericClient;
-use relay_proto::v1::{Cap as CapView, GroupView, Peer, RulesView, Selectors};
 
 use super::Store;
 use super::identity::{Caller, ENDPOINT_COLUMNS, endpoint_from_row};
@@ -28,8 +28,8 @@ fn to_stored(rule: &Option<Vec<Selector>>) -> Option<Vec<String>> {
     rule.as_ref().map(|list| list.iter().map(ToString::to_string).collect())
 }
 
-fn view_selectors(rule: &Option<Vec<Selector>>) -> Option<Selectors> {
-    rule.as_ref().map(|list| Selectors { selectors: list.iter().map(ToString::to_string).collect() })
+fn view_selectors(rule: &Option<Vec<Selector>>) -> Option<Vec<String>> {
+    to_stored(rule)
 }
 
 /// Whether the accounts of two endpoints reach each other.
@@ -417,9 +417,7 @@ impl Store {
             .iter()
             .filter_map(|row| {
                 let verdict = verdicts.get(&row.get::<_, i64>(0))?;
-                verdict
-                    .allowed
-                    .then(|| Peer { endpoint: Some(endpoint_from_row(row)), reason: verdict.reasons.join("; ") })
+                verdict.allowed.then(|| Peer { endpoint: endpoint_from_row(row), reason: verdict.reasons.join("; ") })
             })
             .collect())
     }

@@ -1,7 +1,7 @@
 //! Spawn trees: a child endpoint reserved for a worker, claimed by the worker's own bridge with a
 //! one-time grant, and the worker's final report sent to its parent as the child.
 
-use relay_proto::v1::Endpoint;
+use crate::domain::endpoint::Endpoint;
 
 use super::Store;
 use super::identity::{Caller, MachineIdentity, caller_of};

@@ -1,7 +1,8 @@
 //! Trust: the human inbox, private data, holds for the human, required replies and peek.
 
+use crate::domain::message::Message;
+use crate::domain::trust::{Hold as HoldView, Peek as PeekView, PeekTurn, Peeker as PeekerView};
 use deadpool_postgres::GenericClient;
-use relay_proto::v1::{HoldView, Message, PeekTurn, PeekView, PeekerView};
 
 use super::Store;
 use super::contacts::Human;
@@ -321,12 +322,16 @@ impl Store {
             .iter()
             .map(|r| Message {
                 id: r.get(0),
+                seq: 0,
                 from: r.get(1),
-                body: r.get(2),
                 thread: r.get(3),
-                kind: relay_proto::v1::MessageKind::Ask as i32,
+                kind: Kind::Ask,
+                body: r.get(2),
+                reply_to: String::new(),
+                sent_at_ms: 0,
+                relation: String::new(),
                 require_reply: true,
-                ..Default::default()
+                private: false,
             })
             .collect())
     }

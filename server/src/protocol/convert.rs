@@ -1,0 +1,259 @@
+//! The one place where the server's own shapes become wire types and back. Nothing below the
+//! protocol layer knows `relay.v1`.
+
+use relay_proto::v1 as wire;
+
+use crate::domain::board::{Cleanup, Job, Repo};
+use crate::domain::delivery::{Kind, State};
+use crate::domain::endpoint::Endpoint;
+use crate::domain::message::{Message, Recipient};
+use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
+use crate::domain::trust::{Approval, Contact, Decision, Hold, Peek, PeekTurn, Peeker};
+use crate::push::stream::Event;
+
+pub fn delivery_state(state: Option<State>) -> wire::DeliveryState {
+    match state {
+        None => wire::DeliveryState::Unspecified,
+        Some(State::Queued) => wire::DeliveryState::Queued,
+        Some(State::Pushed) => wire::DeliveryState::Pushed,
+        Some(State::Surfaced) => wire::DeliveryState::Surfaced,
+        Some(State::Read) => wire::DeliveryState::Read,
+        Some(State::Withdrawn) => wire::DeliveryState::Withdrawn,
+    }
+}
+
+/// A state a bridge names; `None` for one the server has no such state for.
+pub fn state_from_wire(state: wire::DeliveryState) -> Option<State> {
+    match state {
+        wire::DeliveryState::Unspecified => None,
+        wire::DeliveryState::Queued => Some(State::Queued),
+        wire::DeliveryState::Pushed => Some(State::Pushed),
+        wire::DeliveryState::Surfaced => Some(State::Surfaced),
+        wire::DeliveryState::Read => Some(State::Read),
+        wire::DeliveryState::Withdrawn => Some(State::Withdrawn),
+    }
+}
+
+pub fn kind(kind: Kind) -> wire::MessageKind {
+    match kind {
+        Kind::Message => wire::MessageKind::Message,
+        Kind::Ask => wire::MessageKind::Ask,
+        Kind::Reply => wire::MessageKind::Reply,
+    }
+}
+
+/// The kind a sender asks for; unspecified is a plain message.
+pub fn kind_from_wire(kind: wire::MessageKind) -> Kind {
+    match kind {
+        wire::MessageKind::Unspecified | wire::MessageKind::Message => Kind::Message,
+        wire::MessageKind::Ask => Kind::Ask,
+        wire::MessageKind::Reply => Kind::Reply,
+    }
+}
+
+/// One event of a push stream, as the bridge receives it.
+pub fn push(event: Event) -> wire::Push {
+    let event = match event {
+        Event::Message(m) => wire::push::Event::Message(m.into()),
+        Event::Heartbeat { head_seq } => wire::push::Event::Heartbeat(wire::Heartbeat { head_seq }),
+    };
+    wire::Push { event: Some(event) }
+}
+
+fn selectors(rule: Option<Vec<String>>) -> Option<wire::Selectors> {
+    rule.map(|selectors| wire::Selectors { selectors })
+}
+
+/// Converts every item of a list.
+pub fn all<T, U: From<T>>(list: Vec<T>) -> Vec<U> {
+    list.into_iter().map(U::from).collect()
+}
+
+impl From<Endpoint> for wire::Endpoint {
+    fn from(e: Endpoint) -> Self {
+        Self {
+            address: e.address,
+            account: e.account,
+            machine: e.machine,
+            handle: e.handle,
+            harness: e.harness,
+            status: e.status,
+            note: e.note,
+            now: e.now,
+            title: e.title,
+            online: e.online,
+            ended: e.ended,
+            last_seen_ms: e.last_seen_ms,
+            peek: e.peek,
+            operator: e.operator,
+        }
+    }
+}
+
+impl From<Message> for wire::Message {
+    fn from(m: Message) -> Self {
+        Self {
+            id: m.id,
+            seq: m.seq,
+            from: m.from,
+            thread: m.thread,
+            kind: kind(m.kind) as i32,
+            body: m.body,
+            reply_to: m.reply_to,
+            sent_at_ms: m.sent_at_ms,
+            relation: m.relation,
+            require_reply: m.require_reply,
+            private: m.private,
+        }
+    }
+}
+
+impl From<Recipient> for wire::RecipientState {
+    fn from(r: Recipient) -> Self {
+        Self { address: r.address, state: delivery_state(r.state) as i32, reason: r.reason }
+    }
+}
+
+impl From<Repo> for wire::RepoView {
+    fn from(r: Repo) -> Self {
+        Self { name: r.name, path: r.path, machine: r.machine }
+    }
+}
+
+impl From<Job> for wire::JobView {
+    fn from(j: Job) -> Self {
+        Self {
+            id: j.id,
+            state: j.state,
+            title: j.title,
+            detail: j.detail,
+            repo: Some(j.repo.into()),
+            agent: j.agent,
+            requires_pr: j.requires_pr,
+            schedule: j.schedule,
+            time_zone: j.time_zone,
+            next_run_at: j.next_run_at,
+            run_count: j.run_count,
+            last_run_at: j.last_run_at,
+            last_skip_reason: j.last_skip_reason,
+            schedule_id: j.schedule_id,
+            posted_by: j.posted_by,
+            posted_at: j.posted_at,
+            edited_by: j.edited_by,
+            edited_at: j.edited_at,
+            attempts: j.attempts,
+            last_error: j.last_error,
+            branch: j.branch,
+            worktree: j.worktree,
+            agent_state: j.agent_state,
+            pr_url: j.pr_url,
+            summary: j.summary,
+            started_at: j.started_at,
+            finished_at: j.finished_at,
+            closed_at: j.closed_at,
+            dispatcher_running: j.dispatcher_running,
+            changed: j.changed,
+            next_run_local: j.next_run_local,
+        }
+    }
+}
+
+impl From<Cleanup> for wire::Cleanup {
+    fn from(c: Cleanup) -> Self {
+        Self { id: c.id, worktree: c.worktree, repo_path: c.repo_path }
+    }
+}
+
+impl From<CapView> for wire::Cap {
+    fn from(c: CapView) -> Self {
+        Self { id: c.id, dir: c.dir, selectors: c.selectors, by: c.by, on: c.on }
+    }
+}
+
+impl From<RulesView> for wire::RulesView {
+    fn from(r: RulesView) -> Self {
+        Self {
+            address: r.address,
+            parent: r.parent,
+            rules_in: selectors(r.rules_in),
+            rules_out: selectors(r.rules_out),
+            caps: all(r.caps),
+            groups: r.groups,
+        }
+    }
+}
+
+impl From<GroupView> for wire::GroupView {
+    fn from(g: GroupView) -> Self {
+        Self {
+            name: g.name,
+            owner: g.owner,
+            rules_in: selectors(g.rules_in),
+            rules_out: selectors(g.rules_out),
+            members: g.members,
+        }
+    }
+}
+
+impl From<Peer> for wire::Peer {
+    fn from(p: Peer) -> Self {
+        Self { endpoint: Some(p.endpoint.into()), reason: p.reason }
+    }
+}
+
+impl From<Hold> for wire::HoldView {
+    fn from(h: Hold) -> Self {
+        Self {
+            id: h.id,
+            class: h.class,
+            state: h.state,
+            reason: h.reason,
+            from: h.from,
+            to: h.to,
+            body: h.body,
+            message_id: h.message_id,
+        }
+    }
+}
+
+impl From<PeekTurn> for wire::PeekTurn {
+    fn from(t: PeekTurn) -> Self {
+        Self { role: t.role, text: t.text, tools: t.tools }
+    }
+}
+
+impl From<wire::PeekTurn> for PeekTurn {
+    fn from(t: wire::PeekTurn) -> Self {
+        Self { role: t.role, text: t.text, tools: t.tools }
+    }
+}
+
+impl From<Peek> for wire::PeekView {
+    fn from(p: Peek) -> Self {
+        Self { endpoint: p.endpoint, turns: all(p.turns), updated_at: p.updated_at }
+    }
+}
+
+impl From<Peeker> for wire::PeekerView {
+    fn from(p: Peeker) -> Self {
+        Self { by: p.by, at: p.at, turns: p.turns }
+    }
+}
+
+impl From<Approval> for wire::ApprovalView {
+    fn from(a: Approval) -> Self {
+        Self { id: a.id, state: a.state, job_id: a.job_id, requester: a.requester, tool: a.tool, input: a.input }
+    }
+}
+
+impl From<Decision> for wire::PermissionDecision {
+    fn from(d: Decision) -> Self {
+        Self { id: d.id, state: d.state, reason: d.reason, decided_by: d.decided_by }
+    }
+}
+
+impl From<Contact> for wire::ContactView {
+    fn from(c: Contact) -> Self {
+        Self { account: c.account, state: c.state, withdrawn: c.withdrawn }
+    }
+}
