@@ -1,6 +1,8 @@
 //! relay-server: the one component of Relay that decides anything.
 //!
-//! * [`protocol`]: the gRPC handlers, thin: authenticate, validate, call the store.
+//! * [`protocol`]: the gRPC handlers, thin: authenticate, map `relay.v1` to and from the server's
+//!   own shapes, call the application.
+//! * [`app`]: the application, one module per area: limits, redaction, waits, then the store.
 //! * [`domain`]: the product's rules, pure and unit-tested.
 //! * [`store`]: all SQL, over a Postgres pool.
 //! * [`push`]: LISTEN/NOTIFY fan-out and the per-endpoint push streams.
@@ -8,6 +10,7 @@
 //! * [`serve`], [`dev`], [`admin`]: what the `relay-server` commands run.
 
 pub mod admin;
+pub mod app;
 pub mod dev;
 pub mod domain;
 pub mod protocol;

@@ -3,13 +3,16 @@
 
 use relay_proto::v1 as wire;
 
+use crate::app::messaging::Delivered;
 use crate::domain::board::{Cleanup, Job, Repo};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::message::{Message, Recipient};
+use crate::domain::redact::Counts;
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use crate::domain::trust::{Approval, Contact, Decision, Hold, Peek, PeekTurn, Peeker};
 use crate::push::stream::Event;
+use crate::store::messages::Sent;
 
 pub fn delivery_state(state: Option<State>) -> wire::DeliveryState {
     match state {
@@ -58,6 +61,28 @@ pub fn push(event: Event) -> wire::Push {
         Event::Heartbeat { head_seq } => wire::push::Event::Heartbeat(wire::Heartbeat { head_seq }),
     };
     wire::Push { event: Some(event) }
+}
+
+/// A send's answer, telling the sender what was redacted from its body.
+pub fn sent(sent: Sent, redacted: &Counts) -> wire::SendResponse {
+    let redactions =
+        redacted.iter().map(|(kind, count)| wire::Redaction { kind: (*kind).to_owned(), count: *count }).collect();
+    wire::SendResponse {
+        redactions,
+        hold: sent.hold.unwrap_or_default(),
+        id: sent.id,
+        thread: sent.thread,
+        recipients: all(sent.recipients),
+        duplicate: sent.duplicate,
+        reply_to: sent.reply_to.unwrap_or_default(),
+        skipped: all(sent.skipped),
+    }
+}
+
+impl From<Delivered> for wire::SendResponse {
+    fn from(d: Delivered) -> Self {
+        sent(d.sent, &d.redacted)
+    }
 }
 
 fn selectors(rule: Option<Vec<String>>) -> Option<wire::Selectors> {

@@ -1,6 +1,5 @@
 //! `relay.v1.Relay`: each handler authenticates the caller, checks its input and calls the store.
 
-use std::future::Future;
 use std::time::Duration;
 
 use relay_proto::v1::relay_server::Relay;
@@ -11,84 +10,34 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use super::convert;
-use crate::domain::delivery::{Kind, State};
-use crate::domain::message::{Message, Recipient};
-use crate::domain::redact::{Counts, RedactedText, redact};
+use crate::app::App;
+use crate::app::identity::{Claim, ProfileChange};
+use crate::app::messaging::NewMessage;
+use crate::app::optional;
+use crate::domain::redact::{Counts, RedactedText};
 use crate::domain::schedule::Schedule;
 use crate::domain::scope::GroupView;
 use crate::domain::scope::{self, Selector};
 use crate::domain::{Error, Result, limits};
-use crate::push::stream;
-use crate::push::{Hub, hub::Waiter};
+use crate::push::Hub;
 use crate::store::Store;
 use crate::store::board::{JobEdit, NewJob};
 use crate::store::identity::Caller;
-use crate::store::messages::{Outgoing, Sent};
 use crate::store::scope::RuleChange;
 use crate::store::trust::KeptTurn;
 
 #[derive(Clone)]
 pub struct RelayService {
-    store: Store,
-    hub: Hub,
-    shutdown: CancellationToken,
+    app: App,
 }
 
 impl RelayService {
     pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
-        Self { store, hub, shutdown }
+        Self { app: App::new(store, hub, shutdown) }
     }
 
     async fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
-        self.store.authenticate_session(bearer(request)?).await
-    }
-
-    /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever the
-    /// caller's inbox changes. The waiter is taken before the first attempt, so no change is missed.
-    async fn wait_for<T, F, Fut>(
-        &self,
-        caller: &Caller,
-        wait_s: u32,
-        ready: impl Fn(&T) -> bool,
-        mut attempt: F,
-    ) -> Result<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        let deadline = Instant::now() + Duration::from_secs(u64::from(limits::wait_s(wait_s)?));
-        let mut waiter: Waiter = self.hub.waiter(caller.endpoint_id);
-        loop {
-            let value = attempt().await?;
-            if ready(&value) || Instant::now() >= deadline || self.shutdown.is_cancelled() {
-                return Ok(value);
-            }
-            tokio::select! {
-                () = waiter.changed() => {}
-                () = tokio::time::sleep_until(deadline) => {}
-                () = self.shutdown.cancelled() => {}
-            }
-        }
-    }
-}
-
-fn sent_response(sent: Sent) -> SendResponse {
-    sent_response_redacted(sent, &Counts::new())
-}
-
-/// A send's answer, telling the sender what was redacted from its body.
-fn sent_response_redacted(sent: Sent, redacted: &Counts) -> SendResponse {
-    let redactions =
-        redacted.iter().map(|(kind, count)| Redaction { kind: (*kind).to_owned(), count: *count }).collect();
-    SendResponse {
-        redactions,
-        hold: sent.hold.unwrap_or_default(),
-        id: sent.id,
-        thread: sent.thread,
-        recipients: convert::all(sent.recipients),
-        duplicate: sent.duplicate,
-        reply_to: sent.reply_to.unwrap_or_default(),
-        skipped: convert::all(sent.skipped),
+        self.app.caller(bearer(request)?).await
     }
 }
 
@@ -143,25 +92,6 @@ fn approval_wait() -> Duration {
 /// Longest text kept of one peeked turn.
 const PEEK_TEXT_BYTES: usize = 4096;
 
-fn optional(value: &str) -> Option<&str> {
-    (!value.is_empty()).then_some(value)
-}
-
-fn check_profile(req: &UpdateProfileRequest) -> Result<()> {
-    if let Some(status) = &req.status {
-        limits::status(status)?;
-    }
-    for (what, value) in [("note", &req.note), ("now", &req.now)] {
-        if let Some(value) = value {
-            limits::short_text(what, value, limits::MAX_NOTE_CHARS)?;
-        }
-    }
-    if let Some(title) = &req.title {
-        limits::short_text("title", title, limits::MAX_TITLE_CHARS)?;
-    }
-    Ok(())
-}
-
 #[tonic::async_trait]
 impl Relay for RelayService {
     type SubscribeStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Push, Status>> + Send>>;
@@ -170,19 +100,16 @@ impl Relay for RelayService {
         &self,
         request: Request<CheckMachineRequest>,
     ) -> Result<Response<CheckMachineResponse>, Status> {
-        let machine = self.store.authenticate_machine(bearer(&request)?).await?;
+        let machine = self.app.machine(bearer(&request)?).await?;
         Ok(Response::new(CheckMachineResponse { account: machine.account, machine: machine.machine }))
     }
 
     async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
-        let machine = self.store.authenticate_machine(bearer(&request)?).await?;
+        let machine = self.app.machine(bearer(&request)?).await?;
         let req = request.get_ref();
-        let harness = limits::harness(&req.harness)?;
-        let outcome = self
-            .store
-            .hello(&machine, optional(&req.handle), harness, optional(&req.resume), optional(&req.spawn_grant))
-            .await?;
-        tracing::info!(endpoint = %outcome.endpoint.address, resumed = outcome.resumed, harness, "hello");
+        let claim =
+            Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
+        let outcome = self.app.hello(&machine, claim).await?;
         Ok(Response::new(HelloResponse {
             endpoint: Some(outcome.endpoint.into()),
             session_token: outcome.session_token,
@@ -198,127 +125,93 @@ impl Relay for RelayService {
 
     async fn goodbye(&self, request: Request<GoodbyeRequest>) -> Result<Response<GoodbyeResponse>, Status> {
         let caller = self.caller(&request).await?;
-        self.store.goodbye(&caller).await?;
-        tracing::info!(endpoint = %caller.address(), "goodbye");
+        self.app.goodbye(&caller).await?;
         Ok(Response::new(GoodbyeResponse {}))
     }
 
     async fn who_am_i(&self, request: Request<WhoAmIRequest>) -> Result<Response<WhoAmIResponse>, Status> {
         let caller = self.caller(&request).await?;
-        let endpoint = self.store.endpoint(caller.endpoint_id).await?;
-        let unread = self.store.unread(&caller).await?;
+        let (endpoint, unread) = self.app.whoami(&caller).await?;
         Ok(Response::new(WhoAmIResponse { endpoint: Some(endpoint.into()), unread }))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        let endpoints = self.store.list(&caller, req.all, req.contacts).await?;
+        let endpoints = self.app.list(&caller, req.all, req.contacts).await?;
         Ok(Response::new(ListResponse { endpoints: convert::all(endpoints) }))
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        limits::recipients(req.to.len())?;
-        limits::body(&req.body)?;
-        limits::thread(&req.thread)?;
-        limits::client_id(&req.client_id)?;
-        let kind = convert::kind_from_wire(req.kind()).for_send()?;
-        let redacted = redact(&req.body);
-        let out = Outgoing {
+        let send = NewMessage {
             to: &req.to,
-            body: &redacted.text,
-            thread: optional(&req.thread),
-            kind,
-            client_id: optional(&req.client_id),
+            body: &req.body,
+            thread: &req.thread,
+            kind: convert::kind_from_wire(req.kind()),
+            client_id: &req.client_id,
             private: req.private,
             require_reply: req.require_reply,
         };
-        if req.require_reply && kind != Kind::Ask {
-            return Err(Error::invalid("require_reply goes with a request (ask)").into());
-        }
-        let sent = self.store.send(&caller, out).await?;
-        tracing::debug!(from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(), duplicate = sent.duplicate, redacted = redacted.total(), "sent");
-        Ok(Response::new(sent_response_redacted(sent, &redacted.counts)))
+        Ok(Response::new(self.app.send(&caller, send).await?.into()))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        limits::body(&req.body)?;
-        limits::client_id(&req.client_id)?;
-        let redacted = redact(&req.body);
-        let sent = self.store.reply(&caller, &req.id, &redacted.text, optional(&req.client_id)).await?;
-        Ok(Response::new(sent_response_redacted(sent, &redacted.counts)))
+        Ok(Response::new(self.app.reply(&caller, &req.id, &req.body, &req.client_id).await?.into()))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        let batch = limits::inbox_batch(req.limit);
-        let (messages, remaining) = self
-            .wait_for(
-                &caller,
-                req.wait_s,
-                |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(),
-                || self.store.inbox(&caller, batch, req.ack),
-            )
-            .await?;
+        let (messages, remaining) = self.app.inbox(&caller, req.wait_s, req.limit, req.ack).await?;
         Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }))
     }
 
     async fn ask_wait(&self, request: Request<AskWaitRequest>) -> Result<Response<AskWaitResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        let (id, replies, recipients) = self
-            .wait_for(
-                &caller,
-                req.wait_s,
-                |(_, replies, _): &(String, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
-                || self.store.replies(&caller, &req.id),
-            )
-            .await?;
+        let (id, replies, recipients) = self.app.ask_wait(&caller, &req.id, req.wait_s).await?;
         Ok(Response::new(AskWaitResponse { id, replies: convert::all(replies), recipients: convert::all(recipients) }))
     }
 
     async fn track(&self, request: Request<TrackRequest>) -> Result<Response<TrackResponse>, Status> {
         let caller = self.caller(&request).await?;
-        let sent = self.store.track(&caller, &request.get_ref().id).await?;
+        let sent = self.app.track(&caller, &request.get_ref().id).await?;
         Ok(Response::new(TrackResponse { id: sent.id, thread: sent.thread, recipients: convert::all(sent.recipients) }))
     }
 
     async fn update_profile(&self, request: Request<UpdateProfileRequest>) -> Result<Response<Endpoint>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        check_profile(req)?;
-        let redacted = |text: &Option<String>| text.as_deref().map(RedactedText::from_agent);
-        let (note, now, title) = (redacted(&req.note), redacted(&req.now), redacted(&req.title));
-        let endpoint = self
-            .store
-            .update_profile(&caller, req.status.as_deref(), note.as_ref(), now.as_ref(), title.as_ref())
-            .await?;
-        Ok(Response::new(endpoint.into()))
+        let change = ProfileChange {
+            status: req.status.as_deref(),
+            note: req.note.as_deref(),
+            now: req.now.as_deref(),
+            title: req.title.as_deref(),
+        };
+        Ok(Response::new(self.app.update_profile(&caller, change).await?.into()))
     }
 
     async fn subscribe(&self, request: Request<SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
         let caller = self.caller(&request).await?;
-        let after = request.get_ref().after_seq;
-        let stream = stream::open(self.store.clone(), self.hub.clone(), caller, after, self.shutdown.clone());
+        let stream = self.app.subscribe(caller, request.get_ref().after_seq);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(Status::from));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn show_rules(&self, request: Request<ShowRulesRequest>) -> Result<Response<RulesView>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(self.store.show_rules(&caller, &request.get_ref().endpoint).await?.into()))
+        Ok(Response::new(self.app.store().show_rules(&caller, &request.get_ref().endpoint).await?.into()))
     }
 
     async fn set_rules(&self, request: Request<SetRulesRequest>) -> Result<Response<RulesView>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
         let (rules_in, rules_out) = rule_changes(req)?;
-        Ok(Response::new(self.store.set_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
+        Ok(Response::new(self.app.store().set_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
     }
 
     async fn widen_rules(&self, request: Request<WidenRulesRequest>) -> Result<Response<RulesView>, Status> {
@@ -328,13 +221,13 @@ impl Relay for RelayService {
         if rules_in.is_none() && rules_out.is_none() {
             return Err(Error::invalid("widen takes in or out").into());
         }
-        Ok(Response::new(self.store.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
+        Ok(Response::new(self.app.store().widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
     }
 
     async fn lift_cap(&self, request: Request<LiftCapRequest>) -> Result<Response<RulesView>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        Ok(Response::new(self.store.lift_cap(&caller, &req.endpoint, &req.cap).await?.into()))
+        Ok(Response::new(self.app.store().lift_cap(&caller, &req.endpoint, &req.cap).await?.into()))
     }
 
     async fn why(&self, request: Request<WhyRequest>) -> Result<Response<WhyResponse>, Status> {
@@ -343,13 +236,13 @@ impl Relay for RelayService {
         if req.to.trim().is_empty() {
             return Err(Error::invalid("why takes to (and optionally from)").into());
         }
-        let (from, to, verdict) = self.store.why(&caller, &req.from, &req.to).await?;
+        let (from, to, verdict) = self.app.store().why(&caller, &req.from, &req.to).await?;
         Ok(Response::new(WhyResponse { from, to, allowed: verdict.allowed, reasons: verdict.reasons }))
     }
 
     async fn peers(&self, request: Request<PeersRequest>) -> Result<Response<PeersResponse>, Status> {
         let caller = self.caller(&request).await?;
-        let peers = self.store.peers(&caller, request.get_ref().all).await?;
+        let peers = self.app.store().peers(&caller, request.get_ref().all).await?;
         Ok(Response::new(PeersResponse { peers: convert::all(peers) }))
     }
 
@@ -366,12 +259,12 @@ impl Relay for RelayService {
             GroupAction::Create => {
                 needs_name()?;
                 let (i, o) = (change(req.rules_in.as_ref())?, change(req.rules_out.as_ref())?);
-                one(self.store.group_create(&caller, name, i, o).await?)
+                one(self.app.store().group_create(&caller, name, i, o).await?)
             }
             GroupAction::Add | GroupAction::Remove => {
                 needs_name()?;
                 let add = req.action() == GroupAction::Add;
-                one(self.store.group_member(&caller, name, &req.endpoint, add).await?)
+                one(self.app.store().group_member(&caller, name, &req.endpoint, add).await?)
             }
             GroupAction::Rules => {
                 needs_name()?;
@@ -379,18 +272,18 @@ impl Relay for RelayService {
                 if i.is_none() && o.is_none() {
                     return Err(Error::invalid("rules takes in or out").into());
                 }
-                one(self.store.group_rules(&caller, name, i, o).await?)
+                one(self.app.store().group_rules(&caller, name, i, o).await?)
             }
             GroupAction::Show => {
                 needs_name()?;
-                one(self.store.group_show(&caller, name).await?)
+                one(self.app.store().group_show(&caller, name).await?)
             }
             GroupAction::Ls => {
-                GroupResponse { groups: convert::all(self.store.group_list(&caller).await?), note: String::new() }
+                GroupResponse { groups: convert::all(self.app.store().group_list(&caller).await?), note: String::new() }
             }
             GroupAction::Drop => {
                 needs_name()?;
-                self.store.group_drop(&caller, name).await?;
+                self.app.store().group_drop(&caller, name).await?;
                 GroupResponse { groups: Vec::new(), note: format!("group {name} dropped") }
             }
             GroupAction::Unspecified => {
@@ -409,7 +302,7 @@ impl Relay for RelayService {
             "open" => return Err(Error::invalid("a worker is open unless you give tree, parent or none").into()),
             name => scope::preset(name)?,
         };
-        let (endpoint, grant) = self.store.spawn(&caller, harness, caps).await?;
+        let (endpoint, grant) = self.app.store().spawn(&caller, harness, caps).await?;
         tracing::info!(parent = %caller.address(), child = %endpoint.address, "spawn reserved");
         Ok(Response::new(SpawnResponse { endpoint: Some(endpoint.into()), grant }))
     }
@@ -417,8 +310,8 @@ impl Relay for RelayService {
     async fn spawn_result(&self, request: Request<SpawnResultRequest>) -> Result<Response<SendResponse>, Status> {
         let grant = bearer(&request)?.to_owned();
         let req = request.get_ref();
-        let sent = self.store.spawn_result(&grant, req.exit_code, &RedactedText::from_agent(&req.output)).await?;
-        Ok(Response::new(sent_response(sent)))
+        let sent = self.app.store().spawn_result(&grant, req.exit_code, &RedactedText::from_agent(&req.output)).await?;
+        Ok(Response::new(convert::sent(sent, &Counts::new())))
     }
 
     async fn post_job(&self, request: Request<PostJobRequest>) -> Result<Response<JobView>, Status> {
@@ -435,7 +328,7 @@ impl Relay for RelayService {
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
         };
-        let job = self.store.post_job(&caller, new).await?;
+        let job = self.app.store().post_job(&caller, new).await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card posted");
         Ok(Response::new(job.into()))
     }
@@ -443,13 +336,13 @@ impl Relay for RelayService {
     async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
-        let (jobs, archived) = self.store.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
+        let (jobs, archived) = self.app.store().list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
         Ok(Response::new(ListJobsResponse { jobs: convert::all(jobs), archived }))
     }
 
     async fn read_job(&self, request: Request<ReadJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(self.store.read_job(&caller, &request.get_ref().id).await?.into()))
+        Ok(Response::new(self.app.store().read_job(&caller, &request.get_ref().id).await?.into()))
     }
 
     async fn edit_job(&self, request: Request<EditJobRequest>) -> Result<Response<JobView>, Status> {
@@ -469,14 +362,14 @@ impl Relay for RelayService {
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
         };
-        Ok(Response::new(self.store.edit_job(&caller, &r.id, edit).await?.into()))
+        Ok(Response::new(self.app.store().edit_job(&caller, &r.id, edit).await?.into()))
     }
 
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let (pr_url, summary) = (RedactedText::from_agent(&r.pr_url), RedactedText::from_agent(&r.summary));
-        let job = self.store.finish_job(&caller, &r.job_token, &pr_url, &summary).await?;
+        let job = self.app.store().finish_job(&caller, &r.job_token, &pr_url, &summary).await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
         Ok(Response::new(job.into()))
     }
@@ -485,18 +378,18 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let note = RedactedText::from_agent(&r.note);
-        Ok(Response::new(self.store.close_job(&caller, &r.id, r.accept, &note).await?.into()))
+        Ok(Response::new(self.app.store().close_job(&caller, &r.id, r.accept, &note).await?.into()))
     }
 
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(self.store.add_repo(&caller, &request.get_ref().path).await?.into()))
+        Ok(Response::new(self.app.store().add_repo(&caller, &request.get_ref().path).await?.into()))
     }
 
     async fn set_peek(&self, request: Request<SetPeekRequest>) -> Result<Response<SetPeekResponse>, Status> {
         let caller = self.caller(&request).await?;
         let on = request.get_ref().on;
-        self.store.set_peek(&caller, on).await?;
+        self.app.store().set_peek(&caller, on).await?;
         Ok(Response::new(SetPeekResponse { on }))
     }
 
@@ -517,7 +410,7 @@ impl Relay for RelayService {
                 role: RedactedText::from_agent(&t.role),
             })
             .collect();
-        let kept = self.store.put_peek_turns(&caller, &turns, request.append).await?;
+        let kept = self.app.store().put_peek_turns(&caller, &turns, request.append).await?;
         Ok(Response::new(PutPeekTurnsResponse { kept }))
     }
 
@@ -528,12 +421,12 @@ impl Relay for RelayService {
             return Err(Error::invalid("peek takes endpoint: whose last turns to see").into());
         }
         let turns = if r.turns == 0 { 3 } else { r.turns as usize };
-        Ok(Response::new(self.store.peek(&caller, &r.endpoint, turns).await?.into()))
+        Ok(Response::new(self.app.store().peek(&caller, &r.endpoint, turns).await?.into()))
     }
 
     async fn peekers(&self, request: Request<PeekersRequest>) -> Result<Response<PeekersResponse>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(PeekersResponse { peekers: convert::all(self.store.peekers(&caller).await?) }))
+        Ok(Response::new(PeekersResponse { peekers: convert::all(self.app.store().peekers(&caller).await?) }))
     }
 
     async fn pending_replies(
@@ -541,7 +434,9 @@ impl Relay for RelayService {
         request: Request<PendingRepliesRequest>,
     ) -> Result<Response<PendingRepliesResponse>, Status> {
         let caller = self.caller(&request).await?;
-        Ok(Response::new(PendingRepliesResponse { requests: convert::all(self.store.pending_replies(&caller).await?) }))
+        Ok(Response::new(PendingRepliesResponse {
+            requests: convert::all(self.app.store().pending_replies(&caller).await?),
+        }))
     }
 
     async fn request_permission(
@@ -551,30 +446,30 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let (tool, input) = (RedactedText::from_agent(&r.tool), RedactedText::from_agent(&r.input));
-        let id = self.store.request_permission(&caller, &r.job_token, &tool, &input).await?;
+        let id = self.app.store().request_permission(&caller, &r.job_token, &tool, &input).await?;
         tracing::info!(approval = %id, by = %caller.address(), tool = %r.tool, "permission requested");
         // The operator has its time, then the human; unanswered after both, the answer is no.
         let wait = approval_wait();
         let started = Instant::now();
-        let mut waiter = self.hub.waiter(caller.endpoint_id);
+        let mut waiter = self.app.hub().waiter(caller.endpoint_id);
         loop {
-            let decision = self.store.approval(caller.account_id, &id).await?;
+            let decision = self.app.store().approval(caller.account_id, &id).await?;
             match decision.state.as_str() {
                 "allow" | "deny" => return Ok(Response::new(decision.into())),
-                "pending" if started.elapsed() >= wait => self.store.escalate(&caller, &id).await?,
+                "pending" if started.elapsed() >= wait => self.app.store().escalate(&caller, &id).await?,
                 "escalated" if started.elapsed() >= wait * 2 => {
-                    return Ok(Response::new(self.store.expire_approval(caller.account_id, &id).await?.into()));
+                    return Ok(Response::new(self.app.store().expire_approval(caller.account_id, &id).await?.into()));
                 }
                 _ => {}
             }
-            if self.shutdown.is_cancelled() {
+            if self.app.shutdown().is_cancelled() {
                 return Err(Error::Unavailable("the server is shutting down; ask again".into()).into());
             }
             let next = if started.elapsed() < wait { started + wait } else { started + wait * 2 };
             tokio::select! {
                 () = waiter.changed() => {}
                 () = tokio::time::sleep_until(next) => {}
-                () = self.shutdown.cancelled() => {}
+                () = self.app.shutdown().cancelled() => {}
             }
         }
     }
@@ -586,14 +481,13 @@ impl Relay for RelayService {
         let caller = self.caller(&request).await?;
         let r = request.get_ref();
         let reason = RedactedText::from_agent(&r.reason);
-        Ok(Response::new(self.store.answer_permission(&caller, &r.id, &r.decision, &reason).await?.into()))
+        Ok(Response::new(self.app.store().answer_permission(&caller, &r.id, &r.decision, &reason).await?.into()))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {
         let caller = self.caller(&request).await?;
         let req = request.get_ref();
-        let state = State::confirmable(convert::state_from_wire(req.state()))?;
-        let updated = self.store.confirm(&caller, &req.seqs, state).await?;
+        let updated = self.app.confirm(&caller, &req.seqs, convert::state_from_wire(req.state())).await?;
         Ok(Response::new(ConfirmResponse { updated: updated as u32 }))
     }
 }

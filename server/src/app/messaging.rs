@@ -1,0 +1,113 @@
+//! Messages: sending and replying (limits checked, bodies redacted before they are stored), the
+//! inbox and the wait for replies, what a sender tracks, and the push stream.
+
+use super::{App, optional};
+use crate::domain::delivery::{Kind, State};
+use crate::domain::message::{Message, Recipient};
+use crate::domain::redact::{Counts, redact};
+use crate::domain::{Error, Result, limits};
+use crate::push::stream::{self, PushStream};
+use crate::store::identity::Caller;
+use crate::store::messages::{Outgoing, Sent};
+
+/// A message to send, as the caller gave it.
+pub struct NewMessage<'a> {
+    pub to: &'a [String],
+    pub body: &'a str,
+    /// Empty: a new thread.
+    pub thread: &'a str,
+    pub kind: Kind,
+    /// The caller's idempotency key; empty: none.
+    pub client_id: &'a str,
+    pub private: bool,
+    pub require_reply: bool,
+}
+
+/// What a send or a reply stored, and what was redacted from its body.
+pub struct Delivered {
+    pub sent: Sent,
+    pub redacted: Counts,
+}
+
+impl App {
+    pub async fn send(&self, caller: &Caller, send: NewMessage<'_>) -> Result<Delivered> {
+        limits::recipients(send.to.len())?;
+        limits::body(send.body)?;
+        limits::thread(send.thread)?;
+        limits::client_id(send.client_id)?;
+        let kind = send.kind.for_send()?;
+        if send.require_reply && kind != Kind::Ask {
+            return Err(Error::invalid("require_reply goes with a request (ask)"));
+        }
+        let redacted = redact(send.body);
+        let out = Outgoing {
+            to: send.to,
+            body: &redacted.text,
+            thread: optional(send.thread),
+            kind,
+            client_id: optional(send.client_id),
+            private: send.private,
+            require_reply: send.require_reply,
+        };
+        let sent = self.store.send(caller, out).await?;
+        tracing::debug!(
+            from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(),
+            duplicate = sent.duplicate, redacted = redacted.total(), "sent"
+        );
+        Ok(Delivered { sent, redacted: redacted.counts })
+    }
+
+    /// Answers a message the caller received, named by id, short id, suffix or `last`.
+    pub async fn reply(&self, caller: &Caller, id: &str, body: &str, client_id: &str) -> Result<Delivered> {
+        limits::body(body)?;
+        limits::client_id(client_id)?;
+        let redacted = redact(body);
+        let sent = self.store.reply(caller, id, &redacted.text, optional(client_id)).await?;
+        Ok(Delivered { sent, redacted: redacted.counts })
+    }
+
+    /// Unread messages (surfaced, or read when `ack`), waiting up to `wait_s` for one; and how many
+    /// remain unread after them.
+    pub async fn inbox(&self, caller: &Caller, wait_s: u32, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
+        let batch = limits::inbox_batch(limit);
+        self.wait_for(
+            caller,
+            wait_s,
+            |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(),
+            || self.store.inbox(caller, batch, ack),
+        )
+        .await
+    }
+
+    /// Replies to a request the caller sent, waiting up to `wait_s` for one; with its recipients' states.
+    pub async fn ask_wait(
+        &self,
+        caller: &Caller,
+        id: &str,
+        wait_s: u32,
+    ) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
+        self.wait_for(
+            caller,
+            wait_s,
+            |(_, replies, _): &(String, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
+            || self.store.replies(caller, id),
+        )
+        .await
+    }
+
+    pub async fn track(&self, caller: &Caller, id: &str) -> Result<Sent> {
+        self.store.track(caller, id).await
+    }
+
+    /// The bridge put these deliveries in front of the model (surfaced) or the model acknowledged
+    /// them (read); a bridge cannot claim less.
+    pub async fn confirm(&self, caller: &Caller, seqs: &[u64], state: Option<State>) -> Result<u64> {
+        let state = State::confirmable(state)?;
+        self.store.confirm(caller, seqs, state).await
+    }
+
+    /// The caller's push stream: everything unread above `after_seq`, then each new delivery.
+    pub fn subscribe(&self, caller: Caller, after_seq: u64) -> PushStream {
+        stream::open(self.store.clone(), self.hub.clone(), caller, after_seq, self.shutdown.clone())
+    }
+}

@@ -1,0 +1,79 @@
+//! The application layer: one module per area, between the protocol (which authenticates the
+//! caller and speaks `relay.v1`) and the store (which holds the SQL). Each operation checks its
+//! input against the product's limits, redacts what agents wrote, waits where a call waits, and
+//! calls the store; it knows no wire types and builds no gRPC status.
+
+pub mod identity;
+pub mod messaging;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::{Result, limits};
+use crate::push::Hub;
+use crate::store::Store;
+use crate::store::identity::Caller;
+
+/// What every area works with: the database, the local wake-ups, and the server's shutdown.
+#[derive(Clone)]
+pub struct App {
+    store: Store,
+    hub: Hub,
+    shutdown: CancellationToken,
+}
+
+impl App {
+    pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
+        Self { store, hub, shutdown }
+    }
+
+    /// The store, for the areas not yet moved here (scope, board, trust, approvals, spawn).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever
+    /// the caller's inbox changes. The waiter is taken before the first attempt, so no change is
+    /// missed.
+    pub(crate) async fn wait_for<T, F, Fut>(
+        &self,
+        caller: &Caller,
+        wait_s: u32,
+        ready: impl Fn(&T) -> bool,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(u64::from(limits::wait_s(wait_s)?));
+        let mut waiter = self.hub.waiter(caller.endpoint_id);
+        loop {
+            let value = attempt().await?;
+            if ready(&value) || Instant::now() >= deadline || self.shutdown.is_cancelled() {
+                return Ok(value);
+            }
+            tokio::select! {
+                () = waiter.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = self.shutdown.cancelled() => {}
+            }
+        }
+    }
+}
+
+/// An empty string from a caller means "not given".
+pub fn optional(value: &str) -> Option<&str> {
+    (!value.is_empty()).then_some(value)
+}
