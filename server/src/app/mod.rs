@@ -3,8 +3,12 @@
 //! input against the product's limits, redacts what agents wrote, waits where a call waits, and
 //! calls the store; it knows no wire types and builds no gRPC status.
 
+pub mod approvals;
+pub mod board;
 pub mod identity;
 pub mod messaging;
+pub mod scope;
+pub mod trust;
 
 use std::future::Future;
 use std::time::Duration;
@@ -28,19 +32,6 @@ pub struct App {
 impl App {
     pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
         Self { store, hub, shutdown }
-    }
-
-    /// The store, for the areas not yet moved here (scope, board, trust, approvals, spawn).
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
-    pub fn hub(&self) -> &Hub {
-        &self.hub
-    }
-
-    pub fn shutdown(&self) -> &CancellationToken {
-        &self.shutdown
     }
 
     /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever

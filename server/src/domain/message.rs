@@ -27,3 +27,18 @@ pub struct Recipient {
     pub state: Option<State>,
     pub reason: String,
 }
+
+/// What a send or a reply stored: the message's id and thread, and each recipient's delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub id: String,
+    pub thread: String,
+    pub recipients: Vec<Recipient>,
+    /// It answers a retry of an earlier send with the same client id.
+    pub duplicate: bool,
+    pub reply_to: Option<String>,
+    /// Group members the sender may not message.
+    pub skipped: Vec<Recipient>,
+    /// The hold that keeps it from everyone until the account's human decides.
+    pub hold: Option<String>,
+}

@@ -3,6 +3,7 @@
 
 pub mod address;
 pub mod board;
+pub mod caller;
 pub mod delivery;
 pub mod endpoint;
 pub mod error;

@@ -7,12 +7,12 @@ use crate::app::messaging::Delivered;
 use crate::domain::board::{Cleanup, Job, Repo};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::endpoint::Endpoint;
+use crate::domain::message::Sent;
 use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::Counts;
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use crate::domain::trust::{Approval, Contact, Decision, Hold, Peek, PeekTurn, Peeker};
 use crate::push::stream::Event;
-use crate::store::messages::Sent;
 
 pub fn delivery_state(state: Option<State>) -> wire::DeliveryState {
     match state {
@@ -83,6 +83,11 @@ impl From<Delivered> for wire::SendResponse {
     fn from(d: Delivered) -> Self {
         sent(d.sent, &d.redacted)
     }
+}
+
+/// A selector list from the wire, as text: absent stays absent.
+pub fn selector_list(list: &Option<wire::Selectors>) -> Option<&[String]> {
+    list.as_ref().map(|l| l.selectors.as_slice())
 }
 
 fn selectors(rule: Option<Vec<String>>) -> Option<wire::Selectors> {

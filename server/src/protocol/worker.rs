@@ -6,23 +6,27 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use super::convert;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::App;
 use crate::domain::Result;
-use crate::domain::redact::RedactedText;
+use crate::domain::caller::MachineIdentity;
+use crate::push::Hub;
 use crate::store::Store;
-use crate::store::identity::MachineIdentity;
 
 #[derive(Clone)]
 pub struct WorkerService {
-    store: Store,
+    app: App,
 }
 
 impl WorkerService {
+    /// A worker's calls never wait on an inbox: no wake-ups of their own.
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self { app: App::new(store, Hub::default(), CancellationToken::new()) }
     }
 
     async fn machine<T>(&self, request: &Request<T>) -> Result<MachineIdentity> {
-        self.store.authenticate_machine(bearer(request)?).await
+        self.app.machine(bearer(request)?).await
     }
 }
 
@@ -30,15 +34,12 @@ impl WorkerService {
 impl Worker for WorkerService {
     async fn register_repo(&self, request: Request<RegisterRepoRequest>) -> Result<Response<RepoView>, Status> {
         let machine = self.machine(&request).await?;
-        Ok(Response::new(self.store.register_repo(&machine, &request.get_ref().path).await?.into()))
+        Ok(Response::new(self.app.register_repo(&machine, &request.get_ref().path).await?.into()))
     }
 
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
         let machine = self.machine(&request).await?;
-        let (claimed, cleanup) = self.store.claim(&machine).await?;
-        if let Some((job, _)) = &claimed {
-            tracing::info!(card = %job.id, machine = %machine.machine, attempt = job.attempts, "card claimed");
-        }
+        let (claimed, cleanup) = self.app.claim(&machine).await?;
         let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token });
         Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup) }))
     }
@@ -46,25 +47,20 @@ impl Worker for WorkerService {
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
         let machine = self.machine(&request).await?;
         let r = request.get_ref();
-        let agent_state = RedactedText::from_agent(&r.agent_state);
         let (in_progress, state) =
-            self.store.renew(&machine, &r.job_token, &agent_state, &r.worktree, &r.branch).await?;
+            self.app.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
         Ok(Response::new(RenewResponse { in_progress, state }))
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
         let machine = self.machine(&request).await?;
         let r = request.get_ref();
-        // The worker reports what its agent printed last: redacted like everything agents write.
-        let error = RedactedText::from_agent(&r.error);
-        let job = self.store.release(&machine, &r.job_token, r.exit_code, &error).await?;
-        tracing::info!(card = %job.id, state = %job.state, exit_code = r.exit_code, "card agent ended");
-        Ok(Response::new(job.into()))
+        Ok(Response::new(self.app.release(&machine, &r.job_token, r.exit_code, &r.error).await?.into()))
     }
 
     async fn cleaned(&self, request: Request<CleanedRequest>) -> Result<Response<CleanedResponse>, Status> {
         let machine = self.machine(&request).await?;
-        self.store.cleaned(&machine, &request.get_ref().ids).await?;
+        self.app.cleaned(&machine, &request.get_ref().ids).await?;
         Ok(Response::new(CleanedResponse {}))
     }
 }

@@ -8,13 +8,7 @@ use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, validate};
 use crate::domain::{Error, Result};
 
-/// A person of an account, as authenticated by a human token.
-#[derive(Debug, Clone)]
-pub struct Human {
-    pub account_id: i64,
-    pub account: String,
-    pub name: String,
-}
+pub use crate::domain::caller::Human;
 
 fn view(account: &str, state: &str, withdrawn: u64) -> ContactView {
     ContactView { account: account.to_owned(), state: state.to_owned(), withdrawn: withdrawn as u32 }

@@ -1,44 +1,17 @@
 //! Accounts, machines, contacts and endpoints: who is who, and who is online.
 
-use crate::domain::endpoint::Endpoint;
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Store, is_unique_violation};
-use crate::domain::address::Address;
+use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
 use crate::domain::{Error, Result, presence};
 
-/// A machine, as authenticated by its machine token.
-#[derive(Debug, Clone)]
-pub struct MachineIdentity {
-    pub account_id: i64,
-    pub account: String,
-    pub machine_id: i64,
-    pub machine: String,
-}
-
-/// The endpoint behind an authenticated session: the sender of everything it sends.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub endpoint_id: i64,
-    pub account_id: i64,
-    pub account: String,
-    pub machine_id: i64,
-    pub machine: String,
-    pub handle: String,
-    pub session_hash: Vec<u8>,
-}
-
-impl Caller {
-    pub fn address(&self) -> String {
-        Address { account: self.account.clone(), machine: self.machine.clone(), handle: self.handle.clone() }
-            .to_string()
-    }
-}
+pub use crate::domain::caller::{Caller, MachineIdentity};
 
 /// An endpoint as the sender of what the server writes on its behalf (a worker's report, a held
 /// message re-checked, a permission question): no session of its own is involved.

@@ -31,17 +31,7 @@ pub struct Outgoing<'a> {
     pub require_reply: bool,
 }
 
-pub struct Sent {
-    pub id: String,
-    pub thread: String,
-    pub recipients: Vec<Recipient>,
-    pub duplicate: bool,
-    pub reply_to: Option<String>,
-    /// Group members the sender may not message.
-    pub skipped: Vec<Recipient>,
-    /// The hold that keeps it from everyone until the account's human decides.
-    pub hold: Option<String>,
-}
+pub use crate::domain::message::Sent;
 
 /// A recipient resolved to its endpoint.
 pub(super) struct Target {
