@@ -14,11 +14,7 @@ pub struct Address {
     pub handle: String,
 }
 
-/// The account's human inbox lives at machine `me`, handle `me`, and reads as `account/me`.
-pub const HUMAN: &str = "me";
-/// The board's notices come from handle `board` on the reserved machine `me` (`account/me/board`),
-/// which no machine token can claim. It reads nothing: sends and replies to it are refused.
-pub const BOARD: &str = "board";
+pub use super::names::{BOARD, HUMAN};
 
 /// The refusal of a message to the board's notice sender.
 pub fn board_reads_nothing(address: &str) -> Error {
@@ -123,6 +119,16 @@ impl Address {
         validate(NameKind::Handle, handle).map_err(wrap)?;
         Ok(Self { account: account.to_owned(), machine: machine.to_owned(), handle: handle.to_owned() })
     }
+}
+
+/// Whether `address` (as a view spells it) is an account's board sender.
+pub fn is_board_address(address: &str) -> bool {
+    let mut parts = address.split('/');
+    let (Some(account), Some(machine), Some(handle), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    Address { account: account.to_owned(), machine: machine.to_owned(), handle: handle.to_owned() }.is_board()
 }
 
 #[cfg(test)]

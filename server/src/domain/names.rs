@@ -41,10 +41,16 @@ pub fn validate(kind: NameKind, name: &str) -> Result<()> {
     }
 }
 
+/// The account's human inbox lives at machine `me`, handle `me`, and reads as `account/me`.
+pub const HUMAN: &str = "me";
+/// The board's notices come from handle `board` on the reserved machine `me` (`account/me/board`),
+/// which no machine token can claim. It reads nothing: sends and replies to it are refused.
+pub const BOARD: &str = "board";
+
 /// Names agents and machines may not take: `me` is the account's human inbox.
 pub fn check_claimable(kind: NameKind, name: &str) -> Result<()> {
     validate(kind, name)?;
-    if name == super::address::HUMAN {
+    if name == HUMAN {
         return Err(Error::invalid(format!("{} name \"me\" is reserved for the account's human inbox", kind.as_str())));
     }
     Ok(())

@@ -160,7 +160,7 @@ impl Store {
             )
             .await?;
         let (thread, sender_id, sender_address): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
-        if super::notices::is_board_address(&sender_address) {
+        if crate::domain::address::is_board_address(&sender_address) {
             return Err(address::board_reads_nothing(&sender_address));
         }
         let contacts = Self::contact_accounts(&tx, caller.account_id).await?;

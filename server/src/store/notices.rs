@@ -7,7 +7,7 @@ use super::Store;
 use super::identity::caller_of;
 use super::messages::{Outgoing, Target};
 use crate::domain::Result;
-use crate::domain::address::{Address, BOARD, HUMAN};
+use crate::domain::address::{BOARD, HUMAN};
 use crate::domain::board::{self, Event, Reader};
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
@@ -109,14 +109,4 @@ impl Store {
         }
         Ok(())
     }
-}
-
-/// Whether `address` (as the view spells it) is an account's board sender.
-pub(super) fn is_board_address(address: &str) -> bool {
-    let mut parts = address.split('/');
-    let (Some(account), Some(machine), Some(handle), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return false;
-    };
-    Address { account: account.to_owned(), machine: machine.to_owned(), handle: handle.to_owned() }.is_board()
 }
