@@ -4,7 +4,7 @@
 use std::fmt;
 
 use super::names::{NameKind, validate};
-use super::{Error, Result};
+use super::{EntityKind, Error, Result};
 
 /// A fully qualified address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -57,7 +57,7 @@ pub fn unknown(addresses: &[(String, Option<&str>)], sending: bool) -> Error {
         }
     };
     let tail = if sending { "; nothing was sent" } else { "" };
-    Error::not_found(format!("no agent you can reach at {text}{tail}"))
+    Error::not_found(EntityKind::Endpoint, format!("no agent you can reach at {text}{tail}"))
 }
 
 impl fmt::Display for Address {
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn unknown_addresses_are_refused_with_the_nearest() {
         let one = unknown(&[("acme/laptop/bbo".into(), Some("acme/laptop/bob"))], true);
-        assert!(matches!(one, Error::NotFound(_)));
+        assert!(matches!(one, Error::NotFound { .. }));
         assert_eq!(
             one.to_string(),
             "no agent you can reach at acme/laptop/bbo: did you mean acme/laptop/bob? check the address with relay_list; nothing was sent"

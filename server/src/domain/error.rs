@@ -1,5 +1,46 @@
 use thiserror::Error;
 
+/// What a lookup did not find.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntityKind {
+    Account,
+    Machine,
+    Endpoint,
+    Human,
+    Contact,
+    Message,
+    Thread,
+    Group,
+    Cap,
+    Hold,
+    Approval,
+    Card,
+    Repository,
+    /// A row another one refers to (a foreign key).
+    Reference,
+}
+
+impl EntityKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Account => "account",
+            Self::Machine => "machine",
+            Self::Endpoint => "endpoint",
+            Self::Human => "human",
+            Self::Contact => "contact",
+            Self::Message => "message",
+            Self::Thread => "thread",
+            Self::Group => "group",
+            Self::Cap => "cap",
+            Self::Hold => "hold",
+            Self::Approval => "approval",
+            Self::Card => "card",
+            Self::Repository => "repository",
+            Self::Reference => "reference",
+        }
+    }
+}
+
 /// Every failure the server can report, by what the caller can do about it.
 ///
 /// Store errors are mapped here in `store::error`; these map to gRPC status in `protocol::status`.
@@ -9,8 +50,8 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
     /// The thing named does not exist, or the caller may not know that it exists.
-    #[error("{0}")]
-    NotFound(String),
+    #[error("{message}")]
+    NotFound { kind: EntityKind, message: String },
     #[error("{0}")]
     AlreadyExists(String),
     /// No valid credential: missing, unknown, revoked or ended.
@@ -36,7 +77,7 @@ impl Error {
         Self::Invalid(msg.into())
     }
 
-    pub fn not_found(msg: impl Into<String>) -> Self {
-        Self::NotFound(msg.into())
+    pub fn not_found(kind: EntityKind, msg: impl Into<String>) -> Self {
+        Self::NotFound { kind, message: msg.into() }
     }
 }

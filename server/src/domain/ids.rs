@@ -3,7 +3,7 @@
 use rand::Rng;
 use sha2::{Digest, Sha256};
 
-use super::{Error, Result};
+use super::{EntityKind, Error, Result};
 
 const ID_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 /// 24 characters of base 36: about 124 random bits.
@@ -114,7 +114,10 @@ impl MessageRef {
 /// Picks the one message a reference names among candidates, or says why it cannot.
 pub fn pick_unique<'a>(reference: &str, candidates: &'a [String]) -> Result<&'a str> {
     match candidates {
-        [] => Err(Error::not_found(format!("no message {reference:?} among the messages you received"))),
+        [] => Err(Error::not_found(
+            EntityKind::Message,
+            format!("no message {reference:?} among the messages you received"),
+        )),
         [one] => Ok(one),
         many => {
             if let Some(exact) = many.iter().find(|id| id.as_str() == reference) {
@@ -178,6 +181,6 @@ mod tests {
         let err = pick_unique("1111", &ids).unwrap_err().to_string();
         assert!(err.contains("names 2 messages") && err.contains("aaaaaaaa"), "{err}");
         assert_eq!(pick_unique("1111", &ids[..1]).unwrap(), ids[0]);
-        assert!(matches!(pick_unique("zzzz", &[]), Err(Error::NotFound(_))));
+        assert!(matches!(pick_unique("zzzz", &[]), Err(Error::NotFound { .. })));
     }
 }

@@ -17,7 +17,7 @@ pub mod schedule;
 pub mod scope;
 pub mod trust;
 
-pub use error::Error;
+pub use error::{EntityKind, Error};
 
 /// Result of any operation that can fail with a domain error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

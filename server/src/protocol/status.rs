@@ -7,7 +7,7 @@ use crate::domain::Error;
 pub fn to_status(err: Error) -> Status {
     let code = match &err {
         Error::Invalid(_) => Code::InvalidArgument,
-        Error::NotFound(_) => Code::NotFound,
+        Error::NotFound { .. } => Code::NotFound,
         Error::AlreadyExists(_) => Code::AlreadyExists,
         Error::Unauthenticated(_) => Code::Unauthenticated,
         Error::PermissionDenied(_) => Code::PermissionDenied,

@@ -1,6 +1,7 @@
 //! Permission requests of board agents: the operator endpoint answers, else the account's human.
 
 use crate::domain::trust::{Approval as ApprovalView, Decision as PermissionDecision};
+use crate::store::error::Col;
 
 use super::Store;
 use super::contacts::Human;
@@ -9,7 +10,7 @@ use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::redact::{RedactedText, redact};
-use crate::domain::{Error, Result};
+use crate::domain::{EntityKind, Error, Result};
 
 const EXCERPT: usize = 600;
 
@@ -134,12 +135,12 @@ impl Store {
                 &[&id.trim(), &account_id],
             )
             .await?
-            .ok_or_else(|| Error::not_found(format!("no permission request {id} in your account")))?;
+            .ok_or_else(|| Error::not_found(EntityKind::Approval, format!("no permission request {id} in your account")))?;
         Ok(PermissionDecision {
             id: id.trim().to_owned(),
-            state: row.get(0),
-            reason: row.get(1),
-            decided_by: row.get(2),
+            state: row.col(0)?,
+            reason: row.col(1)?,
+            decided_by: row.col(2)?,
         })
     }
 
@@ -156,7 +157,7 @@ impl Store {
         else {
             return Ok(());
         };
-        let body = Self::escalation_text(id, &caller.address(), row.get(0), row.get(1), row.get(2));
+        let body = Self::escalation_text(id, &caller.address(), row.col(0)?, row.col(1)?, row.col(2)?);
         let target = Self::human_target(&tx, caller.account_id, &caller.account).await?;
         Self::ask_about(&tx, caller, target, &body).await?;
         tx.commit().await?;
@@ -202,10 +203,10 @@ impl Store {
             let current = Self::approval_on(&tx, account_id, id).await?;
             return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
         };
-        let requester: i64 = row.get(0);
+        let requester: i64 = row.col(0)?;
         if state == "escalated" {
             let asker = caller_of(&tx, requester).await?;
-            let body = Self::escalation_text(id.trim(), &asker.address(), row.get(1), row.get(2), row.get(3));
+            let body = Self::escalation_text(id.trim(), &asker.address(), row.col(1)?, row.col(2)?, row.col(3)?);
             let target = Self::human_target(&tx, account_id, &asker.account).await?;
             Self::ask_about(&tx, &asker, target, &body).await?;
         }

@@ -1,6 +1,7 @@
 //! The board in the database: cards, repositories, worker leases and schedule firing.
 
 use crate::domain::board::{Cleanup, Job as JobView, Repo as RepoView};
+use crate::store::error::Col;
 use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -11,7 +12,7 @@ use crate::domain::board::{self, Cause, Column, Event, LEASE_S, MAX_ATTEMPTS, WO
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
-use crate::domain::{Error, Result};
+use crate::domain::{EntityKind, Error, Result};
 
 /// A new card post, checked by the caller of [`Store::post_job`].
 pub struct NewJob<'a> {
@@ -68,26 +69,26 @@ fn local(at: Option<DateTime<Utc>>, zone: Option<&str>) -> String {
 
 fn job_from_row(row: &Row) -> Result<JobView> {
     Ok(JobView {
-        next_run_local: local(row.get("next_run_at"), row.get::<_, Option<&str>>("time_zone")),
-        id: row.get("id"),
-        state: Column::from_db(row.get("state"))?.name().to_owned(),
-        title: row.get("title"),
-        detail: row.get("detail"),
-        repo: RepoView { name: row.get("repo_name"), path: row.get("repo_path"), machine: row.get("machine_name") },
-        agent: row.get("agent"),
-        requires_pr: row.get("requires_pr"),
+        next_run_local: local(row.col("next_run_at")?, row.col::<Option<&str>>("time_zone")?),
+        id: row.col("id")?,
+        state: Column::from_db(row.col("state")?)?.name().to_owned(),
+        title: row.col("title")?,
+        detail: row.col("detail")?,
+        repo: RepoView { name: row.col("repo_name")?, path: row.col("repo_path")?, machine: row.col("machine_name")? },
+        agent: row.col("agent")?,
+        requires_pr: row.col("requires_pr")?,
         schedule: text(row, "schedule"),
         time_zone: text(row, "time_zone"),
         next_run_at: time(row, "next_run_at"),
-        run_count: row.get::<_, i32>("run_count") as u32,
+        run_count: row.col::<i32>("run_count")? as u32,
         last_run_at: time(row, "last_run_at"),
         last_skip_reason: text(row, "last_skip_reason"),
         schedule_id: text(row, "schedule_id"),
-        posted_by: row.get("posted_by"),
+        posted_by: row.col("posted_by")?,
         posted_at: time(row, "posted_at"),
         edited_by: text(row, "edited_by"),
         edited_at: time(row, "edited_at"),
-        attempts: row.get::<_, i32>("attempts") as u32,
+        attempts: row.col::<i32>("attempts")? as u32,
         last_error: text(row, "last_error"),
         branch: text(row, "branch"),
         worktree: text(row, "worktree"),
@@ -97,7 +98,7 @@ fn job_from_row(row: &Row) -> Result<JobView> {
         started_at: time(row, "started_at"),
         finished_at: time(row, "finished_at"),
         closed_at: time(row, "closed_at"),
-        dispatcher_running: row.get("dispatcher_running"),
+        dispatcher_running: row.col("dispatcher_running")?,
         changed: Vec::new(),
     })
 }
@@ -128,7 +129,10 @@ fn absolute(path: &str) -> Result<String> {
 async fn job(c: &impl GenericClient, account_id: i64, id: &str) -> Result<JobView> {
     let sql = format!("select {} from {JOB_JOINS} where j.id = $1 and j.account_id = $2", job_columns());
     let row = c.query_opt(&sql, &[&id.trim(), &account_id]).await?.ok_or_else(|| {
-        Error::not_found(format!("no card with id {:?} on your account's board: ids come from list_jobs", id.trim()))
+        Error::not_found(
+            EntityKind::Card,
+            format!("no card with id {:?} on your account's board: ids come from list_jobs", id.trim()),
+        )
     })?;
     job_from_row(&row)
 }
@@ -141,12 +145,12 @@ async fn state_of(c: &impl GenericClient, account_id: i64, id: &str) -> Result<(
         )
         .await?
         .ok_or_else(|| {
-            Error::not_found(format!(
-                "no card with id {:?} on your account's board: ids come from list_jobs",
-                id.trim()
-            ))
+            Error::not_found(
+                EntityKind::Card,
+                format!("no card with id {:?} on your account's board: ids come from list_jobs", id.trim()),
+            )
         })?;
-    Ok((Column::from_db(row.get(0))?, row.get(1)))
+    Ok((Column::from_db(row.col(0)?)?, row.col(1)?))
 }
 
 impl Store {
@@ -180,13 +184,19 @@ impl Store {
             .await?
         };
         match rows.as_slice() {
-            [] if repo.is_empty() => Err(Error::not_found(format!(
-                "{} is not inside a repository on the board: pass repo, or have the operator add it with add_repo",
-                cwd.trim()
-            ))),
-            [] => Err(Error::not_found(format!(
-                "no repository {repo:?} on the board: pass a path or folder name that list_jobs shows, or add it with add_repo"
-            ))),
+            [] if repo.is_empty() => Err(Error::not_found(
+                EntityKind::Repository,
+                format!(
+                    "{} is not inside a repository on the board: pass repo, or have the operator add it with add_repo",
+                    cwd.trim()
+                ),
+            )),
+            [] => Err(Error::not_found(
+                EntityKind::Repository,
+                format!(
+                    "no repository {repo:?} on the board: pass a path or folder name that list_jobs shows, or add it with add_repo"
+                ),
+            )),
             [one] => Ok(one.get(0)),
             [first, ..] => Ok(first.get(0)),
         }
@@ -194,7 +204,7 @@ impl Store {
 
     pub(super) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
         let operator: Option<String> =
-            c.query_one("select operator from accounts where id = $1", &[&caller.account_id]).await?.get(0);
+            c.query_one("select operator from accounts where id = $1", &[&caller.account_id]).await?.col(0)?;
         match operator {
             Some(op) if op == format!("{}/{}", caller.machine, caller.handle) => Ok(()),
             Some(op) => Err(Error::PermissionDenied(format!(
@@ -218,7 +228,7 @@ impl Store {
         let updated =
             client.execute("update accounts set operator = $2 where name = $1", &[&account, &endpoint]).await?;
         if updated == 0 {
-            return Err(Error::not_found(format!("no account {account}")));
+            return Err(Error::not_found(EntityKind::Account, format!("no account {account}")));
         }
         Ok(())
     }
@@ -235,8 +245,10 @@ impl Store {
         let agent = match new.agent.filter(|a| !a.trim().is_empty()) {
             Some(a) => board::agent(a)?,
             None => {
-                let harness: String =
-                    tx.query_one("select harness from endpoints where id = $1", &[&caller.endpoint_id]).await?.get(0);
+                let harness: String = tx
+                    .query_one("select harness from endpoints where id = $1", &[&caller.endpoint_id])
+                    .await?
+                    .col(0)?;
                 board::agent(&harness).unwrap_or("claude")
             }
         };
@@ -390,7 +402,7 @@ impl Store {
             .ok_or_else(|| {
                 Error::FailedPrecondition("the card this agent was dispatched for is no longer its to finish".into())
             })?;
-        let (id, state, requires_pr): (String, String, bool) = (row.get(0), row.get(1), row.get(2));
+        let (id, state, requires_pr): (String, String, bool) = (row.col(0)?, row.col(1)?, row.col(2)?);
         let column = Column::from_db(&state)?;
         if column != Column::InProgress {
             return Err(Error::FailedPrecondition(format!("the card is in {}, not in progress", column.name())));
@@ -528,7 +540,7 @@ impl Store {
             )
             .await?;
         let claimed = match claimed {
-            Some(row) => Some((job(&tx, machine.account_id, row.get(0)).await?, token)),
+            Some(row) => Some((job(&tx, machine.account_id, row.col(0)?).await?, token)),
             None => None,
         };
         let cleanup = tx
@@ -568,7 +580,7 @@ impl Store {
         let state = client
             .query_opt("select state from jobs where job_token_hash = $1", &[&ids::token_hash(token)])
             .await?
-            .map(|r| Column::from_db(r.get(0)).map(|c| c.name().to_owned()))
+            .map(|r| Column::from_db(r.col(0)?).map(|c| c.name().to_owned()))
             .transpose()?
             .unwrap_or_else(|| "todo".to_owned());
         Ok((renewed == 1, state))
@@ -592,8 +604,10 @@ impl Store {
                 &[&ids::token_hash(token), &machine.machine_id],
             )
             .await?
-            .ok_or_else(|| Error::not_found("no card holds this job token (its lease may have expired)"))?;
-        let (id, state, attempts): (String, String, i32) = (row.get(0), row.get(1), row.get(2));
+            .ok_or_else(|| {
+                Error::not_found(EntityKind::Card, "no card holds this job token (its lease may have expired)")
+            })?;
+        let (id, state, attempts): (String, String, i32) = (row.col(0)?, row.col(1)?, row.col(2)?);
         if Column::from_db(&state)? == Column::InProgress {
             let mut why = if error.trim().is_empty() {
                 format!("attempt {attempts}: the agent exited with code {exit_code} before calling finish_job")
@@ -663,7 +677,7 @@ impl Store {
             .await?;
         for row in &expired {
             let (id, account_id, attempts, machine): (&str, i64, i32, &str) =
-                (row.get(0), row.get(1), row.get(2), row.get(3));
+                (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?);
             let cause = Cause::LeaseLost { machine };
             let event = if attempts >= MAX_ATTEMPTS {
                 Event::Exhausted { cause }
@@ -694,7 +708,7 @@ impl Store {
         let mut fired = 0;
         for row in &due {
             let (id, expr, zone, account_id, skipped): (String, String, String, i64, String) =
-                (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+                (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?, row.col(4)?);
             let next = Schedule::parse(&expr, &zone).and_then(|s| s.next_after(Utc::now()));
             let next = match next {
                 Ok(next) => next,

@@ -1,12 +1,13 @@
 //! The people of an account and the contacts they make between accounts.
 
 use crate::domain::trust::Contact as ContactView;
+use crate::store::error::Col;
 use deadpool_postgres::GenericClient;
 
 use super::{Store, is_unique_violation};
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, validate};
-use crate::domain::{Error, Result};
+use crate::domain::{EntityKind, Error, Result};
 
 pub use crate::domain::caller::Human;
 
@@ -18,7 +19,7 @@ async fn account_id(c: &impl GenericClient, name: &str) -> Result<i64> {
     validate(NameKind::Account, name)?;
     Ok(c.query_opt("select id from accounts where name = $1", &[&name])
         .await?
-        .ok_or_else(|| Error::not_found(format!("no account {name}")))?
+        .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))?
         .get(0))
 }
 
@@ -70,7 +71,7 @@ impl Store {
             )
             .await?;
         if revoked == 0 {
-            return Err(Error::not_found(format!("no human {name} of {account}")));
+            return Err(Error::not_found(EntityKind::Human, format!("no human {name} of {account}")));
         }
         Ok(())
     }
@@ -88,10 +89,10 @@ impl Store {
             .query_opt(&stmt, &[&ids::token_hash(token)])
             .await?
             .ok_or_else(|| Error::Unauthenticated("unknown human token".into()))?;
-        if row.get::<_, bool>(3) {
+        if row.col::<bool>(3)? {
             return Err(Error::Unauthenticated("this human token was revoked".into()));
         }
-        Ok(Human { account_id: row.get(0), account: row.get(1), name: row.get(2) })
+        Ok(Human { account_id: row.col(0)?, account: row.col(1)?, name: row.col(2)? })
     }
 
     /// Asks for a contact; when the other account already asked for one, the contact is made.
@@ -145,10 +146,10 @@ impl Store {
                 .await?
                 .is_some();
             if !asked {
-                return Err(Error::not_found(format!(
-                    "{other} has not asked {} for a contact: use contact request to ask it",
-                    human.account
-                )));
+                return Err(Error::not_found(
+                    EntityKind::Contact,
+                    format!("{other} has not asked {} for a contact: use contact request to ask it", human.account),
+                ));
             }
             make_contact(&tx, human.account_id, other_id).await?;
         }
@@ -194,7 +195,7 @@ impl Store {
             )
             .await?;
         if dropped + requests == 0 {
-            return Err(Error::not_found(format!("{account} and {other} are not contacts")));
+            return Err(Error::not_found(EntityKind::Contact, format!("{account} and {other} are not contacts")));
         }
         let reason = format!("withdrawn: the contact between {account} and {other} was dropped before it was seen");
         // Held messages between the two can no longer be released.

@@ -3,7 +3,7 @@
 use deadpool_postgres::PoolError;
 use tokio_postgres::error::SqlState;
 
-use crate::domain::Error;
+use crate::domain::{EntityKind, Error};
 
 impl From<tokio_postgres::Error> for Error {
     fn from(err: tokio_postgres::Error) -> Self {
@@ -14,7 +14,9 @@ impl From<tokio_postgres::Error> for Error {
         };
         match *code {
             SqlState::UNIQUE_VIOLATION => Error::AlreadyExists("already exists".into()),
-            SqlState::FOREIGN_KEY_VIOLATION => Error::NotFound("refers to something that does not exist".into()),
+            SqlState::FOREIGN_KEY_VIOLATION => {
+                Error::not_found(EntityKind::Reference, "refers to something that does not exist")
+            }
             SqlState::CHECK_VIOLATION | SqlState::NOT_NULL_VIOLATION | SqlState::STRING_DATA_RIGHT_TRUNCATION => {
                 Error::Invalid("value refused by the database".into())
             }
@@ -49,4 +51,24 @@ impl From<PoolError> for Error {
 /// Whether a Postgres error is a unique violation, for callers that turn it into a precise message.
 pub fn is_unique_violation(err: &tokio_postgres::Error) -> bool {
     err.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+/// Reading a column without a panic: a column that is missing or of another type (a schema that
+/// drifted from the binary, as in a rolling deploy) is an internal error of that one call.
+pub(crate) trait Col {
+    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, idx: impl ColumnName) -> Result<T, Error>;
+}
+
+/// A column by position or by name, as `Row::try_get` takes it, that can also be named in an error.
+pub(crate) trait ColumnName: tokio_postgres::row::RowIndex + std::fmt::Display {}
+impl<T: tokio_postgres::row::RowIndex + std::fmt::Display> ColumnName for T {}
+
+impl Col for tokio_postgres::Row {
+    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, idx: impl ColumnName) -> Result<T, Error> {
+        let name = idx.to_string();
+        self.try_get(idx).map_err(|e| {
+            tracing::error!(column = %name, error = %e, "a row does not have the shape this binary expects");
+            Error::Internal(format!("unexpected database row shape (column {name})"))
+        })
+    }
 }

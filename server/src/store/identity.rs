@@ -1,5 +1,6 @@
 //! Accounts, machines, contacts and endpoints: who is who, and who is online.
 
+use crate::store::error::Col;
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -9,7 +10,7 @@ use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
-use crate::domain::{Error, Result, presence};
+use crate::domain::{EntityKind, Error, Result, presence};
 
 pub use crate::domain::caller::{Caller, MachineIdentity};
 
@@ -22,14 +23,14 @@ pub(super) async fn caller_of(c: &impl deadpool_postgres::GenericClient, endpoin
             &[&endpoint_id],
         )
         .await?
-        .ok_or_else(|| Error::not_found("that endpoint is gone"))?;
+        .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "that endpoint is gone"))?;
     Ok(Caller {
-        endpoint_id: row.get(0),
-        account_id: row.get(1),
-        account: row.get(2),
-        machine_id: row.get(3),
-        machine: row.get(4),
-        handle: row.get(5),
+        endpoint_id: row.col(0)?,
+        account_id: row.col(1)?,
+        account: row.col(2)?,
+        machine_id: row.col(3)?,
+        machine: row.col(4)?,
+        handle: row.col(5)?,
         session_hash: Vec::new(),
     })
 }
@@ -129,7 +130,7 @@ impl Store {
         let account_id: i64 = client
             .query_opt("select id from accounts where name = $1", &[&account])
             .await?
-            .ok_or_else(|| Error::not_found(format!("no account {account}: create it first")))?
+            .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {account}: create it first")))?
             .get(0);
         let row = client
             .query_opt(
@@ -163,7 +164,7 @@ impl Store {
                 &[&account, &machine],
             )
             .await?
-            .ok_or_else(|| Error::not_found(format!("no machine {account}/{machine}")))?
+            .ok_or_else(|| Error::not_found(EntityKind::Machine, format!("no machine {account}/{machine}")))?
             .get(0);
         tx.execute(
             "update endpoints set session_hash = null, ended_at = coalesce(ended_at, now()), online_until = null
@@ -188,7 +189,7 @@ impl Store {
             rows.iter()
                 .find(|r| r.get::<_, &str>(1) == name)
                 .map(|r| r.get::<_, i64>(0))
-                .ok_or_else(|| Error::not_found(format!("no account {name}")))
+                .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))
         };
         let (a, b) = (id_of(first)?, id_of(second)?);
         client
@@ -230,12 +231,12 @@ impl Store {
             .await?
             .ok_or_else(|| Error::Unauthenticated("unknown machine token".into()))?;
         let identity = MachineIdentity {
-            machine_id: row.get(0),
-            machine: row.get(1),
-            account_id: row.get(2),
-            account: row.get(3),
+            machine_id: row.col(0)?,
+            machine: row.col(1)?,
+            account_id: row.col(2)?,
+            account: row.col(3)?,
         };
-        if row.get::<_, bool>(4) {
+        if row.col::<bool>(4)? {
             return Err(Error::Unauthenticated(format!(
                 "the machine token of {}/{} was revoked",
                 identity.account, identity.machine
@@ -262,12 +263,12 @@ impl Store {
             .await?
             .ok_or_else(|| Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()))?;
         Ok(Caller {
-            endpoint_id: row.get(0),
-            account_id: row.get(1),
-            account: row.get(2),
-            machine_id: row.get(3),
-            machine: row.get(4),
-            handle: row.get(5),
+            endpoint_id: row.col(0)?,
+            account_id: row.col(1)?,
+            account: row.col(2)?,
+            machine_id: row.col(3)?,
+            machine: row.col(4)?,
+            handle: row.col(5)?,
             session_hash: hash,
         })
     }
@@ -306,7 +307,7 @@ impl Store {
             if let Some(row) =
                 client.query_opt(&stmt, &[&ids::token_hash(token), &machine.machine_id, &harness, &lease]).await?
             {
-                let endpoint = Self::endpoint_on(&client, row.get(0)).await?;
+                let endpoint = Self::endpoint_on(&client, row.col(0)?).await?;
                 return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
             }
         }
@@ -416,7 +417,7 @@ impl Store {
             Some(row) => presence::handle_held(
                 handle,
                 &at,
-                &presence::Holder { harness: row.get(0), since: row.get(1), stream_open: row.get(2) },
+                &presence::Holder { harness: row.col(0)?, since: row.col(1)?, stream_open: row.col(2)? },
             ),
             // Freed between the claim and this read: a second try will take it.
             None => Error::Unavailable(format!("handle {handle} on {at} was changing hands; try again")),
@@ -446,7 +447,10 @@ impl Store {
             "select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
         );
         let stmt = client.prepare_cached(&sql).await?;
-        let row = client.query_opt(&stmt, &[&id]).await?.ok_or_else(|| Error::not_found("no such endpoint"))?;
+        let row = client
+            .query_opt(&stmt, &[&id])
+            .await?
+            .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
         Ok(endpoint_from_row(&row))
     }
 

@@ -1,5 +1,6 @@
 //! Messages and their deliveries: sending, the inbox, replies and delivery states.
 
+use crate::store::error::Col;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -14,7 +15,7 @@ use crate::domain::ids::{self, MessageRef};
 use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::RedactedText;
 use crate::domain::scope::{Reach, Verdict};
-use crate::domain::{Error, Result, limits, presence};
+use crate::domain::{EntityKind, Error, Result, limits, presence};
 use crate::store::scope;
 
 /// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
@@ -53,19 +54,19 @@ const MESSAGE_JOINS: &str = "deliveries d
      join endpoints se on se.id = m.sender_id";
 
 fn message_from_row(row: &Row) -> Result<Message> {
-    let sent_at: DateTime<Utc> = row.get("created_at");
+    let sent_at: DateTime<Utc> = row.col("created_at")?;
     Ok(Message {
-        id: row.get("id"),
-        seq: row.get::<_, i64>("seq") as u64,
-        from: row.get("sender"),
-        thread: row.get("thread"),
-        kind: Kind::from_db(row.get("kind"))?,
-        body: row.get("body"),
-        reply_to: row.get::<_, Option<String>>("reply_to").unwrap_or_default(),
+        id: row.col("id")?,
+        seq: row.col::<i64>("seq")? as u64,
+        from: row.col("sender")?,
+        thread: row.col("thread")?,
+        kind: Kind::from_db(row.col("kind")?)?,
+        body: row.col("body")?,
+        reply_to: row.col::<Option<String>>("reply_to")?.unwrap_or_default(),
         sent_at_ms: sent_at.timestamp_millis(),
-        relation: row.get("relation"),
-        require_reply: row.get("require_reply"),
-        private: row.get("private"),
+        relation: row.col("relation")?,
+        require_reply: row.col("require_reply")?,
+        private: row.col("private")?,
     })
 }
 
@@ -121,7 +122,7 @@ impl Store {
         let id: i64 = tx
             .query_opt("select id from endpoint_addresses where address = $1", &[address])
             .await?
-            .ok_or_else(|| Error::not_found(format!("no agent at {address}")))?
+            .ok_or_else(|| Error::not_found(EntityKind::Endpoint, format!("no agent at {address}")))?
             .get(0);
         let targets = [Target { id, address: address.clone(), account_id: sender.account_id }];
         let sent = Self::store_message(&tx, sender, &targets, &out, None)
@@ -159,12 +160,12 @@ impl Store {
                 &[&original],
             )
             .await?;
-        let (thread, sender_id, sender_address): (String, i64, String) = (row.get(0), row.get(1), row.get(2));
+        let (thread, sender_id, sender_address): (String, i64, String) = (row.col(0)?, row.col(1)?, row.col(2)?);
         if crate::domain::address::is_board_address(&sender_address) {
             return Err(address::board_reads_nothing(&sender_address));
         }
         let contacts = Self::contact_accounts(&tx, caller.account_id).await?;
-        if scope::reach(caller.account_id, &contacts, row.get(3)) == Reach::None || row.get::<_, bool>(4) {
+        if scope::reach(caller.account_id, &contacts, row.col(3)?) == Reach::None || row.col::<bool>(4)? {
             return Err(Error::FailedPrecondition(format!(
                 "{sender_address} is no longer reachable from your account (its machine was revoked or the contact ended), so the reply was not sent"
             )));
@@ -174,7 +175,7 @@ impl Store {
         if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
             return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
         }
-        let targets = vec![Target { id: sender_id, address: sender_address, account_id: row.get(3) }];
+        let targets = vec![Target { id: sender_id, address: sender_address, account_id: row.col(3)? }];
         Self::check_room(&tx, &targets, self.max_unread).await?;
         let out = Outgoing {
             to: &[],
@@ -209,15 +210,15 @@ impl Store {
         let Some(row) = client.query_opt(&stmt, &[&caller.endpoint_id, &client_id]).await? else {
             return Ok(None);
         };
-        let id: String = row.get(0);
+        let id: String = row.col(0)?;
         let recipients = Self::recipient_states(client, &id).await?;
         let hold = client.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.get(0));
         Ok(Some(Sent {
             id,
-            thread: row.get(1),
+            thread: row.col(1)?,
             recipients,
             duplicate: true,
-            reply_to: row.get(2),
+            reply_to: row.col(2)?,
             skipped: Vec::new(),
             hold,
         }))
@@ -233,12 +234,15 @@ impl Store {
                                 where m.thread = $1 and d.recipient_id = $2)",
             )
             .await?;
-        if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.get(0) {
+        if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.col(0)? {
             return Ok(());
         }
-        Err(Error::not_found(format!(
-            "no thread {thread:?} among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
-        )))
+        Err(Error::not_found(
+            EntityKind::Thread,
+            format!(
+                "no thread {thread:?} among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
+            ),
+        ))
     }
 
     /// The refusal of a send to `unknown` addresses, each with the nearest address the caller can
@@ -296,7 +300,7 @@ impl Store {
         let humans: Vec<&str> = wanted.iter().filter(|a| a.is_human()).map(|a| a.account.as_str()).collect();
         if !humans.is_empty() {
             for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
-                let account: i64 = row.get(0);
+                let account: i64 = row.col(0)?;
                 if scope::reach(caller.account_id, &contacts, account) != Reach::None {
                     Self::ensure_human(tx, account).await?;
                 }
@@ -331,11 +335,11 @@ impl Store {
             match row {
                 None => unknown.push(text),
                 Some(row) => {
-                    let id: i64 = row.get("id");
+                    let id: i64 = row.col("id")?;
                     if id == caller.endpoint_id {
                         return Err(Error::invalid("you cannot message yourself"));
                     }
-                    targets.push(Target { id, address: text, account_id: row.get("account_id") });
+                    targets.push(Target { id, address: text, account_id: row.col("account_id")? });
                 }
             }
         }
@@ -529,13 +533,13 @@ impl Store {
             .await?
             .iter()
             .map(|r| {
-                let state = State::from_db(r.get("state"))?;
-                let mut reason: String = r.get("reason");
+                let state = State::from_db(r.col("state")?)?;
+                let mut reason: String = r.col("reason")?;
                 // A delivery still waiting for an absent recipient says since when it is away.
-                if state == State::Queued && reason.is_empty() && !r.get::<_, bool>("present") {
-                    reason = presence::offline_reason(r.get("last_seen_at"));
+                if state == State::Queued && reason.is_empty() && !r.col::<bool>("present")? {
+                    reason = presence::offline_reason(r.col("last_seen_at")?);
                 }
-                Ok(Recipient { address: r.get("address"), state: Some(state), reason })
+                Ok(Recipient { address: r.col("address")?, state: Some(state), reason })
             })
             .collect()
     }
@@ -547,7 +551,9 @@ impl Store {
                 .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
                 .await?
                 .get::<_, Option<String>>(0)
-                .ok_or_else(|| Error::not_found("no message was shown to you yet, so there is no last one")),
+                .ok_or_else(|| {
+                    Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
+                }),
             MessageRef::Text(text) => {
                 let stmt = tx
                     .prepare_cached(
@@ -625,7 +631,7 @@ impl Store {
         let client = self.client().await?;
         let stmt =
             client.prepare_cached("select count(*) from deliveries where recipient_id = $1 and state < 4").await?;
-        Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.get::<_, i64>(0) as u64)
+        Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.col::<i64>(0)? as u64)
     }
 
     async fn advance(tx: &impl GenericClient, caller: &Caller, seqs: &[i64], state: State) -> Result<u64> {
@@ -682,10 +688,10 @@ impl Store {
         let recipients = Self::recipient_states(&client, &id).await?;
         Ok(Sent {
             id,
-            thread: row.get(0),
+            thread: row.col(0)?,
             recipients,
             duplicate: false,
-            reply_to: row.get(1),
+            reply_to: row.col(1)?,
             skipped: Vec::new(),
             hold: None,
         })

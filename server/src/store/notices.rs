@@ -1,6 +1,7 @@
 //! The board's notices: what happened to a card, told to the account's operator and the card's
 //! poster as messages from the account's board sender, in the transaction that made it happen.
 
+use crate::store::error::Col;
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::Store;
@@ -32,7 +33,7 @@ impl Store {
                 &[&account_id, &HUMAN, &BOARD],
             )
             .await?;
-        Ok(row.get(0))
+        Ok(row.col(0)?)
     }
 
     /// Tells the operator and the card's poster (of a run card: its schedule's poster) what happened

@@ -1,5 +1,6 @@
 //! Scope in the database: loading what the rules need, and changing rules, caps and groups.
 
+use crate::store::error::Col;
 use std::collections::HashMap;
 
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
@@ -10,7 +11,7 @@ use super::identity::{Caller, ENDPOINT_COLUMNS, endpoint_from_row};
 use crate::domain::address::{Address, Origin};
 use crate::domain::names::{NameKind, validate};
 use crate::domain::scope::{self, Cap, Dir, Party, Reach, Scoped, Selector, Verdict};
-use crate::domain::{Error, Result};
+use crate::domain::{EntityKind, Error, Result};
 
 /// A change to one direction of a rule: `None` leaves it, `Some(None)` opens it.
 pub type RuleChange = Option<Option<Vec<Selector>>>;
@@ -98,26 +99,26 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
 
     let mut out = HashMap::new();
     for row in c.query(&base, &[&ids]).await? {
-        let id: i64 = row.get(0);
+        let id: i64 = row.col(0)?;
         let chain = ancestors.remove(&id).unwrap_or_default();
-        let address: String = row.get(5);
+        let address: String = row.col(5)?;
         let root_address =
             chain.last().and_then(|root| addresses.get(root)).cloned().unwrap_or_else(|| address.clone());
         let mut scoped = Scoped {
             party: Party {
                 id,
-                account_id: row.get(1),
-                account: row.get(2),
-                machine: row.get(3),
-                handle: row.get(4),
+                account_id: row.col(1)?,
+                account: row.col(2)?,
+                machine: row.col(3)?,
+                handle: row.col(4)?,
                 address,
-                parent: row.get(6),
+                parent: row.col(6)?,
                 ancestors: chain,
                 root_address,
                 groups: Vec::new(),
             },
-            rules_in: parse_stored(row.get(7))?,
-            rules_out: parse_stored(row.get(8))?,
+            rules_in: parse_stored(row.col(7)?)?,
+            rules_out: parse_stored(row.col(8)?)?,
             caps: Vec::new(),
         };
         for g in group_rows.iter().filter(|g| g.get::<_, i64>(0) == id) {
@@ -136,13 +137,13 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
             scoped.party.groups.push(name);
         }
         for cap in cap_rows.iter() {
-            let on: i64 = cap.get(1);
+            let on: i64 = cap.col(1)?;
             if on == id || scoped.party.ancestors.contains(&on) {
                 scoped.caps.push(Cap {
-                    id: format!("cap-{}", cap.get::<_, i64>(0)),
-                    dir: Dir::parse(cap.get(2))?,
-                    selectors: parse_stored(Some(cap.get(3)))?.unwrap_or_default(),
-                    by: cap.get(4),
+                    id: format!("cap-{}", cap.col::<i64>(0)?),
+                    dir: Dir::parse(cap.col(2)?)?,
+                    selectors: parse_stored(Some(cap.col(3)?))?.unwrap_or_default(),
+                    by: cap.col(4)?,
                     group: None,
                 });
             }
@@ -162,7 +163,8 @@ pub(super) async fn decide_many(
     let mut ids = to.to_vec();
     ids.push(from.endpoint_id);
     let loaded = load(c, &ids).await?;
-    let sender = loaded.get(&from.endpoint_id).ok_or_else(|| Error::not_found("your endpoint is gone"))?;
+    let sender =
+        loaded.get(&from.endpoint_id).ok_or_else(|| Error::not_found(EntityKind::Endpoint, "your endpoint is gone"))?;
     Ok(to
         .iter()
         .filter_map(|id| {
@@ -190,7 +192,7 @@ async fn resolve_in_reach(
         .await?
         .filter(|r| reach(caller.account_id, contacts, r.get(1)) != Reach::None);
     match row {
-        Some(row) => Ok((row.get(0), address)),
+        Some(row) => Ok((row.col(0)?, address)),
         None => Err(Store::unknown_addresses(c, caller, contacts, &[address], false).await?),
     }
 }
@@ -252,7 +254,7 @@ impl Store {
 
     async fn view(c: &impl GenericClient, id: i64) -> Result<RulesView> {
         let loaded = load(c, &[id]).await?;
-        let s = loaded.get(&id).ok_or_else(|| Error::not_found("no such endpoint"))?;
+        let s = loaded.get(&id).ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
         let parent = match s.party.parent {
             Some(p) => c
                 .query_opt("select address from endpoint_addresses where id = $1", &[&p])
@@ -336,7 +338,10 @@ impl Store {
                 )
                 .await?;
             if widened == 0 {
-                return Err(Error::not_found(format!("you set no {} cap on that agent to widen", dir.as_str())));
+                return Err(Error::not_found(
+                    EntityKind::Cap,
+                    format!("you set no {} cap on that agent to widen", dir.as_str()),
+                ));
             }
         }
         let view = Self::view(&tx, id).await?;
@@ -355,8 +360,8 @@ impl Store {
         let row = tx
             .query_opt("select set_by from caps where id = $1 and endpoint_id = $2", &[&cap_id, &id])
             .await?
-            .ok_or_else(|| Error::not_found(format!("no cap {cap} on that agent")))?;
-        let set_by: i64 = row.get(0);
+            .ok_or_else(|| Error::not_found(EntityKind::Cap, format!("no cap {cap} on that agent")))?;
+        let set_by: i64 = row.col(0)?;
         let setter = load(&tx, &[set_by]).await?;
         let mine = set_by == caller.endpoint_id
             || setter.get(&set_by).is_some_and(|s| s.party.ancestors.contains(&caller.endpoint_id));
@@ -383,7 +388,7 @@ impl Store {
         let (to_id, to_address) = resolve_in_reach(&client, caller, &mine, to).await?;
         let loaded = load(&client, &[from_id, to_id]).await?;
         let (Some(a), Some(b)) = (loaded.get(&from_id), loaded.get(&to_id)) else {
-            return Err(Error::not_found("no such endpoint"));
+            return Err(Error::not_found(EntityKind::Endpoint, "no such endpoint"));
         };
         // The verdict is about `from`, whose contacts may differ from the caller's.
         let contacts = if a.party.account_id == caller.account_id {
@@ -432,8 +437,8 @@ impl Store {
                 &[&caller.account_id, &name],
             )
             .await?
-            .ok_or_else(|| Error::not_found(format!("no group {name} in your account")))?;
-        Ok((row.get(0), row.get(1)))
+            .ok_or_else(|| Error::not_found(EntityKind::Group, format!("no group {name} in your account")))?;
+        Ok((row.col(0)?, row.col(1)?))
     }
 
     async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> {
@@ -455,10 +460,10 @@ impl Store {
             .map(|r| r.get(0))
             .collect();
         Ok(GroupView {
-            name: row.get(0),
-            owner: row.get(1),
-            rules_in: view_selectors(&parse_stored(row.get(2))?),
-            rules_out: view_selectors(&parse_stored(row.get(3))?),
+            name: row.col(0)?,
+            owner: row.col(1)?,
+            rules_in: view_selectors(&parse_stored(row.col(2)?)?),
+            rules_out: view_selectors(&parse_stored(row.col(3)?)?),
             members,
         })
     }
@@ -499,7 +504,7 @@ impl Store {
             )
             .await?
             .ok_or_else(|| Error::AlreadyExists(format!("group {name} already exists in your account")))?;
-        let id: i64 = row.get(0);
+        let id: i64 = row.col(0)?;
         tx.execute("insert into group_members (group_id, endpoint_id) values ($1, $2)", &[&id, &caller.endpoint_id])
             .await?;
         let view = Self::group_view(&tx, id).await?;
@@ -545,7 +550,7 @@ impl Store {
                 .execute("delete from group_members where group_id = $1 and endpoint_id = $2", &[&group, &member])
                 .await?;
             if removed == 0 {
-                return Err(Error::not_found(format!("{address} is not a member of group {name}")));
+                return Err(Error::not_found(EntityKind::Group, format!("{address} is not a member of group {name}")));
             }
         }
         Self::group_view(&client, group).await

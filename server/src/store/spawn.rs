@@ -2,6 +2,7 @@
 //! one-time grant, and the worker's final report sent to its parent as the child.
 
 use crate::domain::endpoint::Endpoint;
+use crate::store::error::Col;
 
 use super::Store;
 use super::identity::{Caller, MachineIdentity, caller_of};
@@ -11,7 +12,7 @@ use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::MAX_NAME_LEN;
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::scope::{Dir, Selector};
-use crate::domain::{Error, Result, limits};
+use crate::domain::{EntityKind, Error, Result, limits};
 
 /// How long a reserved child endpoint waits for its worker's bridge before its handle is free again.
 const RESERVATION_S: f64 = 600.0;
@@ -53,7 +54,7 @@ impl Store {
                 &[&caller.machine_id, &handle, &harness, &caller.endpoint_id, &ids::token_hash(&grant), &RESERVATION_S],
             )
             .await?;
-        let child: i64 = row.get(0);
+        let child: i64 = row.col(0)?;
         if let Some(selectors) = caps {
             let stored: Vec<String> = selectors.iter().map(ToString::to_string).collect();
             for dir in [Dir::In, Dir::Out] {
@@ -100,11 +101,12 @@ impl Store {
             )
             .await?
             .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?;
-        let child = caller_of(&client, row.get(0)).await?;
-        let parent: i64 =
-            row.get::<_, Option<i64>>(1).ok_or_else(|| Error::not_found("the worker's parent is gone"))?;
+        let child = caller_of(&client, row.col(0)?).await?;
+        let parent: i64 = row
+            .get::<_, Option<i64>>(1)
+            .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "the worker's parent is gone"))?;
         let parent_address: String =
-            client.query_one("select address from endpoint_addresses where id = $1", &[&parent]).await?.get(0);
+            client.query_one("select address from endpoint_addresses where id = $1", &[&parent]).await?.col(0)?;
         drop(client);
 
         let mut tail = output.as_str().to_owned();

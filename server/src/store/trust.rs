@@ -2,6 +2,7 @@
 
 use crate::domain::message::Message;
 use crate::domain::trust::{Hold as HoldView, Peek as PeekView, PeekTurn, Peeker as PeekerView};
+use crate::store::error::Col;
 use deadpool_postgres::GenericClient;
 
 use super::Store;
@@ -12,7 +13,7 @@ use crate::domain::address::HUMAN;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
 use crate::domain::redact::{RedactedText, redact};
-use crate::domain::{Error, Result};
+use crate::domain::{EntityKind, Error, Result};
 
 /// One turn of an agent's conversation, kept for peeking.
 pub struct KeptTurn {
@@ -46,7 +47,7 @@ impl Store {
                 &[&account_id, &HUMAN],
             )
             .await?;
-        Ok(row.get(0))
+        Ok(row.col(0)?)
     }
 
     /// The human as a sender and recipient, with the same guarantees as any endpoint.
@@ -101,7 +102,7 @@ impl Store {
             return Ok(None);
         }
         let classes: Vec<String> =
-            c.query_one("select hold_classes from accounts where id = $1", &[&caller.account_id]).await?.get(0);
+            c.query_one("select hold_classes from accounts where id = $1", &[&caller.account_id]).await?.col(0)?;
         let has = |class: &str| classes.iter().any(|c| c == class);
         Ok(if private && has("private-outbound") {
             Some("private-outbound")
@@ -143,7 +144,7 @@ impl Store {
                 &[&human.account_id, &class, &on],
             )
             .await?;
-        Ok(row.get(0))
+        Ok(row.col(0)?)
     }
 
     pub async fn contact_private(&self, human: &Human, other: &str, on: bool) -> Result<()> {
@@ -156,7 +157,10 @@ impl Store {
             )
             .await?;
         if updated == 0 {
-            return Err(Error::not_found(format!("{} and {other} are not contacts", human.account)));
+            return Err(Error::not_found(
+                EntityKind::Contact,
+                format!("{} and {other} are not contacts", human.account),
+            ));
         }
         Ok(())
     }
@@ -208,9 +212,11 @@ impl Store {
                 &[&id.trim(), &human.account_id],
             )
             .await?
-            .ok_or_else(|| Error::not_found(format!("no hold {id} in your account: holds lists them")))?;
+            .ok_or_else(|| {
+                Error::not_found(EntityKind::Hold, format!("no hold {id} in your account: holds lists them"))
+            })?;
         let (message_id, recipients, state, sender_id, sender): (String, Vec<i64>, String, i64, String) =
-            (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+            (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?, row.col(4)?);
         if state != "pending" {
             return Err(Error::FailedPrecondition(format!("hold {id} was already {state}")));
         }
@@ -275,8 +281,8 @@ impl Store {
         let mut targets = Vec::new();
         let mut refused = Vec::new();
         for row in &rows {
-            let target = Target { id: row.get(0), address: row.get(1), account_id: row.get(2) };
-            let why = if !row.get::<_, bool>(3) {
+            let target = Target { id: row.col(0)?, address: row.col(1)?, account_id: row.col(2)? };
+            let why = if !row.col::<bool>(3)? {
                 Some("its machine was revoked".to_owned())
             } else {
                 verdicts.get(&target.id).and_then(|v| v.refusal().map(str::to_owned))
@@ -286,7 +292,7 @@ impl Store {
                 None => targets.push(target),
             }
         }
-        let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.get(0);
+        let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.col(0)?;
         if private {
             Self::check_private(c, &caller, &targets).await?;
         }
@@ -393,12 +399,12 @@ impl Store {
                 &[&target],
             )
             .await?;
-        if !row.get::<_, bool>(0) {
+        if !row.col::<bool>(0)? {
             return Err(Error::PermissionDenied(format!(
                 "{address} does not allow peeking (relay_set_peek turns it on)"
             )));
         }
-        let stored: Option<serde_json::Value> = row.get(1);
+        let stored: Option<serde_json::Value> = row.col(1)?;
         let all: Vec<PeekTurn> = stored
             .and_then(|v| v.as_array().cloned())
             .unwrap_or_default()
@@ -419,7 +425,7 @@ impl Store {
                 &[&target, &caller.address(), &(shown.len() as i32)],
             )
             .await?;
-        let updated: Option<chrono::DateTime<chrono::Utc>> = row.get(2);
+        let updated: Option<chrono::DateTime<chrono::Utc>> = row.col(2)?;
         Ok(PeekView {
             endpoint: address.to_owned(),
             turns: shown,
