@@ -33,7 +33,7 @@ impl Store {
                 &[&account_id, &HUMAN, &BOARD],
             )
             .await?;
-        Ok(row.col(0)?)
+        row.col(0)
     }
 
     /// Tells the operator and the card's poster (of a run card: its schedule's poster) what happened

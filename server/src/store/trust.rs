@@ -47,7 +47,7 @@ impl Store {
                 &[&account_id, &HUMAN],
             )
             .await?;
-        Ok(row.col(0)?)
+        row.col(0)
     }
 
     /// The human as a sender and recipient, with the same guarantees as any endpoint.
@@ -144,7 +144,7 @@ impl Store {
                 &[&human.account_id, &class, &on],
             )
             .await?;
-        Ok(row.col(0)?)
+        row.col(0)
     }
 
     pub async fn contact_private(&self, human: &Human, other: &str, on: bool) -> Result<()> {
