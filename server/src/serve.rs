@@ -18,7 +18,7 @@ use crate::protocol::human::HumanService;
 use crate::protocol::service::RelayService;
 use crate::protocol::worker::WorkerService;
 use crate::push::{self, Hub};
-use crate::store::{DbConfig, Store};
+use crate::store::{DbConfig, Store, migrate};
 
 /// How long calls in flight may take to finish after a shutdown signal.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
@@ -91,12 +91,13 @@ impl ListenOptions {
     }
 }
 
-/// Connects to the database and applies pending migrations.
+/// Connects to the database and applies pending migrations (on a connection of their own, see
+/// [`migrate::apply`]).
 pub async fn open_store(db: DbConfig) -> anyhow::Result<Store> {
     let store = Store::connect(db).await?;
-    let applied = store.migrate().await.context("cannot apply migrations")?;
-    if !applied.is_empty() {
-        tracing::info!(versions = ?applied, "database schema updated");
+    let report = migrate::apply(store.config()).await.context("cannot apply migrations")?;
+    if !report.applied.is_empty() {
+        tracing::info!(versions = ?report.applied, "database schema updated");
     }
     Ok(store)
 }
