@@ -2,6 +2,7 @@
 
 mod auth;
 pub mod human;
+pub mod layers;
 pub mod service;
 pub mod status;
 pub mod worker;
