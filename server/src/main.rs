@@ -7,6 +7,7 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
+use relay_server::protocol::layers::{self, RpcLimits};
 use relay_server::serve::{self, ListenOptions};
 use relay_server::store::DbConfig;
 use tracing_subscriber::EnvFilter;
@@ -29,6 +30,8 @@ enum Command {
         listen: ListenArgs,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        rpc: RpcArgs,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -90,6 +93,29 @@ struct LimitArgs {
     #[arg(long, env = "RELAY_MAX_UNREAD", default_value_t = relay_server::domain::limits::DEFAULT_MAX_UNREAD,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_unread: u32,
+}
+
+#[derive(Args)]
+struct RpcArgs {
+    /// Most calls in flight at once; beyond it a call is refused with RESOURCE_EXHAUSTED rather than
+    /// queued. Health and reflection are not counted.
+    #[arg(long, env = "RELAY_MAX_CONCURRENT_RPCS", default_value_t = layers::DEFAULT_MAX_CONCURRENT_RPCS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_rpcs: u32,
+    /// Seconds an ordinary call may take before it is stopped with DEADLINE_EXCEEDED. Long polls get
+    /// their longest wait on top; streams and permission requests are not timed.
+    #[arg(long, env = "RELAY_RPC_TIMEOUT_S", default_value_t = layers::DEFAULT_RPC_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    rpc_timeout_s: u64,
+}
+
+impl From<RpcArgs> for RpcLimits {
+    fn from(a: RpcArgs) -> Self {
+        Self {
+            timeout: std::time::Duration::from_secs(a.rpc_timeout_s),
+            max_concurrent: a.max_concurrent_rpcs as usize,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -188,12 +214,12 @@ fn init_logging(default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, limits } => {
+        Command::Serve { db, listen, limits, rpc } => {
             init_logging("info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
-            serve::serve(store, &listen, serve::termination()).await
+            serve::serve(store, &listen, rpc.into(), serve::termination()).await
         }
         Command::Migrate { db } => {
             init_logging("info");

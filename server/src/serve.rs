@@ -15,10 +15,11 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::protocol::human::HumanService;
+use crate::protocol::layers::{RpcLayers, RpcLimits};
 use crate::protocol::service::RelayService;
 use crate::protocol::worker::WorkerService;
 use crate::push::{self, Hub};
-use crate::store::{DbConfig, Store};
+use crate::store::{DbConfig, Store, migrate};
 
 /// How long calls in flight may take to finish after a shutdown signal.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
@@ -91,12 +92,13 @@ impl ListenOptions {
     }
 }
 
-/// Connects to the database and applies pending migrations.
+/// Connects to the database and applies pending migrations (on a connection of their own, see
+/// [`migrate::apply`]).
 pub async fn open_store(db: DbConfig) -> anyhow::Result<Store> {
     let store = Store::connect(db).await?;
-    let applied = store.migrate().await.context("cannot apply migrations")?;
-    if !applied.is_empty() {
-        tracing::info!(versions = ?applied, "database schema updated");
+    let report = migrate::apply(store.config()).await.context("cannot apply migrations")?;
+    if !report.applied.is_empty() {
+        tracing::info!(versions = ?report.applied, "database schema updated");
     }
     Ok(store)
 }
@@ -105,16 +107,29 @@ pub async fn open_store(db: DbConfig) -> anyhow::Result<Store> {
 pub async fn serve(
     store: Store,
     options: &ListenOptions,
+    rpc: RpcLimits,
     shutdown_signal: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    serve_then(store, options, shutdown_signal, |_| {}).await
+    serve_with(store, options, rpc, shutdown_signal, |_| {}).await
 }
 
-/// [`serve`], calling `ready` with the bound address once the port is taken, so that what it prints
-/// is true (the real port, even for port 0) and comes only when the server is up.
+/// [`serve`] with the default call limits, calling `ready` with the bound address once the port is
+/// taken, so that what it prints is true (the real port, even for port 0) and comes only when the
+/// server is up.
 pub async fn serve_then(
     store: Store,
     options: &ListenOptions,
+    shutdown_signal: impl Future<Output = ()>,
+    ready: impl FnOnce(SocketAddr),
+) -> anyhow::Result<()> {
+    serve_with(store, options, RpcLimits::default(), shutdown_signal, ready).await
+}
+
+/// [`serve_then`] with the given call limits.
+pub async fn serve_with(
+    store: Store,
+    options: &ListenOptions,
+    rpc: RpcLimits,
     shutdown_signal: impl Future<Output = ()>,
     ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
@@ -148,7 +163,16 @@ pub async fn serve_then(
     if let Some(tls) = tls {
         builder = builder.tls_config(tls).context("invalid tls configuration")?;
     }
-    tracing::info!(addr = %local, tls = options.tls_cert.is_some(), "serving relay.v1");
+    // Spans, caught panics, the concurrency limit and time budgets for every call; health and
+    // reflection pass the limit and the budgets untouched.
+    let mut builder = builder.layer(RpcLayers::new(rpc));
+    tracing::info!(
+        addr = %local,
+        tls = options.tls_cert.is_some(),
+        max_concurrent_rpcs = rpc.max_concurrent,
+        rpc_timeout_s = rpc.timeout.as_secs_f64(),
+        "serving relay.v1"
+    );
     ready(local);
 
     let stop = {

@@ -3,6 +3,7 @@
 mod auth;
 pub mod convert;
 pub mod human;
+pub mod layers;
 pub mod service;
 pub mod status;
 pub mod worker;

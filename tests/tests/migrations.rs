@@ -1,0 +1,217 @@
+//! Migrations as an operator meets them: checksums recorded and checked, replicas migrating at once,
+//! and the expand/contract rule that lets two releases share one schema (server/migrations/README.md
+//! says what these tests prove and what they do not).
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::Duration;
+
+use ::relay_server::store::migrate::MIGRATIONS;
+use relay_proto::v1::*;
+use relay_tests::client::{Agent, next_message};
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use relay_tests::{bin, free_port};
+use tokio_postgres::NoTls;
+
+async fn sql(db: &TestDb) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&db.url, NoTls).await.expect("connect to the test database");
+    tokio::spawn(connection);
+    client
+}
+
+/// `relay-server ARGS` on the test database, logging at info without colour.
+async fn relay_server(db: &TestDb, args: &[&str]) -> Output {
+    let run = tokio::process::Command::new(bin("relay-server"))
+        .args(args)
+        .env("DATABASE_URL", &db.url)
+        .env("RELAY_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(Duration::from_secs(60), run).await.expect("relay-server exits").expect("run relay-server")
+}
+
+fn stderr(out: &Output) -> String {
+    strip_ansi(&String::from_utf8_lossy(&out.stderr))
+}
+
+/// Log lines without terminal colours, whatever the logger decided.
+fn strip_ansi(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+fn migrations_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../server/migrations")
+}
+
+/// Version, checksum per recorded migration, in order.
+async fn history(client: &tokio_postgres::Client) -> Vec<(i32, Option<String>)> {
+    let rows = client.query("select version, checksum from schema_migrations order by version", &[]).await.unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// Each migration's file as it is on disk, hashed by Postgres: a check independent of the server's
+/// own hashing.
+async fn expected_history(client: &tokio_postgres::Client) -> Vec<(i32, Option<String>)> {
+    let mut expected = Vec::new();
+    for m in MIGRATIONS {
+        let text = std::fs::read_to_string(migrations_dir().join(m.file())).expect("migration file");
+        let row = client.query_one("select encode(sha256(convert_to($1, 'UTF8')), 'hex')", &[&text]).await.unwrap();
+        expected.push((m.version, Some(row.get(0))));
+    }
+    expected
+}
+
+#[tokio::test]
+async fn a_fresh_database_gets_every_migration_with_the_checksum_of_its_file() {
+    let db = TestDb::new().await;
+    let out = relay_server(&db, &["migrate"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let client = sql(&db).await;
+    assert_eq!(history(&client).await, expected_history(&client).await);
+
+    // Again: nothing to do, nothing changes.
+    let again = relay_server(&db, &["migrate"]).await;
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(!stderr(&again).contains("applied migration"), "{}", stderr(&again));
+    assert_eq!(history(&client).await, expected_history(&client).await);
+}
+
+/// A database that applied 1..8 before checksums were kept has the history table without the
+/// column: the first run adds it and records the checksums of the files as they are.
+#[tokio::test]
+async fn a_database_migrated_before_checksums_gets_them_recorded() {
+    let db = TestDb::new().await;
+    assert!(relay_server(&db, &["migrate"]).await.status.success());
+    let client = sql(&db).await;
+    client.batch_execute("alter table schema_migrations drop column checksum").await.unwrap();
+
+    let out = relay_server(&db, &["migrate"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("recorded checksums of migrations applied before checksums were kept"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(history(&client).await, expected_history(&client).await);
+}
+
+#[tokio::test]
+async fn an_edited_migration_is_refused_naming_its_version_and_file() {
+    let db = TestDb::new().await;
+    assert!(relay_server(&db, &["migrate"]).await.status.success());
+    // What the database would hold had 0003 been applied and its file edited since.
+    let client = sql(&db).await;
+    client.execute("update schema_migrations set checksum = repeat('0', 64) where version = 3", &[]).await.unwrap();
+
+    let out = relay_server(&db, &["migrate"]).await;
+    assert!(!out.status.success(), "an edited migration must stop migrate");
+    let err = stderr(&out);
+    assert!(err.contains("migration 3 (0003_board.sql) was changed after it was applied"), "{err}");
+    assert!(err.contains(&"0".repeat(64)), "names the recorded checksum: {err}");
+
+    // serve refuses the same way, before it listens.
+    let port = free_port().to_string();
+    let serve = relay_server(&db, &["serve", "--listen", &format!("127.0.0.1:{port}")]).await;
+    assert!(!serve.status.success());
+    assert!(stderr(&serve).contains("migration 3 (0003_board.sql) was changed"), "{}", stderr(&serve));
+}
+
+#[tokio::test]
+async fn two_migrations_started_together_both_succeed_and_apply_each_migration_once() {
+    let db = TestDb::new().await;
+    let (a, b) = tokio::join!(relay_server(&db, &["migrate"]), relay_server(&db, &["migrate"]));
+    let logs = [stderr(&a), stderr(&b)];
+    assert!(a.status.success() && b.status.success(), "{logs:#?}");
+
+    // Every migration was applied by exactly one of the two.
+    let applied: Vec<i32> = logs
+        .iter()
+        .flat_map(|log| log.lines())
+        .filter(|l| l.contains("applied migration"))
+        .map(|l| {
+            let v = l.split("version=").nth(1).expect("version field").split_whitespace().next().unwrap();
+            v.parse().unwrap()
+        })
+        .collect();
+    let mut sorted = applied.clone();
+    sorted.sort();
+    let all: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(sorted, all, "each applied once across both processes: {logs:#?}");
+    let client = sql(&db).await;
+    assert_eq!(history(&client).await, expected_history(&client).await);
+}
+
+/// The binary under test plays the previous release; the schema plays the next one, expanded the
+/// way the rule allows: a new column on every table (nullable, or not null with a default), a new
+/// table, and a history row for a version this binary does not know. It must start (logging the
+/// newer schema) and its messaging must work unchanged.
+#[tokio::test]
+async fn this_release_keeps_working_on_the_next_releases_expanded_schema() {
+    let db = TestDb::new().await;
+    assert!(relay_server(&db, &["migrate"]).await.status.success());
+    let client = sql(&db).await;
+    let tables: Vec<String> = client
+        .query(
+            "select table_name::text from information_schema.tables
+             where table_schema = 'public' and table_type = 'BASE TABLE' and table_name <> 'schema_migrations'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(tables.iter().any(|t| t == "messages") && tables.iter().any(|t| t == "deliveries"), "{tables:?}");
+    let mut expand = String::new();
+    for table in &tables {
+        expand.push_str(&format!(
+            "alter table {table} add column next_note text, add column next_flag boolean not null default false;\n"
+        ));
+    }
+    expand.push_str("create table next_reactions (message_id text not null, emoji text not null);\n");
+    let next = MIGRATIONS.last().unwrap().version + 1;
+    expand.push_str(&format!(
+        "insert into schema_migrations (version, name, checksum) values ({next}, 'next_release_expand', repeat('f', 64));"
+    ));
+    client.batch_execute(&expand).await.unwrap();
+
+    let out = relay_server(&db, &["migrate"]).await;
+    assert!(out.status.success(), "a newer schema is allowed: {}", stderr(&out));
+    assert!(stderr(&out).contains("the database schema is newer than this relay-server knows"), "{}", stderr(&out));
+
+    // The messaging core on that schema: hello, send, push, inbox with ack, reply, track.
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let mut stream = bob.subscribe(0).await;
+    let sent = alice.send(&["ci/bob"], "does the old code still run?").await.unwrap();
+    assert_eq!(next_message(&mut stream, Duration::from_secs(10)).await.id, sent.id);
+    let inbox = bob.inbox(0, true).await.unwrap();
+    assert_eq!(inbox.messages.len(), 1);
+    assert_eq!(inbox.messages[0].body, "does the old code still run?");
+    let reply = bob
+        .rpc
+        .reply(ReplyRequest { id: "last".into(), body: "it does".into(), client_id: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(reply.reply_to, sent.id);
+    let answered = alice.inbox(5, true).await.unwrap();
+    assert_eq!(answered.messages[0].body, "it does");
+    let tracked = alice.rpc.track(TrackRequest { id: sent.id.clone() }).await.unwrap().into_inner();
+    assert_eq!(tracked.recipients[0].state(), DeliveryState::Read);
+}
