@@ -46,6 +46,8 @@ enum Command {
         listen: ListenArgs,
         #[command(flatten)]
         limits: LimitArgs,
+        #[command(flatten)]
+        rpc: RpcArgs,
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
@@ -209,7 +211,9 @@ impl From<AdminArgs> for AdminCommand {
 
 fn init_logging(default: &str) {
     let filter = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colour only for a person at a terminal: journald and kubectl logs get plain lines.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -227,7 +231,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, limits, data_dir } => {
+        Command::Dev { db, listen, limits, rpc, data_dir } => {
             init_logging("info");
             dev::run(DevOptions {
                 listen: listen.into(),
@@ -235,6 +239,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 data_dir,
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
+                rpc: rpc.into(),
             })
             .await
         }

@@ -23,6 +23,8 @@ pub struct DevOptions {
     pub pool_size: usize,
     /// Most unread messages one inbox holds.
     pub max_unread: u32,
+    /// Per-call time budget and the limit of calls in flight.
+    pub rpc: crate::protocol::layers::RpcLimits,
 }
 
 /// Root keeps its data where the postgres user can reach it; anyone else under their data dir.
@@ -87,7 +89,7 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         let store = serve::open_store(db).await?.with_max_unread(options.max_unread);
         let config_path = provision(&store, &options.listen).await?;
         let listen = &options.listen;
-        serve::serve_then(store, listen, serve::termination(), |bound| {
+        serve::serve_with(store, listen, options.rpc, serve::termination(), |bound| {
             eprint!("{}", announcement(listen, bound, &config_path, data_dir.as_deref()));
         })
         .await

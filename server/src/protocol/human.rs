@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use super::convert;
+use super::layers;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
@@ -25,7 +26,9 @@ impl HumanService {
     }
 
     async fn person<T>(&self, request: &Request<T>) -> Result<Person> {
-        self.app.person(bearer(request)?).await
+        let person = self.app.person(bearer(request)?).await?;
+        layers::record_caller(&format_args!("{}/me ({})", person.account, person.name));
+        Ok(person)
     }
 }
 

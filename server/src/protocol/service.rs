@@ -7,6 +7,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use super::convert::{self, selector_list as selectors};
+use super::layers;
 use crate::app::App;
 use crate::app::board::{Edit, Post};
 use crate::app::identity::{Claim, ProfileChange};
@@ -29,8 +30,11 @@ impl RelayService {
         Self { app: App::new(store, hub, shutdown) }
     }
 
+    /// The endpoint whose session token the call carries, named on the call's span.
     async fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
-        self.app.caller(bearer(request)?).await
+        let caller = self.app.caller(bearer(request)?).await?;
+        layers::record_caller(&caller.address());
+        Ok(caller)
     }
 }
 

@@ -6,6 +6,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
 use super::convert;
+use super::layers;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
@@ -26,7 +27,9 @@ impl WorkerService {
     }
 
     async fn machine<T>(&self, request: &Request<T>) -> Result<MachineIdentity> {
-        self.app.machine(bearer(request)?).await
+        let machine = self.app.machine(bearer(request)?).await?;
+        layers::record_caller(&format_args!("{}/{}", machine.account, machine.machine));
+        Ok(machine)
     }
 }
 

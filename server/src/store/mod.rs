@@ -155,11 +155,6 @@ impl Store {
     async fn client(&self) -> Result<Object> {
         Ok(self.pool.get().await?)
     }
-
-    pub async fn migrate(&self) -> Result<Vec<i32>> {
-        let mut client = self.client().await?;
-        migrate::run(&mut client).await
-    }
 }
 
 #[cfg(test)]
