@@ -210,3 +210,20 @@ async fn a_sender_learns_its_message_waits_for_an_offline_agent() {
     let next = sent["structuredContent"]["next"][0].as_str().unwrap();
     assert!(shown.contains(next), "the same advice in both channels: {next}");
 }
+
+#[tokio::test]
+async fn a_full_inbox_reads_as_busy_with_when_to_try_again() {
+    let db = relay_tests::pg::TestDb::new().await;
+    let port = relay_tests::free_port();
+    let server = relay_tests::server::Server::start_with_env(&db, port, &[("RELAY_MAX_UNREAD", "1")]).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    let _bob = relay_tests::client::Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let mut alice = bridge(&server.url, &laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "first" })).await;
+    let refused = alice.tool("relay_send", json!({ "to": "ci/bob", "body": "second" })).await;
+    assert_eq!(refused["isError"], true);
+    let said = text(&refused);
+    assert!(said.starts_with("busy, nothing was done: acme/ci/bob has 1 unread"), "{said}");
+    assert!(said.contains("try again in"), "{said}");
+}

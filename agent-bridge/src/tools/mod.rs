@@ -275,13 +275,26 @@ pub enum ToolError {
     Arg(#[from] ArgError),
     #[error("refused: {0}")]
     Refused(String),
+    /// The server is at a limit (its capacity, a rate, a full inbox): nothing was done, and the
+    /// same call may work later.
+    #[error("busy, nothing was done: {reason}; try again in {retry_after_s} s")]
+    Busy { reason: String, retry_after_s: u64 },
     #[error("unavailable: {0}")]
     Unavailable(String),
+}
+
+/// How long a refused call should wait: the server's `grpc-retry-pushback-ms`, else a few seconds.
+fn retry_after_s(status: &tonic::Status) -> u64 {
+    let pushback = status.metadata().get("grpc-retry-pushback-ms").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    pushback.map_or(5, |ms| ms.div_ceil(1000).max(1))
 }
 
 impl From<crate::relay::RelayError> for ToolError {
     fn from(err: crate::relay::RelayError) -> Self {
         match err {
+            crate::relay::RelayError::Refused(status) if status.code() == tonic::Code::ResourceExhausted => {
+                Self::Busy { retry_after_s: retry_after_s(&status), reason: status.message().to_owned() }
+            }
             crate::relay::RelayError::Refused(status) => Self::Refused(status.message().to_owned()),
             other @ (crate::relay::RelayError::Unreachable(_) | crate::relay::RelayError::Untrusted(_)) => {
                 Self::Unavailable(other.to_string())
@@ -313,6 +326,23 @@ mod tests {
         assert!(text.contains("Answer one with relay_reply") && text.contains("abcdefgh from acme/ci/bob"), "{text}");
         assert_eq!(structured["next"][0], "Answer one with relay_reply and its short id.");
         assert!(structured["hint"].as_str().unwrap().contains("abcdefgh from acme/ci/bob"));
+    }
+
+    #[test]
+    fn a_server_at_its_limit_reads_as_busy_with_when_to_retry() {
+        let mut status = tonic::Status::resource_exhausted("the server is at its limit of 1024 calls in flight");
+        status.metadata_mut().insert("grpc-retry-pushback-ms", "2500".parse().unwrap());
+        let said = ToolError::from(crate::relay::RelayError::Refused(status)).to_string();
+        assert_eq!(
+            said,
+            "busy, nothing was done: the server is at its limit of 1024 calls in flight; try again in 3 s"
+        );
+        let full = tonic::Status::resource_exhausted("acme/ci/bob has 10000 unread messages");
+        let said = ToolError::from(crate::relay::RelayError::Refused(full)).to_string();
+        assert!(
+            said.starts_with("busy, nothing was done: acme/ci/bob") && said.ends_with("try again in 5 s"),
+            "{said}"
+        );
     }
 
     #[test]
