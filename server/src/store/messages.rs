@@ -171,6 +171,8 @@ impl Store {
             )));
         }
         // An asker that ended its session still gets the reply: it waits in its inbox for its return.
+        let asker = Target { id: sender_id, address: sender_address.clone(), account_id: row.col(3)? };
+        Self::hold_contacts(&tx, caller, std::slice::from_ref(&asker)).await?;
         let verdicts = scope::decide_many(&tx, caller, &contacts, &[sender_id]).await?;
         if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
             return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
@@ -356,6 +358,7 @@ impl Store {
             }
         }
         let ids: Vec<i64> = targets.iter().chain(&members).map(|t| t.id).collect();
+        Self::hold_contacts(tx, caller, &targets).await?;
         let verdicts = scope::decide_many(tx, caller, &contacts, &ids).await?;
         let refusal = |t: &Target| verdicts.get(&t.id).and_then(|v| v.refusal().map(str::to_owned));
 
@@ -380,6 +383,40 @@ impl Store {
             }));
         }
         Ok((targets, skipped))
+    }
+
+    /// Locks the contact rows a send to other accounts relies on (`for key share`, which only a
+    /// drop conflicts with), so a contact dropped while the send is under way cannot let it through:
+    /// the drop waits for the send, or the send sees the contact gone and is refused like an unknown
+    /// address.
+    async fn hold_contacts(tx: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
+        let mut others: Vec<i64> = targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
+        if others.is_empty() {
+            return Ok(());
+        }
+        others.sort_unstable();
+        others.dedup();
+        let stmt = tx
+            .prepare_cached(
+                "select case when c.account_a = $1 then c.account_b else c.account_a end
+                 from contacts c
+                 where (c.account_a = $1 and c.account_b = any($2)) or (c.account_b = $1 and c.account_a = any($2))
+                 for key share",
+            )
+            .await?;
+        let held: Vec<i64> = tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.get(0)).collect();
+        let gone: Vec<&str> = targets
+            .iter()
+            .filter(|t| t.account_id != caller.account_id && !held.contains(&t.account_id))
+            .map(|t| t.address.as_str())
+            .collect();
+        if !gone.is_empty() {
+            return Err(Error::not_found(
+                EntityKind::Endpoint,
+                format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
+            ));
+        }
+        Ok(())
     }
 
     /// Inserts the message and its deliveries. `None` when a concurrent send with the same client id
