@@ -1,10 +1,10 @@
 //! Permission requests of board agents: the operator endpoint answers, else the account's human.
 
 use crate::domain::trust::{Approval as ApprovalView, Decision as PermissionDecision};
-use crate::store::error::Col;
 
 use super::Store;
 use super::contacts::Human;
+use super::error::Col;
 use super::identity::{Caller, caller_of};
 use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
 use crate::domain::delivery::Kind;

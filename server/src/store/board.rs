@@ -1,14 +1,15 @@
 //! The board in the database: cards, repositories, worker leases and schedule firing.
 
-use crate::domain::board::{Cleanup, Job as JobView, Repo as RepoView};
-use crate::store::error::Col;
 use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::Store;
+use super::error::Col;
 use super::identity::{Caller, MachineIdentity};
-use crate::domain::board::{self, Cause, Column, Event, LEASE_S, MAX_ATTEMPTS, WORKER_FRESH_S};
+use crate::domain::board::{
+    self, Cause, Cleanup, Column, Event, Job as JobView, LEASE_S, MAX_ATTEMPTS, Repo as RepoView, WORKER_FRESH_S,
+};
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;

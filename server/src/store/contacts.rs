@@ -1,12 +1,12 @@
 //! The people of an account and the contacts they make between accounts.
 
-use crate::domain::trust::Contact as ContactView;
-use crate::store::error::Col;
 use deadpool_postgres::GenericClient;
 
+use super::error::Col;
 use super::{Store, is_unique_violation};
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, validate};
+use crate::domain::trust::Contact as ContactView;
 use crate::domain::{EntityKind, Error, Result};
 
 pub use crate::domain::caller::Human;

@@ -1,10 +1,10 @@
 //! Accounts, machines, contacts and endpoints: who is who, and who is online.
 
-use crate::store::error::Col;
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::error::Col;
 use super::{Store, is_unique_violation};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{self, TokenKind};
@@ -13,6 +13,19 @@ use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, presence};
 
 pub use crate::domain::caller::{Caller, MachineIdentity};
+
+/// A caller from `endpoint id, account id, account, machine id, machine, handle`.
+fn caller_from_row(row: &Row, session_hash: Vec<u8>) -> Result<Caller> {
+    Ok(Caller {
+        endpoint_id: row.col(0)?,
+        account_id: row.col(1)?,
+        account: row.col(2)?,
+        machine_id: row.col(3)?,
+        machine: row.col(4)?,
+        handle: row.col(5)?,
+        session_hash,
+    })
+}
 
 /// An endpoint as the sender of what the server writes on its behalf (a worker's report, a held
 /// message re-checked, a permission question): no session of its own is involved.
@@ -24,15 +37,7 @@ pub(super) async fn caller_of(c: &impl deadpool_postgres::GenericClient, endpoin
         )
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "that endpoint is gone"))?;
-    Ok(Caller {
-        endpoint_id: row.col(0)?,
-        account_id: row.col(1)?,
-        account: row.col(2)?,
-        machine_id: row.col(3)?,
-        machine: row.col(4)?,
-        handle: row.col(5)?,
-        session_hash: Vec::new(),
-    })
+    caller_from_row(&row, Vec::new())
 }
 
 pub struct HelloOutcome {
@@ -262,15 +267,7 @@ impl Store {
             .query_opt(&stmt, &[&hash])
             .await?
             .ok_or_else(|| Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()))?;
-        Ok(Caller {
-            endpoint_id: row.col(0)?,
-            account_id: row.col(1)?,
-            account: row.col(2)?,
-            machine_id: row.col(3)?,
-            machine: row.col(4)?,
-            handle: row.col(5)?,
-            session_hash: hash,
-        })
+        caller_from_row(&row, hash)
     }
 
     // ---- endpoints ---------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 //! Messages and their deliveries: sending, the inbox, replies and delivery states.
 
-use crate::store::error::Col;
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use std::collections::HashMap;
-
 use super::Store;
+use super::error::Col;
 use super::identity::{Caller, ONLINE};
 use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};

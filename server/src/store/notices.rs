@@ -1,39 +1,22 @@
 //! The board's notices: what happened to a card, told to the account's operator and the card's
 //! poster as messages from the account's board sender, in the transaction that made it happen.
 
-use crate::store::error::Col;
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::Store;
 use super::identity::caller_of;
 use super::messages::{Outgoing, Target};
 use crate::domain::Result;
-use crate::domain::address::{BOARD, HUMAN};
+use crate::domain::address::BOARD;
 use crate::domain::board::{self, Event, Reader};
 use crate::domain::delivery::Kind;
-use crate::domain::ids;
 use crate::domain::redact::redact;
 
 impl Store {
     /// The account's board sender (`account/me/board`), made on first use on the reserved machine
     /// that no token can claim.
     async fn ensure_board(c: &impl GenericClient, account_id: i64) -> Result<i64> {
-        let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
-        c.execute(
-            "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
-            &[&account_id, &HUMAN, &unusable],
-        )
-        .await?;
-        let row = c
-            .query_one(
-                "insert into endpoints (machine_id, handle, harness)
-                 select id, $3, 'other' from machines where account_id = $1 and name = $2
-                 on conflict (machine_id, handle) do update set handle = excluded.handle
-                 returning id",
-                &[&account_id, &HUMAN, &BOARD],
-            )
-            .await?;
-        row.col(0)
+        Self::ensure_reserved(c, account_id, BOARD).await
     }
 
     /// Tells the operator and the card's poster (of a run card: its schedule's poster) what happened

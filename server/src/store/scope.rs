@@ -1,12 +1,12 @@
 //! Scope in the database: loading what the rules need, and changing rules, caps and groups.
 
-use crate::store::error::Col;
 use std::collections::HashMap;
 
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use deadpool_postgres::GenericClient;
 
 use super::Store;
+use super::error::Col;
 use super::identity::{Caller, ENDPOINT_COLUMNS, endpoint_from_row};
 use crate::domain::address::{Address, Origin};
 use crate::domain::names::{NameKind, validate};

@@ -2,9 +2,9 @@
 //! one-time grant, and the worker's final report sent to its parent as the child.
 
 use crate::domain::endpoint::Endpoint;
-use crate::store::error::Col;
 
 use super::Store;
+use super::error::Col;
 use super::identity::{Caller, MachineIdentity, caller_of};
 use super::messages::{Outgoing, Sent};
 use crate::domain::delivery::Kind;

@@ -1,18 +1,18 @@
 //! Trust: the human inbox, private data, holds for the human, required replies and peek.
 
-use crate::domain::message::Message;
-use crate::domain::trust::{Hold as HoldView, Peek as PeekView, PeekTurn, Peeker as PeekerView};
-use crate::store::error::Col;
 use deadpool_postgres::GenericClient;
 
 use super::Store;
 use super::contacts::Human;
+use super::error::Col;
 use super::identity::{Caller, caller_of};
 use super::messages::{Outgoing, Target};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
+use crate::domain::message::Message;
 use crate::domain::redact::{RedactedText, redact};
+use crate::domain::trust::{Hold as HoldView, Peek as PeekView, PeekTurn, Peeker as PeekerView};
 use crate::domain::{EntityKind, Error, Result};
 
 /// One turn of an agent's conversation, kept for peeking.
@@ -31,7 +31,13 @@ pub const MAX_PEEK_TURNS: usize = 10;
 impl Store {
     /// The account's human endpoint (`account/me`), made on first use.
     pub(super) async fn ensure_human(c: &impl GenericClient, account_id: i64) -> Result<i64> {
-        // The reserved machine can never authenticate: its token hash is of random bytes nobody has.
+        Self::ensure_reserved(c, account_id, HUMAN).await
+    }
+
+    /// An endpoint `handle` on the account's reserved machine `me` (the human inbox, the board's
+    /// sender), made on first use. The reserved machine can never authenticate: its token hash is of
+    /// random bytes nobody has.
+    pub(super) async fn ensure_reserved(c: &impl GenericClient, account_id: i64, handle: &str) -> Result<i64> {
         let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
         c.execute(
             "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
@@ -41,10 +47,10 @@ impl Store {
         let row = c
             .query_one(
                 "insert into endpoints (machine_id, handle, harness)
-                 select id, $2, 'other' from machines where account_id = $1 and name = $2
+                 select id, $3, 'other' from machines where account_id = $1 and name = $2
                  on conflict (machine_id, handle) do update set handle = excluded.handle
                  returning id",
-                &[&account_id, &HUMAN],
+                &[&account_id, &HUMAN, &handle],
             )
             .await?;
         row.col(0)
