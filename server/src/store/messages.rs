@@ -541,9 +541,18 @@ impl Store {
         let ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
         let stmt = c
             .prepare_cached(
+                // Unread seqs lie between the oldest unread one and the head: when that span is
+                // under the cap (nearly always) one index probe settles it, and only a nearly full
+                // inbox pays for counting. CASE keeps the order of the two.
                 "select t.id from unnest($1::bigint[]) as t(id)
-                 where (select count(*) from (select 1 from deliveries d
-                                              where d.recipient_id = t.id and d.state < 4 limit $2) s) >= $2",
+                 join endpoints e on e.id = t.id
+                 where case
+                     when e.head_seq + 1 - coalesce((select min(d.seq) from deliveries d
+                                                     where d.recipient_id = t.id and d.state < 4), e.head_seq + 1) < $2
+                     then false
+                     else (select count(*) from (select 1 from deliveries d
+                                                 where d.recipient_id = t.id and d.state < 4 limit $2) s) >= $2
+                 end",
             )
             .await?;
         let full = c.query(&stmt, &[&ids, &i64::from(cap)]).await?;
