@@ -560,3 +560,36 @@ async fn pending_replies_leave_out_requests_that_can_never_be_answered() {
     let pending = alice.rpc.pending_replies(PendingRepliesRequest {}).await.unwrap().into_inner().requests;
     assert!(pending.is_empty(), "{pending:?}");
 }
+
+#[tokio::test]
+async fn a_second_stream_on_one_session_ends_the_first_at_once() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let mut first = bob.subscribe(0).await;
+    // The first stream is open once its opening heartbeat arrives.
+    first.message().await.unwrap().expect("an opening heartbeat");
+    let mut second = bob.subscribe(0).await;
+    second.message().await.unwrap().expect("an opening heartbeat");
+
+    // Well before the next heartbeat (10 s), the first stream ends, and says why.
+    let ended = tokio::time::timeout(Duration::from_secs(3), async {
+        loop {
+            match first.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => break None,
+                Err(status) => break Some(status),
+            }
+        }
+    })
+    .await
+    .expect("the first stream ends within 3 s");
+    let status = ended.expect("ended with a status");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("newer stream replaced this one"), "{}", status.message());
+
+    // The newer stream carries the endpoint's messages.
+    alice.send(&["ci/bob"], "to the newest stream").await.unwrap();
+    let got = relay_tests::client::next_message(&mut second, WAIT).await;
+    assert_eq!(got.body, "to the newest stream");
+}

@@ -1,9 +1,11 @@
 //! Local wake-ups per recipient endpoint.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// Wakes the streams and long polls waiting on an endpoint's inbox in this process.
 ///
@@ -12,6 +14,33 @@ use tokio::sync::watch;
 #[derive(Clone, Default)]
 pub struct Hub {
     inner: Arc<Mutex<HashMap<i64, watch::Sender<u64>>>>,
+    /// The push stream each endpoint holds in this process: a newer one ends the older at once.
+    streams: Arc<Mutex<HashMap<i64, (u64, CancellationToken)>>>,
+    next_stream: Arc<AtomicU64>,
+}
+
+/// An endpoint's push stream in this process; dropping it forgets it unless a newer one took over.
+pub struct StreamClaim {
+    hub: Hub,
+    endpoint: i64,
+    id: u64,
+    replaced: CancellationToken,
+}
+
+impl StreamClaim {
+    /// Resolves when a newer stream of the same endpoint opens in this process.
+    pub async fn replaced(&self) {
+        self.replaced.cancelled().await;
+    }
+}
+
+impl Drop for StreamClaim {
+    fn drop(&mut self) {
+        let mut streams = self.hub.streams.lock().expect("hub lock poisoned");
+        if streams.get(&self.endpoint).is_some_and(|(id, _)| *id == self.id) {
+            streams.remove(&self.endpoint);
+        }
+    }
 }
 
 /// A waiter's handle; dropping the last one for an endpoint forgets the endpoint.
@@ -27,6 +56,18 @@ impl Hub {
         let tx = map.entry(endpoint).or_insert_with(|| watch::channel(0).0);
         let rx = tx.subscribe();
         Waiter { hub: self.clone(), endpoint, rx }
+    }
+
+    /// Makes a new stream the endpoint's one in this process, ending the one it had. (A stream on
+    /// another replica ends at its next presence renewal, which finds it superseded.)
+    pub fn claim_stream(&self, endpoint: i64) -> StreamClaim {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let replaced = CancellationToken::new();
+        let previous = self.streams.lock().expect("hub lock poisoned").insert(endpoint, (id, replaced.clone()));
+        if let Some((_, older)) = previous {
+            older.cancel();
+        }
+        StreamClaim { hub: self.clone(), endpoint, id, replaced }
     }
 
     /// Something changed in this endpoint's inbox.
@@ -91,6 +132,21 @@ mod tests {
         let mut a = hub.waiter(1);
         hub.wake(1);
         tokio::time::timeout(Duration::from_secs(1), a.changed()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_newer_stream_ends_the_older_one_of_its_endpoint_only() {
+        let hub = Hub::default();
+        let first = hub.claim_stream(1);
+        let other = hub.claim_stream(2);
+        let second = hub.claim_stream(1);
+        tokio::time::timeout(Duration::from_secs(1), first.replaced()).await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(50), second.replaced()).await.is_err());
+        assert!(tokio::time::timeout(Duration::from_millis(50), other.replaced()).await.is_err());
+        drop(first);
+        assert!(hub.streams.lock().unwrap().contains_key(&1), "an ended older stream leaves the newer in place");
+        drop(second);
+        assert!(!hub.streams.lock().unwrap().contains_key(&1));
     }
 
     #[test]

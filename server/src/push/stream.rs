@@ -62,6 +62,8 @@ async fn feed(
 ) -> Result<()> {
     // Subscribe before the first read, so nothing committed after that read can go unnoticed.
     let mut waiter = hub.waiter(caller.endpoint_id);
+    // One stream per endpoint: opening this one ends an older one here at once.
+    let claim = hub.claim_stream(caller.endpoint_id);
     let (stream_gen, head) = store.open_presence(caller).await?.ok_or_else(gone)?;
     *generation = Some(stream_gen);
     if !send_timely(tx, beat(head)).await {
@@ -74,6 +76,7 @@ async fn feed(
         }
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
+            () = claim.replaced() => return Err(gone()),
             () = tx.closed() => return Ok(()),
             _ = renew.tick() => {
                 if !heartbeat(store, caller, stream_gen, tx).await? {
