@@ -141,8 +141,7 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
     if let HumanCommand::Login { server, ca, token } = command {
         return login(server, ca, token).await;
     }
-    let (server, ca) = connection::human_server()?;
-    let token = connection::human_token()?;
+    let (server, ca, token) = connection::human_credentials()?;
     let mut client = HumanClient::new(connection::channel(&server, ca.as_deref())?);
     let refused = refused(ca.as_deref());
     match command {

@@ -129,6 +129,14 @@ async fn a_person_needs_no_machine_token() {
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     assert!(!home.path().join(".config/agent-relay/bridge.toml").exists(), "no machine config is made");
 
+    // The stored token goes only to the server it was stored for.
+    let dir = home.path().to_path_buf();
+    let elsewhere =
+        blocking(move || bridge_cmd_with(&dir, &["human", "holds"], "", &[("RELAY_SERVER", "http://127.0.0.1:1")]))
+            .await;
+    assert!(!elsewhere.status.success(), "{}", said(&elsewhere));
+    assert!(said(&elsewhere).contains("your human token was stored for"), "{}", said(&elsewhere));
+
     let dir = home.path().to_path_buf();
     let held = blocking(move || bridge_cmd(&dir, &["human", "holds"])).await;
     assert!(held.status.success(), "{}", said(&held));

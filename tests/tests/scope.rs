@@ -289,7 +289,9 @@ async fn groups_cap_members_and_fan_out() {
     let sent = w.alice.tool_ok("relay_send", json!({ "to": "group:ops", "body": "standup 2" })).await;
     assert_eq!(sent["structuredContent"]["recipients"][0]["address"], "acme/laptop/amy", "{sent}");
     assert_eq!(sent["structuredContent"]["skipped"][0]["address"], "acme/ci/carl", "{sent}");
-    assert!(text(&sent).contains("not sent to these group members"), "{}", text(&sent));
+    assert!(text(&sent).contains("Not sent to these group members"), "{}", text(&sent));
+    let next = sent["structuredContent"]["next"].as_array().unwrap();
+    assert!(next.iter().any(|n| n.as_str().unwrap().starts_with("Not sent to these group members")), "{sent}");
 
     let ls = w.alice.tool_ok("relay_group", json!({ "action": "ls" })).await;
     assert!(text(&ls).contains("ops  owner acme/laptop/alice  3 members"), "{}", text(&ls));

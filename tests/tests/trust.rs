@@ -69,7 +69,7 @@ async fn credentials_never_reach_the_recipient_or_the_database() {
     let body =
         "deploy with ghp_1234567890abcdefghijklmnopqrstuvwxyzAB and AKIAIOSFODNN7EXAMPLE, db password=hunter2hunter2";
     let sent = w.alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": body })).await;
-    assert!(text(&sent).contains("redacted 3 credential spans"), "{}", text(&sent));
+    assert!(text(&sent).contains("Redacted 3 credential spans"), "{}", text(&sent));
     let kinds: Vec<&str> =
         sent["structuredContent"]["redacted"].as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["aws-access-key", "github-token", "password"]);

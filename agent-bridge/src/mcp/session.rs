@@ -354,7 +354,10 @@ async fn forward_pushes(session: Arc<Session>, mut pushed: mpsc::Receiver<Messag
         let notification = jsonrpc::notification(
             "notifications/claude/channel",
             json!({
-                "content": format!("{}\n\n{}", frame::PREAMBLE, frame::message(&message)),
+                "content": match frame::reply_required(&message) {
+                    Some(line) => format!("{}\n\n{}\n{line}", frame::PREAMBLE, frame::message(&message)),
+                    None => format!("{}\n\n{}", frame::PREAMBLE, frame::message(&message)),
+                },
                 "meta": {
                     "from": message.from,
                     "id": message.id,

@@ -25,6 +25,10 @@ pub enum ConnectError {
     Ca { path: String, source: std::io::Error },
     #[error("no {what}: {hint}")]
     NoSecret { what: &'static str, hint: &'static str },
+    #[error(
+        "RELAY_SERVER is {asked}, but your human token was stored for {stored}: unset RELAY_SERVER, or set RELAY_HUMAN_TOKEN for {asked}"
+    )]
+    OtherServer { asked: String, stored: String },
     #[error("cannot read the {what} from stdin: {source}")]
     Stdin { what: &'static str, source: std::io::Error },
     #[error(transparent)]
@@ -84,20 +88,28 @@ pub fn human_server() -> Result<(String, Option<String>), ConnectError> {
     Ok((machine.server, machine.ca))
 }
 
-/// A person's token: `RELAY_HUMAN_TOKEN`, else the file `human login` wrote (or one an earlier
-/// version kept in the bridge config), else asked for on the terminal.
-pub fn human_token() -> Result<String, ConnectError> {
+/// A person's server, CA and token, always from one source, so a token is never sent to a server
+/// it was not stored for: `RELAY_HUMAN_TOKEN` (with `RELAY_SERVER`, else the known server), else the
+/// file `human login` wrote (or a token an earlier version kept in the bridge config), else typed at
+/// a prompt on a terminal.
+pub fn human_credentials() -> Result<(String, Option<String>, String), ConnectError> {
     if let Some(token) = env("RELAY_HUMAN_TOKEN") {
-        return Ok(token);
+        let (server, ca) = human_server()?;
+        return Ok((server, ca, token));
     }
-    if let Some(stored) = read_human(&human_config_path()?) {
-        return Ok(stored.token);
+    let stored = read_human(&human_config_path()?).map(|h| (h.server, h.ca, h.token)).or_else(|| {
+        let machine = bridge_config::read(&bridge_config::default_path().ok()?)?;
+        machine.human_token.map(|token| (machine.server, machine.ca, token))
+    });
+    if let Some((server, ca, token)) = stored {
+        if let Some(asked) = env("RELAY_SERVER").filter(|asked| *asked != server) {
+            return Err(ConnectError::OtherServer { asked, stored: server });
+        }
+        return Ok((server, ca, token));
     }
-    if let Some(token) = bridge_config::read(&bridge_config::default_path()?).and_then(|c| c.human_token) {
-        return Ok(token);
-    }
+    let (server, ca) = human_server()?;
     if std::io::stdin().is_terminal() {
-        return read_secret("human token", "");
+        return Ok((server, ca, read_secret("human token", "")?));
     }
     Err(ConnectError::NoSecret {
         what: "human token",
@@ -163,8 +175,15 @@ pub fn untrusted_certificate(status: &tonic::Status, ca: Option<&str>) -> Option
                 Some(path) => format!("the CA in {path} and the system's root certificates"),
                 None => "the system's root certificates (no CA file given)".to_owned(),
             };
+            let advice = if text.contains("NotValidForName") {
+                "it was not issued for this host name: connect by the name on the certificate"
+            } else if text.contains("Expired") {
+                "it has expired: the server's operator must renew it"
+            } else {
+                "pass the CA that signed it with --ca or RELAY_CA"
+            };
             return Some(format!(
-                "the server's certificate was not trusted ({text}); it was checked against {checked}: pass the CA that signed it with --ca or RELAY_CA"
+                "the server's certificate was not trusted ({text}); it was checked against {checked}: {advice}"
             ));
         }
         source = err.source();

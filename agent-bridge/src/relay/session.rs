@@ -219,10 +219,12 @@ impl Relay {
 
     /// Ends the session on the server: the endpoint goes offline and its handle is free.
     pub async fn goodbye(&self) {
+        // Taken first: a claim in flight finishes (and writes the file) before the file goes.
+        let session = self.session.lock().await.take();
         if let Some(spec) = &self.session_file {
             let _ = std::fs::remove_file(&spec.path);
         }
-        let Some(session) = self.session.lock().await.take() else { return };
+        let Some(session) = session else { return };
         let request = authed(GoodbyeRequest {}, &session.token);
         if let Err(e) = tokio::time::timeout(Duration::from_secs(3), self.client.clone().goodbye(request)).await {
             tracing::debug!(error = %e, "goodbye timed out");

@@ -305,7 +305,7 @@ async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let answer = if d.state == "allow" {
         json!({ "behavior": "allow", "updatedInput": input })
     } else {
-        let why = if d.reason.is_empty() { "denied".to_owned() } else { d.reason.clone() };
+        let why = if d.reason.is_empty() { "denied".to_owned() } else { frame::neutralize(&d.reason) };
         json!({ "behavior": "deny", "message": format!("{} said no: {why}", if d.decided_by.is_empty() { "nobody" } else { &d.decided_by }) })
     };
     // Text alone: Claude Code reads the decision from the text, and would read structuredContent instead.

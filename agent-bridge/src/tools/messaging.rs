@@ -56,17 +56,33 @@ fn recipients_text(recipients: &[RecipientState]) -> String {
 }
 
 /// Tells the sender what the server took out of its body.
-fn redaction_text(redactions: &[Redaction]) -> String {
+fn redaction_note(redactions: &[Redaction]) -> Option<String> {
     if redactions.is_empty() {
-        return String::new();
+        return None;
     }
     let total: u32 = redactions.iter().map(|r| r.count).sum();
     let kinds: Vec<String> = redactions.iter().map(|r| format!("{} {}", r.count, r.kind)).collect();
-    format!(
-        "\nredacted {total} credential span{} before delivery ({}): never put credentials in a message, send a reference instead",
+    Some(format!(
+        "Redacted {total} credential span{} before delivery ({}): never put credentials in a message, send a reference instead.",
         if total == 1 { "" } else { "s" },
         kinds.join(", ")
-    )
+    ))
+}
+
+/// What the sender should know beyond the ids: redactions, skipped group members, offline recipients.
+fn sender_advice(outcome: Outcome, sent: &SendResponse) -> Outcome {
+    let mut outcome = outcome;
+    if let Some(note) = redaction_note(&sent.redactions) {
+        outcome = outcome.then(note);
+    }
+    if !sent.skipped.is_empty() {
+        let skipped: Vec<String> = sent.skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
+        outcome = outcome.then(format!("Not sent to these group members (not allowed): {}.", skipped.join("; ")));
+    }
+    match offline_note(&sent.recipients) {
+        Some(note) => outcome.then(note),
+        None => outcome,
+    }
 }
 
 fn endpoint_line(e: &Endpoint, me: &str) -> String {
@@ -194,32 +210,26 @@ async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         require_reply: false,
     };
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
-    let mut text = if sent.hold.is_empty() {
-        format!(
-            "sent {} (id {}, thread {}) to {}",
+    if !sent.hold.is_empty() {
+        let text = format!(
+            "held {} (id {}) for your account's human to review (hold {})",
             frame::short(&sent.id),
             sent.id,
-            sent.thread,
-            recipients_text(&sent.recipients)
-        )
-    } else {
-        format!(
-            "held {} (id {}) for your account's human to review (hold {}): nobody has it yet, and you will get a message when it is released or rejected",
-            frame::short(&sent.id),
-            sent.id,
-            sent.hold,
-        )
-    };
-    text.push_str(&redaction_text(&sent.redactions));
-    if !sent.skipped.is_empty() {
-        let skipped: Vec<String> = sent.skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
-        text.push_str(&format!("\nnot sent to these group members (not allowed): {}", skipped.join("; ")));
+            sent.hold
+        );
+        let outcome = Outcome::data(text, &sent_data(&sent)).then(
+            "Nobody has it yet; you will get a message from your account's human when it is released or rejected.",
+        );
+        return Ok(sender_advice(outcome, &sent));
     }
-    let mut outcome = Outcome::data(text, &sent_data(&sent));
-    if let Some(note) = offline_note(&sent.recipients) {
-        outcome = outcome.then(note);
-    }
-    Ok(outcome)
+    let text = format!(
+        "sent {} (id {}, thread {}) to {}",
+        frame::short(&sent.id),
+        sent.id,
+        sent.thread,
+        recipients_text(&sent.recipients)
+    );
+    Ok(sender_advice(Outcome::data(text, &sent_data(&sent)), &sent))
 }
 
 async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -231,19 +241,14 @@ async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.reply(r).await }).await?;
     tools.mark_seen_id(&sent.reply_to).await;
     let text = format!(
-        "replied {} (id {}) to {}, answering {} in thread {}{}",
+        "replied {} (id {}) to {}, answering {} in thread {}",
         frame::short(&sent.id),
         sent.id,
         recipients_text(&sent.recipients),
         frame::short(&sent.reply_to),
         sent.thread,
-        redaction_text(&sent.redactions)
     );
-    let mut outcome = Outcome::data(text, &sent_data(&sent));
-    if let Some(note) = offline_note(&sent.recipients) {
-        outcome = outcome.then(note);
-    }
-    Ok(outcome)
+    Ok(sender_advice(Outcome::data(text, &sent_data(&sent)), &sent))
 }
 
 async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
@@ -254,7 +259,9 @@ async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         .relay()
         .call_once(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.inbox(r).await })
         .await?;
-    tools.mark_seen(reply.messages.iter().map(|m| m.seq)).await;
+    if ack {
+        tools.mark_seen(reply.messages.iter().map(|m| m.seq)).await;
+    }
     let data = output::Inbox {
         messages: reply.messages.iter().map(output::MessageOut::from).collect(),
         remaining: reply.remaining,
@@ -264,9 +271,11 @@ async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
             if wait_s > 0 { format!("no unread messages (waited {wait_s} s)") } else { "no unread messages".into() };
         return Ok(Outcome::data(text, &data));
     }
-    let mut outcome = Outcome::data(frame::messages(&reply.messages), &data)
-        .untrusted()
-        .then("Answer one with relay_reply and its short id.");
+    let mut outcome = Outcome::data(frame::messages(&reply.messages), &data).untrusted();
+    for line in reply.messages.iter().filter_map(frame::reply_required) {
+        outcome = outcome.then(line);
+    }
+    outcome = outcome.then("Answer one with relay_reply and its short id.");
     if reply.remaining > 0 {
         outcome = outcome.then(format!("{} more unread: call relay_inbox again.", reply.remaining));
     }
@@ -322,7 +331,11 @@ async fn wait_for_replies(tools: &Tools, id: String, wait_s: u32) -> Result<Outc
         }
         return Ok(outcome);
     }
-    Ok(Outcome::data(frame::messages(&reply.replies), &data).untrusted())
+    let mut outcome = Outcome::data(frame::messages(&reply.replies), &data).untrusted();
+    for line in reply.replies.iter().filter_map(frame::reply_required) {
+        outcome = outcome.then(line);
+    }
+    Ok(outcome)
 }
 
 async fn update(tools: &Tools, request: UpdateProfileRequest) -> Result<Endpoint> {

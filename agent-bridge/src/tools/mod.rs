@@ -153,10 +153,8 @@ impl Tools {
     /// role is announced.
     pub fn observe(&self, endpoint: &Endpoint) {
         let now = Some(endpoint.operator);
-        self.operator.send_if_modified(|known| {
-            let was = std::mem::replace(known, now);
-            was.is_some() && was != now
-        });
+        // Unknown counts as not the operator: that is what a listing without the role showed.
+        self.operator.send_if_modified(|known| std::mem::replace(known, now).unwrap_or(false) != endpoint.operator);
     }
 
     /// Tells when the endpoint's role changes.
@@ -208,16 +206,21 @@ impl Tools {
     /// message may have been read by other means); the hint names the messages this bridge holds,
     /// and those it names for the first time are reported surfaced: the model has seen them named.
     async fn unread_hint(&self) -> Option<String> {
-        if self.unread.lock().await.is_empty() {
-            return None;
-        }
-        let server =
-            self.relay.call(Duration::ZERO, WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await }).await;
+        // What the server's count can speak for: messages pushed before it was asked.
+        let asked_at = self.unread.lock().await.keys().next_back().copied()?;
+        let ask = self.relay.call(Duration::ZERO, WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await });
+        let server = match tokio::time::timeout(Duration::from_secs(5), ask).await {
+            Ok(answer) => answer,
+            Err(_) => Err(crate::relay::RelayError::Unreachable("no answer in 5 s".into())),
+        };
         let mut unread = self.unread.lock().await;
         let count = match &server {
             Ok(me) if me.unread == 0 => {
-                unread.clear();
-                return None;
+                unread.retain(|seq, _| *seq > asked_at);
+                if unread.is_empty() {
+                    return None;
+                }
+                unread.len()
             }
             Ok(me) => (me.unread as usize).max(unread.len()),
             Err(_) => unread.len(),
@@ -229,21 +232,21 @@ impl Tools {
         }
         let named: Vec<String> =
             unread.values().take(HINT_NAMES).map(|w| format!("{} from {}", frame::short(&w.id), w.from)).collect();
-        let newly: Vec<u64> = unread
-            .iter_mut()
-            .take(HINT_NAMES)
-            .filter(|(_, w)| !w.named)
-            .map(|(seq, w)| {
-                w.named = true;
-                *seq
-            })
-            .collect();
+        let newly: Vec<u64> = unread.iter().take(HINT_NAMES).filter(|(_, w)| !w.named).map(|(seq, _)| *seq).collect();
         drop(unread);
         if !newly.is_empty() {
-            let confirm = ConfirmRequest { seqs: newly, state: DeliveryState::Surfaced as i32 };
-            if let Err(e) = self.relay.call(Duration::ZERO, confirm, |mut c, r| async move { c.confirm(r).await }).await
-            {
-                tracing::warn!(error = %e, "cannot report hinted messages surfaced");
+            let confirm = ConfirmRequest { seqs: newly.clone(), state: DeliveryState::Surfaced as i32 };
+            match self.relay.call(Duration::ZERO, confirm, |mut c, r| async move { c.confirm(r).await }).await {
+                // Named, and the sender can see it: not reported again.
+                Ok(_) => {
+                    let mut unread = self.unread.lock().await;
+                    for seq in newly {
+                        if let Some(w) = unread.get_mut(&seq) {
+                            w.named = true;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot report hinted messages surfaced"),
             }
         }
         let more = count.saturating_sub(named.len());
@@ -263,7 +266,10 @@ impl Tools {
             Ok(outcome) => outcome,
             Err(err) => Outcome::refused(err.to_string()),
         };
-        outcome.hint = self.unread_hint().await;
+        // relay_permission answers Claude Code itself, in JSON it parses: nothing may follow it.
+        if name != "relay_permission" {
+            outcome.hint = self.unread_hint().await;
+        }
         outcome
     }
 }
