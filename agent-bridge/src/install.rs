@@ -36,7 +36,7 @@ pub fn run(client: Client) -> anyhow::Result<()> {
             let path = cwd.join(".mcp.json");
             let mcp = install_json(&path, &command, &["mcp", "--harness", "claude", "--channels"])?;
             let settings = cwd.join(".claude").join("settings.json");
-            if install_stop_hook(&settings, &format!("{command} hook stop"))? {
+            if install_stop_hook(&settings, &format!("{} hook stop", shell_word(&command)))? {
                 eprintln!("set the relay Stop hook in {}", settings.display());
             }
             (path, mcp)
@@ -120,10 +120,20 @@ fn is_bridge(program: &str) -> bool {
     Path::new(program).file_name().is_some_and(|n| n == PROGRAM)
 }
 
-/// Whether a hook command is Relay's Stop hook, whatever path it was written with.
+/// Whether a hook command is Relay's Stop hook, whatever path (quoted or not) it was written with.
 fn is_relay_stop_hook(command: &str) -> bool {
-    let words: Vec<&str> = command.split_whitespace().collect();
-    matches!(words.as_slice(), [program, "hook", "stop"] if is_bridge(program))
+    command
+        .strip_suffix(" hook stop")
+        .is_some_and(|program| is_bridge(program.trim().trim_matches(|c| c == '\'' || c == '"')))
+}
+
+/// A program path as one shell word, for a hook's command line.
+fn shell_word(program: &str) -> String {
+    if program.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c)) {
+        program.to_owned()
+    } else {
+        format!("'{}'", program.replace('\'', "'\\''"))
+    }
 }
 
 fn read_existing(path: &Path) -> anyhow::Result<Option<String>> {
@@ -134,9 +144,12 @@ fn read_existing(path: &Path) -> anyhow::Result<Option<String>> {
     }
 }
 
-/// Replaces `path` atomically, keeping its permissions; a new file gets the usual ones.
+/// Replaces `path` atomically, keeping its permissions; a new file gets the usual ones. A config that
+/// is a link (dotfiles kept elsewhere) is written where it points, and stays a link.
 fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
     use std::io::Write;
+    let resolved = std::fs::canonicalize(path).ok();
+    let path = resolved.as_deref().unwrap_or(path);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
@@ -188,18 +201,29 @@ fn install_json(path: &Path, command: &str, args: &[&str]) -> anyhow::Result<boo
         let servers = root
             .object_value_or_create("mcpServers")
             .ok_or_else(|| anyhow!("mcpServers in {} is not an object", path.display()))?;
-        let entry = json!({ "command": command, "args": args });
-        match servers.get(ENTRY) {
-            Some(existing) if existing.value().and_then(|v| v.to_serde_value()).as_ref() == Some(&entry) => Ok(false),
-            Some(existing) => {
-                existing.set_value(input(&entry));
-                Ok(true)
+        // An entry of ours is updated field by field: what a user added to it (env, timeouts) stays.
+        let Some(entry) = servers.object_value(ENTRY) else {
+            if servers.get(ENTRY).is_some() {
+                bail!("mcpServers.{ENTRY} in {} is not an object", path.display());
             }
-            None => {
-                servers.append(ENTRY, input(&entry));
-                Ok(true)
+            servers.append(ENTRY, input(&json!({ "command": command, "args": args })));
+            return Ok(true);
+        };
+        let mut changed = false;
+        for (key, value) in [("command", json!(command)), ("args", json!(args))] {
+            match entry.get(key) {
+                Some(prop) if prop.value().and_then(|v| v.to_serde_value()).as_ref() == Some(&value) => {}
+                Some(prop) => {
+                    prop.set_value(input(&value));
+                    changed = true;
+                }
+                None => {
+                    entry.append(key, input(&value));
+                    changed = true;
+                }
             }
         }
+        Ok(changed)
     })
 }
 
@@ -327,6 +351,38 @@ mod tests {
         assert_eq!(doc["mcpServers"]["other"]["command"], "x");
         assert_eq!(doc["mcpServers"]["relay"], json!({"command": "agent-bridge", "args": ["mcp"]}));
         assert!(!std::fs::read_to_string(&path).unwrap().contains("rlm_"), "no token in client config");
+    }
+
+    #[test]
+    fn a_users_additions_to_the_relay_entry_stay_and_links_stay_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.json");
+        std::fs::write(
+            &real,
+            r#"{"mcpServers":{"relay":{"command":"/old/agent-bridge","args":["mcp"],"env":{"RELAY_HANDLE":"x"}}}}"#,
+        )
+        .unwrap();
+        let link = dir.path().join(".mcp.json");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(install_json(&link, "agent-bridge", &["mcp", "--harness", "claude"]).unwrap());
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays a link");
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
+        assert_eq!(doc["mcpServers"]["relay"]["command"], "agent-bridge");
+        assert_eq!(doc["mcpServers"]["relay"]["env"]["RELAY_HANDLE"], "x", "the user's env stays");
+    }
+
+    #[test]
+    fn a_stop_hook_from_a_path_with_spaces_is_quoted_and_recognised() {
+        let command = format!("{} hook stop", shell_word("/opt/my tools/agent-bridge"));
+        assert_eq!(command, "'/opt/my tools/agent-bridge' hook stop");
+        assert!(is_relay_stop_hook(&command) && is_relay_stop_hook("agent-bridge hook stop"));
+        assert!(!is_relay_stop_hook("other-tool hook stop") && !is_relay_stop_hook("agent-bridge hook stopper"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        assert!(install_stop_hook(&path, &command).unwrap());
+        assert!(install_stop_hook(&path, "agent-bridge hook stop").unwrap());
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(doc["hooks"]["Stop"].as_array().unwrap().len(), 1, "{doc}");
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub struct Hints {
 impl Hints {
     /// Reads the relay's own state.
     const READ: Self = Self { read_only: true, destructive: false, idempotent: true, open_world: false };
+    /// Reads what others wrote or do (agents' titles and notes, cards).
+    const READ_SHARED: Self = Self { read_only: true, destructive: false, idempotent: true, open_world: true };
     /// Sets a value of the caller's own; repeating it changes nothing more.
     const SET: Self = Self { read_only: false, destructive: false, idempotent: true, open_world: false };
     /// Replaces or deletes settings (rules, groups, kept turns, card fields).
@@ -135,7 +137,7 @@ fn build() -> Vec<Tool> {
                     "contacts": { "type": "boolean", "description": "list the agents of contact accounts instead, as account/machine/handle" },
                 }), &[]),
             }),
-            hints: Hints::READ,
+            hints: Hints::READ_SHARED,
             output: None,
             audience: Audience::Everyone,
         },
@@ -277,7 +279,7 @@ fn build() -> Vec<Tool> {
                 "description": "Everyone you may message right now, each with what admits it.",
                 "inputSchema": object(json!({ "all": { "type": "boolean", "description": "include offline agents" } }), &[]),
             }),
-            hints: Hints::READ,
+            hints: Hints::READ_SHARED,
             output: Some(schema::<output::Peers>()),
             audience: Audience::Everyone,
         },
@@ -332,7 +334,7 @@ fn build() -> Vec<Tool> {
                     "repo": { "type": "string", "description": "only this repository (path or folder name)" },
                 }), &[]),
             }),
-            hints: Hints::READ,
+            hints: Hints::READ_SHARED,
             output: Some(schema::<output::Jobs>()),
             audience: Audience::Everyone,
         },
@@ -342,7 +344,7 @@ fn build() -> Vec<Tool> {
                 "description": "One card in full: detail, schedule, branch, pull request, errors, who posted and who last edited it.",
                 "inputSchema": object(json!({ "id": { "type": "string" } }), &["id"]),
             }),
-            hints: Hints::READ,
+            hints: Hints::READ_SHARED,
             output: Some(schema::<output::Job>()),
             audience: Audience::Everyone,
         },
