@@ -214,6 +214,7 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
     // Nobody answers in time: the result says how to keep waiting.
     let pending = alice.tool_ok("relay_ask", json!({ "to": "ci/bob", "body": "staging port?", "wait_s": 0 })).await;
     let ask_id = pending["structuredContent"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(pending["structuredContent"]["thread"], ask_id.as_str(), "a request starts its own thread");
     assert!(text(&pending).contains("relay_ask_wait"), "{}", text(&pending));
     assert!(pending["structuredContent"]["replies"].as_array().unwrap().is_empty());
 

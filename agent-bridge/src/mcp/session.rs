@@ -52,6 +52,8 @@ struct Session {
     options: Options,
     out: mpsc::Sender<Value>,
     state: Mutex<State>,
+    /// One permit per tool call in flight, [`MAX_IN_FLIGHT`] in all.
+    slots: Arc<tokio::sync::Semaphore>,
     /// Running tool calls by request id, so `notifications/cancelled` can stop them.
     running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
     /// Set once the client is initialized: pushes wait for it, so none reaches a client too early
@@ -74,6 +76,7 @@ pub async fn run(
         options,
         out,
         state: Mutex::new(State::default()),
+        slots: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         running: Mutex::new(HashMap::new()),
         ready: tokio::sync::watch::channel(false).0,
         stop: CancellationToken::new(),
@@ -139,11 +142,20 @@ async fn write_lines(mut rx: mpsc::Receiver<Value>, mut output: impl AsyncWrite 
     }
 }
 
+fn too_many() -> String {
+    format!("too many tool calls in flight (at most {MAX_IN_FLIGHT}): wait for answers before sending more")
+}
+
 fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
 impl Session {
+    /// A place among the calls in flight, whether run alone or in a batch; `None` when all are taken.
+    fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
     async fn send(&self, message: Value) {
         let _ = self.out.send(message).await;
     }
@@ -162,20 +174,19 @@ impl Session {
                     let mut running = self.running.lock().expect("running lock");
                     if running.contains_key(&key) {
                         Some((id, "a request with this id is still running".to_owned()))
-                    } else if running.len() >= MAX_IN_FLIGHT {
-                        let why = format!(
-                            "too many tool calls in flight (at most {MAX_IN_FLIGHT}): wait for answers before sending more"
-                        );
-                        Some((id, why))
-                    } else {
+                    } else if let Some(slot) = self.slot() {
                         let session = self.clone();
                         let task = tasks.spawn(async move {
+                            // Held until the call ends or is cancelled (an aborted task drops it).
+                            let _slot = slot;
                             let answer = session.tool_call(&id, &params).await;
                             session.running.lock().expect("running lock").remove(&id_key(&id));
                             session.send(answer).await;
                         });
                         running.insert(key, task);
                         None
+                    } else {
+                        Some((id, too_many()))
                     }
                 };
                 if let Some((id, why)) = refused {
@@ -219,9 +230,10 @@ impl Session {
         for value in batch {
             match jsonrpc::classify(value) {
                 Incoming::Request { id, method, params } if method == "tools/call" => {
-                    answers.push(match self.check_call(&id, &params) {
-                        Err(refusal) => refusal,
-                        Ok(()) => self.tool_call(&id, &params).await,
+                    answers.push(match (self.check_call(&id, &params), self.slot()) {
+                        (Err(refusal), _) => refusal,
+                        (Ok(()), None) => jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, too_many()),
+                        (Ok(()), Some(_slot)) => self.tool_call(&id, &params).await,
                     });
                 }
                 Incoming::Request { id, method, params } if method == "initialize" => {

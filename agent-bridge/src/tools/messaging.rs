@@ -300,16 +300,30 @@ async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         client_id: client_id(),
     };
     let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
-    wait_for_replies(tools, sent.id, wait_s).await
+    match wait_for_replies(tools, sent.id.clone(), &sent.thread, wait_s).await {
+        Ok(outcome) => Ok(outcome),
+        // The request went out: the model needs its id to keep waiting, not a failure that invites a second ask.
+        Err(err) => {
+            let data = output::Replies {
+                id: sent.id.clone(),
+                thread: sent.thread.clone(),
+                recipients: output::recipients(&sent.recipients),
+                replies: Vec::new(),
+            };
+            let text =
+                format!("asked {} (id {}), but waiting for the reply failed: {err}", frame::short(&sent.id), sent.id);
+            Ok(Outcome::data(text, &data).then(format!("Keep waiting with relay_ask_wait and id {}.", sent.id)))
+        }
+    }
 }
 
 async fn ask_wait(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let id = args.str("id")?.trim().to_owned();
     let wait_s = args.seconds("wait_s", ASK_WAIT_DEFAULT_S, MAX_WAIT_S)?;
-    wait_for_replies(tools, id, wait_s).await
+    wait_for_replies(tools, id, "", wait_s).await
 }
 
-async fn wait_for_replies(tools: &Tools, id: String, wait_s: u32) -> Result<Outcome> {
+async fn wait_for_replies(tools: &Tools, id: String, thread: &str, wait_s: u32) -> Result<Outcome> {
     let request = AskWaitRequest { id, wait_s };
     let reply = tools
         .relay()
@@ -318,6 +332,7 @@ async fn wait_for_replies(tools: &Tools, id: String, wait_s: u32) -> Result<Outc
     tools.mark_seen(reply.replies.iter().map(|m| m.seq)).await;
     let data = output::Replies {
         id: reply.id.clone(),
+        thread: thread.to_owned(),
         recipients: output::recipients(&reply.recipients),
         replies: reply.replies.iter().map(output::MessageOut::from).collect(),
     };

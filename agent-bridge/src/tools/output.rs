@@ -187,6 +187,9 @@ pub struct Inbox {
 pub struct Replies {
     /// the request's id
     pub id: String,
+    /// the request's thread (given when the request was just sent)
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub thread: String,
     pub recipients: Vec<Recipient>,
     pub replies: Vec<MessageOut>,
 }
