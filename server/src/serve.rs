@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
+use crate::app::App;
 use crate::protocol::human::HumanService;
 use crate::protocol::layers::{RpcLayers, RpcLimits};
 use crate::protocol::service::RelayService;
@@ -136,7 +137,14 @@ pub async fn serve_with(
     let tls = options.tls()?;
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
-    let listener = push::listener::start(store.config().clone(), hub.clone(), shutdown.clone()).await?;
+    store.set_waker({
+        let hub = hub.clone();
+        move |endpoint| hub.wake(endpoint)
+    });
+    let replica = store.register_replica().await.context("cannot register this replica")?;
+    let liveness = push::liveness::start(store.clone(), shutdown.clone());
+    let listener = push::listener::start(store.clone(), hub.clone(), shutdown.clone()).await?;
+    tracing::info!(replica, "replica registered");
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<RelayServer<RelayService>>().await;
@@ -145,10 +153,11 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let human = HumanServer::new(HumanService::new(store.clone(), hub.clone()));
-    let worker = WorkerServer::new(WorkerService::new(store.clone()));
     let scheduler = crate::scheduler::start(store.clone(), shutdown.clone());
-    let relay = RelayServer::new(RelayService::new(store, hub, shutdown.clone()));
+    let app = App::new(store, hub, shutdown.clone());
+    let human = HumanServer::new(HumanService::new(app.clone()));
+    let worker = WorkerServer::new(WorkerService::new(app.clone()));
+    let relay = RelayServer::new(RelayService::new(app));
 
     let socket = tokio::net::TcpListener::bind(options.listen)
         .await
@@ -207,6 +216,7 @@ pub async fn serve_with(
     shutdown.cancel();
     let _ = listener.await;
     let _ = scheduler.await;
+    let _ = liveness.await;
     served.context("grpc server failed")?;
     tracing::info!("stopped");
     Ok(())

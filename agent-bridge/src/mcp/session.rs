@@ -47,6 +47,11 @@ struct State {
     channel_client: bool,
 }
 
+struct Running {
+    task: tokio::task::AbortHandle,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
 struct Session {
     tools: Arc<Tools>,
     options: Options,
@@ -54,8 +59,10 @@ struct Session {
     state: Mutex<State>,
     /// One permit per tool call in flight, [`MAX_IN_FLIGHT`] in all.
     slots: Arc<tokio::sync::Semaphore>,
-    /// Running tool calls by request id, so `notifications/cancelled` can stop them.
-    running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// Running tool calls by request id, so `notifications/cancelled` can stop them. Each holds its
+    /// place among the calls in flight, given back the moment the entry goes: a cancelled call's
+    /// task is only dropped later, and the client may already be sending the next call.
+    running: Mutex<HashMap<String, Running>>,
     /// Set once the client is initialized: pushes wait for it, so none reaches a client too early
     /// and none that arrived before is lost.
     ready: tokio::sync::watch::Sender<bool>,
@@ -177,13 +184,11 @@ impl Session {
                     } else if let Some(slot) = self.slot() {
                         let session = self.clone();
                         let task = tasks.spawn(async move {
-                            // Held until the call ends or is cancelled (an aborted task drops it).
-                            let _slot = slot;
                             let answer = session.tool_call(&id, &params).await;
                             session.running.lock().expect("running lock").remove(&id_key(&id));
                             session.send(answer).await;
                         });
-                        running.insert(key, task);
+                        running.insert(key, Running { task, _slot: slot });
                         None
                     } else {
                         Some((id, too_many()))
@@ -302,10 +307,10 @@ impl Session {
             "notifications/initialized" => self.start_push_if_ready(),
             "notifications/cancelled" => {
                 if let Some(id) = params.get("requestId")
-                    && let Some(task) = self.running.lock().expect("running lock").remove(&id_key(id))
+                    && let Some(call) = self.running.lock().expect("running lock").remove(&id_key(id))
                 {
                     // A cancelled request gets no answer.
-                    task.abort();
+                    call.task.abort();
                     tracing::debug!(request = %id, "request cancelled");
                 }
             }

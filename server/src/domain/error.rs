@@ -44,7 +44,7 @@ impl EntityKind {
 /// Every failure the server can report, by what the caller can do about it.
 ///
 /// Store errors are mapped here in `store::error`; these map to gRPC status in `protocol::status`.
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum Error {
     /// The request itself is wrong; retrying it unchanged will fail again.
     #[error("{0}")]
@@ -65,6 +65,9 @@ pub enum Error {
     /// Something the request needs is full (a recipient's inbox); it may succeed once that drains.
     #[error("{0}")]
     ResourceExhausted(String),
+    /// The server is at capacity: refused at once, nothing was done; retry after a moment.
+    #[error("{0}")]
+    Overloaded(String),
     /// The database could not be reached or is overloaded; the call may be retried.
     #[error("{0}")]
     Unavailable(String),

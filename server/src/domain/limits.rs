@@ -60,6 +60,11 @@ pub fn inbox_full(address: &str, cap: u32) -> Error {
     ))
 }
 
+/// A send refused because the server already has as many under way as it can write promptly.
+pub fn overloaded() -> Error {
+    Error::Overloaded("the server is at capacity for sends: nothing was sent; try again in a moment".into())
+}
+
 pub fn inbox_batch(limit: u32) -> u32 {
     match limit {
         0 => DEFAULT_INBOX_BATCH,

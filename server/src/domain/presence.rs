@@ -1,5 +1,7 @@
 //! How long an endpoint counts as online. Presence is a lease in the database, so every replica sees
-//! it and a crashed replica's endpoints go offline by themselves.
+//! it and a crashed replica's endpoints go offline by themselves: an endpoint with its push stream
+//! open is online while the replica holding the stream renews its own liveness, which costs one
+//! write per replica, however many streams it holds.
 
 use std::time::Duration;
 
@@ -7,9 +9,12 @@ use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::Error;
 
-/// Lease taken by an open push stream; renewed every [`RENEW_EVERY`].
-pub const STREAM_LEASE: Duration = Duration::from_secs(30);
-pub const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// How often a push stream tells its bridge it is alive (no database work).
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
+/// A replica's liveness lasts this long and is renewed every [`REPLICA_RENEW`]: a crashed replica's
+/// streams count as closed within [`REPLICA_LEASE`].
+pub const REPLICA_LEASE: Duration = Duration::from_secs(15);
+pub const REPLICA_RENEW: Duration = Duration::from_secs(5);
 /// The presence lease a fresh claim takes. A claim whose stream never opens loses its handle long
 /// before, after [`UNSTREAMED_HOLD`]; the lease is what remains when a replica dies with streams open.
 pub const CLAIM_LEASE: Duration = Duration::from_secs(30);
@@ -92,5 +97,10 @@ mod tests {
     fn a_crashed_holder_is_free_within_two_seconds() {
         assert!(UNSTREAMED_HOLD < Duration::from_secs(2));
         assert!(UNSTREAMED_HOLD < RECONNECT_GRACE);
+    }
+
+    #[test]
+    fn a_replica_survives_one_missed_renewal() {
+        assert!(REPLICA_RENEW * 2 < REPLICA_LEASE);
     }
 }

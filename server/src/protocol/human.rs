@@ -7,13 +7,10 @@ use tonic::{Request, Response, Status};
 use super::auth::bearer;
 use super::convert;
 use super::layers;
-use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
 use crate::domain::Result;
 use crate::domain::caller::Human as Person;
-use crate::push::Hub;
-use crate::store::Store;
 
 #[derive(Clone)]
 pub struct HumanService {
@@ -21,8 +18,8 @@ pub struct HumanService {
 }
 
 impl HumanService {
-    pub fn new(store: Store, hub: Hub) -> Self {
-        Self { app: App::new(store, hub, CancellationToken::new()) }
+    pub fn new(app: App) -> Self {
+        Self { app }
     }
 
     async fn person<T>(&self, request: &Request<T>) -> Result<Person> {

@@ -225,8 +225,13 @@ pub fn overloaded(limit: usize) -> Status {
     let mut status = Status::resource_exhausted(format!(
         "the server is at its limit of {limit} calls in flight and refused this one: retry after a short backoff"
     ));
-    status.metadata_mut().insert("grpc-retry-pushback-ms", MetadataValue::from_static(RETRY_PUSHBACK_MS));
+    advise_retry(&mut status);
     status
+}
+
+/// Tells a refused caller when to retry (`grpc-retry-pushback-ms`), which the bridge passes on.
+pub fn advise_retry(status: &mut Status) {
+    status.metadata_mut().insert("grpc-retry-pushback-ms", MetadataValue::from_static(RETRY_PUSHBACK_MS));
 }
 
 /// The status of a call stopped after `budget`.

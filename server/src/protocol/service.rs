@@ -2,7 +2,6 @@
 
 use relay_proto::v1::relay_server::Relay;
 use relay_proto::v1::*;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
 use super::auth::bearer;
@@ -17,8 +16,6 @@ use crate::domain::caller::Caller;
 use crate::domain::redact::Counts;
 use crate::domain::scope::GroupView;
 use crate::domain::{Error, Result, limits};
-use crate::push::Hub;
-use crate::store::Store;
 
 #[derive(Clone)]
 pub struct RelayService {
@@ -26,8 +23,8 @@ pub struct RelayService {
 }
 
 impl RelayService {
-    pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
-        Self { app: App::new(store, hub, shutdown) }
+    pub fn new(app: App) -> Self {
+        Self { app }
     }
 
     /// The endpoint whose session token the call carries, named on the call's span.

@@ -7,13 +7,10 @@ use tonic::{Request, Response, Status};
 use super::auth::bearer;
 use super::convert;
 use super::layers;
-use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
 use crate::domain::Result;
 use crate::domain::caller::MachineIdentity;
-use crate::push::Hub;
-use crate::store::Store;
 
 #[derive(Clone)]
 pub struct WorkerService {
@@ -21,9 +18,8 @@ pub struct WorkerService {
 }
 
 impl WorkerService {
-    /// A worker's calls never wait on an inbox: no wake-ups of their own.
-    pub fn new(store: Store) -> Self {
-        Self { app: App::new(store, Hub::default(), CancellationToken::new()) }
+    pub fn new(app: App) -> Self {
+        Self { app }
     }
 
     async fn machine<T>(&self, request: &Request<T>) -> Result<MachineIdentity> {

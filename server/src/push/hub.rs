@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 /// Wakes the streams and long polls waiting on an endpoint's inbox in this process.
@@ -15,8 +15,14 @@ use tokio_util::sync::CancellationToken;
 pub struct Hub {
     inner: Arc<Mutex<HashMap<i64, watch::Sender<u64>>>>,
     /// The push stream each endpoint holds in this process: a newer one ends the older at once.
-    streams: Arc<Mutex<HashMap<i64, (u64, CancellationToken)>>>,
+    streams: Arc<Mutex<HashMap<i64, StreamEntry>>>,
     next_stream: Arc<AtomicU64>,
+}
+
+struct StreamEntry {
+    id: u64,
+    replaced: CancellationToken,
+    changed: Arc<Notify>,
 }
 
 /// An endpoint's push stream in this process; dropping it forgets it unless a newer one took over.
@@ -25,6 +31,7 @@ pub struct StreamClaim {
     endpoint: i64,
     id: u64,
     replaced: CancellationToken,
+    changed: Arc<Notify>,
 }
 
 impl StreamClaim {
@@ -32,12 +39,19 @@ impl StreamClaim {
     pub async fn replaced(&self) {
         self.replaced.cancelled().await;
     }
+
+    /// Resolves when the endpoint or its machine changed anywhere (its session ended or changed
+    /// hands, a stream opened on another replica, the machine was revoked): time to check the
+    /// stream is still the endpoint's. A change announced before this is awaited is not lost.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
 }
 
 impl Drop for StreamClaim {
     fn drop(&mut self) {
         let mut streams = self.hub.streams.lock().expect("hub lock poisoned");
-        if streams.get(&self.endpoint).is_some_and(|(id, _)| *id == self.id) {
+        if streams.get(&self.endpoint).is_some_and(|entry| entry.id == self.id) {
             streams.remove(&self.endpoint);
         }
     }
@@ -59,15 +73,31 @@ impl Hub {
     }
 
     /// Makes a new stream the endpoint's one in this process, ending the one it had. (A stream on
-    /// another replica ends at its next presence renewal, which finds it superseded.)
+    /// another replica ends when that replica hears the endpoint changed and finds it superseded.)
     pub fn claim_stream(&self, endpoint: i64) -> StreamClaim {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let replaced = CancellationToken::new();
-        let previous = self.streams.lock().expect("hub lock poisoned").insert(endpoint, (id, replaced.clone()));
-        if let Some((_, older)) = previous {
-            older.cancel();
+        let changed = Arc::new(Notify::new());
+        let entry = StreamEntry { id, replaced: replaced.clone(), changed: changed.clone() };
+        let previous = self.streams.lock().expect("hub lock poisoned").insert(endpoint, entry);
+        if let Some(older) = previous {
+            older.replaced.cancel();
         }
-        StreamClaim { hub: self.clone(), endpoint, id, replaced }
+        StreamClaim { hub: self.clone(), endpoint, id, replaced, changed }
+    }
+
+    /// The endpoint changed somewhere: its stream here, if any, checks it is still current.
+    pub fn endpoint_changed(&self, endpoint: i64) {
+        if let Some(entry) = self.streams.lock().expect("hub lock poisoned").get(&endpoint) {
+            entry.changed.notify_one();
+        }
+    }
+
+    /// A machine changed, or changes may have gone unheard: every stream here checks.
+    pub fn all_changed(&self) {
+        for entry in self.streams.lock().expect("hub lock poisoned").values() {
+            entry.changed.notify_one();
+        }
     }
 
     /// Something changed in this endpoint's inbox.
@@ -147,6 +177,19 @@ mod tests {
         assert!(hub.streams.lock().unwrap().contains_key(&1), "an ended older stream leaves the newer in place");
         drop(second);
         assert!(!hub.streams.lock().unwrap().contains_key(&1));
+    }
+
+    #[tokio::test]
+    async fn a_change_announced_before_the_stream_waits_is_not_lost() {
+        let hub = Hub::default();
+        let one = hub.claim_stream(1);
+        let two = hub.claim_stream(2);
+        hub.endpoint_changed(1);
+        tokio::time::timeout(Duration::from_secs(1), one.changed()).await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(50), two.changed()).await.is_err());
+        hub.all_changed();
+        tokio::time::timeout(Duration::from_secs(1), one.changed()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(1), two.changed()).await.unwrap();
     }
 
     #[test]

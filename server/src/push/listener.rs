@@ -11,8 +11,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Hub;
 use crate::domain::{Error, Result};
-use crate::store::messages::{DELIVERY_CHANNEL, parse_delivery_payload};
-use crate::store::{DbConfig, DbTls};
+use crate::store::identity::{CONTROL_CHANNEL, Control};
+use crate::store::messages::{DELIVERY_CHANNEL, DeliveryNotice};
+use crate::store::{DbConfig, DbTls, Store};
 
 const FIRST_RETRY: Duration = Duration::from_millis(250);
 const PROBE_EVERY: Duration = Duration::from_secs(30);
@@ -23,10 +24,15 @@ type Driver = JoinHandle<std::result::Result<(), tokio_postgres::Error>>;
 
 /// Connects and listens before returning, so the server never serves without push; afterwards it
 /// reconnects by itself and wakes every waiter to re-read what it may have missed meanwhile.
-pub async fn start(config: DbConfig, hub: Hub, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
-    let first = listen(&config, &hub)
+///
+/// While it listens, sessions may be held in memory: every change to one is heard. While it is
+/// away, they are not, and every call reads the database.
+pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
+    let config = store.config().clone();
+    let first = listen(&config, &hub, &store)
         .await
         .map_err(|e| Error::Unavailable(format!("cannot open the notification connection: {e}")))?;
+    store.sessions().trust();
     Ok(tokio::spawn(async move {
         let mut current = Some(first);
         let mut retry = FIRST_RETRY;
@@ -42,12 +48,14 @@ pub async fn start(config: DbConfig, hub: Hub, shutdown: CancellationToken) -> R
                                 Ok(Err(e)) => tracing::warn!(error = %e, "notification connection failed"),
                                 Err(e) => tracing::error!(error = %e, "notification task failed"),
                             }
+                            store.sessions().distrust();
                             break;
                         }
                         _ = probe.tick() => {
                             let alive = tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("select 1")).await;
                             if !matches!(alive, Ok(Ok(_))) {
                                 tracing::warn!("notification connection stopped answering; reconnecting");
+                                store.sessions().distrust();
                                 driver.abort();
                                 break;
                             }
@@ -60,13 +68,15 @@ pub async fn start(config: DbConfig, hub: Hub, shutdown: CancellationToken) -> R
                 () = tokio::time::sleep(retry) => {}
                 () = shutdown.cancelled() => return,
             }
-            match listen(&config, &hub).await {
+            match listen(&config, &hub, &store).await {
                 Ok(session) => {
                     tracing::info!("notification connection restored");
                     current = Some(session);
                     retry = FIRST_RETRY;
-                    // Notifications sent while we were away are gone: everyone re-reads.
+                    store.sessions().trust();
+                    // Notifications sent while we were away are gone: everyone re-reads and rechecks.
                     hub.wake_all();
+                    hub.all_changed();
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, retry_ms = retry.as_millis() as u64, "cannot reopen the notification connection");
@@ -77,10 +87,14 @@ pub async fn start(config: DbConfig, hub: Hub, shutdown: CancellationToken) -> R
     }))
 }
 
-async fn listen(config: &DbConfig, hub: &Hub) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
+async fn listen(
+    config: &DbConfig,
+    hub: &Hub,
+    store: &Store,
+) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
     match &config.tls {
-        DbTls::None => listen_with(&config.pg, NoTls, hub).await,
-        DbTls::Verified(tls) => listen_with(&config.pg, tls.clone(), hub).await,
+        DbTls::None => listen_with(&config.pg, NoTls, hub, store).await,
+        DbTls::Verified(tls) => listen_with(&config.pg, tls.clone(), hub, store).await,
     }
 }
 
@@ -88,6 +102,7 @@ async fn listen_with<T>(
     config: &tokio_postgres::Config,
     tls: T,
     hub: &Hub,
+    store: &Store,
 ) -> std::result::Result<(Client, Driver), tokio_postgres::Error>
 where
     T: MakeTlsConnect<Socket>,
@@ -95,18 +110,40 @@ where
 {
     let (client, mut connection) = config.connect(tls).await?;
     let hub = hub.clone();
+    let store = store.clone();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             if let AsyncMessage::Notification(n) = message? {
-                match parse_delivery_payload(n.payload()) {
-                    Some((recipient, _seq)) => hub.wake(recipient),
-                    None => tracing::warn!(payload = n.payload(), "malformed delivery notification"),
-                }
+                heard(&hub, &store, n.channel(), n.payload());
             }
         }
         Ok(())
     });
-    client.batch_execute(&format!("listen {DELIVERY_CHANNEL}")).await?;
+    client.batch_execute(&format!("listen {DELIVERY_CHANNEL}; listen {CONTROL_CHANNEL}")).await?;
     Ok((client, driver))
+}
+
+fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
+    if channel == CONTROL_CHANNEL {
+        match Control::parse(payload) {
+            Some(Control::Endpoint(id)) => {
+                store.sessions().forget_endpoint(id);
+                hub.endpoint_changed(id);
+            }
+            Some(Control::Machine(id)) => {
+                store.sessions().forget_machine(id);
+                hub.all_changed();
+            }
+            None => tracing::warn!(payload, "malformed control notification"),
+        }
+        return;
+    }
+    match DeliveryNotice::parse(payload) {
+        Some(DeliveryNotice::One(recipient)) => hub.wake(recipient),
+        // This replica woke its own waiters when it committed the batch.
+        Some(DeliveryNotice::Batch { replica, .. }) if replica != 0 && replica == store.replica() => {}
+        Some(DeliveryNotice::Batch { recipients, .. }) => recipients.into_iter().for_each(|r| hub.wake(r)),
+        None => tracing::warn!(payload, "malformed delivery notification"),
+    }
 }

@@ -7,6 +7,7 @@
 
 pub mod hub;
 pub mod listener;
+pub mod liveness;
 pub mod stream;
 
 pub use hub::Hub;

@@ -69,17 +69,26 @@ async fn feed(
     if !send_timely(tx, beat(head)).await {
         return Ok(());
     }
-    let mut renew = interval_at(Instant::now() + presence::RENEW_EVERY, presence::RENEW_EVERY);
+    // Presence is the replica's to keep: an idle stream only tells its bridge it is alive, and
+    // reads the database only when something changed.
+    let mut head = head;
+    let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
     loop {
         if !drain(store, caller, &mut last, tx).await? {
             return Ok(());
         }
+        head = head.max(last);
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             () = claim.replaced() => return Err(gone()),
             () = tx.closed() => return Ok(()),
-            _ = renew.tick() => {
-                if !heartbeat(store, caller, stream_gen, tx).await? {
+            () = claim.changed() => {
+                if !store.stream_current(caller, stream_gen).await? {
+                    return Err(gone());
+                }
+            }
+            _ = beats.tick() => {
+                if !send_timely(tx, beat(head)).await {
                     return Ok(());
                 }
             }
@@ -97,12 +106,6 @@ fn gone() -> Error {
 
 fn beat(head: i64) -> Event {
     Event::Heartbeat { head_seq: head as u64 }
-}
-
-/// Renews presence and tells the bridge the head seq. `false` when the client is gone.
-async fn heartbeat(store: &Store, caller: &Caller, generation: i64, tx: &mpsc::Sender<Result<Event>>) -> Result<bool> {
-    let head = store.renew_presence(caller, generation).await?.ok_or_else(gone)?;
-    Ok(send_timely(tx, beat(head)).await)
 }
 
 /// Pushes every unread delivery above `last`. `false` when the client is gone.

@@ -12,26 +12,35 @@ impl From<tokio_postgres::Error> for Error {
             tracing::warn!(error = %err, "database connection error");
             return Error::Unavailable("database unavailable; try again shortly".into());
         };
-        match *code {
-            SqlState::UNIQUE_VIOLATION => Error::AlreadyExists("already exists".into()),
-            SqlState::FOREIGN_KEY_VIOLATION => {
-                Error::not_found(EntityKind::Reference, "refers to something that does not exist")
-            }
-            SqlState::CHECK_VIOLATION | SqlState::NOT_NULL_VIOLATION | SqlState::STRING_DATA_RIGHT_TRUNCATION => {
-                Error::Invalid("value refused by the database".into())
-            }
-            SqlState::T_R_SERIALIZATION_FAILURE | SqlState::T_R_DEADLOCK_DETECTED | SqlState::LOCK_NOT_AVAILABLE => {
-                Error::Unavailable("conflicting update; try again".into())
-            }
-            SqlState::TOO_MANY_CONNECTIONS
-            | SqlState::CANNOT_CONNECT_NOW
-            | SqlState::ADMIN_SHUTDOWN
-            | SqlState::CRASH_SHUTDOWN
-            | SqlState::QUERY_CANCELED => Error::Unavailable("database unavailable; try again shortly".into()),
-            _ => {
-                tracing::error!(error = %err, code = code.code(), "database error");
-                Error::Internal("internal database error".into())
-            }
+        from_code(code, &err)
+    }
+}
+
+/// A failure the database reported as a SQLSTATE and message (one caught inside a batch of sends).
+pub(super) fn from_sqlstate(state: &str, message: &str) -> Error {
+    from_code(&SqlState::from_code(state), &message)
+}
+
+fn from_code(code: &SqlState, err: &dyn std::fmt::Display) -> Error {
+    match *code {
+        SqlState::UNIQUE_VIOLATION => Error::AlreadyExists("already exists".into()),
+        SqlState::FOREIGN_KEY_VIOLATION => {
+            Error::not_found(EntityKind::Reference, "refers to something that does not exist")
+        }
+        SqlState::CHECK_VIOLATION | SqlState::NOT_NULL_VIOLATION | SqlState::STRING_DATA_RIGHT_TRUNCATION => {
+            Error::Invalid("value refused by the database".into())
+        }
+        SqlState::T_R_SERIALIZATION_FAILURE | SqlState::T_R_DEADLOCK_DETECTED | SqlState::LOCK_NOT_AVAILABLE => {
+            Error::Unavailable("conflicting update; try again".into())
+        }
+        SqlState::TOO_MANY_CONNECTIONS
+        | SqlState::CANNOT_CONNECT_NOW
+        | SqlState::ADMIN_SHUTDOWN
+        | SqlState::CRASH_SHUTDOWN
+        | SqlState::QUERY_CANCELED => Error::Unavailable("database unavailable; try again shortly".into()),
+        _ => {
+            tracing::error!(error = %err, code = code.code(), "database error");
+            Error::Internal("internal database error".into())
         }
     }
 }

@@ -40,24 +40,65 @@ pub(super) async fn caller_of(c: &impl deadpool_postgres::GenericClient, endpoin
     caller_from_row(&row, Vec::new())
 }
 
+/// Channel on which the database announces changes to sessions and machines (migration 9's triggers).
+pub const CONTROL_CHANNEL: &str = "relay_control";
+
+/// A change announced on [`CONTROL_CHANNEL`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Control {
+    /// The endpoint's session ended or changed hands, or a stream of it opened.
+    Endpoint(i64),
+    /// The machine was revoked, restored or removed.
+    Machine(i64),
+}
+
+impl Control {
+    pub fn parse(payload: &str) -> Option<Self> {
+        let (kind, id) = payload.split_once(':')?;
+        let id = id.parse().ok()?;
+        match kind {
+            "endpoint" => Some(Self::Endpoint(id)),
+            "machine" => Some(Self::Machine(id)),
+            _ => None,
+        }
+    }
+}
+
 pub struct HelloOutcome {
     pub endpoint: Endpoint,
     pub session_token: String,
     pub resumed: bool,
 }
 
-/// Whether endpoint `e` is online, as SQL over `endpoints e`: its session lives, its lease holds, and
-/// its newest push stream is open or it showed a sign of life within the reconnect grace (so a
-/// holder that crashed before or after opening its stream is not shown online for long).
-pub(super) const ONLINE: &str = "(e.ended_at is null and coalesce(e.online_until > now(), false) \
-     and (e.stream_gen > e.stream_closed_gen or coalesce(e.last_seen_at > now() - interval '5 seconds', false)))";
+/// Whether an endpoint's presence lease holds, as SQL over the table named `$e`: the replica holding
+/// its open push stream is alive, or its own lease (taken at the claim, kept for the reconnect grace
+/// after a stream closes, renewed per stream by a release without replica presence) has not lapsed.
+macro_rules! lease_holds {
+    ($e:literal) => {
+        concat!(
+            "(coalesce(",
+            $e,
+            ".online_until > now(), false) or (",
+            $e,
+            ".stream_gen > ",
+            $e,
+            ".stream_closed_gen and relay_replica_alive(",
+            $e,
+            ".stream_replica)))"
+        )
+    };
+}
+
+/// Whether endpoint `e` is online, as SQL over `endpoints e`: its session lives, its lease holds,
+/// and its newest push stream is open or it showed a sign of life within the reconnect grace (so a
+/// holder that crashed before or after opening its stream is not shown online for long). The rule
+/// is one SQL function (migration 9), shared with the batched send.
+pub(super) const ONLINE: &str = "relay_endpoint_online(e)";
 
 /// Columns read by [`endpoint_from_row`], for `from endpoints e join endpoint_addresses ea on ea.id = e.id`.
 pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, ea.handle, e.harness, e.status, \
-     e.note, e.now_text, e.title, \
-     (e.ended_at is null and coalesce(e.online_until > now(), false) \
-     and (e.stream_gen > e.stream_closed_gen or coalesce(e.last_seen_at > now() - interval '5 seconds', false))) as online, \
-     e.ended_at is not null as ended, e.last_seen_at, e.peek_on, \
+     e.note, e.now_text, e.title, relay_endpoint_online(e) as online, e.ended_at is not null as ended, \
+     e.last_seen_at, e.peek_on, \
      coalesce((select a.operator from accounts a where a.id = ea.account_id) = ea.machine || '/' || ea.handle, false) \
      as operator";
 
@@ -178,6 +219,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
+        self.sessions.forget_machine(machine_id);
         Ok(())
     }
 
@@ -253,6 +295,10 @@ impl Store {
     pub async fn authenticate_session(&self, token: &str) -> Result<Caller> {
         ids::check_token(TokenKind::Session, token)?;
         let hash = ids::token_hash(token);
+        let ticket = match self.sessions.get(&hash) {
+            Ok(caller) => return Ok(caller),
+            Err(ticket) => ticket,
+        };
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
@@ -267,7 +313,9 @@ impl Store {
             .query_opt(&stmt, &[&hash])
             .await?
             .ok_or_else(|| Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()))?;
-        caller_from_row(&row, hash)
+        let caller = caller_from_row(&row, hash)?;
+        self.sessions.put(ticket, &caller);
+        Ok(caller)
     }
 
     // ---- endpoints ---------------------------------------------------------------------------
@@ -317,22 +365,27 @@ impl Store {
             // A grant claims its endpoint once; again only when that worker's session is gone.
             let claimed = client
                 .execute(
-                    "update endpoints
-                     set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
-                         last_seen_at = now(), ended_at = null, claimed_at = now(), stream_closed_gen = stream_gen
-                     where id = $1
-                       and (session_hash is null or ended_at is not null or online_until is null or online_until < now())",
+                    concat!(
+                        "update endpoints
+                         set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
+                             last_seen_at = now(), ended_at = null, claimed_at = now(), stream_closed_gen = stream_gen
+                         where id = $1
+                           and (session_hash is null or ended_at is not null or not ",
+                        lease_holds!("endpoints"),
+                        ")"
+                    ),
                     &[&id, &harness, &hash, &lease],
                 )
                 .await?;
             if claimed == 0 {
                 return Err(Error::AlreadyExists("the worker this grant was issued for is connected already".into()));
             }
+            self.sessions.forget_endpoint(id);
             let endpoint = Self::endpoint_on(&client, id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
         let claim = client
-            .prepare_cached(
+            .prepare_cached(concat!(
                 "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at, claimed_at)
                  values ($1, $2, $3, $4, now() + $5 * interval '1 second', now(), now())
                  on conflict (machine_id, handle) do update
@@ -343,14 +396,15 @@ impl Store {
                          peek_on = false,
                          claimed_at = now(), stream_closed_gen = endpoints.stream_gen
                      where endpoints.ended_at is not null
-                        or endpoints.online_until is null
-                        or endpoints.online_until < now()
+                        or not ",
+                lease_holds!("endpoints"),
+                "
                         -- no stream open and no sign of life for a moment: the holder crashed, or
                         -- claimed and never subscribed
                         or (endpoints.stream_gen <= endpoints.stream_closed_gen
                             and coalesce(endpoints.last_seen_at, endpoints.created_at) < now() - $6 * interval '1 second')
                  returning id",
-            )
+            ))
             .await?;
         let hold = presence::secs(presence::UNSTREAMED_HOLD);
         let claimed = match handle {
@@ -391,6 +445,8 @@ impl Store {
             }
         };
         let id: i64 = claimed.get(0);
+        // A session this claim took the handle from is over here at once, elsewhere when heard.
+        self.sessions.forget_endpoint(id);
         client.execute("delete from peek_turns where endpoint_id = $1", &[&id]).await?;
         let endpoint = Self::endpoint_on(&client, id).await?;
         Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
@@ -431,6 +487,8 @@ impl Store {
                 &[&caller.endpoint_id],
             )
             .await?;
+        // Other replicas hear of it from the database; this one forgets the session now.
+        self.sessions.forget_endpoint(caller.endpoint_id);
         Ok(())
     }
 
@@ -451,14 +509,15 @@ impl Store {
         Ok(endpoint_from_row(&row))
     }
 
-    /// A push stream opens: it becomes the endpoint's newest stream and takes the presence lease.
-    /// Returns its generation and the newest seq, or `None` when the session is no longer valid.
+    /// A push stream opens on this replica: it becomes the endpoint's newest stream, and the endpoint
+    /// stays online while this replica is alive. Returns its generation and the newest seq, or `None`
+    /// when the session is no longer valid.
     pub async fn open_presence(&self, caller: &Caller) -> Result<Option<(i64, i64)>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
                 "update endpoints e
-                 set stream_gen = e.stream_gen + 1, last_seen_at = now(),
+                 set stream_gen = e.stream_gen + 1, stream_replica = $4, last_seen_at = now(),
                      online_until = greatest(e.online_until, now() + $3 * interval '1 second')
                  from machines m
                  where e.id = $1 and e.session_hash = $2 and e.ended_at is null
@@ -466,32 +525,26 @@ impl Store {
                  returning e.stream_gen, e.head_seq",
             )
             .await?;
-        let lease = presence::secs(presence::STREAM_LEASE);
+        let lease = presence::secs(presence::REPLICA_LEASE);
+        let replica = self.replica();
         Ok(client
-            .query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease])
+            .query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease, &replica])
             .await?
             .map(|r| (r.get(0), r.get(1))))
     }
 
-    /// Renews the lease of the endpoint's newest stream. Returns the newest seq, or `None` when this
-    /// stream was superseded or the session is no longer valid (ended, taken over, machine revoked).
-    pub async fn renew_presence(&self, caller: &Caller, generation: i64) -> Result<Option<i64>> {
+    /// Whether a stream is still the endpoint's newest, of a live session on a machine not revoked.
+    /// Read only when the endpoint or its machine changed, never on a timer.
+    pub async fn stream_current(&self, caller: &Caller, generation: i64) -> Result<bool> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "update endpoints e
-                 set online_until = greatest(e.online_until, now() + $3 * interval '1 second'), last_seen_at = now()
-                 from machines m
-                 where e.id = $1 and e.session_hash = $2 and e.stream_gen = $4 and e.ended_at is null
-                   and m.id = e.machine_id and m.revoked_at is null
-                 returning e.head_seq",
+                "select 1 from endpoints e join machines m on m.id = e.machine_id
+                 where e.id = $1 and e.session_hash = $2 and e.stream_gen = $3 and e.ended_at is null
+                   and m.revoked_at is null",
             )
             .await?;
-        let lease = presence::secs(presence::STREAM_LEASE);
-        Ok(client
-            .query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease, &generation])
-            .await?
-            .map(|r| r.get(0)))
+        Ok(client.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &generation]).await?.is_some())
     }
 
     /// The newest stream closed: the endpoint stays online only for the reconnect grace, and its
@@ -502,7 +555,7 @@ impl Store {
         let grace = presence::secs(presence::RECONNECT_GRACE);
         client
             .execute(
-                "update endpoints set online_until = least(online_until, now() + $2 * interval '1 second'),
+                "update endpoints set online_until = now() + $2 * interval '1 second',
                                       last_seen_at = now(), stream_closed_gen = $4
                  where id = $1 and session_hash = $3 and stream_gen = $4 and ended_at is null",
                 &[&caller.endpoint_id, &grace, &caller.session_hash, &generation],
@@ -539,13 +592,13 @@ impl Store {
         client: &impl deadpool_postgres::GenericClient,
         account_id: i64,
     ) -> Result<Vec<i64>> {
-        let rows = client
-            .query(
+        let stmt = client
+            .prepare_cached(
                 "select case when account_a = $1 then account_b else account_a end
                  from contacts where account_a = $1 or account_b = $1",
-                &[&account_id],
             )
             .await?;
+        let rows = client.query(&stmt, &[&account_id]).await?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
@@ -576,7 +629,16 @@ mod tests {
     #[test]
     fn endpoints_read_online_as_everywhere_else() {
         assert!(ENDPOINT_COLUMNS.contains(&format!("{ONLINE} as online")), "{ENDPOINT_COLUMNS}");
+        let rule = include_str!("../../migrations/0009_replica_presence_and_unread.sql");
         let grace = format!("interval '{} seconds'", presence::RECONNECT_GRACE.as_secs());
-        assert!(ONLINE.contains(&grace), "{ONLINE} must use the reconnect grace");
+        assert!(rule.contains(&grace), "the online rule must use the reconnect grace");
+    }
+
+    #[test]
+    fn control_notifications_parse() {
+        assert_eq!(Control::parse("endpoint:12"), Some(Control::Endpoint(12)));
+        assert_eq!(Control::parse("machine:3"), Some(Control::Machine(3)));
+        assert_eq!(Control::parse("machine:x"), None);
+        assert_eq!(Control::parse("other:3"), None);
     }
 }

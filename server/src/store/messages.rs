@@ -9,6 +9,7 @@ use tokio_postgres::Row;
 use super::Store;
 use super::error::Col;
 use super::identity::{Caller, ONLINE};
+use super::send_batch::Written;
 use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
@@ -33,6 +34,16 @@ pub struct Outgoing<'a> {
 }
 
 pub use crate::domain::message::Sent;
+
+/// A resolved, allowed send on its way to the batched writer.
+struct Write<'a> {
+    caller: &'a Caller,
+    id: &'a str,
+    thread: &'a str,
+    targets: &'a [Target],
+    out: &'a Outgoing<'a>,
+    reply_to: Option<&'a str>,
+}
 
 /// A recipient resolved to its endpoint.
 pub(super) struct Target {
@@ -76,22 +87,49 @@ fn seqs_to_db(seqs: &[u64]) -> Result<Vec<i64>> {
 
 impl Store {
     /// Stores a message once and gives each recipient a delivery with the next gapless seq of its
-    /// inbox, all in one transaction. A retry with the same client id returns the first result.
+    /// inbox. A retry with the same client id returns the first result.
+    ///
+    /// Resolving and allowing the send are reads outside any transaction; the writing is one call of
+    /// the batched writer, which re-checks under lock what a concurrent change could break (the
+    /// contacts relied on, room in each inbox). A send held for a human takes the transactional path.
     pub async fn send(&self, caller: &Caller, out: Outgoing<'_>) -> Result<Sent> {
-        let mut client = self.client().await?;
+        let _slot = self.send_slots.clone().try_acquire_owned().map_err(|_| limits::overloaded())?;
+        let client = self.client().await?;
         if let Some(client_id) = out.client_id
             && let Some(sent) = Self::previous_send(&client, caller, client_id).await?
         {
             return Ok(sent);
         }
-        let tx = client.transaction().await?;
         if let Some(thread) = out.thread {
-            Self::check_thread(&tx, caller, thread).await?;
+            Self::check_thread(&client, caller, thread).await?;
         }
-        let (targets, skipped) = Self::resolve_addresses(&tx, caller, out.to).await?;
-        Self::check_room(&tx, &targets, self.max_unread).await?;
-        let stored = Self::store_message(&tx, caller, &targets, &out, None).await?;
-        match stored {
+        let (targets, skipped) = Self::resolve_addresses(&client, caller, out.to).await?;
+        if Self::hold_class(&client, caller, &targets, out.private).await?.is_some() {
+            drop(client);
+            return self.send_held(caller, &targets, skipped, &out).await;
+        }
+        drop(client);
+        let id = ids::new_message_id();
+        let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
+        let write = Write { caller, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: None };
+        let mut sent = self.write_send(write).await?;
+        sent.skipped = skipped;
+        Ok(sent)
+    }
+
+    /// A send the account's human must release first: stored with its hold in one transaction.
+    async fn send_held(
+        &self,
+        caller: &Caller,
+        targets: &[Target],
+        skipped: Vec<Recipient>,
+        out: &Outgoing<'_>,
+    ) -> Result<Sent> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        Self::hold_contacts(&tx, caller, targets).await?;
+        Self::check_room(&tx, targets, self.max_unread).await?;
+        match Self::store_message(&tx, caller, targets, out, None).await? {
             Some(mut sent) => {
                 tx.commit().await?;
                 sent.skipped = skipped;
@@ -100,11 +138,84 @@ impl Store {
             None => {
                 // A concurrent retry with the same client id won the insert; answer with its result.
                 drop(tx);
-                let client_id = out.client_id.unwrap_or_default();
-                Self::previous_send(&client, caller, client_id)
+                Self::previous_send(&client, caller, out.client_id.unwrap_or_default())
                     .await?
                     .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
             }
+        }
+    }
+
+    /// Hands a resolved, allowed send to the batched writer and reads its outcome.
+    async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
+        let contacts: Vec<i64> = {
+            let mut others: Vec<i64> =
+                w.targets.iter().map(|t| t.account_id).filter(|a| *a != w.caller.account_id).collect();
+            others.sort_unstable();
+            others.dedup();
+            others
+        };
+        let mut send = serde_json::json!({
+            "id": w.id,
+            "sender": w.caller.endpoint_id,
+            "account": w.caller.account_id,
+            "client_id": w.out.client_id,
+            "thread": w.thread,
+            "kind": w.out.kind.to_db(),
+            "body": w.out.body.as_str(),
+            "reply_to": w.reply_to,
+            "private": w.out.private,
+            "require_reply": w.out.require_reply,
+            "to": w.targets.iter().map(|t| t.id).collect::<Vec<_>>(),
+            "contacts": contacts,
+        });
+        if w.reply_to.is_some() {
+            // A reply reads the message it answers.
+            send["read"] = w.caller.endpoint_id.into();
+        }
+        match self.batcher.write(send).await? {
+            Written::Stored { offline } => Ok(Sent {
+                id: w.id.to_owned(),
+                thread: w.thread.to_owned(),
+                recipients: w
+                    .targets
+                    .iter()
+                    .map(|t| Recipient {
+                        address: t.address.clone(),
+                        state: Some(State::Queued),
+                        reason: offline.get(&t.id).cloned().unwrap_or_default(),
+                    })
+                    .collect(),
+                duplicate: false,
+                reply_to: w.reply_to.map(str::to_owned),
+                skipped: Vec::new(),
+                hold: None,
+            }),
+            Written::Duplicate => {
+                let client = self.client().await?;
+                Self::previous_send(&client, w.caller, w.out.client_id.unwrap_or_default())
+                    .await?
+                    .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
+            }
+            Written::Refused { state, message, detail } => Err(match state.as_str() {
+                "RLY01" => {
+                    let gone: Vec<&str> = w
+                        .targets
+                        .iter()
+                        .filter(|t| t.account_id != w.caller.account_id)
+                        .map(|t| t.address.as_str())
+                        .collect();
+                    Error::not_found(
+                        EntityKind::Endpoint,
+                        format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
+                    )
+                }
+                "RLY02" => {
+                    let full: Option<i64> = detail.as_deref().and_then(|d| d.parse().ok());
+                    let address = w.targets.iter().find(|t| Some(t.id) == full).map_or("a recipient", |t| &t.address);
+                    limits::inbox_full(address, self.max_unread)
+                }
+                _ => super::error::from_sqlstate(&state, &message),
+            }),
         }
     }
 
@@ -140,16 +251,16 @@ impl Store {
         body: &RedactedText,
         client_id: Option<&str>,
     ) -> Result<Sent> {
+        let _slot = self.send_slots.clone().try_acquire_owned().map_err(|_| limits::overloaded())?;
         let reference = MessageRef::parse(reference)?;
-        let mut client = self.client().await?;
+        let client = self.client().await?;
         if let Some(client_id) = client_id
             && let Some(sent) = Self::previous_send(&client, caller, client_id).await?
         {
             return Ok(sent);
         }
-        let tx = client.transaction().await?;
-        let original = Self::resolve_received(&tx, caller, &reference).await?;
-        let row = tx
+        let original = Self::resolve_received(&client, caller, &reference).await?;
+        let row = client
             .query_one(
                 "select m.thread, m.sender_id, ea.address, ea.account_id, mc.revoked_at is not null
                  from messages m
@@ -164,21 +275,18 @@ impl Store {
         if crate::domain::address::is_board_address(&sender_address) {
             return Err(address::board_reads_nothing(&sender_address));
         }
-        let contacts = Self::contact_accounts(&tx, caller.account_id).await?;
+        let contacts = Self::contact_accounts(&client, caller.account_id).await?;
         if scope::reach(caller.account_id, &contacts, row.col(3)?) == Reach::None || row.col::<bool>(4)? {
             return Err(Error::FailedPrecondition(format!(
                 "{sender_address} is no longer reachable from your account (its machine was revoked or the contact ended), so the reply was not sent"
             )));
         }
-        // An asker that ended its session still gets the reply: it waits in its inbox for its return.
-        let asker = Target { id: sender_id, address: sender_address.clone(), account_id: row.col(3)? };
-        Self::hold_contacts(&tx, caller, std::slice::from_ref(&asker)).await?;
-        let verdicts = scope::decide_many(&tx, caller, &contacts, &[sender_id]).await?;
+        let verdicts = scope::decide_many(&client, caller, &contacts, &[sender_id]).await?;
         if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
             return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
         }
+        // An asker that ended its session still gets the reply: it waits in its inbox for its return.
         let targets = vec![Target { id: sender_id, address: sender_address, account_id: row.col(3)? }];
-        Self::check_room(&tx, &targets, self.max_unread).await?;
         let out = Outgoing {
             to: &[],
             body,
@@ -188,9 +296,32 @@ impl Store {
             private: false,
             require_reply: false,
         };
-        let Some(sent) = Self::store_message(&tx, caller, &targets, &out, Some(&original)).await? else {
+        let held = Self::hold_class(&client, caller, &targets, false).await?.is_some();
+        drop(client);
+        if held {
+            return self.reply_held(caller, &targets, &out, &original).await;
+        }
+        let id = ids::new_message_id();
+        let write = Write { caller, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: Some(&original) };
+        self.write_send(write).await
+    }
+
+    /// A reply the account's human must release first, stored with its hold in one transaction;
+    /// the message it answers becomes read.
+    async fn reply_held(
+        &self,
+        caller: &Caller,
+        targets: &[Target],
+        out: &Outgoing<'_>,
+        original: &str,
+    ) -> Result<Sent> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        Self::hold_contacts(&tx, caller, targets).await?;
+        Self::check_room(&tx, targets, self.max_unread).await?;
+        let Some(sent) = Self::store_message(&tx, caller, targets, out, Some(original)).await? else {
             drop(tx);
-            return Self::previous_send(&client, caller, client_id.unwrap_or_default())
+            return Self::previous_send(&client, caller, out.client_id.unwrap_or_default())
                 .await?
                 .ok_or_else(|| Error::Unavailable("a concurrent reply with this client id failed; retry".into()));
         };
@@ -297,17 +428,6 @@ impl Store {
                 wanted.push(address);
             }
         }
-        let contacts = Self::contact_accounts(tx, caller.account_id).await?;
-        // A human inbox in reach exists from the first message to it.
-        let humans: Vec<&str> = wanted.iter().filter(|a| a.is_human()).map(|a| a.account.as_str()).collect();
-        if !humans.is_empty() {
-            for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
-                let account: i64 = row.col(0)?;
-                if scope::reach(caller.account_id, &contacts, account) != Reach::None {
-                    Self::ensure_human(tx, account).await?;
-                }
-            }
-        }
         let accounts: Vec<&str> = wanted.iter().map(|a| a.account.as_str()).collect();
         let machines: Vec<&str> = wanted.iter().map(|a| a.machine.as_str()).collect();
         let handles: Vec<&str> = wanted.iter().map(|a| a.handle.as_str()).collect();
@@ -322,7 +442,25 @@ impl Store {
                  where m.revoked_at is null",
             )
             .await?;
-        let rows = tx.query(&stmt, &[&accounts, &machines, &handles]).await?;
+        // Issued together: one round trip for both.
+        let (contacts, mut rows) = tokio::try_join!(Self::contact_accounts(tx, caller.account_id), async {
+            Ok(tx.query(&stmt, &[&accounts, &machines, &handles]).await?)
+        },)?;
+        // A human inbox in reach exists from the first message to it.
+        let humans: Vec<&str> = wanted.iter().filter(|a| a.is_human()).map(|a| a.account.as_str()).collect();
+        if !humans.is_empty() {
+            let mut made = false;
+            for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
+                let account: i64 = row.col(0)?;
+                if scope::reach(caller.account_id, &contacts, account) != Reach::None {
+                    Self::ensure_human(tx, account).await?;
+                    made = true;
+                }
+            }
+            if made {
+                rows = tx.query(&stmt, &[&accounts, &machines, &handles]).await?;
+            }
+        }
 
         // An endpoint that is offline or ended is a target like any other: its mail waits for it.
         let mut targets = Vec::with_capacity(wanted.len());
@@ -358,7 +496,6 @@ impl Store {
             }
         }
         let ids: Vec<i64> = targets.iter().chain(&members).map(|t| t.id).collect();
-        Self::hold_contacts(tx, caller, &targets).await?;
         let verdicts = scope::decide_many(tx, caller, &contacts, &ids).await?;
         let refusal = |t: &Target| verdicts.get(&t.id).and_then(|v| v.refusal().map(str::to_owned));
 
@@ -535,27 +672,13 @@ impl Store {
         Ok(offline)
     }
 
-    /// Refuses a send that would take a target's unread messages past `cap`. Each count stops at
-    /// `cap`, so a full inbox costs no more to check than a nearly empty one.
+    /// Refuses a send that would take a target's unread messages past `cap`: one read of the
+    /// counters the delivery triggers keep.
     pub(super) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: u32) -> Result<()> {
         let ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
-        let stmt = c
-            .prepare_cached(
-                // Unread seqs lie between the oldest unread one and the head: when that span is
-                // under the cap (nearly always) one index probe settles it, and only a nearly full
-                // inbox pays for counting. CASE keeps the order of the two.
-                "select t.id from unnest($1::bigint[]) as t(id)
-                 join endpoints e on e.id = t.id
-                 where case
-                     when e.head_seq + 1 - coalesce((select min(d.seq) from deliveries d
-                                                     where d.recipient_id = t.id and d.state < 4), e.head_seq + 1) < $2
-                     then false
-                     else (select count(*) from (select 1 from deliveries d
-                                                 where d.recipient_id = t.id and d.state < 4 limit $2) s) >= $2
-                 end",
-            )
-            .await?;
-        let full = c.query(&stmt, &[&ids, &i64::from(cap)]).await?;
+        let stmt = c.prepare_cached("select id from endpoints where id = any($1) and unread >= $2").await?;
+        let cap_db = i32::try_from(cap).unwrap_or(i32::MAX);
+        let full = c.query(&stmt, &[&ids, &cap_db]).await?;
         match full.first().and_then(|r| targets.iter().find(|t| t.id == r.get::<_, i64>(0))) {
             Some(target) => Err(limits::inbox_full(&target.address, cap)),
             None => Ok(()),
@@ -665,19 +788,16 @@ impl Store {
             tx.execute("update endpoints set last_shown = $2 where id = $1", &[&caller.endpoint_id, &newest.id])
                 .await?;
         }
-        let remaining: i64 = tx
-            .query_one("select count(*) from deliveries where recipient_id = $1 and state < 4", &[&caller.endpoint_id])
-            .await?
-            .get(0);
+        let remaining: i32 =
+            tx.query_one("select unread from endpoints where id = $1", &[&caller.endpoint_id]).await?.col(0)?;
         tx.commit().await?;
-        Ok((messages, remaining as u64))
+        Ok((messages, remaining.max(0) as u64))
     }
 
     pub async fn unread(&self, caller: &Caller) -> Result<u64> {
         let client = self.client().await?;
-        let stmt =
-            client.prepare_cached("select count(*) from deliveries where recipient_id = $1 and state < 4").await?;
-        Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.col::<i64>(0)? as u64)
+        let stmt = client.prepare_cached("select unread from endpoints where id = $1").await?;
+        Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.col::<i32>(0)?.max(0) as u64)
     }
 
     async fn advance(tx: &impl GenericClient, caller: &Caller, seqs: &[i64], state: State) -> Result<u64> {
@@ -772,10 +892,26 @@ impl Store {
     }
 }
 
-/// Parses a notification payload `<recipient>:<seq>`.
-pub fn parse_delivery_payload(payload: &str) -> Option<(i64, i64)> {
-    let (recipient, seq) = payload.split_once(':')?;
-    Some((recipient.parse().ok()?, seq.parse().ok()?))
+/// A notification on [`DELIVERY_CHANNEL`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum DeliveryNotice {
+    /// `<recipient>:<seq>`: one delivery.
+    One(i64),
+    /// `r<replica>:<recipient>,<recipient>,…`: the recipients of a batch of sends a replica
+    /// committed together (it woke its own waiters itself).
+    Batch { replica: i64, recipients: Vec<i64> },
+}
+
+impl DeliveryNotice {
+    pub fn parse(payload: &str) -> Option<Self> {
+        let (head, tail) = payload.split_once(':')?;
+        if let Some(replica) = head.strip_prefix('r') {
+            let recipients = tail.split(',').map(str::parse).collect::<std::result::Result<Vec<i64>, _>>().ok()?;
+            return Some(Self::Batch { replica: replica.parse().ok()?, recipients });
+        }
+        let _seq: i64 = tail.parse().ok()?;
+        Some(Self::One(head.parse().ok()?))
+    }
 }
 
 #[cfg(test)]
@@ -784,8 +920,13 @@ mod tests {
 
     #[test]
     fn delivery_payloads_parse() {
-        assert_eq!(parse_delivery_payload("12:7"), Some((12, 7)));
-        assert_eq!(parse_delivery_payload("12"), None);
-        assert_eq!(parse_delivery_payload("x:1"), None);
+        assert_eq!(DeliveryNotice::parse("12:7"), Some(DeliveryNotice::One(12)));
+        assert_eq!(
+            DeliveryNotice::parse("r3:12,14"),
+            Some(DeliveryNotice::Batch { replica: 3, recipients: vec![12, 14] })
+        );
+        assert_eq!(DeliveryNotice::parse("12"), None);
+        assert_eq!(DeliveryNotice::parse("x:1"), None);
+        assert_eq!(DeliveryNotice::parse("r3:12,x"), None);
     }
 }

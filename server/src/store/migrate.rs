@@ -68,6 +68,11 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 7, name: "stream_open", sql: include_str!("../../migrations/0007_stream_open.sql") },
     Migration { version: 8, name: "message_threads", sql: include_str!("../../migrations/0008_message_threads.sql") },
+    Migration {
+        version: 9,
+        name: "replica_presence_and_unread",
+        sql: include_str!("../../migrations/0009_replica_presence_and_unread.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

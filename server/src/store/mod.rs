@@ -8,7 +8,10 @@ pub mod identity;
 pub mod messages;
 pub mod migrate;
 mod notices;
+mod replicas;
 pub mod scope;
+mod send_batch;
+pub mod sessions;
 pub mod spawn;
 pub mod trust;
 
@@ -114,7 +117,18 @@ pub struct Store {
     config: DbConfig,
     /// Most unread messages one inbox holds; a send beyond it is refused.
     max_unread: u32,
+    /// This process's replica id once registered (see `replicas`), 0 before.
+    replica: Arc<std::sync::atomic::AtomicI64>,
+    /// Sessions authenticated from memory while their changes are heard.
+    sessions: Arc<sessions::SessionCache>,
+    /// Writes resolved sends together, a batch per commit.
+    batcher: Arc<send_batch::Batcher>,
+    /// Sends under way at most (resolving or waiting to be written); more are refused at once.
+    send_slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// Sends under way at most before more are refused as overloaded.
+const SENDS_UNDER_WAY: usize = 512;
 
 impl Store {
     /// Builds the pool and checks that the database answers.
@@ -132,7 +146,17 @@ impl Store {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| Error::Internal(format!("cannot build the database pool: {e}")))?;
-        let store = Self { pool, config, max_unread: crate::domain::limits::DEFAULT_MAX_UNREAD };
+        let replica: Arc<std::sync::atomic::AtomicI64> = Arc::default();
+        let batcher = Arc::new(send_batch::Batcher::start(pool.clone(), replica.clone()));
+        let store = Self {
+            pool,
+            config,
+            max_unread: crate::domain::limits::DEFAULT_MAX_UNREAD,
+            replica,
+            sessions: Arc::default(),
+            batcher,
+            send_slots: Arc::new(tokio::sync::Semaphore::new(SENDS_UNDER_WAY)),
+        };
         // Startup is the one place where the driver's own words help the operator most.
         let probe = store.pool.get().await.map_err(|e| match e {
             deadpool_postgres::PoolError::Backend(e) => Error::Unavailable(format!("cannot reach the database: {e}")),
@@ -145,7 +169,19 @@ impl Store {
     /// Sets the most unread messages one inbox holds (at least 1).
     pub fn with_max_unread(mut self, cap: u32) -> Self {
         self.max_unread = cap.max(1);
+        self.batcher.set_cap(self.max_unread);
         self
+    }
+
+    /// Wakes this process's waiters of each recipient of a committed batch of sends (the
+    /// notification to other replicas says which replica sent it, and this one skips its own).
+    pub fn set_waker(&self, waker: impl Fn(i64) + Send + Sync + 'static) {
+        self.batcher.set_waker(Arc::new(waker));
+    }
+
+    /// The in-memory sessions, for the listener that keeps them true.
+    pub fn sessions(&self) -> &sessions::SessionCache {
+        &self.sessions
     }
 
     pub fn config(&self) -> &DbConfig {

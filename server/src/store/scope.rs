@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use deadpool_postgres::GenericClient;
+use tokio_postgres::types::ToSql;
 
 use super::Store;
 use super::error::Col;
@@ -65,16 +66,6 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
              select id, array_agg(ancestor order by depth) from chain group by id",
         )
         .await?;
-    let mut ancestors: HashMap<i64, Vec<i64>> =
-        c.query(&chains, &[&ids]).await?.iter().map(|r| (r.get(0), r.get(1))).collect();
-    let all_ancestors: Vec<i64> = ancestors.values().flatten().copied().collect();
-    let addresses: HashMap<i64, String> = c
-        .query("select id, address from endpoint_addresses where id = any($1)", &[&all_ancestors])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-
     let groups = c
         .prepare_cached(
             "select gm.endpoint_id, g.name, g.rules_in, g.rules_out
@@ -82,10 +73,6 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
              where gm.endpoint_id = any($1) order by g.name",
         )
         .await?;
-    let group_rows = c.query(&groups, &[&ids]).await?;
-
-    let mut bound: Vec<i64> = ids.to_vec();
-    bound.extend(&all_ancestors);
     let caps = c
         .prepare_cached(
             "select c.id, c.endpoint_id, c.dir, c.selectors, by_ep.address, on_ep.address
@@ -95,10 +82,21 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
              where c.endpoint_id = any($1) order by c.id",
         )
         .await?;
-    let cap_rows = c.query(&caps, &[&bound]).await?;
+    // Issued together, the queries share round trips: what needs the ancestors waits for them.
+    let by_ids: [&(dyn ToSql + Sync); 1] = [&ids];
+    let (chain_rows, group_rows, base_rows) =
+        tokio::try_join!(c.query(&chains, &by_ids), c.query(&groups, &by_ids), c.query(&base, &by_ids))?;
+    let mut ancestors: HashMap<i64, Vec<i64>> = chain_rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let all_ancestors: Vec<i64> = ancestors.values().flatten().copied().collect();
+    let mut bound: Vec<i64> = ids.to_vec();
+    bound.extend(&all_ancestors);
+    let named = c.prepare_cached("select id, address from endpoint_addresses where id = any($1)").await?;
+    let (by_ancestors, by_bound): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) = ([&all_ancestors], [&bound]);
+    let (address_rows, cap_rows) = tokio::try_join!(c.query(&named, &by_ancestors), c.query(&caps, &by_bound))?;
+    let addresses: HashMap<i64, String> = address_rows.iter().map(|r| (r.get(0), r.get(1))).collect();
 
     let mut out = HashMap::new();
-    for row in c.query(&base, &[&ids]).await? {
+    for row in &base_rows {
         let id: i64 = row.col(0)?;
         let chain = ancestors.remove(&id).unwrap_or_default();
         let address: String = row.col(5)?;

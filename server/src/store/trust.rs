@@ -107,8 +107,8 @@ impl Store {
         if caller.machine == HUMAN || !outside {
             return Ok(None);
         }
-        let classes: Vec<String> =
-            c.query_one("select hold_classes from accounts where id = $1", &[&caller.account_id]).await?.col(0)?;
+        let stmt = c.prepare_cached("select hold_classes from accounts where id = $1").await?;
+        let classes: Vec<String> = c.query_one(&stmt, &[&caller.account_id]).await?.col(0)?;
         let has = |class: &str| classes.iter().any(|c| c == class);
         Ok(if private && has("private-outbound") {
             Some("private-outbound")

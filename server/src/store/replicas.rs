@@ -1,0 +1,54 @@
+//! Replica liveness: one row per running server, renewed every few seconds. Endpoints whose push
+//! stream a replica holds are online while its row is alive.
+
+use std::sync::atomic::Ordering;
+
+use super::Store;
+use super::error::Col;
+use crate::domain::{Result, presence};
+
+impl Store {
+    /// The replica this store's push streams belong to; 0 before [`Store::register_replica`].
+    pub fn replica(&self) -> i64 {
+        self.replica.load(Ordering::Relaxed)
+    }
+
+    /// Takes a liveness row for this process; its streams count from now on. Rows of replicas dead
+    /// for a day are cleared on the way.
+    pub async fn register_replica(&self) -> Result<i64> {
+        let client = self.client().await?;
+        client.execute("delete from replicas where alive_until < now() - interval '1 day'", &[]).await?;
+        let lease = presence::secs(presence::REPLICA_LEASE);
+        let id: i64 = client
+            .query_one(
+                "insert into replicas (alive_until) values (now() + $1 * interval '1 second') returning id",
+                &[&lease],
+            )
+            .await?
+            .col(0)?;
+        self.replica.store(id, Ordering::Relaxed);
+        Ok(id)
+    }
+
+    /// Extends this replica's liveness. A row cleared meanwhile (this replica was given up for dead)
+    /// is taken again under the same id, so its streams count again.
+    pub async fn renew_replica(&self) -> Result<()> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(
+                "insert into replicas (id, alive_until) overriding system value
+                 values ($1, now() + $2 * interval '1 second')
+                 on conflict (id) do update set alive_until = excluded.alive_until",
+            )
+            .await?;
+        client.execute(&stmt, &[&self.replica(), &presence::secs(presence::REPLICA_LEASE)]).await?;
+        Ok(())
+    }
+
+    /// A replica stopping: the endpoints whose streams it held go offline at once.
+    pub async fn retire_replica(&self) -> Result<()> {
+        let client = self.client().await?;
+        client.execute("delete from replicas where id = $1", &[&self.replica()]).await?;
+        Ok(())
+    }
+}
