@@ -86,6 +86,12 @@ impl Server {
     pub async fn stop(&mut self) -> std::process::ExitStatus {
         terminate(&mut self.child).await
     }
+
+    /// Kills the process outright (SIGKILL), as a crash would: nothing is cleaned up.
+    pub fn crash(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Server {

@@ -73,11 +73,15 @@ async fn feed(
     // reads the database only when something changed.
     let mut head = head;
     let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
+    // Read what waits, then again only on a wake-up: a heartbeat or a recheck reads no inbox.
+    let mut unread_may_wait = true;
     loop {
-        if !drain(store, caller, &mut last, tx).await? {
-            return Ok(());
+        if std::mem::take(&mut unread_may_wait) {
+            if !drain(store, caller, &mut last, tx).await? {
+                return Ok(());
+            }
+            head = head.max(last);
         }
-        head = head.max(last);
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             () = claim.replaced() => return Err(gone()),
@@ -92,7 +96,7 @@ async fn feed(
                     return Ok(());
                 }
             }
-            () = waiter.changed() => {}
+            () = waiter.changed() => unread_may_wait = true,
         }
     }
 }

@@ -518,7 +518,9 @@ impl Store {
             .prepare_cached(
                 "update endpoints e
                  set stream_gen = e.stream_gen + 1, stream_replica = $4, last_seen_at = now(),
-                     online_until = greatest(e.online_until, now() + $3 * interval '1 second')
+                     -- the replica keeps the stream's presence from now on; this lease only bridges
+                     -- to its next renewal (and is what a release without replica presence reads)
+                     online_until = now() + $3 * interval '1 second'
                  from machines m
                  where e.id = $1 and e.session_hash = $2 and e.ended_at is null
                    and m.id = e.machine_id and m.revoked_at is null

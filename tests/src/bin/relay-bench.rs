@@ -120,7 +120,9 @@ impl Stats {
     }
 
     /// Commits of this database so far, and statements executed (when pg_stat_statements is loaded).
-    async fn counters(&self) -> (i64, i64) {
+    /// Transactions committed (read-only ones included), statements run, and WAL flushes to disk
+    /// (what a durable commit costs; concurrent commits may share one).
+    async fn counters(&self) -> (i64, i64, i64) {
         // Statistics are sent by backends at the end of a transaction and read from a snapshot.
         let _ = self.client.batch_execute("select pg_stat_clear_snapshot()").await;
         let commits: i64 = self
@@ -138,7 +140,9 @@ impl Stats {
         } else {
             0
         };
-        (commits, statements)
+        let flushes: i64 =
+            self.client.query_one("select wal_sync from pg_stat_wal", &[]).await.map(|r| r.get(0)).unwrap_or(0);
+        (commits, statements, flushes)
     }
 }
 
@@ -406,6 +410,9 @@ async fn main() {
     let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
     let mut stream = bob.subscribe(0).await;
     let (mut send_lat, mut push_lat) = (Vec::new(), Vec::new());
+    if stats.statements {
+        let _ = stats.client.batch_execute("select pg_stat_statements_reset()").await;
+    }
     let before = stats.counters().await;
     let phase = Instant::now();
     while send_lat.len() < 1000 && phase.elapsed() < Duration::from_secs(args.seconds * 4) {
@@ -419,17 +426,35 @@ async fn main() {
     let n = send_lat.len() as f64;
     // The two counter reads are themselves a commit and a statement each.
     let commits = (after.0 - before.0 - 1) as f64 / n;
+    let flushes = (after.2 - before.2) as f64 / n;
     let statements =
         if stats.statements { format!("{:.1}", (after.1 - before.1 - 2) as f64 / n) } else { "n/a".into() };
     let (send, push) = (quantiles(send_lat), quantiles(push_lat));
+    if stats.statements {
+        // Where a serial send's database time goes: the statements it ran, per send.
+        let top = stats
+            .client
+            .query(
+                "select calls, mean_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
+                 from pg_stat_statements where query not like '%pg_stat%' order by total_exec_time desc limit 10",
+                &[],
+            )
+            .await
+            .unwrap_or_default();
+        println!("serial phase, statements by total time (calls per send, mean ms):");
+        for r in top {
+            let (calls, mean, query): (i64, f64, String) = (r.get(0), r.get(1), r.get(2));
+            println!("  {:>5.2} x {:>6.3} ms  {query}", calls as f64 / n, mean);
+        }
+    }
     rows.push(row("serial send p50 (ms)", format!("{:.2}", send.p50), Some(f.insert.p50), send.p50, "<= 1.0"));
     rows.push(row("serial send p99 (ms)", format!("{:.2}", send.p99), Some(f.insert.p99), send.p99, ""));
     rows.push(row("send -> push p50 (ms)", format!("{:.2}", push.p50), Some(f.shaped.p50), push.p50, "<= 1.5"));
     rows.push(row("send -> push p99 (ms)", format!("{:.2}", push.p99), Some(f.shaped.p99), push.p99, ""));
     rows.push(Row {
-        what: "per send: commits / statements".into(),
-        relay: format!("{commits:.1} / {statements}"),
-        floor: "1 / 1".into(),
+        what: "per send: transactions / flushes / statements".into(),
+        relay: format!("{commits:.1} / {flushes:.1} / {statements}"),
+        floor: "1 / 1 / 1".into(),
         ratio: String::new(),
         target: "1 round trip".into(),
     });
@@ -514,7 +539,14 @@ async fn main() {
         tokio::time::sleep(window).await;
         let after = stats.counters().await;
         let per_s = (after.0 - before.0 - 1) as f64 / window.as_secs_f64();
-        rows.push(row(&format!("{n} idle streams: commits/s"), format!("{per_s:.1}"), None, per_s, "<= 5"));
+        let flushes_per_s = (after.2 - before.2) as f64 / window.as_secs_f64();
+        rows.push(row(
+            &format!("{n} idle streams: transactions / flushes per s"),
+            format!("{per_s:.1} / {flushes_per_s:.1}"),
+            None,
+            per_s,
+            "<= 5",
+        ));
         rows.push(row(
             &format!("{n} idle streams: server RSS (MiB)"),
             format!("{:.0}", rss_mib(pid)),

@@ -1,0 +1,196 @@
+//! The core under concurrency and across replicas: sends written together keep each their own
+//! fate and every inbox gapless; sessions held in memory are dropped the moment they end anywhere;
+//! presence follows the replica that holds the stream.
+
+use std::time::Duration;
+
+use relay_proto::v1::*;
+use relay_tests::client::{Agent, next_message};
+use relay_tests::eventually;
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use tonic::Code;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+async fn agents(url: &str, token: &str, prefix: &str, n: usize) -> Vec<Agent> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        out.push(Agent::hello(url, token, &format!("{prefix}{i}")).await.unwrap());
+    }
+    out
+}
+
+fn seqs(inbox: &InboxResponse) -> Vec<u64> {
+    inbox.messages.iter().map(|m| m.seq).collect()
+}
+
+#[tokio::test]
+async fn sends_arriving_together_each_keep_their_own_fate_and_inboxes_stay_gapless() {
+    let db = TestDb::new().await;
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_MAX_UNREAD", "10")]).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    let mut full = Agent::hello(&server.url, &ci, "full").await.unwrap();
+    let mut roomy = Agent::hello(&server.url, &ci, "roomy").await.unwrap();
+    let mut stream = roomy.subscribe(0).await;
+    let senders = agents(&server.url, &laptop, "s", 24).await;
+
+    // 16 sends into an inbox that holds 10, and 8 into one with room, all at once.
+    let mut sends = tokio::task::JoinSet::new();
+    for (i, s) in senders.iter().enumerate() {
+        let mut rpc = s.rpc.clone();
+        let to = if i < 16 { "ci/full" } else { "ci/roomy" };
+        sends.spawn(async move {
+            let request = SendRequest {
+                to: vec![to.into()],
+                body: format!("message {i}"),
+                client_id: format!("c{i}"),
+                ..Default::default()
+            };
+            (i, rpc.send(request).await)
+        });
+    }
+    let outcomes = sends.join_all().await;
+    let (mut stored, mut refused) = (0, 0);
+    for (i, outcome) in &outcomes {
+        match outcome {
+            Ok(_) => stored += 1,
+            Err(status) => {
+                assert!(*i < 16, "a send with room was refused: {status:?}");
+                assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+                assert!(status.message().contains("acme/ci/full has 10 unread messages"), "{status:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((stored, refused), (18, 6), "10 into the full inbox and 8 into the other; the rest refused");
+
+    // Refused sends left no gap: each inbox numbers what it got from 1.
+    assert_eq!(seqs(&full.inbox(0, false).await.unwrap()), (1..=10).collect::<Vec<_>>());
+    assert_eq!(seqs(&roomy.inbox(0, false).await.unwrap()), (1..=8).collect::<Vec<_>>());
+    let mut pushed: Vec<u64> = Vec::new();
+    while pushed.len() < 8 {
+        pushed.push(next_message(&mut stream, WAIT).await.seq);
+    }
+    assert_eq!(pushed, (1..=8).collect::<Vec<_>>(), "pushed in order, each once");
+
+    // A retry of a stored send is answered with the first result and stores nothing.
+    let (i, first) = outcomes.iter().find(|(i, o)| *i >= 16 && o.is_ok()).unwrap();
+    let first = first.as_ref().unwrap().get_ref();
+    let retry = SendRequest {
+        to: vec!["ci/roomy".into()],
+        body: format!("message {i}"),
+        client_id: format!("c{i}"),
+        ..Default::default()
+    };
+    let again = senders[*i].rpc.clone().send(retry).await.unwrap().into_inner();
+    assert!(again.duplicate);
+    assert_eq!(again.id, first.id);
+    assert_eq!(roomy.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread, 8);
+}
+
+#[tokio::test]
+async fn a_session_ended_or_revoked_anywhere_is_refused_on_every_replica() {
+    let db = TestDb::new().await;
+    let one = Server::start(&db).await;
+    let two = Server::start(&db).await;
+    let laptop = one.machine("acme", "laptop");
+    let ci = one.machine("acme", "ci");
+
+    // Sessions made on one replica, used on the other until it knows them by heart.
+    let leaving = Agent::hello(&one.url, &laptop, "leaving").await.unwrap();
+    let revoked = Agent::hello(&one.url, &ci, "revoked").await.unwrap();
+    let on_two = |agent: &Agent| {
+        relay_tests::client::client(
+            tonic::transport::Channel::from_shared(two.url.clone()).unwrap().connect_lazy(),
+            &agent.session_token,
+        )
+    };
+    let (mut leaving_two, mut revoked_two) = (on_two(&leaving), on_two(&revoked));
+    for _ in 0..2 {
+        leaving_two.who_am_i(WhoAmIRequest {}).await.unwrap();
+        revoked_two.who_am_i(WhoAmIRequest {}).await.unwrap();
+    }
+
+    leaving.rpc.clone().goodbye(GoodbyeRequest {}).await.unwrap();
+    eventually(Duration::from_secs(2), "the ended session refused on the other replica", || {
+        let mut rpc = leaving_two.clone();
+        async move { (rpc.who_am_i(WhoAmIRequest {}).await.err()?.code() == Code::Unauthenticated).then_some(()) }
+    })
+    .await;
+
+    one.admin_ok(&["machine", "revoke", "acme/ci"]);
+    eventually(Duration::from_secs(2), "the revoked machine's session refused on the other replica", || {
+        let mut rpc = revoked_two.clone();
+        async move { (rpc.who_am_i(WhoAmIRequest {}).await.err()?.code() == Code::Unauthenticated).then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stream_opened_on_another_replica_ends_the_first_and_carries_the_mail() {
+    let db = TestDb::new().await;
+    let one = Server::start(&db).await;
+    let two = Server::start(&db).await;
+    let laptop = one.machine("acme", "laptop");
+    let ci = one.machine("acme", "ci");
+    let mut alice = Agent::hello(&one.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&one.url, &ci, "bob").await.unwrap();
+    let mut first = bob.subscribe(0).await;
+    first.message().await.unwrap().expect("the first heartbeat");
+
+    let mut bob_two = relay_tests::client::client(relay_tests::client::channel(&two.url).await, &bob.session_token);
+    let mut second = bob_two.subscribe(SubscribeRequest { after_seq: 0 }).await.unwrap().into_inner();
+    second.message().await.unwrap().expect("the first heartbeat");
+    let ended = tokio::time::timeout(WAIT, async {
+        loop {
+            match first.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => return None,
+                Err(status) => return Some(status),
+            }
+        }
+    })
+    .await
+    .expect("the older stream ends");
+    assert_eq!(ended.map(|s| s.code()), Some(Code::Unauthenticated));
+
+    // Sent through the first replica, pushed by the second.
+    alice.send(&["ci/bob"], "found you").await.unwrap();
+    assert_eq!(next_message(&mut second, WAIT).await.body, "found you");
+}
+
+#[tokio::test]
+async fn a_crashed_replicas_streams_go_offline_and_free_their_handles() {
+    let db = TestDb::new().await;
+    let mut one = Server::start(&db).await;
+    let two = Server::start(&db).await;
+    let laptop = one.machine("acme", "laptop");
+    let mut watcher = Agent::hello(&two.url, &laptop, "watcher").await.unwrap();
+    let mut bob = Agent::hello(&one.url, &laptop, "bob").await.unwrap();
+    let mut stream = bob.subscribe(0).await;
+    stream.message().await.unwrap().expect("the first heartbeat");
+    let online = |watcher: &Agent| {
+        let mut rpc = watcher.rpc.clone();
+        async move {
+            let list = rpc.list(ListRequest { all: true, contacts: false }).await.unwrap().into_inner();
+            list.endpoints.iter().find(|e| e.address == "acme/laptop/bob").map(|e| e.online)
+        }
+    };
+    assert_eq!(online(&watcher).await, Some(true));
+    // The other replica still shows bob online and keeps the handle taken.
+    let taken = Agent::hello(&two.url, &laptop, "bob").await.err().expect("bob's handle is held");
+    assert_eq!(taken.code(), Code::AlreadyExists);
+
+    one.crash();
+    eventually(Duration::from_secs(25), "bob offline once the crashed replica's liveness lapsed", || {
+        let watcher = &watcher;
+        async move { (online(watcher).await == Some(false)).then_some(()) }
+    })
+    .await;
+    let mut again = Agent::hello(&two.url, &laptop, "bob").await.expect("the handle is free again");
+    assert_eq!(again.address, "acme/laptop/bob");
+    watcher.send(&["bob"], "welcome back").await.unwrap();
+    assert_eq!(again.inbox(0, false).await.unwrap().messages.len(), 1);
+}
