@@ -84,13 +84,18 @@ create function relay_replica_alive(replica bigint) returns boolean language sql
     select exists (select 1 from replicas r where r.id = replica and r.alive_until > now())
 $$;
 
--- Whether an endpoint is online: its session lives, its presence lease holds (the replica holding
--- its open push stream is alive, or its own lease from the claim or the reconnect grace has not
--- lapsed), and its newest stream is open or it showed a sign of life within the grace.
+-- Whether an endpoint's presence lease holds: the replica holding its open push stream is alive, or
+-- its own lease (from the claim, the stream's opening or the reconnect grace) has not lapsed.
+create function relay_endpoint_lease(e endpoints) returns boolean language sql stable as $$
+    select coalesce(e.online_until > now(), false)
+        or (e.stream_gen > e.stream_closed_gen and relay_replica_alive(e.stream_replica))
+$$;
+
+-- Whether an endpoint is online: its session lives, its lease holds, and its newest stream is open
+-- or it showed a sign of life within the grace.
 create function relay_endpoint_online(e endpoints) returns boolean language sql stable as $$
     select e.ended_at is null
-       and (coalesce(e.online_until > now(), false)
-            or (e.stream_gen > e.stream_closed_gen and relay_replica_alive(e.stream_replica)))
+       and relay_endpoint_lease(e)
        and (e.stream_gen > e.stream_closed_gen or coalesce(e.last_seen_at > now() - interval '5 seconds', false))
 $$;
 

@@ -70,25 +70,6 @@ pub struct HelloOutcome {
     pub resumed: bool,
 }
 
-/// Whether an endpoint's presence lease holds, as SQL over the table named `$e`: the replica holding
-/// its open push stream is alive, or its own lease (taken at the claim, kept for the reconnect grace
-/// after a stream closes, renewed per stream by a release without replica presence) has not lapsed.
-macro_rules! lease_holds {
-    ($e:literal) => {
-        concat!(
-            "(coalesce(",
-            $e,
-            ".online_until > now(), false) or (",
-            $e,
-            ".stream_gen > ",
-            $e,
-            ".stream_closed_gen and relay_replica_alive(",
-            $e,
-            ".stream_replica)))"
-        )
-    };
-}
-
 /// Whether endpoint `e` is online, as SQL over `endpoints e`: its session lives, its lease holds,
 /// and its newest push stream is open or it showed a sign of life within the reconnect grace (so a
 /// holder that crashed before or after opening its stream is not shown online for long). The rule
@@ -365,15 +346,12 @@ impl Store {
             // A grant claims its endpoint once; again only when that worker's session is gone.
             let claimed = client
                 .execute(
-                    concat!(
-                        "update endpoints
-                         set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
-                             last_seen_at = now(), ended_at = null, claimed_at = now(), stream_closed_gen = stream_gen
-                         where id = $1
-                           and (session_hash is null or ended_at is not null or not ",
-                        lease_holds!("endpoints"),
-                        ")"
-                    ),
+                    // The presence lease is the rule of migration 9's relay_endpoint_lease.
+                    "update endpoints
+                     set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
+                         last_seen_at = now(), ended_at = null, claimed_at = now(), stream_closed_gen = stream_gen
+                     where id = $1
+                       and (session_hash is null or ended_at is not null or not relay_endpoint_lease(endpoints))",
                     &[&id, &harness, &hash, &lease],
                 )
                 .await?;
@@ -385,7 +363,7 @@ impl Store {
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
         let claim = client
-            .prepare_cached(concat!(
+            .prepare_cached(
                 "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at, claimed_at)
                  values ($1, $2, $3, $4, now() + $5 * interval '1 second', now(), now())
                  on conflict (machine_id, handle) do update
@@ -396,15 +374,13 @@ impl Store {
                          peek_on = false,
                          claimed_at = now(), stream_closed_gen = endpoints.stream_gen
                      where endpoints.ended_at is not null
-                        or not ",
-                lease_holds!("endpoints"),
-                "
+                        or not relay_endpoint_lease(endpoints)
                         -- no stream open and no sign of life for a moment: the holder crashed, or
                         -- claimed and never subscribed
                         or (endpoints.stream_gen <= endpoints.stream_closed_gen
                             and coalesce(endpoints.last_seen_at, endpoints.created_at) < now() - $6 * interval '1 second')
                  returning id",
-            ))
+            )
             .await?;
         let hold = presence::secs(presence::UNSTREAMED_HOLD);
         let claimed = match handle {

@@ -95,15 +95,26 @@ impl Store {
     pub async fn send(&self, caller: &Caller, out: Outgoing<'_>) -> Result<Sent> {
         let _slot = self.send_slots.clone().try_acquire_owned().map_err(|_| limits::overloaded())?;
         let client = self.client().await?;
-        if let Some(client_id) = out.client_id
-            && let Some(sent) = Self::previous_send(&client, caller, client_id).await?
-        {
+        // A retry is answered with the first result even if resolving would now fail, so the check
+        // for one goes first; issued together with resolving, it costs no round trip of its own.
+        let (previous, resolved) = tokio::join!(
+            async {
+                match out.client_id {
+                    Some(client_id) => Self::previous_send(&client, caller, client_id).await,
+                    None => Ok(None),
+                }
+            },
+            async {
+                if let Some(thread) = out.thread {
+                    Self::check_thread(&client, caller, thread).await?;
+                }
+                Self::resolve_addresses(&client, caller, out.to).await
+            },
+        );
+        if let Some(sent) = previous? {
             return Ok(sent);
         }
-        if let Some(thread) = out.thread {
-            Self::check_thread(&client, caller, thread).await?;
-        }
-        let (targets, skipped) = Self::resolve_addresses(&client, caller, out.to).await?;
+        let (targets, skipped) = resolved?;
         if Self::hold_class(&client, caller, &targets, out.private).await?.is_some() {
             drop(client);
             return self.send_held(caller, &targets, skipped, &out).await;
@@ -154,6 +165,7 @@ impl Store {
             others.dedup();
             others
         };
+        let to: Vec<i64> = w.targets.iter().map(|t| t.id).collect();
         let mut send = serde_json::json!({
             "id": w.id,
             "sender": w.caller.endpoint_id,
@@ -165,14 +177,14 @@ impl Store {
             "reply_to": w.reply_to,
             "private": w.out.private,
             "require_reply": w.out.require_reply,
-            "to": w.targets.iter().map(|t| t.id).collect::<Vec<_>>(),
+            "to": to,
             "contacts": contacts,
         });
         if w.reply_to.is_some() {
             // A reply reads the message it answers.
             send["read"] = w.caller.endpoint_id.into();
         }
-        match self.batcher.write(send).await? {
+        match self.batcher.write(send, to).await? {
             Written::Stored { offline } => Ok(Sent {
                 id: w.id.to_owned(),
                 thread: w.thread.to_owned(),

@@ -17,6 +17,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+use super::error::Col;
 use crate::domain::{Error, Result, limits, presence};
 
 /// Sends written together at most: each takes a subtransaction, and Postgres tracks up to 64 per
@@ -61,6 +62,8 @@ struct Offline {
 
 struct Job {
     send: Value,
+    /// The send's recipients, woken here once it is stored.
+    to: Vec<i64>,
     done: oneshot::Sender<Result<Written>>,
 }
 
@@ -94,10 +97,10 @@ impl Batcher {
         let _ = self.waker.set(waker);
     }
 
-    /// Queues one send and waits until its batch is committed (or failed).
-    pub(super) async fn write(&self, send: Value) -> Result<Written> {
+    /// Queues one send to `to` and waits until its batch is committed (or failed).
+    pub(super) async fn write(&self, send: Value, to: Vec<i64>) -> Result<Written> {
         let (done, answer) = oneshot::channel();
-        self.queue.try_send(Job { send, done }).map_err(|e| match e {
+        self.queue.try_send(Job { send, to, done }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => limits::overloaded(),
             mpsc::error::TrySendError::Closed(_) => Error::Unavailable("the server is stopping".into()),
         })?;
@@ -137,7 +140,7 @@ impl Writer {
                     let mut woken = Vec::new();
                     for (job, answer) in jobs.into_iter().zip(answers) {
                         if let Ok(Written::Stored { .. }) = &answer {
-                            woken.extend(job.send["to"].as_array().into_iter().flatten().filter_map(Value::as_i64));
+                            woken.extend(&job.to);
                         }
                         let _ = job.done.send(answer);
                     }
@@ -164,7 +167,7 @@ impl Writer {
         let replica = self.replica.load(Ordering::Relaxed);
         let stmt = client.prepare_cached("select relay_send_batch($1, $2, $3)").await?;
         let row = client.query_one(&stmt, &[&batch, &cap, &replica]).await?;
-        let answers: Vec<Answer> = serde_json::from_value(row.try_get::<_, Value>(0)?)
+        let answers: Vec<Answer> = serde_json::from_value(row.col::<Value>(0)?)
             .map_err(|e| Error::Internal(format!("unreadable answer from relay_send_batch: {e}")))?;
         if answers.len() != jobs.len() {
             return Err(Error::Internal(format!(
