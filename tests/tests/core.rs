@@ -90,6 +90,81 @@ async fn sends_arriving_together_each_keep_their_own_fate_and_inboxes_stay_gaple
     assert_eq!(roomy.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread, 8);
 }
 
+/// Every inbox's unread count, as kept in the database, beside the deliveries it counts.
+async fn unread_counts(db: &TestDb) -> Vec<(String, i32, i64)> {
+    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            "select ea.address, e.unread,
+                    (select count(*) from deliveries d where d.recipient_id = e.id and d.state < 4)
+             from endpoints e join endpoint_addresses ea on ea.id = e.id order by ea.address",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect()
+}
+
+#[tokio::test]
+async fn unread_counts_stay_exact_and_a_reply_never_deadlocks_with_its_senders_reading() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let globex = server.machine("globex", "box");
+    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    let mut asker = Agent::hello(&server.url, &laptop, "asker").await.unwrap();
+    let mut other = Agent::hello(&server.url, &laptop, "other").await.unwrap();
+    let mut answerer = Agent::hello(&server.url, &globex, "answerer").await.unwrap();
+
+    // Questions to the answerer, and mail across the accounts both ways.
+    for i in 0..12 {
+        asker.send(&["globex/box/answerer"], &format!("question {i}")).await.unwrap();
+        other.send(&["laptop/asker"], &format!("note {i}")).await.unwrap();
+        answerer.send(&["acme/laptop/other"], &format!("news {i}")).await.unwrap();
+    }
+
+    // The answerer replies to each question while reading its inbox: each reply marks its question
+    // read and locks the answerer's inbox, as the reading does. Neither may fail the other.
+    let questions = answerer.inbox(0, false).await.unwrap().messages;
+    assert_eq!(questions.len(), 12);
+    let mut work = tokio::task::JoinSet::new();
+    for (i, q) in questions.iter().enumerate() {
+        let mut rpc = answerer.rpc.clone();
+        let id = q.id.clone();
+        work.spawn(async move {
+            let reply = ReplyRequest { id, body: format!("answer {i}"), ..Default::default() };
+            rpc.reply(reply).await.map(|_| ())
+        });
+        let mut rpc = answerer.rpc.clone();
+        let seq = q.seq;
+        work.spawn(async move {
+            let confirm = ConfirmRequest { seqs: vec![seq], state: DeliveryState::Read as i32 };
+            rpc.confirm(confirm).await.map(|_| ())
+        });
+    }
+    for outcome in work.join_all().await {
+        outcome.expect("a reply and a read of the same inbox both succeed");
+    }
+    assert_eq!(answerer.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread, 0);
+
+    // Surfaced stays unread, acknowledged does not; a dropped contact withdraws what is unseen.
+    other.inbox(0, false).await.unwrap();
+    asker.inbox(0, true).await.unwrap();
+    for i in 0..3 {
+        answerer.send(&["acme/laptop/asker"], &format!("late {i}")).await.unwrap();
+    }
+    server.admin_ok(&["contact", "drop", "acme", "globex"]);
+
+    let counts = unread_counts(&db).await;
+    for (address, kept, counted) in &counts {
+        assert_eq!(i64::from(*kept), *counted, "{address}: the kept unread count drifted from its deliveries");
+    }
+    let of = |a: &str| counts.iter().find(|c| c.0 == a).map(|c| c.1).unwrap();
+    assert_eq!(of("acme/laptop/other"), 12, "news surfaced but not read, the rest withdrawn or read");
+    assert_eq!(of("acme/laptop/asker"), 0, "answers read with the inbox; late mail withdrawn by the drop");
+}
+
 #[tokio::test]
 async fn a_session_ended_or_revoked_anywhere_is_refused_on_every_replica() {
     let db = TestDb::new().await;

@@ -685,7 +685,7 @@ impl Store {
     }
 
     /// Refuses a send that would take a target's unread messages past `cap`: one read of the
-    /// counters the delivery triggers keep.
+    /// inboxes' unread counters.
     pub(super) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: u32) -> Result<()> {
         let ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
         let stmt = c.prepare_cached("select id from endpoints where id = any($1) and unread >= $2").await?;
@@ -812,14 +812,12 @@ impl Store {
         Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.col::<i32>(0)?.max(0) as u64)
     }
 
+    /// Moves the caller's deliveries forward to `state`, keeping its unread count (`relay_advance`:
+    /// reaching read locks the inbox first, as a send does; a pushed mark does not wait for a flush).
     async fn advance(tx: &impl GenericClient, caller: &Caller, seqs: &[i64], state: State) -> Result<u64> {
-        let stmt = tx
-            .prepare_cached(
-                "update deliveries set state = $3, updated_at = now()
-                 where recipient_id = $1 and seq = any($2) and state < $3",
-            )
-            .await?;
-        Ok(tx.execute(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?)
+        let stmt = tx.prepare_cached("select relay_advance($1, $2, $3)").await?;
+        let moved: i32 = tx.query_one(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?.col(0)?;
+        Ok(moved.max(0) as u64)
     }
 
     /// The bridge put these deliveries in front of the agent, or the agent acknowledged them.

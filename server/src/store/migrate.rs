@@ -73,6 +73,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "replica_presence_and_unread",
         sql: include_str!("../../migrations/0009_replica_presence_and_unread.sql"),
     },
+    Migration {
+        version: 10,
+        name: "unread_counted_by_writers",
+        sql: include_str!("../../migrations/0010_unread_counted_by_writers.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
