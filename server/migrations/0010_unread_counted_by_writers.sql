@@ -8,9 +8,9 @@
 -- (a previous release during a rolling upgrade, or a hand-written statement).
 --
 -- Lock order, everywhere: an inbox's endpoint row before its deliveries. A send's batch locks the
--- heads it writes (and the inbox of a reply's sender) first; moving deliveries to read locks the
--- inbox first too, so a reply and its sender's acknowledgement never wait on each other in
--- opposite orders.
+-- heads it writes (and the inbox of a reply's sender) first; showing or reading deliveries locks
+-- the inbox first too, so a reply, a read and a confirmation of the same inbox never wait on each
+-- other in opposite orders.
 
 drop trigger deliveries_unread_insert on deliveries;
 drop trigger deliveries_unread_update on deliveries;
@@ -38,7 +38,8 @@ create trigger deliveries_unread_delete after delete on deliveries
     execute function relay_count_unread_row();
 
 -- Moves one inbox's deliveries forward to `target` (pushed 2, surfaced 3 or read 4) and answers how
--- many moved. Only reaching read changes the count, and only then is the inbox locked.
+-- many moved. Surfaced and read are what the agent was shown: the inbox is locked first and
+-- remembers the newest of them (`last_shown`), and reaching read lowers its unread count.
 create function relay_advance(recipient bigint, seqs bigint[], target smallint) returns integer
 language plpgsql as $$
 declare
@@ -52,21 +53,27 @@ begin
         -- A pushed mark lost in a crash only means the message is pushed again on reconnect, which
         -- the bridge recognises by its seq: not worth a disk flush of its own.
         perform set_config('synchronous_commit', 'off', true);
-    end if;
-    if target = 4 then
+    else
         perform 1 from endpoints where id = recipient for update;
     end if;
     update deliveries set state = target, updated_at = now()
     where recipient_id = recipient and seq = any(seqs) and state < target;
     get diagnostics n = row_count;
-    if target = 4 and n > 0 then
-        update endpoints set unread = unread - n where id = recipient;
+    if target > 2 then
+        update endpoints
+        set unread = unread - case when target = 4 then n else 0 end,
+            last_shown = coalesce((select message_id from deliveries
+                                   where recipient_id = recipient and seq = (select max(x) from unnest(seqs) x)),
+                                  last_shown)
+        where id = recipient;
     end if;
     return n;
 end $$;
 
--- As in migration 9, with the counters kept here: a delivery adds one to its inbox in the same
--- update that takes its seq, and a reply's read subtracts one from its sender's inbox.
+-- As in migration 9, with the counters kept here (a delivery adds one to its inbox in the same
+-- update that takes its seq, and a reply's read subtracts one from its sender's inbox), and a retry
+-- recognised before anything can refuse it: replicas that resolve a repeated send from memory do
+-- not look for an earlier one first.
 create or replace function relay_send_batch(batch jsonb, cap integer, replica bigint) returns jsonb
 language plpgsql as $$
 declare
@@ -93,6 +100,18 @@ begin
             recipients := array(select x::bigint from jsonb_array_elements_text(s->'to') x);
             contacts := array(select x::bigint from jsonb_array_elements_text(s->'contacts') x);
 
+            -- A retry is answered with the first result whatever has changed since: its client id
+            -- is looked at first. A refusal below takes the insert back with the rest of the send.
+            insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
+            values (s->>'id', (s->>'sender')::bigint, s->>'client_id', s->>'thread', (s->>'kind')::smallint,
+                    s->>'body', s->>'reply_to', (s->>'private')::boolean, (s->>'require_reply')::boolean)
+            on conflict (sender_id, client_id) do nothing;
+            get diagnostics n = row_count;
+            if n = 0 then
+                answers := answers || jsonb_build_array(jsonb_build_object('duplicate', true));
+                continue;
+            end if;
+
             -- A contact dropped since the send was allowed lets nothing through; the ones it relies
             -- on cannot be dropped until this commits.
             if cardinality(contacts) > 0 then
@@ -109,16 +128,6 @@ begin
             select id into full_id from endpoints where id = any(recipients) and unread >= cap limit 1;
             if found then
                 raise exception 'inbox full' using errcode = 'RLY02', detail = full_id::text;
-            end if;
-
-            insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
-            values (s->>'id', (s->>'sender')::bigint, s->>'client_id', s->>'thread', (s->>'kind')::smallint,
-                    s->>'body', s->>'reply_to', (s->>'private')::boolean, (s->>'require_reply')::boolean)
-            on conflict (sender_id, client_id) do nothing;
-            get diagnostics n = row_count;
-            if n = 0 then
-                answers := answers || jsonb_build_array(jsonb_build_object('duplicate', true));
-                continue;
             end if;
 
             with heads as (

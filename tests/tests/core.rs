@@ -204,6 +204,55 @@ async fn a_session_ended_or_revoked_anywhere_is_refused_on_every_replica() {
 }
 
 #[tokio::test]
+async fn a_send_allowed_from_memory_is_refused_once_scope_changes_anywhere() {
+    let db = TestDb::new().await;
+    let one = Server::start(&db).await;
+    let two = Server::start(&db).await;
+    let laptop = one.machine("acme", "laptop");
+    let globex = one.machine("globex", "box");
+    one.admin_ok(&["contact", "add", "acme", "globex"]);
+    let mut sender = Agent::hello(&two.url, &laptop, "sender").await.unwrap();
+    let mut guarded = Agent::hello(&one.url, &laptop, "guarded").await.unwrap();
+    let _outside = Agent::hello(&one.url, &globex, "outside").await.unwrap();
+
+    // Sent again and again: after the first, the second replica allows these from memory.
+    for i in 0..3 {
+        sender.send(&["laptop/guarded"], &format!("hi {i}")).await.unwrap();
+        sender.send(&["globex/box/outside"], &format!("hi {i}")).await.unwrap();
+    }
+
+    // A rule set through the first replica is obeyed by the second.
+    guarded
+        .rpc
+        .set_rules(SetRulesRequest {
+            rules_in: Some(Selectors { selectors: vec!["handle:nobody".into()] }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(2), "a send the new rule forbids refused on the other replica", || {
+        let mut rpc = sender.rpc.clone();
+        async move {
+            let request = SendRequest { to: vec!["laptop/guarded".into()], body: "again".into(), ..Default::default() };
+            (rpc.send(request).await.err()?.code() == Code::PermissionDenied).then_some(())
+        }
+    })
+    .await;
+
+    // A contact dropped by an operator's command is obeyed too: the other account is out of reach.
+    one.admin_ok(&["contact", "drop", "acme", "globex"]);
+    eventually(Duration::from_secs(2), "a send to a dropped contact refused on the other replica", || {
+        let mut rpc = sender.rpc.clone();
+        async move {
+            let request =
+                SendRequest { to: vec!["globex/box/outside".into()], body: "again".into(), ..Default::default() };
+            (rpc.send(request).await.err()?.code() == Code::NotFound).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_stream_opened_on_another_replica_ends_the_first_and_carries_the_mail() {
     let db = TestDb::new().await;
     let one = Server::start(&db).await;

@@ -32,7 +32,7 @@ pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Resul
     let first = listen(&config, &hub, &store)
         .await
         .map_err(|e| Error::Unavailable(format!("cannot open the notification connection: {e}")))?;
-    store.sessions().trust();
+    store.changes_heard();
     Ok(tokio::spawn(async move {
         let mut current = Some(first);
         let mut retry = FIRST_RETRY;
@@ -48,14 +48,14 @@ pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Resul
                                 Ok(Err(e)) => tracing::warn!(error = %e, "notification connection failed"),
                                 Err(e) => tracing::error!(error = %e, "notification task failed"),
                             }
-                            store.sessions().distrust();
+                            store.changes_unheard();
                             break;
                         }
                         _ = probe.tick() => {
                             let alive = tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("select 1")).await;
                             if !matches!(alive, Ok(Ok(_))) {
                                 tracing::warn!("notification connection stopped answering; reconnecting");
-                                store.sessions().distrust();
+                                store.changes_unheard();
                                 driver.abort();
                                 break;
                             }
@@ -73,7 +73,7 @@ pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Resul
                     tracing::info!("notification connection restored");
                     current = Some(session);
                     retry = FIRST_RETRY;
-                    store.sessions().trust();
+                    store.changes_heard();
                     // Notifications sent while we were away are gone: everyone re-reads and rechecks.
                     hub.wake_all();
                     hub.all_changed();
@@ -133,8 +133,10 @@ fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
             }
             Some(Control::Machine(id)) => {
                 store.sessions().forget_machine(id);
+                store.scope_changed();
                 hub.all_changed();
             }
+            Some(Control::Scope) => store.scope_changed(),
             None => tracing::warn!(payload, "malformed control notification"),
         }
         return;

@@ -130,6 +130,7 @@ impl Store {
             "requested"
         };
         tx.commit().await?;
+        self.scope_changed();
         Ok(view(other, state, 0))
     }
 
@@ -154,6 +155,7 @@ impl Store {
             make_contact(&tx, human.account_id, other_id).await?;
         }
         tx.commit().await?;
+        self.scope_changed();
         Ok(view(other, "contact", 0))
     }
 
@@ -207,6 +209,19 @@ impl Store {
             &[&me, &other_id, &format!("the contact between {account} and {other} was dropped")],
         )
         .await?;
+        // Inboxes before their deliveries, the order every writer of both takes.
+        tx.execute(
+            "select 1 from endpoints e
+             where e.id in (select d.recipient_id from deliveries d
+                            join messages m on m.id = d.message_id
+                            join endpoint_addresses s on s.id = m.sender_id
+                            join endpoint_addresses r on r.id = d.recipient_id
+                            where d.state < 3
+                              and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
+             order by e.id for update",
+            &[&me, &other_id],
+        )
+        .await?;
         let withdrawn = tx
             .execute(
                 "update deliveries d set state = 5, reason = $3, updated_at = now()
@@ -217,6 +232,7 @@ impl Store {
             )
             .await?;
         tx.commit().await?;
+        self.scope_changed();
         Ok(view(other, "none", withdrawn))
     }
 }

@@ -50,10 +50,15 @@ pub enum Control {
     Endpoint(i64),
     /// The machine was revoked, restored or removed.
     Machine(i64),
+    /// Names, rules, caps, groups, contacts or hold classes changed (migration 11).
+    Scope,
 }
 
 impl Control {
     pub fn parse(payload: &str) -> Option<Self> {
+        if payload == "scope" {
+            return Some(Self::Scope);
+        }
         let (kind, id) = payload.split_once(':')?;
         let id = id.parse().ok()?;
         match kind {
@@ -201,6 +206,7 @@ impl Store {
         .await?;
         tx.commit().await?;
         self.sessions.forget_machine(machine_id);
+        self.scope_changed();
         Ok(())
     }
 
@@ -618,5 +624,6 @@ mod tests {
         assert_eq!(Control::parse("machine:3"), Some(Control::Machine(3)));
         assert_eq!(Control::parse("machine:x"), None);
         assert_eq!(Control::parse("other:3"), None);
+        assert_eq!(Control::parse("scope"), Some(Control::Scope));
     }
 }

@@ -6,10 +6,10 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::Store;
 use super::error::Col;
 use super::identity::{Caller, ONLINE};
 use super::send_batch::Written;
+use super::{Store, resolved};
 use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, MessageRef};
@@ -45,7 +45,15 @@ struct Write<'a> {
     reply_to: Option<&'a str>,
 }
 
+/// A send's recipients, resolved and allowed, and the group members it skipped.
+#[derive(Clone)]
+pub(super) struct Resolved {
+    targets: Vec<Target>,
+    skipped: Vec<Recipient>,
+}
+
 /// A recipient resolved to its endpoint.
+#[derive(Clone)]
 pub(super) struct Target {
     pub id: i64,
     pub address: String,
@@ -94,6 +102,24 @@ impl Store {
     /// contacts relied on, room in each inbox). A send held for a human takes the transactional path.
     pub async fn send(&self, caller: &Caller, out: Outgoing<'_>) -> Result<Sent> {
         let _slot = self.send_slots.clone().try_acquire_owned().map_err(|_| limits::overloaded())?;
+        // The same words from the same sender resolve alike until scope changes, which every
+        // replica hears of; a group's members are read each time, as they come and go.
+        let key = (!out.to.iter().any(|a| a.trim().starts_with("group:"))).then(|| resolved::Key {
+            sender: caller.endpoint_id,
+            private: out.private,
+            to: out.to.to_vec(),
+        });
+        let ticket = match key.as_ref().map(|k| self.resolved.get(k)) {
+            Some(Ok(known)) => {
+                if let Some(thread) = out.thread {
+                    Self::check_thread(&self.client().await?, caller, thread).await?;
+                }
+                // A retry is found by the writer (its client id is taken) and answered from the database.
+                return self.write_resolved(caller, &out, known).await;
+            }
+            Some(Err(ticket)) => Some(ticket),
+            None => None,
+        };
         let client = self.client().await?;
         // A retry is answered with the first result even if resolving would now fail, so the check
         // for one goes first; issued together with resolving, it costs no round trip of its own.
@@ -120,11 +146,22 @@ impl Store {
             return self.send_held(caller, &targets, skipped, &out).await;
         }
         drop(client);
+        let known = Resolved { targets, skipped };
+        if let (Some(ticket), Some(key)) = (ticket, key) {
+            self.resolved.put(ticket, key, known.clone());
+        }
+        self.write_resolved(caller, &out, known).await
+    }
+
+    /// Writes a send whose recipients are resolved and allowed.
+    async fn write_resolved(&self, caller: &Caller, out: &Outgoing<'_>, known: Resolved) -> Result<Sent> {
         let id = ids::new_message_id();
         let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
-        let write = Write { caller, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: None };
+        let write = Write { caller, id: &id, thread: &thread, targets: &known.targets, out, reply_to: None };
         let mut sent = self.write_send(write).await?;
-        sent.skipped = skipped;
+        if !sent.duplicate {
+            sent.skipped = known.skipped;
+        }
         Ok(sent)
     }
 
@@ -329,6 +366,10 @@ impl Store {
     ) -> Result<Sent> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
+        // The replier's inbox with the heads, in id order: inboxes before their deliveries.
+        let mut inboxes: Vec<i64> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
+        inboxes.sort_unstable();
+        tx.execute("select 1 from endpoints where id = any($1) order by id for update", &[&inboxes]).await?;
         Self::hold_contacts(&tx, caller, targets).await?;
         Self::check_room(&tx, targets, self.max_unread).await?;
         let Some(sent) = Self::store_message(&tx, caller, targets, out, Some(original)).await? else {
@@ -781,28 +822,25 @@ impl Store {
         ids::pick_unique(text, &candidates).map(str::to_owned)
     }
 
-    /// Unread messages in seq order. They become surfaced, or read when `ack`.
+    /// Unread messages in seq order. They become surfaced, or read when `ack`; the count left
+    /// unread is read after.
     pub async fn inbox(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
+        let client = self.client().await?;
         let sql = format!(
             "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
              where d.recipient_id = $1 and d.state < 4
              order by d.seq limit $2"
         );
-        let stmt = tx.prepare_cached(&sql).await?;
-        let rows = tx.query(&stmt, &[&caller.endpoint_id, &i64::from(limit)]).await?;
+        let stmt = client.prepare_cached(&sql).await?;
+        let rows = client.query(&stmt, &[&caller.endpoint_id, &i64::from(limit)]).await?;
         let messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
-        if let Some(newest) = messages.last() {
+        if !messages.is_empty() {
             let seqs: Vec<i64> = messages.iter().map(|m| m.seq as i64).collect();
             let state = if ack { State::Read } else { State::Surfaced };
-            Self::advance(&tx, caller, &seqs, state).await?;
-            tx.execute("update endpoints set last_shown = $2 where id = $1", &[&caller.endpoint_id, &newest.id])
-                .await?;
+            Self::advance(&client, caller, &seqs, state).await?;
         }
-        let remaining: i32 =
-            tx.query_one("select unread from endpoints where id = $1", &[&caller.endpoint_id]).await?.col(0)?;
-        tx.commit().await?;
+        let count = client.prepare_cached("select unread from endpoints where id = $1").await?;
+        let remaining: i32 = client.query_one(&count, &[&caller.endpoint_id]).await?.col(0)?;
         Ok((messages, remaining.max(0) as u64))
     }
 
@@ -812,8 +850,9 @@ impl Store {
         Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.col::<i32>(0)?.max(0) as u64)
     }
 
-    /// Moves the caller's deliveries forward to `state`, keeping its unread count (`relay_advance`:
-    /// reaching read locks the inbox first, as a send does; a pushed mark does not wait for a flush).
+    /// Moves the caller's deliveries forward to `state`, keeping its unread count and the newest
+    /// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does; a pushed
+    /// mark does not wait for a flush).
     async fn advance(tx: &impl GenericClient, caller: &Caller, seqs: &[i64], state: State) -> Result<u64> {
         let stmt = tx.prepare_cached("select relay_advance($1, $2, $3)").await?;
         let moved: i32 = tx.query_one(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?.col(0)?;
@@ -823,18 +862,11 @@ impl Store {
     /// The bridge put these deliveries in front of the agent, or the agent acknowledged them.
     pub async fn confirm(&self, caller: &Caller, seqs: &[u64], state: State) -> Result<u64> {
         let seqs = seqs_to_db(seqs)?;
-        let Some(newest) = seqs.iter().copied().max() else { return Ok(0) };
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let updated = Self::advance(&tx, caller, &seqs, state).await?;
-        tx.execute(
-            "update endpoints e set last_shown = d.message_id
-             from deliveries d where e.id = $1 and d.recipient_id = $1 and d.seq = $2",
-            &[&caller.endpoint_id, &newest],
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(updated)
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        let client = self.client().await?;
+        Self::advance(&client, caller, &seqs, state).await
     }
 
     /// Deliveries above `after` that are not read yet, for the push stream.

@@ -78,6 +78,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "unread_counted_by_writers",
         sql: include_str!("../../migrations/0010_unread_counted_by_writers.sql"),
     },
+    Migration {
+        version: 11,
+        name: "scope_changes_announced",
+        sql: include_str!("../../migrations/0011_scope_changes_announced.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

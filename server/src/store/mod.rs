@@ -9,6 +9,7 @@ pub mod messages;
 pub mod migrate;
 mod notices;
 mod replicas;
+mod resolved;
 pub mod scope;
 mod send_batch;
 pub mod sessions;
@@ -121,6 +122,8 @@ pub struct Store {
     replica: Arc<std::sync::atomic::AtomicI64>,
     /// Sessions authenticated from memory while their changes are heard.
     sessions: Arc<sessions::SessionCache>,
+    /// Sends' allowed recipients, resolved from memory while their changes are heard.
+    resolved: Arc<resolved::ResolvedCache<messages::Resolved>>,
     /// Writes resolved sends together, a batch per commit.
     batcher: Arc<send_batch::Batcher>,
     /// Sends under way at most (resolving or waiting to be written); more are refused at once.
@@ -154,6 +157,7 @@ impl Store {
             max_unread: crate::domain::limits::DEFAULT_MAX_UNREAD,
             replica,
             sessions: Arc::default(),
+            resolved: Arc::default(),
             batcher,
             send_slots: Arc::new(tokio::sync::Semaphore::new(SENDS_UNDER_WAY)),
         };
@@ -182,6 +186,23 @@ impl Store {
     /// The in-memory sessions, for the listener that keeps them true.
     pub fn sessions(&self) -> &sessions::SessionCache {
         &self.sessions
+    }
+
+    /// Every change to sessions and scope is heard from now on: what memory holds can be trusted.
+    pub fn changes_heard(&self) {
+        self.sessions.trust();
+        self.resolved.trust();
+    }
+
+    /// Changes may go unheard (the listener is down): memory forgets and keeps nothing meanwhile.
+    pub fn changes_unheard(&self) {
+        self.sessions.distrust();
+        self.resolved.distrust();
+    }
+
+    /// Something deciding who may message whom changed, here or on another replica.
+    pub fn scope_changed(&self) {
+        self.resolved.forget_all();
     }
 
     pub fn config(&self) -> &DbConfig {

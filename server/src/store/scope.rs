@@ -308,6 +308,7 @@ impl Store {
         }
         let view = Self::view(&tx, id).await?;
         tx.commit().await?;
+        self.scope_changed();
         Ok(view)
     }
 
@@ -344,6 +345,7 @@ impl Store {
         }
         let view = Self::view(&tx, id).await?;
         tx.commit().await?;
+        self.scope_changed();
         Ok(view)
     }
 
@@ -371,6 +373,7 @@ impl Store {
         tx.execute("delete from caps where id = $1", &[&cap_id]).await?;
         let view = Self::view(&tx, id).await?;
         tx.commit().await?;
+        self.scope_changed();
         Ok(view)
     }
 
@@ -507,6 +510,7 @@ impl Store {
             .await?;
         let view = Self::group_view(&tx, id).await?;
         tx.commit().await?;
+        self.scope_changed();
         Ok(view)
     }
 
@@ -551,6 +555,7 @@ impl Store {
                 return Err(Error::not_found(EntityKind::Group, format!("{address} is not a member of group {name}")));
             }
         }
+        self.scope_changed();
         Self::group_view(&client, group).await
     }
 
@@ -570,6 +575,7 @@ impl Store {
         if let Some(rule) = rules_out {
             client.execute("update groups set rules_out = $2 where id = $1", &[&group, &to_stored(&rule)]).await?;
         }
+        self.scope_changed();
         Self::group_view(&client, group).await
     }
 
@@ -599,6 +605,7 @@ impl Store {
         let (group, owner) = Self::group_id(&client, caller, name).await?;
         Self::owner_only(caller, owner, name)?;
         client.execute("delete from groups where id = $1", &[&group]).await?;
+        self.scope_changed();
         Ok(())
     }
 

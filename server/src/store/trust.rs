@@ -150,6 +150,7 @@ impl Store {
                 &[&human.account_id, &class, &on],
             )
             .await?;
+        self.scope_changed();
         row.col(0)
     }
 
@@ -168,6 +169,7 @@ impl Store {
                 format!("{} and {other} are not contacts", human.account),
             ));
         }
+        self.scope_changed();
         Ok(())
     }
 

@@ -1,0 +1,26 @@
+-- Every replica hears at once of a change to what decides who may message whom, whichever release
+-- or tool made it: replicas keep sends' resolved and allowed recipients in memory and forget them
+-- all on `scope`. One notification per statement (and Postgres folds repeats within a transaction).
+--
+-- What a send's allowing reads: endpoints' names, parents and rules; caps; groups and their members;
+-- contacts and their private-data setting; machines' revocation (announced already as `machine:`);
+-- accounts' hold classes. A new endpoint changes nothing already allowed, so inserts of endpoints are
+-- not announced.
+create function relay_scope_changed() returns trigger language plpgsql as $$
+begin
+    perform pg_notify('relay_control', 'scope');
+    return null;
+end $$;
+
+create trigger endpoints_scope after update of handle, machine_id, parent_id, rules_in, rules_out or delete
+    on endpoints for each statement execute function relay_scope_changed();
+create trigger caps_scope after insert or update or delete on caps
+    for each statement execute function relay_scope_changed();
+create trigger groups_scope after insert or update or delete on groups
+    for each statement execute function relay_scope_changed();
+create trigger group_members_scope after insert or update or delete on group_members
+    for each statement execute function relay_scope_changed();
+create trigger contacts_scope after insert or update or delete on contacts
+    for each statement execute function relay_scope_changed();
+create trigger accounts_scope after update of name, hold_classes or delete on accounts
+    for each statement execute function relay_scope_changed();
