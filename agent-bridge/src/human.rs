@@ -17,7 +17,7 @@ pub enum HumanCommand {
         /// The server (default: RELAY_SERVER, else the one this computer's bridge uses).
         #[arg(long)]
         server: Option<String>,
-        /// A PEM certificate to trust for the server, beside the system's roots.
+        /// A PEM certificate to trust for the server, beside the system's roots (default: RELAY_CA).
         #[arg(long)]
         ca: Option<std::path::PathBuf>,
         /// The token itself; visible to other users in the process list, so prefer stdin.
@@ -115,11 +115,16 @@ fn refused(ca: Option<&str>) -> impl Fn(tonic::Status) -> anyhow::Error + '_ {
 }
 
 async fn login(server: Option<String>, ca: Option<std::path::PathBuf>, token: Option<String>) -> anyhow::Result<()> {
+    // --ca, else RELAY_CA, whether the server comes from --server or not; kept as an absolute path
+    // so the stored login works from any directory.
+    let given = ca
+        .or_else(|| std::env::var_os("RELAY_CA").filter(|v| !v.is_empty()).map(std::path::PathBuf::from))
+        .map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string());
     let (server, ca) = match server {
-        Some(server) => (server, ca.map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string())),
+        Some(server) => (server, given),
         None => {
             let (server, known_ca) = connection::human_server()?;
-            (server, ca.map(|p| p.display().to_string()).or(known_ca))
+            (server, given.or(known_ca))
         }
     };
     let token = match token {

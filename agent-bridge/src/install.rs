@@ -272,8 +272,11 @@ fn install_stop_hook(path: &Path, command: &str) -> anyhow::Result<bool> {
     })
 }
 
-/// Sets `[mcp_servers.relay]` in Codex's TOML config, keeping its comments and layout.
+/// Sets `[mcp_servers.relay]` in Codex's TOML config, keeping its comments and layout. An entry of
+/// ours is updated field by field, so what a user added to it (an `env` table, timeouts, comments)
+/// stays.
 fn install_codex(path: &Path, command: &str) -> anyhow::Result<bool> {
+    const ARGS: [&str; 3] = ["mcp", "--harness", "codex"];
     let text = read_existing(path)?.unwrap_or_default();
     let mut doc: toml_edit::DocumentMut = text
         .parse()
@@ -284,23 +287,42 @@ fn install_codex(path: &Path, command: &str) -> anyhow::Result<bool> {
         toml_edit::Item::Table(table)
     });
     let Some(servers) = servers.as_table_mut() else { bail!("mcp_servers in {} is not a table", path.display()) };
-    let mut entry = toml_edit::Table::new();
-    entry["command"] = toml_edit::value(command);
-    let mut args = toml_edit::Array::new();
-    args.extend(["mcp", "--harness", "codex"]);
-    entry["args"] = toml_edit::value(args);
-    let same = servers.get(ENTRY).and_then(|e| e.as_table()).is_some_and(|t| {
-        t.get("command").and_then(|c| c.as_str()) == Some(command)
-            && t.get("args")
-                .and_then(|a| a.as_array())
-                .is_some_and(|a| a.iter().filter_map(|v| v.as_str()).eq(["mcp", "--harness", "codex"]))
-    });
-    if same {
-        return Ok(false);
+    let entry = servers.entry(ENTRY).or_insert_with(|| toml_edit::Item::Table(toml_edit::Table::new()));
+    let Some(entry) = entry.as_table_like_mut() else {
+        bail!("mcp_servers.{ENTRY} in {} is not a table", path.display())
+    };
+    let mut changed = false;
+    if entry.get("command").and_then(|c| c.as_str()) != Some(command) {
+        set_keeping_decor(entry, "command", toml_edit::Value::from(command));
+        changed = true;
     }
-    servers.insert(ENTRY, toml_edit::Item::Table(entry));
-    write_atomically(path, &doc.to_string())?;
-    Ok(true)
+    let args_same = entry
+        .get("args")
+        .and_then(|a| a.as_array())
+        .is_some_and(|a| a.len() == ARGS.len() && a.iter().map(|v| v.as_str()).eq(ARGS.map(Some)));
+    if !args_same {
+        set_keeping_decor(entry, "args", toml_edit::Value::Array(ARGS.into_iter().collect()));
+        changed = true;
+    }
+    if changed {
+        write_atomically(path, &doc.to_string())?;
+    }
+    Ok(changed)
+}
+
+/// Sets `key` in a TOML table in place: the key keeps its place and the comments around it.
+fn set_keeping_decor(table: &mut dyn toml_edit::TableLike, key: &str, mut value: toml_edit::Value) {
+    match table.get_mut(key) {
+        Some(item) => {
+            if let Some(old) = item.as_value() {
+                *value.decor_mut() = old.decor().clone();
+            }
+            *item = toml_edit::Item::Value(value);
+        }
+        None => {
+            table.insert(key, toml_edit::Item::Value(value));
+        }
+    }
 }
 
 /// Sets Codex's `notify` program to the bridge's hook (it shares turns for peek), or updates it
@@ -423,6 +445,18 @@ mod tests {
         std::fs::write(&mine, "notify = [\"my-notifier\"]\n").unwrap();
         assert!(!install_codex_notify(&mine, "agent-bridge").unwrap());
         assert!(std::fs::read_to_string(&mine).unwrap().contains("my-notifier"));
+    }
+
+    #[test]
+    fn codex_reinstall_updates_relays_fields_and_keeps_what_the_user_added() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let before = "# my settings\nmodel = \"o3\"\n\n# relay, from the old place\n[mcp_servers.relay]\n# the bridge\ncommand = \"/old/agent-bridge\" # moved since\nargs = [\"mcp\", \"--harness\", \"codex\"]\nstartup_timeout_sec = 20\n\n[mcp_servers.relay.env]\nRELAY_HANDLE = \"reviewer\"\n";
+        std::fs::write(&path, before).unwrap();
+        assert!(install_codex(&path, "/new/agent-bridge").unwrap());
+        assert!(!install_codex(&path, "/new/agent-bridge").unwrap());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, before.replace("/old/agent-bridge", "/new/agent-bridge"), "only the command changed");
     }
 
     #[test]

@@ -60,7 +60,7 @@ enum Command {
         #[arg(long)]
         token: Option<String>,
         /// A PEM certificate to trust for the server, beside the system's roots.
-        #[arg(long)]
+        #[arg(long, env = "RELAY_CA")]
         ca: Option<PathBuf>,
     },
     /// Add the bridge to an agent client's MCP configuration (idempotent; never writes the token).
@@ -139,6 +139,8 @@ impl Harness {
 }
 
 async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow::Result<()> {
+    // Watched from the start, so a signal at any point ends the session cleanly.
+    let stop = termination()?;
     let config = relay::connection::resolve()?;
     let channel = relay::connection::channel(&config.server, config.ca.as_deref())?;
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
@@ -152,7 +154,31 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let tools = Arc::new(tools::Tools::new(relay));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    mcp::session::run(tools, options, stdin, tokio::io::stdout()).await.context("stdio failed")
+    let ended = mcp::session::run(tools, options, stdin, tokio::io::stdout(), stop).await.context("stdio failed")?;
+    if ended == mcp::session::Ended::Stopped {
+        // The session said goodbye and removed its file; a read of stdin may still be blocked in
+        // the runtime's thread pool, which would hold up a normal return.
+        std::process::exit(0);
+    }
+    Ok(())
+}
+
+/// Resolves on SIGTERM, SIGINT or SIGHUP: a client ending, a terminal closing or an operator
+/// stopping the bridge, each of which it survives long enough to say goodbye and remove its
+/// session file. (SIGKILL cannot be caught; readers of session files skip a dead bridge's.)
+fn termination() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch for SIGINT")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot watch for SIGHUP")?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            _ = hup.recv() => "SIGHUP",
+        };
+        tracing::debug!(signal = name, "ending the session");
+    })
 }
 
 async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> anyhow::Result<()> {

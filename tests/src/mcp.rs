@@ -63,6 +63,25 @@ impl Bridge {
         Self::spawn(cmd, home)
     }
 
+    /// A bridge of a machine that logged in: server and token come from the config file at
+    /// `config` (as `agent-bridge login` or `relay-server dev` wrote it), none from the environment.
+    pub fn start_configured(config: &Path, handle: &str) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(bin("agent-bridge"));
+        cmd.args(["mcp", "--harness", "claude", "--handle", handle])
+            .env_remove("RELAY_SERVER")
+            .env_remove("RELAY_TOKEN")
+            .env_remove("RELAY_CA")
+            .env_remove("RELAY_HANDLE")
+            .env_remove("RELAY_CHANNELS")
+            .env("HOME", home.path())
+            .env("RELAY_CONFIG", config)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        Self::spawn(cmd, home)
+    }
+
     fn spawn(mut cmd: Command, home: tempfile::TempDir) -> Self {
         let mut child = cmd.spawn().expect("start agent-bridge");
         let stdin = child.stdin.take();

@@ -449,3 +449,33 @@ async fn two_bridges_of_one_agent_keep_their_own_session_files_until_they_exit()
     alice.child.wait().await.unwrap();
     assert_eq!(files(), [bob_file], "a bridge that exits removes its file, and only its own");
 }
+
+#[tokio::test]
+async fn a_bridge_stopped_by_a_signal_leaves_and_removes_its_session_file() {
+    let w = world().await;
+    let runtime = tempfile::tempdir().unwrap();
+    let dir = runtime.path().join("agent-relay").join("sessions");
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    for signal in ["TERM", "INT", "HUP"] {
+        let spec = BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("bob"), channels: false };
+        let mut bob = Bridge::start_with_env(spec, &[("XDG_RUNTIME_DIR", runtime.path().as_os_str())]);
+        bob.initialize("2025-06-18").await;
+        bob.tool_ok("relay_whoami", json!({})).await;
+        let pid = bob.child.id().unwrap();
+        let file = dir.join(format!("{}-{pid}.toml", std::process::id()));
+        assert!(std::fs::read_to_string(&file).unwrap().contains("acme/ci/bob"), "the session file is written");
+
+        let killed = std::process::Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status();
+        assert!(killed.unwrap().success());
+        let status = tokio::time::timeout(WAIT, bob.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("the bridge exits on SIG{signal}"))
+            .unwrap();
+        assert!(status.success(), "SIG{signal} ends the session cleanly: {status}");
+        assert!(!file.exists(), "SIG{signal}: the session token is not left behind in {}", file.display());
+        // It said goodbye: bob is offline at once, not after a lease runs out.
+        let listed = alice.tool_ok("relay_list", json!({})).await;
+        assert!(!text(&listed).contains("acme/ci/bob"), "SIG{signal}: bob is offline: {}", text(&listed));
+    }
+}

@@ -158,6 +158,69 @@ async fn a_person_needs_no_machine_token() {
     assert!(!none.status.success() && said(&none).contains("RELAY_SERVER"), "{}", said(&none));
 }
 
+#[tokio::test]
+async fn login_and_human_commands_say_the_servers_certificate_was_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    std::fs::write(&cert, issued.cert.pem()).unwrap();
+    std::fs::write(&key, issued.signing_key.serialize_pem()).unwrap();
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let wrong = dir.path().join("other-ca.crt");
+    std::fs::write(&wrong, other.cert.pem()).unwrap();
+    let db = TestDb::new().await;
+    let server = Server::start_tls(&db, &cert, &key).await;
+    let token = server.machine("acme", "laptop");
+    let human = server.admin_ok(&["human", "add", "acme"]);
+    let home = tempfile::tempdir().unwrap();
+    let untrusted = |out: &Output| {
+        let said = said(out);
+        assert!(!out.status.success(), "{said}");
+        assert!(said.contains("the server's certificate was not trusted"), "{said}");
+        assert!(said.contains(&wrong.display().to_string()), "names the CA used: {said}");
+        assert!(!said.contains("try again shortly"), "{said}");
+    };
+    let run = |args: Vec<String>, stdin: String, env: Vec<(&'static str, String)>| {
+        let dir = home.path().to_path_buf();
+        blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            bridge_cmd_with(&dir, &args, &stdin, &env)
+        })
+    };
+    let url = server.url.clone();
+    let (wrong_ca, right_ca) = (wrong.display().to_string(), cert.display().to_string());
+    let args = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+
+    // A machine login with the wrong CA, by flag or from RELAY_CA: nothing is stored.
+    let out = run(args(&["login", "--server", &url, "--ca", &wrong_ca]), format!("{token}\n"), vec![]).await;
+    untrusted(&out);
+    let out = run(args(&["login", "--server", &url]), format!("{token}\n"), vec![("RELAY_CA", wrong_ca.clone())]).await;
+    untrusted(&out);
+    assert!(!home.path().join(".config/agent-relay/bridge.toml").exists());
+    let out = run(args(&["login", "--server", &url]), format!("{token}\n"), vec![("RELAY_CA", right_ca.clone())]).await;
+    assert!(out.status.success(), "{}", said(&out));
+
+    // A person's commands: the inbox with only RELAY_SERVER, RELAY_HUMAN_TOKEN and the wrong RELAY_CA.
+    let person = [("RELAY_SERVER", url.clone()), ("RELAY_HUMAN_TOKEN", human.clone())];
+    let with_ca = |ca: &str| person.iter().cloned().chain([("RELAY_CA", ca.to_owned())]).collect::<Vec<_>>();
+    untrusted(&run(args(&["human", "inbox"]), String::new(), with_ca(&wrong_ca)).await);
+    let out = run(args(&["human", "inbox"]), String::new(), with_ca(&right_ca)).await;
+    assert!(out.status.success() && said(&out).contains("no unread messages"), "{}", said(&out));
+
+    // human login --server honours RELAY_CA as RELAY_SERVER does: the wrong one is refused, the
+    // right one is used and kept with the login.
+    let login = args(&["human", "login", "--server", &url]);
+    let out = run(login.clone(), format!("{human}\n"), vec![("RELAY_CA", wrong_ca.clone())]).await;
+    untrusted(&out);
+    let out = run(login, format!("{human}\n"), vec![("RELAY_CA", right_ca.clone())]).await;
+    assert!(out.status.success(), "{}", said(&out));
+    let kept = std::fs::read_to_string(home.path().join(".config/agent-relay/human.toml")).unwrap();
+    assert!(kept.contains(&right_ca), "{kept}");
+    let out = run(args(&["human", "inbox"]), String::new(), vec![]).await;
+    assert!(out.status.success() && said(&out).contains("no unread messages"), "{}", said(&out));
+}
+
 /// The bridge binary at another path (a hard link: its own path, one copy on disk).
 fn bridge_at(dir: &std::path::Path) -> std::path::PathBuf {
     std::fs::create_dir_all(dir).unwrap();
@@ -268,6 +331,97 @@ fn install_keeps_comments_and_key_order_and_follows_a_moved_binary() {
     assert!(said(&out).contains("notify program of its own"), "{}", said(&out));
     let codex = std::fs::read_to_string(home.path().join(".codex/config.toml")).unwrap();
     assert!(codex.starts_with("notify = [\"my-notifier\"]"), "{codex}");
+}
+
+/// Where each key first appears in `text`, checked to come in the order given.
+fn in_order(text: &str, keys: &[&str]) {
+    let at: Vec<usize> = keys
+        .iter()
+        .map(|k| text.find(&format!("\"{k}\"")).unwrap_or_else(|| panic!("{k} is missing: {text}")))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "keys not in the order {keys:?}: {text}");
+}
+
+#[test]
+fn install_keeps_every_clients_file_and_follows_a_moved_binary() {
+    let home = tempfile::tempdir().unwrap();
+    let target = bin("agent-bridge").parent().unwrap().to_path_buf();
+    let places = tempfile::tempdir_in(&target).unwrap();
+    let (first, second) = (bridge_at(&places.path().join("a")), bridge_at(&places.path().join("b")));
+    let bare_path = format!("{}:/usr/bin:/bin", second.parent().unwrap().display());
+    let write = |rel: &str, text: &str| {
+        let path = home.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+
+    // Cursor's settings are JSONC too: comments and key order stay; one relay entry follows the binary.
+    let cursor = write(
+        ".cursor/mcp.json",
+        "{\n  // servers of this project\n  \"mcpServers\": {\n    \"zeta\": { \"command\": \"z\" },\n    /* keep alpha */\n    \"alpha\": { \"command\": \"a\" }\n  },\n  \"yolo\": true\n}\n",
+    );
+    for program in [&first, &second] {
+        run_install(program, home.path(), "cursor", "/usr/bin:/bin");
+        let text = std::fs::read_to_string(&cursor).unwrap();
+        assert!(text.contains("// servers of this project") && text.contains("/* keep alpha */"), "{text}");
+        in_order(&text, &["mcpServers", "zeta", "alpha", "relay", "yolo"]);
+        assert_eq!(text.matches("\"relay\"").count(), 1, "one entry: {text}");
+        assert_eq!(jsonc(&text)["mcpServers"]["relay"]["command"], program.display().to_string(), "{text}");
+    }
+    // With agent-bridge on PATH, the project file names it bare.
+    run_install(&second, home.path(), "cursor", &bare_path);
+    let text = std::fs::read_to_string(&cursor).unwrap();
+    assert_eq!(jsonc(&text)["mcpServers"]["relay"]["command"], "agent-bridge", "{text}");
+    assert_eq!(jsonc(&text)["mcpServers"]["relay"]["args"], serde_json::json!(["mcp", "--harness", "cursor"]));
+
+    // Gemini after the binary moved: the one entry names the new place, comments kept.
+    let gemini = write(".gemini/settings.json", "{\n  // mine\n  \"theme\": \"dark\"\n}\n");
+    for program in [&first, &second] {
+        run_install(program, home.path(), "gemini", "/usr/bin:/bin");
+    }
+    let text = std::fs::read_to_string(&gemini).unwrap();
+    assert!(text.contains("// mine") && text.matches("\"relay\"").count() == 1, "{text}");
+    in_order(&text, &["theme", "mcpServers", "relay"]);
+    assert_eq!(jsonc(&text)["mcpServers"]["relay"]["command"], second.display().to_string(), "{text}");
+
+    // Claude Code's files with keys in no sorted order and the user's own server and hook: all as it was.
+    let mcp = write(
+        ".mcp.json",
+        r#"{"mcpServers":{"zeta":{"type":"stdio","command":"z","args":["x"]},"alpha":{"command":"a"}},"version":2}"#,
+    );
+    let settings = write(
+        ".claude/settings.json",
+        r#"{"permissions":{"deny":[],"allow":["Bash"]},"hooks":{"Stop":[{"hooks":[{"type":"command","command":"other"}]}],"PreToolUse":[]},"model":"opus"}"#,
+    );
+    run_install(&second, home.path(), "claude", &bare_path);
+    let text = std::fs::read_to_string(&mcp).unwrap();
+    in_order(&text, &["mcpServers", "zeta", "type", "command", "args", "alpha", "relay", "version"]);
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["mcpServers"]["zeta"], serde_json::json!({"type": "stdio", "command": "z", "args": ["x"]}));
+    assert_eq!(doc["mcpServers"]["relay"]["command"], "agent-bridge");
+    let text = std::fs::read_to_string(&settings).unwrap();
+    in_order(&text, &["permissions", "deny", "allow", "hooks", "Stop", "PreToolUse", "model"]);
+    assert_eq!(stop_hooks(&text), ["other", "agent-bridge hook stop"], "{text}");
+
+    // Codex: comments and an env table the user added to Relay's entry survive a reinstall from the new place.
+    let codex = write(
+        ".codex/config.toml",
+        &format!(
+            "# my codex\nmodel = \"o3\"\n\n[mcp_servers.relay]\ncommand = \"{}\" # where it was\nargs = [\"mcp\", \"--harness\", \"codex\"]\ntool_timeout_sec = 90\n\n# a handle per project\n[mcp_servers.relay.env]\nRELAY_HANDLE = \"reviewer\"\n",
+            first.display()
+        ),
+    );
+    run_install(&second, home.path(), "codex", "/usr/bin:/bin");
+    let text = std::fs::read_to_string(&codex).unwrap();
+    assert!(text.starts_with("# my codex\nmodel = \"o3\""), "{text}");
+    assert!(text.contains("# where it was") && text.contains("# a handle per project"), "comments kept: {text}");
+    let doc: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}: {text}"));
+    let relay = &doc["mcp_servers"]["relay"];
+    assert_eq!(relay["command"].as_str(), Some(second.display().to_string().as_str()), "{text}");
+    assert_eq!(relay["tool_timeout_sec"].as_integer(), Some(90), "{text}");
+    assert_eq!(relay["env"]["RELAY_HANDLE"].as_str(), Some("reviewer"), "the user's env stays: {text}");
+    assert!(!text.contains(&first.display().to_string()), "{text}");
 }
 
 /// Reads JSON with comments, as the clients do.

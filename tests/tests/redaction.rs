@@ -1,6 +1,7 @@
 //! Everything agents and people write is stored redacted, not only message bodies: a card's review
-//! note, a worker's error and agent state, a summary, a permission request and its answer, and a
-//! hold's reason. Each is read back through the API, and no table holds the secret.
+//! note, a worker's error and agent state, a summary, a permission request and its answer, a hold's
+//! reason and a repository's path; a thread id holding one is refused. Each is read back through the
+//! API, and no table holds the secret.
 
 use std::time::Duration;
 
@@ -142,8 +143,23 @@ async fn agent_written_text_is_stored_redacted() {
         redacted(&m.body, 7);
     }
 
+    // Identifiers an agent picks: a repository path is redacted, and a thread id holding a token
+    // (it fits a thread's 64 characters of [A-Za-z0-9_.:-]) is refused rather than stored.
+    let repo = alice.rpc.add_repo(AddRepoRequest { path: format!("/srv/{}/app", secret(8)) }).await.unwrap();
+    redacted(&repo.into_inner().path, 8);
+    let request = SendRequest {
+        to: vec!["ci/bob".into()],
+        body: "about the key".into(),
+        thread: secret(9),
+        ..Default::default()
+    };
+    let refused = alice.rpc.send(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("a thread id must not contain a credential"), "{refused:?}");
+    assert!(!refused.message().contains(&secret(9)), "the refusal does not repeat it: {refused:?}");
+
     // Nothing anyone wrote above reached a table unredacted.
-    for table in ["jobs", "approvals", "holds", "messages", "endpoints"] {
+    for table in ["jobs", "approvals", "holds", "messages", "endpoints", "repos"] {
         let leaked: i64 = sql
             .query_one(&format!("select count(*) from {table} t where t::text like '%ghp_%'"), &[])
             .await

@@ -69,13 +69,24 @@ struct Session {
     stop: CancellationToken,
 }
 
-/// Serves MCP until end of input, then ends the relay session.
+/// Why a session ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// The client closed stdin.
+    Input,
+    /// `stop` resolved (a termination signal): calls in flight were not waited for.
+    Stopped,
+}
+
+/// Serves MCP until end of input or until `stop` resolves, then ends the relay session (which also
+/// removes the session file).
 pub async fn run(
     tools: Arc<Tools>,
     options: Options,
     input: impl AsyncBufRead + Unpin,
     output: impl AsyncWrite + Unpin + Send + 'static,
-) -> std::io::Result<()> {
+    stop: impl Future<Output = ()>,
+) -> std::io::Result<Ended> {
     let (out, rx) = mpsc::channel::<Value>(256);
     let writer = tokio::spawn(write_lines(rx, output));
     let session = Arc::new(Session {
@@ -98,9 +109,14 @@ pub async fn run(
 
     let mut tasks = JoinSet::new();
     let mut reader = LineReader::new(input);
+    let mut stop = std::pin::pin!(stop);
     let read_result = loop {
-        match reader.next().await {
-            Ok(None) => break Ok(()),
+        let next = tokio::select! {
+            next = reader.next() => next,
+            () = &mut stop => break Ok(Ended::Stopped),
+        };
+        match next {
+            Ok(None) => break Ok(Ended::Input),
             Err(e) => break Err(e),
             Ok(Some(Line::TooLong)) => {
                 session
@@ -127,8 +143,11 @@ pub async fn run(
         while tasks.try_join_next().is_some() {}
     };
 
-    // End of input: give calls in flight a moment, then stop everything and leave the relay.
-    let _ = tokio::time::timeout(DRAIN_LIMIT, async { while tasks.join_next().await.is_some() {} }).await;
+    // End of input: give calls in flight a moment, then stop everything and leave the relay. When
+    // stopped by a signal the client is going away and nothing waits for answers.
+    if matches!(read_result, Ok(Ended::Input)) {
+        let _ = tokio::time::timeout(DRAIN_LIMIT, async { while tasks.join_next().await.is_some() {} }).await;
+    }
     tasks.abort_all();
     session.stop.cancel();
     forwarder.abort();

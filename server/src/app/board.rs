@@ -97,8 +97,9 @@ impl App {
         self.store.close_job(caller, id, accept, &RedactedText::from_agent(note)).await
     }
 
+    /// An operator's repository path is agent text like any other: a credential in it is not stored.
     pub async fn add_repo(&self, caller: &Caller, path: &str) -> Result<Repo> {
-        self.store.add_repo(caller, path).await
+        self.store.add_repo(caller, &RedactedText::from_agent(path)).await
     }
 
     pub async fn register_repo(&self, machine: &MachineIdentity, path: &str) -> Result<Repo> {

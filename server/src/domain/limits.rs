@@ -82,8 +82,19 @@ fn token_like(what: &str, value: &str, max: usize) -> Result<()> {
     }
 }
 
+/// A thread id is shown to every recipient and stored as written, so it may not carry a credential:
+/// one the redactor would change is refused rather than stored or passed on.
 pub fn thread(thread: &str) -> Result<()> {
-    token_like("thread", thread, MAX_THREAD_LEN)
+    token_like("thread", thread, MAX_THREAD_LEN)?;
+    let found = super::redact::redact(thread);
+    if found.total() > 0 {
+        let kinds: Vec<&str> = found.counts.keys().copied().collect();
+        return Err(Error::invalid(format!(
+            "a thread id must not contain a credential (it looks like a {} to the redactor): name the thread by its topic",
+            kinds.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 pub fn client_id(client_id: &str) -> Result<()> {
@@ -148,6 +159,14 @@ mod tests {
     fn free_text_fields() {
         thread("review:pr-12").unwrap();
         assert!(thread("has space").is_err());
+        // Ids and hashes are fine; a token that fits the charset is not.
+        thread("0123456789abcdef0123456789abcdef01234567").unwrap();
+        thread("550e8400-e29b-41d4-a716-446655440000").unwrap();
+        let token = format!("ghp_{}", "A1b2C3d4E5".repeat(4)[..36].to_owned());
+        assert_eq!(token.len(), 40);
+        let err = thread(&token).unwrap_err().to_string();
+        assert!(err.contains("a thread id must not contain a credential") && !err.contains(&token), "{err}");
+        assert!(thread(&format!("review:{token}")).is_err());
         assert!(client_id(&"a".repeat(65)).is_err());
         short_text("note", "reading the diff", MAX_NOTE_CHARS).unwrap();
         assert!(short_text("note", "two\nlines", MAX_NOTE_CHARS).is_err());

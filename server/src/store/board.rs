@@ -487,7 +487,7 @@ impl Store {
     }
 
     /// Operator: a repository of the operator's own machine.
-    pub async fn add_repo(&self, caller: &Caller, path: &str) -> Result<RepoView> {
+    pub async fn add_repo(&self, caller: &Caller, path: &RedactedText) -> Result<RepoView> {
         let client = self.client().await?;
         Self::is_operator(&client, caller).await?;
         let identity = MachineIdentity {
@@ -496,7 +496,7 @@ impl Store {
             machine_id: caller.machine_id,
             machine: caller.machine.clone(),
         };
-        Self::insert_repo(&client, &identity, path, &caller.address()).await
+        Self::insert_repo(&client, &identity, path.as_str(), &caller.address()).await
     }
 
     async fn insert_repo(c: &impl GenericClient, machine: &MachineIdentity, path: &str, by: &str) -> Result<RepoView> {
