@@ -268,6 +268,46 @@ async fn leases_expire_and_a_card_is_never_claimed_twice() {
     assert!(!stale.in_progress);
 }
 
+#[tokio::test]
+async fn a_card_out_of_attempts_is_announced_to_the_operator() {
+    let b = board(&[]).await;
+    let mut alice = b.alice;
+    let posted = alice.tool_ok("post_job", json!({ "title": "Migrate the schema", "repo": "app" })).await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+
+    // Each attempt's agent exits before calling finish_job.
+    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
+    for attempt in 1..=3 {
+        let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed;
+        let claimed = claimed.unwrap_or_else(|| panic!("attempt {attempt}: nothing to claim"));
+        assert_eq!(claimed.job.as_ref().unwrap().id, id);
+        let release =
+            ReleaseRequest { job_token: claimed.job_token, exit_code: 1, error: "psql: connection refused".into() };
+        w.release(release).await.unwrap();
+    }
+    assert!(w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.is_none(), "no fourth attempt");
+
+    // The operator (here also the poster) hears of it as a message it can act on.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let notice = loop {
+        let inbox = alice.tool_ok("relay_inbox", json!({ "wait_s": 5 })).await;
+        let messages = inbox["structuredContent"]["messages"].as_array().cloned().unwrap_or_default();
+        if let Some(m) = messages.iter().find(|m| m["body"].as_str().unwrap_or_default().contains("failed all")) {
+            break (m.clone(), text(&inbox));
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no notice that the card ran out of attempts");
+    };
+    let (message, shown) = notice;
+    let body = message["body"].as_str().unwrap();
+    assert!(body.contains(&format!("Card {id} \"Migrate the schema\" failed all 3 attempts")), "{body}");
+    assert!(body.contains("psql: connection refused"), "the last cause: {body}");
+    assert!(body.contains(&format!("edit_job {{id: \"{id}\"")), "what to do: {body}");
+    assert!(shown.contains(body), "{shown}");
+    let read = alice.tool_ok("read_job", json!({ "id": id })).await;
+    assert_eq!(read["structuredContent"]["state"], "todo");
+    assert_eq!(read["structuredContent"]["attempts"], 3);
+}
+
 /// A stand-in agent CLI: commits in its worktree, then reports through its own bridge.
 const STAND_IN: &str = r#"#!/bin/sh
 branch=$(git rev-parse --abbrev-ref HEAD)

@@ -224,6 +224,43 @@ async fn a_killed_bridge_frees_its_handle_within_two_seconds() {
     assert!(killed.elapsed() < Duration::from_secs(7));
 }
 
+/// A new bridge of `token`'s machine holding `handle`, or `None` while the handle is held.
+async fn claimed_by_a_new_bridge(server: &Server, token: &str, handle: &str) -> Option<Bridge> {
+    let mut bridge = Bridge::start(BridgeSpec { server: &server.url, token, handle: Some(handle), channels: false });
+    bridge.initialize("2025-06-18").await;
+    let me = bridge.tool("relay_whoami", json!({})).await;
+    (me["isError"] != true && me["structuredContent"]["handle"] == handle).then_some(bridge)
+}
+
+#[tokio::test]
+async fn a_bridge_killed_right_after_initialize_frees_its_handle_within_two_seconds() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let mut alice =
+        Bridge::start(BridgeSpec { server: &server.url, token: &laptop, handle: Some("alice"), channels: false });
+    // The client dies as soon as initialize is answered: no tool call, no initialized notification.
+    alice.request("initialize", json!({ "protocolVersion": "2025-06-18", "capabilities": {} })).await;
+    // (The bridge claims its handle as it starts: the kill finds it held.)
+    eventually(WAIT, "the bridge to claim alice", || async {
+        let all = ListRequest { all: true, ..Default::default() };
+        let listed = bob.rpc.clone().list(all).await.unwrap().into_inner().endpoints;
+        listed.iter().any(|e| e.address == "acme/laptop/alice" && !e.ended).then_some(())
+    })
+    .await;
+    alice.child.start_kill().unwrap();
+    let killed = Instant::now();
+    let limit = Duration::from_secs(2);
+    let mut back = eventually(limit, "a new bridge of laptop to claim alice", || {
+        claimed_by_a_new_bridge(&server, &laptop, "alice")
+    })
+    .await;
+    let took = killed.elapsed();
+    assert!(took < limit, "took {took:?}");
+    let _ = alice.child.wait().await;
+    let me = back.tool_ok("relay_whoami", json!({})).await;
+    assert_eq!(me["structuredContent"]["address"], "acme/laptop/alice");
+}
+
 #[tokio::test]
 async fn a_live_holder_keeps_its_handle_and_a_refused_claim_says_who_holds_it() {
     let (db, server, laptop, ci) = acme(&[]).await;

@@ -35,8 +35,8 @@ You are connected to Relay, which lets you message other AI agents on this and o
 /// How long requests still running at end of input may take before the session ends anyway.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
-/// Most tool calls running at once; more are refused until some finish, so a flood of calls
-/// cannot grow the bridge without bound.
+/// Most requests running at once (tool calls, listings, batches); more are refused until some
+/// finish, so a flood of requests cannot grow the bridge without bound.
 pub const MAX_IN_FLIGHT: usize = 64;
 
 #[derive(Default)]
@@ -57,7 +57,7 @@ struct Session {
     options: Options,
     out: mpsc::Sender<Value>,
     state: Mutex<State>,
-    /// One permit per tool call in flight, [`MAX_IN_FLIGHT`] in all.
+    /// One permit per request in flight, [`MAX_IN_FLIGHT`] in all.
     slots: Arc<tokio::sync::Semaphore>,
     /// Running tool calls by request id, so `notifications/cancelled` can stop them. Each holds its
     /// place among the calls in flight, given back the moment the entry goes: a cancelled call's
@@ -103,7 +103,8 @@ pub async fn run(
     // Claim the endpoint and open the push stream (it is the endpoint's presence) right away;
     // failures surface on the first tool call instead.
     let (pushes, pushed) = mpsc::channel::<Message>(64);
-    tokio::spawn(push::run(session.tools.relay().clone(), pushes, session.stop.clone()));
+    let progress = session.tools.stream_progress();
+    tokio::spawn(push::run(session.tools.relay().clone(), pushes, progress, session.stop.clone()));
     let forwarder = tokio::spawn(forward_pushes(session.clone(), pushed));
     let relister = tokio::spawn(announce_role_changes(session.clone()));
 
@@ -132,10 +133,15 @@ pub async fn run(
                 Err(e) => {
                     session.send(jsonrpc::error(&Value::Null, jsonrpc::PARSE_ERROR, format!("parse error: {e}"))).await
                 }
-                Ok(Value::Array(batch)) => {
-                    let session = session.clone();
-                    tasks.spawn(async move { session.batch(batch).await });
-                }
+                // A batch takes one place and runs its entries in turn; with no place free its
+                // requests are refused at once (its notifications, a cancellation among them, still count).
+                Ok(Value::Array(batch)) => match session.slot() {
+                    Some(slot) => {
+                        let session = session.clone();
+                        tasks.spawn(async move { session.batch(batch, Some(slot)).await });
+                    }
+                    None => session.clone().batch(batch, None).await,
+                },
                 Ok(value) => session.clone().dispatch(value, &mut tasks).await,
             },
         }
@@ -169,7 +175,7 @@ async fn write_lines(mut rx: mpsc::Receiver<Value>, mut output: impl AsyncWrite 
 }
 
 fn too_many() -> String {
-    format!("too many tool calls in flight (at most {MAX_IN_FLIGHT}): wait for answers before sending more")
+    format!("too many requests in flight (at most {MAX_IN_FLIGHT}): wait for answers before sending more")
 }
 
 fn id_key(id: &Value) -> String {
@@ -177,7 +183,7 @@ fn id_key(id: &Value) -> String {
 }
 
 impl Session {
-    /// A place among the calls in flight, whether run alone or in a batch; `None` when all are taken.
+    /// A place among the requests in flight (a tool call, a listing, a batch); `None` when all are taken.
     fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.slots.clone().try_acquire_owned().ok()
     }
@@ -217,11 +223,16 @@ impl Session {
                     self.send(jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, why)).await;
                 }
             }
-            // Listing asks the server for the endpoint's role: off the reading loop, like a tool call.
+            // Listing asks the server for the endpoint's role: off the reading loop, in a place
+            // among the requests in flight, like a tool call.
             Incoming::Request { id, method, params } if method == "tools/list" => {
+                let Some(slot) = self.slot() else {
+                    return self.send(jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, too_many())).await;
+                };
                 let session = self.clone();
                 tasks.spawn(async move {
                     let answer = session.request(&id, &method, &params).await;
+                    drop(slot);
                     session.send(answer).await;
                 });
             }
@@ -238,7 +249,9 @@ impl Session {
     }
 
     /// A batch, where the negotiated version has them: every request in it answered in one array.
-    async fn batch(self: Arc<Self>, batch: Vec<Value>) {
+    /// Its entries run one after another in the batch's place; without one, each request in it
+    /// is refused.
+    async fn batch(self: Arc<Self>, batch: Vec<Value>, slot: Option<tokio::sync::OwnedSemaphorePermit>) {
         let version = self.state.lock().expect("state lock").version;
         if !version.is_some_and(Version::has_batches) {
             let why = match version {
@@ -253,16 +266,18 @@ impl Session {
         let mut answers = Vec::new();
         for value in batch {
             match jsonrpc::classify(value) {
-                Incoming::Request { id, method, params } if method == "tools/call" => {
-                    answers.push(match (self.check_call(&id, &params), self.slot()) {
-                        (Err(refusal), _) => refusal,
-                        (Ok(()), None) => jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, too_many()),
-                        (Ok(()), Some(_slot)) => self.tool_call(&id, &params).await,
-                    });
-                }
                 Incoming::Request { id, method, params } if method == "initialize" => {
                     answers.push(jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, "initialize cannot be part of a batch"));
                     let _ = params;
+                }
+                Incoming::Request { id, .. } if slot.is_none() => {
+                    answers.push(jsonrpc::error(&id, jsonrpc::INVALID_REQUEST, too_many()))
+                }
+                Incoming::Request { id, method, params } if method == "tools/call" => {
+                    answers.push(match self.check_call(&id, &params) {
+                        Err(refusal) => refusal,
+                        Ok(()) => self.tool_call(&id, &params).await,
+                    });
                 }
                 Incoming::Request { id, method, params } => answers.push(self.request(&id, &method, &params).await),
                 Incoming::Notification { method, params } => self.notification(&method, &params),
@@ -272,6 +287,8 @@ impl Session {
                 }
             }
         }
+        // The place is free before the answer is out: a client that reads it may send the next at once.
+        drop(slot);
         if !answers.is_empty() {
             self.send(Value::Array(answers)).await;
         }

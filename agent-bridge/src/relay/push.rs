@@ -3,6 +3,7 @@
 //! handed on twice.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use relay_proto::v1::{Message, SubscribeRequest, push};
@@ -16,8 +17,30 @@ const MAX_RETRY: Duration = Duration::from_secs(5);
 /// The server sends a heartbeat every 10 s; this much silence means the connection is dead.
 const SILENCE: Duration = Duration::from_secs(35);
 
+/// How far the stream has brought this bridge. While the stream is open and has handed on
+/// everything the server had for it, the messages it handed on are all there is unread; otherwise
+/// (not yet open, reopening after a failure, still catching up) only the server can say.
+#[derive(Debug, Default)]
+pub struct Progress {
+    caught_up: AtomicBool,
+    /// The newest seq handed on.
+    received: AtomicU64,
+}
+
+impl Progress {
+    /// Whether everything unread was handed on: the stream is open and caught up, and whoever
+    /// takes the messages has taken up to `taken`.
+    pub fn complete(&self, taken: u64) -> bool {
+        self.caught_up.load(Ordering::Acquire) && self.received.load(Ordering::Acquire) <= taken
+    }
+
+    fn set_caught_up(&self, caught_up: bool) {
+        self.caught_up.store(caught_up, Ordering::Release);
+    }
+}
+
 /// Feeds every new message into `sink`, in seq order and each seq once, until `stop`.
-pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, stop: CancellationToken) {
+pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, progress: Arc<Progress>, stop: CancellationToken) {
     let mut last_seq = 0u64;
     let mut address = String::new();
     let mut retry = FIRST_RETRY;
@@ -25,12 +48,14 @@ pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, stop: Cancellat
         if stop.is_cancelled() {
             return;
         }
+        progress.set_caught_up(false);
         let attempt = async {
             let session = relay.session().await.map_err(|e| e.to_string())?;
             if session.endpoint.address != address {
                 // A different endpoint has its own sequence.
                 address.clone_from(&session.endpoint.address);
                 last_seq = 0;
+                progress.received.store(0, Ordering::Release);
             }
             let request = authed(SubscribeRequest { after_seq: last_seq }, &session.token);
             let mut stream = match relay.client().subscribe(request).await {
@@ -42,6 +67,10 @@ pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, stop: Cancellat
                     return Err(status.message().to_owned());
                 }
             };
+            // The server opens with a heartbeat naming the inbox head, then sends what is unread
+            // above `after_seq`, then heartbeats between deliveries: caught up at once when nothing
+            // lies above what this bridge has, else from the next heartbeat.
+            let mut opened = false;
             loop {
                 let next = tokio::time::timeout(SILENCE, stream.message()).await;
                 let push = match next {
@@ -56,13 +85,21 @@ pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, stop: Cancellat
                     Ok(Ok(Some(push))) => push,
                 };
                 retry = FIRST_RETRY;
-                if let Some(push::Event::Message(message)) = push.event
-                    && message.seq > last_seq
-                {
-                    last_seq = message.seq;
-                    if sink.send(message).await.is_err() {
-                        return Ok(());
+                match push.event {
+                    Some(push::Event::Message(message)) if message.seq > last_seq => {
+                        last_seq = message.seq;
+                        progress.received.fetch_max(message.seq, Ordering::AcqRel);
+                        if sink.send(message).await.is_err() {
+                            return Ok(());
+                        }
                     }
+                    Some(push::Event::Heartbeat(beat)) => {
+                        if opened || beat.head_seq <= last_seq {
+                            progress.set_caught_up(true);
+                        }
+                        opened = true;
+                    }
+                    _ => {}
                 }
             }
         };
@@ -70,6 +107,7 @@ pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, stop: Cancellat
             outcome = attempt => outcome,
             () = stop.cancelled() => return,
         };
+        progress.set_caught_up(false);
         match outcome {
             Ok(()) => return,
             Err(reason) => {

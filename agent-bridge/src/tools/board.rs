@@ -102,8 +102,13 @@ async fn post_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     } else {
         format!("as a schedule: {}; each run posts its own card", schedule_text(&job))
     };
-    let text =
-        format!("Posted {} in {} on {} {what}.\nid: {}", frame::quote(&job.title), repo.name, repo.machine, job.id);
+    let text = format!(
+        "Posted {} in {} on {} {what}.\nid: {}",
+        frame::quote(&job.title),
+        frame::neutralize(&repo.name),
+        repo.machine,
+        job.id
+    );
     let outcome = card(text, &job);
     Ok(match dispatcher_note(&job).filter(|_| job.schedule.is_empty()) {
         Some(note) => outcome.then(note),
@@ -113,7 +118,7 @@ async fn post_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
 
 fn summary_line(j: &JobView) -> String {
     let repo = j.repo.clone().unwrap_or_default();
-    let mut bits = vec![format!("{} on {}", repo.name, repo.machine), j.agent.clone()];
+    let mut bits = vec![format!("{} on {}", frame::neutralize(&repo.name), repo.machine), j.agent.clone()];
     if !j.schedule.is_empty() {
         bits.push(format!("schedule {}", schedule_text(j)));
     }
@@ -170,7 +175,7 @@ fn full_text(j: &JobView) -> String {
         frame::quote(&j.title),
         format!("id: {}", j.id),
         format!("column: {}", column_label(&j.state)),
-        format!("repo: {} ({} on {})", repo.name, repo.path, repo.machine),
+        format!("repo: {} ({} on {})", frame::neutralize(&repo.name), frame::neutralize(&repo.path), repo.machine),
         format!("agent: {}", j.agent),
         if j.schedule.is_empty() {
             format!("runs once{}", if j.requires_pr { ", ends in a pull request" } else { ", no pull request" })
@@ -310,4 +315,29 @@ async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     };
     // Text alone: Claude Code reads the decision from the text, and would read structuredContent instead.
     Ok(Outcome::text(answer.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_card_shows_its_repository_defused() {
+        let job = JobView {
+            id: "c1".into(),
+            state: "todo".into(),
+            title: "t".into(),
+            repo: Some(RepoView {
+                name: "app\u{1b}]0;x\u{7}".into(),
+                path: "/srv/\u{1b}[2Japp\u{202e}".into(),
+                machine: "ci".into(),
+            }),
+            ..Default::default()
+        };
+        let shown = full_text(&job);
+        assert!(!shown.chars().any(|c| c == '\u{1b}' || c == '\u{7}' || c == '\u{202e}'), "{shown:?}");
+        assert!(shown.contains("repo: app\u{241b}]0;x\u{2407} (/srv/\u{241b}[2Japp[U+202E] on ci)"), "{shown}");
+        let data = output::Job::from(&job);
+        assert!(shown.contains(&data.repo_path) && shown.contains(&data.repo), "the same text in both channels");
+    }
 }

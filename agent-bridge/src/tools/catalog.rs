@@ -28,14 +28,20 @@ pub struct Hints {
 }
 
 impl Hints {
-    /// Reads the relay's own state.
-    const READ: Self = Self { read_only: true, destructive: false, idempotent: true, open_world: false };
-    /// Reads what others wrote or do (agents' titles and notes, cards).
+    /// Reads what others wrote or do (agents' titles and notes, cards, a title an earlier holder
+    /// of the handle left).
     const READ_SHARED: Self = Self { read_only: true, destructive: false, idempotent: true, open_world: true };
-    /// Sets a value of the caller's own; repeating it changes nothing more.
-    const SET: Self = Self { read_only: false, destructive: false, idempotent: true, open_world: false };
-    /// Replaces or deletes settings (rules, groups, kept turns, card fields).
+    /// Replaces a value of the caller's own (the one before is gone); repeating it changes nothing more.
+    const SET: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: false };
+    /// Adds to the relay's state; adding what is there already does nothing.
+    const ADD: Self = Self { read_only: false, destructive: false, idempotent: true, open_world: false };
+    /// Replaces or deletes settings (kept turns).
     const REPLACE: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: false };
+    /// Several actions in one tool, from reading to creating and deleting (rules, groups): what
+    /// holds for all of them.
+    const MANAGE: Self = Self { read_only: false, destructive: true, idempotent: false, open_world: false };
+    /// Replaces fields of a card others see and workers act on.
+    const EDIT: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: true };
     /// Sends to other agents: each call is a new message.
     const MESSAGE: Self = Self { read_only: false, destructive: false, idempotent: false, open_world: true };
     /// Takes what other agents sent and marks it read.
@@ -124,7 +130,7 @@ fn build() -> Vec<Tool> {
                 "description": "Your own relay address (account/machine/handle), harness, status and unread count.",
                 "inputSchema": object(json!({}), &[]),
             }),
-            hints: Hints::READ,
+            hints: Hints::READ_SHARED,
             output: Some(schema::<output::Whoami>()),
             audience: Audience::Everyone,
         },
@@ -252,7 +258,7 @@ fn build() -> Vec<Tool> {
                     "to": { "type": "string", "description": "for why" },
                 }), &["action"]),
             }),
-            hints: Hints::REPLACE,
+            hints: Hints::MANAGE,
             output: Some(schema::<output::RulesResult>()),
             audience: Audience::Everyone,
         },
@@ -269,7 +275,7 @@ fn build() -> Vec<Tool> {
                     "out": selectors,
                 }), &["action"]),
             }),
-            hints: Hints::REPLACE,
+            hints: Hints::MANAGE,
             output: Some(schema::<output::Groups>()),
             audience: Audience::Everyone,
         },
@@ -361,7 +367,7 @@ fn build() -> Vec<Tool> {
                     "requires_pr": { "type": "boolean" },
                 }), &["id"]),
             }),
-            hints: Hints::REPLACE,
+            hints: Hints::EDIT,
             output: Some(schema::<output::Job>()),
             audience: Audience::Everyone,
         },
@@ -398,7 +404,7 @@ fn build() -> Vec<Tool> {
                 "description": "Operator only: put a git repository of this machine on the board so cards can be posted in it. Adding one already there does nothing.",
                 "inputSchema": object(json!({ "path": { "type": "string", "description": "absolute path (~/ allowed)" } }), &["path"]),
             }),
-            hints: Hints::SET,
+            hints: Hints::ADD,
             output: Some(schema::<output::Repo>()),
             audience: Audience::Operator,
         },
@@ -479,5 +485,11 @@ mod tests {
         assert!(!hints("relay_send").read_only && hints("relay_send").open_world && !hints("relay_send").idempotent);
         assert!(!hints("relay_inbox").read_only, "the inbox marks what it returns read");
         assert!(hints("close_job").destructive);
+        assert!(hints("relay_whoami").open_world, "whoami shows a title an earlier holder left");
+        for name in ["relay_rules", "relay_group"] {
+            let h = hints(name);
+            assert!(!h.read_only && h.destructive && !h.idempotent, "{name}: some actions create or delete");
+        }
+        assert!(hints("edit_job").open_world, "cards are seen and acted on by others");
     }
 }

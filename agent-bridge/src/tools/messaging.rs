@@ -130,10 +130,11 @@ async fn whoami(tools: &Tools, _: Args<'_>) -> Result<Outcome> {
     if !e.now.is_empty() {
         text.push_str(&format!("\nnow: {}", frame::quote(&e.now)));
     }
-    if e.operator {
-        text.push_str("\nrole: your account's operator (close_job, add_repo, answer_permission)");
+    let data = output::Whoami::new(&e, reply.unread);
+    if !data.role.is_empty() {
+        text.push_str(&format!("\nrole: {}", data.role));
     }
-    let outcome = Outcome::data(text, &output::Whoami::new(&e, reply.unread));
+    let outcome = Outcome::data(text, &data);
     // A title or note may be left from an earlier holder of the handle: shown as data.
     Ok(if e.note.is_empty() && e.title.is_empty() && e.now.is_empty() { outcome } else { outcome.untrusted() })
 }

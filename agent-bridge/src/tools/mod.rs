@@ -16,6 +16,7 @@ mod scope;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use relay_proto::v1::{ConfirmRequest, DeliveryState, Endpoint, Message, WhoAmIRequest};
@@ -26,6 +27,7 @@ use tokio::sync::{Mutex, watch};
 use crate::frame;
 use crate::mcp::Version;
 use crate::relay::Relay;
+use crate::relay::push::Progress;
 use catalog::Audience;
 
 pub use args::ArgError;
@@ -135,6 +137,10 @@ pub struct Tools {
     relay: Arc<Relay>,
     /// Pushed to this bridge but not read through a tool yet, by seq: the basis of unread hints.
     unread: Mutex<BTreeMap<u64, Waiting>>,
+    /// The newest seq taken into `unread`.
+    taken: AtomicU64,
+    /// How far the push stream has come: whether `unread` can be all there is.
+    stream: Arc<Progress>,
     /// Whether this endpoint is its account's operator (`None` until the server said); the session
     /// relists tools when it changes.
     operator: watch::Sender<Option<bool>>,
@@ -142,11 +148,22 @@ pub struct Tools {
 
 impl Tools {
     pub fn new(relay: Arc<Relay>) -> Self {
-        Self { relay, unread: Mutex::new(BTreeMap::new()), operator: watch::channel(None).0 }
+        Self {
+            relay,
+            unread: Mutex::new(BTreeMap::new()),
+            taken: AtomicU64::new(0),
+            stream: Arc::default(),
+            operator: watch::channel(None).0,
+        }
     }
 
     pub fn relay(&self) -> &Arc<Relay> {
         &self.relay
+    }
+
+    /// What the push stream reports its progress to.
+    pub fn stream_progress(&self) -> Arc<Progress> {
+        self.stream.clone()
     }
 
     /// Learns the endpoint's role from anything the server said about it; a change from a known
@@ -188,6 +205,7 @@ impl Tools {
     pub async fn note_unread(&self, message: &Message) {
         let waiting = Waiting { id: message.id.clone(), from: message.from.clone(), named: false };
         self.unread.lock().await.insert(message.seq, waiting);
+        self.taken.fetch_max(message.seq, Ordering::AcqRel);
     }
 
     async fn mark_seen(&self, seqs: impl IntoIterator<Item = u64>) {
@@ -205,9 +223,16 @@ impl Tools {
     /// The unread hint, while anything is unread. The server has the last word on the count (a
     /// message may have been read by other means); the hint names the messages this bridge holds,
     /// and those it names for the first time are reported surfaced: the model has seen them named.
+    /// With nothing pushed waiting, the server is asked only when the push stream may be behind
+    /// (not open, reopening, or still catching up): mail it has not handed on is unread too.
     async fn unread_hint(&self) -> Option<String> {
         // What the server's count can speak for: messages pushed before it was asked.
-        let asked_at = self.unread.lock().await.keys().next_back().copied()?;
+        let newest = self.unread.lock().await.keys().next_back().copied();
+        let asked_at = match newest {
+            Some(seq) => seq,
+            None if self.stream.complete(self.taken.load(Ordering::Acquire)) => return None,
+            None => 0,
+        };
         let ask = self.relay.call(Duration::ZERO, WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await });
         let server = match tokio::time::timeout(Duration::from_secs(5), ask).await {
             Ok(answer) => answer,
@@ -225,6 +250,9 @@ impl Tools {
             Ok(me) => (me.unread as usize).max(unread.len()),
             Err(_) => unread.len(),
         };
+        if count == 0 {
+            return None;
+        }
         if let Ok(me) = &server
             && let Some(endpoint) = &me.endpoint
         {
@@ -249,14 +277,7 @@ impl Tools {
                 Err(e) => tracing::warn!(error = %e, "cannot report hinted messages surfaced"),
             }
         }
-        let more = count.saturating_sub(named.len());
-        let plural = if count == 1 { "message" } else { "messages" };
-        let mut hint = format!("{count} unread relay {plural}: {}", named.join(", "));
-        if more > 0 {
-            hint.push_str(&format!(" and {more} more"));
-        }
-        hint.push_str("; read them with relay_inbox");
-        Some(hint)
+        Some(hint_text(count, &named))
     }
 
     /// Runs a tool; `name` is one of the catalog's. Every result carries the unread hint while
@@ -272,6 +293,23 @@ impl Tools {
         }
         outcome
     }
+}
+
+/// The hint's words: how many are unread, and the first few by short id and sender when this
+/// bridge has them (mail the push stream has not handed on yet is only counted).
+fn hint_text(count: usize, named: &[String]) -> String {
+    let plural = if count == 1 { "message" } else { "messages" };
+    let mut hint = if named.is_empty() {
+        format!("{count} unread relay {plural} waiting")
+    } else {
+        format!("{count} unread relay {plural}: {}", named.join(", "))
+    };
+    let more = count.saturating_sub(named.len());
+    if more > 0 && !named.is_empty() {
+        hint.push_str(&format!(" and {more} more"));
+    }
+    hint.push_str("; read them with relay_inbox");
+    hint
 }
 
 /// Why a tool call failed, worded for the model.
@@ -349,6 +387,20 @@ mod tests {
             said.starts_with("busy, nothing was done: acme/ci/bob") && said.ends_with("try again in 5 s"),
             "{said}"
         );
+    }
+
+    #[test]
+    fn a_hint_names_what_the_bridge_holds_and_counts_the_rest() {
+        let named = ["abcdefgh from acme/ci/bob".to_owned()];
+        assert_eq!(
+            hint_text(1, &named),
+            "1 unread relay message: abcdefgh from acme/ci/bob; read them with relay_inbox"
+        );
+        assert_eq!(
+            hint_text(3, &named),
+            "3 unread relay messages: abcdefgh from acme/ci/bob and 2 more; read them with relay_inbox"
+        );
+        assert_eq!(hint_text(2, &[]), "2 unread relay messages waiting; read them with relay_inbox");
     }
 
     #[test]

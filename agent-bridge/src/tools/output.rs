@@ -134,7 +134,13 @@ pub struct Whoami {
     pub title: String,
     pub unread: u64,
     pub operator: bool,
+    /// what the endpoint's role lets it do, when it has one beyond an agent's
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub role: String,
 }
+
+/// What the operator's role gives, as whoami says it.
+pub const OPERATOR_ROLE: &str = "your account's operator (close_job, add_repo, answer_permission)";
 
 impl Whoami {
     pub fn new(e: &Endpoint, unread: u64) -> Self {
@@ -150,6 +156,7 @@ impl Whoami {
             title: frame::neutralize(&e.title),
             unread,
             operator: e.operator,
+            role: if e.operator { OPERATOR_ROLE.to_owned() } else { String::new() },
         }
     }
 }
@@ -255,7 +262,11 @@ pub struct Groups {
 #[derive(Serialize, JsonSchema)]
 pub struct Peer {
     pub address: String,
+    /// claude, codex, gemini, cursor or other
+    pub harness: String,
     pub online: bool,
+    /// what it says it works on, written by that agent (neutralised); empty when it set none
+    pub title: String,
     /// what admits it
     pub reason: String,
 }
@@ -332,7 +343,7 @@ impl From<&JobView> for Job {
             state: j.state.clone(),
             title: n(&j.title),
             detail: n(&j.detail),
-            repo: repo.name,
+            repo: n(&repo.name),
             repo_path: n(&repo.path),
             machine: repo.machine,
             agent: j.agent.clone(),

@@ -155,7 +155,13 @@ async fn peers(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
             .iter()
             .map(|p| {
                 let e = p.endpoint.clone().unwrap_or_default();
-                output::Peer { address: e.address, online: e.online, reason: p.reason.clone() }
+                output::Peer {
+                    address: e.address,
+                    harness: e.harness,
+                    online: e.online,
+                    title: frame::neutralize(&e.title),
+                    reason: p.reason.clone(),
+                }
             })
             .collect(),
     };

@@ -56,6 +56,17 @@ fn refuse(expr: &str, why: impl std::fmt::Display) -> Error {
     Error::invalid(format!("schedule {:?}: {why}", expr.trim()))
 }
 
+/// An expression whose fields each passed but which still cannot be run as a schedule.
+fn unreadable(expr: &str) -> Error {
+    refuse(
+        expr,
+        format!(
+            "it cannot be read as a schedule: write {FORM}, with {}",
+            FIELDS.iter().map(|f| f.range).collect::<Vec<_>>().join(", ")
+        ),
+    )
+}
+
 impl Field {
     /// A number or a name of this field, within its range.
     fn value(&self, expr: &str, atom: &str) -> Result<u32> {
@@ -146,8 +157,9 @@ impl Schedule {
             .year(Year::Disallowed)
             .build()
             .parse(&text)
-            // Every field was checked above; what croner still refuses is said in its words.
-            .map_err(|e| refuse(expr, format!("{e}; write {FORM}")))?;
+            // Every field was checked above; should croner still refuse one, the refusal is ours,
+            // not its words.
+            .map_err(|_| unreadable(expr))?;
         Ok(Self { expr: text, zone, cron })
     }
 
@@ -163,10 +175,12 @@ impl Schedule {
     /// the first instant after the gap; a repeated one runs once.
     pub fn next_after(&self, after: DateTime<Utc>) -> Result<DateTime<Utc>> {
         let local = after.with_timezone(&self.zone);
-        self.cron
-            .find_next_occurrence(&local, false)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|e| Error::invalid(format!("schedule {:?} never comes due: {e}", self.expr)))
+        self.cron.find_next_occurrence(&local, false).map(|t| t.with_timezone(&Utc)).map_err(|_| {
+            Error::invalid(format!(
+                "schedule {:?} never comes due: no date has the day of month, month and day of week it names",
+                self.expr
+            ))
+        })
     }
 }
 
@@ -296,6 +310,38 @@ mod tests {
                 .starts_with("schedule \"0 0 * foo *\": the month field has \"foo\", which crontab does not accept")
         );
         assert!(refusal("0 0 * * mon-xyz").contains("the day of week field has \"xyz\""));
+    }
+
+    #[test]
+    fn what_croner_refuses_is_said_in_our_words() {
+        let said = unreadable("0 0 * * *").to_string();
+        assert!(
+            said.starts_with("schedule \"0 0 * * *\": it cannot be read as a schedule: write five fields"),
+            "{said}"
+        );
+        for allowed in ["@hourly", "minutes run 0-59", "hours run 0-23", "months run 1-12", "days of the week run 0-7"]
+        {
+            assert!(said.contains(allowed), "{allowed} in {said}");
+        }
+        assert!(!said.contains("Component") && !said.contains("error"), "{said}");
+        // Whatever reaches croner is worded by us, whether it takes it or not.
+        for expr in ["0 0 31 2 *", "0 0 30 2 *", "1-1 * * * *", "0 0 1-31/31 * *", "0-0/59 * * * 0,7"] {
+            if let Err(e) = Schedule::parse(expr, "UTC") {
+                let said = e.to_string();
+                assert!(said.starts_with(&format!("schedule {expr:?}: ")), "{said}");
+                assert!(!said.contains("Component") && !said.contains("out of bounds"), "{said}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_schedule_no_date_matches_says_so() {
+        let s = Schedule::parse("0 0 30 2 *", "UTC").unwrap();
+        let said = s.next_after(utc(2026, 1, 1, 0, 0)).unwrap_err().to_string();
+        assert_eq!(
+            said,
+            "schedule \"0 0 30 2 *\" never comes due: no date has the day of month, month and day of week it names"
+        );
     }
 
     #[test]
