@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let out = PathBuf::from(env::var("OUT_DIR")?);
     tonic_prost_build::configure()
+        .codec_path("crate::codec::LeanCodec")
         .file_descriptor_set_path(out.join("relay_v1_descriptor.bin"))
         .compile_protos(&["relay/v1/relay.proto"], &["."])?;
     println!("cargo:rerun-if-changed=relay");

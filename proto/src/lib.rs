@@ -2,6 +2,7 @@
 //! file, which `relay-server dev` and `agent-bridge login` both write.
 
 pub mod bridge_config;
+pub mod codec;
 
 pub mod v1 {
     tonic::include_proto!("relay.v1");

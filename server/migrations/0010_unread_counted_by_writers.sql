@@ -3,9 +3,8 @@
 -- The statement triggers of migration 9 ran a function, two aggregates over transition tables and an
 -- update for every statement on deliveries, including the many that cannot change a count (marking
 -- a delivery pushed or surfaced). Writers of this release count for themselves and say so with the
--- transaction-local setting `relay.counted`; the triggers left behind fire per row, only when a
--- delivery crosses between unread and read or withdrawn, and only for a writer that did not count
--- (a previous release during a rolling upgrade, or a hand-written statement).
+-- transaction-local setting `relay.counted`; the triggers count only for a writer that did not (a
+-- previous release during a rolling upgrade, or a statement typed by hand).
 --
 -- Lock order, everywhere: an inbox's endpoint row before its deliveries. A send's batch locks the
 -- heads it writes (and the inbox of a reply's sender) first; showing or reading deliveries locks
@@ -16,26 +15,20 @@ drop trigger deliveries_unread_insert on deliveries;
 drop trigger deliveries_unread_update on deliveries;
 drop trigger deliveries_unread_delete on deliveries;
 
-create function relay_count_unread_row() returns trigger language plpgsql as $$
-begin
-    if tg_op = 'DELETE' or (tg_op = 'UPDATE' and new.state >= 4) then
-        update endpoints set unread = unread - 1 where id = old.recipient_id;
-    else
-        update endpoints set unread = unread + 1 where id = new.recipient_id;
-    end if;
-    return null;
-end $$;
-
+-- The same counting as before (once per statement, so a bulk statement updates each inbox once),
+-- skipped when the writer counted.
 create trigger deliveries_unread_insert after insert on deliveries
-    for each row when (new.state < 4 and current_setting('relay.counted', true) is distinct from 'on')
-    execute function relay_count_unread_row();
-create trigger deliveries_unread_update after update of state on deliveries
-    for each row when ((old.state < 4) <> (new.state < 4)
-                       and current_setting('relay.counted', true) is distinct from 'on')
-    execute function relay_count_unread_row();
+    referencing new table as new_rows for each statement
+    when (current_setting('relay.counted', true) is distinct from 'on')
+    execute function relay_count_unread();
+create trigger deliveries_unread_update after update on deliveries
+    referencing old table as old_rows new table as new_rows for each statement
+    when (current_setting('relay.counted', true) is distinct from 'on')
+    execute function relay_count_unread();
 create trigger deliveries_unread_delete after delete on deliveries
-    for each row when (old.state < 4 and current_setting('relay.counted', true) is distinct from 'on')
-    execute function relay_count_unread_row();
+    referencing old table as old_rows for each statement
+    when (current_setting('relay.counted', true) is distinct from 'on')
+    execute function relay_count_unread();
 
 -- Moves one inbox's deliveries forward to `target` (pushed 2, surfaced 3 or read 4) and answers how
 -- many moved. Surfaced and read are what the agent was shown: the inbox is locked first and

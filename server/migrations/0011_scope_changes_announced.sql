@@ -24,3 +24,18 @@ create trigger contacts_scope after insert or update or delete on contacts
     for each statement execute function relay_scope_changed();
 create trigger accounts_scope after update of name, hold_classes or delete on accounts
     for each statement execute function relay_scope_changed();
+
+-- A change of an account's operator is announced for the endpoints it names, old and new, as a
+-- change of those endpoints: replicas holding their push streams tell their bridges the new role.
+create function relay_operator_changed() returns trigger language plpgsql as $$
+begin
+    perform pg_notify('relay_control', 'endpoint:' || ea.id)
+    from endpoint_addresses ea
+    where ea.account_id = new.id
+      and ea.machine || '/' || ea.handle in (coalesce(old.operator, ''), coalesce(new.operator, ''));
+    return null;
+end $$;
+
+create trigger accounts_operator after update of operator on accounts
+    for each row when (old.operator is distinct from new.operator)
+    execute function relay_operator_changed();

@@ -551,6 +551,16 @@ async fn operator_tools_are_listed_to_the_operator_alone() {
     // Listing is not permission: the server still refuses a non-operator that calls one.
     let refused = bob.tool("close_job", json!({ "id": "nope", "accept": true })).await;
     assert_eq!(refused["isError"], true, "{refused}");
+
+    // The role moves while neither calls a tool: the server's push stream tells both bridges, and
+    // both clients are told to list again.
+    w.server.admin_ok(&["operator", "acme", "ci/bob"]);
+    bob.notification("notifications/tools/list_changed", WAIT).await;
+    alice.notification("notifications/tools/list_changed", WAIT).await;
+    let moved = tool_names(&bob.request("tools/list", json!({})).await);
+    assert!(operator_tools.iter().all(|t| moved.iter().any(|a| a == t)), "{moved:?}");
+    let left = tool_names(&alice.request("tools/list", json!({})).await);
+    assert!(left.iter().all(|t| !operator_tools.contains(&t.as_str())), "{left:?}");
 }
 
 #[tokio::test]

@@ -104,7 +104,9 @@ pub async fn run(
     // failures surface on the first tool call instead.
     let (pushes, pushed) = mpsc::channel::<Message>(64);
     let progress = session.tools.stream_progress();
-    tokio::spawn(push::run(session.tools.relay().clone(), pushes, progress, session.stop.clone()));
+    let tools = session.tools.clone();
+    let role = move |operator| tools.observe_role(operator);
+    tokio::spawn(push::run(session.tools.relay().clone(), pushes, progress, role, session.stop.clone()));
     let forwarder = tokio::spawn(forward_pushes(session.clone(), pushed));
     let relister = tokio::spawn(announce_role_changes(session.clone()));
 

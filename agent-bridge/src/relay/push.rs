@@ -39,8 +39,16 @@ impl Progress {
     }
 }
 
-/// Feeds every new message into `sink`, in seq order and each seq once, until `stop`.
-pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, progress: Arc<Progress>, stop: CancellationToken) {
+/// Feeds every new message into `sink`, in seq order and each seq once, until `stop`; tells `role`
+/// whether the endpoint is its account's operator whenever the server says (at every heartbeat,
+/// and at once when it changes).
+pub async fn run(
+    relay: Arc<Relay>,
+    sink: mpsc::Sender<Message>,
+    progress: Arc<Progress>,
+    role: impl Fn(bool),
+    stop: CancellationToken,
+) {
     let mut last_seq = 0u64;
     let mut address = String::new();
     let mut retry = FIRST_RETRY;
@@ -98,6 +106,9 @@ pub async fn run(relay: Arc<Relay>, sink: mpsc::Sender<Message>, progress: Arc<P
                             progress.set_caught_up(true);
                         }
                         opened = true;
+                        if let Some(operator) = beat.operator {
+                            role(operator);
+                        }
                     }
                     _ => {}
                 }

@@ -169,9 +169,14 @@ impl Tools {
     /// Learns the endpoint's role from anything the server said about it; a change from a known
     /// role is announced.
     pub fn observe(&self, endpoint: &Endpoint) {
-        let now = Some(endpoint.operator);
+        self.observe_role(endpoint.operator);
+    }
+
+    /// Learns whether the endpoint is its account's operator; a change from a known role is
+    /// announced.
+    pub fn observe_role(&self, operator: bool) {
         // Unknown counts as not the operator: that is what a listing without the role showed.
-        self.operator.send_if_modified(|known| std::mem::replace(known, now).unwrap_or(false) != endpoint.operator);
+        self.operator.send_if_modified(|known| known.replace(operator).unwrap_or(false) != operator);
     }
 
     /// Tells when the endpoint's role changes.

@@ -23,7 +23,7 @@ pub const RECONNECT_GRACE: Duration = Duration::from_secs(5);
 /// A session with no push stream open keeps its handle this long after its last sign of life (its
 /// Hello, its stream closing): enough for a bridge to open its stream right after Hello or to
 /// reconnect at once, short enough that a crashed agent's handle is free again within 2 s.
-pub const UNSTREAMED_HOLD: Duration = Duration::from_millis(1500);
+pub const UNSTREAMED_HOLD: Duration = Duration::from_millis(1000);
 
 /// A lease length in whole seconds, as SQL interval arithmetic takes it.
 pub fn secs(d: Duration) -> f64 {
@@ -89,7 +89,7 @@ mod tests {
         let quiet = handle_held("bob", "acme/ci", &Holder { harness: "other", since, stream_open: false });
         assert_eq!(
             quiet.to_string(),
-            "handle bob on acme/ci is held by a session connected since 2026-11-30T12:03:04Z that has not opened its push stream: choose another handle (--handle or RELAY_HANDLE), or claim it again in 2 s, when it is free unless that session opens its stream"
+            "handle bob on acme/ci is held by a session connected since 2026-11-30T12:03:04Z that has not opened its push stream: choose another handle (--handle or RELAY_HANDLE), or claim it again in 1 s, when it is free unless that session opens its stream"
         );
     }
 

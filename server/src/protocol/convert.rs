@@ -57,8 +57,10 @@ pub fn kind_from_wire(kind: wire::MessageKind) -> Kind {
 /// One event of a push stream, as the bridge receives it.
 pub fn push(event: Event) -> wire::Push {
     let event = match event {
-        Event::Message(m) => wire::push::Event::Message(m.into()),
-        Event::Heartbeat { head_seq } => wire::push::Event::Heartbeat(wire::Heartbeat { head_seq }),
+        Event::Message(m) => wire::push::Event::Message((*m).into()),
+        Event::Heartbeat { head_seq, operator } => {
+            wire::push::Event::Heartbeat(wire::Heartbeat { head_seq, operator: Some(operator) })
+        }
     };
     wire::Push { event: Some(event) }
 }

@@ -18,10 +18,15 @@ const BATCH: i64 = 100;
 const BUFFER: usize = 16;
 
 /// What the stream carries: each delivery, and a heartbeat with the inbox head now and then.
+/// A delivery is boxed: every open stream's buffer holds slots of this size, idle or not.
 #[derive(Debug)]
 pub enum Event {
-    Message(Message),
-    Heartbeat { head_seq: u64 },
+    Message(Box<Message>),
+    /// The inbox head, and whether the endpoint is its account's operator.
+    Heartbeat {
+        head_seq: u64,
+        operator: bool,
+    },
 }
 
 /// The events of one stream; an error ends it.
@@ -64,14 +69,15 @@ async fn feed(
     let mut waiter = hub.waiter(caller.endpoint_id);
     // One stream per endpoint: opening this one ends an older one here at once.
     let claim = hub.claim_stream(caller.endpoint_id);
-    let (stream_gen, head) = store.open_presence(caller).await?.ok_or_else(gone)?;
+    let opened = store.open_presence(caller).await?.ok_or_else(gone)?;
+    let (stream_gen, mut operator) = (opened.generation, opened.operator);
     *generation = Some(stream_gen);
-    if !send_timely(tx, beat(head)).await {
+    if !send_timely(tx, beat(opened.head, operator)).await {
         return Ok(());
     }
     // Presence is the replica's to keep: an idle stream only tells its bridge it is alive, and
     // reads the database only when something changed.
-    let mut head = head;
+    let mut head = opened.head;
     let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
     // Read what waits, then again only on a wake-up: a heartbeat or a recheck reads no inbox.
     let mut unread_may_wait = true;
@@ -87,12 +93,14 @@ async fn feed(
             () = claim.replaced() => return Err(gone()),
             () = tx.closed() => return Ok(()),
             () = claim.changed() => {
-                if !store.stream_current(caller, stream_gen).await? {
-                    return Err(gone());
+                let now = store.stream_current(caller, stream_gen).await?.ok_or_else(gone)?;
+                // A role change is told at once: the bridge lists its tools again.
+                if std::mem::replace(&mut operator, now) != now && !send_timely(tx, beat(head, operator)).await {
+                    return Ok(());
                 }
             }
             _ = beats.tick() => {
-                if !send_timely(tx, beat(head)).await {
+                if !send_timely(tx, beat(head, operator)).await {
                     return Ok(());
                 }
             }
@@ -108,8 +116,8 @@ fn gone() -> Error {
     )
 }
 
-fn beat(head: i64) -> Event {
-    Event::Heartbeat { head_seq: head as u64 }
+fn beat(head: i64, operator: bool) -> Event {
+    Event::Heartbeat { head_seq: head as u64, operator }
 }
 
 /// Pushes every unread delivery above `last`. `false` when the client is gone.
@@ -122,7 +130,7 @@ async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender
         let mut sent = Vec::with_capacity(batch.len());
         for message in batch {
             let seq = message.seq as i64;
-            if !send_timely(tx, Event::Message(message)).await {
+            if !send_timely(tx, Event::Message(Box::new(message))).await {
                 store.mark_pushed(caller, &sent).await?;
                 return Ok(false);
             }

@@ -69,6 +69,13 @@ impl Control {
     }
 }
 
+/// A push stream just opened: its generation, the inbox head, and the endpoint's role.
+pub struct OpenStream {
+    pub generation: i64,
+    pub head: i64,
+    pub operator: bool,
+}
+
 pub struct HelloOutcome {
     pub endpoint: Endpoint,
     pub session_token: String,
@@ -494,7 +501,7 @@ impl Store {
     /// A push stream opens on this replica: it becomes the endpoint's newest stream, and the endpoint
     /// stays online while this replica is alive. Returns its generation and the newest seq, or `None`
     /// when the session is no longer valid.
-    pub async fn open_presence(&self, caller: &Caller) -> Result<Option<(i64, i64)>> {
+    pub async fn open_presence(&self, caller: &Caller) -> Result<Option<OpenStream>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
@@ -506,29 +513,37 @@ impl Store {
                  from machines m
                  where e.id = $1 and e.session_hash = $2 and e.ended_at is null
                    and m.id = e.machine_id and m.revoked_at is null
-                 returning e.stream_gen, e.head_seq",
+                 returning e.stream_gen, e.head_seq,
+                           coalesce((select a.operator from accounts a where a.id = m.account_id) = m.name || '/' || e.handle, false)",
             )
             .await?;
         let lease = presence::secs(presence::REPLICA_LEASE);
         let replica = self.replica();
-        Ok(client
+        client
             .query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease, &replica])
             .await?
-            .map(|r| (r.get(0), r.get(1))))
+            .map(|r| Ok(OpenStream { generation: r.col(0)?, head: r.col(1)?, operator: r.col(2)? }))
+            .transpose()
     }
 
-    /// Whether a stream is still the endpoint's newest, of a live session on a machine not revoked.
-    /// Read only when the endpoint or its machine changed, never on a timer.
-    pub async fn stream_current(&self, caller: &Caller, generation: i64) -> Result<bool> {
+    /// Whether the endpoint is its account's operator while the stream is still its newest, of a live
+    /// session on a machine not revoked; `None` once it is not. Read only when the endpoint or its
+    /// machine changed, never on a timer.
+    pub async fn stream_current(&self, caller: &Caller, generation: i64) -> Result<Option<bool>> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(
-                "select 1 from endpoints e join machines m on m.id = e.machine_id
+                "select coalesce((select a.operator from accounts a where a.id = m.account_id) = m.name || '/' || e.handle, false)
+                 from endpoints e join machines m on m.id = e.machine_id
                  where e.id = $1 and e.session_hash = $2 and e.stream_gen = $3 and e.ended_at is null
                    and m.revoked_at is null",
             )
             .await?;
-        Ok(client.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &generation]).await?.is_some())
+        client
+            .query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &generation])
+            .await?
+            .map(|r| r.col(0))
+            .transpose()
     }
 
     /// The newest stream closed: the endpoint stays online only for the reconnect grace, and its

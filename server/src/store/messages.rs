@@ -101,7 +101,7 @@ impl Store {
     /// the batched writer, which re-checks under lock what a concurrent change could break (the
     /// contacts relied on, room in each inbox). A send held for a human takes the transactional path.
     pub async fn send(&self, caller: &Caller, out: Outgoing<'_>) -> Result<Sent> {
-        let _slot = self.send_slots.clone().try_acquire_owned().map_err(|_| limits::overloaded())?;
+        let _place = self.send_limit.try_admit().ok_or_else(limits::overloaded)?;
         // The same words from the same sender resolve alike until scope changes, which every
         // replica hears of; a group's members are read each time, as they come and go.
         let key = (!out.to.iter().any(|a| a.trim().starts_with("group:"))).then(|| resolved::Key {
@@ -300,7 +300,7 @@ impl Store {
         body: &RedactedText,
         client_id: Option<&str>,
     ) -> Result<Sent> {
-        let _slot = self.send_slots.clone().try_acquire_owned().map_err(|_| limits::overloaded())?;
+        let _place = self.send_limit.try_admit().ok_or_else(limits::overloaded)?;
         let reference = MessageRef::parse(reference)?;
         let client = self.client().await?;
         if let Some(client_id) = client_id

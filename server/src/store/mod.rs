@@ -12,6 +12,7 @@ mod replicas;
 mod resolved;
 pub mod scope;
 mod send_batch;
+mod send_limit;
 pub mod sessions;
 pub mod spawn;
 pub mod trust;
@@ -126,12 +127,10 @@ pub struct Store {
     resolved: Arc<resolved::ResolvedCache<messages::Resolved>>,
     /// Writes resolved sends together, a batch per commit.
     batcher: Arc<send_batch::Batcher>,
-    /// Sends under way at most (resolving or waiting to be written); more are refused at once.
-    send_slots: Arc<tokio::sync::Semaphore>,
+    /// Sends under way at most (resolving or waiting to be written), following the rate they are
+    /// written at; more are refused at once.
+    send_limit: Arc<send_limit::SendLimit>,
 }
-
-/// Sends under way at most before more are refused as overloaded.
-const SENDS_UNDER_WAY: usize = 512;
 
 impl Store {
     /// Builds the pool and checks that the database answers.
@@ -159,7 +158,7 @@ impl Store {
             sessions: Arc::default(),
             resolved: Arc::default(),
             batcher,
-            send_slots: Arc::new(tokio::sync::Semaphore::new(SENDS_UNDER_WAY)),
+            send_limit: Arc::default(),
         };
         // Startup is the one place where the driver's own words help the operator most.
         let probe = store.pool.get().await.map_err(|e| match e {

@@ -1,0 +1,43 @@
+//! Prost encoding with small first buffers. tonic gives every call an 8 KiB encode buffer for its
+//! whole life, and a push stream lives as long as its agent: with thousands of streams open that is
+//! most of the server's memory, while a push or a heartbeat takes a few hundred bytes. Buffers
+//! still grow for a large message.
+
+use std::marker::PhantomData;
+
+use prost::Message;
+use tonic::codec::{BufferSettings, Codec};
+use tonic_prost::{ProstDecoder, ProstEncoder};
+
+/// First size of a call's encode and decode buffers; they grow in steps of this size.
+const BUFFER: usize = 1024;
+/// Encoded bytes after which a stream yields to let them be sent (tonic's default).
+const YIELD_AFTER: usize = 32 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct LeanCodec<T, U>(PhantomData<(T, U)>);
+
+impl<T, U> Default for LeanCodec<T, U> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T, U> Codec for LeanCodec<T, U>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = ProstEncoder<T>;
+    type Decoder = ProstDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        ProstEncoder::new(BufferSettings::new(BUFFER, YIELD_AFTER))
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        ProstDecoder::new(BufferSettings::new(BUFFER, YIELD_AFTER))
+    }
+}
