@@ -65,12 +65,27 @@ const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.ki
      m.require_reply, m.private, \
      case when re.parent_id = m.sender_id then 'parent' when se.parent_id = d.recipient_id then 'child' else '' end as relation";
 
-/// Deliveries `d` with their message `m`, the sender's address `ea`, and both endpoints for the relation.
-const MESSAGE_JOINS: &str = "deliveries d
-     join messages m on m.id = d.message_id
-     join endpoint_addresses ea on ea.id = m.sender_id
-     join endpoints re on re.id = d.recipient_id
-     join endpoints se on se.id = m.sender_id";
+/// What each delivery `d` is joined with: its message `m`, the sender's address `ea`, and both
+/// endpoints for the relation.
+macro_rules! message_joins {
+    () => {
+        "join messages m on m.id = d.message_id
+         join endpoint_addresses ea on ea.id = m.sender_id
+         join endpoints re on re.id = d.recipient_id
+         join endpoints se on se.id = m.sender_id"
+    };
+}
+
+/// Deliveries `d` with what [`message_joins`] adds.
+const MESSAGE_JOINS: &str = concat!("deliveries d ", message_joins!());
+
+/// The first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order, with what
+/// [`message_joins`] adds. The limit is taken before any join: an inbox that grew faster than the
+/// planner's statistics cannot make it join everything it holds and sort it.
+const UNREAD_AFTER: &str = concat!(
+    "(select * from deliveries where recipient_id = $1 and seq > $2 and state < 4 order by seq limit $3) d ",
+    message_joins!()
+);
 
 fn message_from_row(row: &Row) -> Result<Message> {
     let sent_at: DateTime<Utc> = row.col("created_at")?;
@@ -826,13 +841,9 @@ impl Store {
     /// unread is read after.
     pub async fn inbox(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let client = self.client().await?;
-        let sql = format!(
-            "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
-             where d.recipient_id = $1 and d.state < 4
-             order by d.seq limit $2"
-        );
+        let sql = format!("select {MESSAGE_COLUMNS} from {UNREAD_AFTER} order by d.seq");
         let stmt = client.prepare_cached(&sql).await?;
-        let rows = client.query(&stmt, &[&caller.endpoint_id, &i64::from(limit)]).await?;
+        let rows = client.query(&stmt, &[&caller.endpoint_id, &0i64, &i64::from(limit)]).await?;
         let messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
         if !messages.is_empty() {
             let seqs: Vec<i64> = messages.iter().map(|m| m.seq as i64).collect();
@@ -872,11 +883,7 @@ impl Store {
     /// Deliveries above `after` that are not read yet, for the push stream.
     pub async fn pending_after(&self, caller: &Caller, after: i64, limit: i64) -> Result<Vec<Message>> {
         let client = self.client().await?;
-        let sql = format!(
-            "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
-             where d.recipient_id = $1 and d.seq > $2 and d.state < 4
-             order by d.seq limit $3"
-        );
+        let sql = format!("select {MESSAGE_COLUMNS} from {UNREAD_AFTER} order by d.seq");
         let stmt = client.prepare_cached(&sql).await?;
         client.query(&stmt, &[&caller.endpoint_id, &after, &limit]).await?.iter().map(message_from_row).collect()
     }
