@@ -37,6 +37,8 @@ create function relay_advance(recipient bigint, seqs bigint[], target smallint) 
 language plpgsql as $$
 declare
     n integer;
+    lowest bigint;
+    highest bigint;
 begin
     if target not between 2 and 4 then
         raise exception 'relay_advance: target % is not pushed, surfaced or read', target;
@@ -49,14 +51,17 @@ begin
     else
         perform 1 from endpoints where id = recipient for update;
     end if;
+    -- The range bounds the index scan whatever the planner believes of this inbox's size: an inbox
+    -- that grew faster than the statistics would otherwise be read whole for a few seqs.
+    select min(x), max(x) into lowest, highest from unnest(seqs) x;
     update deliveries set state = target, updated_at = now()
-    where recipient_id = recipient and seq = any(seqs) and state < target;
+    where recipient_id = recipient and seq between lowest and highest and seq = any(seqs) and state < target;
     get diagnostics n = row_count;
     if target > 2 then
         update endpoints
         set unread = unread - case when target = 4 then n else 0 end,
             last_shown = coalesce((select message_id from deliveries
-                                   where recipient_id = recipient and seq = (select max(x) from unnest(seqs) x)),
+                                   where recipient_id = recipient and seq = highest),
                                   last_shown)
         where id = recipient;
     end if;

@@ -83,10 +83,17 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "scope_changes_announced",
         sql: include_str!("../../migrations/0011_scope_changes_announced.sql"),
     },
+    Migration {
+        version: 12,
+        name: "deliveries_by_message",
+        sql: include_str!("../../migrations/0012_deliveries_by_message.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
 const LOCK_KEY: i64 = 0x5245_4c41_5900_0001;
+/// How often a replica waiting for another's migrations tries the lock again.
+const LOCK_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Longest a migration statement waits for a table lock. A DDL statement queued behind a long
 /// transaction blocks every query queued behind it, so it is better to fail the start and retry.
@@ -162,10 +169,15 @@ where
 }
 
 async fn locked(client: &mut Client) -> Result<Report, MigrateError> {
-    let free: bool = client.query_one("select pg_try_advisory_lock($1)", &[&LOCK_KEY]).await?.get(0);
-    if !free {
-        tracing::info!("another process is applying migrations; waiting for it");
-        client.execute("select pg_advisory_lock($1)", &[&LOCK_KEY]).await?;
+    // Waiting is polling, never a statement blocked on the lock: a blocked statement holds a
+    // snapshot, and the other process's `create index concurrently` waits for every snapshot to
+    // end, so each would wait for the other.
+    let mut told = false;
+    while !client.query_one("select pg_try_advisory_lock($1)", &[&LOCK_KEY]).await?.get::<_, bool>(0) {
+        if !std::mem::replace(&mut told, true) {
+            tracing::info!("another process is applying migrations; waiting for it");
+        }
+        tokio::time::sleep(LOCK_POLL).await;
     }
     // Set after the advisory lock is taken: waiting for another replica to finish is expected.
     let outcome = match client.batch_execute(&format!("set lock_timeout = '{LOCK_TIMEOUT}'")).await {
