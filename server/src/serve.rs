@@ -15,6 +15,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::app::App;
+use crate::protocol::auth::AuthLayer;
 use crate::protocol::human::HumanService;
 use crate::protocol::layers::{RpcLayers, RpcLimits};
 use crate::protocol::service::RelayService;
@@ -157,7 +158,7 @@ pub async fn serve_with(
     let app = App::new(store, hub, shutdown.clone());
     let human = HumanServer::new(HumanService::new(app.clone()));
     let worker = WorkerServer::new(WorkerService::new(app.clone()));
-    let relay = RelayServer::new(RelayService::new(app));
+    let relay = RelayServer::new(RelayService::new(app.clone()));
 
     let socket = tokio::net::TcpListener::bind(options.listen)
         .await
@@ -174,7 +175,7 @@ pub async fn serve_with(
     }
     // Spans, caught panics, the concurrency limit and time budgets for every call; health and
     // reflection pass the limit and the budgets untouched.
-    let mut builder = builder.layer(RpcLayers::new(rpc));
+    let mut builder = builder.layer(RpcLayers::new(rpc)).layer(AuthLayer::new(app.clone()));
     tracing::info!(
         addr = %local,
         tls = options.tls_cert.is_some(),

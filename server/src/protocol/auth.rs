@@ -1,18 +1,210 @@
-//! Reading the bearer credential of a call. Which endpoint it names is the store's business.
+//! Who a call comes from, established in one place before any handler runs: a layer reads the
+//! bearer credential the method takes (a session token for an agent's calls, the machine token for
+//! `Hello`, `CheckMachine` and the worker's calls, a human token for a person's), authenticates it,
+//! names the caller on the call's span and hands it to the handler in the request's extensions. A
+//! call without a valid credential never reaches a handler.
 
-use tonic::Request;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use http::{Request, Response};
+use tower::{BoxError, Layer, Service, ServiceExt};
+
+use super::layers;
+use crate::app::App;
+use crate::domain::caller::{Caller, Human, MachineIdentity};
 use crate::domain::{Error, Result};
 
-pub fn bearer<T>(request: &Request<T>) -> Result<&str> {
-    let value = request
-        .metadata()
-        .get("authorization")
-        .ok_or_else(|| Error::Unauthenticated("missing authorization metadata (Bearer token)".into()))?;
-    value
-        .to_str()
+/// The credential each method takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// An agent's session token.
+    Session,
+    /// A machine token.
+    Machine,
+    /// A human token.
+    Person,
+    /// Checked by the handler itself: a spawn grant, spent by the call.
+    Own,
+    /// Health and reflection.
+    Nothing,
+}
+
+impl Needs {
+    fn of(path: &str) -> Self {
+        let (service, method) = path.trim_start_matches('/').split_once('/').unwrap_or((path, ""));
+        match (service, method) {
+            ("relay.v1.Relay", "Hello" | "CheckMachine") => Self::Machine,
+            ("relay.v1.Relay", "SpawnResult") => Self::Own,
+            ("relay.v1.Relay", _) => Self::Session,
+            ("relay.v1.Worker", _) => Self::Machine,
+            ("relay.v1.Human", _) => Self::Person,
+            _ => Self::Nothing,
+        }
+    }
+}
+
+/// The authenticated caller of a call, as the layer left it for the handler.
+#[derive(Debug, Clone)]
+pub enum Credential {
+    Session(Caller),
+    Machine(MachineIdentity),
+    Person(Human),
+}
+
+/// The bearer token of a call's metadata.
+pub fn bearer<T>(request: &tonic::Request<T>) -> Result<&str> {
+    token(request.metadata().get("authorization").map(|v| v.as_bytes()))
+}
+
+fn token(value: Option<&[u8]>) -> Result<&str> {
+    let value = value.ok_or_else(|| Error::Unauthenticated("missing authorization metadata (Bearer token)".into()))?;
+    std::str::from_utf8(value)
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .ok_or_else(|| Error::Unauthenticated("authorization must be \"Bearer <token>\"".into()))
+}
+
+async fn authenticate(app: &App, needs: Needs, token: &str) -> Result<Option<Credential>> {
+    Ok(Some(match needs {
+        Needs::Session => {
+            let caller = app.caller(token).await?;
+            layers::record_caller(&caller.address());
+            Credential::Session(caller)
+        }
+        Needs::Machine => {
+            let machine = app.machine(token).await?;
+            layers::record_caller(&format_args!("{}/{}", machine.account, machine.machine));
+            Credential::Machine(machine)
+        }
+        Needs::Person => {
+            let person = app.person(token).await?;
+            layers::record_caller(&format_args!("{}/me ({})", person.account, person.name));
+            Credential::Person(person)
+        }
+        Needs::Own | Needs::Nothing => return Ok(None),
+    }))
+}
+
+fn missing() -> Error {
+    Error::Internal("the call reached its handler unauthenticated".into())
+}
+
+/// The agent the layer authenticated by its session token.
+pub fn caller<T>(request: &tonic::Request<T>) -> Result<Caller> {
+    match request.extensions().get::<Credential>() {
+        Some(Credential::Session(caller)) => Ok(caller.clone()),
+        _ => Err(missing()),
+    }
+}
+
+/// The machine the layer authenticated by its machine token.
+pub fn machine<T>(request: &tonic::Request<T>) -> Result<MachineIdentity> {
+    match request.extensions().get::<Credential>() {
+        Some(Credential::Machine(machine)) => Ok(machine.clone()),
+        _ => Err(missing()),
+    }
+}
+
+/// The person the layer authenticated by a human token.
+pub fn person<T>(request: &tonic::Request<T>) -> Result<Human> {
+    match request.extensions().get::<Credential>() {
+        Some(Credential::Person(person)) => Ok(person.clone()),
+        _ => Err(missing()),
+    }
+}
+
+/// Authenticates every call by the credential its method takes; see the module.
+#[derive(Clone)]
+pub struct AuthLayer {
+    app: App,
+}
+
+impl AuthLayer {
+    pub fn new(app: App) -> Self {
+        Self { app }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = Authenticate<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Authenticate { inner, app: self.app.clone() }
+    }
+}
+
+#[derive(Clone)]
+pub struct Authenticate<S> {
+    inner: S,
+    app: App,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S, B, ResBody> Service<Request<B>> for Authenticate<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Send + 'static,
+    ResBody: Default + Send + 'static,
+{
+    type Response = Response<ResBody>;
+    type Error = BoxError;
+    type Future = BoxFuture<std::result::Result<Self::Response, BoxError>>;
+
+    /// Always ready: the inner service is driven by `oneshot` in `call`.
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
+        let needs = Needs::of(request.uri().path());
+        let inner = self.inner.clone();
+        let app = self.app.clone();
+        Box::pin(async move {
+            if !matches!(needs, Needs::Own | Needs::Nothing) {
+                let header = request.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
+                let outcome = match token(header) {
+                    Ok(token) => authenticate(&app, needs, token).await,
+                    Err(e) => Err(e),
+                };
+                match outcome {
+                    Ok(Some(credential)) => {
+                        request.extensions_mut().insert(credential);
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Ok(tonic::Status::from(e).into_http()),
+                }
+            }
+            inner.oneshot(request).await.map_err(Into::into)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_method_takes_its_credential() {
+        assert_eq!(Needs::of("/relay.v1.Relay/Hello"), Needs::Machine);
+        assert_eq!(Needs::of("/relay.v1.Relay/CheckMachine"), Needs::Machine);
+        assert_eq!(Needs::of("/relay.v1.Relay/Send"), Needs::Session);
+        assert_eq!(Needs::of("/relay.v1.Relay/Subscribe"), Needs::Session);
+        assert_eq!(Needs::of("/relay.v1.Relay/SpawnResult"), Needs::Own);
+        assert_eq!(Needs::of("/relay.v1.Worker/Claim"), Needs::Machine);
+        assert_eq!(Needs::of("/relay.v1.Human/Holds"), Needs::Person);
+        assert_eq!(Needs::of("/grpc.health.v1.Health/Check"), Needs::Nothing);
+        assert_eq!(Needs::of("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"), Needs::Nothing);
+    }
+
+    #[test]
+    fn a_bearer_token_is_read_or_refused_clearly() {
+        assert_eq!(token(Some(b"Bearer rls_abc")).unwrap(), "rls_abc");
+        assert!(token(None).unwrap_err().to_string().contains("missing authorization"));
+        assert!(token(Some(b"Basic x")).unwrap_err().to_string().contains("Bearer <token>"));
+    }
 }

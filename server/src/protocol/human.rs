@@ -4,13 +4,11 @@ use relay_proto::v1::human_server::Human;
 use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::auth::bearer;
+use super::auth;
 use super::convert;
-use super::layers;
 
 use crate::app::App;
 use crate::domain::Result;
-use crate::domain::caller::Human as Person;
 
 #[derive(Clone)]
 pub struct HumanService {
@@ -21,23 +19,17 @@ impl HumanService {
     pub fn new(app: App) -> Self {
         Self { app }
     }
-
-    async fn person<T>(&self, request: &Request<T>) -> Result<Person> {
-        let person = self.app.person(bearer(request)?).await?;
-        layers::record_caller(&format_args!("{}/me ({})", person.account, person.name));
-        Ok(person)
-    }
 }
 
 #[tonic::async_trait]
 impl Human for HumanService {
     async fn contact_request(&self, request: Request<ContactRequestRequest>) -> Result<Response<ContactView>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         Ok(Response::new(self.app.contact_request(&person, &request.get_ref().account).await?.into()))
     }
 
     async fn contact_accept(&self, request: Request<ContactAcceptRequest>) -> Result<Response<ContactView>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         Ok(Response::new(self.app.contact_accept(&person, &request.get_ref().account).await?.into()))
     }
 
@@ -45,66 +37,66 @@ impl Human for HumanService {
         &self,
         request: Request<ContactListRequest>,
     ) -> Result<Response<ContactListResponse>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         Ok(Response::new(ContactListResponse { contacts: convert::all(self.app.contact_list(&person).await?) }))
     }
 
     async fn contact_private(&self, request: Request<ContactPrivateRequest>) -> Result<Response<ContactView>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.contact_private(&person, &r.account, r.allow).await?.into()))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         let (messages, remaining) = self.app.human_inbox(&person, r.wait_s, r.limit, r.ack).await?;
         Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }))
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         let sent = self.app.human_send(&person, &r.to, &r.body, &r.thread, &r.client_id, r.private).await?;
         Ok(Response::new(sent.into()))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.human_reply(&person, &r.id, &r.body, &r.client_id).await?.into()))
     }
 
     async fn holds(&self, request: Request<HoldsRequest>) -> Result<Response<HoldsResponse>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         Ok(Response::new(HoldsResponse { holds: convert::all(self.app.holds(&person, request.get_ref().all).await?) }))
     }
 
     async fn decide_hold(&self, request: Request<DecideHoldRequest>) -> Result<Response<HoldView>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.decide_hold(&person, &r.id, r.release, &r.reason).await?.into()))
     }
 
     async fn hold_policy(&self, request: Request<HoldPolicyRequest>) -> Result<Response<HoldPolicyResponse>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(HoldPolicyResponse { classes: self.app.hold_policy(&person, &r.class, r.on).await? }))
     }
 
     async fn approvals(&self, request: Request<ApprovalsRequest>) -> Result<Response<ApprovalsResponse>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         Ok(Response::new(ApprovalsResponse { approvals: convert::all(self.app.approvals(&person).await?) }))
     }
 
     async fn approve(&self, request: Request<AnswerPermissionRequest>) -> Result<Response<PermissionDecision>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.approve(&person, &r.id, &r.decision, &r.reason).await?.into()))
     }
 
     async fn contact_drop(&self, request: Request<ContactDropRequest>) -> Result<Response<ContactView>, Status> {
-        let person = self.person(&request).await?;
+        let person = auth::person(&request)?;
         Ok(Response::new(self.app.contact_drop(&person, &request.get_ref().account).await?.into()))
     }
 }

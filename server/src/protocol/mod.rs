@@ -1,6 +1,7 @@
-//! The gRPC surface: thin handlers that authenticate, validate and call the store.
+//! The gRPC surface: one layer authenticates every call (`auth`), thin handlers validate and call the
+//! application.
 
-mod auth;
+pub mod auth;
 pub mod convert;
 pub mod human;
 pub mod layers;

@@ -1,18 +1,17 @@
-//! `relay.v1.Relay`: each handler authenticates the caller, checks its input and calls the store.
+//! `relay.v1.Relay`: each handler takes the caller the auth layer established, checks its input and
+//! calls the application.
 
 use relay_proto::v1::relay_server::Relay;
 use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::auth::bearer;
+use super::auth::{self, bearer};
 use super::convert::{self, selector_list as selectors};
-use super::layers;
 use crate::app::App;
 use crate::app::board::{Edit, Post};
 use crate::app::identity::{Claim, ProfileChange};
 use crate::app::messaging::NewMessage;
 use crate::app::scope::RuleSet;
-use crate::domain::caller::Caller;
 use crate::domain::redact::Counts;
 use crate::domain::scope::GroupView;
 use crate::domain::{Error, Result, limits};
@@ -26,13 +25,6 @@ impl RelayService {
     pub fn new(app: App) -> Self {
         Self { app }
     }
-
-    /// The endpoint whose session token the call carries, named on the call's span.
-    async fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
-        let caller = self.app.caller(bearer(request)?).await?;
-        layers::record_caller(&caller.address());
-        Ok(caller)
-    }
 }
 
 #[tonic::async_trait]
@@ -43,12 +35,12 @@ impl Relay for RelayService {
         &self,
         request: Request<CheckMachineRequest>,
     ) -> Result<Response<CheckMachineResponse>, Status> {
-        let machine = self.app.machine(bearer(&request)?).await?;
+        let machine = auth::machine(&request)?;
         Ok(Response::new(CheckMachineResponse { account: machine.account, machine: machine.machine }))
     }
 
     async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
-        let machine = self.app.machine(bearer(&request)?).await?;
+        let machine = auth::machine(&request)?;
         let req = request.get_ref();
         let claim =
             Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
@@ -67,26 +59,26 @@ impl Relay for RelayService {
     }
 
     async fn goodbye(&self, request: Request<GoodbyeRequest>) -> Result<Response<GoodbyeResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         self.app.goodbye(&caller).await?;
         Ok(Response::new(GoodbyeResponse {}))
     }
 
     async fn who_am_i(&self, request: Request<WhoAmIRequest>) -> Result<Response<WhoAmIResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let (endpoint, unread) = self.app.whoami(&caller).await?;
         Ok(Response::new(WhoAmIResponse { endpoint: Some(endpoint.into()), unread }))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let endpoints = self.app.list(&caller, req.all, req.contacts).await?;
         Ok(Response::new(ListResponse { endpoints: convert::all(endpoints) }))
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let send = NewMessage {
             to: &req.to,
@@ -101,33 +93,33 @@ impl Relay for RelayService {
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         Ok(Response::new(self.app.reply(&caller, &req.id, &req.body, &req.client_id).await?.into()))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (messages, remaining) = self.app.inbox(&caller, req.wait_s, req.limit, req.ack).await?;
         Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }))
     }
 
     async fn ask_wait(&self, request: Request<AskWaitRequest>) -> Result<Response<AskWaitResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (id, replies, recipients) = self.app.ask_wait(&caller, &req.id, req.wait_s).await?;
         Ok(Response::new(AskWaitResponse { id, replies: convert::all(replies), recipients: convert::all(recipients) }))
     }
 
     async fn track(&self, request: Request<TrackRequest>) -> Result<Response<TrackResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let sent = self.app.track(&caller, &request.get_ref().id).await?;
         Ok(Response::new(TrackResponse { id: sent.id, thread: sent.thread, recipients: convert::all(sent.recipients) }))
     }
 
     async fn update_profile(&self, request: Request<UpdateProfileRequest>) -> Result<Response<Endpoint>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let change = ProfileChange {
             status: req.status.as_deref(),
@@ -139,19 +131,19 @@ impl Relay for RelayService {
     }
 
     async fn subscribe(&self, request: Request<SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let stream = self.app.subscribe(caller, request.get_ref().after_seq);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(Status::from));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn show_rules(&self, request: Request<ShowRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(self.app.show_rules(&caller, &request.get_ref().endpoint).await?.into()))
     }
 
     async fn set_rules(&self, request: Request<SetRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let set = RuleSet {
             scope: &req.scope,
@@ -163,33 +155,33 @@ impl Relay for RelayService {
     }
 
     async fn widen_rules(&self, request: Request<WidenRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (rules_in, rules_out) = (selectors(&req.rules_in), selectors(&req.rules_out));
         Ok(Response::new(self.app.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
     }
 
     async fn lift_cap(&self, request: Request<LiftCapRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         Ok(Response::new(self.app.lift_cap(&caller, &req.endpoint, &req.cap).await?.into()))
     }
 
     async fn why(&self, request: Request<WhyRequest>) -> Result<Response<WhyResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (from, to, verdict) = self.app.why(&caller, &req.from, &req.to).await?;
         Ok(Response::new(WhyResponse { from, to, allowed: verdict.allowed, reasons: verdict.reasons }))
     }
 
     async fn peers(&self, request: Request<PeersRequest>) -> Result<Response<PeersResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let peers = self.app.peers(&caller, request.get_ref().all).await?;
         Ok(Response::new(PeersResponse { peers: convert::all(peers) }))
     }
 
     async fn group(&self, request: Request<GroupRequest>) -> Result<Response<GroupResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (name, rules_in, rules_out) = (&req.name, selectors(&req.rules_in), selectors(&req.rules_out));
         let one = |g: GroupView| GroupResponse { groups: vec![g.into()], note: String::new() };
@@ -215,7 +207,7 @@ impl Relay for RelayService {
     }
 
     async fn spawn(&self, request: Request<SpawnRequest>) -> Result<Response<SpawnResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (endpoint, grant) = self.app.spawn(&caller, &req.harness, &req.scope).await?;
         Ok(Response::new(SpawnResponse { endpoint: Some(endpoint.into()), grant }))
@@ -229,7 +221,7 @@ impl Relay for RelayService {
     }
 
     async fn post_job(&self, request: Request<PostJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         let post = Post {
             title: &r.title,
@@ -245,19 +237,19 @@ impl Relay for RelayService {
     }
 
     async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         let (jobs, archived) = self.app.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
         Ok(Response::new(ListJobsResponse { jobs: convert::all(jobs), archived }))
     }
 
     async fn read_job(&self, request: Request<ReadJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(self.app.read_job(&caller, &request.get_ref().id).await?.into()))
     }
 
     async fn edit_job(&self, request: Request<EditJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         let edit = Edit {
             title: r.title.as_deref(),
@@ -272,24 +264,24 @@ impl Relay for RelayService {
     }
 
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await?.into()))
     }
 
     async fn close_job(&self, request: Request<CloseJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.close_job(&caller, &r.id, r.accept, &r.note).await?.into()))
     }
 
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(self.app.add_repo(&caller, &request.get_ref().path).await?.into()))
     }
 
     async fn set_peek(&self, request: Request<SetPeekRequest>) -> Result<Response<SetPeekResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let on = request.get_ref().on;
         self.app.set_peek(&caller, on).await?;
         Ok(Response::new(SetPeekResponse { on }))
@@ -299,20 +291,20 @@ impl Relay for RelayService {
         &self,
         request: Request<PutPeekTurnsRequest>,
     ) -> Result<Response<PutPeekTurnsResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let request = request.into_inner();
         let kept = self.app.put_peek_turns(&caller, convert::all(request.turns), request.append).await?;
         Ok(Response::new(PutPeekTurnsResponse { kept }))
     }
 
     async fn peek(&self, request: Request<PeekRequest>) -> Result<Response<PeekView>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.peek(&caller, &r.endpoint, r.turns).await?.into()))
     }
 
     async fn peekers(&self, request: Request<PeekersRequest>) -> Result<Response<PeekersResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(PeekersResponse { peekers: convert::all(self.app.peekers(&caller).await?) }))
     }
 
@@ -320,7 +312,7 @@ impl Relay for RelayService {
         &self,
         request: Request<PendingRepliesRequest>,
     ) -> Result<Response<PendingRepliesResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(PendingRepliesResponse { requests: convert::all(self.app.pending_replies(&caller).await?) }))
     }
 
@@ -328,7 +320,7 @@ impl Relay for RelayService {
         &self,
         request: Request<PermissionRequest>,
     ) -> Result<Response<PermissionDecision>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.request_permission(&caller, &r.job_token, &r.tool, &r.input).await?.into()))
     }
@@ -337,13 +329,13 @@ impl Relay for RelayService {
         &self,
         request: Request<AnswerPermissionRequest>,
     ) -> Result<Response<PermissionDecision>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.answer_permission(&caller, &r.id, &r.decision, &r.reason).await?.into()))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let updated = self.app.confirm(&caller, &req.seqs, convert::state_from_wire(req.state())).await?;
         Ok(Response::new(ConfirmResponse { updated: updated as u32 }))

@@ -4,13 +4,11 @@ use relay_proto::v1::worker_server::Worker;
 use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::auth::bearer;
+use super::auth;
 use super::convert;
-use super::layers;
 
 use crate::app::App;
 use crate::domain::Result;
-use crate::domain::caller::MachineIdentity;
 
 #[derive(Clone)]
 pub struct WorkerService {
@@ -21,30 +19,24 @@ impl WorkerService {
     pub fn new(app: App) -> Self {
         Self { app }
     }
-
-    async fn machine<T>(&self, request: &Request<T>) -> Result<MachineIdentity> {
-        let machine = self.app.machine(bearer(request)?).await?;
-        layers::record_caller(&format_args!("{}/{}", machine.account, machine.machine));
-        Ok(machine)
-    }
 }
 
 #[tonic::async_trait]
 impl Worker for WorkerService {
     async fn register_repo(&self, request: Request<RegisterRepoRequest>) -> Result<Response<RepoView>, Status> {
-        let machine = self.machine(&request).await?;
+        let machine = auth::machine(&request)?;
         Ok(Response::new(self.app.register_repo(&machine, &request.get_ref().path).await?.into()))
     }
 
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
-        let machine = self.machine(&request).await?;
+        let machine = auth::machine(&request)?;
         let (claimed, cleanup) = self.app.claim(&machine).await?;
         let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token });
         Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup) }))
     }
 
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
-        let machine = self.machine(&request).await?;
+        let machine = auth::machine(&request)?;
         let r = request.get_ref();
         let (in_progress, state) =
             self.app.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
@@ -52,13 +44,13 @@ impl Worker for WorkerService {
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
-        let machine = self.machine(&request).await?;
+        let machine = auth::machine(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.app.release(&machine, &r.job_token, r.exit_code, &r.error).await?.into()))
     }
 
     async fn cleaned(&self, request: Request<CleanedRequest>) -> Result<Response<CleanedResponse>, Status> {
-        let machine = self.machine(&request).await?;
+        let machine = auth::machine(&request)?;
         self.app.cleaned(&machine, &request.get_ref().ids).await?;
         Ok(Response::new(CleanedResponse {}))
     }
