@@ -46,7 +46,7 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
             let _ = tx.send(Err(err)).await;
         }
         if let Some(generation) = generation
-            && let Err(e) = store.release_presence(&caller, generation).await
+            && let Err(e) = Box::pin(store.release_presence(&caller, generation)).await
         {
             tracing::warn!(endpoint = %address, error = %e, "cannot release presence");
         }
@@ -69,7 +69,9 @@ async fn feed(
     let mut waiter = hub.waiter(caller.endpoint_id);
     // One stream per endpoint: opening this one ends an older one here at once.
     let claim = hub.claim_stream(caller.endpoint_id);
-    let opened = store.open_presence(caller).await?.ok_or_else(gone)?;
+    // Database calls are boxed: an idle stream's task then holds only what it waits on, not room
+    // for the largest query it might make (thousands of streams sit idle at once).
+    let opened = Box::pin(store.open_presence(caller)).await?.ok_or_else(gone)?;
     let (stream_gen, mut operator) = (opened.generation, opened.operator);
     *generation = Some(stream_gen);
     if !send_timely(tx, beat(opened.head, operator)).await {
@@ -83,7 +85,7 @@ async fn feed(
     let mut unread_may_wait = true;
     loop {
         if std::mem::take(&mut unread_may_wait) {
-            if !drain(store, caller, &mut last, tx).await? {
+            if !Box::pin(drain(store, caller, &mut last, tx)).await? {
                 return Ok(());
             }
             head = head.max(last);
@@ -93,7 +95,7 @@ async fn feed(
             () = claim.replaced() => return Err(gone()),
             () = tx.closed() => return Ok(()),
             () = claim.changed() => {
-                let now = store.stream_current(caller, stream_gen).await?.ok_or_else(gone)?;
+                let now = Box::pin(store.stream_current(caller, stream_gen)).await?.ok_or_else(gone)?;
                 // A role change is told at once: the bridge lists its tools again.
                 if std::mem::replace(&mut operator, now) != now && !send_timely(tx, beat(head, operator)).await {
                     return Ok(());
