@@ -47,7 +47,7 @@ impl Store {
             .ok_or_else(|| {
                 Error::FailedPrecondition("permission requests come from an agent working a card in progress".into())
             })?;
-        let (job_id, title, operator): (String, String, Option<String>) = (job.get(0), job.get(1), job.get(2));
+        let (job_id, title, operator): (String, String, Option<String>) = (job.col(0)?, job.col(1)?, job.col(2)?);
         let id = format!("a{}", &ids::new_message_id()[..9]);
         let operator_id: Option<(i64, String)> = match &operator {
             Some(op) => tx
@@ -57,7 +57,8 @@ impl Store {
                     &[&caller.account_id, op],
                 )
                 .await?
-                .map(|r| (r.get(0), r.get(1))),
+                .map(|r| Ok::<_, Error>((r.col(0)?, r.col(1)?)))
+                .transpose()?,
             None => None,
         };
         let state = if operator_id.is_some() { "pending" } else { "escalated" };
@@ -266,7 +267,7 @@ impl Store {
 
     pub async fn approvals(&self, human: &Human) -> Result<Vec<ApprovalView>> {
         let client = self.client().await?;
-        Ok(client
+        client
             .query(
                 "select a.id, a.state, a.job_id, ea.address, a.tool, a.input from approvals a
                  join endpoint_addresses ea on ea.id = a.requester_id
@@ -275,14 +276,16 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| ApprovalView {
-                id: r.get(0),
-                state: r.get(1),
-                job_id: r.get(2),
-                requester: r.get(3),
-                tool: r.get(4),
-                input: r.get(5),
+            .map(|r| {
+                Ok(ApprovalView {
+                    id: r.col(0)?,
+                    state: r.col(1)?,
+                    job_id: r.col(2)?,
+                    requester: r.col(3)?,
+                    tool: r.col(4)?,
+                    input: r.col(5)?,
+                })
             })
-            .collect())
+            .collect()
     }
 }

@@ -17,10 +17,10 @@ fn view(account: &str, state: &str, withdrawn: u64) -> ContactView {
 
 async fn account_id(c: &impl GenericClient, name: &str) -> Result<i64> {
     validate(NameKind::Account, name)?;
-    Ok(c.query_opt("select id from accounts where name = $1", &[&name])
+    c.query_opt("select id from accounts where name = $1", &[&name])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))?
-        .get(0))
+        .col(0)
 }
 
 async fn make_contact(c: &impl GenericClient, a: i64, b: i64) -> Result<()> {
@@ -174,7 +174,7 @@ impl Store {
                 &[&human.account_id],
             )
             .await?;
-        Ok(rows.iter().map(|r| view(r.get(0), r.get(1), 0)).collect())
+        rows.iter().map(|r| Ok(view(r.col(0)?, r.col(1)?, 0))).collect()
     }
 
     /// Ends a contact (or a request) between two accounts. Reach is cut at once: deliveries between

@@ -298,7 +298,7 @@ impl Store {
             .query_opt("select id from endpoint_addresses where address = $1", &[address])
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Endpoint, format!("no agent at {address}")))?
-            .get(0);
+            .col(0)?;
         let targets = [Target { id, address: address.clone(), account_id: sender.account_id }];
         let sent = Self::store_message(&tx, sender, &targets, &out, None)
             .await?
@@ -413,7 +413,11 @@ impl Store {
         };
         let id: String = row.col(0)?;
         let recipients = Self::recipient_states(client, &id).await?;
-        let hold = client.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.get(0));
+        let hold = client
+            .query_opt("select id from holds where message_id = $1", &[&id])
+            .await?
+            .map(|r| r.col(0))
+            .transpose()?;
         Ok(Some(Sent {
             id,
             thread: row.col(1)?,
@@ -466,7 +470,7 @@ impl Store {
             ))
             .await?;
         let reachable: Vec<String> =
-            c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.get(0)).collect();
+            c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
         let named: Vec<(String, Option<&str>)> =
             unknown.iter().map(|a| (a.clone(), address::did_you_mean(a, &reachable))).collect();
         Ok(address::unknown(&named, sending))
@@ -536,10 +540,15 @@ impl Store {
         for address in &wanted {
             let text = address.to_string();
             // An endpoint outside the caller's reach is reported exactly like one that does not exist.
-            let row = rows.iter().find(|r| {
-                r.get::<_, &str>("address") == text
-                    && scope::reach(caller.account_id, &contacts, r.get("account_id")) != Reach::None
-            });
+            let mut row = None;
+            for r in &rows {
+                if r.col::<&str>("address")? == text
+                    && scope::reach(caller.account_id, &contacts, r.col("account_id")?) != Reach::None
+                {
+                    row = Some(r);
+                    break;
+                }
+            }
             match row {
                 None => unknown.push(text),
                 Some(row) => {
@@ -609,7 +618,8 @@ impl Store {
                  for key share",
             )
             .await?;
-        let held: Vec<i64> = tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.get(0)).collect();
+        let held: Vec<i64> =
+            tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
         let gone: Vec<&str> = targets
             .iter()
             .filter(|t| t.account_id != caller.account_id && !held.contains(&t.account_id))
@@ -709,19 +719,22 @@ impl Store {
                  where e.id = any($1) order by e.id for update of e"
             ))
             .await?;
-        let offline: HashMap<i64, String> = tx
-            .query(&lock, &[&ids])
-            .await?
-            .iter()
-            .filter(|r| !r.get::<_, bool>("online") && !r.get::<_, bool>("system"))
-            .map(|r| (r.get("id"), presence::offline_reason(r.get("last_seen_at"))))
-            .collect();
+        let mut offline: HashMap<i64, String> = HashMap::new();
+        for r in tx.query(&lock, &[&ids]).await? {
+            if !r.col::<bool>("online")? && !r.col::<bool>("system")? {
+                offline.insert(r.col("id")?, presence::offline_reason(r.col("last_seen_at")?));
+            }
+        }
         let bump = tx
             .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
             .await?;
         let heads = tx.query(&bump, &[&ids]).await?;
-        let (recipients, seqs): (Vec<i64>, Vec<i64>) =
-            heads.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))).unzip();
+        let (recipients, seqs): (Vec<i64>, Vec<i64>) = heads
+            .iter()
+            .map(|r| Ok((r.col::<i64>(0)?, r.col::<i64>(1)?)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
 
         let deliver = tx
             .prepare_cached(
@@ -747,7 +760,11 @@ impl Store {
         let stmt = c.prepare_cached("select id from endpoints where id = any($1) and unread >= $2").await?;
         let cap_db = i32::try_from(cap).unwrap_or(i32::MAX);
         let full = c.query(&stmt, &[&ids, &cap_db]).await?;
-        match full.first().and_then(|r| targets.iter().find(|t| t.id == r.get::<_, i64>(0))) {
+        let Some(row) = full.first() else {
+            return Ok(());
+        };
+        let id: i64 = row.col(0)?;
+        match targets.iter().find(|t| t.id == id) {
             Some(target) => Err(limits::inbox_full(&target.address, cap)),
             None => Ok(()),
         }
@@ -787,7 +804,7 @@ impl Store {
             MessageRef::Last => tx
                 .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
                 .await?
-                .get::<_, Option<String>>(0)
+                .col::<Option<String>>(0)?
                 .ok_or_else(|| {
                     Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
                 }),
@@ -827,13 +844,13 @@ impl Store {
         reference: &MessageRef,
         text: &str,
     ) -> Result<String> {
-        let candidates: Vec<String> = tx
+        let mut candidates: Vec<String> = tx
             .query(stmt, &[&caller.endpoint_id, &text])
             .await?
             .iter()
-            .map(|r| r.get::<_, String>(0))
-            .filter(|id| reference.matches(id))
-            .collect();
+            .map(|r| r.col::<String>(0))
+            .collect::<Result<_>>()?;
+        candidates.retain(|id| reference.matches(id));
         ids::pick_unique(text, &candidates).map(str::to_owned)
     }
 

@@ -78,8 +78,8 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map(|r| r.col(0))
+            .collect::<Result<_>>()?;
         let refused: Vec<&str> =
             outside.iter().filter(|t| !allowed.contains(&t.account_id)).map(|t| t.address.as_str()).collect();
         if refused.is_empty() {
@@ -191,19 +191,20 @@ impl Store {
                 &[&human.account_id, &all],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| HoldView {
-                id: r.get(0),
-                class: r.get(1),
-                state: r.get(2),
-                reason: r.get(3),
-                from: r.get(4),
-                body: r.get(5),
-                message_id: r.get(6),
-                to: r.get(7),
+        rows.iter()
+            .map(|r| {
+                Ok(HoldView {
+                    id: r.col(0)?,
+                    class: r.col(1)?,
+                    state: r.col(2)?,
+                    reason: r.col(3)?,
+                    from: r.col(4)?,
+                    body: r.col(5)?,
+                    message_id: r.col(6)?,
+                    to: r.col(7)?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Releases (delivers) or rejects a held message; its sender hears the outcome from the human.
@@ -332,22 +333,23 @@ impl Store {
                 &[&caller.endpoint_id, &reach],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Message {
-                id: r.get(0),
-                seq: 0,
-                from: r.get(1),
-                thread: r.get(3),
-                kind: Kind::Ask,
-                body: r.get(2),
-                reply_to: String::new(),
-                sent_at_ms: 0,
-                relation: String::new(),
-                require_reply: true,
-                private: false,
+        rows.iter()
+            .map(|r| {
+                Ok(Message {
+                    id: r.col(0)?,
+                    seq: 0,
+                    from: r.col(1)?,
+                    thread: r.col(3)?,
+                    kind: Kind::Ask,
+                    body: r.col(2)?,
+                    reply_to: String::new(),
+                    sent_at_ms: 0,
+                    relation: String::new(),
+                    require_reply: true,
+                    private: false,
+                })
             })
-            .collect())
+            .collect()
     }
 
     // ---- peek --------------------------------------------------------------------------------
@@ -378,7 +380,8 @@ impl Store {
             let kept: Option<serde_json::Value> = tx
                 .query_opt("select turns from peek_turns where endpoint_id = $1 for update", &[&caller.endpoint_id])
                 .await?
-                .map(|r| r.get(0));
+                .map(|r| r.col(0))
+                .transpose()?;
             all.extend(kept.and_then(|v| v.as_array().cloned()).unwrap_or_default());
         }
         all.extend(new);
@@ -444,18 +447,20 @@ impl Store {
     /// Who peeked at the caller, newest first.
     pub async fn peekers(&self, caller: &Caller) -> Result<Vec<PeekerView>> {
         let client = self.client().await?;
-        Ok(client
+        client
             .query(
                 "select peeker, at, turns from peeks where target_id = $1 order by at desc limit 50",
                 &[&caller.endpoint_id],
             )
             .await?
             .iter()
-            .map(|r| PeekerView {
-                by: r.get(0),
-                at: r.get::<_, chrono::DateTime<chrono::Utc>>(1).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                turns: r.get::<_, i32>(2) as u32,
+            .map(|r| {
+                Ok(PeekerView {
+                    by: r.col(0)?,
+                    at: r.col::<chrono::DateTime<chrono::Utc>>(1)?.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    turns: r.col::<i32>(2)? as u32,
+                })
             })
-            .collect())
+            .collect()
     }
 }
