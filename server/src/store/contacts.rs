@@ -3,6 +3,7 @@
 use deadpool_postgres::GenericClient;
 
 use super::error::Col;
+use super::messages::{SURFACED, WITHDRAWN};
 use super::{Store, is_unique_violation};
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, validate};
@@ -211,23 +212,27 @@ impl Store {
         .await?;
         // Inboxes before their deliveries, the order every writer of both takes.
         tx.execute(
-            "select 1 from endpoints e
-             where e.id in (select d.recipient_id from deliveries d
-                            join messages m on m.id = d.message_id
-                            join endpoint_addresses s on s.id = m.sender_id
-                            join endpoint_addresses r on r.id = d.recipient_id
-                            where d.state < 3
-                              and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
-             order by e.id for update",
+            &format!(
+                "select 1 from endpoints e
+                 where e.id in (select d.recipient_id from deliveries d
+                                join messages m on m.id = d.message_id
+                                join endpoint_addresses s on s.id = m.sender_id
+                                join endpoint_addresses r on r.id = d.recipient_id
+                                where d.state < {SURFACED}
+                                  and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
+                 order by e.id for update"
+            ),
             &[&me, &other_id],
         )
         .await?;
         let withdrawn = tx
             .execute(
-                "update deliveries d set state = 5, reason = $3, updated_at = now()
-                 from messages m, endpoint_addresses s, endpoint_addresses r
-                 where m.id = d.message_id and s.id = m.sender_id and r.id = d.recipient_id and d.state < 3
-                   and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1))",
+                &format!(
+                    "update deliveries d set state = {WITHDRAWN}, reason = $3, updated_at = now()
+                     from messages m, endpoint_addresses s, endpoint_addresses r
+                     where m.id = d.message_id and s.id = m.sender_id and r.id = d.recipient_id and d.state < {SURFACED}
+                       and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1))"
+                ),
                 &[&me, &other_id, &reason],
             )
             .await?;

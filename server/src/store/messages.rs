@@ -1,6 +1,7 @@
 //! Messages and their deliveries: sending, the inbox, replies and delivery states.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -21,6 +22,13 @@ use crate::store::scope;
 
 /// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
 pub const DELIVERY_CHANNEL: &str = "relay_delivery";
+
+/// Delivery states as SQL text spells them. They are written into the statements rather than
+/// bound: the planner can only use the partial index `deliveries_unread` (`state < 4`, migration 1)
+/// when the literal is in the text, generic plans of cached statements included.
+pub(super) const SURFACED: i16 = State::Surfaced.to_db();
+pub(super) const READ: i16 = State::Read.to_db();
+pub(super) const WITHDRAWN: i16 = State::Withdrawn.to_db();
 
 /// A message to store, already validated by the caller of [`Store::send`].
 pub struct Outgoing<'a> {
@@ -79,13 +87,18 @@ macro_rules! message_joins {
 /// Deliveries `d` with what [`message_joins`] adds.
 const MESSAGE_JOINS: &str = concat!("deliveries d ", message_joins!());
 
-/// The first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order, with what
-/// [`message_joins`] adds. The limit is taken before any join: an inbox that grew faster than the
-/// planner's statistics cannot make it join everything it holds and sort it.
-const UNREAD_AFTER: &str = concat!(
-    "(select * from deliveries where recipient_id = $1 and seq > $2 and state < 4 order by seq limit $3) d ",
-    message_joins!()
-);
+/// The messages of the first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order.
+/// The limit is taken before any join: an inbox that grew faster than the planner's statistics
+/// cannot make it join everything it holds and sort it. Built once, so every call prepares the
+/// same text.
+static UNREAD_AFTER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "select {MESSAGE_COLUMNS} from \
+         (select * from deliveries where recipient_id = $1 and seq > $2 and state < {READ} order by seq limit $3) d {} \
+         order by d.seq",
+        message_joins!()
+    )
+});
 
 fn message_from_row(row: &Row) -> Result<Message> {
     let sent_at: DateTime<Utc> = row.col("created_at")?;
@@ -394,8 +407,10 @@ impl Store {
                 .ok_or_else(|| Error::Unavailable("a concurrent reply with this client id failed; retry".into()));
         };
         tx.execute(
-            "update deliveries set state = 4, updated_at = now()
-             where message_id = $1 and recipient_id = $2 and state < 4",
+            &format!(
+                "update deliveries set state = {READ}, updated_at = now()
+                 where message_id = $1 and recipient_id = $2 and state < {READ}"
+            ),
             &[&original, &caller.endpoint_id],
         )
         .await?;
@@ -858,8 +873,7 @@ impl Store {
     /// unread is read after.
     pub async fn inbox(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let client = self.client().await?;
-        let sql = format!("select {MESSAGE_COLUMNS} from {UNREAD_AFTER} order by d.seq");
-        let stmt = client.prepare_cached(&sql).await?;
+        let stmt = client.prepare_cached(&UNREAD_AFTER).await?;
         let rows = client.query(&stmt, &[&caller.endpoint_id, &0i64, &i64::from(limit)]).await?;
         let messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
         if !messages.is_empty() {
@@ -900,8 +914,7 @@ impl Store {
     /// Deliveries above `after` that are not read yet, for the push stream.
     pub async fn pending_after(&self, caller: &Caller, after: i64, limit: i64) -> Result<Vec<Message>> {
         let client = self.client().await?;
-        let sql = format!("select {MESSAGE_COLUMNS} from {UNREAD_AFTER} order by d.seq");
-        let stmt = client.prepare_cached(&sql).await?;
+        let stmt = client.prepare_cached(&UNREAD_AFTER).await?;
         client.query(&stmt, &[&caller.endpoint_id, &after, &limit]).await?.iter().map(message_from_row).collect()
     }
 
@@ -936,7 +949,7 @@ impl Store {
         let id = Self::resolve_sent(&tx, caller, reference).await?;
         let sql = format!(
             "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
-             where m.reply_to = $1 and d.recipient_id = $2 and d.state <> 5
+             where m.reply_to = $1 and d.recipient_id = $2 and d.state <> {WITHDRAWN}
              order by d.seq"
         );
         let stmt = tx.prepare_cached(&sql).await?;
@@ -983,6 +996,14 @@ impl DeliveryNotice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unread_reads_spell_the_partial_index_predicate() {
+        // The index's predicate is a literal in a checksummed migration: the reads must match it.
+        let index = include_str!("../../migrations/0001_identity_and_messaging.sql");
+        assert!(index.contains(&format!("deliveries_unread on deliveries (recipient_id, seq) where state < {READ};")));
+        assert!(UNREAD_AFTER.contains(&format!("and state < {READ} order by seq limit $3) d join messages m")));
+    }
 
     #[test]
     fn delivery_payloads_parse() {

@@ -6,7 +6,7 @@ use super::Store;
 use super::contacts::Human;
 use super::error::Col;
 use super::identity::{Caller, caller_of};
-use super::messages::{Outgoing, Target};
+use super::messages::{Outgoing, Target, WITHDRAWN};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
@@ -323,13 +323,15 @@ impl Store {
         reach.push(caller.account_id);
         let rows = client
             .query(
-                "select m.id, s.address, m.body, m.thread from deliveries d
-                 join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
-                 join machines sm on sm.id = s.machine_id
-                 where d.recipient_id = $1 and m.require_reply and d.state <> 5
-                   and sm.revoked_at is null and s.account_id = any($2)
-                   and not exists (select 1 from messages r where r.reply_to = m.id and r.sender_id = $1)
-                 order by d.seq",
+                &format!(
+                    "select m.id, s.address, m.body, m.thread from deliveries d
+                     join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
+                     join machines sm on sm.id = s.machine_id
+                     where d.recipient_id = $1 and m.require_reply and d.state <> {WITHDRAWN}
+                       and sm.revoked_at is null and s.account_id = any($2)
+                       and not exists (select 1 from messages r where r.reply_to = m.id and r.sender_id = $1)
+                     order by d.seq"
+                ),
                 &[&caller.endpoint_id, &reach],
             )
             .await?;
