@@ -4,6 +4,7 @@ use deadpool_postgres::GenericClient;
 
 use super::error::Col;
 use super::messages::{SURFACED, WITHDRAWN};
+use super::trust::{HOLD_PENDING, HOLD_REJECTED};
 use super::{Store, is_unique_violation};
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, validate};
@@ -203,10 +204,12 @@ impl Store {
         let reason = format!("withdrawn: the contact between {account} and {other} was dropped before it was seen");
         // Held messages between the two can no longer be released.
         tx.execute(
-            "update holds h set state = 'rejected', reason = $3, decided_at = now(), decided_by = 'contact drop'
-             where h.state = 'pending' and h.account_id in ($1, $2)
-               and exists (select 1 from endpoint_addresses r where r.id = any(h.recipients)
-                           and r.account_id in ($1, $2) and r.account_id <> h.account_id)",
+            &format!(
+                "update holds h set state = '{HOLD_REJECTED}', reason = $3, decided_at = now(), decided_by = 'contact drop'
+                 where h.state = '{HOLD_PENDING}' and h.account_id in ($1, $2)
+                   and exists (select 1 from endpoint_addresses r where r.id = any(h.recipients)
+                               and r.account_id in ($1, $2) and r.account_id <> h.account_id)"
+            ),
             &[&me, &other_id, &format!("the contact between {account} and {other} was dropped")],
         )
         .await?;

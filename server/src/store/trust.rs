@@ -12,7 +12,7 @@ use crate::domain::delivery::Kind;
 use crate::domain::ids;
 use crate::domain::message::Message;
 use crate::domain::redact::{RedactedText, redact};
-use crate::domain::trust::{Hold as HoldView, Peek as PeekView, PeekTurn, Peeker as PeekerView};
+use crate::domain::trust::{Hold as HoldView, HoldState, Peek as PeekView, PeekTurn, Peeker as PeekerView};
 use crate::domain::{EntityKind, Error, Result};
 
 /// One turn of an agent's conversation, kept for peeking.
@@ -27,6 +27,11 @@ pub struct KeptTurn {
 pub const HOLD_CLASSES: [&str; 2] = ["private-outbound", "contact"];
 /// Most turns a peek keeps and returns.
 pub const MAX_PEEK_TURNS: usize = 10;
+
+/// Hold states as SQL text spells them: literals in the text, where the partial index
+/// `holds_pending` (migration 4) needs them.
+pub(super) const HOLD_PENDING: &str = HoldState::Pending.as_db();
+pub(super) const HOLD_REJECTED: &str = HoldState::Rejected.as_db();
 
 impl Store {
     /// The account's human endpoint (`account/me`), made on first use.
@@ -184,10 +189,12 @@ impl Store {
     ) -> Result<Vec<HoldView>> {
         let rows = client
             .query(
-                "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
-                        array(select address from endpoint_addresses where id = any(h.recipients) order by address)
-                 from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
-                 where h.account_id = $1 and ($2 or h.state = 'pending') order by h.created_at",
+                &format!(
+                    "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
+                            array(select address from endpoint_addresses where id = any(h.recipients) order by address)
+                     from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
+                     where h.account_id = $1 and ($2 or h.state = '{HOLD_PENDING}') order by h.created_at"
+                ),
                 &[&human.account_id, &all],
             )
             .await?;
@@ -196,7 +203,7 @@ impl Store {
                 Ok(HoldView {
                     id: r.col(0)?,
                     class: r.col(1)?,
-                    state: r.col(2)?,
+                    state: HoldState::from_db(r.col(2)?)?,
                     reason: r.col(3)?,
                     from: r.col(4)?,
                     body: r.col(5)?,
@@ -224,9 +231,10 @@ impl Store {
             .ok_or_else(|| {
                 Error::not_found(EntityKind::Hold, format!("no hold {id} in your account: holds lists them"))
             })?;
-        let (message_id, recipients, state, sender_id, sender): (String, Vec<i64>, String, i64, String) =
-            (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?, row.col(4)?);
-        if state != "pending" {
+        let (message_id, recipients, sender_id, sender): (String, Vec<i64>, i64, String) =
+            (row.col(0)?, row.col(1)?, row.col(3)?, row.col(4)?);
+        let state = HoldState::from_db(row.col(2)?)?;
+        if state != HoldState::Pending {
             return Err(Error::FailedPrecondition(format!("hold {id} was already {state}")));
         }
         if !release && reason.trim().is_empty() {
@@ -236,9 +244,10 @@ impl Store {
             let targets = Self::still_reachable(&tx, sender_id, &message_id, &recipients).await?;
             Self::deliver(&tx, &message_id, &targets).await?;
         }
+        let decided = if release { HoldState::Released } else { HoldState::Rejected };
         tx.execute(
             "update holds set state = $2, reason = nullif($3, ''), decided_at = now(), decided_by = $4 where id = $1",
-            &[&id.trim(), &if release { "released" } else { "rejected" }, &reason.trim(), &human.name],
+            &[&id.trim(), &decided.as_db(), &reason.trim(), &human.name],
         )
         .await?;
         let short = &message_id[..8];
@@ -464,5 +473,18 @@ impl Store {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_states_are_the_ones_the_table_allows() {
+        let table = include_str!("../../migrations/0004_trust.sql");
+        let all: Vec<String> = HoldState::ALL.iter().map(|s| format!("'{s}'")).collect();
+        assert!(table.contains(&format!("check (state in ({}))", all.join(", "))), "{all:?}");
+        assert!(table.contains(&format!("where state = '{HOLD_PENDING}';")));
     }
 }
