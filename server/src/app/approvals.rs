@@ -7,7 +7,7 @@ use tokio::time::Instant;
 
 use super::App;
 use crate::domain::redact::RedactedText;
-use crate::domain::trust::{Approval, Decision};
+use crate::domain::trust::{Approval, ApprovalState, Decision};
 use crate::domain::{Error, Result};
 use crate::store::contacts::Human;
 use crate::store::identity::Caller;
@@ -36,13 +36,13 @@ impl App {
         let mut waiter = self.hub.waiter(caller.endpoint_id);
         loop {
             let decision = self.store.approval(caller.account_id, &id).await?;
-            match decision.state.as_str() {
-                "allow" | "deny" => return Ok(decision),
-                "pending" if started.elapsed() >= wait => self.store.escalate(caller, &id).await?,
-                "escalated" if started.elapsed() >= wait * 2 => {
+            match decision.state {
+                ApprovalState::Allow | ApprovalState::Deny => return Ok(decision),
+                ApprovalState::Pending if started.elapsed() >= wait => self.store.escalate(caller, &id).await?,
+                ApprovalState::Escalated if started.elapsed() >= wait * 2 => {
                     return self.store.expire_approval(caller.account_id, &id).await;
                 }
-                _ => {}
+                ApprovalState::Pending | ApprovalState::Escalated => {}
             }
             if self.shutdown.is_cancelled() {
                 return Err(Error::Unavailable("the server is shutting down; ask again".into()));

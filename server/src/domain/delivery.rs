@@ -26,7 +26,8 @@ impl State {
         }
     }
 
-    pub fn to_db(self) -> i16 {
+    /// Const, so SQL text can spell a state from it (`store::messages::READ`).
+    pub const fn to_db(self) -> i16 {
         self as i16
     }
 

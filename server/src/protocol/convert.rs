@@ -238,7 +238,7 @@ impl From<Hold> for wire::HoldView {
         Self {
             id: h.id,
             class: h.class,
-            state: h.state,
+            state: h.state.as_db().to_owned(),
             reason: h.reason,
             from: h.from,
             to: h.to,
@@ -274,13 +274,20 @@ impl From<Peeker> for wire::PeekerView {
 
 impl From<Approval> for wire::ApprovalView {
     fn from(a: Approval) -> Self {
-        Self { id: a.id, state: a.state, job_id: a.job_id, requester: a.requester, tool: a.tool, input: a.input }
+        Self {
+            id: a.id,
+            state: a.state.as_db().to_owned(),
+            job_id: a.job_id,
+            requester: a.requester,
+            tool: a.tool,
+            input: a.input,
+        }
     }
 }
 
 impl From<Decision> for wire::PermissionDecision {
     fn from(d: Decision) -> Self {
-        Self { id: d.id, state: d.state, reason: d.reason, decided_by: d.decided_by }
+        Self { id: d.id, state: d.state.as_db().to_owned(), reason: d.reason, decided_by: d.decided_by }
     }
 }
 

@@ -1,6 +1,6 @@
 //! Permission requests of board agents: the operator endpoint answers, else the account's human.
 
-use crate::domain::trust::{Approval as ApprovalView, Decision as PermissionDecision};
+use crate::domain::trust::{Approval as ApprovalView, ApprovalState, Decision as PermissionDecision};
 
 use super::Store;
 use super::contacts::Human;
@@ -13,6 +13,13 @@ use crate::domain::redact::{RedactedText, redact};
 use crate::domain::{EntityKind, Error, Result};
 
 const EXCERPT: usize = 600;
+
+/// Approval states as SQL text spells them: literals in the text, where the partial index
+/// `approvals_open` (migration 5) needs them.
+const PENDING: &str = ApprovalState::Pending.as_db();
+const ESCALATED: &str = ApprovalState::Escalated.as_db();
+const ALLOW: &str = ApprovalState::Allow.as_db();
+const DENY: &str = ApprovalState::Deny.as_db();
 
 fn excerpt(text: &str) -> String {
     match text.char_indices().nth(EXCERPT) {
@@ -47,7 +54,7 @@ impl Store {
             .ok_or_else(|| {
                 Error::FailedPrecondition("permission requests come from an agent working a card in progress".into())
             })?;
-        let (job_id, title, operator): (String, String, Option<String>) = (job.get(0), job.get(1), job.get(2));
+        let (job_id, title, operator): (String, String, Option<String>) = (job.col(0)?, job.col(1)?, job.col(2)?);
         let id = format!("a{}", &ids::new_message_id()[..9]);
         let operator_id: Option<(i64, String)> = match &operator {
             Some(op) => tx
@@ -57,13 +64,14 @@ impl Store {
                     &[&caller.account_id, op],
                 )
                 .await?
-                .map(|r| (r.get(0), r.get(1))),
+                .map(|r| Ok::<_, Error>((r.col(0)?, r.col(1)?)))
+                .transpose()?,
             None => None,
         };
-        let state = if operator_id.is_some() { "pending" } else { "escalated" };
+        let state = if operator_id.is_some() { ApprovalState::Pending } else { ApprovalState::Escalated };
         tx.execute(
             "insert into approvals (id, account_id, job_id, requester_id, tool, input, state) values ($1, $2, $3, $4, $5, $6, $7)",
-            &[&id, &caller.account_id, &job_id, &caller.endpoint_id, &tool.trim(), &excerpt(input), &state],
+            &[&id, &caller.account_id, &job_id, &caller.endpoint_id, &tool.trim(), &excerpt(input), &state.as_db()],
         )
         .await?;
         let body = match &operator_id {
@@ -138,7 +146,7 @@ impl Store {
             .ok_or_else(|| Error::not_found(EntityKind::Approval, format!("no permission request {id} in your account")))?;
         Ok(PermissionDecision {
             id: id.trim().to_owned(),
-            state: row.col(0)?,
+            state: ApprovalState::from_db(row.col(0)?)?,
             reason: row.col(1)?,
             decided_by: row.col(2)?,
         })
@@ -150,7 +158,9 @@ impl Store {
         let tx = client.transaction().await?;
         let Some(row) = tx
             .query_opt(
-                "update approvals set state = 'escalated' where id = $1 and state = 'pending' returning job_id, tool, input",
+                &format!(
+                    "update approvals set state = '{ESCALATED}' where id = $1 and state = '{PENDING}' returning job_id, tool, input"
+                ),
                 &[&id],
             )
             .await?
@@ -176,9 +186,9 @@ impl Store {
     ) -> Result<PermissionDecision> {
         let reason = reason.as_str();
         let state = match (decision.trim(), human) {
-            ("allow", _) => "allow",
-            ("deny", _) => "deny",
-            ("owner", false) => "escalated",
+            ("allow", _) => ApprovalState::Allow,
+            ("deny", _) => ApprovalState::Deny,
+            ("owner", false) => ApprovalState::Escalated,
             _ => {
                 return Err(Error::invalid(if human {
                     "decision must be allow or deny"
@@ -189,14 +199,16 @@ impl Store {
         };
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let open = if human { vec!["pending", "escalated"] } else { vec!["pending"] };
+        let open = if human { vec![PENDING, ESCALATED] } else { vec![PENDING] };
         let row = tx
             .query_opt(
-                "update approvals set state = $3, reason = nullif($4, ''), decided_by = $5,
-                                      decided_at = case when $3 in ('allow', 'deny') then now() end
-                 where id = $1 and account_id = $2 and state = any($6)
-                 returning requester_id, job_id, tool, input",
-                &[&id.trim(), &account_id, &state, &reason.trim(), &by, &open],
+                &format!(
+                    "update approvals set state = $3, reason = nullif($4, ''), decided_by = $5,
+                                          decided_at = case when $3 in ('{ALLOW}', '{DENY}') then now() end
+                     where id = $1 and account_id = $2 and state = any($6)
+                     returning requester_id, job_id, tool, input"
+                ),
+                &[&id.trim(), &account_id, &state.as_db(), &reason.trim(), &by, &open],
             )
             .await?;
         let Some(row) = row else {
@@ -204,7 +216,7 @@ impl Store {
             return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
         };
         let requester: i64 = row.col(0)?;
-        if state == "escalated" {
+        if state == ApprovalState::Escalated {
             let asker = caller_of(&tx, requester).await?;
             let body = Self::escalation_text(id.trim(), &asker.address(), row.col(1)?, row.col(2)?, row.col(3)?);
             let target = Self::human_target(&tx, account_id, &asker.account).await?;
@@ -222,9 +234,11 @@ impl Store {
         let client = self.client().await?;
         client
             .execute(
-                "update approvals set state = 'deny', reason = 'nobody answered in time; try another way or ask again later',
-                                      decided_by = 'timeout', decided_at = now()
-                 where id = $1 and account_id = $2 and state in ('pending', 'escalated')",
+                &format!(
+                    "update approvals set state = '{DENY}', reason = 'nobody answered in time; try another way or ask again later',
+                                          decided_by = 'timeout', decided_at = now()
+                     where id = $1 and account_id = $2 and state in ('{PENDING}', '{ESCALATED}')"
+                ),
                 &[&id, &account_id],
             )
             .await?;
@@ -266,23 +280,40 @@ impl Store {
 
     pub async fn approvals(&self, human: &Human) -> Result<Vec<ApprovalView>> {
         let client = self.client().await?;
-        Ok(client
+        client
             .query(
-                "select a.id, a.state, a.job_id, ea.address, a.tool, a.input from approvals a
-                 join endpoint_addresses ea on ea.id = a.requester_id
-                 where a.account_id = $1 and a.state in ('pending', 'escalated') order by a.created_at",
+                &format!(
+                    "select a.id, a.state, a.job_id, ea.address, a.tool, a.input from approvals a
+                     join endpoint_addresses ea on ea.id = a.requester_id
+                     where a.account_id = $1 and a.state in ('{PENDING}', '{ESCALATED}') order by a.created_at"
+                ),
                 &[&human.account_id],
             )
             .await?
             .iter()
-            .map(|r| ApprovalView {
-                id: r.get(0),
-                state: r.get(1),
-                job_id: r.get(2),
-                requester: r.get(3),
-                tool: r.get(4),
-                input: r.get(5),
+            .map(|r| {
+                Ok(ApprovalView {
+                    id: r.col(0)?,
+                    state: ApprovalState::from_db(r.col(1)?)?,
+                    job_id: r.col(2)?,
+                    requester: r.col(3)?,
+                    tool: r.col(4)?,
+                    input: r.col(5)?,
+                })
             })
-            .collect())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn approval_states_are_the_ones_the_table_allows() {
+        let table = include_str!("../../migrations/0005_approvals.sql");
+        let all: Vec<String> = ApprovalState::ALL.iter().map(|s| format!("'{s}'")).collect();
+        assert!(table.contains(&format!("check (state in ({}))", all.join(", "))), "{all:?}");
+        assert!(table.contains(&format!("where state in ('{PENDING}', '{ESCALATED}');")));
     }
 }

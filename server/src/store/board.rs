@@ -50,14 +50,15 @@ fn job_columns() -> String {
 
 const JOB_JOINS: &str = "jobs j join repos r on r.id = j.repo_id join machines m on m.id = r.machine_id";
 
-fn time(row: &Row, column: &str) -> String {
-    row.get::<_, Option<DateTime<Utc>>>(column)
+fn time(row: &Row, column: &str) -> Result<String> {
+    Ok(row
+        .col::<Option<DateTime<Utc>>>(column)?
         .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
-        .unwrap_or_default()
+        .unwrap_or_default())
 }
 
-fn text(row: &Row, column: &str) -> String {
-    row.get::<_, Option<String>>(column).unwrap_or_default()
+fn text(row: &Row, column: &str) -> Result<String> {
+    Ok(row.col::<Option<String>>(column)?.unwrap_or_default())
 }
 
 /// A UTC instant in an IANA zone, as a person reads it.
@@ -78,27 +79,27 @@ fn job_from_row(row: &Row) -> Result<JobView> {
         repo: RepoView { name: row.col("repo_name")?, path: row.col("repo_path")?, machine: row.col("machine_name")? },
         agent: row.col("agent")?,
         requires_pr: row.col("requires_pr")?,
-        schedule: text(row, "schedule"),
-        time_zone: text(row, "time_zone"),
-        next_run_at: time(row, "next_run_at"),
+        schedule: text(row, "schedule")?,
+        time_zone: text(row, "time_zone")?,
+        next_run_at: time(row, "next_run_at")?,
         run_count: row.col::<i32>("run_count")? as u32,
-        last_run_at: time(row, "last_run_at"),
-        last_skip_reason: text(row, "last_skip_reason"),
-        schedule_id: text(row, "schedule_id"),
+        last_run_at: time(row, "last_run_at")?,
+        last_skip_reason: text(row, "last_skip_reason")?,
+        schedule_id: text(row, "schedule_id")?,
         posted_by: row.col("posted_by")?,
-        posted_at: time(row, "posted_at"),
-        edited_by: text(row, "edited_by"),
-        edited_at: time(row, "edited_at"),
+        posted_at: time(row, "posted_at")?,
+        edited_by: text(row, "edited_by")?,
+        edited_at: time(row, "edited_at")?,
         attempts: row.col::<i32>("attempts")? as u32,
-        last_error: text(row, "last_error"),
-        branch: text(row, "branch"),
-        worktree: text(row, "worktree"),
-        agent_state: text(row, "agent_state"),
-        pr_url: text(row, "pr_url"),
-        summary: text(row, "summary"),
-        started_at: time(row, "started_at"),
-        finished_at: time(row, "finished_at"),
-        closed_at: time(row, "closed_at"),
+        last_error: text(row, "last_error")?,
+        branch: text(row, "branch")?,
+        worktree: text(row, "worktree")?,
+        agent_state: text(row, "agent_state")?,
+        pr_url: text(row, "pr_url")?,
+        summary: text(row, "summary")?,
+        started_at: time(row, "started_at")?,
+        finished_at: time(row, "finished_at")?,
+        closed_at: time(row, "closed_at")?,
         dispatcher_running: row.col("dispatcher_running")?,
         changed: Vec::new(),
     })
@@ -198,8 +199,8 @@ impl Store {
                     "no repository {repo:?} on the board: pass a path or folder name that list_jobs shows, or add it with add_repo"
                 ),
             )),
-            [one] => Ok(one.get(0)),
-            [first, ..] => Ok(first.get(0)),
+            [one] => one.col(0),
+            [first, ..] => first.col(0),
         }
     }
 
@@ -298,7 +299,7 @@ impl Store {
                     &[&caller.account_id, &repo_id],
                 )
                 .await?
-                .get(0)
+                .col(0)?
         } else {
             0
         };
@@ -552,8 +553,8 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| Cleanup { id: r.get(0), worktree: r.get(1), repo_path: r.get(2) })
-            .collect();
+            .map(|r| Ok(Cleanup { id: r.col(0)?, worktree: r.col(1)?, repo_path: r.col(2)? }))
+            .collect::<Result<_>>()?;
         tx.commit().await?;
         Ok((claimed, cleanup))
     }
@@ -729,7 +730,11 @@ impl Store {
                     &[&id],
                 )
                 .await?;
-            let hold = match last.as_ref().map(|r| (r.get::<_, &str>(0), r.get::<_, bool>(1))) {
+            let last_run = match &last {
+                Some(r) => Some((r.col::<&str>(0)?, r.col::<bool>(1)?)),
+                None => None,
+            };
+            let hold = match last_run {
                 Some(("todo" | "in_progress", _)) => Some("its last run is still in progress"),
                 Some(("review", true)) => Some("its last run's pull request is still open"),
                 _ => None,

@@ -3,6 +3,8 @@
 use deadpool_postgres::GenericClient;
 
 use super::error::Col;
+use super::messages::{SURFACED, WITHDRAWN};
+use super::trust::{HOLD_PENDING, HOLD_REJECTED};
 use super::{Store, is_unique_violation};
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{NameKind, validate};
@@ -17,10 +19,10 @@ fn view(account: &str, state: &str, withdrawn: u64) -> ContactView {
 
 async fn account_id(c: &impl GenericClient, name: &str) -> Result<i64> {
     validate(NameKind::Account, name)?;
-    Ok(c.query_opt("select id from accounts where name = $1", &[&name])
+    c.query_opt("select id from accounts where name = $1", &[&name])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))?
-        .get(0))
+        .col(0)
 }
 
 async fn make_contact(c: &impl GenericClient, a: i64, b: i64) -> Result<()> {
@@ -174,7 +176,7 @@ impl Store {
                 &[&human.account_id],
             )
             .await?;
-        Ok(rows.iter().map(|r| view(r.get(0), r.get(1), 0)).collect())
+        rows.iter().map(|r| Ok(view(r.col(0)?, r.col(1)?, 0))).collect()
     }
 
     /// Ends a contact (or a request) between two accounts. Reach is cut at once: deliveries between
@@ -202,32 +204,38 @@ impl Store {
         let reason = format!("withdrawn: the contact between {account} and {other} was dropped before it was seen");
         // Held messages between the two can no longer be released.
         tx.execute(
-            "update holds h set state = 'rejected', reason = $3, decided_at = now(), decided_by = 'contact drop'
-             where h.state = 'pending' and h.account_id in ($1, $2)
-               and exists (select 1 from endpoint_addresses r where r.id = any(h.recipients)
-                           and r.account_id in ($1, $2) and r.account_id <> h.account_id)",
+            &format!(
+                "update holds h set state = '{HOLD_REJECTED}', reason = $3, decided_at = now(), decided_by = 'contact drop'
+                 where h.state = '{HOLD_PENDING}' and h.account_id in ($1, $2)
+                   and exists (select 1 from endpoint_addresses r where r.id = any(h.recipients)
+                               and r.account_id in ($1, $2) and r.account_id <> h.account_id)"
+            ),
             &[&me, &other_id, &format!("the contact between {account} and {other} was dropped")],
         )
         .await?;
         // Inboxes before their deliveries, the order every writer of both takes.
         tx.execute(
-            "select 1 from endpoints e
-             where e.id in (select d.recipient_id from deliveries d
-                            join messages m on m.id = d.message_id
-                            join endpoint_addresses s on s.id = m.sender_id
-                            join endpoint_addresses r on r.id = d.recipient_id
-                            where d.state < 3
-                              and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
-             order by e.id for update",
+            &format!(
+                "select 1 from endpoints e
+                 where e.id in (select d.recipient_id from deliveries d
+                                join messages m on m.id = d.message_id
+                                join endpoint_addresses s on s.id = m.sender_id
+                                join endpoint_addresses r on r.id = d.recipient_id
+                                where d.state < {SURFACED}
+                                  and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
+                 order by e.id for update"
+            ),
             &[&me, &other_id],
         )
         .await?;
         let withdrawn = tx
             .execute(
-                "update deliveries d set state = 5, reason = $3, updated_at = now()
-                 from messages m, endpoint_addresses s, endpoint_addresses r
-                 where m.id = d.message_id and s.id = m.sender_id and r.id = d.recipient_id and d.state < 3
-                   and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1))",
+                &format!(
+                    "update deliveries d set state = {WITHDRAWN}, reason = $3, updated_at = now()
+                     from messages m, endpoint_addresses s, endpoint_addresses r
+                     where m.id = d.message_id and s.id = m.sender_id and r.id = d.recipient_id and d.state < {SURFACED}
+                       and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1))"
+                ),
                 &[&me, &other_id, &reason],
             )
             .await?;

@@ -69,15 +69,15 @@ pub(crate) trait Col {
 }
 
 /// A column by position or by name, as `Row::try_get` takes it, that can also be named in an error.
-pub(crate) trait ColumnName: tokio_postgres::row::RowIndex + std::fmt::Display {}
-impl<T: tokio_postgres::row::RowIndex + std::fmt::Display> ColumnName for T {}
+/// `Copy` (a position or a `&str`), so the name is only formatted when the read fails.
+pub(crate) trait ColumnName: tokio_postgres::row::RowIndex + std::fmt::Display + Copy {}
+impl<T: tokio_postgres::row::RowIndex + std::fmt::Display + Copy> ColumnName for T {}
 
 impl Col for tokio_postgres::Row {
     fn col<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, idx: impl ColumnName) -> Result<T, Error> {
-        let name = idx.to_string();
         self.try_get(idx).map_err(|e| {
-            tracing::error!(column = %name, error = %e, "a row does not have the shape this binary expects");
-            Error::Internal(format!("unexpected database row shape (column {name})"))
+            tracing::error!(column = %idx, error = %e, "a row does not have the shape this binary expects");
+            Error::Internal(format!("unexpected database row shape (column {idx})"))
         })
     }
 }

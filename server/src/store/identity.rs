@@ -95,24 +95,24 @@ pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, e
      coalesce((select a.operator from accounts a where a.id = ea.account_id) = ea.machine || '/' || ea.handle, false) \
      as operator";
 
-pub(super) fn endpoint_from_row(row: &Row) -> Endpoint {
-    let last_seen: Option<DateTime<Utc>> = row.get("last_seen_at");
-    Endpoint {
-        address: row.get("address"),
-        account: row.get("account"),
-        machine: row.get("machine"),
-        handle: row.get("handle"),
-        harness: row.get("harness"),
-        status: row.get("status"),
-        note: row.get("note"),
-        now: row.get("now_text"),
-        title: row.get("title"),
-        online: row.get("online"),
-        ended: row.get("ended"),
+pub(super) fn endpoint_from_row(row: &Row) -> Result<Endpoint> {
+    let last_seen: Option<DateTime<Utc>> = row.col("last_seen_at")?;
+    Ok(Endpoint {
+        address: row.col("address")?,
+        account: row.col("account")?,
+        machine: row.col("machine")?,
+        handle: row.col("handle")?,
+        harness: row.col("harness")?,
+        status: row.col("status")?,
+        note: row.col("note")?,
+        now: row.col("now_text")?,
+        title: row.col("title")?,
+        online: row.col("online")?,
+        ended: row.col("ended")?,
         last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
-        peek: row.get("peek_on"),
-        operator: row.get("operator"),
-    }
+        peek: row.col("peek_on")?,
+        operator: row.col("operator")?,
+    })
 }
 
 fn split_machine_path(path: &str) -> Result<(&str, &str)> {
@@ -170,7 +170,7 @@ impl Store {
             .query_opt("select id from accounts where name = $1", &[&account])
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {account}: create it first")))?
-            .get(0);
+            .col(0)?;
         let row = client
             .query_opt(
                 "insert into machines (account_id, name, token_hash) values ($1, $2, $3)
@@ -204,7 +204,7 @@ impl Store {
             )
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Machine, format!("no machine {account}/{machine}")))?
-            .get(0);
+            .col(0)?;
         tx.execute(
             "update endpoints set session_hash = null, ended_at = coalesce(ended_at, now()), online_until = null
              where machine_id = $1",
@@ -225,11 +225,16 @@ impl Store {
             return Err(Error::invalid("an account cannot be its own contact"));
         }
         let client = self.client().await?;
-        let rows = client.query("select id, name from accounts where name = any($1)", &[&vec![first, second]]).await?;
+        let rows: Vec<(i64, String)> = client
+            .query("select id, name from accounts where name = any($1)", &[&vec![first, second]])
+            .await?
+            .iter()
+            .map(|r| Ok((r.col(0)?, r.col(1)?)))
+            .collect::<Result<_>>()?;
         let id_of = |name: &str| {
             rows.iter()
-                .find(|r| r.get::<_, &str>(1) == name)
-                .map(|r| r.get::<_, i64>(0))
+                .find(|(_, n)| n == name)
+                .map(|(id, _)| *id)
                 .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))
         };
         let (a, b) = (id_of(first)?, id_of(second)?);
@@ -416,8 +421,8 @@ impl Store {
                         )
                         .await?
                         .iter()
-                        .map(|r| r.get(0))
-                        .collect();
+                        .map(|r| r.col(0))
+                        .collect::<Result<_>>()?;
                     let candidate = (1..)
                         .map(|n| format!("{harness}-{n}"))
                         .find(|h| !live.contains(h))
@@ -433,7 +438,7 @@ impl Store {
                 found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?
             }
         };
-        let id: i64 = claimed.get(0);
+        let id: i64 = claimed.col(0)?;
         // A session this claim took the handle from is over here at once, elsewhere when heard.
         self.sessions.forget_endpoint(id);
         client.execute("delete from peek_turns where endpoint_id = $1", &[&id]).await?;
@@ -495,7 +500,7 @@ impl Store {
             .query_opt(&stmt, &[&id])
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
-        Ok(endpoint_from_row(&row))
+        endpoint_from_row(&row)
     }
 
     /// A push stream opens on this replica: it becomes the endpoint's newest stream, and the endpoint
@@ -598,7 +603,7 @@ impl Store {
             )
             .await?;
         let rows = client.query(&stmt, &[&account_id]).await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        rows.iter().map(|r| r.col(0)).collect()
     }
 
     /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.
@@ -617,7 +622,7 @@ impl Store {
         );
         let stmt = client.prepare_cached(&sql).await?;
         let params: [&(dyn ToSql + Sync); 2] = [&accounts, &all];
-        Ok(client.query(&stmt, &params).await?.iter().map(endpoint_from_row).collect())
+        client.query(&stmt, &params).await?.iter().map(endpoint_from_row).collect()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Messages and their deliveries: sending, the inbox, replies and delivery states.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -21,6 +22,13 @@ use crate::store::scope;
 
 /// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
 pub const DELIVERY_CHANNEL: &str = "relay_delivery";
+
+/// Delivery states as SQL text spells them. They are written into the statements rather than
+/// bound: the planner can only use the partial index `deliveries_unread` (`state < 4`, migration 1)
+/// when the literal is in the text, generic plans of cached statements included.
+pub(super) const SURFACED: i16 = State::Surfaced.to_db();
+pub(super) const READ: i16 = State::Read.to_db();
+pub(super) const WITHDRAWN: i16 = State::Withdrawn.to_db();
 
 /// A message to store, already validated by the caller of [`Store::send`].
 pub struct Outgoing<'a> {
@@ -79,13 +87,18 @@ macro_rules! message_joins {
 /// Deliveries `d` with what [`message_joins`] adds.
 const MESSAGE_JOINS: &str = concat!("deliveries d ", message_joins!());
 
-/// The first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order, with what
-/// [`message_joins`] adds. The limit is taken before any join: an inbox that grew faster than the
-/// planner's statistics cannot make it join everything it holds and sort it.
-const UNREAD_AFTER: &str = concat!(
-    "(select * from deliveries where recipient_id = $1 and seq > $2 and state < 4 order by seq limit $3) d ",
-    message_joins!()
-);
+/// The messages of the first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order.
+/// The limit is taken before any join: an inbox that grew faster than the planner's statistics
+/// cannot make it join everything it holds and sort it. Built once, so every call prepares the
+/// same text.
+static UNREAD_AFTER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "select {MESSAGE_COLUMNS} from \
+         (select * from deliveries where recipient_id = $1 and seq > $2 and state < {READ} order by seq limit $3) d {} \
+         order by d.seq",
+        message_joins!()
+    )
+});
 
 fn message_from_row(row: &Row) -> Result<Message> {
     let sent_at: DateTime<Utc> = row.col("created_at")?;
@@ -298,7 +311,7 @@ impl Store {
             .query_opt("select id from endpoint_addresses where address = $1", &[address])
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Endpoint, format!("no agent at {address}")))?
-            .get(0);
+            .col(0)?;
         let targets = [Target { id, address: address.clone(), account_id: sender.account_id }];
         let sent = Self::store_message(&tx, sender, &targets, &out, None)
             .await?
@@ -394,8 +407,10 @@ impl Store {
                 .ok_or_else(|| Error::Unavailable("a concurrent reply with this client id failed; retry".into()));
         };
         tx.execute(
-            "update deliveries set state = 4, updated_at = now()
-             where message_id = $1 and recipient_id = $2 and state < 4",
+            &format!(
+                "update deliveries set state = {READ}, updated_at = now()
+                 where message_id = $1 and recipient_id = $2 and state < {READ}"
+            ),
             &[&original, &caller.endpoint_id],
         )
         .await?;
@@ -413,7 +428,11 @@ impl Store {
         };
         let id: String = row.col(0)?;
         let recipients = Self::recipient_states(client, &id).await?;
-        let hold = client.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.get(0));
+        let hold = client
+            .query_opt("select id from holds where message_id = $1", &[&id])
+            .await?
+            .map(|r| r.col(0))
+            .transpose()?;
         Ok(Some(Sent {
             id,
             thread: row.col(1)?,
@@ -466,7 +485,7 @@ impl Store {
             ))
             .await?;
         let reachable: Vec<String> =
-            c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.get(0)).collect();
+            c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
         let named: Vec<(String, Option<&str>)> =
             unknown.iter().map(|a| (a.clone(), address::did_you_mean(a, &reachable))).collect();
         Ok(address::unknown(&named, sending))
@@ -536,10 +555,15 @@ impl Store {
         for address in &wanted {
             let text = address.to_string();
             // An endpoint outside the caller's reach is reported exactly like one that does not exist.
-            let row = rows.iter().find(|r| {
-                r.get::<_, &str>("address") == text
-                    && scope::reach(caller.account_id, &contacts, r.get("account_id")) != Reach::None
-            });
+            let mut row = None;
+            for r in &rows {
+                if r.col::<&str>("address")? == text
+                    && scope::reach(caller.account_id, &contacts, r.col("account_id")?) != Reach::None
+                {
+                    row = Some(r);
+                    break;
+                }
+            }
             match row {
                 None => unknown.push(text),
                 Some(row) => {
@@ -609,7 +633,8 @@ impl Store {
                  for key share",
             )
             .await?;
-        let held: Vec<i64> = tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.get(0)).collect();
+        let held: Vec<i64> =
+            tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
         let gone: Vec<&str> = targets
             .iter()
             .filter(|t| t.account_id != caller.account_id && !held.contains(&t.account_id))
@@ -709,19 +734,22 @@ impl Store {
                  where e.id = any($1) order by e.id for update of e"
             ))
             .await?;
-        let offline: HashMap<i64, String> = tx
-            .query(&lock, &[&ids])
-            .await?
-            .iter()
-            .filter(|r| !r.get::<_, bool>("online") && !r.get::<_, bool>("system"))
-            .map(|r| (r.get("id"), presence::offline_reason(r.get("last_seen_at"))))
-            .collect();
+        let mut offline: HashMap<i64, String> = HashMap::new();
+        for r in tx.query(&lock, &[&ids]).await? {
+            if !r.col::<bool>("online")? && !r.col::<bool>("system")? {
+                offline.insert(r.col("id")?, presence::offline_reason(r.col("last_seen_at")?));
+            }
+        }
         let bump = tx
             .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
             .await?;
         let heads = tx.query(&bump, &[&ids]).await?;
-        let (recipients, seqs): (Vec<i64>, Vec<i64>) =
-            heads.iter().map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1))).unzip();
+        let (recipients, seqs): (Vec<i64>, Vec<i64>) = heads
+            .iter()
+            .map(|r| Ok((r.col::<i64>(0)?, r.col::<i64>(1)?)))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .unzip();
 
         let deliver = tx
             .prepare_cached(
@@ -747,7 +775,11 @@ impl Store {
         let stmt = c.prepare_cached("select id from endpoints where id = any($1) and unread >= $2").await?;
         let cap_db = i32::try_from(cap).unwrap_or(i32::MAX);
         let full = c.query(&stmt, &[&ids, &cap_db]).await?;
-        match full.first().and_then(|r| targets.iter().find(|t| t.id == r.get::<_, i64>(0))) {
+        let Some(row) = full.first() else {
+            return Ok(());
+        };
+        let id: i64 = row.col(0)?;
+        match targets.iter().find(|t| t.id == id) {
             Some(target) => Err(limits::inbox_full(&target.address, cap)),
             None => Ok(()),
         }
@@ -787,7 +819,7 @@ impl Store {
             MessageRef::Last => tx
                 .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
                 .await?
-                .get::<_, Option<String>>(0)
+                .col::<Option<String>>(0)?
                 .ok_or_else(|| {
                     Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
                 }),
@@ -827,13 +859,13 @@ impl Store {
         reference: &MessageRef,
         text: &str,
     ) -> Result<String> {
-        let candidates: Vec<String> = tx
+        let mut candidates: Vec<String> = tx
             .query(stmt, &[&caller.endpoint_id, &text])
             .await?
             .iter()
-            .map(|r| r.get::<_, String>(0))
-            .filter(|id| reference.matches(id))
-            .collect();
+            .map(|r| r.col::<String>(0))
+            .collect::<Result<_>>()?;
+        candidates.retain(|id| reference.matches(id));
         ids::pick_unique(text, &candidates).map(str::to_owned)
     }
 
@@ -841,8 +873,7 @@ impl Store {
     /// unread is read after.
     pub async fn inbox(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let client = self.client().await?;
-        let sql = format!("select {MESSAGE_COLUMNS} from {UNREAD_AFTER} order by d.seq");
-        let stmt = client.prepare_cached(&sql).await?;
+        let stmt = client.prepare_cached(&UNREAD_AFTER).await?;
         let rows = client.query(&stmt, &[&caller.endpoint_id, &0i64, &i64::from(limit)]).await?;
         let messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
         if !messages.is_empty() {
@@ -883,8 +914,7 @@ impl Store {
     /// Deliveries above `after` that are not read yet, for the push stream.
     pub async fn pending_after(&self, caller: &Caller, after: i64, limit: i64) -> Result<Vec<Message>> {
         let client = self.client().await?;
-        let sql = format!("select {MESSAGE_COLUMNS} from {UNREAD_AFTER} order by d.seq");
-        let stmt = client.prepare_cached(&sql).await?;
+        let stmt = client.prepare_cached(&UNREAD_AFTER).await?;
         client.query(&stmt, &[&caller.endpoint_id, &after, &limit]).await?.iter().map(message_from_row).collect()
     }
 
@@ -919,7 +949,7 @@ impl Store {
         let id = Self::resolve_sent(&tx, caller, reference).await?;
         let sql = format!(
             "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
-             where m.reply_to = $1 and d.recipient_id = $2 and d.state <> 5
+             where m.reply_to = $1 and d.recipient_id = $2 and d.state <> {WITHDRAWN}
              order by d.seq"
         );
         let stmt = tx.prepare_cached(&sql).await?;
@@ -966,6 +996,14 @@ impl DeliveryNotice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unread_reads_spell_the_partial_index_predicate() {
+        // The index's predicate is a literal in a checksummed migration: the reads must match it.
+        let index = include_str!("../../migrations/0001_identity_and_messaging.sql");
+        assert!(index.contains(&format!("deliveries_unread on deliveries (recipient_id, seq) where state < {READ};")));
+        assert!(UNREAD_AFTER.contains(&format!("and state < {READ} order by seq limit $3) d join messages m")));
+    }
 
     #[test]
     fn delivery_payloads_parse() {

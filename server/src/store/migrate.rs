@@ -173,7 +173,8 @@ async fn locked(client: &mut Client) -> Result<Report, MigrateError> {
     // snapshot, and the other process's `create index concurrently` waits for every snapshot to
     // end, so each would wait for the other.
     let mut told = false;
-    while !client.query_one("select pg_try_advisory_lock($1)", &[&LOCK_KEY]).await?.get::<_, bool>(0) {
+    // Rows are read with `try_get`: a row of another shape is a history error, never a panic.
+    while !client.query_one("select pg_try_advisory_lock($1)", &[&LOCK_KEY]).await?.try_get::<_, bool>(0)? {
         if !std::mem::replace(&mut told, true) {
             tracing::info!("another process is applying migrations; waiting for it");
         }
@@ -187,9 +188,9 @@ async fn locked(client: &mut Client) -> Result<Report, MigrateError> {
     // A pooled connection must not keep the setting.
     let _ = client.batch_execute("reset lock_timeout").await;
     // Unlock even on failure; should this fail too, closing the connection releases the lock.
-    match client.query_one("select pg_advisory_unlock($1)", &[&LOCK_KEY]).await {
-        Ok(row) if row.get::<_, bool>(0) => {}
-        Ok(_) => tracing::warn!("the migration lock was not held at unlock"),
+    match client.query_one("select pg_advisory_unlock($1)", &[&LOCK_KEY]).await.and_then(|row| row.try_get(0)) {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!("the migration lock was not held at unlock"),
         Err(e) => tracing::warn!(error = %e, "cannot release the migration lock; closing the connection releases it"),
     }
     outcome
@@ -213,8 +214,8 @@ async fn apply_pending(client: &mut Client, migrations: &[Migration]) -> Result<
         .query("select version, checksum from schema_migrations order by version", &[])
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_, tokio_postgres::Error>>()?;
 
     for (version, recorded) in &done {
         let Some(migration) = migrations.iter().find(|m| m.version == *version) else { continue };

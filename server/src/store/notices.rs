@@ -4,6 +4,7 @@
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::Store;
+use super::error::Col;
 use super::identity::caller_of;
 use super::messages::{Outgoing, Target};
 use crate::domain::Result;
@@ -39,19 +40,22 @@ impl Store {
             )
             .await?;
         let (title, poster, account, operator): (String, String, String, Option<String>) =
-            (card.get(0), card.get(1), card.get(2), card.get(3));
+            (card.col(0)?, card.col(1)?, card.col(2)?, card.col(3)?);
         let operator = operator.map(|op| format!("{account}/{op}"));
         let wanted: Vec<&str> = operator.iter().map(String::as_str).chain([poster.as_str()]).collect();
-        let found = tx
+        let found: Vec<(i64, String)> = tx
             .query(
                 "select ea.id, ea.address from endpoint_addresses ea join machines m on m.id = ea.machine_id
                  where ea.address = any($1) and ea.account_id = $2 and m.revoked_at is null",
                 &[&wanted, &account_id],
             )
-            .await?;
+            .await?
+            .iter()
+            .map(|r| Ok((r.col(0)?, r.col(1)?)))
+            .collect::<Result<_>>()?;
         let endpoint = |address: &str| {
-            found.iter().find(|r| r.get::<_, &str>(1) == address).map(|r| Target {
-                id: r.get(0),
+            found.iter().find(|(_, a)| a == address).map(|(id, _)| Target {
+                id: *id,
                 address: address.to_owned(),
                 account_id,
             })

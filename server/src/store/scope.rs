@@ -86,14 +86,16 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
     let by_ids: [&(dyn ToSql + Sync); 1] = [&ids];
     let (chain_rows, group_rows, base_rows) =
         tokio::try_join!(c.query(&chains, &by_ids), c.query(&groups, &by_ids), c.query(&base, &by_ids))?;
-    let mut ancestors: HashMap<i64, Vec<i64>> = chain_rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let mut ancestors: HashMap<i64, Vec<i64>> =
+        chain_rows.iter().map(|r| Ok((r.col(0)?, r.col(1)?))).collect::<Result<_>>()?;
     let all_ancestors: Vec<i64> = ancestors.values().flatten().copied().collect();
     let mut bound: Vec<i64> = ids.to_vec();
     bound.extend(&all_ancestors);
     let named = c.prepare_cached("select id, address from endpoint_addresses where id = any($1)").await?;
     let (by_ancestors, by_bound): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) = ([&all_ancestors], [&bound]);
     let (address_rows, cap_rows) = tokio::try_join!(c.query(&named, &by_ancestors), c.query(&caps, &by_bound))?;
-    let addresses: HashMap<i64, String> = address_rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let addresses: HashMap<i64, String> =
+        address_rows.iter().map(|r| Ok((r.col(0)?, r.col(1)?))).collect::<Result<_>>()?;
 
     let mut out = HashMap::new();
     for row in &base_rows {
@@ -119,9 +121,12 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
             rules_out: parse_stored(row.col(8)?)?,
             caps: Vec::new(),
         };
-        for g in group_rows.iter().filter(|g| g.get::<_, i64>(0) == id) {
-            let name: String = g.get(1);
-            for (dir, rule) in [(Dir::In, parse_stored(g.get(2))?), (Dir::Out, parse_stored(g.get(3))?)] {
+        for g in &group_rows {
+            if g.col::<i64>(0)? != id {
+                continue;
+            }
+            let name: String = g.col(1)?;
+            for (dir, rule) in [(Dir::In, parse_stored(g.col(2)?)?), (Dir::Out, parse_stored(g.col(3)?)?)] {
                 if let Some(selectors) = rule {
                     scoped.caps.push(Cap {
                         id: format!("group:{name}"),
@@ -187,11 +192,10 @@ async fn resolve_in_reach(
              where ea.address = $1 and m.revoked_at is null",
             &[&address],
         )
-        .await?
-        .filter(|r| reach(caller.account_id, contacts, r.get(1)) != Reach::None);
+        .await?;
     match row {
-        Some(row) => Ok((row.col(0)?, address)),
-        None => Err(Store::unknown_addresses(c, caller, contacts, &[address], false).await?),
+        Some(row) if reach(caller.account_id, contacts, row.col(1)?) != Reach::None => Ok((row.col(0)?, address)),
+        _ => Err(Store::unknown_addresses(c, caller, contacts, &[address], false).await?),
     }
 }
 
@@ -257,7 +261,8 @@ impl Store {
             Some(p) => c
                 .query_opt("select address from endpoint_addresses where id = $1", &[&p])
                 .await?
-                .map(|r| r.get::<_, String>(0)),
+                .map(|r| r.col::<String>(0))
+                .transpose()?,
             None => None,
         };
         Ok(rules_view(s, parent))
@@ -417,15 +422,17 @@ impl Store {
              order by ea.address"
         );
         let rows = client.query(&sql, &[&accounts, &caller.endpoint_id, &all]).await?;
-        let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let ids: Vec<i64> = rows.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
         let verdicts = decide_many(&client, caller, &contacts, &ids).await?;
-        Ok(rows
-            .iter()
-            .filter_map(|row| {
-                let verdict = verdicts.get(&row.get::<_, i64>(0))?;
-                verdict.allowed.then(|| Peer { endpoint: endpoint_from_row(row), reason: verdict.reasons.join("; ") })
-            })
-            .collect())
+        let mut peers = Vec::new();
+        for (row, id) in rows.iter().zip(&ids) {
+            if let Some(verdict) = verdicts.get(id)
+                && verdict.allowed
+            {
+                peers.push(Peer { endpoint: endpoint_from_row(row)?, reason: verdict.reasons.join("; ") });
+            }
+        }
+        Ok(peers)
     }
 
     // ---- groups ------------------------------------------------------------------------------
@@ -458,8 +465,8 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map(|r| r.col(0))
+            .collect::<Result<_>>()?;
         Ok(GroupView {
             name: row.col(0)?,
             owner: row.col(1)?,
@@ -535,7 +542,7 @@ impl Store {
                     &[&member, &caller.account_id],
                 )
                 .await?
-                .get(0);
+                .col(0)?;
             if !same_account {
                 return Err(Error::invalid(format!(
                     "{address} is in another account; groups hold agents of one account"
@@ -591,8 +598,8 @@ impl Store {
             .query("select id from groups where account_id = $1 order by name", &[&caller.account_id])
             .await?
             .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map(|r| r.col(0))
+            .collect::<Result<_>>()?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             out.push(Self::group_view(&client, id).await?);
@@ -616,7 +623,7 @@ impl Store {
         name: &str,
     ) -> Result<Vec<(i64, String)>> {
         let (group, _) = Self::group_id(c, caller, name).await?;
-        Ok(c.query(
+        c.query(
             "select ea.id, ea.address from group_members gm
                  join endpoint_addresses ea on ea.id = gm.endpoint_id
                  join endpoints e on e.id = gm.endpoint_id
@@ -627,7 +634,7 @@ impl Store {
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect())
+        .map(|r| Ok((r.col(0)?, r.col(1)?)))
+        .collect()
     }
 }

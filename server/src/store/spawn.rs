@@ -36,8 +36,8 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map(|r| r.col(0))
+            .collect::<Result<_>>()?;
         let handle = (1..)
             .map(|n: u32| {
                 let suffix = format!("-{n}");
@@ -77,14 +77,14 @@ impl Store {
         grant: &str,
     ) -> Result<i64> {
         ids::check_token(TokenKind::SpawnGrant, grant)?;
-        Ok(client
+        client
             .query_opt(
                 "select id from endpoints where spawn_grant_hash = $1 and machine_id = $2",
                 &[&ids::token_hash(grant), &machine.machine_id],
             )
             .await?
             .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?
-            .get(0))
+            .col(0)
     }
 
     /// The worker ended: its report goes to the parent as a message from the child, and the grant
@@ -103,7 +103,7 @@ impl Store {
             .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?;
         let child = caller_of(&client, row.col(0)?).await?;
         let parent: i64 = row
-            .get::<_, Option<i64>>(1)
+            .col::<Option<i64>>(1)?
             .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "the worker's parent is gone"))?;
         let parent_address: String =
             client.query_one("select address from endpoint_addresses where id = $1", &[&parent]).await?.col(0)?;

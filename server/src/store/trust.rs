@@ -6,13 +6,13 @@ use super::Store;
 use super::contacts::Human;
 use super::error::Col;
 use super::identity::{Caller, caller_of};
-use super::messages::{Outgoing, Target};
+use super::messages::{Outgoing, Target, WITHDRAWN};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
 use crate::domain::message::Message;
 use crate::domain::redact::{RedactedText, redact};
-use crate::domain::trust::{Hold as HoldView, Peek as PeekView, PeekTurn, Peeker as PeekerView};
+use crate::domain::trust::{Hold as HoldView, HoldState, Peek as PeekView, PeekTurn, Peeker as PeekerView};
 use crate::domain::{EntityKind, Error, Result};
 
 /// One turn of an agent's conversation, kept for peeking.
@@ -27,6 +27,11 @@ pub struct KeptTurn {
 pub const HOLD_CLASSES: [&str; 2] = ["private-outbound", "contact"];
 /// Most turns a peek keeps and returns.
 pub const MAX_PEEK_TURNS: usize = 10;
+
+/// Hold states as SQL text spells them: literals in the text, where the partial index
+/// `holds_pending` (migration 4) needs them.
+pub(super) const HOLD_PENDING: &str = HoldState::Pending.as_db();
+pub(super) const HOLD_REJECTED: &str = HoldState::Rejected.as_db();
 
 impl Store {
     /// The account's human endpoint (`account/me`), made on first use.
@@ -78,8 +83,8 @@ impl Store {
             )
             .await?
             .iter()
-            .map(|r| r.get(0))
-            .collect();
+            .map(|r| r.col(0))
+            .collect::<Result<_>>()?;
         let refused: Vec<&str> =
             outside.iter().filter(|t| !allowed.contains(&t.account_id)).map(|t| t.address.as_str()).collect();
         if refused.is_empty() {
@@ -184,26 +189,29 @@ impl Store {
     ) -> Result<Vec<HoldView>> {
         let rows = client
             .query(
-                "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
-                        array(select address from endpoint_addresses where id = any(h.recipients) order by address)
-                 from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
-                 where h.account_id = $1 and ($2 or h.state = 'pending') order by h.created_at",
+                &format!(
+                    "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
+                            array(select address from endpoint_addresses where id = any(h.recipients) order by address)
+                     from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
+                     where h.account_id = $1 and ($2 or h.state = '{HOLD_PENDING}') order by h.created_at"
+                ),
                 &[&human.account_id, &all],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| HoldView {
-                id: r.get(0),
-                class: r.get(1),
-                state: r.get(2),
-                reason: r.get(3),
-                from: r.get(4),
-                body: r.get(5),
-                message_id: r.get(6),
-                to: r.get(7),
+        rows.iter()
+            .map(|r| {
+                Ok(HoldView {
+                    id: r.col(0)?,
+                    class: r.col(1)?,
+                    state: HoldState::from_db(r.col(2)?)?,
+                    reason: r.col(3)?,
+                    from: r.col(4)?,
+                    body: r.col(5)?,
+                    message_id: r.col(6)?,
+                    to: r.col(7)?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Releases (delivers) or rejects a held message; its sender hears the outcome from the human.
@@ -223,9 +231,10 @@ impl Store {
             .ok_or_else(|| {
                 Error::not_found(EntityKind::Hold, format!("no hold {id} in your account: holds lists them"))
             })?;
-        let (message_id, recipients, state, sender_id, sender): (String, Vec<i64>, String, i64, String) =
-            (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?, row.col(4)?);
-        if state != "pending" {
+        let (message_id, recipients, sender_id, sender): (String, Vec<i64>, i64, String) =
+            (row.col(0)?, row.col(1)?, row.col(3)?, row.col(4)?);
+        let state = HoldState::from_db(row.col(2)?)?;
+        if state != HoldState::Pending {
             return Err(Error::FailedPrecondition(format!("hold {id} was already {state}")));
         }
         if !release && reason.trim().is_empty() {
@@ -235,9 +244,10 @@ impl Store {
             let targets = Self::still_reachable(&tx, sender_id, &message_id, &recipients).await?;
             Self::deliver(&tx, &message_id, &targets).await?;
         }
+        let decided = if release { HoldState::Released } else { HoldState::Rejected };
         tx.execute(
             "update holds set state = $2, reason = nullif($3, ''), decided_at = now(), decided_by = $4 where id = $1",
-            &[&id.trim(), &if release { "released" } else { "rejected" }, &reason.trim(), &human.name],
+            &[&id.trim(), &decided.as_db(), &reason.trim(), &human.name],
         )
         .await?;
         let short = &message_id[..8];
@@ -322,32 +332,35 @@ impl Store {
         reach.push(caller.account_id);
         let rows = client
             .query(
-                "select m.id, s.address, m.body, m.thread from deliveries d
-                 join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
-                 join machines sm on sm.id = s.machine_id
-                 where d.recipient_id = $1 and m.require_reply and d.state <> 5
-                   and sm.revoked_at is null and s.account_id = any($2)
-                   and not exists (select 1 from messages r where r.reply_to = m.id and r.sender_id = $1)
-                 order by d.seq",
+                &format!(
+                    "select m.id, s.address, m.body, m.thread from deliveries d
+                     join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
+                     join machines sm on sm.id = s.machine_id
+                     where d.recipient_id = $1 and m.require_reply and d.state <> {WITHDRAWN}
+                       and sm.revoked_at is null and s.account_id = any($2)
+                       and not exists (select 1 from messages r where r.reply_to = m.id and r.sender_id = $1)
+                     order by d.seq"
+                ),
                 &[&caller.endpoint_id, &reach],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| Message {
-                id: r.get(0),
-                seq: 0,
-                from: r.get(1),
-                thread: r.get(3),
-                kind: Kind::Ask,
-                body: r.get(2),
-                reply_to: String::new(),
-                sent_at_ms: 0,
-                relation: String::new(),
-                require_reply: true,
-                private: false,
+        rows.iter()
+            .map(|r| {
+                Ok(Message {
+                    id: r.col(0)?,
+                    seq: 0,
+                    from: r.col(1)?,
+                    thread: r.col(3)?,
+                    kind: Kind::Ask,
+                    body: r.col(2)?,
+                    reply_to: String::new(),
+                    sent_at_ms: 0,
+                    relation: String::new(),
+                    require_reply: true,
+                    private: false,
+                })
             })
-            .collect())
+            .collect()
     }
 
     // ---- peek --------------------------------------------------------------------------------
@@ -378,7 +391,8 @@ impl Store {
             let kept: Option<serde_json::Value> = tx
                 .query_opt("select turns from peek_turns where endpoint_id = $1 for update", &[&caller.endpoint_id])
                 .await?
-                .map(|r| r.get(0));
+                .map(|r| r.col(0))
+                .transpose()?;
             all.extend(kept.and_then(|v| v.as_array().cloned()).unwrap_or_default());
         }
         all.extend(new);
@@ -444,18 +458,33 @@ impl Store {
     /// Who peeked at the caller, newest first.
     pub async fn peekers(&self, caller: &Caller) -> Result<Vec<PeekerView>> {
         let client = self.client().await?;
-        Ok(client
+        client
             .query(
                 "select peeker, at, turns from peeks where target_id = $1 order by at desc limit 50",
                 &[&caller.endpoint_id],
             )
             .await?
             .iter()
-            .map(|r| PeekerView {
-                by: r.get(0),
-                at: r.get::<_, chrono::DateTime<chrono::Utc>>(1).to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                turns: r.get::<_, i32>(2) as u32,
+            .map(|r| {
+                Ok(PeekerView {
+                    by: r.col(0)?,
+                    at: r.col::<chrono::DateTime<chrono::Utc>>(1)?.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    turns: r.col::<i32>(2)? as u32,
+                })
             })
-            .collect())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_states_are_the_ones_the_table_allows() {
+        let table = include_str!("../../migrations/0004_trust.sql");
+        let all: Vec<String> = HoldState::ALL.iter().map(|s| format!("'{s}'")).collect();
+        assert!(table.contains(&format!("check (state in ({}))", all.join(", "))), "{all:?}");
+        assert!(table.contains(&format!("where state = '{HOLD_PENDING}';")));
     }
 }
