@@ -1,9 +1,39 @@
-//! Message ids, credentials and the ways an agent may name a message.
+//! Row ids, message ids, credentials and the ways an agent may name a message.
+
+use std::fmt;
 
 use rand::Rng;
 use sha2::{Digest, Sha256};
 
 use super::{EntityKind, Error, Result};
+
+macro_rules! row_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub i64);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+    };
+}
+
+row_id!(
+    /// An endpoint's row: one `account/machine/handle`, and its inbox.
+    EndpointId
+);
+row_id!(
+    /// An account's row.
+    AccountId
+);
+row_id!(
+    /// A machine's row.
+    MachineId
+);
 
 const ID_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 /// 24 characters of base 36: about 124 random bits.

@@ -9,6 +9,7 @@
 use std::fmt;
 
 use super::address::{Address, Origin};
+use super::ids::{AccountId, EndpointId};
 use super::{Error, Result};
 
 /// The most selectors one rule or cap may hold.
@@ -187,15 +188,15 @@ pub fn preset(name: &str) -> Result<Option<Vec<Selector>>> {
 /// An endpoint as scope sees it.
 #[derive(Debug, Clone, Default)]
 pub struct Party {
-    pub id: i64,
-    pub account_id: i64,
+    pub id: EndpointId,
+    pub account_id: AccountId,
     pub account: String,
     pub machine: String,
     pub handle: String,
     pub address: String,
-    pub parent: Option<i64>,
+    pub parent: Option<EndpointId>,
     /// Parent first, root last.
-    pub ancestors: Vec<i64>,
+    pub ancestors: Vec<EndpointId>,
     /// Address of the root of its spawn tree (its own when it has no parent).
     pub root_address: String,
     /// Names of the groups it belongs to, in its own account.
@@ -383,14 +384,14 @@ mod tests {
     fn party(id: i64, address: &str, parent: Option<i64>, ancestors: &[i64], root: &str) -> Party {
         let parts: Vec<&str> = address.split('/').collect();
         Party {
-            id,
-            account_id: if parts[0] == "acme" { 1 } else { 2 },
+            id: EndpointId(id),
+            account_id: AccountId(if parts[0] == "acme" { 1 } else { 2 }),
             account: parts[0].into(),
             machine: parts[1].into(),
             handle: parts[2].into(),
             address: address.into(),
-            parent,
-            ancestors: ancestors.to_vec(),
+            parent: parent.map(EndpointId),
+            ancestors: ancestors.iter().copied().map(EndpointId).collect(),
             root_address: root.into(),
             groups: Vec::new(),
         }

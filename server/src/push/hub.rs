@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::domain::ids::EndpointId;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -13,9 +14,9 @@ use tokio_util::sync::CancellationToken;
 /// subscribed before reading the database cannot miss a change made after its read.
 #[derive(Clone, Default)]
 pub struct Hub {
-    inner: Arc<Mutex<HashMap<i64, watch::Sender<u64>>>>,
+    inner: Arc<Mutex<HashMap<EndpointId, watch::Sender<u64>>>>,
     /// The push stream each endpoint holds in this process: a newer one ends the older at once.
-    streams: Arc<Mutex<HashMap<i64, StreamEntry>>>,
+    streams: Arc<Mutex<HashMap<EndpointId, StreamEntry>>>,
     next_stream: Arc<AtomicU64>,
 }
 
@@ -28,7 +29,7 @@ struct StreamEntry {
 /// An endpoint's push stream in this process; dropping it forgets it unless a newer one took over.
 pub struct StreamClaim {
     hub: Hub,
-    endpoint: i64,
+    endpoint: EndpointId,
     id: u64,
     replaced: CancellationToken,
     changed: Arc<Notify>,
@@ -60,12 +61,12 @@ impl Drop for StreamClaim {
 /// A waiter's handle; dropping the last one for an endpoint forgets the endpoint.
 pub struct Waiter {
     hub: Hub,
-    endpoint: i64,
+    endpoint: EndpointId,
     rx: watch::Receiver<u64>,
 }
 
 impl Hub {
-    pub fn waiter(&self, endpoint: i64) -> Waiter {
+    pub fn waiter(&self, endpoint: EndpointId) -> Waiter {
         let mut map = self.inner.lock().expect("hub lock poisoned");
         let tx = map.entry(endpoint).or_insert_with(|| watch::channel(0).0);
         let rx = tx.subscribe();
@@ -74,7 +75,7 @@ impl Hub {
 
     /// Makes a new stream the endpoint's one in this process, ending the one it had. (A stream on
     /// another replica ends when that replica hears the endpoint changed and finds it superseded.)
-    pub fn claim_stream(&self, endpoint: i64) -> StreamClaim {
+    pub fn claim_stream(&self, endpoint: EndpointId) -> StreamClaim {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let replaced = CancellationToken::new();
         let changed = Arc::new(Notify::new());
@@ -87,7 +88,7 @@ impl Hub {
     }
 
     /// The endpoint changed somewhere: its stream here, if any, checks it is still current.
-    pub fn endpoint_changed(&self, endpoint: i64) {
+    pub fn endpoint_changed(&self, endpoint: EndpointId) {
         if let Some(entry) = self.streams.lock().expect("hub lock poisoned").get(&endpoint) {
             entry.changed.notify_one();
         }
@@ -101,7 +102,7 @@ impl Hub {
     }
 
     /// Something changed in this endpoint's inbox.
-    pub fn wake(&self, endpoint: i64) {
+    pub fn wake(&self, endpoint: EndpointId) {
         if let Some(tx) = self.inner.lock().expect("hub lock poisoned").get(&endpoint) {
             tx.send_modify(|n| *n = n.wrapping_add(1));
         }
@@ -147,10 +148,10 @@ mod tests {
     #[tokio::test]
     async fn a_wake_reaches_every_waiter_of_the_endpoint_only() {
         let hub = Hub::default();
-        let mut a = hub.waiter(1);
-        let mut b = hub.waiter(1);
-        let mut other = hub.waiter(2);
-        hub.wake(1);
+        let mut a = hub.waiter(EndpointId(1));
+        let mut b = hub.waiter(EndpointId(1));
+        let mut other = hub.waiter(EndpointId(2));
+        hub.wake(EndpointId(1));
         tokio::time::timeout(Duration::from_secs(1), a.changed()).await.unwrap();
         tokio::time::timeout(Duration::from_secs(1), b.changed()).await.unwrap();
         assert!(tokio::time::timeout(Duration::from_millis(50), other.changed()).await.is_err());
@@ -159,32 +160,35 @@ mod tests {
     #[tokio::test]
     async fn a_wake_before_waiting_is_not_lost() {
         let hub = Hub::default();
-        let mut a = hub.waiter(1);
-        hub.wake(1);
+        let mut a = hub.waiter(EndpointId(1));
+        hub.wake(EndpointId(1));
         tokio::time::timeout(Duration::from_secs(1), a.changed()).await.unwrap();
     }
 
     #[tokio::test]
     async fn a_newer_stream_ends_the_older_one_of_its_endpoint_only() {
         let hub = Hub::default();
-        let first = hub.claim_stream(1);
-        let other = hub.claim_stream(2);
-        let second = hub.claim_stream(1);
+        let first = hub.claim_stream(EndpointId(1));
+        let other = hub.claim_stream(EndpointId(2));
+        let second = hub.claim_stream(EndpointId(1));
         tokio::time::timeout(Duration::from_secs(1), first.replaced()).await.unwrap();
         assert!(tokio::time::timeout(Duration::from_millis(50), second.replaced()).await.is_err());
         assert!(tokio::time::timeout(Duration::from_millis(50), other.replaced()).await.is_err());
         drop(first);
-        assert!(hub.streams.lock().unwrap().contains_key(&1), "an ended older stream leaves the newer in place");
+        assert!(
+            hub.streams.lock().unwrap().contains_key(&EndpointId(1)),
+            "an ended older stream leaves the newer in place"
+        );
         drop(second);
-        assert!(!hub.streams.lock().unwrap().contains_key(&1));
+        assert!(!hub.streams.lock().unwrap().contains_key(&EndpointId(1)));
     }
 
     #[tokio::test]
     async fn a_change_announced_before_the_stream_waits_is_not_lost() {
         let hub = Hub::default();
-        let one = hub.claim_stream(1);
-        let two = hub.claim_stream(2);
-        hub.endpoint_changed(1);
+        let one = hub.claim_stream(EndpointId(1));
+        let two = hub.claim_stream(EndpointId(2));
+        hub.endpoint_changed(EndpointId(1));
         tokio::time::timeout(Duration::from_secs(1), one.changed()).await.unwrap();
         assert!(tokio::time::timeout(Duration::from_millis(50), two.changed()).await.is_err());
         hub.all_changed();
@@ -195,12 +199,12 @@ mod tests {
     #[test]
     fn endpoints_are_forgotten_with_their_last_waiter() {
         let hub = Hub::default();
-        let a = hub.waiter(7);
-        let b = hub.waiter(7);
+        let a = hub.waiter(EndpointId(7));
+        let b = hub.waiter(EndpointId(7));
         drop(a);
         assert_eq!(hub.len(), 1);
         drop(b);
         assert_eq!(hub.len(), 0);
-        hub.wake(7);
+        hub.wake(EndpointId(7));
     }
 }

@@ -8,7 +8,7 @@ use super::error::Col;
 use super::identity::{Caller, caller_of};
 use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, AccountId, EndpointId, TokenKind};
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::{EntityKind, Error, Result};
 
@@ -56,7 +56,7 @@ impl Store {
             })?;
         let (job_id, title, operator): (String, String, Option<String>) = (job.col(0)?, job.col(1)?, job.col(2)?);
         let id = format!("a{}", &ids::new_message_id()[..9]);
-        let operator_id: Option<(i64, String)> = match &operator {
+        let operator_id: Option<(EndpointId, String)> = match &operator {
             Some(op) => tx
                 .query_opt(
                     "select ea.id, ea.address from endpoint_addresses ea join endpoints e on e.id = ea.id
@@ -93,7 +93,11 @@ impl Store {
     }
 
     /// The account's human inbox as a recipient.
-    async fn human_target(c: &impl deadpool_postgres::GenericClient, account_id: i64, account: &str) -> Result<Target> {
+    async fn human_target(
+        c: &impl deadpool_postgres::GenericClient,
+        account_id: AccountId,
+        account: &str,
+    ) -> Result<Target> {
         let id = Self::ensure_human(c, account_id).await?;
         Ok(Target { id, address: format!("{account}/me"), account_id })
     }
@@ -128,13 +132,13 @@ impl Store {
         )
     }
 
-    pub async fn approval(&self, account_id: i64, id: &str) -> Result<PermissionDecision> {
+    pub async fn approval(&self, account_id: AccountId, id: &str) -> Result<PermissionDecision> {
         Self::approval_on(&self.client().await?, account_id, id).await
     }
 
     async fn approval_on(
         client: &impl deadpool_postgres::GenericClient,
-        account_id: i64,
+        account_id: AccountId,
         id: &str,
     ) -> Result<PermissionDecision> {
         let row = client
@@ -177,7 +181,7 @@ impl Store {
     /// Decides an open request and wakes the agent waiting on it. `owner` hands it to the human.
     async fn decide_approval(
         &self,
-        account_id: i64,
+        account_id: AccountId,
         id: &str,
         decision: &str,
         reason: &RedactedText,
@@ -215,7 +219,7 @@ impl Store {
             let current = Self::approval_on(&tx, account_id, id).await?;
             return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
         };
-        let requester: i64 = row.col(0)?;
+        let requester: EndpointId = row.col(0)?;
         if state == ApprovalState::Escalated {
             let asker = caller_of(&tx, requester).await?;
             let body = Self::escalation_text(id.trim(), &asker.address(), row.col(1)?, row.col(2)?, row.col(3)?);
@@ -230,7 +234,7 @@ impl Store {
     }
 
     /// Nobody answered in time: the request is refused for good, so nobody can allow it later.
-    pub async fn expire_approval(&self, account_id: i64, id: &str) -> Result<PermissionDecision> {
+    pub async fn expire_approval(&self, account_id: AccountId, id: &str) -> Result<PermissionDecision> {
         let client = self.client().await?;
         client
             .execute(

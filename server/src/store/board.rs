@@ -10,7 +10,7 @@ use super::identity::{Caller, MachineIdentity};
 use crate::domain::board::{
     self, Cause, Cleanup, Column, Event, Job as JobView, LEASE_S, MAX_ATTEMPTS, Repo as RepoView, WORKER_FRESH_S,
 };
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, AccountId, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result};
@@ -128,7 +128,7 @@ fn absolute(path: &str) -> Result<String> {
     Ok(if p.len() > 1 { p.trim_end_matches('/').to_owned() } else { p.to_owned() })
 }
 
-async fn job(c: &impl GenericClient, account_id: i64, id: &str) -> Result<JobView> {
+async fn job(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<JobView> {
     let sql = format!("select {} from {JOB_JOINS} where j.id = $1 and j.account_id = $2", job_columns());
     let row = c.query_opt(&sql, &[&id.trim(), &account_id]).await?.ok_or_else(|| {
         Error::not_found(
@@ -139,7 +139,7 @@ async fn job(c: &impl GenericClient, account_id: i64, id: &str) -> Result<JobVie
     job_from_row(&row)
 }
 
-async fn state_of(c: &impl GenericClient, account_id: i64, id: &str) -> Result<(Column, String)> {
+async fn state_of(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<(Column, String)> {
     let row = c
         .query_opt(
             "select state, kind from jobs where id = $1 and account_id = $2 for update",
@@ -678,7 +678,7 @@ impl Store {
             )
             .await?;
         for row in &expired {
-            let (id, account_id, attempts, machine): (&str, i64, i32, &str) =
+            let (id, account_id, attempts, machine): (&str, AccountId, i32, &str) =
                 (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?);
             let cause = Cause::LeaseLost { machine };
             let event = if attempts >= MAX_ATTEMPTS {
@@ -709,7 +709,7 @@ impl Store {
             .await?;
         let mut fired = 0;
         for row in &due {
-            let (id, expr, zone, account_id, skipped): (String, String, String, i64, String) =
+            let (id, expr, zone, account_id, skipped): (String, String, String, AccountId, String) =
                 (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?, row.col(4)?);
             let next = Schedule::parse(&expr, &zone).and_then(|s| s.next_after(Utc::now()));
             let next = match next {

@@ -6,7 +6,7 @@ use super::error::Col;
 use super::messages::{SURFACED, WITHDRAWN};
 use super::trust::{HOLD_PENDING, HOLD_REJECTED};
 use super::{Store, is_unique_violation};
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, AccountId, TokenKind};
 use crate::domain::names::{NameKind, validate};
 use crate::domain::trust::Contact as ContactView;
 use crate::domain::{EntityKind, Error, Result};
@@ -17,7 +17,7 @@ fn view(account: &str, state: &str, withdrawn: u64) -> ContactView {
     ContactView { account: account.to_owned(), state: state.to_owned(), withdrawn: withdrawn as u32 }
 }
 
-async fn account_id(c: &impl GenericClient, name: &str) -> Result<i64> {
+async fn account_id(c: &impl GenericClient, name: &str) -> Result<AccountId> {
     validate(NameKind::Account, name)?;
     c.query_opt("select id from accounts where name = $1", &[&name])
         .await?
@@ -25,7 +25,7 @@ async fn account_id(c: &impl GenericClient, name: &str) -> Result<i64> {
         .col(0)
 }
 
-async fn make_contact(c: &impl GenericClient, a: i64, b: i64) -> Result<()> {
+async fn make_contact(c: &impl GenericClient, a: AccountId, b: AccountId) -> Result<()> {
     c.execute(
         "insert into contacts (account_a, account_b) values (least($1::bigint, $2::bigint), greatest($1::bigint, $2::bigint))
          on conflict do nothing",

@@ -7,7 +7,7 @@ use tokio_postgres::types::ToSql;
 use super::error::Col;
 use super::{Store, is_unique_violation};
 use crate::domain::endpoint::Endpoint;
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, AccountId, EndpointId, MachineId, TokenKind};
 use crate::domain::names::{NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, presence};
@@ -29,7 +29,7 @@ fn caller_from_row(row: &Row, session_hash: Vec<u8>) -> Result<Caller> {
 
 /// An endpoint as the sender of what the server writes on its behalf (a worker's report, a held
 /// message re-checked, a permission question): no session of its own is involved.
-pub(super) async fn caller_of(c: &impl deadpool_postgres::GenericClient, endpoint_id: i64) -> Result<Caller> {
+pub(super) async fn caller_of(c: &impl deadpool_postgres::GenericClient, endpoint_id: EndpointId) -> Result<Caller> {
     let row = c
         .query_opt(
             "select id, account_id, account, machine_id, machine, handle from endpoint_addresses where id = $1",
@@ -47,9 +47,9 @@ pub const CONTROL_CHANNEL: &str = "relay_control";
 #[derive(Debug, PartialEq, Eq)]
 pub enum Control {
     /// The endpoint's session ended or changed hands, or a stream of it opened.
-    Endpoint(i64),
+    Endpoint(EndpointId),
     /// The machine was revoked, restored or removed.
-    Machine(i64),
+    Machine(MachineId),
     /// Names, rules, caps, groups, contacts or hold classes changed (migration 11).
     Scope,
 }
@@ -62,8 +62,8 @@ impl Control {
         let (kind, id) = payload.split_once(':')?;
         let id = id.parse().ok()?;
         match kind {
-            "endpoint" => Some(Self::Endpoint(id)),
-            "machine" => Some(Self::Machine(id)),
+            "endpoint" => Some(Self::Endpoint(EndpointId(id))),
+            "machine" => Some(Self::Machine(MachineId(id))),
             _ => None,
         }
     }
@@ -166,7 +166,7 @@ impl Store {
         let token = ids::new_token(TokenKind::Machine);
         let hash = ids::token_hash(&token);
         let client = self.client().await?;
-        let account_id: i64 = client
+        let account_id: AccountId = client
             .query_opt("select id from accounts where name = $1", &[&account])
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {account}: create it first")))?
@@ -194,7 +194,7 @@ impl Store {
         let (account, machine) = split_machine_path(path)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let machine_id: i64 = tx
+        let machine_id: MachineId = tx
             .query_opt(
                 "update machines m set revoked_at = coalesce(m.revoked_at, now())
                  from accounts a
@@ -225,7 +225,7 @@ impl Store {
             return Err(Error::invalid("an account cannot be its own contact"));
         }
         let client = self.client().await?;
-        let rows: Vec<(i64, String)> = client
+        let rows: Vec<(AccountId, String)> = client
             .query("select id, name from accounts where name = any($1)", &[&vec![first, second]])
             .await?
             .iter()
@@ -438,7 +438,7 @@ impl Store {
                 found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?
             }
         };
-        let id: i64 = claimed.col(0)?;
+        let id: EndpointId = claimed.col(0)?;
         // A session this claim took the handle from is over here at once, elsewhere when heard.
         self.sessions.forget_endpoint(id);
         client.execute("delete from peek_turns where endpoint_id = $1", &[&id]).await?;
@@ -486,12 +486,15 @@ impl Store {
         Ok(())
     }
 
-    pub async fn endpoint(&self, id: i64) -> Result<Endpoint> {
+    pub async fn endpoint(&self, id: EndpointId) -> Result<Endpoint> {
         Self::endpoint_on(&self.client().await?, id).await
     }
 
     /// An endpoint as everyone sees it, read on a connection the caller already holds.
-    pub(super) async fn endpoint_on(client: &impl deadpool_postgres::GenericClient, id: i64) -> Result<Endpoint> {
+    pub(super) async fn endpoint_on(
+        client: &impl deadpool_postgres::GenericClient,
+        id: EndpointId,
+    ) -> Result<Endpoint> {
         let sql = format!(
             "select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
         );
@@ -594,8 +597,8 @@ impl Store {
     /// Ids of the accounts that are mutual contacts of `account_id`.
     pub(super) async fn contact_accounts(
         client: &impl deadpool_postgres::GenericClient,
-        account_id: i64,
-    ) -> Result<Vec<i64>> {
+        account_id: AccountId,
+    ) -> Result<Vec<AccountId>> {
         let stmt = client
             .prepare_cached(
                 "select case when account_a = $1 then account_b else account_a end
@@ -640,8 +643,8 @@ mod tests {
 
     #[test]
     fn control_notifications_parse() {
-        assert_eq!(Control::parse("endpoint:12"), Some(Control::Endpoint(12)));
-        assert_eq!(Control::parse("machine:3"), Some(Control::Machine(3)));
+        assert_eq!(Control::parse("endpoint:12"), Some(Control::Endpoint(EndpointId(12))));
+        assert_eq!(Control::parse("machine:3"), Some(Control::Machine(MachineId(3))));
         assert_eq!(Control::parse("machine:x"), None);
         assert_eq!(Control::parse("other:3"), None);
         assert_eq!(Control::parse("scope"), Some(Control::Scope));

@@ -13,7 +13,7 @@ use super::send_batch::Written;
 use super::{Store, resolved};
 use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::delivery::{Kind, State};
-use crate::domain::ids::{self, MessageRef};
+use crate::domain::ids::{self, AccountId, EndpointId, MessageRef};
 use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::RedactedText;
 use crate::domain::scope::{Reach, Verdict};
@@ -63,9 +63,9 @@ pub(super) struct Resolved {
 /// A recipient resolved to its endpoint.
 #[derive(Clone)]
 pub(super) struct Target {
-    pub id: i64,
+    pub id: EndpointId,
     pub address: String,
-    pub account_id: i64,
+    pub account_id: AccountId,
 }
 
 /// Columns read by [`message_from_row`], over [`MESSAGE_JOINS`].
@@ -223,14 +223,14 @@ impl Store {
 
     /// Hands a resolved, allowed send to the batched writer and reads its outcome.
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
-        let contacts: Vec<i64> = {
-            let mut others: Vec<i64> =
+        let contacts: Vec<AccountId> = {
+            let mut others: Vec<AccountId> =
                 w.targets.iter().map(|t| t.account_id).filter(|a| *a != w.caller.account_id).collect();
             others.sort_unstable();
             others.dedup();
             others
         };
-        let to: Vec<i64> = w.targets.iter().map(|t| t.id).collect();
+        let to: Vec<EndpointId> = w.targets.iter().map(|t| t.id).collect();
         let mut send = serde_json::json!({
             "id": w.id,
             "sender": w.caller.endpoint_id,
@@ -247,7 +247,7 @@ impl Store {
         });
         if w.reply_to.is_some() {
             // A reply reads the message it answers.
-            send["read"] = w.caller.endpoint_id.into();
+            send["read"] = w.caller.endpoint_id.0.into();
         }
         match self.batcher.write(send, to).await? {
             Written::Stored { offline } => Ok(Sent {
@@ -287,7 +287,7 @@ impl Store {
                     )
                 }
                 "RLY02" => {
-                    let full: Option<i64> = detail.as_deref().and_then(|d| d.parse().ok());
+                    let full: Option<EndpointId> = detail.as_deref().and_then(|d| d.parse().ok()).map(EndpointId);
                     let address = w.targets.iter().find(|t| Some(t.id) == full).map_or("a recipient", |t| &t.address);
                     limits::inbox_full(address, self.max_unread)
                 }
@@ -307,7 +307,7 @@ impl Store {
         }
         let tx = client.transaction().await?;
         let address = out.to.first().ok_or_else(|| Error::invalid("no recipient"))?;
-        let id: i64 = tx
+        let id: EndpointId = tx
             .query_opt("select id from endpoint_addresses where address = $1", &[address])
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Endpoint, format!("no agent at {address}")))?
@@ -348,7 +348,7 @@ impl Store {
                 &[&original],
             )
             .await?;
-        let (thread, sender_id, sender_address): (String, i64, String) = (row.col(0)?, row.col(1)?, row.col(2)?);
+        let (thread, sender_id, sender_address): (String, EndpointId, String) = (row.col(0)?, row.col(1)?, row.col(2)?);
         if crate::domain::address::is_board_address(&sender_address) {
             return Err(address::board_reads_nothing(&sender_address));
         }
@@ -395,7 +395,7 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // The replier's inbox with the heads, in id order: inboxes before their deliveries.
-        let mut inboxes: Vec<i64> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
+        let mut inboxes: Vec<EndpointId> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
         inboxes.sort_unstable();
         tx.execute("select 1 from endpoints where id = any($1) order by id for update", &[&inboxes]).await?;
         Self::hold_contacts(&tx, caller, targets).await?;
@@ -470,7 +470,7 @@ impl Store {
     pub(super) async fn unknown_addresses(
         c: &impl GenericClient,
         caller: &Caller,
-        contacts: &[i64],
+        contacts: &[AccountId],
         unknown: &[String],
         sending: bool,
     ) -> Result<Error> {
@@ -538,7 +538,7 @@ impl Store {
         if !humans.is_empty() {
             let mut made = false;
             for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
-                let account: i64 = row.col(0)?;
+                let account: AccountId = row.col(0)?;
                 if scope::reach(caller.account_id, &contacts, account) != Reach::None {
                     Self::ensure_human(tx, account).await?;
                     made = true;
@@ -567,7 +567,7 @@ impl Store {
             match row {
                 None => unknown.push(text),
                 Some(row) => {
-                    let id: i64 = row.col("id")?;
+                    let id: EndpointId = row.col("id")?;
                     if id == caller.endpoint_id {
                         return Err(Error::invalid("you cannot message yourself"));
                     }
@@ -587,7 +587,7 @@ impl Store {
                 }
             }
         }
-        let ids: Vec<i64> = targets.iter().chain(&members).map(|t| t.id).collect();
+        let ids: Vec<EndpointId> = targets.iter().chain(&members).map(|t| t.id).collect();
         let verdicts = scope::decide_many(tx, caller, &contacts, &ids).await?;
         let refusal = |t: &Target| verdicts.get(&t.id).and_then(|v| v.refusal().map(str::to_owned));
 
@@ -619,7 +619,8 @@ impl Store {
     /// the drop waits for the send, or the send sees the contact gone and is refused like an unknown
     /// address.
     async fn hold_contacts(tx: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
-        let mut others: Vec<i64> = targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
+        let mut others: Vec<AccountId> =
+            targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
         if others.is_empty() {
             return Ok(());
         }
@@ -633,7 +634,7 @@ impl Store {
                  for key share",
             )
             .await?;
-        let held: Vec<i64> =
+        let held: Vec<AccountId> =
             tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
         let gone: Vec<&str> = targets
             .iter()
@@ -722,10 +723,10 @@ impl Store {
         tx: &impl GenericClient,
         message_id: &str,
         targets: &[Target],
-    ) -> Result<HashMap<i64, String>> {
+    ) -> Result<HashMap<EndpointId, String>> {
         // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
         // then take the next seq of each. The same read says who is offline.
-        let mut ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
+        let mut ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
         ids.sort_unstable();
         let lock = tx
             .prepare_cached(&format!(
@@ -734,7 +735,7 @@ impl Store {
                  where e.id = any($1) order by e.id for update of e"
             ))
             .await?;
-        let mut offline: HashMap<i64, String> = HashMap::new();
+        let mut offline: HashMap<EndpointId, String> = HashMap::new();
         for r in tx.query(&lock, &[&ids]).await? {
             if !r.col::<bool>("online")? && !r.col::<bool>("system")? {
                 offline.insert(r.col("id")?, presence::offline_reason(r.col("last_seen_at")?));
@@ -771,14 +772,14 @@ impl Store {
     /// Refuses a send that would take a target's unread messages past `cap`: one read of the
     /// inboxes' unread counters.
     pub(super) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: u32) -> Result<()> {
-        let ids: Vec<i64> = targets.iter().map(|t| t.id).collect();
+        let ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
         let stmt = c.prepare_cached("select id from endpoints where id = any($1) and unread >= $2").await?;
         let cap_db = i32::try_from(cap).unwrap_or(i32::MAX);
         let full = c.query(&stmt, &[&ids, &cap_db]).await?;
         let Some(row) = full.first() else {
             return Ok(());
         };
-        let id: i64 = row.col(0)?;
+        let id: EndpointId = row.col(0)?;
         match targets.iter().find(|t| t.id == id) {
             Some(target) => Err(limits::inbox_full(&target.address, cap)),
             None => Ok(()),
@@ -975,21 +976,22 @@ impl Store {
 #[derive(Debug, PartialEq, Eq)]
 pub enum DeliveryNotice {
     /// `<recipient>:<seq>`: one delivery.
-    One(i64),
+    One(EndpointId),
     /// `r<replica>:<recipient>,<recipient>,…`: the recipients of a batch of sends a replica
     /// committed together (it woke its own waiters itself).
-    Batch { replica: i64, recipients: Vec<i64> },
+    Batch { replica: i64, recipients: Vec<EndpointId> },
 }
 
 impl DeliveryNotice {
     pub fn parse(payload: &str) -> Option<Self> {
         let (head, tail) = payload.split_once(':')?;
         if let Some(replica) = head.strip_prefix('r') {
-            let recipients = tail.split(',').map(str::parse).collect::<std::result::Result<Vec<i64>, _>>().ok()?;
+            let recipients =
+                tail.split(',').map(|r| r.parse().map(EndpointId)).collect::<std::result::Result<Vec<_>, _>>().ok()?;
             return Some(Self::Batch { replica: replica.parse().ok()?, recipients });
         }
         let _seq: i64 = tail.parse().ok()?;
-        Some(Self::One(head.parse().ok()?))
+        Some(Self::One(EndpointId(head.parse().ok()?)))
     }
 }
 
@@ -1007,10 +1009,10 @@ mod tests {
 
     #[test]
     fn delivery_payloads_parse() {
-        assert_eq!(DeliveryNotice::parse("12:7"), Some(DeliveryNotice::One(12)));
+        assert_eq!(DeliveryNotice::parse("12:7"), Some(DeliveryNotice::One(EndpointId(12))));
         assert_eq!(
             DeliveryNotice::parse("r3:12,14"),
-            Some(DeliveryNotice::Batch { replica: 3, recipients: vec![12, 14] })
+            Some(DeliveryNotice::Batch { replica: 3, recipients: vec![EndpointId(12), EndpointId(14)] })
         );
         assert_eq!(DeliveryNotice::parse("12"), None);
         assert_eq!(DeliveryNotice::parse("x:1"), None);

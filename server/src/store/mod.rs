@@ -5,6 +5,7 @@ pub mod board;
 pub mod contacts;
 mod error;
 pub mod identity;
+mod ids;
 pub mod messages;
 pub mod migrate;
 mod notices;
@@ -29,6 +30,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use error::is_unique_violation;
 
+use crate::domain::ids::EndpointId;
 use crate::domain::{Error, Result};
 
 /// How connections to the database are protected.
@@ -178,7 +180,7 @@ impl Store {
 
     /// Wakes this process's waiters of each recipient of a committed batch of sends (the
     /// notification to other replicas says which replica sent it, and this one skips its own).
-    pub fn set_waker(&self, waker: impl Fn(i64) + Send + Sync + 'static) {
+    pub fn set_waker(&self, waker: impl Fn(EndpointId) + Send + Sync + 'static) {
         self.batcher.set_waker(Arc::new(waker));
     }
 

@@ -11,12 +11,13 @@ use crate::domain::Result;
 use crate::domain::address::BOARD;
 use crate::domain::board::{self, Event, Reader};
 use crate::domain::delivery::Kind;
+use crate::domain::ids::{AccountId, EndpointId};
 use crate::domain::redact::redact;
 
 impl Store {
     /// The account's board sender (`account/me/board`), made on first use on the reserved machine
     /// that no token can claim.
-    async fn ensure_board(c: &impl GenericClient, account_id: i64) -> Result<i64> {
+    async fn ensure_board(c: &impl GenericClient, account_id: AccountId) -> Result<EndpointId> {
         Self::ensure_reserved(c, account_id, BOARD).await
     }
 
@@ -25,10 +26,10 @@ impl Store {
     /// inbox is full misses the notice rather than blocking the board.
     pub(super) async fn notify_board(
         tx: &Transaction<'_>,
-        account_id: i64,
+        account_id: AccountId,
         job_id: &str,
         event: Event<'_>,
-        actor: Option<i64>,
+        actor: Option<EndpointId>,
         cap: u32,
     ) -> Result<()> {
         let card = tx
@@ -43,7 +44,7 @@ impl Store {
             (card.col(0)?, card.col(1)?, card.col(2)?, card.col(3)?);
         let operator = operator.map(|op| format!("{account}/{op}"));
         let wanted: Vec<&str> = operator.iter().map(String::as_str).chain([poster.as_str()]).collect();
-        let found: Vec<(i64, String)> = tx
+        let found: Vec<(EndpointId, String)> = tx
             .query(
                 "select ea.id, ea.address from endpoint_addresses ea join machines m on m.id = ea.machine_id
                  where ea.address = any($1) and ea.account_id = $2 and m.revoked_at is null",

@@ -10,6 +10,7 @@
 //! kept. What a concurrent change could still break in the window before a notification arrives,
 //! the batched writer re-checks under lock: a dropped contact and a full inbox.
 
+use crate::domain::ids::EndpointId;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -22,7 +23,7 @@ const MAX_ENTRIES: usize = 50_000;
 /// What a send was addressed to, by whom: the same words from the same endpoint resolve alike.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Key {
-    pub sender: i64,
+    pub sender: EndpointId,
     pub private: bool,
     pub to: Vec<String>,
 }
@@ -104,7 +105,7 @@ mod tests {
     use super::*;
 
     fn key(sender: i64, to: &str) -> Key {
-        Key { sender, private: false, to: vec![to.to_owned()] }
+        Key { sender: EndpointId(sender), private: false, to: vec![to.to_owned()] }
     }
 
     fn kept(cache: &ResolvedCache<u32>, k: Key, v: u32) {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use crate::domain::ids::{AccountId, EndpointId};
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
@@ -35,7 +36,7 @@ fn view_selectors(rule: &Option<Vec<Selector>>) -> Option<Vec<String>> {
 }
 
 /// Whether the accounts of two endpoints reach each other.
-pub(super) fn reach(caller_account: i64, contacts: &[i64], other_account: i64) -> Reach {
+pub(super) fn reach(caller_account: AccountId, contacts: &[AccountId], other_account: AccountId) -> Reach {
     if caller_account == other_account {
         Reach::SameAccount
     } else if contacts.contains(&other_account) {
@@ -46,7 +47,7 @@ pub(super) fn reach(caller_account: i64, contacts: &[i64], other_account: i64) -
 }
 
 /// Loads each endpoint with its tree, groups, own rules and every cap that binds it.
-pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<i64, Scoped>> {
+pub(super) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<HashMap<EndpointId, Scoped>> {
     let base = c
         .prepare_cached(
             "select ea.id, ea.account_id, ea.account, ea.machine, ea.handle, ea.address, e.parent_id, e.rules_in, e.rules_out
@@ -86,20 +87,20 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
     let by_ids: [&(dyn ToSql + Sync); 1] = [&ids];
     let (chain_rows, group_rows, base_rows) =
         tokio::try_join!(c.query(&chains, &by_ids), c.query(&groups, &by_ids), c.query(&base, &by_ids))?;
-    let mut ancestors: HashMap<i64, Vec<i64>> =
+    let mut ancestors: HashMap<EndpointId, Vec<EndpointId>> =
         chain_rows.iter().map(|r| Ok((r.col(0)?, r.col(1)?))).collect::<Result<_>>()?;
-    let all_ancestors: Vec<i64> = ancestors.values().flatten().copied().collect();
-    let mut bound: Vec<i64> = ids.to_vec();
+    let all_ancestors: Vec<EndpointId> = ancestors.values().flatten().copied().collect();
+    let mut bound: Vec<EndpointId> = ids.to_vec();
     bound.extend(&all_ancestors);
     let named = c.prepare_cached("select id, address from endpoint_addresses where id = any($1)").await?;
     let (by_ancestors, by_bound): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) = ([&all_ancestors], [&bound]);
     let (address_rows, cap_rows) = tokio::try_join!(c.query(&named, &by_ancestors), c.query(&caps, &by_bound))?;
-    let addresses: HashMap<i64, String> =
+    let addresses: HashMap<EndpointId, String> =
         address_rows.iter().map(|r| Ok((r.col(0)?, r.col(1)?))).collect::<Result<_>>()?;
 
     let mut out = HashMap::new();
     for row in &base_rows {
-        let id: i64 = row.col(0)?;
+        let id: EndpointId = row.col(0)?;
         let chain = ancestors.remove(&id).unwrap_or_default();
         let address: String = row.col(5)?;
         let root_address =
@@ -122,7 +123,7 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
             caps: Vec::new(),
         };
         for g in &group_rows {
-            if g.col::<i64>(0)? != id {
+            if g.col::<EndpointId>(0)? != id {
                 continue;
             }
             let name: String = g.col(1)?;
@@ -140,7 +141,7 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
             scoped.party.groups.push(name);
         }
         for cap in cap_rows.iter() {
-            let on: i64 = cap.col(1)?;
+            let on: EndpointId = cap.col(1)?;
             if on == id || scoped.party.ancestors.contains(&on) {
                 scoped.caps.push(Cap {
                     id: format!("cap-{}", cap.col::<i64>(0)?),
@@ -160,9 +161,9 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[i64]) -> Result<HashMap<
 pub(super) async fn decide_many(
     c: &impl GenericClient,
     from: &Caller,
-    contacts: &[i64],
-    to: &[i64],
-) -> Result<HashMap<i64, Verdict>> {
+    contacts: &[AccountId],
+    to: &[EndpointId],
+) -> Result<HashMap<EndpointId, Verdict>> {
     let mut ids = to.to_vec();
     ids.push(from.endpoint_id);
     let loaded = load(c, &ids).await?;
@@ -182,9 +183,9 @@ pub(super) async fn decide_many(
 async fn resolve_in_reach(
     c: &impl GenericClient,
     caller: &Caller,
-    contacts: &[i64],
+    contacts: &[AccountId],
     raw: &str,
-) -> Result<(i64, String)> {
+) -> Result<(EndpointId, String)> {
     let address = Address::parse(raw, Origin { account: &caller.account, machine: &caller.machine })?.to_string();
     let row = c
         .query_opt(
@@ -200,7 +201,7 @@ async fn resolve_in_reach(
 }
 
 /// An endpoint the caller may message right now, by the address it wrote.
-pub(super) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(i64, String)> {
+pub(super) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(EndpointId, String)> {
     let contacts = Store::contact_accounts(c, caller.account_id).await?;
     let (id, address) = resolve_in_reach(c, caller, &contacts, raw).await?;
     let verdicts = decide_many(c, caller, &contacts, &[id]).await?;
@@ -235,7 +236,7 @@ fn rules_view(s: &Scoped, parent: Option<String>) -> RulesView {
 
 impl Store {
     /// The target of a rules command: the caller, or (for what only ancestors may do) a descendant.
-    async fn rules_target(c: &impl GenericClient, caller: &Caller, endpoint: &str) -> Result<(i64, bool)> {
+    async fn rules_target(c: &impl GenericClient, caller: &Caller, endpoint: &str) -> Result<(EndpointId, bool)> {
         if endpoint.trim().is_empty() {
             return Ok((caller.endpoint_id, false));
         }
@@ -254,7 +255,7 @@ impl Store {
         Ok((id, true))
     }
 
-    async fn view(c: &impl GenericClient, id: i64) -> Result<RulesView> {
+    async fn view(c: &impl GenericClient, id: EndpointId) -> Result<RulesView> {
         let loaded = load(c, &[id]).await?;
         let s = loaded.get(&id).ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
         let parent = match s.party.parent {
@@ -366,7 +367,7 @@ impl Store {
             .query_opt("select set_by from caps where id = $1 and endpoint_id = $2", &[&cap_id, &id])
             .await?
             .ok_or_else(|| Error::not_found(EntityKind::Cap, format!("no cap {cap} on that agent")))?;
-        let set_by: i64 = row.col(0)?;
+        let set_by: EndpointId = row.col(0)?;
         let setter = load(&tx, &[set_by]).await?;
         let mine = set_by == caller.endpoint_id
             || setter.get(&set_by).is_some_and(|s| s.party.ancestors.contains(&caller.endpoint_id));
@@ -422,7 +423,7 @@ impl Store {
              order by ea.address"
         );
         let rows = client.query(&sql, &[&accounts, &caller.endpoint_id, &all]).await?;
-        let ids: Vec<i64> = rows.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
+        let ids: Vec<EndpointId> = rows.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
         let verdicts = decide_many(&client, caller, &contacts, &ids).await?;
         let mut peers = Vec::new();
         for (row, id) in rows.iter().zip(&ids) {
@@ -437,7 +438,7 @@ impl Store {
 
     // ---- groups ------------------------------------------------------------------------------
 
-    async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(i64, i64)> {
+    async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(i64, EndpointId)> {
         validate(NameKind::Handle, name).map_err(|_| Error::invalid(format!("invalid group name {name:?}")))?;
         let row = c
             .query_opt(
@@ -476,7 +477,7 @@ impl Store {
         })
     }
 
-    fn owner_only(caller: &Caller, owner: i64, name: &str) -> Result<()> {
+    fn owner_only(caller: &Caller, owner: EndpointId, name: &str) -> Result<()> {
         if owner == caller.endpoint_id {
             Ok(())
         } else {
@@ -621,7 +622,7 @@ impl Store {
         c: &impl GenericClient,
         caller: &Caller,
         name: &str,
-    ) -> Result<Vec<(i64, String)>> {
+    ) -> Result<Vec<(EndpointId, String)>> {
         let (group, _) = Self::group_id(c, caller, name).await?;
         c.query(
             "select ea.id, ea.address from group_members gm

@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 use super::error::Col;
+use crate::domain::ids::EndpointId;
 use crate::domain::{Error, Result, limits, presence};
 
 /// Sends written together at most: each takes a subtransaction, and Postgres tracks up to 64 per
@@ -29,12 +30,12 @@ const WRITERS: usize = 4;
 const QUEUE: usize = 256;
 
 /// Called with each recipient of a committed batch, to wake its waiters in this process.
-pub type Waker = Arc<dyn Fn(i64) + Send + Sync>;
+pub type Waker = Arc<dyn Fn(EndpointId) + Send + Sync>;
 
 /// What became of one send of a batch.
 pub(super) enum Written {
     /// Stored; recipients not online, with when they were last seen.
-    Stored { offline: HashMap<i64, String> },
+    Stored { offline: HashMap<EndpointId, String> },
     /// A send with the same client id was stored before.
     Duplicate,
     /// Refused by the database: its SQLSTATE, message and detail.
@@ -63,7 +64,7 @@ struct Offline {
 struct Job {
     send: Value,
     /// The send's recipients, woken here once it is stored.
-    to: Vec<i64>,
+    to: Vec<EndpointId>,
     done: oneshot::Sender<Result<Written>>,
 }
 
@@ -98,7 +99,7 @@ impl Batcher {
     }
 
     /// Queues one send to `to` and waits until its batch is committed (or failed).
-    pub(super) async fn write(&self, send: Value, to: Vec<i64>) -> Result<Written> {
+    pub(super) async fn write(&self, send: Value, to: Vec<EndpointId>) -> Result<Written> {
         let (done, answer) = oneshot::channel();
         self.queue.try_send(Job { send, to, done }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => limits::overloaded(),
@@ -188,7 +189,12 @@ fn written(answer: Answer) -> Result<Written> {
         let offline = answer
             .offline
             .into_iter()
-            .map(|o| (o.id, presence::offline_reason(o.last_seen_ms.and_then(DateTime::<Utc>::from_timestamp_millis))))
+            .map(|o| {
+                (
+                    EndpointId(o.id),
+                    presence::offline_reason(o.last_seen_ms.and_then(DateTime::<Utc>::from_timestamp_millis)),
+                )
+            })
             .collect();
         return Ok(Written::Stored { offline });
     }

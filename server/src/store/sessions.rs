@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::domain::caller::Caller;
+use crate::domain::ids::{EndpointId, MachineId};
 
 /// A safety net only: every change that matters is announced.
 const TTL: Duration = Duration::from_secs(300);
@@ -28,7 +29,7 @@ struct Inner {
     /// Bumped by every forgetting, so a read that began before one is not cached after it.
     epoch: u64,
     by_hash: HashMap<Vec<u8>, (Caller, Instant)>,
-    by_endpoint: HashMap<i64, Vec<u8>>,
+    by_endpoint: HashMap<EndpointId, Vec<u8>>,
 }
 
 /// Taken before a database read, handed back with its result.
@@ -64,7 +65,7 @@ impl SessionCache {
     }
 
     /// The endpoint's session ended, changed hands, or its stream changed.
-    pub fn forget_endpoint(&self, endpoint: i64) {
+    pub fn forget_endpoint(&self, endpoint: EndpointId) {
         let mut inner = self.lock();
         inner.epoch += 1;
         if let Some(hash) = inner.by_endpoint.remove(&endpoint) {
@@ -73,10 +74,10 @@ impl SessionCache {
     }
 
     /// The machine was revoked or removed: every session on it.
-    pub fn forget_machine(&self, machine: i64) {
+    pub fn forget_machine(&self, machine: MachineId) {
         let mut inner = self.lock();
         inner.epoch += 1;
-        let gone: Vec<i64> =
+        let gone: Vec<EndpointId> =
             inner.by_hash.values().filter(|(c, _)| c.machine_id == machine).map(|(c, _)| c.endpoint_id).collect();
         for endpoint in gone {
             if let Some(hash) = inner.by_endpoint.remove(&endpoint) {
@@ -103,13 +104,14 @@ impl SessionCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::AccountId;
 
     fn caller(endpoint: i64, machine: i64, hash: u8) -> Caller {
         Caller {
-            endpoint_id: endpoint,
-            account_id: 1,
+            endpoint_id: EndpointId(endpoint),
+            account_id: AccountId(1),
             account: "acme".into(),
-            machine_id: machine,
+            machine_id: MachineId(machine),
             machine: "laptop".into(),
             handle: format!("h{endpoint}"),
             session_hash: vec![hash],
@@ -128,7 +130,7 @@ mod tests {
         assert!(cache.get(&[1]).is_err());
         cache.trust();
         cached(&cache, &caller(1, 10, 1));
-        assert_eq!(cache.get(&[1]).unwrap().endpoint_id, 1);
+        assert_eq!(cache.get(&[1]).unwrap().endpoint_id, EndpointId(1));
         cache.distrust();
         assert!(cache.get(&[1]).is_err());
     }
@@ -140,10 +142,10 @@ mod tests {
         for c in [caller(1, 10, 1), caller(2, 10, 2), caller(3, 11, 3)] {
             cached(&cache, &c);
         }
-        cache.forget_endpoint(1);
+        cache.forget_endpoint(EndpointId(1));
         assert!(cache.get(&[1]).is_err());
         assert!(cache.get(&[2]).is_ok());
-        cache.forget_machine(10);
+        cache.forget_machine(MachineId(10));
         assert!(cache.get(&[2]).is_err());
         assert!(cache.get(&[3]).is_ok());
     }
@@ -153,7 +155,7 @@ mod tests {
         let cache = SessionCache::default();
         cache.trust();
         let ticket = cache.get(&[1]).err().unwrap();
-        cache.forget_endpoint(1);
+        cache.forget_endpoint(EndpointId(1));
         cache.put(ticket, &caller(1, 10, 1));
         assert!(cache.get(&[1]).is_err());
     }

@@ -8,7 +8,7 @@ use super::error::Col;
 use super::identity::{Caller, MachineIdentity, caller_of};
 use super::messages::{Outgoing, Sent};
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, EndpointId, TokenKind};
 use crate::domain::names::MAX_NAME_LEN;
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::scope::{Dir, Selector};
@@ -54,7 +54,7 @@ impl Store {
                 &[&caller.machine_id, &handle, &harness, &caller.endpoint_id, &ids::token_hash(&grant), &RESERVATION_S],
             )
             .await?;
-        let child: i64 = row.col(0)?;
+        let child: EndpointId = row.col(0)?;
         if let Some(selectors) = caps {
             let stored: Vec<String> = selectors.iter().map(ToString::to_string).collect();
             for dir in [Dir::In, Dir::Out] {
@@ -75,7 +75,7 @@ impl Store {
         client: &impl deadpool_postgres::GenericClient,
         machine: &MachineIdentity,
         grant: &str,
-    ) -> Result<i64> {
+    ) -> Result<EndpointId> {
         ids::check_token(TokenKind::SpawnGrant, grant)?;
         client
             .query_opt(

@@ -10,6 +10,7 @@ use super::messages::{Outgoing, Target, WITHDRAWN};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
+use crate::domain::ids::{AccountId, EndpointId};
 use crate::domain::message::Message;
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::trust::{Hold as HoldView, HoldState, Peek as PeekView, PeekTurn, Peeker as PeekerView};
@@ -35,14 +36,18 @@ pub(super) const HOLD_REJECTED: &str = HoldState::Rejected.as_db();
 
 impl Store {
     /// The account's human endpoint (`account/me`), made on first use.
-    pub(super) async fn ensure_human(c: &impl GenericClient, account_id: i64) -> Result<i64> {
+    pub(super) async fn ensure_human(c: &impl GenericClient, account_id: AccountId) -> Result<EndpointId> {
         Self::ensure_reserved(c, account_id, HUMAN).await
     }
 
     /// An endpoint `handle` on the account's reserved machine `me` (the human inbox, the board's
     /// sender), made on first use. The reserved machine can never authenticate: its token hash is of
     /// random bytes nobody has.
-    pub(super) async fn ensure_reserved(c: &impl GenericClient, account_id: i64, handle: &str) -> Result<i64> {
+    pub(super) async fn ensure_reserved(
+        c: &impl GenericClient,
+        account_id: AccountId,
+        handle: &str,
+    ) -> Result<EndpointId> {
         let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
         c.execute(
             "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
@@ -75,7 +80,7 @@ impl Store {
         if outside.is_empty() {
             return Ok(());
         }
-        let allowed: Vec<i64> = c
+        let allowed: Vec<AccountId> = c
             .query(
                 "select case when account_a = $1 then account_b else account_a end from contacts
                  where (account_a = $1 or account_b = $1) and private_ok",
@@ -133,7 +138,7 @@ impl Store {
         targets: &[Target],
     ) -> Result<String> {
         let id = format!("h{}", &ids::new_message_id()[..9]);
-        let recipients: Vec<i64> = targets.iter().map(|t| t.id).collect();
+        let recipients: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
         c.execute(
             "insert into holds (id, account_id, message_id, class, recipients) values ($1, $2, $3, $4, $5)",
             &[&id, &caller.account_id, &message_id, &class, &recipients],
@@ -231,7 +236,7 @@ impl Store {
             .ok_or_else(|| {
                 Error::not_found(EntityKind::Hold, format!("no hold {id} in your account: holds lists them"))
             })?;
-        let (message_id, recipients, sender_id, sender): (String, Vec<i64>, i64, String) =
+        let (message_id, recipients, sender_id, sender): (String, Vec<EndpointId>, EndpointId, String) =
             (row.col(0)?, row.col(1)?, row.col(3)?, row.col(4)?);
         let state = HoldState::from_db(row.col(2)?)?;
         if state != HoldState::Pending {
@@ -281,9 +286,9 @@ impl Store {
     /// ended meanwhile still gets it, as it would a send.
     async fn still_reachable(
         c: &impl GenericClient,
-        sender_id: i64,
+        sender_id: EndpointId,
         message_id: &str,
-        recipients: &[i64],
+        recipients: &[EndpointId],
     ) -> Result<Vec<Target>> {
         let caller = caller_of(c, sender_id).await?;
         let rows = c

@@ -1,0 +1,33 @@
+//! Row ids as Postgres reads and writes them: `bigint`, and arrays of it.
+
+use bytes::BytesMut;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, accepts, to_sql_checked};
+
+use crate::domain::ids::{AccountId, EndpointId, MachineId};
+
+type BoxError = Box<dyn std::error::Error + Sync + Send>;
+
+macro_rules! bigint_id {
+    ($name:ident) => {
+        impl ToSql for $name {
+            fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+                self.0.to_sql(ty, out)
+            }
+
+            accepts!(INT8);
+            to_sql_checked!();
+        }
+
+        impl<'a> FromSql<'a> for $name {
+            fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+                i64::from_sql(ty, raw).map(Self)
+            }
+
+            accepts!(INT8);
+        }
+    };
+}
+
+bigint_id!(EndpointId);
+bigint_id!(AccountId);
+bigint_id!(MachineId);
