@@ -331,36 +331,43 @@ impl Store {
         let _place = self.send_limit.try_admit().ok_or_else(limits::overloaded)?;
         let reference = MessageRef::parse(reference)?;
         let client = self.client().await?;
-        if let Some(client_id) = client_id
-            && let Some(sent) = Self::previous_send(&client, caller, client_id).await?
-        {
+        // Reads that do not depend on each other are issued together: three round trips in all.
+        let (previous, original) = tokio::join!(
+            async {
+                match client_id {
+                    Some(client_id) => Self::previous_send(&client, caller, client_id).await,
+                    None => Ok(None),
+                }
+            },
+            Self::resolve_received(&client, caller, &reference),
+        );
+        // A retry is answered with the first result even if the reply could not be made now.
+        if let Some(sent) = previous? {
             return Ok(sent);
         }
-        let original = Self::resolve_received(&client, caller, &reference).await?;
-        let row = client
-            .query_one(
+        let original = original?;
+        let asked = client
+            .prepare_cached(
                 "select m.thread, m.sender_id, ea.address, ea.account_id, mc.revoked_at is not null
                  from messages m
                  join endpoint_addresses ea on ea.id = m.sender_id
                  join endpoints e on e.id = m.sender_id
                  join machines mc on mc.id = e.machine_id
                  where m.id = $1",
-                &[&original],
             )
             .await?;
+        let (row, contacts) = tokio::try_join!(
+            async { Ok::<_, Error>(client.query_one(&asked, &[&original]).await?) },
+            Self::contact_accounts(&client, caller.account_id),
+        )?;
         let (thread, sender_id, sender_address): (String, EndpointId, String) = (row.col(0)?, row.col(1)?, row.col(2)?);
         if crate::domain::address::is_board_address(&sender_address) {
             return Err(address::board_reads_nothing(&sender_address));
         }
-        let contacts = Self::contact_accounts(&client, caller.account_id).await?;
         if scope::reach(caller.account_id, &contacts, row.col(3)?) == Reach::None || row.col::<bool>(4)? {
             return Err(Error::FailedPrecondition(format!(
                 "{sender_address} is no longer reachable from your account (its machine was revoked or the contact ended), so the reply was not sent"
             )));
-        }
-        let verdicts = scope::decide_many(&client, caller, &contacts, &[sender_id]).await?;
-        if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
-            return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
         }
         // An asker that ended its session still gets the reply: it waits in its inbox for its return.
         let targets = vec![Target { id: sender_id, address: sender_address, account_id: row.col(3)? }];
@@ -373,9 +380,16 @@ impl Store {
             private: false,
             require_reply: false,
         };
-        let held = Self::hold_class(&client, caller, &targets, false).await?.is_some();
+        let asker = [sender_id];
+        let (verdicts, hold) = tokio::try_join!(
+            scope::decide_many(&client, caller, &contacts, &asker),
+            Self::hold_class(&client, caller, &targets, false),
+        )?;
+        if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
+            return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
+        }
         drop(client);
-        if held {
+        if hold.is_some() {
             return self.reply_held(caller, &targets, &out, &original).await;
         }
         let id = ids::new_message_id();
