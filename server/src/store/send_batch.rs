@@ -1,11 +1,11 @@
 //! Group commit for sends. A send that was resolved and allowed is queued here; writer tasks take
 //! whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call of
-//! `relay_send_batch` (migration 9): one round trip and one commit for the whole batch, each send
+//! `relay_send_batch` (migrations 9 and 10): one round trip and one commit for the whole batch, each send
 //! in its own subtransaction so a failing one leaves the others stored. Alone, a send waits for
 //! nobody; under load, sends share commits.
 //!
-//! Past [`QUEUE`] waiting sends, more are refused at once as overloaded rather than queued for
-//! seconds.
+//! Past [`QUEUE`] sends waiting for one writer, more for it are refused at once as overloaded rather
+//! than queued for seconds.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::error::Col;
 use crate::domain::ids::EndpointId;
@@ -24,10 +24,13 @@ use crate::domain::{Error, Result, limits, presence};
 /// Sends written together at most: each takes a subtransaction, and Postgres tracks up to 64 per
 /// transaction cheaply.
 const MAX_BATCH: usize = 64;
-/// Batches written at once: commits overlap while the next batch gathers.
+/// Batches written at once: commits overlap while the next batch gathers. Each writer has its own
+/// queue, and a send goes to the writer of its lowest recipient: sends to one busy inbox then share
+/// batches, one row lock and one commit for many, instead of queueing on that row lock one writer
+/// after another.
 const WRITERS: usize = 4;
-/// Sends waiting for a writer at most; beyond it sends are refused as overloaded.
-const QUEUE: usize = 256;
+/// Sends waiting for each writer at most; beyond it sends are refused as overloaded.
+const QUEUE: usize = 64;
 
 /// Called with each recipient of a committed batch, to wake its waiters in this process.
 pub type Waker = Arc<dyn Fn(EndpointId) + Send + Sync>;
@@ -69,7 +72,7 @@ struct Job {
 }
 
 pub(super) struct Batcher {
-    queue: mpsc::Sender<Job>,
+    queues: Vec<mpsc::Sender<Job>>,
     waker: Arc<OnceLock<Waker>>,
     cap: Arc<AtomicU32>,
 }
@@ -77,16 +80,18 @@ pub(super) struct Batcher {
 impl Batcher {
     /// Starts the writers; they end when the last handle on the queue goes.
     pub(super) fn start(pool: Pool, replica: Arc<AtomicI64>) -> Self {
-        let (queue, rx) = mpsc::channel(QUEUE);
-        let rx = Arc::new(Mutex::new(rx));
         let waker: Arc<OnceLock<Waker>> = Arc::default();
         let cap = Arc::new(AtomicU32::new(limits::DEFAULT_MAX_UNREAD));
-        for _ in 0..WRITERS {
-            let writer =
-                Writer { pool: pool.clone(), cap: cap.clone(), replica: replica.clone(), waker: waker.clone() };
-            tokio::spawn(writer.run(rx.clone()));
-        }
-        Self { queue, waker, cap }
+        let queues = (0..WRITERS)
+            .map(|_| {
+                let (queue, rx) = mpsc::channel(QUEUE);
+                let writer =
+                    Writer { pool: pool.clone(), cap: cap.clone(), replica: replica.clone(), waker: waker.clone() };
+                tokio::spawn(writer.run(rx));
+                queue
+            })
+            .collect();
+        Self { queues, waker, cap }
     }
 
     /// The most unread messages one inbox holds.
@@ -101,7 +106,9 @@ impl Batcher {
     /// Queues one send to `to` and waits until its batch is committed (or failed).
     pub(super) async fn write(&self, send: Value, to: Vec<EndpointId>) -> Result<Written> {
         let (done, answer) = oneshot::channel();
-        self.queue.try_send(Job { send, to, done }).map_err(|e| match e {
+        let lowest = to.iter().min().map_or(0, |id| id.0);
+        let queue = &self.queues[lowest.rem_euclid(WRITERS as i64) as usize];
+        queue.try_send(Job { send, to, done }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => limits::overloaded(),
             mpsc::error::TrySendError::Closed(_) => Error::Unavailable("the server is stopping".into()),
         })?;
@@ -119,21 +126,18 @@ struct Writer {
 }
 
 impl Writer {
-    async fn run(self, rx: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    async fn run(self, mut rx: mpsc::Receiver<Job>) {
         loop {
             let mut jobs = Vec::with_capacity(MAX_BATCH);
-            {
-                // One writer gathers at a time; the others are writing their batches meanwhile.
-                let mut rx = rx.lock().await;
-                match rx.recv().await {
-                    Some(job) => jobs.push(job),
-                    None => return,
-                }
-                while jobs.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(job) => jobs.push(job),
-                        Err(_) => break,
-                    }
+            match rx.recv().await {
+                Some(job) => jobs.push(job),
+                None => return,
+            }
+            // Whatever queued while the last batch was written goes in this one.
+            while jobs.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(job) => jobs.push(job),
+                    Err(_) => break,
                 }
             }
             match self.write(&jobs).await {
