@@ -6,10 +6,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::App;
+use crate::domain::caller::Human;
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{Approval, ApprovalState, Decision};
 use crate::domain::{Error, Result};
-use crate::store::contacts::Human;
 use crate::store::identity::Caller;
 
 /// How long the operator, then the human, has to answer a permission request

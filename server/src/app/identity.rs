@@ -2,10 +2,10 @@
 //! and whom it sees.
 
 use super::{App, optional};
+use crate::domain::caller::Human;
 use crate::domain::endpoint::Endpoint;
 use crate::domain::redact::RedactedText;
 use crate::domain::{Result, limits};
-use crate::store::contacts::Human;
 use crate::store::identity::{Caller, HelloOutcome, MachineIdentity};
 
 /// A profile change; `None` leaves a field as it is.

@@ -3,12 +3,12 @@
 
 use super::App;
 use super::messaging::{Delivered, NewMessage};
+use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
 use crate::domain::message::Message;
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{Contact, Hold, Peek, PeekTurn, Peeker};
 use crate::domain::{Error, Result};
-use crate::store::contacts::Human;
 use crate::store::identity::Caller;
 use crate::store::trust::KeptTurn;
 

@@ -3,10 +3,10 @@
 use crate::domain::trust::{Approval as ApprovalView, ApprovalState, Decision as PermissionDecision};
 
 use super::Store;
-use super::contacts::Human;
 use super::error::Col;
 use super::identity::{Caller, caller_of};
 use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
+use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{self, AccountId, EndpointId, TokenKind};
 use crate::domain::redact::{RedactedText, redact};

@@ -11,7 +11,7 @@ use crate::domain::names::{NameKind, validate};
 use crate::domain::trust::Contact as ContactView;
 use crate::domain::{EntityKind, Error, Result};
 
-pub use crate::domain::caller::Human;
+use crate::domain::caller::Human;
 
 fn view(account: &str, state: &str, withdrawn: u64) -> ContactView {
     ContactView { account: account.to_owned(), state: state.to_owned(), withdrawn: withdrawn as u32 }

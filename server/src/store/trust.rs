@@ -3,11 +3,11 @@
 use deadpool_postgres::GenericClient;
 
 use super::Store;
-use super::contacts::Human;
 use super::error::Col;
 use super::identity::{Caller, caller_of};
 use super::messages::{Outgoing, Target, WITHDRAWN};
 use crate::domain::address::HUMAN;
+use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
 use crate::domain::ids::{AccountId, EndpointId};
