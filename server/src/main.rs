@@ -18,6 +18,16 @@ use tracing_subscriber::EnvFilter;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: text (coloured only on a terminal) or json (one object a
+    /// line, with the call's span fields, for a log collector).
+    #[arg(long, global = true, env = "RELAY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -209,30 +219,41 @@ impl From<AdminArgs> for AdminCommand {
     }
 }
 
-fn init_logging(default: &str) {
+/// A line for the person running a command; with JSON logs, a log line like the others.
+fn say(format: LogFormat, line: &str) {
+    match format {
+        LogFormat::Json => tracing::info!("{line}"),
+        LogFormat::Text => eprintln!("{line}"),
+    }
+}
+
+fn init_logging(format: LogFormat, default: &str) {
     let filter = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    // Colour only for a person at a terminal: journald and kubectl logs get plain lines.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+    let lines = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => lines.json().with_current_span(true).with_span_list(true).init(),
+        // Colour only for a person at a terminal: journald and kubectl logs get plain lines.
+        LogFormat::Text => lines.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+    }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { db, listen, limits, rpc } => {
-            init_logging("info");
+            init_logging(cli.log_format, "info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
             serve::serve(store, &listen, rpc.into(), serve::termination()).await
         }
         Command::Migrate { db } => {
-            init_logging("info");
+            init_logging(cli.log_format, "info");
             serve::open_store(db.config()?).await?;
-            eprintln!("database schema is up to date");
+            say(cli.log_format, "database schema is up to date");
             Ok(())
         }
         Command::Dev { db, listen, limits, rpc, data_dir } => {
-            init_logging("info");
+            init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
                 database_url: db.database_url,
@@ -244,7 +265,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
         }
         Command::Admin { db, data_dir, command } => {
-            init_logging("warn");
+            init_logging(cli.log_format, "warn");
             let store = match &db.database_url {
                 Some(_) => serve::open_store(db.config()?).await?,
                 None => {
@@ -274,10 +295,14 @@ async fn main() -> ExitCode {
         );
     }
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let format = cli.log_format;
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("relay-server: {err:#}");
+            match format {
+                LogFormat::Json => tracing::error!(error = format!("{err:#}"), "relay-server stopped"),
+                LogFormat::Text => eprintln!("relay-server: {err:#}"),
+            }
             ExitCode::FAILURE
         }
     }

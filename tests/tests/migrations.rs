@@ -215,3 +215,53 @@ async fn this_release_keeps_working_on_the_next_releases_expanded_schema() {
     let tracked = alice.rpc.track(TrackRequest { id: sent.id.clone() }).await.unwrap().into_inner();
     assert_eq!(tracked.recipients[0].state(), DeliveryState::Read);
 }
+
+#[tokio::test]
+async fn a_database_that_refuses_the_connection_is_named_with_its_reason() {
+    let db = TestDb::new().await;
+    let missing = TestDb { url: db.url.replace(&db.name, &format!("{}_missing", db.name)), name: String::new() };
+    for args in [&["migrate"][..], &["serve", "--listen", "127.0.0.1:0"][..]] {
+        let out = relay_server(&missing, args).await;
+        assert!(!out.status.success(), "{args:?} must fail without its database");
+        let err = stderr(&out);
+        // The driver alone would say "db error"; the database's own reason must reach the operator.
+        assert!(err.contains(&format!("database \"{}_missing\" does not exist", db.name)), "{args:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn json_logs_are_one_object_a_line_errors_included() {
+    let db = TestDb::new().await;
+    let run = |db_url: String| async move {
+        let out = tokio::process::Command::new(bin("relay-server"))
+            .arg("migrate")
+            .env("DATABASE_URL", db_url)
+            .env("RELAY_LOG", "info")
+            .env("RELAY_LOG_FORMAT", "json")
+            .stdin(std::process::Stdio::null())
+            .output();
+        tokio::time::timeout(Duration::from_secs(60), out).await.unwrap().unwrap()
+    };
+    let lines = |out: &Output| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
+            .collect()
+    };
+
+    let applied = run(db.url.clone()).await;
+    assert!(applied.status.success());
+    let logged = lines(&applied);
+    assert!(
+        logged.iter().any(|l| l["fields"]["message"] == "applied migration" && l["fields"]["version"] == 1),
+        "{logged:?}"
+    );
+    assert!(logged.iter().any(|l| l["fields"]["message"] == "database schema is up to date"), "{logged:?}");
+
+    let refused = run(db.url.replace(&db.name, &format!("{}_missing", db.name))).await;
+    assert!(!refused.status.success());
+    let logged = lines(&refused);
+    let last = logged.last().expect("the failure is logged");
+    assert_eq!(last["level"], "ERROR");
+    assert!(last["fields"]["error"].as_str().unwrap().contains("does not exist"), "{last}");
+}

@@ -102,7 +102,7 @@ const LOCK_TIMEOUT: &str = "10s";
 /// Why migrating failed.
 #[derive(Debug, thiserror::Error)]
 pub enum MigrateError {
-    #[error("cannot open the migration connection: {0}")]
+    #[error("cannot open the migration connection: {}", super::with_causes(.0))]
     Connect(tokio_postgres::Error),
     #[error(
         "migration {version} ({file}) was changed after it was applied: the database recorded checksum {recorded}, the file built into this relay-server hashes to {embedded}; restore the file as it was released and put the change in a new migration"

@@ -164,8 +164,10 @@ impl Store {
         };
         // Startup is the one place where the driver's own words help the operator most.
         let probe = store.pool.get().await.map_err(|e| match e {
-            deadpool_postgres::PoolError::Backend(e) => Error::Unavailable(format!("cannot reach the database: {e}")),
-            other => Error::Unavailable(format!("cannot reach the database: {other}")),
+            deadpool_postgres::PoolError::Backend(e) => {
+                Error::Unavailable(format!("cannot reach the database: {}", with_causes(&e)))
+            }
+            other => Error::Unavailable(format!("cannot reach the database: {}", with_causes(&other))),
         })?;
         drop(probe);
         Ok(store)
@@ -213,6 +215,22 @@ impl Store {
     async fn client(&self) -> Result<Object> {
         Ok(self.pool.get().await?)
     }
+}
+
+/// An error with its causes, "error: cause: cause". The driver shows a database's refusal as only
+/// "db error"; the reason (a wrong password, an unknown database) is its source.
+pub fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]
