@@ -7,6 +7,7 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
+use relay_server::protocol::connections;
 use relay_server::protocol::layers::{self, RpcLimits};
 use relay_server::serve::{self, ListenOptions};
 use relay_server::store::DbConfig;
@@ -143,11 +144,22 @@ struct ListenArgs {
     /// Allow plaintext on a non-loopback address (only behind a proxy that terminates TLS).
     #[arg(long)]
     insecure_plaintext: bool,
+    /// Most connections this replica holds at once; more are closed as they arrive. A connection
+    /// that says nothing for 5 s is closed too.
+    #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = connections::DEFAULT_MAX_CONNECTIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
 }
 
 impl From<ListenArgs> for ListenOptions {
     fn from(a: ListenArgs) -> Self {
-        Self { listen: a.listen, tls_cert: a.tls_cert, tls_key: a.tls_key, insecure_plaintext: a.insecure_plaintext }
+        Self {
+            listen: a.listen,
+            tls_cert: a.tls_cert,
+            tls_key: a.tls_key,
+            insecure_plaintext: a.insecure_plaintext,
+            max_connections: a.max_connections as usize,
+        }
     }
 }
 

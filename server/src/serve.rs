@@ -11,11 +11,11 @@ use relay_proto::v1::human_server::HumanServer;
 use relay_proto::v1::relay_server::RelayServer;
 use relay_proto::v1::worker_server::WorkerServer;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::app::App;
 use crate::protocol::auth::AuthLayer;
+use crate::protocol::connections;
 use crate::protocol::human::HumanService;
 use crate::protocol::layers::{RpcLayers, RpcLimits};
 use crate::protocol::service::RelayService;
@@ -25,6 +25,30 @@ use crate::store::{DbConfig, Store, migrate};
 
 /// How long calls in flight may take to finish after a shutdown signal.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+/// How long a client keeps one connection before it is asked to open another.
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
+/// How long calls in flight, push streams included, may run on after that ask.
+const MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(60);
+
+/// Raises the soft limit of open files to the hard limit: every connection takes a descriptor, and
+/// the usual soft limit of 1,024 is below the connections a replica takes.
+fn raise_open_files_limit(max_connections: usize) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => {
+            let short = limit < max_connections as u64 + 256;
+            if short {
+                tracing::warn!(
+                    limit,
+                    max_connections,
+                    "the open files limit is below the connections allowed; raise the hard limit (LimitNOFILE=)"
+                );
+            } else {
+                tracing::info!(limit, "open files limit");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    }
+}
 
 /// Where and how to listen.
 #[derive(Debug, Clone)]
@@ -33,6 +57,8 @@ pub struct ListenOptions {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub insecure_plaintext: bool,
+    /// Connections held at once (see `protocol::connections`).
+    pub max_connections: usize,
 }
 
 impl ListenOptions {
@@ -164,12 +190,17 @@ pub async fn serve_with(
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
     let local = socket.local_addr()?;
-    // Accepted sockets get no-delay (a batched answer must not wait out delayed ACKs) and keepalives.
-    let incoming = TcpIncoming::from(socket).with_nodelay(Some(true)).with_keepalive(Some(Duration::from_secs(30)));
+    raise_open_files_limit(options.max_connections);
+    // A dead peer is noticed by the HTTP/2 keepalive pings below.
+    let incoming = connections::admit(socket, options.max_connections);
 
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)));
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        // Clients move to another replica now and then, so load spreads again after a restart; a
+        // bridge reopens its push stream and resumes above its last seq.
+        .max_connection_age(MAX_CONNECTION_AGE)
+        .max_connection_age_grace(MAX_CONNECTION_AGE_GRACE);
     if let Some(tls) = tls {
         builder = builder.tls_config(tls).context("invalid tls configuration")?;
     }
@@ -244,7 +275,13 @@ mod tests {
     use super::*;
 
     fn options(listen: &str) -> ListenOptions {
-        ListenOptions { listen: listen.parse().unwrap(), tls_cert: None, tls_key: None, insecure_plaintext: false }
+        ListenOptions {
+            listen: listen.parse().unwrap(),
+            tls_cert: None,
+            tls_key: None,
+            insecure_plaintext: false,
+            max_connections: 16,
+        }
     }
 
     #[test]

@@ -185,7 +185,13 @@ mod tests {
     use super::*;
 
     fn listen(addr: &str) -> ListenOptions {
-        ListenOptions { listen: addr.parse().unwrap(), tls_cert: None, tls_key: None, insecure_plaintext: false }
+        ListenOptions {
+            listen: addr.parse().unwrap(),
+            tls_cert: None,
+            tls_key: None,
+            insecure_plaintext: false,
+            max_connections: 16,
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! application.
 
 pub mod auth;
+pub mod connections;
 pub mod convert;
 pub mod human;
 pub mod layers;
