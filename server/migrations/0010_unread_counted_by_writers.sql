@@ -32,11 +32,12 @@ create trigger deliveries_unread_delete after delete on deliveries
 
 -- Moves one inbox's deliveries forward to `target` (pushed 2, surfaced 3 or read 4) and answers how
 -- many moved. Surfaced and read are what the agent was shown: the inbox is locked first and
--- remembers the newest of them (`last_shown`), and reaching read lowers its unread count.
-create function relay_advance(recipient bigint, seqs bigint[], target smallint) returns integer
+-- remembers the newest of them (`last_shown`), reaching read lowers its unread count, and the
+-- count left unread is answered too (null for pushed, which does not touch the inbox).
+create function relay_advance(recipient bigint, seqs bigint[], target smallint,
+                              out moved integer, out left_unread integer)
 language plpgsql as $$
 declare
-    n integer;
     lowest bigint;
     highest bigint;
 begin
@@ -56,16 +57,16 @@ begin
     select min(x), max(x) into lowest, highest from unnest(seqs) x;
     update deliveries set state = target, updated_at = now()
     where recipient_id = recipient and seq between lowest and highest and seq = any(seqs) and state < target;
-    get diagnostics n = row_count;
+    get diagnostics moved = row_count;
     if target > 2 then
         update endpoints
-        set unread = unread - case when target = 4 then n else 0 end,
+        set unread = unread - case when target = 4 then moved else 0 end,
             last_shown = coalesce((select message_id from deliveries
                                    where recipient_id = recipient and seq = highest),
                                   last_shown)
-        where id = recipient;
+        where id = recipient
+        returning unread into left_unread;
     end if;
-    return n;
 end $$;
 
 -- As in migration 9, with the counters kept here (a delivery adds one to its inbox in the same

@@ -22,11 +22,17 @@ async fn sql(db: &TestDb) -> tokio_postgres::Client {
 
 /// `relay-server ARGS` on the test database, logging at info without colour.
 async fn relay_server(db: &TestDb, args: &[&str]) -> Output {
+    relay_server_on(&db.url, args, &[]).await
+}
+
+/// `relay-server ARGS` on the database at `url`, with `env` beside the usual logging settings.
+async fn relay_server_on(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let run = tokio::process::Command::new(bin("relay-server"))
         .args(args)
-        .env("DATABASE_URL", &db.url)
+        .env("DATABASE_URL", url)
         .env("RELAY_LOG", "info")
         .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
@@ -219,9 +225,9 @@ async fn this_release_keeps_working_on_the_next_releases_expanded_schema() {
 #[tokio::test]
 async fn a_database_that_refuses_the_connection_is_named_with_its_reason() {
     let db = TestDb::new().await;
-    let missing = TestDb { url: db.url.replace(&db.name, &format!("{}_missing", db.name)), name: String::new() };
+    let missing = db.url.replace(&db.name, &format!("{}_missing", db.name));
     for args in [&["migrate"][..], &["serve", "--listen", "127.0.0.1:0"][..]] {
-        let out = relay_server(&missing, args).await;
+        let out = relay_server_on(&missing, args, &[]).await;
         assert!(!out.status.success(), "{args:?} must fail without its database");
         let err = stderr(&out);
         // The driver alone would say "db error"; the database's own reason must reach the operator.
@@ -232,16 +238,7 @@ async fn a_database_that_refuses_the_connection_is_named_with_its_reason() {
 #[tokio::test]
 async fn json_logs_are_one_object_a_line_errors_included() {
     let db = TestDb::new().await;
-    let run = |db_url: String| async move {
-        let out = tokio::process::Command::new(bin("relay-server"))
-            .arg("migrate")
-            .env("DATABASE_URL", db_url)
-            .env("RELAY_LOG", "info")
-            .env("RELAY_LOG_FORMAT", "json")
-            .stdin(std::process::Stdio::null())
-            .output();
-        tokio::time::timeout(Duration::from_secs(60), out).await.unwrap().unwrap()
-    };
+    let json = [("RELAY_LOG_FORMAT", "json")];
     let lines = |out: &Output| -> Vec<serde_json::Value> {
         String::from_utf8_lossy(&out.stderr)
             .lines()
@@ -249,7 +246,7 @@ async fn json_logs_are_one_object_a_line_errors_included() {
             .collect()
     };
 
-    let applied = run(db.url.clone()).await;
+    let applied = relay_server_on(&db.url, &["migrate"], &json).await;
     assert!(applied.status.success());
     let logged = lines(&applied);
     assert!(
@@ -258,7 +255,8 @@ async fn json_logs_are_one_object_a_line_errors_included() {
     );
     assert!(logged.iter().any(|l| l["fields"]["message"] == "database schema is up to date"), "{logged:?}");
 
-    let refused = run(db.url.replace(&db.name, &format!("{}_missing", db.name))).await;
+    let missing = db.url.replace(&db.name, &format!("{}_missing", db.name));
+    let refused = relay_server_on(&missing, &["migrate"], &json).await;
     assert!(!refused.status.success());
     let logged = lines(&refused);
     let last = logged.last().expect("the failure is logged");

@@ -884,21 +884,20 @@ impl Store {
         ids::pick_unique(text, &candidates).map(str::to_owned)
     }
 
-    /// Unread messages in seq order. They become surfaced, or read when `ack`; the count left
-    /// unread is read after.
+    /// Unread messages in seq order. They become surfaced, or read when `ack`, in the same call
+    /// that answers the count left unread; an empty read leaves nothing unread.
     pub async fn inbox(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let client = self.client().await?;
         let stmt = client.prepare_cached(&UNREAD_AFTER).await?;
         let rows = client.query(&stmt, &[&caller.endpoint_id, &0i64, &i64::from(limit)]).await?;
         let messages = rows.iter().map(message_from_row).collect::<Result<Vec<_>>>()?;
-        if !messages.is_empty() {
-            let seqs: Vec<i64> = messages.iter().map(|m| m.seq as i64).collect();
-            let state = if ack { State::Read } else { State::Surfaced };
-            Self::advance(&client, caller, &seqs, state).await?;
+        if messages.is_empty() {
+            return Ok((messages, 0));
         }
-        let count = client.prepare_cached("select unread from endpoints where id = $1").await?;
-        let remaining: i32 = client.query_one(&count, &[&caller.endpoint_id]).await?.col(0)?;
-        Ok((messages, remaining.max(0) as u64))
+        let seqs: Vec<i64> = messages.iter().map(|m| m.seq as i64).collect();
+        let state = if ack { State::Read } else { State::Surfaced };
+        let (_, left) = Self::advance(&client, caller, &seqs, state).await?;
+        Ok((messages, left.unwrap_or_default()))
     }
 
     pub async fn unread(&self, caller: &Caller) -> Result<u64> {
@@ -910,10 +909,17 @@ impl Store {
     /// Moves the caller's deliveries forward to `state`, keeping its unread count and the newest
     /// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does; a pushed
     /// mark does not wait for a flush).
-    async fn advance(tx: &impl GenericClient, caller: &Caller, seqs: &[i64], state: State) -> Result<u64> {
-        let stmt = tx.prepare_cached("select relay_advance($1, $2, $3)").await?;
-        let moved: i32 = tx.query_one(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?.col(0)?;
-        Ok(moved.max(0) as u64)
+    /// Answers how many moved, and (for surfaced and read) how many the inbox has left unread.
+    async fn advance(
+        tx: &impl GenericClient,
+        caller: &Caller,
+        seqs: &[i64],
+        state: State,
+    ) -> Result<(u64, Option<u64>)> {
+        let stmt = tx.prepare_cached("select moved, left_unread from relay_advance($1, $2, $3)").await?;
+        let row = tx.query_one(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?;
+        let (moved, left): (i32, Option<i32>) = (row.col(0)?, row.col(1)?);
+        Ok((moved.max(0) as u64, left.map(|n| n.max(0) as u64)))
     }
 
     /// The bridge put these deliveries in front of the agent, or the agent acknowledged them.
@@ -923,7 +929,7 @@ impl Store {
             return Ok(0);
         }
         let client = self.client().await?;
-        Self::advance(&client, caller, &seqs, state).await
+        Ok(Self::advance(&client, caller, &seqs, state).await?.0)
     }
 
     /// Deliveries above `after` that are not read yet, for the push stream.
@@ -974,11 +980,10 @@ impl Store {
             .iter()
             .map(message_from_row)
             .collect::<Result<Vec<_>>>()?;
-        if let Some(newest) = replies.last() {
+        if !replies.is_empty() {
+            // Marks them read and remembers the newest as last shown.
             let seqs: Vec<i64> = replies.iter().map(|m| m.seq as i64).collect();
             Self::advance(&tx, caller, &seqs, State::Read).await?;
-            tx.execute("update endpoints set last_shown = $2 where id = $1", &[&caller.endpoint_id, &newest.id])
-                .await?;
         }
         let recipients = Self::recipient_states(&tx, &id).await?;
         tx.commit().await?;
