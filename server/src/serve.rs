@@ -25,10 +25,9 @@ use crate::store::{DbConfig, Store, migrate};
 
 /// How long calls in flight may take to finish after a shutdown signal.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
-/// How long a client keeps one connection before it is asked to open another.
+/// How long a client keeps one connection before it is asked to open another for new calls; calls
+/// in flight, push streams included, finish on the old one.
 const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
-/// How long calls in flight, push streams included, may run on after that ask.
-const MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(60);
 
 /// Raises the soft limit of open files to the hard limit: every connection takes a descriptor, and
 /// the usual soft limit of 1,024 is below the connections a replica takes.
@@ -141,19 +140,9 @@ pub async fn serve(
     serve_with(store, options, rpc, shutdown_signal, |_| {}).await
 }
 
-/// [`serve`] with the default call limits, calling `ready` with the bound address once the port is
-/// taken, so that what it prints is true (the real port, even for port 0) and comes only when the
-/// server is up.
-pub async fn serve_then(
-    store: Store,
-    options: &ListenOptions,
-    shutdown_signal: impl Future<Output = ()>,
-    ready: impl FnOnce(SocketAddr),
-) -> anyhow::Result<()> {
-    serve_with(store, options, RpcLimits::default(), shutdown_signal, ready).await
-}
-
-/// [`serve_then`] with the given call limits.
+/// Serves with the given call limits, calling `ready` with the bound address once the port is taken,
+/// so that what it prints is true (the real port, even for port 0) and comes only when the server
+/// is up.
 pub async fn serve_with(
     store: Store,
     options: &ListenOptions,
@@ -197,10 +186,10 @@ pub async fn serve_with(
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        // Clients move to another replica now and then, so load spreads again after a restart; a
-        // bridge reopens its push stream and resumes above its last seq.
-        .max_connection_age(MAX_CONNECTION_AGE)
-        .max_connection_age_grace(MAX_CONNECTION_AGE_GRACE);
+        // Clients are asked (GOAWAY) to open new connections now and then, so load spreads again
+        // after a restart. No grace is set: with one, tonic cuts the connection at age + grace
+        // without asking first, killing calls in flight.
+        .max_connection_age(MAX_CONNECTION_AGE);
     if let Some(tls) = tls {
         builder = builder.tls_config(tls).context("invalid tls configuration")?;
     }

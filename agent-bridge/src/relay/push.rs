@@ -76,8 +76,9 @@ pub async fn run(
                 }
             };
             // The server opens with a heartbeat naming the inbox head, then sends what is unread
-            // above `after_seq`, then heartbeats between deliveries: caught up at once when nothing
-            // lies above what this bridge has, else from the next heartbeat.
+            // above `after_seq` and a heartbeat once that backlog is through, then heartbeats between
+            // deliveries: caught up at once when nothing lies above what this bridge has, else from
+            // the next heartbeat.
             let mut opened = false;
             loop {
                 let next = tokio::time::timeout(SILENCE, stream.message()).await;

@@ -6,6 +6,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, interval_at};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::Hub;
 use crate::domain::message::Message;
@@ -36,7 +37,8 @@ pub type PushStream = ReceiverStream<Result<Event>>;
 /// session ends, or the server shuts down.
 pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: CancellationToken) -> PushStream {
     let (tx, rx) = mpsc::channel(BUFFER);
-    tokio::spawn(async move {
+    // In the call's span, so what the stream logs names its caller.
+    let task = async move {
         let address = caller.address();
         tracing::debug!(endpoint = %address, after_seq, "push stream opened");
         let mut generation = None;
@@ -51,7 +53,8 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
             tracing::warn!(endpoint = %address, error = %e, "cannot release presence");
         }
         tracing::debug!(endpoint = %address, "push stream closed");
-    });
+    };
+    tokio::spawn(task.instrument(tracing::Span::current()));
     ReceiverStream::new(rx)
 }
 
@@ -83,12 +86,18 @@ async fn feed(
     let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
     // Read what waits, then again only on a wake-up: a heartbeat or a recheck reads no inbox.
     let mut unread_may_wait = true;
+    // After the first drain a heartbeat says the backlog is through: the bridge knows at once that
+    // what it was pushed is all there is unread, rather than at the next beat.
+    let mut caught_up_told = false;
     loop {
         if std::mem::take(&mut unread_may_wait) {
             if !Box::pin(drain(store, caller, &mut last, tx)).await? {
                 return Ok(());
             }
             head = head.max(last);
+            if !std::mem::replace(&mut caught_up_told, true) && !send_timely(tx, beat(head, operator)).await {
+                return Ok(());
+            }
         }
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),

@@ -185,6 +185,21 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let (me, other_id) = (account_id(&tx, account).await?, account_id(&tx, other).await?);
+        // Inboxes first, before the contact and the deliveries: the order a send's batch takes them.
+        tx.execute(
+            &format!(
+                "select 1 from endpoints e
+                 where e.id in (select d.recipient_id from deliveries d
+                                join messages m on m.id = d.message_id
+                                join endpoint_addresses s on s.id = m.sender_id
+                                join endpoint_addresses r on r.id = d.recipient_id
+                                where d.state < {SURFACED}
+                                  and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
+                 order by e.id for update"
+            ),
+            &[&me, &other_id],
+        )
+        .await?;
         let dropped = tx
             .execute(
                 "delete from contacts where account_a = least($1::bigint, $2::bigint) and account_b = greatest($1::bigint, $2::bigint)",
@@ -211,21 +226,6 @@ impl Store {
                                and r.account_id in ($1, $2) and r.account_id <> h.account_id)"
             ),
             &[&me, &other_id, &format!("the contact between {account} and {other} was dropped")],
-        )
-        .await?;
-        // Inboxes before their deliveries, the order every writer of both takes.
-        tx.execute(
-            &format!(
-                "select 1 from endpoints e
-                 where e.id in (select d.recipient_id from deliveries d
-                                join messages m on m.id = d.message_id
-                                join endpoint_addresses s on s.id = m.sender_id
-                                join endpoint_addresses r on r.id = d.recipient_id
-                                where d.state < {SURFACED}
-                                  and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
-                 order by e.id for update"
-            ),
-            &[&me, &other_id],
         )
         .await?;
         let withdrawn = tx

@@ -7,7 +7,6 @@
 //! `server/migrations/README.md`; the lint in this module's tests enforces the part of it a program
 //! can see.
 
-use deadpool_postgres::Client as PooledClient;
 use sha2::{Digest, Sha256};
 use tokio::task::JoinHandle;
 use tokio_postgres::tls::MakeTlsConnect;
@@ -151,12 +150,6 @@ pub async fn apply(config: &DbConfig) -> Result<Report, MigrateError> {
     outcome
 }
 
-/// The entry `Store::migrate` still uses: the same run on a pooled connection. Prefer [`apply`],
-/// which keeps the advisory lock off the pool; this remains only until the store calls that.
-pub async fn run(client: &mut PooledClient) -> crate::domain::Result<Vec<i32>> {
-    Ok(locked(client).await?.applied)
-}
-
 type Driver = JoinHandle<Result<(), tokio_postgres::Error>>;
 
 async fn connect<T>(pg: &tokio_postgres::Config, tls: T) -> Result<(Client, Driver), MigrateError>
@@ -185,8 +178,6 @@ async fn locked(client: &mut Client) -> Result<Report, MigrateError> {
         Ok(()) => apply_pending(client, MIGRATIONS).await,
         Err(e) => Err(e.into()),
     };
-    // A pooled connection must not keep the setting.
-    let _ = client.batch_execute("reset lock_timeout").await;
     // Unlock even on failure; should this fail too, closing the connection releases the lock.
     match client.query_one("select pg_advisory_unlock($1)", &[&LOCK_KEY]).await.and_then(|row| row.try_get(0)) {
         Ok(true) => {}

@@ -94,9 +94,12 @@ impl<V: Clone> ResolvedCache<V> {
         inner.entries.clear();
     }
 
-    /// Every change is heard from now on.
+    /// Every change is heard from now on. A read that began before (while changes went unheard)
+    /// is not kept.
     pub fn trust(&self) {
-        self.lock().trusted = true;
+        let mut inner = self.lock();
+        inner.trusted = true;
+        inner.epoch += 1;
     }
 }
 

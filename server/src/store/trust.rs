@@ -48,22 +48,32 @@ impl Store {
         account_id: AccountId,
         handle: &str,
     ) -> Result<EndpointId> {
+        // Found by a read: an upsert would lock the inbox's row and, as an update of `handle`,
+        // announce a scope change to every replica on each use.
+        let find = c
+            .prepare_cached(
+                "select e.id from endpoints e join machines m on m.id = e.machine_id
+                 where m.account_id = $1 and m.name = $2 and e.handle = $3",
+            )
+            .await?;
+        if let Some(row) = c.query_opt(&find, &[&account_id, &HUMAN, &handle]).await? {
+            return row.col(0);
+        }
         let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
         c.execute(
             "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
             &[&account_id, &HUMAN, &unusable],
         )
         .await?;
-        let row = c
-            .query_one(
-                "insert into endpoints (machine_id, handle, harness)
-                 select id, $3, 'other' from machines where account_id = $1 and name = $2
-                 on conflict (machine_id, handle) do update set handle = excluded.handle
-                 returning id",
-                &[&account_id, &HUMAN, &handle],
-            )
-            .await?;
-        row.col(0)
+        // A concurrent first use may win the insert; either way the endpoint exists after it.
+        c.execute(
+            "insert into endpoints (machine_id, handle, harness)
+             select id, $3, 'other' from machines where account_id = $1 and name = $2
+             on conflict (machine_id, handle) do nothing",
+            &[&account_id, &HUMAN, &handle],
+        )
+        .await?;
+        c.query_one(&find, &[&account_id, &HUMAN, &handle]).await?.col(0)
     }
 
     /// The human as a sender and recipient, with the same guarantees as any endpoint.
