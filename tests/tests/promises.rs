@@ -314,11 +314,11 @@ async fn mail_the_push_stream_has_not_delivered_is_still_hinted() {
     })
     .await;
 
-    // The line goes down and the stream retries with growing pauses: after its fifth refused try
-    // it waits 3.2 s before the next, and mail sent now reaches the bridge by no stream.
+    // The line goes down and the stream retries with growing pauses: after its sixth refused try
+    // it waits its longest, 5 s, before the next, and mail sent now reaches the bridge by no stream.
     line.cut();
-    relay_tests::eventually(WAIT, "the push stream to retry five times", || async {
-        (line.refused() >= 5).then_some(())
+    relay_tests::eventually(Duration::from_secs(20), "the push stream to retry six times", || async {
+        (line.refused() >= 6).then_some(())
     })
     .await;
     line.mend();
