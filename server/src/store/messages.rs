@@ -409,9 +409,8 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         // The replier's inbox with the heads, in id order: inboxes before their deliveries.
-        let mut inboxes: Vec<EndpointId> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
-        inboxes.sort_unstable();
-        tx.execute("select 1 from endpoints where id = any($1) order by id for update", &[&inboxes]).await?;
+        let inboxes: Vec<EndpointId> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
+        Self::lock_inboxes(&tx, inboxes).await?;
         Self::hold_contacts(&tx, caller, targets).await?;
         Self::check_room(&tx, targets, self.max_unread).await?;
         let Some(sent) = Self::store_message(&tx, caller, targets, out, Some(original)).await? else {
@@ -661,6 +660,17 @@ impl Store {
                 format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
             ));
         }
+        Ok(())
+    }
+
+    /// Locks every inbox a transaction is about to write, in id order and before any of their
+    /// deliveries: the order a send's batch takes them, so the two never wait on each other in
+    /// opposite orders (a writer that locked one inbox, then another, could deadlock with a batch).
+    pub(super) async fn lock_inboxes(tx: &impl GenericClient, mut inboxes: Vec<EndpointId>) -> Result<()> {
+        inboxes.sort_unstable();
+        inboxes.dedup();
+        let stmt = tx.prepare_cached("select 1 from endpoints where id = any($1) order by id for update").await?;
+        tx.execute(&stmt, &[&inboxes]).await?;
         Ok(())
     }
 

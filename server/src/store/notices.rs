@@ -74,6 +74,7 @@ impl Store {
         if readers.is_empty() {
             return Ok(());
         }
+        Self::lock_inboxes(tx, readers.iter().map(|(t, _)| t.id).collect()).await?;
         let board_id = Self::ensure_board(tx, account_id).await?;
         let sender = caller_of(tx, board_id).await?;
         let thread = format!("card:{job_id}");

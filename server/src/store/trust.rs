@@ -255,6 +255,8 @@ impl Store {
         if !release && reason.trim().is_empty() {
             return Err(Error::invalid("rejecting a hold needs a reason: the sender reads it"));
         }
+        // The recipients' inboxes and the sender's (it gets the notice), all before writing any.
+        Self::lock_inboxes(&tx, recipients.iter().copied().chain([sender_id]).collect()).await?;
         if release {
             let targets = Self::still_reachable(&tx, sender_id, &message_id, &recipients).await?;
             Self::deliver(&tx, &message_id, &targets).await?;
