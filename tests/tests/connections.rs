@@ -11,7 +11,6 @@ use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tonic::Code;
 
 /// How long the server lets a connection stay silent (`protocol::connections::PREFACE`).
 const PREFACE: Duration = Duration::from_secs(5);
@@ -64,9 +63,10 @@ async fn past_the_cap_new_connections_are_refused_and_held_ones_keep_working() {
     }
 
     let refused = Agent::hello(&server.url, &laptop, "fourth").await.err().expect("a fourth connection is refused");
-    // The connection is closed before it is served: a transport failure, not a call the server answered.
-    assert!(matches!(refused.code(), Code::Unavailable | Code::Cancelled), "{refused:?}");
-    assert!(refused.message().contains("connect") || refused.message().contains("cancel"), "{refused:?}");
+    // The connection is closed before it is served: a transport failure (reset, cancelled or
+    // unavailable, as the timing falls), never a status the server answered with.
+    let transport = std::error::Error::source(&refused).is_some_and(|e| e.is::<tonic::transport::Error>());
+    assert!(transport, "{refused:?}");
     for agent in &mut held {
         agent.rpc.who_am_i(WhoAmIRequest {}).await.expect("the held connections keep working");
     }
