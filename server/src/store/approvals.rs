@@ -81,79 +81,19 @@ impl Store {
                 tool.trim(),
                 excerpt(input)
             ),
-            None => Self::escalation_text(&id, &caller.address(), &job_id, tool, input),
+            None => escalation_text(&id, &caller.address(), &job_id, tool, input),
         };
         let target = match operator_id {
             Some((id, address)) => Target { id, address, account_id: caller.account_id },
-            None => Self::human_target(&tx, caller.account_id, &caller.account).await?,
+            None => human_target(&tx, caller.account_id, &caller.account).await?,
         };
-        Self::ask_about(&tx, caller, target, &body).await?;
+        ask_about(&tx, caller, target, &body).await?;
         tx.commit().await?;
         Ok(id)
     }
 
-    /// The account's human inbox as a recipient.
-    async fn human_target(
-        c: &impl deadpool_postgres::GenericClient,
-        account_id: AccountId,
-        account: &str,
-    ) -> Result<Target> {
-        let id = Self::ensure_human(c, account_id).await?;
-        Ok(Target { id, address: format!("{account}/me"), account_id })
-    }
-
-    /// Puts a permission question in front of whoever must answer it, from the agent asking.
-    async fn ask_about(
-        tx: &deadpool_postgres::Transaction<'_>,
-        asker: &Caller,
-        target: Target,
-        body: &str,
-    ) -> Result<()> {
-        // The question quotes the agent's (redacted) input: redacted again as a whole for storing.
-        let body = redact(body).text;
-        let out = Outgoing {
-            to: &[],
-            body: &body,
-            thread: None,
-            kind: Kind::Ask,
-            client_id: None,
-            private: false,
-            require_reply: false,
-        };
-        Self::store_message(tx, asker, &[target], &out, None).await?;
-        Ok(())
-    }
-
-    fn escalation_text(id: &str, requester: &str, job_id: &str, tool: &str, input: &str) -> String {
-        format!(
-            "[Approval {id}] {requester} working on card {job_id} asks to use {}: {}\nThe operator has not answered. Answer with agent-bridge human approve {id} allow|deny.",
-            tool.trim(),
-            excerpt(input)
-        )
-    }
-
     pub async fn approval(&self, account_id: AccountId, id: &str) -> Result<PermissionDecision> {
-        Self::approval_on(&self.client().await?, account_id, id).await
-    }
-
-    async fn approval_on(
-        client: &impl deadpool_postgres::GenericClient,
-        account_id: AccountId,
-        id: &str,
-    ) -> Result<PermissionDecision> {
-        let row = client
-            .query_opt(
-                "select state, coalesce(reason, ''), coalesce(decided_by, '') from approvals where id = $1 and account_id = $2",
-                &[&id.trim(), &account_id],
-            )
-            .await?
-            .ok_or_else(|| Error::not_found(EntityKind::Approval, format!("no permission request {id} in your account")))?;
-        Ok(PermissionDecision {
-            id: id.trim().to_owned(),
-            state: ApprovalState::from_db(row.col(0)?)?,
-            reason: row.col(1)?,
-            decided_by: row.col(2)?,
-        })
+        approval_on(&self.client().await?, account_id, id).await
     }
 
     /// Hands an unanswered request to the account's human.
@@ -171,9 +111,9 @@ impl Store {
         else {
             return Ok(());
         };
-        let body = Self::escalation_text(id, &caller.address(), row.col(0)?, row.col(1)?, row.col(2)?);
-        let target = Self::human_target(&tx, caller.account_id, &caller.account).await?;
-        Self::ask_about(&tx, caller, target, &body).await?;
+        let body = escalation_text(id, &caller.address(), row.col(0)?, row.col(1)?, row.col(2)?);
+        let target = human_target(&tx, caller.account_id, &caller.account).await?;
+        ask_about(&tx, caller, target, &body).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -216,19 +156,19 @@ impl Store {
             )
             .await?;
         let Some(row) = row else {
-            let current = Self::approval_on(&tx, account_id, id).await?;
+            let current = approval_on(&tx, account_id, id).await?;
             return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
         };
         let requester: EndpointId = row.col(0)?;
         if state == ApprovalState::Escalated {
             let asker = caller_of(&tx, requester).await?;
-            let body = Self::escalation_text(id.trim(), &asker.address(), row.col(1)?, row.col(2)?, row.col(3)?);
-            let target = Self::human_target(&tx, account_id, &asker.account).await?;
-            Self::ask_about(&tx, &asker, target, &body).await?;
+            let body = escalation_text(id.trim(), &asker.address(), row.col(1)?, row.col(2)?, row.col(3)?);
+            let target = human_target(&tx, account_id, &asker.account).await?;
+            ask_about(&tx, &asker, target, &body).await?;
         }
         // Wake the requester's waiting call on whichever replica holds it.
         tx.execute("select pg_notify($1, $2)", &[&DELIVERY_CHANNEL, &format!("{requester}:0")]).await?;
-        let decided = Self::approval_on(&tx, account_id, id).await?;
+        let decided = approval_on(&tx, account_id, id).await?;
         tx.commit().await?;
         Ok(decided)
     }
@@ -246,7 +186,7 @@ impl Store {
                 &[&id, &account_id],
             )
             .await?;
-        Self::approval_on(&client, account_id, id).await
+        approval_on(&client, account_id, id).await
     }
 
     /// The operator's answer.
@@ -258,7 +198,7 @@ impl Store {
         reason: &RedactedText,
     ) -> Result<PermissionDecision> {
         let client = self.client().await?;
-        Self::is_operator(&client, caller).await?;
+        super::board::is_operator(&client, caller).await?;
         drop(client);
         self.decide_approval(caller.account_id, id, decision, reason, &caller.address(), false).await
     }
@@ -307,6 +247,61 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// The account's human inbox as a recipient.
+async fn human_target(
+    c: &impl deadpool_postgres::GenericClient,
+    account_id: AccountId,
+    account: &str,
+) -> Result<Target> {
+    let id = super::trust::ensure_human(c, account_id).await?;
+    Ok(Target { id, address: format!("{account}/me"), account_id })
+}
+
+/// Puts a permission question in front of whoever must answer it, from the agent asking.
+async fn ask_about(tx: &deadpool_postgres::Transaction<'_>, asker: &Caller, target: Target, body: &str) -> Result<()> {
+    // The question quotes the agent's (redacted) input: redacted again as a whole for storing.
+    let body = redact(body).text;
+    let out = Outgoing {
+        to: &[],
+        body: &body,
+        thread: None,
+        kind: Kind::Ask,
+        client_id: None,
+        private: false,
+        require_reply: false,
+    };
+    super::messages::store_message(tx, asker, &[target], &out, None).await?;
+    Ok(())
+}
+
+fn escalation_text(id: &str, requester: &str, job_id: &str, tool: &str, input: &str) -> String {
+    format!(
+        "[Approval {id}] {requester} working on card {job_id} asks to use {}: {}\nThe operator has not answered. Answer with agent-bridge human approve {id} allow|deny.",
+        tool.trim(),
+        excerpt(input)
+    )
+}
+
+async fn approval_on(
+    client: &impl deadpool_postgres::GenericClient,
+    account_id: AccountId,
+    id: &str,
+) -> Result<PermissionDecision> {
+    let row = client
+        .query_opt(
+            "select state, coalesce(reason, ''), coalesce(decided_by, '') from approvals where id = $1 and account_id = $2",
+            &[&id.trim(), &account_id],
+        )
+        .await?
+        .ok_or_else(|| Error::not_found(EntityKind::Approval, format!("no permission request {id} in your account")))?;
+    Ok(PermissionDecision {
+        id: id.trim().to_owned(),
+        state: ApprovalState::from_db(row.col(0)?)?,
+        reason: row.col(1)?,
+        decided_by: row.col(2)?,
+    })
 }
 
 #[cfg(test)]

@@ -156,70 +156,6 @@ async fn state_of(c: &impl GenericClient, account_id: AccountId, id: &str) -> Re
 }
 
 impl Store {
-    /// The repository a card is for: a path or folder name, else the one containing `cwd` on the
-    /// caller's machine.
-    async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: &str) -> Result<i64> {
-        let repo = repo.trim();
-        let rows = if repo.is_empty() {
-            let cwd = cwd.trim();
-            if cwd.is_empty() {
-                return Err(Error::invalid("no repo given: pass repo (a path or a folder name from list_jobs)"));
-            }
-            c.query(
-                "select id, name, path from repos where machine_id = $1 and ($2 = path or $2 like path || '/%')
-                 order by length(path) desc limit 1",
-                &[&caller.machine_id, &cwd],
-            )
-            .await?
-        } else if repo.starts_with('/') {
-            c.query(
-                "select id, name, path from repos where account_id = $1 and path = $2
-                 order by (machine_id = $3) desc",
-                &[&caller.account_id, &absolute(repo)?, &caller.machine_id],
-            )
-            .await?
-        } else {
-            c.query(
-                "select id, name, path from repos where account_id = $1 and name = $2 order by (machine_id = $3) desc",
-                &[&caller.account_id, &repo, &caller.machine_id],
-            )
-            .await?
-        };
-        match rows.as_slice() {
-            [] if repo.is_empty() => Err(Error::not_found(
-                EntityKind::Repository,
-                format!(
-                    "{} is not inside a repository on the board: pass repo, or have the operator add it with add_repo",
-                    cwd.trim()
-                ),
-            )),
-            [] => Err(Error::not_found(
-                EntityKind::Repository,
-                format!(
-                    "no repository {repo:?} on the board: pass a path or folder name that list_jobs shows, or add it with add_repo"
-                ),
-            )),
-            [one] => one.col(0),
-            [first, ..] => first.col(0),
-        }
-    }
-
-    pub(super) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
-        let operator: Option<String> =
-            c.query_one("select operator from accounts where id = $1", &[&caller.account_id]).await?.col(0)?;
-        match operator {
-            Some(op) if op == format!("{}/{}", caller.machine, caller.handle) => Ok(()),
-            Some(op) => Err(Error::PermissionDenied(format!(
-                "only the account's operator endpoint ({}/{op}) may do this",
-                caller.account
-            ))),
-            None => Err(Error::PermissionDenied(
-                "this account has no operator endpoint: an admin names one with relay-server admin operator ACCOUNT MACHINE/HANDLE"
-                    .into(),
-            )),
-        }
-    }
-
     pub async fn set_operator(&self, account: &str, endpoint: &str) -> Result<()> {
         let (machine, handle) = endpoint
             .split_once('/')
@@ -243,7 +179,7 @@ impl Store {
         board::detail(detail)?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let repo = Self::resolve_repo(&tx, caller, new.repo, new.cwd).await?;
+        let repo = resolve_repo(&tx, caller, new.repo, new.cwd).await?;
         let agent = match new.agent.filter(|a| !a.trim().is_empty()) {
             Some(a) => board::agent(a)?,
             None => {
@@ -275,8 +211,7 @@ impl Store {
     pub async fn list_jobs(&self, caller: &Caller, state: &str, repo: &str, cwd: &str) -> Result<(Vec<JobView>, u32)> {
         let client = self.client().await?;
         let column = if state.trim().is_empty() { None } else { Some(Column::parse(state)?) };
-        let repo_id =
-            if repo.trim().is_empty() { None } else { Some(Self::resolve_repo(&client, caller, repo, cwd).await?) };
+        let repo_id = if repo.trim().is_empty() { None } else { Some(resolve_repo(&client, caller, repo, cwd).await?) };
         let sql = format!(
             "select {} from {JOB_JOINS}
              where j.account_id = $1 and ($2::text is null and j.state <> 'done' or j.state = $2)
@@ -336,7 +271,7 @@ impl Store {
             changed.push("detail");
         }
         if let Some(repo) = edit.repo {
-            let repo = Self::resolve_repo(&tx, caller, repo, edit.cwd).await?;
+            let repo = resolve_repo(&tx, caller, repo, edit.cwd).await?;
             tx.execute("update jobs set repo_id = $2 where id = $1", &[&id, &repo]).await?;
             changed.push("repo");
         }
@@ -432,7 +367,8 @@ impl Store {
         )
         .await?;
         let review = Event::Review { pr_url: pr, summary: (!summary.is_empty()).then_some(summary) };
-        Self::notify_board(&tx, caller.account_id, &id, review, Some(caller.endpoint_id), self.max_unread).await?;
+        super::notices::notify_board(&tx, caller.account_id, &id, review, Some(caller.endpoint_id), self.max_unread)
+            .await?;
         let view = job(&tx, caller.account_id, &id).await?;
         tx.commit().await?;
         Ok(view)
@@ -442,7 +378,7 @@ impl Store {
     pub async fn close_job(&self, caller: &Caller, id: &str, accept: bool, note: &RedactedText) -> Result<JobView> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        Self::is_operator(&tx, caller).await?;
+        is_operator(&tx, caller).await?;
         let (column, _) = state_of(&tx, caller.account_id, id).await?;
         if column != Column::Review {
             return Err(Error::FailedPrecondition(format!(
@@ -458,8 +394,15 @@ impl Store {
             )
             .await?;
             let done = Event::Done { by: &by };
-            Self::notify_board(&tx, caller.account_id, id.trim(), done, Some(caller.endpoint_id), self.max_unread)
-                .await?;
+            super::notices::notify_board(
+                &tx,
+                caller.account_id,
+                id.trim(),
+                done,
+                Some(caller.endpoint_id),
+                self.max_unread,
+            )
+            .await?;
         } else {
             let note = note.as_str().trim();
             if note.is_empty() {
@@ -479,8 +422,15 @@ impl Store {
             )
             .await?;
             let back = Event::SentBack { by: &by, note };
-            Self::notify_board(&tx, caller.account_id, id.trim(), back, Some(caller.endpoint_id), self.max_unread)
-                .await?;
+            super::notices::notify_board(
+                &tx,
+                caller.account_id,
+                id.trim(),
+                back,
+                Some(caller.endpoint_id),
+                self.max_unread,
+            )
+            .await?;
         }
         let view = job(&tx, caller.account_id, id).await?;
         tx.commit().await?;
@@ -490,33 +440,21 @@ impl Store {
     /// Operator: a repository of the operator's own machine.
     pub async fn add_repo(&self, caller: &Caller, path: &RedactedText) -> Result<RepoView> {
         let client = self.client().await?;
-        Self::is_operator(&client, caller).await?;
+        is_operator(&client, caller).await?;
         let identity = MachineIdentity {
             account_id: caller.account_id,
             account: caller.account.clone(),
             machine_id: caller.machine_id,
             machine: caller.machine.clone(),
         };
-        Self::insert_repo(&client, &identity, path.as_str(), &caller.address()).await
-    }
-
-    async fn insert_repo(c: &impl GenericClient, machine: &MachineIdentity, path: &str, by: &str) -> Result<RepoView> {
-        let path = absolute(path)?;
-        let name = repo_name(&path);
-        c.execute(
-            "insert into repos (account_id, machine_id, path, name, added_by) values ($1, $2, $3, $4, $5)
-             on conflict (machine_id, path) do nothing",
-            &[&machine.account_id, &machine.machine_id, &path, &name, &by],
-        )
-        .await?;
-        Ok(RepoView { name, path, machine: machine.machine.clone() })
+        insert_repo(&client, &identity, path.as_str(), &caller.address()).await
     }
 
     // ---- workers -----------------------------------------------------------------------------
 
     pub async fn register_repo(&self, machine: &MachineIdentity, path: &str) -> Result<RepoView> {
         let client = self.client().await?;
-        Self::insert_repo(&client, machine, path, &format!("worker on {}", machine.machine)).await
+        insert_repo(&client, machine, path, &format!("worker on {}", machine.machine)).await
     }
 
     /// Takes the oldest runnable To do card of this machine's repositories, and lists finished
@@ -632,7 +570,7 @@ impl Store {
             } else {
                 Event::Returned { attempt: attempts, cause }
             };
-            Self::notify_board(&tx, machine.account_id, &id, event, None, self.max_unread).await?;
+            super::notices::notify_board(&tx, machine.account_id, &id, event, None, self.max_unread).await?;
         } else {
             tx.execute(
                 "update jobs set agent_state = $2, job_token_hash = null where id = $1",
@@ -686,7 +624,7 @@ impl Store {
             } else {
                 Event::Returned { attempt: attempts, cause }
             };
-            Self::notify_board(&tx, account_id, id, event, None, self.max_unread).await?;
+            super::notices::notify_board(&tx, account_id, id, event, None, self.max_unread).await?;
         }
         tx.commit().await?;
         Ok(expired.len() as u64)
@@ -749,7 +687,7 @@ impl Store {
                 if !skipped.starts_with(reason) {
                     let next = next.to_rfc3339_opts(SecondsFormat::Secs, true);
                     let held = Event::HeldOff { why: reason, next: &next };
-                    Self::notify_board(&tx, account_id, &id, held, None, self.max_unread).await?;
+                    super::notices::notify_board(&tx, account_id, &id, held, None, self.max_unread).await?;
                 }
                 continue;
             }
@@ -767,12 +705,89 @@ impl Store {
                 &[&id, &next],
             )
             .await?;
-            Self::notify_board(&tx, account_id, &id, Event::Fired { run: &run }, None, self.max_unread).await?;
+            super::notices::notify_board(&tx, account_id, &id, Event::Fired { run: &run }, None, self.max_unread)
+                .await?;
             fired += 1;
         }
         tx.commit().await?;
         Ok(fired)
     }
+}
+
+/// The repository a card is for: a path or folder name, else the one containing `cwd` on the
+/// caller's machine.
+async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: &str) -> Result<i64> {
+    let repo = repo.trim();
+    let rows = if repo.is_empty() {
+        let cwd = cwd.trim();
+        if cwd.is_empty() {
+            return Err(Error::invalid("no repo given: pass repo (a path or a folder name from list_jobs)"));
+        }
+        c.query(
+            "select id, name, path from repos where machine_id = $1 and ($2 = path or $2 like path || '/%')
+             order by length(path) desc limit 1",
+            &[&caller.machine_id, &cwd],
+        )
+        .await?
+    } else if repo.starts_with('/') {
+        c.query(
+            "select id, name, path from repos where account_id = $1 and path = $2
+             order by (machine_id = $3) desc",
+            &[&caller.account_id, &absolute(repo)?, &caller.machine_id],
+        )
+        .await?
+    } else {
+        c.query(
+            "select id, name, path from repos where account_id = $1 and name = $2 order by (machine_id = $3) desc",
+            &[&caller.account_id, &repo, &caller.machine_id],
+        )
+        .await?
+    };
+    match rows.as_slice() {
+        [] if repo.is_empty() => Err(Error::not_found(
+            EntityKind::Repository,
+            format!(
+                "{} is not inside a repository on the board: pass repo, or have the operator add it with add_repo",
+                cwd.trim()
+            ),
+        )),
+        [] => Err(Error::not_found(
+            EntityKind::Repository,
+            format!(
+                "no repository {repo:?} on the board: pass a path or folder name that list_jobs shows, or add it with add_repo"
+            ),
+        )),
+        [one] => one.col(0),
+        [first, ..] => first.col(0),
+    }
+}
+
+pub(crate) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
+    let operator: Option<String> =
+        c.query_one("select operator from accounts where id = $1", &[&caller.account_id]).await?.col(0)?;
+    match operator {
+        Some(op) if op == format!("{}/{}", caller.machine, caller.handle) => Ok(()),
+        Some(op) => Err(Error::PermissionDenied(format!(
+            "only the account's operator endpoint ({}/{op}) may do this",
+            caller.account
+        ))),
+        None => Err(Error::PermissionDenied(
+            "this account has no operator endpoint: an admin names one with relay-server admin operator ACCOUNT MACHINE/HANDLE"
+                .into(),
+        )),
+    }
+}
+
+async fn insert_repo(c: &impl GenericClient, machine: &MachineIdentity, path: &str, by: &str) -> Result<RepoView> {
+    let path = absolute(path)?;
+    let name = repo_name(&path);
+    c.execute(
+        "insert into repos (account_id, machine_id, path, name, added_by) values ($1, $2, $3, $4, $5)
+         on conflict (machine_id, path) do nothing",
+        &[&machine.account_id, &machine.machine_id, &path, &name, &by],
+    )
+    .await?;
+    Ok(RepoView { name, path, machine: machine.machine.clone() })
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ impl Store {
             &[&human.account_id, &other_id],
         )
         .await?;
-        let state = if Self::contact_accounts(&tx, human.account_id).await?.contains(&other_id) {
+        let state = if super::identity::contact_accounts(&tx, human.account_id).await?.contains(&other_id) {
             "contact"
         } else if tx
             .query_opt(
@@ -140,7 +140,7 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         let other_id = account_id(&tx, other).await?;
-        if !Self::contact_accounts(&tx, human.account_id).await?.contains(&other_id) {
+        if !super::identity::contact_accounts(&tx, human.account_id).await?.contains(&other_id) {
             let asked = tx
                 .query_opt(
                     "select 1 from contact_requests where from_account = $1 and to_account = $2",

@@ -351,7 +351,7 @@ impl Store {
             if let Some(row) =
                 client.query_opt(&stmt, &[&ids::token_hash(token), &machine.machine_id, &harness, &lease]).await?
             {
-                let endpoint = Self::endpoint_on(&client, row.col(0)?).await?;
+                let endpoint = endpoint_on(&client, row.col(0)?).await?;
                 return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
             }
         }
@@ -360,7 +360,7 @@ impl Store {
         let hash = ids::token_hash(&token);
         if let Some(grant) = spawn_grant {
             // A spawned worker takes the endpoint reserved for it, whatever handle it asked for.
-            let id = Self::granted_endpoint(&client, machine, grant).await?;
+            let id = super::spawn::granted_endpoint(&client, machine, grant).await?;
             // A grant claims its endpoint once; again only when that worker's session is gone.
             let claimed = client
                 .execute(
@@ -377,7 +377,7 @@ impl Store {
                 return Err(Error::AlreadyExists("the worker this grant was issued for is connected already".into()));
             }
             self.sessions.forget_endpoint(id);
-            let endpoint = Self::endpoint_on(&client, id).await?;
+            let endpoint = endpoint_on(&client, id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
         let claim = client
@@ -405,7 +405,7 @@ impl Store {
             Some(handle) => {
                 match client.query_opt(&claim, &[&machine.machine_id, &handle, &harness, &hash, &lease, &hold]).await? {
                     Some(row) => row,
-                    None => return Err(Self::held(&client, machine, handle).await?),
+                    None => return Err(held(&client, machine, handle).await?),
                 }
             }
             None => {
@@ -442,33 +442,8 @@ impl Store {
         // A session this claim took the handle from is over here at once, elsewhere when heard.
         self.sessions.forget_endpoint(id);
         client.execute("delete from peek_turns where endpoint_id = $1", &[&id]).await?;
-        let endpoint = Self::endpoint_on(&client, id).await?;
+        let endpoint = endpoint_on(&client, id).await?;
         Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
-    }
-
-    /// The refusal of a claim on `handle`, naming the session that holds it.
-    async fn held(
-        client: &impl deadpool_postgres::GenericClient,
-        machine: &MachineIdentity,
-        handle: &str,
-    ) -> Result<Error> {
-        let row = client
-            .query_opt(
-                "select harness, coalesce(claimed_at, last_seen_at, created_at), stream_gen > stream_closed_gen
-                 from endpoints where machine_id = $1 and handle = $2",
-                &[&machine.machine_id, &handle],
-            )
-            .await?;
-        let at = format!("{}/{}", machine.account, machine.machine);
-        Ok(match row {
-            Some(row) => presence::handle_held(
-                handle,
-                &at,
-                &presence::Holder { harness: row.col(0)?, since: row.col(1)?, stream_open: row.col(2)? },
-            ),
-            // Freed between the claim and this read: a second try will take it.
-            None => Error::Unavailable(format!("handle {handle} on {at} was changing hands; try again")),
-        })
     }
 
     /// Ends a session: the endpoint goes offline at once and its handle is free.
@@ -487,23 +462,7 @@ impl Store {
     }
 
     pub async fn endpoint(&self, id: EndpointId) -> Result<Endpoint> {
-        Self::endpoint_on(&self.client().await?, id).await
-    }
-
-    /// An endpoint as everyone sees it, read on a connection the caller already holds.
-    pub(super) async fn endpoint_on(
-        client: &impl deadpool_postgres::GenericClient,
-        id: EndpointId,
-    ) -> Result<Endpoint> {
-        let sql = format!(
-            "select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
-        );
-        let stmt = client.prepare_cached(&sql).await?;
-        let row = client
-            .query_opt(&stmt, &[&id])
-            .await?
-            .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
-        endpoint_from_row(&row)
+        endpoint_on(&self.client().await?, id).await
     }
 
     /// A push stream opens on this replica: it becomes the endpoint's newest stream, and the endpoint
@@ -591,29 +550,14 @@ impl Store {
             )
             .await?;
         client.execute(&stmt, &[&caller.endpoint_id, &status, &note, &now, &title]).await?;
-        Self::endpoint_on(&client, caller.endpoint_id).await
-    }
-
-    /// Ids of the accounts that are mutual contacts of `account_id`.
-    pub(super) async fn contact_accounts(
-        client: &impl deadpool_postgres::GenericClient,
-        account_id: AccountId,
-    ) -> Result<Vec<AccountId>> {
-        let stmt = client
-            .prepare_cached(
-                "select case when account_a = $1 then account_b else account_a end
-                 from contacts where account_a = $1 or account_b = $1",
-            )
-            .await?;
-        let rows = client.query(&stmt, &[&account_id]).await?;
-        rows.iter().map(|r| r.col(0)).collect()
+        endpoint_on(&client, caller.endpoint_id).await
     }
 
     /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.
     pub async fn list(&self, caller: &Caller, all: bool, contacts: bool) -> Result<Vec<Endpoint>> {
         let client = self.client().await?;
         let accounts =
-            if contacts { Self::contact_accounts(&client, caller.account_id).await? } else { vec![caller.account_id] };
+            if contacts { contact_accounts(&client, caller.account_id).await? } else { vec![caller.account_id] };
         let sql = format!(
             "select {ENDPOINT_COLUMNS}
              from endpoints e
@@ -627,6 +571,59 @@ impl Store {
         let params: [&(dyn ToSql + Sync); 2] = [&accounts, &all];
         client.query(&stmt, &params).await?.iter().map(endpoint_from_row).collect()
     }
+}
+
+/// The refusal of a claim on `handle`, naming the session that holds it.
+async fn held(
+    client: &impl deadpool_postgres::GenericClient,
+    machine: &MachineIdentity,
+    handle: &str,
+) -> Result<Error> {
+    let row = client
+        .query_opt(
+            "select harness, coalesce(claimed_at, last_seen_at, created_at), stream_gen > stream_closed_gen
+             from endpoints where machine_id = $1 and handle = $2",
+            &[&machine.machine_id, &handle],
+        )
+        .await?;
+    let at = format!("{}/{}", machine.account, machine.machine);
+    Ok(match row {
+        Some(row) => presence::handle_held(
+            handle,
+            &at,
+            &presence::Holder { harness: row.col(0)?, since: row.col(1)?, stream_open: row.col(2)? },
+        ),
+        // Freed between the claim and this read: a second try will take it.
+        None => Error::Unavailable(format!("handle {handle} on {at} was changing hands; try again")),
+    })
+}
+
+/// An endpoint as everyone sees it, read on a connection the caller already holds.
+pub(crate) async fn endpoint_on(client: &impl deadpool_postgres::GenericClient, id: EndpointId) -> Result<Endpoint> {
+    let sql = format!(
+        "select {ENDPOINT_COLUMNS} from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
+    );
+    let stmt = client.prepare_cached(&sql).await?;
+    let row = client
+        .query_opt(&stmt, &[&id])
+        .await?
+        .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
+    endpoint_from_row(&row)
+}
+
+/// Ids of the accounts that are mutual contacts of `account_id`.
+pub(crate) async fn contact_accounts(
+    client: &impl deadpool_postgres::GenericClient,
+    account_id: AccountId,
+) -> Result<Vec<AccountId>> {
+    let stmt = client
+        .prepare_cached(
+            "select case when account_a = $1 then account_b else account_a end
+             from contacts where account_a = $1 or account_b = $1",
+        )
+        .await?;
+    let rows = client.query(&stmt, &[&account_id]).await?;
+    rows.iter().map(|r| r.col(0)).collect()
 }
 
 #[cfg(test)]

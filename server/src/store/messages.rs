@@ -55,14 +55,14 @@ struct Write<'a> {
 
 /// A send's recipients, resolved and allowed, and the group members it skipped.
 #[derive(Clone)]
-pub(super) struct Resolved {
+pub(crate) struct Resolved {
     targets: Vec<Target>,
     skipped: Vec<Recipient>,
 }
 
 /// A recipient resolved to its endpoint.
 #[derive(Clone)]
-pub(super) struct Target {
+pub(crate) struct Target {
     pub id: EndpointId,
     pub address: String,
     pub account_id: AccountId,
@@ -140,7 +140,7 @@ impl Store {
         let ticket = match key.as_ref().map(|k| self.resolved.get(k)) {
             Some(Ok(known)) => {
                 if let Some(thread) = out.thread {
-                    Self::check_thread(&self.client().await?, caller, thread).await?;
+                    check_thread(&self.client().await?, caller, thread).await?;
                 }
                 // A retry is found by the writer (its client id is taken) and answered from the database.
                 return self.write_resolved(caller, &out, known).await;
@@ -154,22 +154,22 @@ impl Store {
         let (previous, resolved) = tokio::join!(
             async {
                 match out.client_id {
-                    Some(client_id) => Self::previous_send(&client, caller, client_id).await,
+                    Some(client_id) => previous_send(&client, caller, client_id).await,
                     None => Ok(None),
                 }
             },
             async {
                 if let Some(thread) = out.thread {
-                    Self::check_thread(&client, caller, thread).await?;
+                    check_thread(&client, caller, thread).await?;
                 }
-                Self::resolve_addresses(&client, caller, out.to).await
+                resolve_addresses(&client, caller, out.to).await
             },
         );
         if let Some(sent) = previous? {
             return Ok(sent);
         }
         let (targets, skipped) = resolved?;
-        if Self::hold_class(&client, caller, &targets, out.private).await?.is_some() {
+        if super::trust::hold_class(&client, caller, &targets, out.private).await?.is_some() {
             drop(client);
             return self.send_held(caller, &targets, skipped, &out).await;
         }
@@ -203,9 +203,9 @@ impl Store {
     ) -> Result<Sent> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        Self::hold_contacts(&tx, caller, targets).await?;
-        Self::check_room(&tx, targets, self.max_unread).await?;
-        match Self::store_message(&tx, caller, targets, out, None).await? {
+        hold_contacts(&tx, caller, targets).await?;
+        check_room(&tx, targets, self.max_unread).await?;
+        match store_message(&tx, caller, targets, out, None).await? {
             Some(mut sent) => {
                 tx.commit().await?;
                 sent.skipped = skipped;
@@ -214,7 +214,7 @@ impl Store {
             None => {
                 // A concurrent retry with the same client id won the insert; answer with its result.
                 drop(tx);
-                Self::previous_send(&client, caller, out.client_id.unwrap_or_default())
+                previous_send(&client, caller, out.client_id.unwrap_or_default())
                     .await?
                     .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
             }
@@ -269,7 +269,7 @@ impl Store {
             }),
             Written::Duplicate => {
                 let client = self.client().await?;
-                Self::previous_send(&client, w.caller, w.out.client_id.unwrap_or_default())
+                previous_send(&client, w.caller, w.out.client_id.unwrap_or_default())
                     .await?
                     .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
             }
@@ -301,7 +301,7 @@ impl Store {
     pub(super) async fn send_unscoped(&self, sender: &Caller, out: Outgoing<'_>) -> Result<Sent> {
         let mut client = self.client().await?;
         if let Some(client_id) = out.client_id
-            && let Some(sent) = Self::previous_send(&client, sender, client_id).await?
+            && let Some(sent) = previous_send(&client, sender, client_id).await?
         {
             return Ok(sent);
         }
@@ -313,7 +313,7 @@ impl Store {
             .ok_or_else(|| Error::not_found(EntityKind::Endpoint, format!("no agent at {address}")))?
             .col(0)?;
         let targets = [Target { id, address: address.clone(), account_id: sender.account_id }];
-        let sent = Self::store_message(&tx, sender, &targets, &out, None)
+        let sent = store_message(&tx, sender, &targets, &out, None)
             .await?
             .ok_or_else(|| Error::Unavailable("a concurrent send with this client id is in progress; retry".into()))?;
         tx.commit().await?;
@@ -335,11 +335,11 @@ impl Store {
         let (previous, original) = tokio::join!(
             async {
                 match client_id {
-                    Some(client_id) => Self::previous_send(&client, caller, client_id).await,
+                    Some(client_id) => previous_send(&client, caller, client_id).await,
                     None => Ok(None),
                 }
             },
-            Self::resolve_received(&client, caller, &reference),
+            resolve_received(&client, caller, &reference),
         );
         // A retry is answered with the first result even if the reply could not be made now.
         if let Some(sent) = previous? {
@@ -358,7 +358,7 @@ impl Store {
             .await?;
         let (row, contacts) = tokio::try_join!(
             async { Ok::<_, Error>(client.query_one(&asked, &[&original]).await?) },
-            Self::contact_accounts(&client, caller.account_id),
+            super::identity::contact_accounts(&client, caller.account_id),
         )?;
         let (thread, sender_id, sender_address): (String, EndpointId, String) = (row.col(0)?, row.col(1)?, row.col(2)?);
         if crate::domain::address::is_board_address(&sender_address) {
@@ -383,7 +383,7 @@ impl Store {
         let asker = [sender_id];
         let (verdicts, hold) = tokio::try_join!(
             scope::decide_many(&client, caller, &contacts, &asker),
-            Self::hold_class(&client, caller, &targets, false),
+            super::trust::hold_class(&client, caller, &targets, false),
         )?;
         if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
             return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
@@ -410,12 +410,12 @@ impl Store {
         let tx = client.transaction().await?;
         // The replier's inbox with the heads, in id order: inboxes before their deliveries.
         let inboxes: Vec<EndpointId> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
-        Self::lock_inboxes(&tx, inboxes).await?;
-        Self::hold_contacts(&tx, caller, targets).await?;
-        Self::check_room(&tx, targets, self.max_unread).await?;
-        let Some(sent) = Self::store_message(&tx, caller, targets, out, Some(original)).await? else {
+        lock_inboxes(&tx, inboxes).await?;
+        hold_contacts(&tx, caller, targets).await?;
+        check_room(&tx, targets, self.max_unread).await?;
+        let Some(sent) = store_message(&tx, caller, targets, out, Some(original)).await? else {
             drop(tx);
-            return Self::previous_send(&client, caller, out.client_id.unwrap_or_default())
+            return previous_send(&client, caller, out.client_id.unwrap_or_default())
                 .await?
                 .ok_or_else(|| Error::Unavailable("a concurrent reply with this client id failed; retry".into()));
         };
@@ -431,469 +431,6 @@ impl Store {
         Ok(sent)
     }
 
-    /// The stored result of an earlier send with this client id, if there was one.
-    async fn previous_send(client: &impl GenericClient, caller: &Caller, client_id: &str) -> Result<Option<Sent>> {
-        let stmt = client
-            .prepare_cached("select id, thread, reply_to from messages where sender_id = $1 and client_id = $2")
-            .await?;
-        let Some(row) = client.query_opt(&stmt, &[&caller.endpoint_id, &client_id]).await? else {
-            return Ok(None);
-        };
-        let id: String = row.col(0)?;
-        let recipients = Self::recipient_states(client, &id).await?;
-        let hold = client
-            .query_opt("select id from holds where message_id = $1", &[&id])
-            .await?
-            .map(|r| r.col(0))
-            .transpose()?;
-        Ok(Some(Sent {
-            id,
-            thread: row.col(1)?,
-            recipients,
-            duplicate: true,
-            reply_to: row.col(2)?,
-            skipped: Vec::new(),
-            hold,
-        }))
-    }
-
-    /// A thread continued by a send must be one the caller took part in: it sent or received a
-    /// message in it. Anything else is refused as not found, whoever else's thread it may be.
-    async fn check_thread(c: &impl GenericClient, caller: &Caller, thread: &str) -> Result<()> {
-        let stmt = c
-            .prepare_cached(
-                "select exists (select 1 from messages where thread = $1 and sender_id = $2)
-                     or exists (select 1 from messages m join deliveries d on d.message_id = m.id
-                                where m.thread = $1 and d.recipient_id = $2)",
-            )
-            .await?;
-        if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.col(0)? {
-            return Ok(());
-        }
-        Err(Error::not_found(
-            EntityKind::Thread,
-            format!(
-                "no thread {thread:?} among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
-            ),
-        ))
-    }
-
-    /// The refusal of a send to `unknown` addresses, each with the nearest address the caller can
-    /// reach: its own account's endpoints and its contacts', never another account's.
-    pub(super) async fn unknown_addresses(
-        c: &impl GenericClient,
-        caller: &Caller,
-        contacts: &[AccountId],
-        unknown: &[String],
-        sending: bool,
-    ) -> Result<Error> {
-        let mut accounts = contacts.to_vec();
-        accounts.push(caller.account_id);
-        let stmt = c
-            .prepare_cached(&format!(
-                "select ea.address from endpoint_addresses ea join machines m on m.id = ea.machine_id
-                 where ea.account_id = any($1) and m.revoked_at is null and ea.id <> $2
-                   and not (m.name = '{HUMAN}' and ea.handle = '{BOARD}')
-                 order by ea.address limit 10000"
-            ))
-            .await?;
-        let reachable: Vec<String> =
-            c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
-        let named: Vec<(String, Option<&str>)> =
-            unknown.iter().map(|a| (a.clone(), address::did_you_mean(a, &reachable))).collect();
-        Ok(address::unknown(&named, sending))
-    }
-
-    /// Turns addresses into endpoints the caller may message. Every named address must resolve and
-    /// be allowed, or nothing is sent; `group:<name>` fans out to the members the caller may message,
-    /// and the others come back as skipped with the reason.
-    async fn resolve_addresses(
-        tx: &impl GenericClient,
-        caller: &Caller,
-        to: &[String],
-    ) -> Result<(Vec<Target>, Vec<Recipient>)> {
-        let origin = Origin { account: &caller.account, machine: &caller.machine };
-        let mut wanted: Vec<Address> = Vec::with_capacity(to.len());
-        let mut groups: Vec<&str> = Vec::new();
-        for raw in to {
-            if let Some(name) = raw.trim().strip_prefix("group:") {
-                groups.push(name.trim());
-                continue;
-            }
-            let address = Address::parse(raw, origin)?;
-            if address.is_board() {
-                return Err(address::board_reads_nothing(&address.to_string()));
-            }
-            if !wanted.contains(&address) {
-                wanted.push(address);
-            }
-        }
-        let accounts: Vec<&str> = wanted.iter().map(|a| a.account.as_str()).collect();
-        let machines: Vec<&str> = wanted.iter().map(|a| a.machine.as_str()).collect();
-        let handles: Vec<&str> = wanted.iter().map(|a| a.handle.as_str()).collect();
-        let stmt = tx
-            .prepare_cached(
-                "select ea.id, ea.address, ea.account_id
-                 from unnest($1::text[], $2::text[], $3::text[]) as t(account, machine, handle)
-                 join endpoint_addresses ea
-                   on ea.account = t.account and ea.machine = t.machine and ea.handle = t.handle
-                 join endpoints e on e.id = ea.id
-                 join machines m on m.id = e.machine_id
-                 where m.revoked_at is null",
-            )
-            .await?;
-        // Issued together: one round trip for both.
-        let (contacts, mut rows) = tokio::try_join!(Self::contact_accounts(tx, caller.account_id), async {
-            Ok(tx.query(&stmt, &[&accounts, &machines, &handles]).await?)
-        },)?;
-        // A human inbox in reach exists from the first message to it.
-        let humans: Vec<&str> = wanted.iter().filter(|a| a.is_human()).map(|a| a.account.as_str()).collect();
-        if !humans.is_empty() {
-            let mut made = false;
-            for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
-                let account: AccountId = row.col(0)?;
-                if scope::reach(caller.account_id, &contacts, account) != Reach::None {
-                    Self::ensure_human(tx, account).await?;
-                    made = true;
-                }
-            }
-            if made {
-                rows = tx.query(&stmt, &[&accounts, &machines, &handles]).await?;
-            }
-        }
-
-        // An endpoint that is offline or ended is a target like any other: its mail waits for it.
-        let mut targets = Vec::with_capacity(wanted.len());
-        let mut unknown = Vec::new();
-        for address in &wanted {
-            let text = address.to_string();
-            // An endpoint outside the caller's reach is reported exactly like one that does not exist.
-            let mut row = None;
-            for r in &rows {
-                if r.col::<&str>("address")? == text
-                    && scope::reach(caller.account_id, &contacts, r.col("account_id")?) != Reach::None
-                {
-                    row = Some(r);
-                    break;
-                }
-            }
-            match row {
-                None => unknown.push(text),
-                Some(row) => {
-                    let id: EndpointId = row.col("id")?;
-                    if id == caller.endpoint_id {
-                        return Err(Error::invalid("you cannot message yourself"));
-                    }
-                    targets.push(Target { id, address: text, account_id: row.col("account_id")? });
-                }
-            }
-        }
-        if !unknown.is_empty() {
-            return Err(Self::unknown_addresses(tx, caller, &contacts, &unknown, true).await?);
-        }
-
-        let mut members: Vec<Target> = Vec::new();
-        for name in &groups {
-            for (id, address) in Self::group_members_for_send(tx, caller, name).await? {
-                if !targets.iter().chain(&members).any(|t| t.id == id) {
-                    members.push(Target { id, address, account_id: caller.account_id });
-                }
-            }
-        }
-        let ids: Vec<EndpointId> = targets.iter().chain(&members).map(|t| t.id).collect();
-        let verdicts = scope::decide_many(tx, caller, &contacts, &ids).await?;
-        let refusal = |t: &Target| verdicts.get(&t.id).and_then(|v| v.refusal().map(str::to_owned));
-
-        let refused: Vec<String> =
-            targets.iter().filter_map(|t| refusal(t).map(|why| format!("{}: {why}", t.address))).collect();
-        if !refused.is_empty() {
-            return Err(Error::PermissionDenied(format!("not allowed, nothing was sent: {}", refused.join("; "))));
-        }
-        let mut skipped = Vec::new();
-        for member in members {
-            match refusal(&member) {
-                None => targets.push(member),
-                Some(reason) => skipped.push(Recipient { address: member.address, state: None, reason }),
-            }
-        }
-        if targets.is_empty() {
-            let why: Vec<String> = skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
-            return Err(Error::FailedPrecondition(if why.is_empty() {
-                format!("group:{} has no other live members; nothing was sent", groups.join(", group:"))
-            } else {
-                format!("no member you may message, nothing was sent: {}", why.join("; "))
-            }));
-        }
-        Ok((targets, skipped))
-    }
-
-    /// Locks the contact rows a send to other accounts relies on (`for key share`, which only a
-    /// drop conflicts with), so a contact dropped while the send is under way cannot let it through:
-    /// the drop waits for the send, or the send sees the contact gone and is refused like an unknown
-    /// address.
-    async fn hold_contacts(tx: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
-        let mut others: Vec<AccountId> =
-            targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
-        if others.is_empty() {
-            return Ok(());
-        }
-        others.sort_unstable();
-        others.dedup();
-        let stmt = tx
-            .prepare_cached(
-                "select case when c.account_a = $1 then c.account_b else c.account_a end
-                 from contacts c
-                 where (c.account_a = $1 and c.account_b = any($2)) or (c.account_b = $1 and c.account_a = any($2))
-                 for key share",
-            )
-            .await?;
-        let held: Vec<AccountId> =
-            tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
-        let gone: Vec<&str> = targets
-            .iter()
-            .filter(|t| t.account_id != caller.account_id && !held.contains(&t.account_id))
-            .map(|t| t.address.as_str())
-            .collect();
-        if !gone.is_empty() {
-            return Err(Error::not_found(
-                EntityKind::Endpoint,
-                format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Locks every inbox a transaction is about to write, in id order and before any of their
-    /// deliveries: the order a send's batch takes them, so the two never wait on each other in
-    /// opposite orders (a writer that locked one inbox, then another, could deadlock with a batch).
-    pub(super) async fn lock_inboxes(tx: &impl GenericClient, mut inboxes: Vec<EndpointId>) -> Result<()> {
-        inboxes.sort_unstable();
-        inboxes.dedup();
-        let stmt = tx.prepare_cached("select 1 from endpoints where id = any($1) order by id for update").await?;
-        tx.execute(&stmt, &[&inboxes]).await?;
-        Ok(())
-    }
-
-    /// Inserts the message and its deliveries. `None` when a concurrent send with the same client id
-    /// already stored it.
-    pub(super) async fn store_message(
-        tx: &deadpool_postgres::Transaction<'_>,
-        caller: &Caller,
-        targets: &[Target],
-        out: &Outgoing<'_>,
-        reply_to: Option<&str>,
-    ) -> Result<Option<Sent>> {
-        let id = ids::new_message_id();
-        let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
-        let insert = tx
-            .prepare_cached(
-                "insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
-                 values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                 on conflict (sender_id, client_id) do nothing",
-            )
-            .await?;
-        let inserted = tx
-            .execute(
-                &insert,
-                &[
-                    &id,
-                    &caller.endpoint_id,
-                    &out.client_id,
-                    &thread,
-                    &out.kind.to_db(),
-                    &out.body.as_str(),
-                    &reply_to,
-                    &out.private,
-                    &out.require_reply,
-                ],
-            )
-            .await?;
-        if inserted == 0 {
-            return Ok(None);
-        }
-        let (hold, offline) = match Self::hold_class(tx, caller, targets, out.private).await? {
-            Some(class) => (Some(Self::hold(tx, caller, &id, class, targets).await?), HashMap::new()),
-            None => (None, Self::deliver(tx, &id, targets).await?),
-        };
-        let recipients = targets
-            .iter()
-            .map(|t| match hold {
-                Some(_) => Recipient {
-                    address: t.address.clone(),
-                    state: None,
-                    reason: "held for the account's human".to_owned(),
-                },
-                None => Recipient {
-                    address: t.address.clone(),
-                    state: Some(State::Queued),
-                    reason: offline.get(&t.id).cloned().unwrap_or_default(),
-                },
-            })
-            .collect();
-        Ok(Some(Sent {
-            id,
-            thread,
-            recipients,
-            duplicate: false,
-            reply_to: reply_to.map(str::to_owned),
-            skipped: Vec::new(),
-            hold,
-        }))
-    }
-
-    /// Gives each target a delivery of the message with the next seq of its inbox, and announces it.
-    /// Returns, for each recipient that is offline, what its sender is told about that.
-    pub(super) async fn deliver(
-        tx: &impl GenericClient,
-        message_id: &str,
-        targets: &[Target],
-    ) -> Result<HashMap<EndpointId, String>> {
-        // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
-        // then take the next seq of each. The same read says who is offline.
-        let mut ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
-        ids.sort_unstable();
-        let lock = tx
-            .prepare_cached(&format!(
-                "select e.id, {ONLINE} as online, e.last_seen_at, m.name = '{HUMAN}' as system
-                 from endpoints e join machines m on m.id = e.machine_id
-                 where e.id = any($1) order by e.id for update of e"
-            ))
-            .await?;
-        let mut offline: HashMap<EndpointId, String> = HashMap::new();
-        for r in tx.query(&lock, &[&ids]).await? {
-            if !r.col::<bool>("online")? && !r.col::<bool>("system")? {
-                offline.insert(r.col("id")?, presence::offline_reason(r.col("last_seen_at")?));
-            }
-        }
-        let bump = tx
-            .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
-            .await?;
-        let heads = tx.query(&bump, &[&ids]).await?;
-        let (recipients, seqs): (Vec<i64>, Vec<i64>) = heads
-            .iter()
-            .map(|r| Ok((r.col::<i64>(0)?, r.col::<i64>(1)?)))
-            .collect::<Result<Vec<_>>>()?
-            .into_iter()
-            .unzip();
-
-        let deliver = tx
-            .prepare_cached(
-                "insert into deliveries (recipient_id, seq, message_id)
-                 select r, s, $3 from unnest($1::bigint[], $2::bigint[]) as t(r, s)",
-            )
-            .await?;
-        tx.execute(&deliver, &[&recipients, &seqs, &message_id]).await?;
-        // Sent with the transaction: listeners hear of it only once it is committed.
-        let notify = tx
-            .prepare_cached(&format!(
-                "select pg_notify('{DELIVERY_CHANNEL}', r::text || ':' || s::text) from unnest($1::bigint[], $2::bigint[]) as t(r, s)"
-            ))
-            .await?;
-        tx.query(&notify, &[&recipients, &seqs]).await?;
-        Ok(offline)
-    }
-
-    /// Refuses a send that would take a target's unread messages past `cap`: one read of the
-    /// inboxes' unread counters.
-    pub(super) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: u32) -> Result<()> {
-        let ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
-        let stmt = c.prepare_cached("select id from endpoints where id = any($1) and unread >= $2").await?;
-        let cap_db = i32::try_from(cap).unwrap_or(i32::MAX);
-        let full = c.query(&stmt, &[&ids, &cap_db]).await?;
-        let Some(row) = full.first() else {
-            return Ok(());
-        };
-        let id: EndpointId = row.col(0)?;
-        match targets.iter().find(|t| t.id == id) {
-            Some(target) => Err(limits::inbox_full(&target.address, cap)),
-            None => Ok(()),
-        }
-    }
-
-    async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
-        let stmt = client
-            .prepare_cached(&format!(
-                "select ea.address, d.state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
-                        e.last_seen_at
-                 from deliveries d
-                 join endpoint_addresses ea on ea.id = d.recipient_id
-                 join endpoints e on e.id = d.recipient_id
-                 join machines m on m.id = e.machine_id
-                 where d.message_id = $1 order by ea.address"
-            ))
-            .await?;
-        client
-            .query(&stmt, &[&message_id])
-            .await?
-            .iter()
-            .map(|r| {
-                let state = State::from_db(r.col("state")?)?;
-                let mut reason: String = r.col("reason")?;
-                // A delivery still waiting for an absent recipient says since when it is away.
-                if state == State::Queued && reason.is_empty() && !r.col::<bool>("present")? {
-                    reason = presence::offline_reason(r.col("last_seen_at")?);
-                }
-                Ok(Recipient { address: r.col("address")?, state: Some(state), reason })
-            })
-            .collect()
-    }
-
-    /// The id of a message the caller received, named by id, short id, suffix or `last`.
-    async fn resolve_received(tx: &impl GenericClient, caller: &Caller, reference: &MessageRef) -> Result<String> {
-        match reference {
-            MessageRef::Last => tx
-                .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
-                .await?
-                .col::<Option<String>>(0)?
-                .ok_or_else(|| {
-                    Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
-                }),
-            MessageRef::Text(text) => {
-                let stmt = tx
-                    .prepare_cached(
-                        "select message_id from deliveries
-                         where recipient_id = $1 and (message_id like $2 || '%' or message_id like '%' || $2)
-                         order by seq desc limit 20",
-                    )
-                    .await?;
-                Self::pick(tx, &stmt, caller, reference, text).await
-            }
-        }
-    }
-
-    /// The id of a message the caller sent, named by id, short id or suffix.
-    async fn resolve_sent(tx: &impl GenericClient, caller: &Caller, raw: &str) -> Result<String> {
-        let reference = MessageRef::parse(raw)?;
-        let MessageRef::Text(text) = &reference else {
-            return Err(Error::invalid("name the message you sent by its id"));
-        };
-        let stmt = tx
-            .prepare_cached(
-                "select id from messages
-                 where sender_id = $1 and (id like $2 || '%' or id like '%' || $2)
-                 order by created_at desc limit 20",
-            )
-            .await?;
-        Self::pick(tx, &stmt, caller, &reference, text).await
-    }
-
-    async fn pick(
-        tx: &impl GenericClient,
-        stmt: &tokio_postgres::Statement,
-        caller: &Caller,
-        reference: &MessageRef,
-        text: &str,
-    ) -> Result<String> {
-        let mut candidates: Vec<String> = tx
-            .query(stmt, &[&caller.endpoint_id, &text])
-            .await?
-            .iter()
-            .map(|r| r.col::<String>(0))
-            .collect::<Result<_>>()?;
-        candidates.retain(|id| reference.matches(id));
-        ids::pick_unique(text, &candidates).map(str::to_owned)
-    }
-
     /// Unread messages in seq order. They become surfaced, or read when `ack`, in the same call
     /// that answers the count left unread; an empty read leaves nothing unread.
     pub async fn inbox(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
@@ -906,7 +443,7 @@ impl Store {
         }
         let seqs: Vec<i64> = messages.iter().map(|m| m.seq as i64).collect();
         let state = if ack { State::Read } else { State::Surfaced };
-        let (_, left) = Self::advance(&client, caller, &seqs, state).await?;
+        let (_, left) = advance(&client, caller, &seqs, state).await?;
         Ok((messages, left.unwrap_or_default()))
     }
 
@@ -916,22 +453,6 @@ impl Store {
         Ok(client.query_one(&stmt, &[&caller.endpoint_id]).await?.col::<i32>(0)?.max(0) as u64)
     }
 
-    /// Moves the caller's deliveries forward to `state`, keeping its unread count and the newest
-    /// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does; a pushed
-    /// mark does not wait for a flush).
-    /// Answers how many moved, and (for surfaced and read) how many the inbox has left unread.
-    async fn advance(
-        tx: &impl GenericClient,
-        caller: &Caller,
-        seqs: &[i64],
-        state: State,
-    ) -> Result<(u64, Option<u64>)> {
-        let stmt = tx.prepare_cached("select moved, left_unread from relay_advance($1, $2, $3)").await?;
-        let row = tx.query_one(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?;
-        let (moved, left): (i32, Option<i32>) = (row.col(0)?, row.col(1)?);
-        Ok((moved.max(0) as u64, left.map(|n| n.max(0) as u64)))
-    }
-
     /// The bridge put these deliveries in front of the agent, or the agent acknowledged them.
     pub async fn confirm(&self, caller: &Caller, seqs: &[u64], state: State) -> Result<u64> {
         let seqs = seqs_to_db(seqs)?;
@@ -939,7 +460,7 @@ impl Store {
             return Ok(0);
         }
         let client = self.client().await?;
-        Ok(Self::advance(&client, caller, &seqs, state).await?.0)
+        Ok(advance(&client, caller, &seqs, state).await?.0)
     }
 
     /// Deliveries above `after` that are not read yet, for the push stream.
@@ -952,16 +473,16 @@ impl Store {
     /// Marks deliveries as having reached the bridge.
     pub async fn mark_pushed(&self, caller: &Caller, seqs: &[i64]) -> Result<()> {
         let client = self.client().await?;
-        Self::advance(&client, caller, seqs, State::Pushed).await?;
+        advance(&client, caller, seqs, State::Pushed).await?;
         Ok(())
     }
 
     /// Per-recipient states of a message the caller sent.
     pub async fn track(&self, caller: &Caller, reference: &str) -> Result<Sent> {
         let client = self.client().await?;
-        let id = Self::resolve_sent(&client, caller, reference).await?;
+        let id = resolve_sent(&client, caller, reference).await?;
         let row = client.query_one("select thread, reply_to from messages where id = $1", &[&id]).await?;
-        let recipients = Self::recipient_states(&client, &id).await?;
+        let recipients = recipient_states(&client, &id).await?;
         Ok(Sent {
             id,
             thread: row.col(0)?,
@@ -977,7 +498,7 @@ impl Store {
     pub async fn replies(&self, caller: &Caller, reference: &str) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let id = Self::resolve_sent(&tx, caller, reference).await?;
+        let id = resolve_sent(&tx, caller, reference).await?;
         let sql = format!(
             "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
              where m.reply_to = $1 and d.recipient_id = $2 and d.state <> {WITHDRAWN}
@@ -993,12 +514,476 @@ impl Store {
         if !replies.is_empty() {
             // Marks them read and remembers the newest as last shown.
             let seqs: Vec<i64> = replies.iter().map(|m| m.seq as i64).collect();
-            Self::advance(&tx, caller, &seqs, State::Read).await?;
+            advance(&tx, caller, &seqs, State::Read).await?;
         }
-        let recipients = Self::recipient_states(&tx, &id).await?;
+        let recipients = recipient_states(&tx, &id).await?;
         tx.commit().await?;
         Ok((id, replies, recipients))
     }
+}
+
+/// The stored result of an earlier send with this client id, if there was one.
+async fn previous_send(client: &impl GenericClient, caller: &Caller, client_id: &str) -> Result<Option<Sent>> {
+    let stmt = client
+        .prepare_cached("select id, thread, reply_to from messages where sender_id = $1 and client_id = $2")
+        .await?;
+    let Some(row) = client.query_opt(&stmt, &[&caller.endpoint_id, &client_id]).await? else {
+        return Ok(None);
+    };
+    let id: String = row.col(0)?;
+    let recipients = recipient_states(client, &id).await?;
+    let hold =
+        client.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.col(0)).transpose()?;
+    Ok(Some(Sent {
+        id,
+        thread: row.col(1)?,
+        recipients,
+        duplicate: true,
+        reply_to: row.col(2)?,
+        skipped: Vec::new(),
+        hold,
+    }))
+}
+
+/// A thread continued by a send must be one the caller took part in: it sent or received a
+/// message in it. Anything else is refused as not found, whoever else's thread it may be.
+async fn check_thread(c: &impl GenericClient, caller: &Caller, thread: &str) -> Result<()> {
+    let stmt = c
+        .prepare_cached(
+            "select exists (select 1 from messages where thread = $1 and sender_id = $2)
+                 or exists (select 1 from messages m join deliveries d on d.message_id = m.id
+                            where m.thread = $1 and d.recipient_id = $2)",
+        )
+        .await?;
+    if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.col(0)? {
+        return Ok(());
+    }
+    Err(Error::not_found(
+        EntityKind::Thread,
+        format!(
+            "no thread {thread:?} among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
+        ),
+    ))
+}
+
+/// The refusal of a send to `unknown` addresses, each with the nearest address the caller can
+/// reach: its own account's endpoints and its contacts', never another account's.
+pub(crate) async fn unknown_addresses(
+    c: &impl GenericClient,
+    caller: &Caller,
+    contacts: &[AccountId],
+    unknown: &[String],
+    sending: bool,
+) -> Result<Error> {
+    let mut accounts = contacts.to_vec();
+    accounts.push(caller.account_id);
+    let stmt = c
+        .prepare_cached(&format!(
+            "select ea.address from endpoint_addresses ea join machines m on m.id = ea.machine_id
+             where ea.account_id = any($1) and m.revoked_at is null and ea.id <> $2
+               and not (m.name = '{HUMAN}' and ea.handle = '{BOARD}')
+             order by ea.address limit 10000"
+        ))
+        .await?;
+    let reachable: Vec<String> =
+        c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
+    let named: Vec<(String, Option<&str>)> =
+        unknown.iter().map(|a| (a.clone(), address::did_you_mean(a, &reachable))).collect();
+    Ok(address::unknown(&named, sending))
+}
+
+/// Turns addresses into endpoints the caller may message. Every named address must resolve and
+/// be allowed, or nothing is sent; `group:<name>` fans out to the members the caller may message,
+/// and the others come back as skipped with the reason.
+async fn resolve_addresses(
+    tx: &impl GenericClient,
+    caller: &Caller,
+    to: &[String],
+) -> Result<(Vec<Target>, Vec<Recipient>)> {
+    let origin = Origin { account: &caller.account, machine: &caller.machine };
+    let mut wanted: Vec<Address> = Vec::with_capacity(to.len());
+    let mut groups: Vec<&str> = Vec::new();
+    for raw in to {
+        if let Some(name) = raw.trim().strip_prefix("group:") {
+            groups.push(name.trim());
+            continue;
+        }
+        let address = Address::parse(raw, origin)?;
+        if address.is_board() {
+            return Err(address::board_reads_nothing(&address.to_string()));
+        }
+        if !wanted.contains(&address) {
+            wanted.push(address);
+        }
+    }
+    let accounts: Vec<&str> = wanted.iter().map(|a| a.account.as_str()).collect();
+    let machines: Vec<&str> = wanted.iter().map(|a| a.machine.as_str()).collect();
+    let handles: Vec<&str> = wanted.iter().map(|a| a.handle.as_str()).collect();
+    let stmt = tx
+        .prepare_cached(
+            "select ea.id, ea.address, ea.account_id
+             from unnest($1::text[], $2::text[], $3::text[]) as t(account, machine, handle)
+             join endpoint_addresses ea
+               on ea.account = t.account and ea.machine = t.machine and ea.handle = t.handle
+             join endpoints e on e.id = ea.id
+             join machines m on m.id = e.machine_id
+             where m.revoked_at is null",
+        )
+        .await?;
+    // Issued together: one round trip for both.
+    let (contacts, mut rows) = tokio::try_join!(super::identity::contact_accounts(tx, caller.account_id), async {
+        Ok(tx.query(&stmt, &[&accounts, &machines, &handles]).await?)
+    },)?;
+    // A human inbox in reach exists from the first message to it.
+    let humans: Vec<&str> = wanted.iter().filter(|a| a.is_human()).map(|a| a.account.as_str()).collect();
+    if !humans.is_empty() {
+        let mut made = false;
+        for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
+            let account: AccountId = row.col(0)?;
+            if scope::reach(caller.account_id, &contacts, account) != Reach::None {
+                super::trust::ensure_human(tx, account).await?;
+                made = true;
+            }
+        }
+        if made {
+            rows = tx.query(&stmt, &[&accounts, &machines, &handles]).await?;
+        }
+    }
+
+    // An endpoint that is offline or ended is a target like any other: its mail waits for it.
+    let mut targets = Vec::with_capacity(wanted.len());
+    let mut unknown = Vec::new();
+    for address in &wanted {
+        let text = address.to_string();
+        // An endpoint outside the caller's reach is reported exactly like one that does not exist.
+        let mut row = None;
+        for r in &rows {
+            if r.col::<&str>("address")? == text
+                && scope::reach(caller.account_id, &contacts, r.col("account_id")?) != Reach::None
+            {
+                row = Some(r);
+                break;
+            }
+        }
+        match row {
+            None => unknown.push(text),
+            Some(row) => {
+                let id: EndpointId = row.col("id")?;
+                if id == caller.endpoint_id {
+                    return Err(Error::invalid("you cannot message yourself"));
+                }
+                targets.push(Target { id, address: text, account_id: row.col("account_id")? });
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        return Err(unknown_addresses(tx, caller, &contacts, &unknown, true).await?);
+    }
+
+    let mut members: Vec<Target> = Vec::new();
+    for name in &groups {
+        for (id, address) in super::scope::group_members_for_send(tx, caller, name).await? {
+            if !targets.iter().chain(&members).any(|t| t.id == id) {
+                members.push(Target { id, address, account_id: caller.account_id });
+            }
+        }
+    }
+    let ids: Vec<EndpointId> = targets.iter().chain(&members).map(|t| t.id).collect();
+    let verdicts = scope::decide_many(tx, caller, &contacts, &ids).await?;
+    let refusal = |t: &Target| verdicts.get(&t.id).and_then(|v| v.refusal().map(str::to_owned));
+
+    let refused: Vec<String> =
+        targets.iter().filter_map(|t| refusal(t).map(|why| format!("{}: {why}", t.address))).collect();
+    if !refused.is_empty() {
+        return Err(Error::PermissionDenied(format!("not allowed, nothing was sent: {}", refused.join("; "))));
+    }
+    let mut skipped = Vec::new();
+    for member in members {
+        match refusal(&member) {
+            None => targets.push(member),
+            Some(reason) => skipped.push(Recipient { address: member.address, state: None, reason }),
+        }
+    }
+    if targets.is_empty() {
+        let why: Vec<String> = skipped.iter().map(|s| format!("{}: {}", s.address, s.reason)).collect();
+        return Err(Error::FailedPrecondition(if why.is_empty() {
+            format!("group:{} has no other live members; nothing was sent", groups.join(", group:"))
+        } else {
+            format!("no member you may message, nothing was sent: {}", why.join("; "))
+        }));
+    }
+    Ok((targets, skipped))
+}
+
+/// Locks the contact rows a send to other accounts relies on (`for key share`, which only a
+/// drop conflicts with), so a contact dropped while the send is under way cannot let it through:
+/// the drop waits for the send, or the send sees the contact gone and is refused like an unknown
+/// address.
+async fn hold_contacts(tx: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
+    let mut others: Vec<AccountId> = targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    others.sort_unstable();
+    others.dedup();
+    let stmt = tx
+        .prepare_cached(
+            "select case when c.account_a = $1 then c.account_b else c.account_a end
+             from contacts c
+             where (c.account_a = $1 and c.account_b = any($2)) or (c.account_b = $1 and c.account_a = any($2))
+             for key share",
+        )
+        .await?;
+    let held: Vec<AccountId> =
+        tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
+    let gone: Vec<&str> = targets
+        .iter()
+        .filter(|t| t.account_id != caller.account_id && !held.contains(&t.account_id))
+        .map(|t| t.address.as_str())
+        .collect();
+    if !gone.is_empty() {
+        return Err(Error::not_found(
+            EntityKind::Endpoint,
+            format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+/// Locks every inbox a transaction is about to write, in id order and before any of their
+/// deliveries: the order a send's batch takes them, so the two never wait on each other in
+/// opposite orders (a writer that locked one inbox, then another, could deadlock with a batch).
+pub(crate) async fn lock_inboxes(tx: &impl GenericClient, mut inboxes: Vec<EndpointId>) -> Result<()> {
+    inboxes.sort_unstable();
+    inboxes.dedup();
+    let stmt = tx.prepare_cached("select 1 from endpoints where id = any($1) order by id for update").await?;
+    tx.execute(&stmt, &[&inboxes]).await?;
+    Ok(())
+}
+
+/// Inserts the message and its deliveries. `None` when a concurrent send with the same client id
+/// already stored it.
+pub(crate) async fn store_message(
+    tx: &deadpool_postgres::Transaction<'_>,
+    caller: &Caller,
+    targets: &[Target],
+    out: &Outgoing<'_>,
+    reply_to: Option<&str>,
+) -> Result<Option<Sent>> {
+    let id = ids::new_message_id();
+    let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
+    let insert = tx
+        .prepare_cached(
+            "insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             on conflict (sender_id, client_id) do nothing",
+        )
+        .await?;
+    let inserted = tx
+        .execute(
+            &insert,
+            &[
+                &id,
+                &caller.endpoint_id,
+                &out.client_id,
+                &thread,
+                &out.kind.to_db(),
+                &out.body.as_str(),
+                &reply_to,
+                &out.private,
+                &out.require_reply,
+            ],
+        )
+        .await?;
+    if inserted == 0 {
+        return Ok(None);
+    }
+    let (hold, offline) = match super::trust::hold_class(tx, caller, targets, out.private).await? {
+        Some(class) => (Some(super::trust::hold(tx, caller, &id, class, targets).await?), HashMap::new()),
+        None => (None, deliver(tx, &id, targets).await?),
+    };
+    let recipients = targets
+        .iter()
+        .map(|t| match hold {
+            Some(_) => {
+                Recipient { address: t.address.clone(), state: None, reason: "held for the account's human".to_owned() }
+            }
+            None => Recipient {
+                address: t.address.clone(),
+                state: Some(State::Queued),
+                reason: offline.get(&t.id).cloned().unwrap_or_default(),
+            },
+        })
+        .collect();
+    Ok(Some(Sent {
+        id,
+        thread,
+        recipients,
+        duplicate: false,
+        reply_to: reply_to.map(str::to_owned),
+        skipped: Vec::new(),
+        hold,
+    }))
+}
+
+/// Gives each target a delivery of the message with the next seq of its inbox, and announces it.
+/// Returns, for each recipient that is offline, what its sender is told about that.
+pub(crate) async fn deliver(
+    tx: &impl GenericClient,
+    message_id: &str,
+    targets: &[Target],
+) -> Result<HashMap<EndpointId, String>> {
+    // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
+    // then take the next seq of each. The same read says who is offline.
+    let mut ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
+    ids.sort_unstable();
+    let lock = tx
+        .prepare_cached(&format!(
+            "select e.id, {ONLINE} as online, e.last_seen_at, m.name = '{HUMAN}' as system
+             from endpoints e join machines m on m.id = e.machine_id
+             where e.id = any($1) order by e.id for update of e"
+        ))
+        .await?;
+    let mut offline: HashMap<EndpointId, String> = HashMap::new();
+    for r in tx.query(&lock, &[&ids]).await? {
+        if !r.col::<bool>("online")? && !r.col::<bool>("system")? {
+            offline.insert(r.col("id")?, presence::offline_reason(r.col("last_seen_at")?));
+        }
+    }
+    let bump = tx
+        .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
+        .await?;
+    let heads = tx.query(&bump, &[&ids]).await?;
+    let (recipients, seqs): (Vec<i64>, Vec<i64>) =
+        heads.iter().map(|r| Ok((r.col::<i64>(0)?, r.col::<i64>(1)?))).collect::<Result<Vec<_>>>()?.into_iter().unzip();
+
+    let deliver = tx
+        .prepare_cached(
+            "insert into deliveries (recipient_id, seq, message_id)
+             select r, s, $3 from unnest($1::bigint[], $2::bigint[]) as t(r, s)",
+        )
+        .await?;
+    tx.execute(&deliver, &[&recipients, &seqs, &message_id]).await?;
+    // Sent with the transaction: listeners hear of it only once it is committed.
+    let notify = tx
+        .prepare_cached(&format!(
+            "select pg_notify('{DELIVERY_CHANNEL}', r::text || ':' || s::text) from unnest($1::bigint[], $2::bigint[]) as t(r, s)"
+        ))
+        .await?;
+    tx.query(&notify, &[&recipients, &seqs]).await?;
+    Ok(offline)
+}
+
+/// Refuses a send that would take a target's unread messages past `cap`: one read of the
+/// inboxes' unread counters.
+pub(crate) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: u32) -> Result<()> {
+    let ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
+    let stmt = c.prepare_cached("select id from endpoints where id = any($1) and unread >= $2").await?;
+    let cap_db = i32::try_from(cap).unwrap_or(i32::MAX);
+    let full = c.query(&stmt, &[&ids, &cap_db]).await?;
+    let Some(row) = full.first() else {
+        return Ok(());
+    };
+    let id: EndpointId = row.col(0)?;
+    match targets.iter().find(|t| t.id == id) {
+        Some(target) => Err(limits::inbox_full(&target.address, cap)),
+        None => Ok(()),
+    }
+}
+
+async fn recipient_states(client: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
+    let stmt = client
+        .prepare_cached(&format!(
+            "select ea.address, d.state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
+                    e.last_seen_at
+             from deliveries d
+             join endpoint_addresses ea on ea.id = d.recipient_id
+             join endpoints e on e.id = d.recipient_id
+             join machines m on m.id = e.machine_id
+             where d.message_id = $1 order by ea.address"
+        ))
+        .await?;
+    client
+        .query(&stmt, &[&message_id])
+        .await?
+        .iter()
+        .map(|r| {
+            let state = State::from_db(r.col("state")?)?;
+            let mut reason: String = r.col("reason")?;
+            // A delivery still waiting for an absent recipient says since when it is away.
+            if state == State::Queued && reason.is_empty() && !r.col::<bool>("present")? {
+                reason = presence::offline_reason(r.col("last_seen_at")?);
+            }
+            Ok(Recipient { address: r.col("address")?, state: Some(state), reason })
+        })
+        .collect()
+}
+
+/// The id of a message the caller received, named by id, short id, suffix or `last`.
+async fn resolve_received(tx: &impl GenericClient, caller: &Caller, reference: &MessageRef) -> Result<String> {
+    match reference {
+        MessageRef::Last => tx
+            .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
+            .await?
+            .col::<Option<String>>(0)?
+            .ok_or_else(|| {
+                Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
+            }),
+        MessageRef::Text(text) => {
+            let stmt = tx
+                .prepare_cached(
+                    "select message_id from deliveries
+                     where recipient_id = $1 and (message_id like $2 || '%' or message_id like '%' || $2)
+                     order by seq desc limit 20",
+                )
+                .await?;
+            pick(tx, &stmt, caller, reference, text).await
+        }
+    }
+}
+
+/// The id of a message the caller sent, named by id, short id or suffix.
+async fn resolve_sent(tx: &impl GenericClient, caller: &Caller, raw: &str) -> Result<String> {
+    let reference = MessageRef::parse(raw)?;
+    let MessageRef::Text(text) = &reference else {
+        return Err(Error::invalid("name the message you sent by its id"));
+    };
+    let stmt = tx
+        .prepare_cached(
+            "select id from messages
+             where sender_id = $1 and (id like $2 || '%' or id like '%' || $2)
+             order by created_at desc limit 20",
+        )
+        .await?;
+    pick(tx, &stmt, caller, &reference, text).await
+}
+
+async fn pick(
+    tx: &impl GenericClient,
+    stmt: &tokio_postgres::Statement,
+    caller: &Caller,
+    reference: &MessageRef,
+    text: &str,
+) -> Result<String> {
+    let mut candidates: Vec<String> = tx
+        .query(stmt, &[&caller.endpoint_id, &text])
+        .await?
+        .iter()
+        .map(|r| r.col::<String>(0))
+        .collect::<Result<_>>()?;
+    candidates.retain(|id| reference.matches(id));
+    ids::pick_unique(text, &candidates).map(str::to_owned)
+}
+
+/// Moves the caller's deliveries forward to `state`, keeping its unread count and the newest
+/// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does; a pushed
+/// mark does not wait for a flush).
+/// Answers how many moved, and (for surfaced and read) how many the inbox has left unread.
+async fn advance(tx: &impl GenericClient, caller: &Caller, seqs: &[i64], state: State) -> Result<(u64, Option<u64>)> {
+    let stmt = tx.prepare_cached("select moved, left_unread from relay_advance($1, $2, $3)").await?;
+    let row = tx.query_one(&stmt, &[&caller.endpoint_id, &seqs, &state.to_db()]).await?;
+    let (moved, left): (i32, Option<i32>) = (row.col(0)?, row.col(1)?);
+    Ok((moved.max(0) as u64, left.map(|n| n.max(0) as u64)))
 }
 
 /// A notification on [`DELIVERY_CHANNEL`].

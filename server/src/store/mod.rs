@@ -212,7 +212,9 @@ impl Store {
         &self.config
     }
 
-    async fn client(&self) -> Result<Object> {
+    /// A pooled connection. The application layer opens its transactions on it and passes the
+    /// connection or transaction to the repository functions, which take `&impl GenericClient`.
+    pub async fn client(&self) -> Result<Object> {
         Ok(self.pool.get().await?)
     }
 }

@@ -196,13 +196,13 @@ async fn resolve_in_reach(
         .await?;
     match row {
         Some(row) if reach(caller.account_id, contacts, row.col(1)?) != Reach::None => Ok((row.col(0)?, address)),
-        _ => Err(Store::unknown_addresses(c, caller, contacts, &[address], false).await?),
+        _ => Err(super::messages::unknown_addresses(c, caller, contacts, &[address], false).await?),
     }
 }
 
 /// An endpoint the caller may message right now, by the address it wrote.
 pub(super) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(EndpointId, String)> {
-    let contacts = Store::contact_accounts(c, caller.account_id).await?;
+    let contacts = super::identity::contact_accounts(c, caller.account_id).await?;
     let (id, address) = resolve_in_reach(c, caller, &contacts, raw).await?;
     let verdicts = decide_many(c, caller, &contacts, &[id]).await?;
     if let Some(why) = verdicts.get(&id).and_then(Verdict::refusal) {
@@ -235,44 +235,10 @@ fn rules_view(s: &Scoped, parent: Option<String>) -> RulesView {
 }
 
 impl Store {
-    /// The target of a rules command: the caller, or (for what only ancestors may do) a descendant.
-    async fn rules_target(c: &impl GenericClient, caller: &Caller, endpoint: &str) -> Result<(EndpointId, bool)> {
-        if endpoint.trim().is_empty() {
-            return Ok((caller.endpoint_id, false));
-        }
-        let contacts = Self::contact_accounts(c, caller.account_id).await?;
-        let (id, address) = resolve_in_reach(c, caller, &contacts, endpoint).await?;
-        if id == caller.endpoint_id {
-            return Ok((id, false));
-        }
-        let loaded = load(c, &[id]).await?;
-        let is_descendant = loaded.get(&id).is_some_and(|s| s.party.ancestors.contains(&caller.endpoint_id));
-        if !is_descendant {
-            return Err(Error::PermissionDenied(format!(
-                "{address} is not an agent you spawned (directly or below): you may change only your own rules and narrow your descendants'"
-            )));
-        }
-        Ok((id, true))
-    }
-
-    async fn view(c: &impl GenericClient, id: EndpointId) -> Result<RulesView> {
-        let loaded = load(c, &[id]).await?;
-        let s = loaded.get(&id).ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
-        let parent = match s.party.parent {
-            Some(p) => c
-                .query_opt("select address from endpoint_addresses where id = $1", &[&p])
-                .await?
-                .map(|r| r.col::<String>(0))
-                .transpose()?,
-            None => None,
-        };
-        Ok(rules_view(s, parent))
-    }
-
     pub async fn show_rules(&self, caller: &Caller, endpoint: &str) -> Result<RulesView> {
         let client = self.client().await?;
-        let (id, _) = Self::rules_target(&client, caller, endpoint).await?;
-        Self::view(&client, id).await
+        let (id, _) = rules_target(&client, caller, endpoint).await?;
+        view(&client, id).await
     }
 
     /// Own rules are replaced; a descendant gets a new cap by the caller, which can only narrow.
@@ -285,7 +251,7 @@ impl Store {
     ) -> Result<RulesView> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let (id, descendant) = Self::rules_target(&tx, caller, endpoint).await?;
+        let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
         if descendant {
             for (dir, change) in [(Dir::In, rules_in), (Dir::Out, rules_out)] {
                 match change {
@@ -312,7 +278,7 @@ impl Store {
                 tx.execute("update endpoints set rules_out = $2 where id = $1", &[&id, &to_stored(&rule)]).await?;
             }
         }
-        let view = Self::view(&tx, id).await?;
+        let view = view(&tx, id).await?;
         tx.commit().await?;
         self.scope_changed();
         Ok(view)
@@ -328,7 +294,7 @@ impl Store {
     ) -> Result<RulesView> {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let (id, descendant) = Self::rules_target(&tx, caller, endpoint).await?;
+        let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
         if !descendant {
             return Err(Error::invalid("widen loosens caps you set on an agent you spawned: name it with endpoint"));
         }
@@ -349,7 +315,7 @@ impl Store {
                 ));
             }
         }
-        let view = Self::view(&tx, id).await?;
+        let view = view(&tx, id).await?;
         tx.commit().await?;
         self.scope_changed();
         Ok(view)
@@ -362,7 +328,7 @@ impl Store {
         })?;
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
-        let (id, _) = Self::rules_target(&tx, caller, endpoint).await?;
+        let (id, _) = rules_target(&tx, caller, endpoint).await?;
         let row = tx
             .query_opt("select set_by from caps where id = $1 and endpoint_id = $2", &[&cap_id, &id])
             .await?
@@ -377,7 +343,7 @@ impl Store {
             )));
         }
         tx.execute("delete from caps where id = $1", &[&cap_id]).await?;
-        let view = Self::view(&tx, id).await?;
+        let view = view(&tx, id).await?;
         tx.commit().await?;
         self.scope_changed();
         Ok(view)
@@ -386,7 +352,7 @@ impl Store {
     /// May `from` (default: the caller) message `to`, and why. Both must be in the caller's reach.
     pub async fn why(&self, caller: &Caller, from: &str, to: &str) -> Result<(String, String, Verdict)> {
         let client = self.client().await?;
-        let mine = Self::contact_accounts(&client, caller.account_id).await?;
+        let mine = super::identity::contact_accounts(&client, caller.account_id).await?;
         let (from_id, from_address) = if from.trim().is_empty() {
             (caller.endpoint_id, caller.address())
         } else {
@@ -401,7 +367,7 @@ impl Store {
         let contacts = if a.party.account_id == caller.account_id {
             mine
         } else {
-            Self::contact_accounts(&client, a.party.account_id).await?
+            super::identity::contact_accounts(&client, a.party.account_id).await?
         };
         let verdict = scope::decide(a, b, reach(a.party.account_id, &contacts, b.party.account_id));
         Ok((from_address, to_address, verdict))
@@ -410,7 +376,7 @@ impl Store {
     /// Endpoints the caller may message (online unless `all`), each with what admits it.
     pub async fn peers(&self, caller: &Caller, all: bool) -> Result<Vec<Peer>> {
         let client = self.client().await?;
-        let contacts = Self::contact_accounts(&client, caller.account_id).await?;
+        let contacts = super::identity::contact_accounts(&client, caller.account_id).await?;
         let mut accounts = contacts.clone();
         accounts.push(caller.account_id);
         let sql = format!(
@@ -437,53 +403,6 @@ impl Store {
     }
 
     // ---- groups ------------------------------------------------------------------------------
-
-    async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(i64, EndpointId)> {
-        validate(NameKind::Handle, name).map_err(|_| Error::invalid(format!("invalid group name {name:?}")))?;
-        let row = c
-            .query_opt(
-                "select id, owner_id from groups where account_id = $1 and name = $2",
-                &[&caller.account_id, &name],
-            )
-            .await?
-            .ok_or_else(|| Error::not_found(EntityKind::Group, format!("no group {name} in your account")))?;
-        Ok((row.col(0)?, row.col(1)?))
-    }
-
-    async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> {
-        let row = c
-            .query_one(
-                "select g.name, ea.address, g.rules_in, g.rules_out from groups g
-                 join endpoint_addresses ea on ea.id = g.owner_id where g.id = $1",
-                &[&group_id],
-            )
-            .await?;
-        let members = c
-            .query(
-                "select ea.address from group_members gm join endpoint_addresses ea on ea.id = gm.endpoint_id
-                 where gm.group_id = $1 order by ea.address",
-                &[&group_id],
-            )
-            .await?
-            .iter()
-            .map(|r| r.col(0))
-            .collect::<Result<_>>()?;
-        Ok(GroupView {
-            name: row.col(0)?,
-            owner: row.col(1)?,
-            rules_in: view_selectors(&parse_stored(row.col(2)?)?),
-            rules_out: view_selectors(&parse_stored(row.col(3)?)?),
-            members,
-        })
-    }
-
-    fn owner_only(caller: &Caller, owner: EndpointId, name: &str) -> Result<()> {
-        if owner == caller.endpoint_id {
-            Ok(())
-        } else {
-            Err(Error::PermissionDenied(format!("only the owner of group {name} may change it")))
-        }
-    }
 
     pub async fn group_create(
         &self,
@@ -516,7 +435,7 @@ impl Store {
         let id: i64 = row.col(0)?;
         tx.execute("insert into group_members (group_id, endpoint_id) values ($1, $2)", &[&id, &caller.endpoint_id])
             .await?;
-        let view = Self::group_view(&tx, id).await?;
+        let view = group_view(&tx, id).await?;
         tx.commit().await?;
         self.scope_changed();
         Ok(view)
@@ -525,16 +444,21 @@ impl Store {
     /// Adds or removes a member: the owner may do either; any member may remove itself.
     pub async fn group_member(&self, caller: &Caller, name: &str, endpoint: &str, add: bool) -> Result<GroupView> {
         let client = self.client().await?;
-        let (group, owner) = Self::group_id(&client, caller, name).await?;
+        let (group, owner) = group_id(&client, caller, name).await?;
         let (member, address) = if endpoint.trim().is_empty() {
             (caller.endpoint_id, caller.address())
         } else {
-            resolve_in_reach(&client, caller, &Self::contact_accounts(&client, caller.account_id).await?, endpoint)
-                .await?
+            resolve_in_reach(
+                &client,
+                caller,
+                &super::identity::contact_accounts(&client, caller.account_id).await?,
+                endpoint,
+            )
+            .await?
         };
         let leaving_itself = !add && member == caller.endpoint_id;
         if !leaving_itself {
-            Self::owner_only(caller, owner, name)?;
+            owner_only(caller, owner, name)?;
         }
         if add {
             let same_account: bool = client
@@ -564,7 +488,7 @@ impl Store {
             }
         }
         self.scope_changed();
-        Self::group_view(&client, group).await
+        group_view(&client, group).await
     }
 
     pub async fn group_rules(
@@ -575,8 +499,8 @@ impl Store {
         rules_out: RuleChange,
     ) -> Result<GroupView> {
         let client = self.client().await?;
-        let (group, owner) = Self::group_id(&client, caller, name).await?;
-        Self::owner_only(caller, owner, name)?;
+        let (group, owner) = group_id(&client, caller, name).await?;
+        owner_only(caller, owner, name)?;
         if let Some(rule) = rules_in {
             client.execute("update groups set rules_in = $2 where id = $1", &[&group, &to_stored(&rule)]).await?;
         }
@@ -584,13 +508,13 @@ impl Store {
             client.execute("update groups set rules_out = $2 where id = $1", &[&group, &to_stored(&rule)]).await?;
         }
         self.scope_changed();
-        Self::group_view(&client, group).await
+        group_view(&client, group).await
     }
 
     pub async fn group_show(&self, caller: &Caller, name: &str) -> Result<GroupView> {
         let client = self.client().await?;
-        let (group, _) = Self::group_id(&client, caller, name).await?;
-        Self::group_view(&client, group).await
+        let (group, _) = group_id(&client, caller, name).await?;
+        group_view(&client, group).await
     }
 
     pub async fn group_list(&self, caller: &Caller) -> Result<Vec<GroupView>> {
@@ -603,39 +527,117 @@ impl Store {
             .collect::<Result<_>>()?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            out.push(Self::group_view(&client, id).await?);
+            out.push(group_view(&client, id).await?);
         }
         Ok(out)
     }
 
     pub async fn group_drop(&self, caller: &Caller, name: &str) -> Result<()> {
         let client = self.client().await?;
-        let (group, owner) = Self::group_id(&client, caller, name).await?;
-        Self::owner_only(caller, owner, name)?;
+        let (group, owner) = group_id(&client, caller, name).await?;
+        owner_only(caller, owner, name)?;
         client.execute("delete from groups where id = $1", &[&group]).await?;
         self.scope_changed();
         Ok(())
     }
+}
 
-    /// Live members of a group of the caller's account, other than the caller.
-    pub(super) async fn group_members_for_send(
-        c: &impl GenericClient,
-        caller: &Caller,
-        name: &str,
-    ) -> Result<Vec<(EndpointId, String)>> {
-        let (group, _) = Self::group_id(c, caller, name).await?;
-        c.query(
-            "select ea.id, ea.address from group_members gm
-                 join endpoint_addresses ea on ea.id = gm.endpoint_id
-                 join endpoints e on e.id = gm.endpoint_id
-                 join machines m on m.id = e.machine_id
-                 where gm.group_id = $1 and gm.endpoint_id <> $2 and e.ended_at is null and m.revoked_at is null
-                 order by ea.address",
-            &[&group, &caller.endpoint_id],
+/// The target of a rules command: the caller, or (for what only ancestors may do) a descendant.
+async fn rules_target(c: &impl GenericClient, caller: &Caller, endpoint: &str) -> Result<(EndpointId, bool)> {
+    if endpoint.trim().is_empty() {
+        return Ok((caller.endpoint_id, false));
+    }
+    let contacts = super::identity::contact_accounts(c, caller.account_id).await?;
+    let (id, address) = resolve_in_reach(c, caller, &contacts, endpoint).await?;
+    if id == caller.endpoint_id {
+        return Ok((id, false));
+    }
+    let loaded = load(c, &[id]).await?;
+    let is_descendant = loaded.get(&id).is_some_and(|s| s.party.ancestors.contains(&caller.endpoint_id));
+    if !is_descendant {
+        return Err(Error::PermissionDenied(format!(
+            "{address} is not an agent you spawned (directly or below): you may change only your own rules and narrow your descendants'"
+        )));
+    }
+    Ok((id, true))
+}
+
+async fn view(c: &impl GenericClient, id: EndpointId) -> Result<RulesView> {
+    let loaded = load(c, &[id]).await?;
+    let s = loaded.get(&id).ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
+    let parent = match s.party.parent {
+        Some(p) => c
+            .query_opt("select address from endpoint_addresses where id = $1", &[&p])
+            .await?
+            .map(|r| r.col::<String>(0))
+            .transpose()?,
+        None => None,
+    };
+    Ok(rules_view(s, parent))
+}
+
+async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(i64, EndpointId)> {
+    validate(NameKind::Handle, name).map_err(|_| Error::invalid(format!("invalid group name {name:?}")))?;
+    let row = c
+        .query_opt("select id, owner_id from groups where account_id = $1 and name = $2", &[&caller.account_id, &name])
+        .await?
+        .ok_or_else(|| Error::not_found(EntityKind::Group, format!("no group {name} in your account")))?;
+    Ok((row.col(0)?, row.col(1)?))
+}
+
+async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> {
+    let row = c
+        .query_one(
+            "select g.name, ea.address, g.rules_in, g.rules_out from groups g
+             join endpoint_addresses ea on ea.id = g.owner_id where g.id = $1",
+            &[&group_id],
+        )
+        .await?;
+    let members = c
+        .query(
+            "select ea.address from group_members gm join endpoint_addresses ea on ea.id = gm.endpoint_id
+             where gm.group_id = $1 order by ea.address",
+            &[&group_id],
         )
         .await?
         .iter()
-        .map(|r| Ok((r.col(0)?, r.col(1)?)))
-        .collect()
+        .map(|r| r.col(0))
+        .collect::<Result<_>>()?;
+    Ok(GroupView {
+        name: row.col(0)?,
+        owner: row.col(1)?,
+        rules_in: view_selectors(&parse_stored(row.col(2)?)?),
+        rules_out: view_selectors(&parse_stored(row.col(3)?)?),
+        members,
+    })
+}
+
+fn owner_only(caller: &Caller, owner: EndpointId, name: &str) -> Result<()> {
+    if owner == caller.endpoint_id {
+        Ok(())
+    } else {
+        Err(Error::PermissionDenied(format!("only the owner of group {name} may change it")))
     }
+}
+
+/// Live members of a group of the caller's account, other than the caller.
+pub(crate) async fn group_members_for_send(
+    c: &impl GenericClient,
+    caller: &Caller,
+    name: &str,
+) -> Result<Vec<(EndpointId, String)>> {
+    let (group, _) = group_id(c, caller, name).await?;
+    c.query(
+        "select ea.id, ea.address from group_members gm
+             join endpoint_addresses ea on ea.id = gm.endpoint_id
+             join endpoints e on e.id = gm.endpoint_id
+             join machines m on m.id = e.machine_id
+             where gm.group_id = $1 and gm.endpoint_id <> $2 and e.ended_at is null and m.revoked_at is null
+             order by ea.address",
+        &[&group, &caller.endpoint_id],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok((r.col(0)?, r.col(1)?)))
+    .collect()
 }

@@ -65,26 +65,9 @@ impl Store {
                 .await?;
             }
         }
-        let endpoint = Self::endpoint_on(&tx, child).await?;
+        let endpoint = super::identity::endpoint_on(&tx, child).await?;
         tx.commit().await?;
         Ok((endpoint, grant))
-    }
-
-    /// The endpoint a spawn grant reserved, on the machine presenting it.
-    pub(super) async fn granted_endpoint(
-        client: &impl deadpool_postgres::GenericClient,
-        machine: &MachineIdentity,
-        grant: &str,
-    ) -> Result<EndpointId> {
-        ids::check_token(TokenKind::SpawnGrant, grant)?;
-        client
-            .query_opt(
-                "select id from endpoints where spawn_grant_hash = $1 and machine_id = $2",
-                &[&ids::token_hash(grant), &machine.machine_id],
-            )
-            .await?
-            .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?
-            .col(0)
     }
 
     /// The worker ended: its report goes to the parent as a message from the child, and the grant
@@ -136,4 +119,21 @@ impl Store {
         client.execute("update endpoints set spawn_grant_hash = null where id = $1", &[&child.endpoint_id]).await?;
         Ok(sent)
     }
+}
+
+/// The endpoint a spawn grant reserved, on the machine presenting it.
+pub(crate) async fn granted_endpoint(
+    client: &impl deadpool_postgres::GenericClient,
+    machine: &MachineIdentity,
+    grant: &str,
+) -> Result<EndpointId> {
+    ids::check_token(TokenKind::SpawnGrant, grant)?;
+    client
+        .query_opt(
+            "select id from endpoints where spawn_grant_hash = $1 and machine_id = $2",
+            &[&ids::token_hash(grant), &machine.machine_id],
+        )
+        .await?
+        .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?
+        .col(0)
 }

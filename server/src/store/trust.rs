@@ -35,126 +35,11 @@ pub(super) const HOLD_PENDING: &str = HoldState::Pending.as_db();
 pub(super) const HOLD_REJECTED: &str = HoldState::Rejected.as_db();
 
 impl Store {
-    /// The account's human endpoint (`account/me`), made on first use.
-    pub(super) async fn ensure_human(c: &impl GenericClient, account_id: AccountId) -> Result<EndpointId> {
-        Self::ensure_reserved(c, account_id, HUMAN).await
-    }
-
-    /// An endpoint `handle` on the account's reserved machine `me` (the human inbox, the board's
-    /// sender), made on first use. The reserved machine can never authenticate: its token hash is of
-    /// random bytes nobody has.
-    pub(super) async fn ensure_reserved(
-        c: &impl GenericClient,
-        account_id: AccountId,
-        handle: &str,
-    ) -> Result<EndpointId> {
-        // Found by a read: an upsert would lock the inbox's row and, as an update of `handle`,
-        // announce a scope change to every replica on each use.
-        let find = c
-            .prepare_cached(
-                "select e.id from endpoints e join machines m on m.id = e.machine_id
-                 where m.account_id = $1 and m.name = $2 and e.handle = $3",
-            )
-            .await?;
-        if let Some(row) = c.query_opt(&find, &[&account_id, &HUMAN, &handle]).await? {
-            return row.col(0);
-        }
-        let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
-        c.execute(
-            "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
-            &[&account_id, &HUMAN, &unusable],
-        )
-        .await?;
-        // A concurrent first use may win the insert; either way the endpoint exists after it.
-        c.execute(
-            "insert into endpoints (machine_id, handle, harness)
-             select id, $3, 'other' from machines where account_id = $1 and name = $2
-             on conflict (machine_id, handle) do nothing",
-            &[&account_id, &HUMAN, &handle],
-        )
-        .await?;
-        c.query_one(&find, &[&account_id, &HUMAN, &handle]).await?.col(0)
-    }
-
     /// The human as a sender and recipient, with the same guarantees as any endpoint.
     pub async fn human_caller(&self, human: &Human) -> Result<Caller> {
         let client = self.client().await?;
-        let id = Self::ensure_human(&client, human.account_id).await?;
+        let id = ensure_human(&client, human.account_id).await?;
         caller_of(&client, id).await
-    }
-
-    /// Refuses private data for any target outside the sender's account whose contact does not
-    /// allow private data.
-    pub(super) async fn check_private(c: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
-        let outside: Vec<&Target> = targets.iter().filter(|t| t.account_id != caller.account_id).collect();
-        if outside.is_empty() {
-            return Ok(());
-        }
-        let allowed: Vec<AccountId> = c
-            .query(
-                "select case when account_a = $1 then account_b else account_a end from contacts
-                 where (account_a = $1 or account_b = $1) and private_ok",
-                &[&caller.account_id],
-            )
-            .await?
-            .iter()
-            .map(|r| r.col(0))
-            .collect::<Result<_>>()?;
-        let refused: Vec<&str> =
-            outside.iter().filter(|t| !allowed.contains(&t.account_id)).map(|t| t.address.as_str()).collect();
-        if refused.is_empty() {
-            return Ok(());
-        }
-        Err(Error::PermissionDenied(format!(
-            "private data may not leave account {} for {}: that contact does not allow private data (the accounts' humans can allow it); nothing was sent",
-            caller.account,
-            refused.join(", ")
-        )))
-    }
-
-    /// Refuses private data that may not reach a target, and says which hold class, if any, keeps
-    /// the message for the sender's human. The human's own messages are never held.
-    pub(super) async fn hold_class(
-        c: &impl GenericClient,
-        caller: &Caller,
-        targets: &[Target],
-        private: bool,
-    ) -> Result<Option<&'static str>> {
-        if private {
-            Self::check_private(c, caller, targets).await?;
-        }
-        let outside = targets.iter().any(|t| t.account_id != caller.account_id);
-        if caller.machine == HUMAN || !outside {
-            return Ok(None);
-        }
-        let stmt = c.prepare_cached("select hold_classes from accounts where id = $1").await?;
-        let classes: Vec<String> = c.query_one(&stmt, &[&caller.account_id]).await?.col(0)?;
-        let has = |class: &str| classes.iter().any(|c| c == class);
-        Ok(if private && has("private-outbound") {
-            Some("private-outbound")
-        } else if has("contact") {
-            Some("contact")
-        } else {
-            None
-        })
-    }
-
-    /// Keeps a stored message from everyone until the human decides.
-    pub(super) async fn hold(
-        c: &impl GenericClient,
-        caller: &Caller,
-        message_id: &str,
-        class: &str,
-        targets: &[Target],
-    ) -> Result<String> {
-        let id = format!("h{}", &ids::new_message_id()[..9]);
-        let recipients: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
-        c.execute(
-            "insert into holds (id, account_id, message_id, class, recipients) values ($1, $2, $3, $4, $5)",
-            &[&id, &caller.account_id, &message_id, &class, &recipients],
-        )
-        .await?;
-        Ok(id)
     }
 
     pub async fn hold_policy(&self, human: &Human, class: &str, on: bool) -> Result<Vec<String>> {
@@ -194,39 +79,7 @@ impl Store {
     }
 
     pub async fn holds(&self, human: &Human, all: bool) -> Result<Vec<HoldView>> {
-        Self::holds_on(&self.client().await?, human, all).await
-    }
-
-    async fn holds_on(
-        client: &impl deadpool_postgres::GenericClient,
-        human: &Human,
-        all: bool,
-    ) -> Result<Vec<HoldView>> {
-        let rows = client
-            .query(
-                &format!(
-                    "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
-                            array(select address from endpoint_addresses where id = any(h.recipients) order by address)
-                     from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
-                     where h.account_id = $1 and ($2 or h.state = '{HOLD_PENDING}') order by h.created_at"
-                ),
-                &[&human.account_id, &all],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(HoldView {
-                    id: r.col(0)?,
-                    class: r.col(1)?,
-                    state: HoldState::from_db(r.col(2)?)?,
-                    reason: r.col(3)?,
-                    from: r.col(4)?,
-                    body: r.col(5)?,
-                    message_id: r.col(6)?,
-                    to: r.col(7)?,
-                })
-            })
-            .collect()
+        holds_on(&self.client().await?, human, all).await
     }
 
     /// Releases (delivers) or rejects a held message; its sender hears the outcome from the human.
@@ -256,10 +109,10 @@ impl Store {
             return Err(Error::invalid("rejecting a hold needs a reason: the sender reads it"));
         }
         // The recipients' inboxes and the sender's (it gets the notice), all before writing any.
-        Self::lock_inboxes(&tx, recipients.iter().copied().chain([sender_id]).collect()).await?;
+        super::messages::lock_inboxes(&tx, recipients.iter().copied().chain([sender_id]).collect()).await?;
         if release {
-            let targets = Self::still_reachable(&tx, sender_id, &message_id, &recipients).await?;
-            Self::deliver(&tx, &message_id, &targets).await?;
+            let targets = still_reachable(&tx, sender_id, &message_id, &recipients).await?;
+            super::messages::deliver(&tx, &message_id, &targets).await?;
         }
         let decided = if release { HoldState::Released } else { HoldState::Rejected };
         tx.execute(
@@ -287,57 +140,10 @@ impl Store {
             require_reply: false,
         };
         let target = [Target { id: sender_id, address: sender, account_id: human.account_id }];
-        Self::store_message(&tx, &me, &target, &notice, None).await?;
-        let view = Self::holds_on(&tx, human, true).await?.into_iter().find(|h| h.id == id.trim());
+        super::messages::store_message(&tx, &me, &target, &notice, None).await?;
+        let view = holds_on(&tx, human, true).await?.into_iter().find(|h| h.id == id.trim());
         tx.commit().await?;
         view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))
-    }
-
-    /// A held message's recipients, checked again as a send would be now: reach, rules, private
-    /// data and revoked machines may all have changed while it waited. A recipient whose session
-    /// ended meanwhile still gets it, as it would a send.
-    async fn still_reachable(
-        c: &impl GenericClient,
-        sender_id: EndpointId,
-        message_id: &str,
-        recipients: &[EndpointId],
-    ) -> Result<Vec<Target>> {
-        let caller = caller_of(c, sender_id).await?;
-        let rows = c
-            .query(
-                "select ea.id, ea.address, ea.account_id, m.revoked_at is null
-                 from endpoint_addresses ea join endpoints e on e.id = ea.id join machines m on m.id = e.machine_id
-                 where ea.id = any($1)",
-                &[&recipients],
-            )
-            .await?;
-        let contacts = Self::contact_accounts(c, caller.account_id).await?;
-        let verdicts = super::scope::decide_many(c, &caller, &contacts, recipients).await?;
-        let mut targets = Vec::new();
-        let mut refused = Vec::new();
-        for row in &rows {
-            let target = Target { id: row.col(0)?, address: row.col(1)?, account_id: row.col(2)? };
-            let why = if !row.col::<bool>(3)? {
-                Some("its machine was revoked".to_owned())
-            } else {
-                verdicts.get(&target.id).and_then(|v| v.refusal().map(str::to_owned))
-            };
-            match why {
-                Some(why) => refused.push(format!("{}: {why}", target.address)),
-                None => targets.push(target),
-            }
-        }
-        let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.col(0)?;
-        if private {
-            Self::check_private(c, &caller, &targets).await?;
-        }
-        if !refused.is_empty() {
-            return Err(Error::FailedPrecondition(format!(
-                "it can no longer be delivered as it was sent ({}): reject it instead",
-                refused.join("; ")
-            )));
-        }
-        Ok(targets)
     }
 
     /// Asks to the caller that require a reply it has not given yet, and that it can still answer:
@@ -345,7 +151,7 @@ impl Store {
     /// never get the reply. An ended asker can.
     pub async fn pending_replies(&self, caller: &Caller) -> Result<Vec<Message>> {
         let client = self.client().await?;
-        let mut reach = Self::contact_accounts(&client, caller.account_id).await?;
+        let mut reach = super::identity::contact_accounts(&client, caller.account_id).await?;
         reach.push(caller.account_id);
         let rows = client
             .query(
@@ -491,6 +297,192 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// The account's human endpoint (`account/me`), made on first use.
+pub(crate) async fn ensure_human(c: &impl GenericClient, account_id: AccountId) -> Result<EndpointId> {
+    ensure_reserved(c, account_id, HUMAN).await
+}
+
+/// An endpoint `handle` on the account's reserved machine `me` (the human inbox, the board's
+/// sender), made on first use. The reserved machine can never authenticate: its token hash is of
+/// random bytes nobody has.
+pub(crate) async fn ensure_reserved(c: &impl GenericClient, account_id: AccountId, handle: &str) -> Result<EndpointId> {
+    // Found by a read: an upsert would lock the inbox's row and, as an update of `handle`,
+    // announce a scope change to every replica on each use.
+    let find = c
+        .prepare_cached(
+            "select e.id from endpoints e join machines m on m.id = e.machine_id
+             where m.account_id = $1 and m.name = $2 and e.handle = $3",
+        )
+        .await?;
+    if let Some(row) = c.query_opt(&find, &[&account_id, &HUMAN, &handle]).await? {
+        return row.col(0);
+    }
+    let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
+    c.execute(
+        "insert into machines (account_id, name, token_hash) values ($1, $2, $3) on conflict (account_id, name) do nothing",
+        &[&account_id, &HUMAN, &unusable],
+    )
+    .await?;
+    // A concurrent first use may win the insert; either way the endpoint exists after it.
+    c.execute(
+        "insert into endpoints (machine_id, handle, harness)
+         select id, $3, 'other' from machines where account_id = $1 and name = $2
+         on conflict (machine_id, handle) do nothing",
+        &[&account_id, &HUMAN, &handle],
+    )
+    .await?;
+    c.query_one(&find, &[&account_id, &HUMAN, &handle]).await?.col(0)
+}
+
+/// Refuses private data for any target outside the sender's account whose contact does not
+/// allow private data.
+pub(crate) async fn check_private(c: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
+    let outside: Vec<&Target> = targets.iter().filter(|t| t.account_id != caller.account_id).collect();
+    if outside.is_empty() {
+        return Ok(());
+    }
+    let allowed: Vec<AccountId> = c
+        .query(
+            "select case when account_a = $1 then account_b else account_a end from contacts
+             where (account_a = $1 or account_b = $1) and private_ok",
+            &[&caller.account_id],
+        )
+        .await?
+        .iter()
+        .map(|r| r.col(0))
+        .collect::<Result<_>>()?;
+    let refused: Vec<&str> =
+        outside.iter().filter(|t| !allowed.contains(&t.account_id)).map(|t| t.address.as_str()).collect();
+    if refused.is_empty() {
+        return Ok(());
+    }
+    Err(Error::PermissionDenied(format!(
+        "private data may not leave account {} for {}: that contact does not allow private data (the accounts' humans can allow it); nothing was sent",
+        caller.account,
+        refused.join(", ")
+    )))
+}
+
+/// Refuses private data that may not reach a target, and says which hold class, if any, keeps
+/// the message for the sender's human. The human's own messages are never held.
+pub(crate) async fn hold_class(
+    c: &impl GenericClient,
+    caller: &Caller,
+    targets: &[Target],
+    private: bool,
+) -> Result<Option<&'static str>> {
+    if private {
+        check_private(c, caller, targets).await?;
+    }
+    let outside = targets.iter().any(|t| t.account_id != caller.account_id);
+    if caller.machine == HUMAN || !outside {
+        return Ok(None);
+    }
+    let stmt = c.prepare_cached("select hold_classes from accounts where id = $1").await?;
+    let classes: Vec<String> = c.query_one(&stmt, &[&caller.account_id]).await?.col(0)?;
+    let has = |class: &str| classes.iter().any(|c| c == class);
+    Ok(if private && has("private-outbound") {
+        Some("private-outbound")
+    } else if has("contact") {
+        Some("contact")
+    } else {
+        None
+    })
+}
+
+/// Keeps a stored message from everyone until the human decides.
+pub(crate) async fn hold(
+    c: &impl GenericClient,
+    caller: &Caller,
+    message_id: &str,
+    class: &str,
+    targets: &[Target],
+) -> Result<String> {
+    let id = format!("h{}", &ids::new_message_id()[..9]);
+    let recipients: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
+    c.execute(
+        "insert into holds (id, account_id, message_id, class, recipients) values ($1, $2, $3, $4, $5)",
+        &[&id, &caller.account_id, &message_id, &class, &recipients],
+    )
+    .await?;
+    Ok(id)
+}
+
+async fn holds_on(client: &impl deadpool_postgres::GenericClient, human: &Human, all: bool) -> Result<Vec<HoldView>> {
+    let rows = client
+        .query(
+            &format!(
+                "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
+                        array(select address from endpoint_addresses where id = any(h.recipients) order by address)
+                 from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
+                 where h.account_id = $1 and ($2 or h.state = '{HOLD_PENDING}') order by h.created_at"
+            ),
+            &[&human.account_id, &all],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(HoldView {
+                id: r.col(0)?,
+                class: r.col(1)?,
+                state: HoldState::from_db(r.col(2)?)?,
+                reason: r.col(3)?,
+                from: r.col(4)?,
+                body: r.col(5)?,
+                message_id: r.col(6)?,
+                to: r.col(7)?,
+            })
+        })
+        .collect()
+}
+
+/// A held message's recipients, checked again as a send would be now: reach, rules, private
+/// data and revoked machines may all have changed while it waited. A recipient whose session
+/// ended meanwhile still gets it, as it would a send.
+async fn still_reachable(
+    c: &impl GenericClient,
+    sender_id: EndpointId,
+    message_id: &str,
+    recipients: &[EndpointId],
+) -> Result<Vec<Target>> {
+    let caller = caller_of(c, sender_id).await?;
+    let rows = c
+        .query(
+            "select ea.id, ea.address, ea.account_id, m.revoked_at is null
+             from endpoint_addresses ea join endpoints e on e.id = ea.id join machines m on m.id = e.machine_id
+             where ea.id = any($1)",
+            &[&recipients],
+        )
+        .await?;
+    let contacts = super::identity::contact_accounts(c, caller.account_id).await?;
+    let verdicts = super::scope::decide_many(c, &caller, &contacts, recipients).await?;
+    let mut targets = Vec::new();
+    let mut refused = Vec::new();
+    for row in &rows {
+        let target = Target { id: row.col(0)?, address: row.col(1)?, account_id: row.col(2)? };
+        let why = if !row.col::<bool>(3)? {
+            Some("its machine was revoked".to_owned())
+        } else {
+            verdicts.get(&target.id).and_then(|v| v.refusal().map(str::to_owned))
+        };
+        match why {
+            Some(why) => refused.push(format!("{}: {why}", target.address)),
+            None => targets.push(target),
+        }
+    }
+    let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.col(0)?;
+    if private {
+        check_private(c, &caller, &targets).await?;
+    }
+    if !refused.is_empty() {
+        return Err(Error::FailedPrecondition(format!(
+            "it can no longer be delivered as it was sent ({}): reject it instead",
+            refused.join("; ")
+        )));
+    }
+    Ok(targets)
 }
 
 #[cfg(test)]
