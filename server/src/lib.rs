@@ -13,6 +13,7 @@ pub mod admin;
 pub mod app;
 pub mod dev;
 pub mod domain;
+pub mod metrics;
 pub mod protocol;
 pub mod push;
 pub mod scheduler;

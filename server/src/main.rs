@@ -9,6 +9,7 @@ use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
 use relay_server::protocol::connections;
 use relay_server::protocol::layers::{self, RpcLimits};
+use relay_server::protocol::ops::{self, OpsListen};
 use relay_server::serve::{self, ListenOptions};
 use relay_server::store::DbConfig;
 use tracing_subscriber::EnvFilter;
@@ -43,6 +44,9 @@ enum Command {
         limits: LimitArgs,
         #[command(flatten)]
         rpc: RpcArgs,
+        /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (off by default).
+        #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
+        ops_listen: Option<OpsListen>,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -59,6 +63,10 @@ enum Command {
         limits: LimitArgs,
         #[command(flatten)]
         rpc: RpcArgs,
+        /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address [default:
+        /// 127.0.0.1:7448, skipped with a warning when taken].
+        #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
+        ops_listen: Option<OpsListen>,
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
@@ -251,12 +259,16 @@ fn init_logging(format: LogFormat, default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, limits, rpc } => {
+        Command::Serve { db, listen, limits, rpc, ops_listen } => {
             init_logging(cli.log_format, "info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
+            let ops = match ops_listen {
+                Some(OpsListen::At(addr)) => Some(ops::bind(addr).await?),
+                Some(OpsListen::Off) | None => None,
+            };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
-            serve::serve(store, &listen, rpc.into(), serve::termination()).await
+            serve::serve(store, &listen, rpc.into(), ops, serve::termination()).await
         }
         Command::Migrate { db } => {
             init_logging(cli.log_format, "info");
@@ -264,7 +276,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             say(cli.log_format, "database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, limits, rpc, data_dir } => {
+        Command::Dev { db, listen, limits, rpc, ops_listen, data_dir } => {
             init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
@@ -273,6 +285,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
                 rpc: rpc.into(),
+                ops_listen,
             })
             .await
         }

@@ -10,6 +10,7 @@ use relay_proto::v1::FILE_DESCRIPTOR_SET;
 use relay_proto::v1::human_server::HumanServer;
 use relay_proto::v1::relay_server::RelayServer;
 use relay_proto::v1::worker_server::WorkerServer;
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
@@ -135,18 +136,20 @@ pub async fn serve(
     store: Store,
     options: &ListenOptions,
     rpc: RpcLimits,
+    ops: Option<TcpListener>,
     shutdown_signal: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    serve_with(store, options, rpc, shutdown_signal, |_| {}).await
+    serve_with(store, options, rpc, ops, shutdown_signal, |_| {}).await
 }
 
 /// Serves with the given call limits, calling `ready` with the bound address once the port is taken,
 /// so that what it prints is true (the real port, even for port 0) and comes only when the server
-/// is up.
+/// is up. `ops`, when bound, serves health, readiness and metrics (see `protocol::ops`).
 pub async fn serve_with(
     store: Store,
     options: &ListenOptions,
     rpc: RpcLimits,
+    ops: Option<TcpListener>,
     shutdown_signal: impl Future<Output = ()>,
     ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
@@ -163,7 +166,7 @@ pub async fn serve_with(
     tracing::info!(replica, "replica registered");
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<RelayServer<RelayService>>().await;
+    let readiness = follow_readiness(&store, health, shutdown.clone());
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -171,6 +174,12 @@ pub async fn serve_with(
         .context("cannot build the reflection service")?;
     let scheduler = crate::scheduler::start(store.clone(), shutdown.clone());
     let app = App::new(store, hub, shutdown.clone());
+    let ops = ops.map(|listener| {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");
+        }
+        crate::protocol::ops::serve(listener, app.clone(), shutdown.clone())
+    });
     let human = HumanServer::new(HumanService::new(app.clone()));
     let worker = WorkerServer::new(WorkerService::new(app.clone()));
     let relay = RelayServer::new(RelayService::new(app.clone()));
@@ -205,13 +214,12 @@ pub async fn serve_with(
     );
     ready(local);
 
+    // Health turns NOT_SERVING as shutdown begins (see `follow_readiness`).
     let stop = {
         let shutdown = shutdown.clone();
-        let health = health.clone();
         async move {
             shutdown_signal.await;
             tracing::info!("shutting down: closing streams and finishing calls in flight");
-            health.set_not_serving::<RelayServer<RelayService>>().await;
             shutdown.cancel();
         }
     };
@@ -238,9 +246,45 @@ pub async fn serve_with(
     let _ = listener.await;
     let _ = scheduler.await;
     let _ = liveness.await;
+    let _ = readiness.await;
+    if let Some(ops) = ops {
+        let _ = ops.await;
+    }
     served.context("grpc server failed")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Keeps gRPC health in step with readiness: SERVING while the replica hears the database (its
+/// notification connection is up), NOT_SERVING while it does not and once shutdown begins. Empty
+/// service name and `relay.v1.Relay` both follow it.
+fn follow_readiness(
+    store: &Store,
+    health: tonic_health::server::HealthReporter,
+    shutdown: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let mut heard = store.heard();
+    tokio::spawn(async move {
+        loop {
+            let up = *heard.borrow_and_update();
+            if up {
+                health.set_service_status("", tonic_health::ServingStatus::Serving).await;
+                health.set_serving::<RelayServer<RelayService>>().await;
+            } else {
+                tracing::warn!("not serving: the database's notifications are not heard");
+                health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+                health.set_not_serving::<RelayServer<RelayService>>().await;
+            }
+            tokio::select! {
+                changed = heard.changed() => if changed.is_err() { return },
+                () = shutdown.cancelled() => {
+                    health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+                    health.set_not_serving::<RelayServer<RelayService>>().await;
+                    return;
+                }
+            }
+        }
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -4,6 +4,7 @@
 //! started from the local Postgres binaries. Each test gets its own database either way.
 
 pub mod client;
+pub mod http;
 pub mod mcp;
 pub mod pg;
 pub mod server;

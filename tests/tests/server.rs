@@ -163,9 +163,11 @@ async fn dev_runs_on_a_private_postgres_and_writes_the_bridge_config() {
     let data = tempfile::Builder::new().prefix("relay-dev-test-").tempdir_in("/tmp").unwrap();
     let config = home.path().join("bridge.toml");
     let port = free_port();
+    let ops = format!("127.0.0.1:{}", free_port());
     let dev_server = || {
         Command::new(bin("relay-server"))
             .args(["dev", "--listen", &format!("127.0.0.1:{port}")])
+            .env("RELAY_OPS_LISTEN", &ops)
             .arg("--data-dir")
             .arg(data.path().join("relay"))
             .env_remove("DATABASE_URL")
@@ -180,6 +182,8 @@ async fn dev_runs_on_a_private_postgres_and_writes_the_bridge_config() {
     let mut dev = dev_server();
     let url = format!("http://127.0.0.1:{port}");
     wait_serving(&url).await;
+    let ready = relay_tests::http::get(&ops, "/readyz").await;
+    assert_eq!(ready, Some((200, "ready\n".to_owned())), "dev serves the ops port where it is told");
 
     let text = std::fs::read_to_string(&config).expect("the bridge config is written");
     let token = text.lines().find_map(|l| l.strip_prefix("token = \"")).unwrap().trim_end_matches('"').to_owned();

@@ -7,6 +7,7 @@ pub mod approvals;
 pub mod board;
 pub mod identity;
 pub mod messaging;
+pub mod observe;
 pub mod scope;
 pub mod trust;
 

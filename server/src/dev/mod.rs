@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::domain::names;
+use crate::protocol::ops::{self, OpsListen};
 use crate::serve::{self, ListenOptions};
 use crate::store::{DbConfig, Store};
 use relay_proto::bridge_config::{self, BridgeConfig};
@@ -25,6 +26,8 @@ pub struct DevOptions {
     pub max_unread: u32,
     /// Per-call time budget and the limit of calls in flight.
     pub rpc: crate::protocol::layers::RpcLimits,
+    /// Where the ops endpoints listen; by default [`ops::DEV_OPS_LISTEN`] when it is free.
+    pub ops_listen: Option<OpsListen>,
 }
 
 /// Root keeps its data where the postgres user can reach it; anyone else under their data dir.
@@ -57,6 +60,19 @@ pub fn running_database(data_dir: Option<PathBuf>, pool_size: usize) -> anyhow::
 pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     // Fail on a bad listen configuration before starting anything.
     options.listen.tls()?;
+    let ops = match options.ops_listen {
+        Some(OpsListen::At(addr)) => Some(ops::bind(addr).await?),
+        Some(OpsListen::Off) => None,
+        // A second dev server on the machine goes without rather than failing.
+        None => match ops::bind(ops::DEV_OPS_LISTEN).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "ops endpoints off (set RELAY_OPS_LISTEN to place them)");
+                None
+            }
+        },
+    };
+    let ops_addr = ops.as_ref().and_then(|l| l.local_addr().ok());
     let mut cluster = None;
     let mut data_dir = None;
     let db = match &options.database_url {
@@ -89,8 +105,8 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         let store = serve::open_store(db).await?.with_max_unread(options.max_unread);
         let config_path = provision(&store, &options.listen).await?;
         let listen = &options.listen;
-        serve::serve_with(store, listen, options.rpc, serve::termination(), |bound| {
-            eprint!("{}", announcement(listen, bound, &config_path, data_dir.as_deref()));
+        serve::serve_with(store, listen, options.rpc, ops, serve::termination(), |bound| {
+            eprint!("{}", announcement(listen, bound, ops_addr, &config_path, data_dir.as_deref()));
         })
         .await
     }
@@ -104,12 +120,21 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
 
 /// What `dev` prints once it serves: where, and the two commands that add another machine. The
 /// token goes from the first to the second through stdin, never through a command line.
-fn announcement(listen: &ListenOptions, bound: SocketAddr, config: &Path, data_dir: Option<&Path>) -> String {
+fn announcement(
+    listen: &ListenOptions,
+    bound: SocketAddr,
+    ops: Option<SocketAddr>,
+    config: &Path,
+    data_dir: Option<&Path>,
+) -> String {
     let mut text = format!(
         "relay dev server: {}  (account {DEV_ACCOUNT}; bridge config {})\n",
         listen.local_url_of(bound),
         config.display()
     );
+    if let Some(ops) = ops {
+        text.push_str(&format!("ops: {}  (/healthz, /readyz, /metrics)\n", ops::url(ops)));
+    }
     let admin = match data_dir {
         Some(dir) => format!("relay-server admin --data-dir {} machine add {DEV_ACCOUNT}/OTHER", shell_word(dir)),
         None => format!("relay-server admin machine add {DEV_ACCOUNT}/OTHER   (with this server's DATABASE_URL)"),
@@ -200,6 +225,7 @@ mod tests {
         let text = announcement(
             &opts,
             "127.0.0.1:7447".parse().unwrap(),
+            Some("127.0.0.1:7448".parse().unwrap()),
             Path::new("/h/bridge.toml"),
             Some(Path::new("/var/lib/agent relay")),
         );
@@ -210,7 +236,10 @@ mod tests {
         );
         assert!(text.contains("\n  agent-bridge login --server http://127.0.0.1:7447\n"), "{text}");
         assert!(text.contains("loopback only"), "{text}");
-        let everywhere = announcement(&opts, "0.0.0.0:7447".parse().unwrap(), Path::new("/b"), Some(Path::new("/d")));
+        assert!(text.contains("\nops: http://127.0.0.1:7448  (/healthz, /readyz, /metrics)\n"), "{text}");
+        let everywhere =
+            announcement(&opts, "0.0.0.0:7447".parse().unwrap(), None, Path::new("/b"), Some(Path::new("/d")));
         assert!(!everywhere.contains("loopback only") && !everywhere.contains("login --server http://0.0.0.0"));
+        assert!(!everywhere.contains("ops:"), "no ops line when the ops port is off: {everywhere}");
     }
 }

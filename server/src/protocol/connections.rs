@@ -16,6 +16,8 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
+use crate::metrics::{Shed, metrics};
+
 /// How long a new connection may stay silent before it is closed.
 pub const PREFACE: Duration = Duration::from_secs(5);
 /// Connections per replica by default; each holds a file descriptor.
@@ -26,7 +28,23 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 /// An accepted connection that spoke in time, holding its place among the `max`.
 pub struct Admitted {
     stream: TcpStream,
-    _place: OwnedSemaphorePermit,
+    _place: Place,
+}
+
+/// A place among the `max`, counted in the `relay_connections` gauge while held.
+struct Place(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl Place {
+    fn new(permit: OwnedSemaphorePermit) -> Self {
+        metrics().connections.inc();
+        Self(permit)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        metrics().connections.dec();
+    }
 }
 
 /// The connections the server serves, from `listener`. The accepting runs in a task of its own and
@@ -50,6 +68,7 @@ pub fn admit(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result
                 () = tx.closed() => return,
             };
             let Ok(place) = places.clone().try_acquire_owned() else {
+                metrics().shed(Shed::connections);
                 if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                     warned = Some(Instant::now());
                     tracing::warn!(%peer, max, "connection refused: the replica holds as many as it takes");
@@ -63,7 +82,7 @@ pub fn admit(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result
                 let mut first = [0u8; 1];
                 match tokio::time::timeout(PREFACE, stream.peek(&mut first)).await {
                     Ok(Ok(n)) if n > 0 => {
-                        let _ = tx.send(Ok(Admitted { stream, _place: place })).await;
+                        let _ = tx.send(Ok(Admitted { stream, _place: Place::new(place) })).await;
                     }
                     _ => tracing::debug!(%peer, "connection closed: nothing said within the preface time"),
                 }

@@ -1,9 +1,11 @@
 //! What every call goes through, whatever its handler, as tower layers on the tonic server
 //! (outermost first):
 //!
-//! 1. a span per call (`rpc`, with service, method, caller, code, latency) and one event when it ends;
-//! 2. catch-panic: a handler that panics answers INTERNAL and is logged; the server keeps serving;
-//! 3. admission: a global limit on calls in flight that refuses at once with RESOURCE_EXHAUSTED
+//! 1. metrics: each call counted by method and code, and timed to its response (`relay_rpcs`,
+//!    `relay_rpc_duration_seconds`);
+//! 2. a span per call (`rpc`, with service, method, caller, code, latency) and one event when it ends;
+//! 3. catch-panic: a handler that panics answers INTERNAL and is logged; the server keeps serving;
+//! 4. admission: a global limit on calls in flight that refuses at once with RESOURCE_EXHAUSTED
 //!    rather than queueing, and a time budget per call that answers DEADLINE_EXCEEDED.
 //!
 //! Health and reflection pass admission untouched, so readiness probes answer however busy the
@@ -30,6 +32,7 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use crate::domain::limits::MAX_WAIT_S;
+use crate::metrics::{Shed, metrics};
 
 /// The time budget of an ordinary call.
 pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(30);
@@ -120,19 +123,56 @@ impl RpcLayers {
 pub type RpcTrace<S> = Trace<S, SharedClassifier<GrpcErrorsAsFailures>, RpcSpan, (), RpcEnd, (), RpcEnd, ()>;
 
 impl<S: Clone> Layer<S> for RpcLayers {
-    type Service = RpcTrace<CatchPanic<Admission<S>, PanicToStatus>>;
+    type Service = Measured<RpcTrace<CatchPanic<Admission<S>, PanicToStatus>>>;
 
     fn layer(&self, inner: S) -> Self::Service {
         let admitted = Admission::new(inner, self.limits);
         let guarded = CatchPanic::custom(admitted, PanicToStatus);
-        TraceLayer::new_for_grpc()
+        let traced = TraceLayer::new_for_grpc()
             .make_span_with(RpcSpan)
             .on_request(())
             .on_response(RpcEnd)
             .on_body_chunk(())
             .on_eos(RpcEnd)
             .on_failure(())
-            .layer(guarded)
+            .layer(guarded);
+        Measured { inner: traced }
+    }
+}
+
+/// Counts and times every call by its response's head: an error's code is there; a call that
+/// answers with a body counts as OK (a stream's later end is not counted again).
+#[derive(Debug, Clone)]
+pub struct Measured<S> {
+    inner: S,
+}
+
+impl<S, B, ResBody> Service<Request<B>> for Measured<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        let method = metrics().method(request.uri().path());
+        let started = std::time::Instant::now();
+        let call = self.inner.call(request);
+        Box::pin(async move {
+            let outcome = call.await;
+            let code = match &outcome {
+                Ok(response) => grpc_code(response.headers()).unwrap_or(Code::Ok),
+                Err(_) => Code::Unknown,
+            };
+            metrics().rpc_answered(method, code, started.elapsed().as_secs_f64());
+            outcome
+        })
     }
 }
 
@@ -303,7 +343,10 @@ where
                 },
             };
             match outcome {
-                Err(e) if e.is::<Overloaded>() => Ok(overloaded(limits.max_concurrent).into_http()),
+                Err(e) if e.is::<Overloaded>() => {
+                    metrics().shed(Shed::calls);
+                    Ok(overloaded(limits.max_concurrent).into_http())
+                }
                 other => other,
             }
         })

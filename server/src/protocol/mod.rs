@@ -1,11 +1,12 @@
 //! The gRPC surface: one layer authenticates every call (`auth`), thin handlers validate and call the
-//! application.
+//! application. Beside it, the plaintext ops port (`ops`) for probes and metrics.
 
 pub mod auth;
 pub mod connections;
 pub mod convert;
 pub mod human;
 pub mod layers;
+pub mod ops;
 pub mod service;
 pub mod status;
 pub mod worker;

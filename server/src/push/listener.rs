@@ -71,6 +71,7 @@ pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Resul
             match listen(&config, &hub, &store).await {
                 Ok(session) => {
                     tracing::info!("notification connection restored");
+                    crate::metrics::metrics().listen_reconnects.inc();
                     current = Some(session);
                     retry = FIRST_RETRY;
                     store.changes_heard();

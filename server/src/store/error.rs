@@ -50,6 +50,9 @@ impl From<PoolError> for Error {
         match err {
             PoolError::Backend(err) => err.into(),
             other => {
+                if matches!(other, PoolError::Timeout(_)) {
+                    crate::metrics::metrics().pool_timeouts.inc();
+                }
                 tracing::warn!(error = %other, "database pool error");
                 Error::Unavailable("database unavailable; try again shortly".into())
             }

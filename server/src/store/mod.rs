@@ -9,6 +9,7 @@ mod ids;
 pub mod messages;
 pub mod migrate;
 mod notices;
+pub mod observe;
 mod replicas;
 mod resolved;
 pub mod scope;
@@ -132,6 +133,8 @@ pub struct Store {
     /// Sends under way at most (resolving or waiting to be written), following the rate they are
     /// written at; more are refused at once.
     send_limit: Arc<send_limit::SendLimit>,
+    /// Whether this replica hears the database's notifications (its listener is connected).
+    heard: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Store {
@@ -161,6 +164,7 @@ impl Store {
             resolved: Arc::default(),
             batcher,
             send_limit: Arc::default(),
+            heard: Arc::new(tokio::sync::watch::Sender::new(false)),
         };
         // Startup is the one place where the driver's own words help the operator most.
         let probe = store.pool.get().await.map_err(|e| match e {
@@ -195,12 +199,43 @@ impl Store {
     pub fn changes_heard(&self) {
         self.sessions.trust();
         self.resolved.trust();
+        self.heard.send_replace(true);
+        crate::metrics::metrics().listening.set(1);
+    }
+
+    /// Follows whether changes are heard: the replica's notification connection is up.
+    pub fn heard(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.heard.subscribe()
+    }
+
+    /// Whether the pool hands out a connection that answers, within `within`.
+    pub async fn check(&self, within: Duration) -> Result<()> {
+        let answered = tokio::time::timeout(within, async {
+            let client = self.client().await?;
+            client.simple_query("select 1").await?;
+            Ok::<_, Error>(())
+        })
+        .await;
+        answered.unwrap_or_else(|_| Err(Error::Unavailable("the database did not answer in time".into())))
+    }
+
+    /// Sets the pool's gauges to what it holds now.
+    pub fn observe_pool(&self) {
+        let status = self.pool.status();
+        let m = crate::metrics::metrics();
+        m.pool_connections.set(status.size as i64);
+        m.pool_idle.set(status.available as i64);
+        m.pool_waiting.set(status.waiting as i64);
+        m.pool_max.set(status.max_size as i64);
+        m.sessions_cached.set(self.sessions.held() as i64);
     }
 
     /// Changes may go unheard (the listener is down): memory forgets and keeps nothing meanwhile.
     pub fn changes_unheard(&self) {
         self.sessions.distrust();
         self.resolved.distrust();
+        self.heard.send_replace(false);
+        crate::metrics::metrics().listening.set(0);
     }
 
     /// Something deciding who may message whom changed, here or on another replica.

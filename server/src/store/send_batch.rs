@@ -16,10 +16,12 @@ use deadpool_postgres::Pool;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::error::Col;
 use crate::domain::ids::EndpointId;
 use crate::domain::{Error, Result, limits, presence};
+use crate::metrics::{Shed, Step, metrics};
 
 /// Sends written together at most: each takes a subtransaction, and Postgres tracks up to 64 per
 /// transaction cheaply.
@@ -69,6 +71,7 @@ struct Job {
     /// The send's recipients, woken here once it is stored.
     to: Vec<EndpointId>,
     done: oneshot::Sender<Result<Written>>,
+    queued: Instant,
 }
 
 pub(super) struct Batcher {
@@ -108,8 +111,11 @@ impl Batcher {
         let (done, answer) = oneshot::channel();
         let lowest = to.iter().min().map_or(0, |id| id.0);
         let queue = &self.queues[lowest.rem_euclid(WRITERS as i64) as usize];
-        queue.try_send(Job { send, to, done }).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => limits::overloaded(),
+        queue.try_send(Job { send, to, done, queued: Instant::now() }).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                metrics().shed(Shed::sends);
+                limits::overloaded()
+            }
             mpsc::error::TrySendError::Closed(_) => Error::Unavailable("the server is stopping".into()),
         })?;
         answer
@@ -140,11 +146,16 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            let m = metrics();
+            m.send_batch_size.observe(jobs.len() as f64);
             match self.write(&jobs).await {
                 Ok(answers) => {
                     let mut woken = Vec::new();
                     for (job, answer) in jobs.into_iter().zip(answers) {
                         if let Ok(Written::Stored { .. }) = &answer {
+                            m.sends.inc();
+                            m.deliveries(Step::delivered, job.to.len() as u64);
+                            m.send_write_seconds.observe(job.queued.elapsed().as_secs_f64());
                             woken.extend(&job.to);
                         }
                         let _ = job.done.send(answer);

@@ -53,6 +53,7 @@ impl SendLimit {
         let before = self.under_way.fetch_add(1, Ordering::AcqRel);
         if before >= limit {
             self.under_way.fetch_sub(1, Ordering::AcqRel);
+            crate::metrics::metrics().shed(crate::metrics::Shed::sends);
             return None;
         }
         Some(Permit(self.clone()))

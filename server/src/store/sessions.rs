@@ -41,6 +41,11 @@ impl SessionCache {
         self.inner.lock().expect("session cache lock poisoned")
     }
 
+    /// Sessions held now.
+    pub fn held(&self) -> usize {
+        self.lock().by_hash.len()
+    }
+
     /// The caller behind a session hash, if known and fresh; otherwise a ticket for caching the read.
     pub fn get(&self, hash: &[u8]) -> Result<Caller, Ticket> {
         let inner = self.lock();

@@ -1,0 +1,103 @@
+//! The ops port as a platform uses it: liveness and readiness probes, gRPC health that follows
+//! readiness, and metrics a collector scrapes.
+
+use std::time::Duration;
+
+use relay_tests::client::Agent;
+use relay_tests::http::{get, sample};
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use relay_tests::{eventually, free_port};
+use tokio_postgres::NoTls;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+async fn with_ops(db: &TestDb) -> (Server, String) {
+    let ops = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with_env(db, free_port(), &[("RELAY_OPS_LISTEN", &ops)]).await;
+    (server, ops)
+}
+
+async fn health(url: &str) -> Option<ServingStatus> {
+    let channel = tonic::transport::Endpoint::from_shared(url.to_owned()).ok()?.connect().await.ok()?;
+    let answer = HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await.ok()?;
+    Some(answer.into_inner().status())
+}
+
+async fn metrics(ops: &str) -> String {
+    let (status, body) = get(ops, "/metrics").await.expect("the ops port answers");
+    assert_eq!(status, 200, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn probes_answer_and_metrics_count_what_happened() {
+    let db = TestDb::new().await;
+    let (server, ops) = with_ops(&db).await;
+    assert_eq!(get(&ops, "/healthz").await, Some((200, "ok\n".to_owned())));
+    assert_eq!(get(&ops, "/readyz").await, Some((200, "ready\n".to_owned())));
+    assert_eq!(get(&ops, "/nope").await.map(|(status, _)| status), Some(404));
+
+    let laptop = server.machine("acme", "laptop");
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let _bob = Agent::hello(&server.url, &laptop, "bob").await.unwrap();
+    alice.send(&["laptop/bob"], "counted").await.unwrap();
+    let missing = alice.send(&["laptop/nobody"], "refused").await.unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+
+    let text = metrics(&ops).await;
+    let count = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+    assert!(count(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="OK"}"#) >= 1.0);
+    assert!(count(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="NOT_FOUND"}"#) >= 1.0);
+    assert!(count(r#"relay_rpc_duration_seconds_count{method="/relay.v1.Relay/Send"}"#) >= 2.0);
+    assert_eq!(count("relay_sends_total"), 1.0);
+    assert_eq!(count(r#"relay_deliveries_total{step="delivered"}"#), 1.0);
+    assert!(count("relay_send_write_duration_seconds_count") >= 1.0);
+    assert!(count("relay_connections") >= 1.0, "the agents' connection is held");
+    assert_eq!(count("relay_db_pool_max"), 8.0, "the pool size the server was given");
+    assert_eq!(count("relay_listen_connected"), 1.0);
+    assert_eq!(count(r#"relay_approvals_waiting{state="pending"}"#), 0.0);
+    assert!(text.contains("# TYPE relay_push_lag_seconds histogram"), "{text}");
+    // A path the server does not serve is counted under one label, whatever the client sends.
+    assert!(!text.contains("NoSuchMethod"));
+}
+
+#[tokio::test]
+async fn readiness_and_grpc_health_follow_the_database() {
+    let db = TestDb::new().await;
+    let (server, ops) = with_ops(&db).await;
+    assert_eq!(health(&server.url).await, Some(ServingStatus::Serving));
+
+    // The database refuses this server: its connections are cut and no new one is let in.
+    // From the cluster's maintenance database: a database cannot refuse the session changing it.
+    let (admin, connection) = tokio_postgres::connect(&db.url.replace(&db.name, "postgres"), NoTls).await.unwrap();
+    tokio::spawn(connection);
+    admin.batch_execute(&format!("alter database {} allow_connections false", db.name)).await.unwrap();
+    admin
+        .execute("select pg_terminate_backend(pid) from pg_stat_activity where datname = $1", &[&db.name])
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "readiness to fail with the database away", || async {
+        let (status, body) = get(&ops, "/readyz").await?;
+        (status == 503).then_some(body)
+    })
+    .await;
+    eventually(Duration::from_secs(20), "gRPC health to say NOT_SERVING", || async {
+        (health(&server.url).await? == ServingStatus::NotServing).then_some(())
+    })
+    .await;
+    assert_eq!(get(&ops, "/healthz").await.map(|(status, _)| status), Some(200), "alive all the same");
+    assert_eq!(sample(&metrics(&ops).await, "relay_listen_connected"), Some(0.0));
+
+    admin.batch_execute(&format!("alter database {} allow_connections true", db.name)).await.unwrap();
+    eventually(Duration::from_secs(30), "readiness to come back with the database", || async {
+        (get(&ops, "/readyz").await? == (200, "ready\n".to_owned())).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(10), "gRPC health to say SERVING again", || async {
+        (health(&server.url).await? == ServingStatus::Serving).then_some(())
+    })
+    .await;
+    assert!(sample(&metrics(&ops).await, "relay_listen_reconnects_total").unwrap() >= 1.0);
+}
