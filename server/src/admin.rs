@@ -36,11 +36,11 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
             eprintln!("{first} and {second} are now contacts");
         }
         AdminCommand::DropContact { first, second } => {
-            let view = store.contact_drop(&first, &second).await?;
+            let view = crate::app::trust::drop_contact(store, &first, &second).await?;
             eprintln!("{first} and {second} are no longer contacts; {} undelivered messages withdrawn", view.withdrawn);
         }
         AdminCommand::AddHuman { account, name } => {
-            let token = store.add_human(&account, &name).await?;
+            let token = crate::app::trust::add_human(store, &account, &name).await?;
             println!("{token}");
             eprintln!("human {name} of {account} added; this token is shown once: it manages the account's contacts");
         }
@@ -49,7 +49,7 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
             eprintln!("{account}/{endpoint} is the operator of {account}'s board");
         }
         AdminCommand::RevokeHuman { account, name } => {
-            store.revoke_human(&account, &name).await?;
+            crate::app::trust::revoke_human(store, &account, &name).await?;
             eprintln!("revoked human {name} of {account}");
         }
     }

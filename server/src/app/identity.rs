@@ -2,7 +2,6 @@
 //! and whom it sees.
 
 use super::{App, optional};
-use crate::domain::caller::Human;
 use crate::domain::endpoint::Endpoint;
 use crate::domain::redact::RedactedText;
 use crate::domain::{Result, limits};
@@ -34,11 +33,6 @@ impl App {
     /// The endpoint a session token names: the sender of everything it sends.
     pub async fn caller(&self, token: &str) -> Result<Caller> {
         self.store.authenticate_session(token).await
-    }
-
-    /// The account's person a human token names.
-    pub async fn person(&self, token: &str) -> Result<Human> {
-        self.store.authenticate_human(token).await
     }
 
     pub async fn hello(&self, machine: &MachineIdentity, claim: Claim<'_>) -> Result<HelloOutcome> {

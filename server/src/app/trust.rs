@@ -5,19 +5,29 @@ use super::App;
 use super::messaging::{Delivered, NewMessage};
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
+use crate::domain::ids::{self, TokenKind};
 use crate::domain::message::Message;
-use crate::domain::redact::RedactedText;
-use crate::domain::trust::{Contact, Hold, Peek, PeekTurn, Peeker};
-use crate::domain::{Error, Result};
-use crate::store::identity::Caller;
-use crate::store::trust::KeptTurn;
+use crate::domain::names::{NameKind, validate};
+use crate::domain::redact::{RedactedText, redact};
+use crate::domain::trust::{self as rules, Contact, Hold, HoldState, Peek, PeekTurn, Peeker};
+use crate::domain::{EntityKind, Error, Result};
+use crate::store::identity::{Caller, contact_accounts};
+use crate::store::messages::{self, Outgoing, Target};
+use crate::store::trust::{self, KeptTurn};
+use crate::store::{Store, contacts, scope};
 
 /// Longest text kept of one peeked turn.
 const PEEK_TEXT_BYTES: usize = 4096;
 
 impl App {
+    /// Turning peek off deletes what was kept.
     pub async fn set_peek(&self, caller: &Caller, on: bool) -> Result<()> {
-        self.store.set_peek(caller, on).await
+        let db = self.store.client().await?;
+        trust::set_peek_on(&db, caller.endpoint_id, on).await?;
+        if !on {
+            trust::delete_peek_turns(&db, caller.endpoint_id).await?;
+        }
+        Ok(())
     }
 
     /// Keeps the caller's last turns for peek (or adds to them); whether they were kept (peek is on).
@@ -32,7 +42,11 @@ impl App {
                 role: RedactedText::from_agent(&t.role),
             })
             .collect();
-        self.store.put_peek_turns(caller, &turns, append).await
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let stored = trust::keep_peek_turns(&tx, caller.endpoint_id, &turns, append).await?;
+        tx.commit().await?;
+        Ok(stored)
     }
 
     /// Another agent's last turns (3 when `turns` is 0), if it allows peeking and the caller may message it.
@@ -41,23 +55,52 @@ impl App {
             return Err(Error::invalid("peek takes endpoint: whose last turns to see"));
         }
         let turns = if turns == 0 { 3 } else { turns as usize };
-        self.store.peek(caller, endpoint, turns).await
+        let db = self.store.client().await?;
+        let (target, address) = scope::messageable(&db, caller, endpoint).await?;
+        let kept = trust::peek_state(&db, target).await?;
+        if !kept.peek_on {
+            return Err(Error::PermissionDenied(format!(
+                "{address} does not allow peeking (relay_set_peek turns it on)"
+            )));
+        }
+        let shown = rules::last_turns(&kept.turns, turns);
+        trust::insert_peek(&db, target, &caller.address(), shown.len()).await?;
+        Ok(Peek { endpoint: address, turns: shown, updated_at: kept.updated_at })
     }
 
+    /// Who peeked at the caller, newest first.
     pub async fn peekers(&self, caller: &Caller) -> Result<Vec<Peeker>> {
-        self.store.peekers(caller).await
+        trust::peekers(&self.store.client().await?, caller.endpoint_id).await
     }
 
-    /// Requests waiting for the caller's reply that it can still answer.
+    /// Asks to the caller that require a reply it has not given yet, and that it can still answer:
+    /// an asker whose machine was revoked, or whose account is out of reach (a contact dropped), can
+    /// never get the reply. An ended asker can.
     pub async fn pending_replies(&self, caller: &Caller) -> Result<Vec<Message>> {
-        self.store.pending_replies(caller).await
+        let db = self.store.client().await?;
+        let mut reach = contact_accounts(&db, caller.account_id).await?;
+        reach.push(caller.account_id);
+        trust::unanswered_asks(&db, caller.endpoint_id, &reach).await
     }
 
     // ---- an account's person -----------------------------------------------------------------
 
+    /// The account's person a human token names.
+    pub async fn person(&self, token: &str) -> Result<Human> {
+        ids::check_token(TokenKind::Human, token)?;
+        let db = self.store.client().await?;
+        let (person, revoked) = contacts::human_by_token(&db, &ids::token_hash(token))
+            .await?
+            .ok_or_else(|| Error::Unauthenticated("unknown human token".into()))?;
+        if revoked {
+            return Err(Error::Unauthenticated("this human token was revoked".into()));
+        }
+        Ok(person)
+    }
+
     /// The human inbox `me`, as the sender and recipient a person's commands act for.
     async fn me(&self, person: &Human) -> Result<Caller> {
-        self.store.human_caller(person).await
+        trust::human_caller(&self.store.client().await?, person.account_id).await
     }
 
     pub async fn human_inbox(&self, person: &Human, wait_s: u32, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
@@ -86,46 +129,172 @@ impl App {
     }
 
     pub async fn holds(&self, person: &Human, all: bool) -> Result<Vec<Hold>> {
-        self.store.holds(person, all).await
+        trust::holds_on(&self.store.client().await?, person, all).await
     }
 
-    /// Releases a held message to its recipients, or rejects it with a reason its sender reads.
+    /// Releases a held message to its recipients (delivers it), or rejects it with a reason its
+    /// sender reads; either way the sender hears the outcome from the human.
     pub async fn decide_hold(&self, person: &Human, id: &str, release: bool, reason: &str) -> Result<Hold> {
-        let view = self.store.decide_hold(person, id, release, &RedactedText::from_agent(reason)).await?;
+        let reason = RedactedText::from_agent(reason);
+        let reason = reason.as_str().trim();
+        let mut db = self.store.client().await?;
+        let me = trust::human_caller(&db, person.account_id).await?;
+        let tx = db.transaction().await?;
+        let held = trust::lock_hold(&tx, person.account_id, id.trim()).await?.ok_or_else(|| {
+            Error::not_found(EntityKind::Hold, format!("no hold {id} in your account: holds lists them"))
+        })?;
+        rules::check_decision(id, held.state, release, reason)?;
+        // The recipients' inboxes and the sender's (it gets the notice), all before writing any.
+        messages::lock_inboxes(&tx, held.recipients.iter().copied().chain([held.sender_id]).collect()).await?;
+        if release {
+            let targets = trust::still_reachable(&tx, held.sender_id, &held.message_id, &held.recipients).await?;
+            messages::deliver(&tx, &held.message_id, &targets).await?;
+        }
+        let decided = if release { HoldState::Released } else { HoldState::Rejected };
+        trust::set_decision(&tx, id.trim(), decided, reason, &person.name).await?;
+        let body = redact(&rules::decision_notice(&held.message_id, release, reason)).text;
+        let notice = Outgoing {
+            to: &[],
+            body: &body,
+            thread: None,
+            kind: Kind::Message,
+            client_id: None,
+            private: false,
+            require_reply: false,
+        };
+        let target = [Target { id: held.sender_id, address: held.sender, account_id: person.account_id }];
+        messages::store_message(&tx, &me, &target, &notice, None).await?;
+        let view = trust::holds_on(&tx, person, true).await?.into_iter().find(|h| h.id == id.trim());
+        tx.commit().await?;
+        let view = view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))?;
         tracing::info!(account = %person.account, hold = %view.id, state = %view.state, "hold decided");
         Ok(view)
     }
 
     /// Turns holding a class of messages on or off; the classes held now.
     pub async fn hold_policy(&self, person: &Human, class: &str, on: bool) -> Result<Vec<String>> {
-        self.store.hold_policy(person, class.trim(), on).await
+        let class = class.trim();
+        rules::check_hold_class(class)?;
+        let classes = trust::set_hold_class(&self.store.client().await?, person.account_id, class, on).await?;
+        self.store.scope_changed();
+        Ok(classes)
     }
 
+    /// Asks for a contact; when the other account already asked for one, the contact is made.
     pub async fn contact_request(&self, person: &Human, account: &str) -> Result<Contact> {
-        let view = self.store.contact_request(person, account.trim()).await?;
+        let other = account.trim();
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let other_id = contacts::account_id(&tx, other).await?;
+        if other_id == person.account_id {
+            return Err(Error::invalid("an account cannot be its own contact"));
+        }
+        // Two humans asking each other at once must meet: lock both accounts in id order first.
+        contacts::lock_accounts(&tx, person.account_id, other_id).await?;
+        let state = if contact_accounts(&tx, person.account_id).await?.contains(&other_id) {
+            "contact"
+        } else if contacts::requested(&tx, other_id, person.account_id).await? {
+            contacts::make_contact(&tx, person.account_id, other_id).await?;
+            "contact"
+        } else {
+            contacts::insert_request(&tx, person.account_id, other_id).await?;
+            "requested"
+        };
+        tx.commit().await?;
+        self.store.scope_changed();
+        let view = Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 };
         tracing::info!(account = %person.account, other = %view.account, state = %view.state, "contact request");
         Ok(view)
     }
 
     pub async fn contact_accept(&self, person: &Human, account: &str) -> Result<Contact> {
-        self.store.contact_accept(person, account.trim()).await
+        let other = account.trim();
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let other_id = contacts::account_id(&tx, other).await?;
+        if !contact_accounts(&tx, person.account_id).await?.contains(&other_id) {
+            if !contacts::requested(&tx, other_id, person.account_id).await? {
+                return Err(Error::not_found(
+                    EntityKind::Contact,
+                    format!("{other} has not asked {} for a contact: use contact request to ask it", person.account),
+                ));
+            }
+            contacts::make_contact(&tx, person.account_id, other_id).await?;
+        }
+        tx.commit().await?;
+        self.store.scope_changed();
+        Ok(Contact { account: other.to_owned(), state: "contact".to_owned(), withdrawn: 0 })
     }
 
     pub async fn contact_list(&self, person: &Human) -> Result<Vec<Contact>> {
-        self.store.contact_list(person).await
+        contacts::list_contacts(&self.store.client().await?, person.account_id).await
     }
 
     /// Allows or forbids private data across a contact.
     pub async fn contact_private(&self, person: &Human, account: &str, allow: bool) -> Result<Contact> {
-        self.store.contact_private(person, account.trim(), allow).await?;
+        let other = account.trim();
+        let updated = trust::set_private_ok(&self.store.client().await?, person.account_id, other, allow).await?;
+        if updated == 0 {
+            return Err(Error::not_found(
+                EntityKind::Contact,
+                format!("{} and {other} are not contacts", person.account),
+            ));
+        }
+        self.store.scope_changed();
         let state = if allow { "contact, private data allowed" } else { "contact, no private data" };
-        Ok(Contact { account: account.trim().to_owned(), state: state.to_owned(), withdrawn: 0 })
+        Ok(Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 })
     }
 
     /// Ends a contact: reach is cut at once and what no agent has seen yet is withdrawn.
     pub async fn contact_drop(&self, person: &Human, account: &str) -> Result<Contact> {
-        let view = self.store.contact_drop(&person.account, account.trim()).await?;
+        let view = drop_contact(&self.store, &person.account, account.trim()).await?;
         tracing::info!(account = %person.account, other = %view.account, withdrawn = view.withdrawn, "contact dropped");
         Ok(view)
     }
+}
+
+// ---- the operator's commands (`relay-server admin`), which hold a store but no server ------------
+
+/// Ends a contact (or a request) between two accounts. Reach is cut at once: deliveries between
+/// them that no agent has seen yet are withdrawn, and their senders can see why.
+pub async fn drop_contact(store: &Store, account: &str, other: &str) -> Result<Contact> {
+    let mut db = store.client().await?;
+    let tx = db.transaction().await?;
+    let (me, other_id) = (contacts::account_id(&tx, account).await?, contacts::account_id(&tx, other).await?);
+    // Inboxes first, before the contact and the deliveries: the order a send's batch takes them.
+    contacts::lock_inboxes_between(&tx, me, other_id).await?;
+    let dropped = contacts::delete_contact(&tx, me, other_id).await?;
+    let requests = contacts::delete_requests(&tx, me, other_id).await?;
+    if dropped + requests == 0 {
+        return Err(Error::not_found(EntityKind::Contact, format!("{account} and {other} are not contacts")));
+    }
+    // Held messages between the two can no longer be released.
+    let held = format!("the contact between {account} and {other} was dropped");
+    contacts::reject_holds_between(&tx, me, other_id, &held).await?;
+    let reason = format!("withdrawn: the contact between {account} and {other} was dropped before it was seen");
+    let withdrawn = contacts::withdraw_between(&tx, me, other_id, &reason).await?;
+    tx.commit().await?;
+    store.scope_changed();
+    Ok(Contact { account: other.to_owned(), state: "none".to_owned(), withdrawn: withdrawn as u32 })
+}
+
+/// Issues a human credential for an account; the token is shown only now.
+pub async fn add_human(store: &Store, account: &str, name: &str) -> Result<String> {
+    validate(NameKind::Handle, name).map_err(|_| Error::invalid(format!("invalid human name {name:?}")))?;
+    let db = store.client().await?;
+    let account_id = contacts::account_id(&db, account).await?;
+    let token = ids::new_token(TokenKind::Human);
+    if !contacts::insert_human(&db, account_id, name, &ids::token_hash(&token)).await? {
+        return Err(Error::AlreadyExists(format!("human {name} of {account} already exists")));
+    }
+    Ok(token)
+}
+
+pub async fn revoke_human(store: &Store, account: &str, name: &str) -> Result<()> {
+    let db = store.client().await?;
+    let account_id = contacts::account_id(&db, account).await?;
+    if contacts::revoke_human(&db, account_id, name).await? == 0 {
+        return Err(Error::not_found(EntityKind::Human, format!("no human {name} of {account}")));
+    }
+    Ok(())
 }

@@ -1,8 +1,14 @@
-//! What the trust features report: holds, peeks, permission requests and contacts.
+//! What the trust features report (holds, peeks, permission requests and contacts) and their rules.
 
 use std::fmt;
 
+use super::ids::EndpointId;
 use super::{Error, Result};
+
+/// Hold classes an account can turn on.
+pub const HOLD_CLASSES: [&str; 2] = ["private-outbound", "contact"];
+/// Most turns a peek keeps and returns.
+pub const MAX_PEEK_TURNS: usize = 10;
 
 /// Where a held message stands, as `holds.state` stores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +93,48 @@ pub struct Hold {
     pub message_id: String,
 }
 
+/// A held message as its human decides on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldMessage {
+    pub message_id: String,
+    pub recipients: Vec<EndpointId>,
+    pub state: HoldState,
+    pub sender_id: EndpointId,
+    pub sender: String,
+}
+
+/// Refuses a hold class an account cannot turn on.
+pub fn check_hold_class(class: &str) -> Result<()> {
+    if !HOLD_CLASSES.contains(&class) {
+        return Err(Error::invalid(format!("unknown hold class {class:?}: use {}", HOLD_CLASSES.join(" or "))));
+    }
+    Ok(())
+}
+
+/// A hold is decided once; a rejection needs a reason, since the sender reads it.
+pub fn check_decision(id: &str, state: HoldState, release: bool, reason: &str) -> Result<()> {
+    if state != HoldState::Pending {
+        return Err(Error::FailedPrecondition(format!("hold {id} was already {state}")));
+    }
+    if !release && reason.trim().is_empty() {
+        return Err(Error::invalid("rejecting a hold needs a reason: the sender reads it"));
+    }
+    Ok(())
+}
+
+/// What the sender of a held message is told of the human's decision.
+pub fn decision_notice(message_id: &str, release: bool, reason: &str) -> String {
+    let short = &message_id[..8];
+    if release {
+        format!("Your held message {short} was released by your account's human and delivered.")
+    } else {
+        format!(
+            "Your held message {short} was rejected by your account's human and delivered to nobody: {}",
+            reason.trim()
+        )
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeekTurn {
     pub role: String,
@@ -99,6 +147,21 @@ pub struct Peek {
     pub endpoint: String,
     pub turns: Vec<PeekTurn>,
     pub updated_at: String,
+}
+
+/// What an endpoint keeps for peeking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeekState {
+    pub peek_on: bool,
+    /// Oldest first.
+    pub turns: Vec<PeekTurn>,
+    /// When the turns were kept; empty when none are.
+    pub updated_at: String,
+}
+
+/// The last `n` turns, at least 1 and at most [`MAX_PEEK_TURNS`].
+pub fn last_turns(turns: &[PeekTurn], n: usize) -> Vec<PeekTurn> {
+    turns[turns.len().saturating_sub(n.clamp(1, MAX_PEEK_TURNS))..].to_vec()
 }
 
 /// Who peeked, when, at how many turns.
@@ -150,6 +213,28 @@ mod tests {
         }
         assert_eq!(HoldState::Pending.as_db(), "pending");
         assert!(HoldState::from_db("Pending").is_err() && HoldState::from_db("").is_err());
+    }
+
+    #[test]
+    fn hold_decisions_are_checked() {
+        assert!(check_hold_class("contact").is_ok() && check_hold_class("private-outbound").is_ok());
+        assert!(check_hold_class("Contact").is_err());
+        assert!(check_decision("h1", HoldState::Pending, true, "").is_ok());
+        assert!(check_decision("h1", HoldState::Pending, false, "spam").is_ok());
+        assert!(matches!(check_decision("h1", HoldState::Pending, false, " "), Err(Error::Invalid(_))));
+        assert!(matches!(check_decision("h1", HoldState::Released, true, ""), Err(Error::FailedPrecondition(_))));
+        let notice = decision_notice("0123456789abcdef", false, " spam ");
+        assert!(notice.contains("message 01234567 was") && notice.ends_with("nobody: spam"), "{notice}");
+    }
+
+    #[test]
+    fn peeks_show_the_last_turns() {
+        let turns: Vec<PeekTurn> = (0..12).map(|i| PeekTurn { text: i.to_string(), ..PeekTurn::default() }).collect();
+        let texts = |shown: Vec<PeekTurn>| shown.into_iter().map(|t| t.text).collect::<Vec<_>>().join(",");
+        assert_eq!(texts(last_turns(&turns, 3)), "9,10,11");
+        assert_eq!(texts(last_turns(&turns, 0)), "11");
+        assert_eq!(last_turns(&turns, 50).len(), MAX_PEEK_TURNS);
+        assert!(last_turns(&[], 3).is_empty());
     }
 
     #[test]

@@ -201,7 +201,7 @@ async fn resolve_in_reach(
 }
 
 /// An endpoint the caller may message right now, by the address it wrote.
-pub(super) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(EndpointId, String)> {
+pub(crate) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &str) -> Result<(EndpointId, String)> {
     let contacts = super::identity::contact_accounts(c, caller.account_id).await?;
     let (id, address) = resolve_in_reach(c, caller, &contacts, raw).await?;
     let verdicts = decide_many(c, caller, &contacts, &[id]).await?;
