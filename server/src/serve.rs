@@ -169,8 +169,8 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let scheduler = crate::scheduler::start(store.clone(), shutdown.clone());
     let app = App::new(store, hub, shutdown.clone());
+    let scheduler = crate::scheduler::start(app.clone(), shutdown.clone());
     let human = HumanServer::new(HumanService::new(app.clone()));
     let worker = WorkerServer::new(WorkerService::new(app.clone()));
     let relay = RelayServer::new(RelayService::new(app.clone()));
