@@ -45,7 +45,8 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
             eprintln!("human {name} of {account} added; this token is shown once: it manages the account's contacts");
         }
         AdminCommand::SetOperator { account, endpoint } => {
-            store.set_operator(&account, &endpoint).await?;
+            crate::domain::board::operator_endpoint(&endpoint)?;
+            crate::store::board::set_operator(&store.client().await?, &account, &endpoint).await?;
             eprintln!("{account}/{endpoint} is the operator of {account}'s board");
         }
         AdminCommand::RevokeHuman { account, name } => {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::store::Store;
+use crate::app::App;
 
 /// How often a replica looks; `RELAY_SCHEDULER_TICK_MS` changes it (tests run it fast).
 fn tick() -> Duration {
@@ -14,7 +14,7 @@ fn tick() -> Duration {
     Duration::from_millis(ms.clamp(10, 60_000))
 }
 
-pub fn start(store: Store, shutdown: CancellationToken) -> JoinHandle<()> {
+pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(tick());
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -23,12 +23,12 @@ pub fn start(store: Store, shutdown: CancellationToken) -> JoinHandle<()> {
                 _ = every.tick() => {}
                 () = shutdown.cancelled() => return,
             }
-            match store.fire_due_schedules().await {
+            match app.fire_due_schedules().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(runs = n, "scheduled runs posted"),
                 Err(e) => tracing::warn!(error = %e, "schedule round failed"),
             }
-            match store.expire_leases().await {
+            match app.expire_leases().await {
                 Ok(0) => {}
                 Ok(n) => tracing::warn!(cards = n, "worker leases expired; cards back in To do"),
                 Err(e) => tracing::warn!(error = %e, "lease round failed"),

@@ -172,7 +172,6 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let scheduler = crate::scheduler::start(store.clone(), shutdown.clone());
     let app = App::new(store, hub, shutdown.clone());
     let ops = ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
@@ -180,6 +179,7 @@ pub async fn serve_with(
         }
         crate::protocol::ops::serve(listener, app.clone(), shutdown.clone())
     });
+    let scheduler = crate::scheduler::start(app.clone(), shutdown.clone());
     let human = HumanServer::new(HumanService::new(app.clone()));
     let worker = WorkerServer::new(WorkerService::new(app.clone()));
     let relay = RelayServer::new(RelayService::new(app.clone()));

@@ -2,13 +2,18 @@
 //! leases, releases, cleanups). Card text is redacted before it is stored; schedules are parsed in
 //! the poster's zone.
 
+use chrono::{SecondsFormat, Utc};
+use deadpool_postgres::GenericClient;
+
 use super::{App, optional};
-use crate::domain::Result;
-use crate::domain::board::{Cleanup, Job, Repo};
+use crate::domain::board::{self as rules, Cause, Cleanup, Column, Event, Job, Repo, hold_reason};
+use crate::domain::ids::{self, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
-use crate::store::board::{JobEdit, NewJob};
+use crate::domain::{EntityKind, Error, Result};
+use crate::store::board::{self, NewJob};
 use crate::store::identity::{Caller, MachineIdentity};
+use crate::store::notices::notify_board;
 
 /// A schedule as a card carries it: absent when the expression is empty; read in `zone` (UTC when empty).
 fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
@@ -16,6 +21,21 @@ fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
         return Ok(None);
     }
     Schedule::parse(expr, if zone.trim().is_empty() { "UTC" } else { zone.trim() }).map(Some)
+}
+
+/// The worker lease; `RELAY_LEASE_S` shortens it (tests of lost workers).
+fn lease_s() -> f64 {
+    std::env::var("RELAY_LEASE_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| *s >= 1.0)
+        .unwrap_or(rules::LEASE_S)
+}
+
+/// Refuses a caller that is not the account's operator endpoint.
+pub(super) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
+    let operator = board::operator(c, caller.account_id).await?;
+    rules::check_operator(operator.as_deref(), &caller.account, &format!("{}/{}", caller.machine, caller.handle))
 }
 
 /// A card to post, as the agent wrote it.
@@ -47,68 +67,185 @@ impl App {
     pub async fn post_job(&self, caller: &Caller, post: Post<'_>) -> Result<Job> {
         let schedule = schedule(post.schedule, post.time_zone)?;
         let (title, detail) = (RedactedText::from_agent(post.title), RedactedText::from_agent(post.detail));
-        let new = NewJob {
-            title: &title,
-            detail: &detail,
-            repo: post.repo,
-            schedule,
-            agent: optional(post.agent),
-            requires_pr: post.requires_pr,
-            cwd: post.cwd,
+        let title = rules::title(title.as_str())?;
+        let detail = detail.as_str();
+        rules::detail(detail)?;
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let repo_id = board::resolve_repo(&tx, caller, post.repo, post.cwd).await?;
+        let agent = match optional(post.agent).filter(|a| !a.trim().is_empty()) {
+            Some(a) => rules::agent(a)?,
+            None => rules::agent(&board::harness(&tx, caller.endpoint_id).await?).unwrap_or("claude"),
         };
-        let job = self.store.post_job(caller, new).await?;
+        let id = rules::new_card_id();
+        let schedule = match &schedule {
+            Some(s) => Some((s, s.next_after(Utc::now())?)),
+            None => None,
+        };
+        let posted_by = caller.address();
+        let new = NewJob {
+            id: &id,
+            account_id: caller.account_id,
+            repo_id,
+            title,
+            detail,
+            agent,
+            requires_pr: post.requires_pr.unwrap_or(schedule.is_none()),
+            schedule,
+            posted_by: &posted_by,
+        };
+        board::insert_job(&tx, &new).await?;
+        let job = board::job(&tx, caller.account_id, &id).await?;
+        tx.commit().await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card posted");
         Ok(job)
     }
 
     /// Cards of one column (or all but the archive), of one repository or all; and how many are archived.
     pub async fn list_jobs(&self, caller: &Caller, state: &str, repo: &str, cwd: &str) -> Result<(Vec<Job>, u32)> {
-        self.store.list_jobs(caller, state, repo, cwd).await
+        let db = self.store.client().await?;
+        let column = if state.trim().is_empty() { None } else { Some(Column::parse(state)?) };
+        let repo_id =
+            if repo.trim().is_empty() { None } else { Some(board::resolve_repo(&db, caller, repo, cwd).await?) };
+        let jobs = board::list(&db, caller.account_id, column, repo_id).await?;
+        let archived = if column.is_none() { board::archived(&db, caller.account_id, repo_id).await? } else { 0 };
+        Ok((jobs, archived))
     }
 
     pub async fn read_job(&self, caller: &Caller, id: &str) -> Result<Job> {
-        self.store.read_job(caller, id).await
+        let db = self.store.client().await?;
+        board::job(&db, caller.account_id, id).await
     }
 
+    /// Replaces the given fields of a card still in To do.
     pub async fn edit_job(&self, caller: &Caller, id: &str, edit: Edit<'_>) -> Result<Job> {
         let schedule = edit.schedule.map(|expr| schedule(expr, edit.time_zone)).transpose()?;
         let (title, detail) = (edit.title.map(RedactedText::from_agent), edit.detail.map(RedactedText::from_agent));
-        let change = JobEdit {
-            title: title.as_ref(),
-            detail: detail.as_ref(),
-            repo: edit.repo,
-            schedule,
-            requires_pr: edit.requires_pr,
-            cwd: edit.cwd,
-        };
-        self.store.edit_job(caller, id, change).await
+        let id = id.trim();
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        rules::check_editable(board::lock_card(&tx, caller.account_id, id).await?)?;
+        let mut changed = Vec::new();
+        if let Some(title) = &title {
+            board::set_title(&tx, id, rules::title(title.as_str())?).await?;
+            changed.push("title");
+        }
+        if let Some(detail) = &detail {
+            let detail = detail.as_str();
+            rules::detail(detail)?;
+            board::set_detail(&tx, id, detail).await?;
+            changed.push("detail");
+        }
+        if let Some(repo) = edit.repo {
+            let repo_id = board::resolve_repo(&tx, caller, repo, edit.cwd).await?;
+            board::set_repo(&tx, id, repo_id).await?;
+            changed.push("repo");
+        }
+        if let Some(schedule) = &schedule {
+            let schedule = match schedule {
+                Some(s) => Some((s, s.next_after(Utc::now())?)),
+                None => None,
+            };
+            board::set_schedule(&tx, id, schedule).await?;
+            changed.push("schedule");
+        }
+        if let Some(requires_pr) = edit.requires_pr {
+            board::set_requires_pr(&tx, id, requires_pr).await?;
+            changed.push("requires_pr");
+        }
+        if changed.is_empty() {
+            return Err(Error::invalid("nothing to change: pass title, detail, repo, schedule or requires_pr"));
+        }
+        board::mark_edited(&tx, id, &caller.address()).await?;
+        let mut job = board::job(&tx, caller.account_id, id).await?;
+        tx.commit().await?;
+        job.changed = changed.into_iter().map(str::to_owned).collect();
+        Ok(job)
     }
 
-    /// A dispatched agent reports its card done: to Review.
+    /// A dispatched agent reports its card done: to Review with the pull request or the summary.
     pub async fn finish_job(&self, caller: &Caller, job_token: &str, pr_url: &str, summary: &str) -> Result<Job> {
         let (pr_url, summary) = (RedactedText::from_agent(pr_url), RedactedText::from_agent(summary));
-        let job = self.store.finish_job(caller, job_token, &pr_url, &summary).await?;
+        if job_token.is_empty() {
+            return Err(Error::FailedPrecondition(
+                "finish_job is for an agent the board dispatched, and this session has no card".into(),
+            ));
+        }
+        ids::check_token(TokenKind::JobToken, job_token)?;
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let card =
+            board::lock_dispatched(&tx, caller.account_id, &ids::token_hash(job_token)).await?.ok_or_else(|| {
+                Error::FailedPrecondition("the card this agent was dispatched for is no longer its to finish".into())
+            })?;
+        let summary = summary.as_str().trim();
+        let pr = rules::finished(card.column, card.requires_pr, pr_url.as_str().trim(), summary)?;
+        board::set_review(&tx, &card.id, pr, summary).await?;
+        let review = Event::Review { pr_url: pr, summary: (!summary.is_empty()).then_some(summary) };
+        notify_board(&tx, caller.account_id, &card.id, review, Some(caller.endpoint_id), self.store.max_unread())
+            .await?;
+        let job = board::job(&tx, caller.account_id, &card.id).await?;
+        tx.commit().await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
         Ok(job)
     }
 
     /// The operator accepts a card in Review (Done) or sends it back to To do with a note.
     pub async fn close_job(&self, caller: &Caller, id: &str, accept: bool, note: &str) -> Result<Job> {
-        self.store.close_job(caller, id, accept, &RedactedText::from_agent(note)).await
+        let note = RedactedText::from_agent(note);
+        let id = id.trim();
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        is_operator(&tx, caller).await?;
+        rules::check_closable(board::lock_card(&tx, caller.account_id, id).await?)?;
+        let by = caller.address();
+        let event = if accept {
+            board::set_done(&tx, id).await?;
+            Event::Done { by: &by }
+        } else {
+            let note = rules::review_note(note.as_str())?;
+            board::send_back(&tx, id, &rules::review_note_detail(&by, note)).await?;
+            Event::SentBack { by: &by, note }
+        };
+        notify_board(&tx, caller.account_id, id, event, Some(caller.endpoint_id), self.store.max_unread()).await?;
+        let job = board::job(&tx, caller.account_id, id).await?;
+        tx.commit().await?;
+        Ok(job)
     }
 
-    /// An operator's repository path is agent text like any other: a credential in it is not stored.
+    /// The operator adds a repository of its own machine. Its path is agent text like any other: a
+    /// credential in it is not stored.
     pub async fn add_repo(&self, caller: &Caller, path: &str) -> Result<Repo> {
-        self.store.add_repo(caller, &RedactedText::from_agent(path)).await
+        let path = RedactedText::from_agent(path);
+        let db = self.store.client().await?;
+        is_operator(&db, caller).await?;
+        let machine = MachineIdentity {
+            account_id: caller.account_id,
+            account: caller.account.clone(),
+            machine_id: caller.machine_id,
+            machine: caller.machine.clone(),
+        };
+        add_repo(&db, &machine, path.as_str(), &caller.address()).await
     }
 
     pub async fn register_repo(&self, machine: &MachineIdentity, path: &str) -> Result<Repo> {
-        self.store.register_repo(machine, path).await
+        let db = self.store.client().await?;
+        add_repo(&db, machine, path, &format!("worker on {}", machine.machine)).await
     }
 
-    /// The next card for a machine's worker, with its job token, and worktrees to remove.
+    /// The next card for a machine's worker (the oldest runnable To do card of its repositories),
+    /// with its job token, and the finished cards whose worktrees it should remove.
     pub async fn claim(&self, machine: &MachineIdentity) -> Result<(Option<(Job, String)>, Vec<Cleanup>)> {
-        let (claimed, cleanup) = self.store.claim(machine).await?;
+        let token = ids::new_token(TokenKind::JobToken);
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        board::worker_seen(&tx, machine.machine_id).await?;
+        let claimed = match board::claim_next(&tx, machine.machine_id, lease_s(), &ids::token_hash(&token)).await? {
+            Some(id) => Some((board::job(&tx, machine.account_id, &id).await?, token)),
+            None => None,
+        };
+        let cleanup = board::cleanups(&tx, machine.machine_id).await?;
+        tx.commit().await?;
         if let Some((job, _)) = &claimed {
             tracing::info!(card = %job.id, machine = %machine.machine, attempt = job.attempts, "card claimed");
         }
@@ -125,11 +262,19 @@ impl App {
         branch: &str,
     ) -> Result<(bool, String)> {
         let agent_state = RedactedText::from_agent(agent_state);
-        self.store.renew(machine, job_token, &agent_state, worktree, branch).await
+        ids::check_token(TokenKind::JobToken, job_token)?;
+        let token_hash = ids::token_hash(job_token);
+        let db = self.store.client().await?;
+        board::worker_seen(&db, machine.machine_id).await?;
+        let renewed =
+            board::renew_lease(&db, machine.machine_id, &token_hash, lease_s(), agent_state.as_str(), worktree, branch)
+                .await?;
+        let column = board::column_of_token(&db, &token_hash).await?.unwrap_or(Column::Todo);
+        Ok((renewed, column.name().to_owned()))
     }
 
     /// The card's agent ended; the worker reports what it printed last, redacted like everything
-    /// agents write.
+    /// agents write. A card it left in progress goes back to To do with the error.
     pub async fn release(
         &self,
         machine: &MachineIdentity,
@@ -137,12 +282,96 @@ impl App {
         exit_code: i32,
         error: &str,
     ) -> Result<Job> {
-        let job = self.store.release(machine, job_token, exit_code, &RedactedText::from_agent(error)).await?;
+        let error = RedactedText::from_agent(error);
+        let error = error.as_str();
+        ids::check_token(TokenKind::JobToken, job_token)?;
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let card =
+            board::lock_leased(&tx, machine.machine_id, &ids::token_hash(job_token)).await?.ok_or_else(|| {
+                Error::not_found(EntityKind::Card, "no card holds this job token (its lease may have expired)")
+            })?;
+        let exited = format!("exited with code {exit_code}");
+        if card.column == Column::InProgress {
+            let why = rules::exit_error(card.attempts, exit_code, error);
+            board::return_to_todo(&tx, &card.id, &why, &exited).await?;
+            let event = Event::returned(card.attempts, Cause::Exited { code: exit_code, error });
+            notify_board(&tx, machine.account_id, &card.id, event, None, self.store.max_unread()).await?;
+        } else {
+            board::set_exited(&tx, &card.id, &exited).await?;
+        }
+        let job = board::job(&tx, machine.account_id, &card.id).await?;
+        tx.commit().await?;
         tracing::info!(card = %job.id, state = %job.state, exit_code, "card agent ended");
         Ok(job)
     }
 
     pub async fn cleaned(&self, machine: &MachineIdentity, ids: &[String]) -> Result<()> {
-        self.store.cleaned(machine, ids).await
+        let db = self.store.client().await?;
+        board::mark_cleaned(&db, machine.machine_id, ids).await
     }
+
+    // ---- the scheduler's rounds ----------------------------------------------------------------
+
+    /// Cards whose worker stopped renewing go back to To do with the reason; the board tells the
+    /// operator and the poster. How many went back.
+    pub async fn expire_leases(&self) -> Result<u64> {
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let expired = board::expire_leases(&tx).await?;
+        for lost in &expired {
+            let event = Event::returned(lost.attempts, Cause::LeaseLost { machine: &lost.machine });
+            notify_board(&tx, lost.account_id, &lost.id, event, None, self.store.max_unread()).await?;
+        }
+        tx.commit().await?;
+        Ok(expired.len() as u64)
+    }
+
+    /// Posts a run card for each due schedule, unless its last run is still going or its pull request
+    /// is open. `skip locked` and the move of `next_run_at` in the same transaction make each slot fire
+    /// on one replica only; a schedule late after downtime fires once and moves to its next future slot.
+    pub async fn fire_due_schedules(&self) -> Result<u32> {
+        let cap = self.store.max_unread();
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let due = board::lock_due_schedules(&tx).await?;
+        let mut fired = 0;
+        for schedule in &due {
+            let id = &schedule.id;
+            let next = match Schedule::parse(&schedule.expr, &schedule.zone).and_then(|s| s.next_after(Utc::now())) {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!(card = %id, error = %e, "schedule cannot be evaluated; parked");
+                    board::park_schedule(&tx, id, &e.to_string()).await?;
+                    continue;
+                }
+            };
+            if let Some(reason) = hold_reason(board::last_run(&tx, id).await?) {
+                let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+                board::hold_off(&tx, id, next, &format!("{reason} at {at}")).await?;
+                // Told once when it starts holding off for this reason, not at every slot after.
+                if !schedule.last_skip_reason.starts_with(reason) {
+                    let next = next.to_rfc3339_opts(SecondsFormat::Secs, true);
+                    let held = Event::HeldOff { why: reason, next: &next };
+                    notify_board(&tx, schedule.account_id, id, held, None, cap).await?;
+                }
+                continue;
+            }
+            let run = rules::new_card_id();
+            board::insert_run(&tx, id, &run).await?;
+            board::advance_schedule(&tx, id, next).await?;
+            notify_board(&tx, schedule.account_id, id, Event::Fired { run: &run }, None, cap).await?;
+            fired += 1;
+        }
+        tx.commit().await?;
+        Ok(fired)
+    }
+}
+
+/// Adds a repository of `machine` at `path` (absolute), recorded as added `by`.
+async fn add_repo(c: &impl GenericClient, machine: &MachineIdentity, path: &str, by: &str) -> Result<Repo> {
+    let path = rules::repo_path(path)?;
+    let name = rules::repo_name(&path);
+    board::insert_repo(c, machine, &path, &name, by).await?;
+    Ok(Repo { name, path, machine: machine.machine.clone() })
 }

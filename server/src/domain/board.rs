@@ -1,5 +1,6 @@
 //! Rules of the board: columns, agents, card text, attempts.
 
+use super::ids::AccountId;
 use super::{Error, Result};
 
 pub const MAX_TITLE_CHARS: usize = 200;
@@ -48,7 +49,8 @@ impl Column {
             .ok_or_else(|| Error::Internal(format!("unknown card state {value} in the database")))
     }
 
-    pub fn db(self) -> &'static str {
+    /// Const, so SQL text can spell a column where a partial index needs the literal.
+    pub const fn db(self) -> &'static str {
         match self {
             Self::Todo => "todo",
             Self::InProgress => "in_progress",
@@ -66,6 +68,31 @@ impl Column {
             Self::Done => "done",
         }
     }
+}
+
+/// What a card is, as `jobs.kind` stores it: a job runs once; a schedule posts a job each time it
+/// comes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CardKind {
+    Job,
+    Schedule,
+}
+
+impl CardKind {
+    pub const ALL: [Self; 2] = [Self::Job, Self::Schedule];
+
+    /// Const, so SQL text can spell a kind where a partial index needs the literal.
+    pub const fn db(self) -> &'static str {
+        match self {
+            Self::Job => "job",
+            Self::Schedule => "schedule",
+        }
+    }
+}
+
+/// A new card's id: short enough to say aloud; 10 base-36 characters leave collisions to chance alone.
+pub fn new_card_id() -> String {
+    super::ids::new_message_id()[..10].to_owned()
 }
 
 pub fn title(title: &str) -> Result<&str> {
@@ -106,6 +133,131 @@ pub fn pr_url(url: &str) -> Result<&str> {
         Ok(u)
     } else {
         Err(Error::invalid(format!("pr_url {url:?} is not a URL: pass the pull request's web address")))
+    }
+}
+
+/// A repository path as the board keeps it: absolute, without `..` or a trailing `/`.
+pub fn repo_path(path: &str) -> Result<String> {
+    let p = path.trim();
+    if !p.starts_with('/') || p.contains('\0') || p.split('/').any(|c| c == "..") {
+        return Err(Error::invalid(format!("repository path {path:?} must be absolute")));
+    }
+    Ok(if p.len() > 1 { p.trim_end_matches('/').to_owned() } else { p.to_owned() })
+}
+
+/// A repository folder name as cards show it.
+pub fn repo_name(path: &str) -> String {
+    path.trim_end_matches('/').rsplit('/').next().unwrap_or(path).to_owned()
+}
+
+/// An operator endpoint as an admin names it, `MACHINE/HANDLE`.
+pub fn operator_endpoint(endpoint: &str) -> Result<(&str, &str)> {
+    use super::names::{NameKind, validate};
+    let (machine, handle) = endpoint
+        .split_once('/')
+        .ok_or_else(|| Error::invalid(format!("invalid operator {endpoint:?}: write MACHINE/HANDLE")))?;
+    validate(NameKind::Machine, machine)?;
+    validate(NameKind::Handle, handle)?;
+    Ok((machine, handle))
+}
+
+/// Only the account's operator endpoint (`operator`, as `machine/handle`) reviews cards and adds
+/// repositories; `endpoint` is the caller's `machine/handle` in `account`.
+pub fn check_operator(operator: Option<&str>, account: &str, endpoint: &str) -> Result<()> {
+    match operator {
+        Some(op) if op == endpoint => Ok(()),
+        Some(op) => Err(Error::PermissionDenied(format!(
+            "only the account's operator endpoint ({account}/{op}) may do this"
+        ))),
+        None => Err(Error::PermissionDenied(
+            "this account has no operator endpoint: an admin names one with relay-server admin operator ACCOUNT MACHINE/HANDLE"
+                .into(),
+        )),
+    }
+}
+
+/// Only a card still in To do is edited: once taken, its agent already has the text.
+pub fn check_editable(column: Column) -> Result<()> {
+    if column != Column::Todo {
+        return Err(Error::FailedPrecondition(format!(
+            "only cards still in To do can be edited; this one is in {}: its agent already has the text",
+            column.name()
+        )));
+    }
+    Ok(())
+}
+
+/// What a finishing agent leaves on its card: the pull request (required when the card requires
+/// one), else a summary of what it did. The pull request URL to store, if any.
+pub fn finished<'a>(column: Column, requires_pr: bool, pr: &'a str, summary: &str) -> Result<Option<&'a str>> {
+    if column != Column::InProgress {
+        return Err(Error::FailedPrecondition(format!("the card is in {}, not in progress", column.name())));
+    }
+    let pr = if requires_pr {
+        if pr.is_empty() {
+            return Err(Error::invalid(
+                "this card requires a pull request: open it, then call finish_job with its URL as pr_url",
+            ));
+        }
+        Some(pr_url(pr)?)
+    } else {
+        if summary.is_empty() {
+            return Err(Error::invalid("this card needs no pull request: pass a summary of what you did or found"));
+        }
+        if pr.is_empty() { None } else { Some(pr_url(pr)?) }
+    };
+    detail(summary)?;
+    Ok(pr)
+}
+
+/// Only a card in Review is closed.
+pub fn check_closable(column: Column) -> Result<()> {
+    if column != Column::Review {
+        return Err(Error::FailedPrecondition(format!(
+            "only cards in Review can be closed; this one is in {}",
+            column.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The note a card is sent back with: what the next worker must do differently.
+pub fn review_note(note: &str) -> Result<&str> {
+    let note = note.trim();
+    if note.is_empty() {
+        return Err(Error::invalid("sending a card back needs a note: what the next worker must do differently"));
+    }
+    if note.len() > MAX_NOTE_BYTES {
+        return Err(Error::invalid(format!("note is longer than {MAX_NOTE_BYTES} bytes")));
+    }
+    Ok(note)
+}
+
+/// What a card sent back adds to its detail, for its next attempt.
+pub fn review_note_detail(by: &str, note: &str) -> String {
+    format!("\n\nReview note from {by} for the next attempt:\n{note}")
+}
+
+/// The error a card keeps when its agent exited before finishing, after attempt `attempts`.
+pub fn exit_error(attempts: i32, exit_code: i32, error: &str) -> String {
+    let mut why = if error.trim().is_empty() {
+        format!("attempt {attempts}: the agent exited with code {exit_code} before calling finish_job")
+    } else {
+        format!("attempt {attempts}: {}", error.trim())
+    };
+    if attempts >= MAX_ATTEMPTS {
+        why.push_str(&format!("; gave up after {MAX_ATTEMPTS} attempts: edit the card to try again"));
+    }
+    why
+}
+
+/// Why a due schedule holds off rather than post a run, from its last run's column and whether
+/// that run has a pull request.
+pub fn hold_reason(last_run: Option<(Column, bool)>) -> Option<&'static str> {
+    match last_run {
+        Some((Column::Todo | Column::InProgress, _)) => Some("its last run is still in progress"),
+        Some((Column::Review, true)) => Some("its last run's pull request is still open"),
+        _ => None,
     }
 }
 
@@ -162,6 +314,14 @@ pub enum Event<'a> {
         why: &'a str,
         next: &'a str,
     },
+}
+
+impl<'a> Event<'a> {
+    /// A card left In progress for `cause` after attempt `attempt`: back to To do, or for good
+    /// when it was the last.
+    pub fn returned(attempt: i32, cause: Cause<'a>) -> Self {
+        if attempt >= MAX_ATTEMPTS { Self::Exhausted { cause } } else { Self::Returned { attempt, cause } }
+    }
 }
 
 /// Longest piece of agent-written text a notice quotes.
@@ -281,6 +441,43 @@ pub struct Job {
     pub changed: Vec<String>,
 }
 
+/// A card as its agent's job token finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchedCard {
+    pub id: String,
+    pub column: Column,
+    pub requires_pr: bool,
+}
+
+/// A card as its worker's lease finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasedCard {
+    pub id: String,
+    pub column: Column,
+    /// Attempts made, this one included.
+    pub attempts: i32,
+}
+
+/// A card put back in To do because the worker on `machine` stopped renewing its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostLease {
+    pub id: String,
+    pub account_id: AccountId,
+    pub attempts: i32,
+    pub machine: String,
+}
+
+/// A schedule card whose next run came due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueSchedule {
+    pub id: String,
+    pub expr: String,
+    pub zone: String,
+    pub account_id: AccountId,
+    /// Why it held off last, empty when it did not.
+    pub last_skip_reason: String,
+}
+
 /// A finished card's worktree for its worker to remove.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cleanup {
@@ -388,5 +585,57 @@ mod tests {
         assert!(pr_url("https://forge.example/acme/app/pull/7").is_ok());
         assert!(pr_url("pull 7").is_err() && pr_url("ftp://x").is_err());
         assert_eq!(branch("k3x9"), "relay/k3x9");
+    }
+
+    #[test]
+    fn repository_paths() {
+        assert_eq!(repo_path("/src/app/").unwrap(), "/src/app");
+        assert_eq!(repo_path("/").unwrap(), "/");
+        assert!(repo_path("src/app").is_err() && repo_path("/src/../etc").is_err());
+        assert_eq!(repo_name("/src/app"), "app");
+    }
+
+    #[test]
+    fn only_the_right_column_moves_on() {
+        assert!(check_editable(Column::Todo).is_ok() && check_editable(Column::Review).is_err());
+        assert!(check_closable(Column::Review).is_ok() && check_closable(Column::Done).is_err());
+        let pr = "https://forge.example/acme/app/pull/7";
+        assert_eq!(finished(Column::InProgress, true, pr, "").unwrap(), Some(pr));
+        assert!(finished(Column::InProgress, true, "", "done").is_err());
+        assert_eq!(finished(Column::InProgress, false, "", "nothing to fix").unwrap(), None);
+        assert!(finished(Column::InProgress, false, "", "").is_err());
+        assert!(matches!(finished(Column::Review, true, pr, ""), Err(Error::FailedPrecondition(_))));
+        assert!(review_note("  ").is_err() && review_note(&"n".repeat(MAX_NOTE_BYTES + 1)).is_err());
+        assert_eq!(review_note(" retry with the fix ").unwrap(), "retry with the fix");
+    }
+
+    #[test]
+    fn attempts_run_out() {
+        assert!(matches!(Event::returned(1, Cause::LeaseLost { machine: "ci" }), Event::Returned { attempt: 1, .. }));
+        assert!(matches!(Event::returned(MAX_ATTEMPTS, Cause::LeaseLost { machine: "ci" }), Event::Exhausted { .. }));
+        assert_eq!(exit_error(1, 2, ""), "attempt 1: the agent exited with code 2 before calling finish_job");
+        assert_eq!(
+            exit_error(MAX_ATTEMPTS, 1, " boom "),
+            "attempt 3: boom; gave up after 3 attempts: edit the card to try again"
+        );
+    }
+
+    #[test]
+    fn schedules_hold_off_while_their_last_run_is_open() {
+        assert!(hold_reason(None).is_none());
+        assert!(hold_reason(Some((Column::InProgress, false))).is_some());
+        assert!(hold_reason(Some((Column::Review, true))).is_some());
+        assert!(
+            hold_reason(Some((Column::Review, false))).is_none() && hold_reason(Some((Column::Done, true))).is_none()
+        );
+    }
+
+    #[test]
+    fn operators_are_named_machine_slash_handle() {
+        assert_eq!(operator_endpoint("laptop/alice").unwrap(), ("laptop", "alice"));
+        assert!(operator_endpoint("laptop").is_err() && operator_endpoint("Laptop/alice").is_err());
+        assert!(check_operator(Some("laptop/alice"), "acme", "laptop/alice").is_ok());
+        assert!(matches!(check_operator(Some("laptop/alice"), "acme", "ci/bob"), Err(Error::PermissionDenied(_))));
+        assert!(matches!(check_operator(None, "acme", "laptop/alice"), Err(Error::PermissionDenied(_))));
     }
 }

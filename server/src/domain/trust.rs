@@ -81,6 +81,51 @@ impl fmt::Display for ApprovalState {
     }
 }
 
+/// Longest piece of a tool's input a permission request keeps and quotes.
+const EXCERPT_CHARS: usize = 600;
+
+/// A tool's input as a permission request keeps it: cut short.
+pub fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// A decision as the operator (`human` false) or the human spells it. Only the operator can hand
+/// a request on to the human (`owner`).
+pub fn decision(decision: &str, human: bool) -> Result<ApprovalState> {
+    match (decision.trim(), human) {
+        ("allow", _) => Ok(ApprovalState::Allow),
+        ("deny", _) => Ok(ApprovalState::Deny),
+        ("owner", false) => Ok(ApprovalState::Escalated),
+        _ => Err(Error::invalid(if human {
+            "decision must be allow or deny"
+        } else {
+            "decision must be allow, deny or owner"
+        })),
+    }
+}
+
+/// The question put to the operator: `requester`, working card `job_id` titled `title`, asks to
+/// use `tool` with `input`.
+pub fn approval_question(id: &str, requester: &str, job_id: &str, title: &str, tool: &str, input: &str) -> String {
+    format!(
+        "[Approval {id}] {requester} working on card {job_id} (\"{title}\") asks to use {}: {}\nAnswer with answer_permission {{id: \"{id}\", decision: allow | deny | owner}}.",
+        tool.trim(),
+        excerpt(input)
+    )
+}
+
+/// The question put to the account's human when the operator did not answer (or there is none).
+pub fn approval_escalation(id: &str, requester: &str, job_id: &str, tool: &str, input: &str) -> String {
+    format!(
+        "[Approval {id}] {requester} working on card {job_id} asks to use {}: {}\nThe operator has not answered. Answer with agent-bridge human approve {id} allow|deny.",
+        tool.trim(),
+        excerpt(input)
+    )
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hold {
     pub id: String,
@@ -245,5 +290,19 @@ mod tests {
         }
         assert_eq!(ApprovalState::Escalated.as_db(), "escalated");
         assert!(ApprovalState::from_db("owner").is_err() && ApprovalState::from_db("released").is_err());
+    }
+
+    #[test]
+    fn only_the_operator_hands_a_request_on() {
+        assert_eq!(decision(" allow ", true).unwrap(), ApprovalState::Allow);
+        assert_eq!(decision("owner", false).unwrap(), ApprovalState::Escalated);
+        assert_eq!(decision("owner", true).unwrap_err().to_string(), "decision must be allow or deny");
+        assert_eq!(decision("maybe", false).unwrap_err().to_string(), "decision must be allow, deny or owner");
+    }
+
+    #[test]
+    fn long_inputs_are_cut() {
+        assert_eq!(excerpt("ls"), "ls");
+        assert_eq!(excerpt(&"é".repeat(EXCERPT_CHARS + 5)), format!("{}…", "é".repeat(EXCERPT_CHARS)));
     }
 }

@@ -1,41 +1,41 @@
-//! The board in the database: cards, repositories, worker leases and schedule firing.
+//! The board in the database: cards, repositories, worker leases and schedule firing. Free
+//! repository functions on a client or transaction the application layer (`app::board`) holds.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::Store;
 use super::error::Col;
-use super::identity::{Caller, MachineIdentity};
 use crate::domain::board::{
-    self, Cause, Cleanup, Column, Event, Job as JobView, LEASE_S, MAX_ATTEMPTS, Repo as RepoView, WORKER_FRESH_S,
+    CardKind, Cleanup, Column, DispatchedCard, DueSchedule, Job as JobView, LeasedCard, LostLease, MAX_ATTEMPTS,
+    Repo as RepoView, WORKER_FRESH_S, repo_path,
 };
-use crate::domain::ids::{self, AccountId, TokenKind};
-use crate::domain::redact::RedactedText;
+use crate::domain::caller::{Caller, MachineIdentity};
+use crate::domain::ids::{AccountId, EndpointId, MachineId};
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result};
 
-/// A new card post, checked by the caller of [`Store::post_job`].
-pub struct NewJob<'a> {
-    pub title: &'a RedactedText,
-    pub detail: &'a RedactedText,
-    pub repo: &'a str,
-    pub schedule: Option<Schedule>,
-    pub agent: Option<&'a str>,
-    pub requires_pr: Option<bool>,
-    pub cwd: &'a str,
-}
+/// Card columns and kinds as SQL text spells them: literals in the text, where the partial indexes
+/// `jobs_todo`, `jobs_due` and `jobs_leases` (migration 3) need them.
+const TODO: &str = Column::Todo.db();
+pub(super) const IN_PROGRESS: &str = Column::InProgress.db();
+const REVIEW: &str = Column::Review.db();
+const DONE: &str = Column::Done.db();
+const JOB: &str = CardKind::Job.db();
+const SCHEDULE: &str = CardKind::Schedule.db();
 
-/// What an edit changes; `None` leaves a field alone.
-#[derive(Default)]
-pub struct JobEdit<'a> {
-    pub title: Option<&'a RedactedText>,
-    pub detail: Option<&'a RedactedText>,
-    pub repo: Option<&'a str>,
-    /// `Some(None)`: the card runs once.
-    pub schedule: Option<Option<Schedule>>,
-    pub requires_pr: Option<bool>,
-    pub cwd: &'a str,
+/// A new card's row.
+pub(crate) struct NewJob<'a> {
+    pub id: &'a str,
+    pub account_id: AccountId,
+    pub repo_id: i64,
+    pub title: &'a str,
+    pub detail: &'a str,
+    pub agent: &'a str,
+    pub requires_pr: bool,
+    /// A schedule card's schedule and first run; a job has none.
+    pub schedule: Option<(&'a Schedule, DateTime<Utc>)>,
+    pub posted_by: &'a str,
 }
 
 const JOB_COLUMNS: &str = "j.id, j.state, j.kind, j.title, j.detail, j.agent, j.requires_pr, j.schedule, j.time_zone,
@@ -105,618 +105,473 @@ fn job_from_row(row: &Row) -> Result<JobView> {
     })
 }
 
-/// The worker lease; `RELAY_LEASE_S` shortens it (tests of lost workers).
-fn lease_s() -> f64 {
-    std::env::var("RELAY_LEASE_S").ok().and_then(|v| v.parse::<f64>().ok()).filter(|s| *s >= 1.0).unwrap_or(LEASE_S)
-}
-
-fn new_job_id() -> String {
-    // Card ids are short enough to say aloud; 10 base-36 characters leave collisions to chance alone.
-    ids::new_message_id()[..10].to_owned()
-}
-
-/// A repository folder name as cards show it.
-fn repo_name(path: &str) -> String {
-    path.trim_end_matches('/').rsplit('/').next().unwrap_or(path).to_owned()
-}
-
-fn absolute(path: &str) -> Result<String> {
-    let p = path.trim();
-    if !p.starts_with('/') || p.contains('\0') || p.split('/').any(|c| c == "..") {
-        return Err(Error::invalid(format!("repository path {path:?} must be absolute")));
-    }
-    Ok(if p.len() > 1 { p.trim_end_matches('/').to_owned() } else { p.to_owned() })
-}
-
-async fn job(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<JobView> {
+/// The card `id` of the account, as the board shows it.
+pub(crate) async fn job(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<JobView> {
     let sql = format!("select {} from {JOB_JOINS} where j.id = $1 and j.account_id = $2", job_columns());
-    let row = c.query_opt(&sql, &[&id.trim(), &account_id]).await?.ok_or_else(|| {
-        Error::not_found(
-            EntityKind::Card,
-            format!("no card with id {:?} on your account's board: ids come from list_jobs", id.trim()),
-        )
-    })?;
+    let row = c.query_opt(&sql, &[&id.trim(), &account_id]).await?.ok_or_else(|| no_card(id))?;
     job_from_row(&row)
 }
 
-async fn state_of(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<(Column, String)> {
+fn no_card(id: &str) -> Error {
+    Error::not_found(
+        EntityKind::Card,
+        format!("no card with id {:?} on your account's board: ids come from list_jobs", id.trim()),
+    )
+}
+
+/// Locks card `id` of the account (`for update`) and reads its column.
+pub(crate) async fn lock_card(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<Column> {
     let row = c
         .query_opt(
             "select state, kind from jobs where id = $1 and account_id = $2 for update",
             &[&id.trim(), &account_id],
         )
         .await?
-        .ok_or_else(|| {
-            Error::not_found(
-                EntityKind::Card,
-                format!("no card with id {:?} on your account's board: ids come from list_jobs", id.trim()),
-            )
-        })?;
-    Ok((Column::from_db(row.col(0)?)?, row.col(1)?))
+        .ok_or_else(|| no_card(id))?;
+    Column::from_db(row.col(0)?)
 }
 
-impl Store {
-    pub async fn set_operator(&self, account: &str, endpoint: &str) -> Result<()> {
-        let (machine, handle) = endpoint
-            .split_once('/')
-            .ok_or_else(|| Error::invalid(format!("invalid operator {endpoint:?}: write MACHINE/HANDLE")))?;
-        crate::domain::names::validate(crate::domain::names::NameKind::Machine, machine)?;
-        crate::domain::names::validate(crate::domain::names::NameKind::Handle, handle)?;
-        let client = self.client().await?;
-        let updated =
-            client.execute("update accounts set operator = $2 where name = $1", &[&account, &endpoint]).await?;
-        if updated == 0 {
-            return Err(Error::not_found(EntityKind::Account, format!("no account {account}")));
-        }
-        Ok(())
+/// Names the account's operator endpoint (`machine/handle`).
+pub(crate) async fn set_operator(c: &impl GenericClient, account: &str, endpoint: &str) -> Result<()> {
+    let updated = c.execute("update accounts set operator = $2 where name = $1", &[&account, &endpoint]).await?;
+    if updated == 0 {
+        return Err(Error::not_found(EntityKind::Account, format!("no account {account}")));
     }
+    Ok(())
+}
 
-    // ---- cards -------------------------------------------------------------------------------
+/// The account's operator endpoint (`machine/handle`), if it has one.
+pub(crate) async fn operator(c: &impl GenericClient, account_id: AccountId) -> Result<Option<String>> {
+    c.query_one("select operator from accounts where id = $1", &[&account_id]).await?.col(0)
+}
 
-    pub async fn post_job(&self, caller: &Caller, new: NewJob<'_>) -> Result<JobView> {
-        let title = board::title(new.title.as_str())?;
-        let detail = new.detail.as_str();
-        board::detail(detail)?;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let repo = resolve_repo(&tx, caller, new.repo, new.cwd).await?;
-        let agent = match new.agent.filter(|a| !a.trim().is_empty()) {
-            Some(a) => board::agent(a)?,
-            None => {
-                let harness: String = tx
-                    .query_one("select harness from endpoints where id = $1", &[&caller.endpoint_id])
-                    .await?
-                    .col(0)?;
-                board::agent(&harness).unwrap_or("claude")
-            }
-        };
-        let id = new_job_id();
-        let (kind, next, expr, zone) = match &new.schedule {
-            Some(s) => ("schedule", Some(s.next_after(Utc::now())?), Some(s.expr()), Some(s.zone())),
-            None => ("job", None, None, None),
-        };
-        let requires_pr = new.requires_pr.unwrap_or(new.schedule.is_none());
-        tx.execute(
+/// The harness an endpoint runs: the agent its cards get unless they name one.
+pub(crate) async fn harness(c: &impl GenericClient, endpoint_id: EndpointId) -> Result<String> {
+    c.query_one("select harness from endpoints where id = $1", &[&endpoint_id]).await?.col(0)
+}
+
+/// Inserts a new card in To do.
+pub(crate) async fn insert_job(c: &impl GenericClient, new: &NewJob<'_>) -> Result<()> {
+    let (kind, expr, zone, next) = match new.schedule {
+        Some((s, next)) => (SCHEDULE, Some(s.expr()), Some(s.zone()), Some(next)),
+        None => (JOB, None, None, None),
+    };
+    c.execute(
+        &format!(
             "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule, time_zone,
                                next_run_at, posted_by)
-             values ($1, $2, $3, $4, 'todo', $5, $6, $7, $8, $9, $10, $11, $12)",
-            &[&id, &caller.account_id, &repo, &kind, &title, &detail, &agent, &requires_pr, &expr, &zone, &next, &caller.address()],
+             values ($1, $2, $3, $4, '{TODO}', $5, $6, $7, $8, $9, $10, $11, $12)"
+        ),
+        &[
+            &new.id,
+            &new.account_id,
+            &new.repo_id,
+            &kind,
+            &new.title,
+            &new.detail,
+            &new.agent,
+            &new.requires_pr,
+            &expr,
+            &zone,
+            &next,
+            &new.posted_by,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The account's cards of one column (all but Done when `None`), of one repository or all, in
+/// column order and then as posted.
+pub(crate) async fn list(
+    c: &impl GenericClient,
+    account_id: AccountId,
+    column: Option<Column>,
+    repo_id: Option<i64>,
+) -> Result<Vec<JobView>> {
+    let sql = format!(
+        "select {} from {JOB_JOINS}
+         where j.account_id = $1 and ($2::text is null and j.state <> '{DONE}' or j.state = $2)
+           and ($3::bigint is null or j.repo_id = $3)
+         order by case j.state when '{TODO}' then 0 when '{IN_PROGRESS}' then 1 when '{REVIEW}' then 2 else 3 end,
+                  j.posted_at",
+        job_columns()
+    );
+    let state_db = column.map(Column::db);
+    c.query(&sql, &[&account_id, &state_db, &repo_id]).await?.iter().map(job_from_row).collect()
+}
+
+/// How many of the account's cards (of one repository, or all) are Done.
+pub(crate) async fn archived(c: &impl GenericClient, account_id: AccountId, repo_id: Option<i64>) -> Result<u32> {
+    let count: i64 = c
+        .query_one(
+            &format!(
+                "select count(*) from jobs where account_id = $1 and state = '{DONE}' and ($2::bigint is null or repo_id = $2)"
+            ),
+            &[&account_id, &repo_id],
         )
-        .await?;
-        let view = job(&tx, caller.account_id, &id).await?;
-        tx.commit().await?;
-        Ok(view)
-    }
+        .await?
+        .col(0)?;
+    Ok(count as u32)
+}
 
-    pub async fn list_jobs(&self, caller: &Caller, state: &str, repo: &str, cwd: &str) -> Result<(Vec<JobView>, u32)> {
-        let client = self.client().await?;
-        let column = if state.trim().is_empty() { None } else { Some(Column::parse(state)?) };
-        let repo_id = if repo.trim().is_empty() { None } else { Some(resolve_repo(&client, caller, repo, cwd).await?) };
-        let sql = format!(
-            "select {} from {JOB_JOINS}
-             where j.account_id = $1 and ($2::text is null and j.state <> 'done' or j.state = $2)
-               and ($3::bigint is null or j.repo_id = $3)
-             order by case j.state when 'todo' then 0 when 'in_progress' then 1 when 'review' then 2 else 3 end,
-                      j.posted_at",
-            job_columns()
-        );
-        let state_db = column.map(Column::db);
-        let jobs = client
-            .query(&sql, &[&caller.account_id, &state_db, &repo_id])
-            .await?
-            .iter()
-            .map(job_from_row)
-            .collect::<Result<_>>()?;
-        let archived: i64 = if column.is_none() {
-            client
-                .query_one(
-                    "select count(*) from jobs where account_id = $1 and state = 'done' and ($2::bigint is null or repo_id = $2)",
-                    &[&caller.account_id, &repo_id],
-                )
-                .await?
-                .col(0)?
-        } else {
-            0
-        };
-        Ok((jobs, archived as u32))
-    }
+/// Replaces the card's title.
+pub(crate) async fn set_title(c: &impl GenericClient, id: &str, title: &str) -> Result<()> {
+    c.execute("update jobs set title = $2 where id = $1", &[&id, &title]).await?;
+    Ok(())
+}
 
-    pub async fn read_job(&self, caller: &Caller, id: &str) -> Result<JobView> {
-        let client = self.client().await?;
-        job(&client, caller.account_id, id).await
-    }
+/// Replaces the card's detail.
+pub(crate) async fn set_detail(c: &impl GenericClient, id: &str, detail: &str) -> Result<()> {
+    c.execute("update jobs set detail = $2 where id = $1", &[&id, &detail]).await?;
+    Ok(())
+}
 
-    /// Replaces the given fields of a card still in To do.
-    pub async fn edit_job(&self, caller: &Caller, id: &str, edit: JobEdit<'_>) -> Result<JobView> {
-        let id = id.trim();
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let (column, _) = state_of(&tx, caller.account_id, id).await?;
-        if column != Column::Todo {
-            return Err(Error::FailedPrecondition(format!(
-                "only cards still in To do can be edited; this one is in {}: its agent already has the text",
-                column.name()
-            )));
-        }
-        let mut changed = Vec::new();
-        if let Some(title) = edit.title {
-            let title = board::title(title.as_str())?;
-            tx.execute("update jobs set title = $2 where id = $1", &[&id, &title]).await?;
-            changed.push("title");
-        }
-        if let Some(detail) = edit.detail {
-            let detail = detail.as_str();
-            board::detail(detail)?;
-            tx.execute("update jobs set detail = $2 where id = $1", &[&id, &detail]).await?;
-            changed.push("detail");
-        }
-        if let Some(repo) = edit.repo {
-            let repo = resolve_repo(&tx, caller, repo, edit.cwd).await?;
-            tx.execute("update jobs set repo_id = $2 where id = $1", &[&id, &repo]).await?;
-            changed.push("repo");
-        }
-        if let Some(schedule) = edit.schedule {
-            match schedule {
-                Some(s) => {
-                    let next = s.next_after(Utc::now())?;
-                    tx.execute(
-                        "update jobs set kind = 'schedule', schedule = $2, time_zone = $3, next_run_at = $4 where id = $1",
-                        &[&id, &s.expr(), &s.zone(), &next],
-                    )
-                    .await?;
-                }
-                None => {
-                    tx.execute(
-                        "update jobs set kind = 'job', schedule = null, time_zone = null, next_run_at = null where id = $1",
-                        &[&id],
-                    )
-                    .await?;
-                }
-            }
-            changed.push("schedule");
-        }
-        if let Some(requires_pr) = edit.requires_pr {
-            tx.execute("update jobs set requires_pr = $2 where id = $1", &[&id, &requires_pr]).await?;
-            changed.push("requires_pr");
-        }
-        if changed.is_empty() {
-            return Err(Error::invalid("nothing to change: pass title, detail, repo, schedule or requires_pr"));
-        }
-        // An edited card gets a fresh set of attempts.
-        tx.execute(
-            "update jobs set edited_by = $2, edited_at = now(), attempts = 0 where id = $1",
-            &[&id, &caller.address()],
-        )
-        .await?;
-        let mut view = job(&tx, caller.account_id, id).await?;
-        tx.commit().await?;
-        view.changed = changed.into_iter().map(str::to_owned).collect();
-        Ok(view)
-    }
+/// Moves the card to another repository.
+pub(crate) async fn set_repo(c: &impl GenericClient, id: &str, repo_id: i64) -> Result<()> {
+    c.execute("update jobs set repo_id = $2 where id = $1", &[&id, &repo_id]).await?;
+    Ok(())
+}
 
-    /// The card's agent is done: its card moves to Review with the pull request or the summary.
-    pub async fn finish_job(
-        &self,
-        caller: &Caller,
-        token: &str,
-        pr_url: &RedactedText,
-        summary: &RedactedText,
-    ) -> Result<JobView> {
-        if token.is_empty() {
-            return Err(Error::FailedPrecondition(
-                "finish_job is for an agent the board dispatched, and this session has no card".into(),
-            ));
-        }
-        ids::check_token(TokenKind::JobToken, token)?;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let row = tx
-            .query_opt(
-                "select id, state, requires_pr from jobs where job_token_hash = $1 and account_id = $2 for update",
-                &[&ids::token_hash(token), &caller.account_id],
+/// Makes the card a schedule with its next run, or (`None`) a job that runs once.
+pub(crate) async fn set_schedule(
+    c: &impl GenericClient,
+    id: &str,
+    schedule: Option<(&Schedule, DateTime<Utc>)>,
+) -> Result<()> {
+    match schedule {
+        Some((s, next)) => {
+            c.execute(
+                &format!(
+                    "update jobs set kind = '{SCHEDULE}', schedule = $2, time_zone = $3, next_run_at = $4 where id = $1"
+                ),
+                &[&id, &s.expr(), &s.zone(), &next],
             )
-            .await?
-            .ok_or_else(|| {
-                Error::FailedPrecondition("the card this agent was dispatched for is no longer its to finish".into())
-            })?;
-        let (id, state, requires_pr): (String, String, bool) = (row.col(0)?, row.col(1)?, row.col(2)?);
-        let column = Column::from_db(&state)?;
-        if column != Column::InProgress {
-            return Err(Error::FailedPrecondition(format!("the card is in {}, not in progress", column.name())));
+            .await?;
         }
-        let (pr, summary) = (pr_url.as_str().trim(), summary.as_str().trim());
-        let pr = if requires_pr {
-            if pr.is_empty() {
-                return Err(Error::invalid(
-                    "this card requires a pull request: open it, then call finish_job with its URL as pr_url",
-                ));
-            }
-            Some(board::pr_url(pr)?)
-        } else {
-            if summary.is_empty() {
-                return Err(Error::invalid("this card needs no pull request: pass a summary of what you did or found"));
-            }
-            if pr.is_empty() { None } else { Some(board::pr_url(pr)?) }
-        };
-        board::detail(summary)?;
-        tx.execute(
-            "update jobs set state = 'review', pr_url = $2, summary = nullif($3, ''), finished_at = now(),
+        None => {
+            c.execute(
+                &format!(
+                    "update jobs set kind = '{JOB}', schedule = null, time_zone = null, next_run_at = null where id = $1"
+                ),
+                &[&id],
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets whether the card's agent must open a pull request.
+pub(crate) async fn set_requires_pr(c: &impl GenericClient, id: &str, requires_pr: bool) -> Result<()> {
+    c.execute("update jobs set requires_pr = $2 where id = $1", &[&id, &requires_pr]).await?;
+    Ok(())
+}
+
+/// Records who edited the card and gives it a fresh set of attempts.
+pub(crate) async fn mark_edited(c: &impl GenericClient, id: &str, by: &str) -> Result<()> {
+    c.execute("update jobs set edited_by = $2, edited_at = now(), attempts = 0 where id = $1", &[&id, &by]).await?;
+    Ok(())
+}
+
+/// Locks (`for update`) the account's card whose current attempt holds the job token `token_hash`.
+pub(crate) async fn lock_dispatched(
+    c: &impl GenericClient,
+    account_id: AccountId,
+    token_hash: &[u8],
+) -> Result<Option<DispatchedCard>> {
+    c.query_opt(
+        "select id, state, requires_pr from jobs where job_token_hash = $1 and account_id = $2 for update",
+        &[&token_hash, &account_id],
+    )
+    .await?
+    .map(|row| Ok(DispatchedCard { id: row.col(0)?, column: Column::from_db(row.col(1)?)?, requires_pr: row.col(2)? }))
+    .transpose()
+}
+
+/// Moves the card to Review with its pull request or summary; its lease ends.
+pub(crate) async fn set_review(c: &impl GenericClient, id: &str, pr_url: Option<&str>, summary: &str) -> Result<()> {
+    c.execute(
+        &format!(
+            "update jobs set state = '{REVIEW}', pr_url = $2, summary = nullif($3, ''), finished_at = now(),
                              agent_state = 'finished', lease_until = null
-             where id = $1",
-            &[&id, &pr, &summary],
-        )
-        .await?;
-        let review = Event::Review { pr_url: pr, summary: (!summary.is_empty()).then_some(summary) };
-        super::notices::notify_board(&tx, caller.account_id, &id, review, Some(caller.endpoint_id), self.max_unread)
-            .await?;
-        let view = job(&tx, caller.account_id, &id).await?;
-        tx.commit().await?;
-        Ok(view)
-    }
+             where id = $1"
+        ),
+        &[&id, &pr_url, &summary],
+    )
+    .await?;
+    Ok(())
+}
 
-    /// Operator: a card in Review is accepted (Done) or sent back to To do with the note.
-    pub async fn close_job(&self, caller: &Caller, id: &str, accept: bool, note: &RedactedText) -> Result<JobView> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        is_operator(&tx, caller).await?;
-        let (column, _) = state_of(&tx, caller.account_id, id).await?;
-        if column != Column::Review {
-            return Err(Error::FailedPrecondition(format!(
-                "only cards in Review can be closed; this one is in {}",
-                column.name()
-            )));
-        }
-        let by = caller.address();
-        if accept {
-            tx.execute(
-                "update jobs set state = 'done', closed_at = now(), job_token_hash = null where id = $1",
-                &[&id.trim()],
-            )
-            .await?;
-            let done = Event::Done { by: &by };
-            super::notices::notify_board(
-                &tx,
-                caller.account_id,
-                id.trim(),
-                done,
-                Some(caller.endpoint_id),
-                self.max_unread,
-            )
-            .await?;
-        } else {
-            let note = note.as_str().trim();
-            if note.is_empty() {
-                return Err(Error::invalid(
-                    "sending a card back needs a note: what the next worker must do differently",
-                ));
-            }
-            if note.len() > board::MAX_NOTE_BYTES {
-                return Err(Error::invalid(format!("note is longer than {} bytes", board::MAX_NOTE_BYTES)));
-            }
-            let appended = format!("\n\nReview note from {} for the next attempt:\n{note}", caller.address());
-            tx.execute(
-                "update jobs set state = 'todo', detail = detail || $2, closed_at = null, finished_at = null, pr_url = null,
-                                 summary = null, job_token_hash = null, lease_until = null, agent_state = null, attempts = 0
-                 where id = $1",
-                &[&id.trim(), &appended],
-            )
-            .await?;
-            let back = Event::SentBack { by: &by, note };
-            super::notices::notify_board(
-                &tx,
-                caller.account_id,
-                id.trim(),
-                back,
-                Some(caller.endpoint_id),
-                self.max_unread,
-            )
-            .await?;
-        }
-        let view = job(&tx, caller.account_id, id).await?;
-        tx.commit().await?;
-        Ok(view)
-    }
+/// Moves the card to Done; no token can touch it after.
+pub(crate) async fn set_done(c: &impl GenericClient, id: &str) -> Result<()> {
+    c.execute(
+        &format!("update jobs set state = '{DONE}', closed_at = now(), job_token_hash = null where id = $1"),
+        &[&id],
+    )
+    .await?;
+    Ok(())
+}
 
-    /// Operator: a repository of the operator's own machine.
-    pub async fn add_repo(&self, caller: &Caller, path: &RedactedText) -> Result<RepoView> {
-        let client = self.client().await?;
-        is_operator(&client, caller).await?;
-        let identity = MachineIdentity {
-            account_id: caller.account_id,
-            account: caller.account.clone(),
-            machine_id: caller.machine_id,
-            machine: caller.machine.clone(),
-        };
-        insert_repo(&client, &identity, path.as_str(), &caller.address()).await
-    }
+/// Sends the card back to To do with `note` added to its detail and a fresh set of attempts.
+pub(crate) async fn send_back(c: &impl GenericClient, id: &str, note: &str) -> Result<()> {
+    c.execute(
+        &format!(
+            "update jobs set state = '{TODO}', detail = detail || $2, closed_at = null, finished_at = null, pr_url = null,
+                             summary = null, job_token_hash = null, lease_until = null, agent_state = null, attempts = 0
+             where id = $1"
+        ),
+        &[&id, &note],
+    )
+    .await?;
+    Ok(())
+}
 
-    // ---- workers -----------------------------------------------------------------------------
+/// Adds a repository of `machine` (nothing when it is there already). `path` is as
+/// [`repo_path`] keeps it.
+pub(crate) async fn insert_repo(
+    c: &impl GenericClient,
+    machine: &MachineIdentity,
+    path: &str,
+    name: &str,
+    by: &str,
+) -> Result<()> {
+    c.execute(
+        "insert into repos (account_id, machine_id, path, name, added_by) values ($1, $2, $3, $4, $5)
+         on conflict (machine_id, path) do nothing",
+        &[&machine.account_id, &machine.machine_id, &path, &name, &by],
+    )
+    .await?;
+    Ok(())
+}
 
-    pub async fn register_repo(&self, machine: &MachineIdentity, path: &str) -> Result<RepoView> {
-        let client = self.client().await?;
-        insert_repo(&client, machine, path, &format!("worker on {}", machine.machine)).await
-    }
+/// Records that the machine's worker is asking for work now.
+pub(crate) async fn worker_seen(c: &impl GenericClient, machine_id: MachineId) -> Result<()> {
+    c.execute("update machines set worker_seen_at = now() where id = $1", &[&machine_id]).await?;
+    Ok(())
+}
 
-    /// Takes the oldest runnable To do card of this machine's repositories, and lists finished
-    /// cards whose worktrees this machine should remove.
-    pub async fn claim(&self, machine: &MachineIdentity) -> Result<(Option<(JobView, String)>, Vec<Cleanup>)> {
-        let token = ids::new_token(TokenKind::JobToken);
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        tx.execute("update machines set worker_seen_at = now() where id = $1", &[&machine.machine_id]).await?;
-        let claimed = tx
-            .query_opt(
-                "update jobs set state = 'in_progress', lease_machine = $1, lease_until = now() + make_interval(secs => $2),
-                                 job_token_hash = $3, attempts = attempts + 1, started_at = now(), agent_state = 'starting',
-                                 branch = 'relay/' || id
-                 where id = (
-                     select j.id from jobs j join repos r on r.id = j.repo_id
-                     where r.machine_id = $1 and j.kind = 'job' and j.state = 'todo' and j.attempts < $4
-                     order by j.posted_at
-                     for update of j skip locked
-                     limit 1)
-                 returning id",
-                &[&machine.machine_id, &lease_s(), &ids::token_hash(&token), &MAX_ATTEMPTS],
-            )
-            .await?;
-        let claimed = match claimed {
-            Some(row) => Some((job(&tx, machine.account_id, row.col(0)?).await?, token)),
-            None => None,
-        };
-        let cleanup = tx
-            .query(
-                "select j.id, j.worktree, r.path from jobs j join repos r on r.id = j.repo_id
-                 where r.machine_id = $1 and j.state = 'done' and j.worktree is not null and not j.worktree_removed",
-                &[&machine.machine_id],
-            )
-            .await?
-            .iter()
-            .map(|r| Ok(Cleanup { id: r.col(0)?, worktree: r.col(1)?, repo_path: r.col(2)? }))
-            .collect::<Result<_>>()?;
-        tx.commit().await?;
-        Ok((claimed, cleanup))
-    }
+/// Takes the oldest runnable To do card of the machine's repositories for an attempt leased for
+/// `lease_s` under job token `token_hash`; its id. Rows locked by another claim are skipped.
+pub(crate) async fn claim_next(
+    c: &impl GenericClient,
+    machine_id: MachineId,
+    lease_s: f64,
+    token_hash: &[u8],
+) -> Result<Option<String>> {
+    c.query_opt(
+        &format!(
+            "update jobs set state = '{IN_PROGRESS}', lease_machine = $1, lease_until = now() + make_interval(secs => $2),
+                             job_token_hash = $3, attempts = attempts + 1, started_at = now(), agent_state = 'starting',
+                             branch = 'relay/' || id
+             where id = (
+                 select j.id from jobs j join repos r on r.id = j.repo_id
+                 where r.machine_id = $1 and j.kind = '{JOB}' and j.state = '{TODO}' and j.attempts < $4
+                 order by j.posted_at
+                 for update of j skip locked
+                 limit 1)
+             returning id"
+        ),
+        &[&machine_id, &lease_s, &token_hash, &MAX_ATTEMPTS],
+    )
+    .await?
+    .map(|row| row.col(0))
+    .transpose()
+}
 
-    /// Renews the lease; returns whether the card is still in progress and its column.
-    pub async fn renew(
-        &self,
-        machine: &MachineIdentity,
-        token: &str,
-        agent_state: &RedactedText,
-        worktree: &str,
-        branch: &str,
-    ) -> Result<(bool, String)> {
-        ids::check_token(TokenKind::JobToken, token)?;
-        let client = self.client().await?;
-        client.execute("update machines set worker_seen_at = now() where id = $1", &[&machine.machine_id]).await?;
-        let renewed = client
-            .execute(
+/// Done cards of the machine's repositories whose worktrees are still there.
+pub(crate) async fn cleanups(c: &impl GenericClient, machine_id: MachineId) -> Result<Vec<Cleanup>> {
+    c.query(
+        &format!(
+            "select j.id, j.worktree, r.path from jobs j join repos r on r.id = j.repo_id
+             where r.machine_id = $1 and j.state = '{DONE}' and j.worktree is not null and not j.worktree_removed"
+        ),
+        &[&machine_id],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok(Cleanup { id: r.col(0)?, worktree: r.col(1)?, repo_path: r.col(2)? }))
+    .collect()
+}
+
+/// Extends the lease of the in-progress card the machine holds under `token_hash`, with what its
+/// agent reports (an empty worktree or branch keeps the one known); whether there was one.
+pub(crate) async fn renew_lease(
+    c: &impl GenericClient,
+    machine_id: MachineId,
+    token_hash: &[u8],
+    lease_s: f64,
+    agent_state: &str,
+    worktree: &str,
+    branch: &str,
+) -> Result<bool> {
+    let renewed = c
+        .execute(
+            &format!(
                 "update jobs set lease_until = now() + make_interval(secs => $3), agent_state = nullif($4, ''),
                                  worktree = coalesce(nullif($5, ''), worktree), branch = coalesce(nullif($6, ''), branch)
-                 where job_token_hash = $1 and lease_machine = $2 and state = 'in_progress'",
-                &[&ids::token_hash(token), &machine.machine_id, &lease_s(), &agent_state.as_str(), &worktree, &branch],
-            )
-            .await?;
-        let state = client
-            .query_opt("select state from jobs where job_token_hash = $1", &[&ids::token_hash(token)])
-            .await?
-            .map(|r| Column::from_db(r.col(0)?).map(|c| c.name().to_owned()))
-            .transpose()?
-            .unwrap_or_else(|| "todo".to_owned());
-        Ok((renewed == 1, state))
-    }
+                 where job_token_hash = $1 and lease_machine = $2 and state = '{IN_PROGRESS}'"
+            ),
+            &[&token_hash, &machine_id, &lease_s, &agent_state, &worktree, &branch],
+        )
+        .await?;
+    Ok(renewed == 1)
+}
 
-    /// The agent process ended; a card it left in progress goes back to To do with the error.
-    pub async fn release(
-        &self,
-        machine: &MachineIdentity,
-        token: &str,
-        exit_code: i32,
-        error: &RedactedText,
-    ) -> Result<JobView> {
-        let error = error.as_str();
-        ids::check_token(TokenKind::JobToken, token)?;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let row = tx
-            .query_opt(
-                "select id, state, attempts from jobs where job_token_hash = $1 and lease_machine = $2 for update",
-                &[&ids::token_hash(token), &machine.machine_id],
-            )
-            .await?
-            .ok_or_else(|| {
-                Error::not_found(EntityKind::Card, "no card holds this job token (its lease may have expired)")
-            })?;
-        let (id, state, attempts): (String, String, i32) = (row.col(0)?, row.col(1)?, row.col(2)?);
-        if Column::from_db(&state)? == Column::InProgress {
-            let mut why = if error.trim().is_empty() {
-                format!("attempt {attempts}: the agent exited with code {exit_code} before calling finish_job")
-            } else {
-                format!("attempt {attempts}: {}", error.trim())
-            };
-            if attempts >= MAX_ATTEMPTS {
-                why.push_str(&format!("; gave up after {MAX_ATTEMPTS} attempts: edit the card to try again"));
-            }
-            tx.execute(
-                "update jobs set state = 'todo', last_error = $2, job_token_hash = null, lease_until = null,
-                                 agent_state = $3, started_at = null
-                 where id = $1",
-                &[&id, &why, &format!("exited with code {exit_code}")],
-            )
-            .await?;
-            let cause = Cause::Exited { code: exit_code, error };
-            let event = if attempts >= MAX_ATTEMPTS {
-                Event::Exhausted { cause }
-            } else {
-                Event::Returned { attempt: attempts, cause }
-            };
-            super::notices::notify_board(&tx, machine.account_id, &id, event, None, self.max_unread).await?;
-        } else {
-            tx.execute(
-                "update jobs set agent_state = $2, job_token_hash = null where id = $1",
-                &[&id, &format!("exited with code {exit_code}")],
-            )
-            .await?;
-        }
-        let view = job(&tx, machine.account_id, &id).await?;
-        tx.commit().await?;
-        Ok(view)
-    }
+/// The column of the card whose current attempt holds `token_hash`.
+pub(crate) async fn column_of_token(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<Column>> {
+    c.query_opt("select state from jobs where job_token_hash = $1", &[&token_hash])
+        .await?
+        .map(|r| Column::from_db(r.col(0)?))
+        .transpose()
+}
 
-    pub async fn cleaned(&self, machine: &MachineIdentity, ids: &[String]) -> Result<()> {
-        let client = self.client().await?;
-        client
-            .execute(
-                "update jobs j set worktree_removed = true from repos r
-                 where r.id = j.repo_id and r.machine_id = $1 and j.id = any($2) and j.state = 'done'",
-                &[&machine.machine_id, &ids],
-            )
-            .await?;
-        Ok(())
-    }
+/// Locks (`for update`) the card the machine leased under `token_hash`.
+pub(crate) async fn lock_leased(
+    c: &impl GenericClient,
+    machine_id: MachineId,
+    token_hash: &[u8],
+) -> Result<Option<LeasedCard>> {
+    c.query_opt(
+        "select id, state, attempts from jobs where job_token_hash = $1 and lease_machine = $2 for update",
+        &[&token_hash, &machine_id],
+    )
+    .await?
+    .map(|row| Ok(LeasedCard { id: row.col(0)?, column: Column::from_db(row.col(1)?)?, attempts: row.col(2)? }))
+    .transpose()
+}
 
-    // ---- the scheduler's rounds ----------------------------------------------------------------
+/// Puts a card whose agent ended unfinished back in To do with the error; its token and lease end.
+pub(crate) async fn return_to_todo(c: &impl GenericClient, id: &str, error: &str, agent_state: &str) -> Result<()> {
+    c.execute(
+        &format!(
+            "update jobs set state = '{TODO}', last_error = $2, job_token_hash = null, lease_until = null,
+                             agent_state = $3, started_at = null
+             where id = $1"
+        ),
+        &[&id, &error, &agent_state],
+    )
+    .await?;
+    Ok(())
+}
 
-    /// Cards whose worker stopped renewing go back to To do with the reason; the board tells the
-    /// operator and the poster.
-    pub async fn expire_leases(&self) -> Result<u64> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let expired = tx
-            .query(
-                "update jobs j set state = 'todo', job_token_hash = null, lease_until = null, agent_state = 'lost',
-                                   started_at = null,
-                                   last_error = 'attempt ' || j.attempts || ': the worker on ' || m.name
-                                       || ' stopped renewing its lease'
-                                       || case when j.attempts >= $1 then '; gave up after ' || $1 || ' attempts: edit the card to try again' else '' end
-                 from machines m
-                 where m.id = j.lease_machine and j.state = 'in_progress' and j.lease_until < now()
-                 returning j.id, j.account_id, j.attempts, m.name",
-                &[&MAX_ATTEMPTS],
-            )
-            .await?;
-        for row in &expired {
-            let (id, account_id, attempts, machine): (&str, AccountId, i32, &str) =
-                (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?);
-            let cause = Cause::LeaseLost { machine };
-            let event = if attempts >= MAX_ATTEMPTS {
-                Event::Exhausted { cause }
-            } else {
-                Event::Returned { attempt: attempts, cause }
-            };
-            super::notices::notify_board(&tx, account_id, id, event, None, self.max_unread).await?;
-        }
-        tx.commit().await?;
-        Ok(expired.len() as u64)
-    }
+/// Records that the agent of a card no longer in progress ended; its token ends.
+pub(crate) async fn set_exited(c: &impl GenericClient, id: &str, agent_state: &str) -> Result<()> {
+    c.execute("update jobs set agent_state = $2, job_token_hash = null where id = $1", &[&id, &agent_state]).await?;
+    Ok(())
+}
 
-    /// Posts a run card for each due schedule, unless its last run is still going or its pull request
-    /// is open. `skip locked` and the move of `next_run_at` in the same transaction make each slot fire
-    /// on one replica only; a schedule late after downtime fires once and moves to its next future slot.
-    pub async fn fire_due_schedules(&self) -> Result<u32> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let due = tx
-            .query(
-                "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, '') from jobs
-                 where kind = 'schedule' and state = 'todo' and next_run_at <= now()
-                 order by next_run_at limit 50
-                 for update skip locked",
-                &[],
-            )
-            .await?;
-        let mut fired = 0;
-        for row in &due {
-            let (id, expr, zone, account_id, skipped): (String, String, String, AccountId, String) =
-                (row.col(0)?, row.col(1)?, row.col(2)?, row.col(3)?, row.col(4)?);
-            let next = Schedule::parse(&expr, &zone).and_then(|s| s.next_after(Utc::now()));
-            let next = match next {
-                Ok(next) => next,
-                Err(e) => {
-                    tracing::warn!(card = %id, error = %e, "schedule cannot be evaluated; parked");
-                    tx.execute(
-                        "update jobs set next_run_at = null, last_skip_reason = $2 where id = $1",
-                        &[&id, &e.to_string()],
-                    )
-                    .await?;
-                    continue;
-                }
-            };
-            let last = tx
-                .query_opt(
-                    "select state, pr_url is not null from jobs where schedule_id = $1 order by posted_at desc limit 1",
-                    &[&id],
-                )
-                .await?;
-            let last_run = match &last {
-                Some(r) => Some((r.col::<&str>(0)?, r.col::<bool>(1)?)),
-                None => None,
-            };
-            let hold = match last_run {
-                Some(("todo" | "in_progress", _)) => Some("its last run is still in progress"),
-                Some(("review", true)) => Some("its last run's pull request is still open"),
-                _ => None,
-            };
-            if let Some(reason) = hold {
-                tx.execute(
-                    "update jobs set next_run_at = $2, last_skip_reason = $3 where id = $1",
-                    &[&id, &next, &format!("{} at {}", reason, Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true))],
-                )
-                .await?;
-                // Told once when it starts holding off for this reason, not at every slot after.
-                if !skipped.starts_with(reason) {
-                    let next = next.to_rfc3339_opts(SecondsFormat::Secs, true);
-                    let held = Event::HeldOff { why: reason, next: &next };
-                    super::notices::notify_board(&tx, account_id, &id, held, None, self.max_unread).await?;
-                }
-                continue;
-            }
-            let run = new_job_id();
-            tx.execute(
-                "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule_id, posted_by)
-                 select $2, account_id, repo_id, 'job', 'todo', title, detail, agent, requires_pr, id, 'schedule ' || id
-                 from jobs where id = $1",
-                &[&id, &run],
-            )
-            .await?;
-            tx.execute(
-                "update jobs set next_run_at = $2, run_count = run_count + 1, last_run_at = now(), last_skip_reason = null
-                 where id = $1",
-                &[&id, &next],
-            )
-            .await?;
-            super::notices::notify_board(&tx, account_id, &id, Event::Fired { run: &run }, None, self.max_unread)
-                .await?;
-            fired += 1;
-        }
-        tx.commit().await?;
-        Ok(fired)
-    }
+/// Records that the machine removed the worktrees of these Done cards.
+pub(crate) async fn mark_cleaned(c: &impl GenericClient, machine_id: MachineId, ids: &[String]) -> Result<()> {
+    c.execute(
+        &format!(
+            "update jobs j set worktree_removed = true from repos r
+             where r.id = j.repo_id and r.machine_id = $1 and j.id = any($2) and j.state = '{DONE}'"
+        ),
+        &[&machine_id, &ids],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Puts every in-progress card whose lease ran out back in To do with the reason, and returns them.
+pub(crate) async fn expire_leases(c: &impl GenericClient) -> Result<Vec<LostLease>> {
+    c.query(
+        &format!(
+            "update jobs j set state = '{TODO}', job_token_hash = null, lease_until = null, agent_state = 'lost',
+                               started_at = null,
+                               last_error = 'attempt ' || j.attempts || ': the worker on ' || m.name
+                                   || ' stopped renewing its lease'
+                                   || case when j.attempts >= $1 then '; gave up after ' || $1 || ' attempts: edit the card to try again' else '' end
+             from machines m
+             where m.id = j.lease_machine and j.state = '{IN_PROGRESS}' and j.lease_until < now()
+             returning j.id, j.account_id, j.attempts, m.name"
+        ),
+        &[&MAX_ATTEMPTS],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok(LostLease { id: r.col(0)?, account_id: r.col(1)?, attempts: r.col(2)?, machine: r.col(3)? }))
+    .collect()
+}
+
+/// Locks (`for update skip locked`) up to 50 schedules that came due, the longest due first; a
+/// schedule another replica is firing is skipped.
+pub(crate) async fn lock_due_schedules(c: &impl GenericClient) -> Result<Vec<DueSchedule>> {
+    c.query(
+        &format!(
+            "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, '') from jobs
+             where kind = '{SCHEDULE}' and state = '{TODO}' and next_run_at <= now()
+             order by next_run_at limit 50
+             for update skip locked"
+        ),
+        &[],
+    )
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(DueSchedule {
+            id: r.col(0)?,
+            expr: r.col(1)?,
+            zone: r.col(2)?,
+            account_id: r.col(3)?,
+            last_skip_reason: r.col(4)?,
+        })
+    })
+    .collect()
+}
+
+/// Stops a schedule that cannot be evaluated, with the reason.
+pub(crate) async fn park_schedule(c: &impl GenericClient, id: &str, reason: &str) -> Result<()> {
+    c.execute("update jobs set next_run_at = null, last_skip_reason = $2 where id = $1", &[&id, &reason]).await?;
+    Ok(())
+}
+
+/// The column of the schedule's latest run card, and whether it has a pull request.
+pub(crate) async fn last_run(c: &impl GenericClient, schedule_id: &str) -> Result<Option<(Column, bool)>> {
+    c.query_opt(
+        "select state, pr_url is not null from jobs where schedule_id = $1 order by posted_at desc limit 1",
+        &[&schedule_id],
+    )
+    .await?
+    .map(|r| Ok((Column::from_db(r.col(0)?)?, r.col(1)?)))
+    .transpose()
+}
+
+/// Moves the schedule to its next run without posting one, with the reason.
+pub(crate) async fn hold_off(c: &impl GenericClient, id: &str, next: DateTime<Utc>, reason: &str) -> Result<()> {
+    c.execute("update jobs set next_run_at = $2, last_skip_reason = $3 where id = $1", &[&id, &next, &reason]).await?;
+    Ok(())
+}
+
+/// Posts run card `run` of schedule `id` to To do, a copy of the schedule's card.
+pub(crate) async fn insert_run(c: &impl GenericClient, id: &str, run: &str) -> Result<()> {
+    c.execute(
+        &format!(
+            "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule_id, posted_by)
+             select $2, account_id, repo_id, '{JOB}', '{TODO}', title, detail, agent, requires_pr, id, 'schedule ' || id
+             from jobs where id = $1"
+        ),
+        &[&id, &run],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Counts a run of the schedule and moves it to its next one.
+pub(crate) async fn advance_schedule(c: &impl GenericClient, id: &str, next: DateTime<Utc>) -> Result<()> {
+    c.execute(
+        "update jobs set next_run_at = $2, run_count = run_count + 1, last_run_at = now(), last_skip_reason = null
+         where id = $1",
+        &[&id, &next],
+    )
+    .await?;
+    Ok(())
 }
 
 /// The repository a card is for: a path or folder name, else the one containing `cwd` on the
 /// caller's machine.
-async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: &str) -> Result<i64> {
+pub(crate) async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: &str) -> Result<i64> {
     let repo = repo.trim();
     let rows = if repo.is_empty() {
         let cwd = cwd.trim();
@@ -733,7 +588,7 @@ async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: 
         c.query(
             "select id, name, path from repos where account_id = $1 and path = $2
              order by (machine_id = $3) desc",
-            &[&caller.account_id, &absolute(repo)?, &caller.machine_id],
+            &[&caller.account_id, &repo_path(repo)?, &caller.machine_id],
         )
         .await?
     } else {
@@ -762,43 +617,19 @@ async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: 
     }
 }
 
-pub(crate) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
-    let operator: Option<String> =
-        c.query_one("select operator from accounts where id = $1", &[&caller.account_id]).await?.col(0)?;
-    match operator {
-        Some(op) if op == format!("{}/{}", caller.machine, caller.handle) => Ok(()),
-        Some(op) => Err(Error::PermissionDenied(format!(
-            "only the account's operator endpoint ({}/{op}) may do this",
-            caller.account
-        ))),
-        None => Err(Error::PermissionDenied(
-            "this account has no operator endpoint: an admin names one with relay-server admin operator ACCOUNT MACHINE/HANDLE"
-                .into(),
-        )),
-    }
-}
-
-async fn insert_repo(c: &impl GenericClient, machine: &MachineIdentity, path: &str, by: &str) -> Result<RepoView> {
-    let path = absolute(path)?;
-    let name = repo_name(&path);
-    c.execute(
-        "insert into repos (account_id, machine_id, path, name, added_by) values ($1, $2, $3, $4, $5)
-         on conflict (machine_id, path) do nothing",
-        &[&machine.account_id, &machine.machine_id, &path, &name, &by],
-    )
-    .await?;
-    Ok(RepoView { name, path, machine: machine.machine.clone() })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn repository_paths() {
-        assert_eq!(absolute("/src/app/").unwrap(), "/src/app");
-        assert_eq!(absolute("/").unwrap(), "/");
-        assert!(absolute("src/app").is_err() && absolute("/src/../etc").is_err());
-        assert_eq!(repo_name("/src/app"), "app");
+    fn card_columns_and_kinds_are_the_ones_the_table_allows() {
+        let table = include_str!("../../migrations/0003_board.sql");
+        let kinds: Vec<String> = CardKind::ALL.iter().map(|k| format!("'{}'", k.db())).collect();
+        assert!(table.contains(&format!("check (kind in ({}))", kinds.join(", "))), "{kinds:?}");
+        let columns: Vec<String> = [TODO, IN_PROGRESS, REVIEW, DONE].iter().map(|c| format!("'{c}'")).collect();
+        assert!(table.contains(&format!("check (state in ({}))", columns.join(", "))), "{columns:?}");
+        assert!(table.contains(&format!("where state = '{TODO}' and kind = '{JOB}';")));
+        assert!(table.contains(&format!("where kind = '{SCHEDULE}';")));
+        assert!(table.contains(&format!("where state = '{IN_PROGRESS}';")));
     }
 }

@@ -8,7 +8,7 @@ pub mod identity;
 mod ids;
 pub mod messages;
 pub mod migrate;
-mod notices;
+pub mod notices;
 pub mod observe;
 mod replicas;
 mod resolved;
@@ -182,6 +182,11 @@ impl Store {
         self.max_unread = cap.max(1);
         self.batcher.set_cap(self.max_unread);
         self
+    }
+
+    /// Most unread messages one inbox holds.
+    pub fn max_unread(&self) -> u32 {
+        self.max_unread
     }
 
     /// Wakes this process's waiters of each recipient of a committed batch of sends (the

@@ -3,7 +3,6 @@
 
 use deadpool_postgres::{GenericClient, Transaction};
 
-use super::Store;
 use super::error::Col;
 use super::identity::caller_of;
 use super::messages::{Outgoing, Target};
@@ -14,8 +13,6 @@ use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, EndpointId};
 use crate::domain::redact::redact;
 
-impl Store {}
-
 /// The account's board sender (`account/me/board`), made on first use on the reserved machine
 /// that no token can claim.
 async fn ensure_board(c: &impl GenericClient, account_id: AccountId) -> Result<EndpointId> {
@@ -24,7 +21,8 @@ async fn ensure_board(c: &impl GenericClient, account_id: AccountId) -> Result<E
 
 /// Tells the operator and the card's poster (of a run card: its schedule's poster) what happened
 /// to card `job_id`: one message each, none to `actor`, who made it happen. A recipient whose
-/// inbox is full misses the notice rather than blocking the board.
+/// inbox is full misses the notice rather than blocking the board. Locks the notified inboxes in
+/// id order before writing any.
 pub(crate) async fn notify_board(
     tx: &Transaction<'_>,
     account_id: AccountId,
