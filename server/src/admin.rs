@@ -1,5 +1,6 @@
 //! `relay-server admin`: operator commands straight against the database.
 
+use crate::app::identity;
 use crate::store::Store;
 
 pub enum AdminCommand {
@@ -17,22 +18,22 @@ pub enum AdminCommand {
 pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::CreateAccount { name } => {
-            store.create_account(&name).await?;
+            identity::create_account(store, &name).await?;
             eprintln!("created account {name}");
         }
         AdminCommand::AddMachine { path } => {
-            let token = store.add_machine(&path).await?;
+            let token = identity::add_machine(store, &path).await?;
             println!("{token}");
             eprintln!(
                 "machine {path} added; this token is shown once: give it to `agent-bridge login` on that machine"
             );
         }
         AdminCommand::RevokeMachine { path } => {
-            store.revoke_machine(&path).await?;
+            identity::revoke_machine(store, &path).await?;
             eprintln!("revoked machine {path}; its sessions have ended");
         }
         AdminCommand::AddContact { first, second } => {
-            store.add_contact(&first, &second).await?;
+            identity::add_contact(store, &first, &second).await?;
             eprintln!("{first} and {second} are now contacts");
         }
         AdminCommand::DropContact { first, second } => {

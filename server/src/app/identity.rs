@@ -1,11 +1,17 @@
 //! Who is calling, and the endpoint it holds: claiming and ending it, what it says of itself,
-//! and whom it sees.
+//! and whom it sees. The operator's commands (accounts, machines, contacts) run without an App,
+//! from `relay-server admin` and `dev`: they take the store.
+
+use deadpool_postgres::GenericClient;
 
 use super::{App, optional};
 use crate::domain::endpoint::Endpoint;
+use crate::domain::ids::{self, TokenKind};
+use crate::domain::names::{self, NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
-use crate::domain::{Result, limits};
-use crate::store::identity::{Caller, HelloOutcome, MachineIdentity};
+use crate::domain::{EntityKind, Error, Result, limits, presence};
+use crate::store::identity::{self, Caller, MachineIdentity};
+use crate::store::{Store, spawn};
 
 /// A profile change; `None` leaves a field as it is.
 #[derive(Default)]
@@ -24,42 +30,134 @@ pub struct Claim<'a> {
     pub spawn_grant: &'a str,
 }
 
+/// The endpoint a Hello claimed or resumed, and the session token that holds it.
+pub struct HelloOutcome {
+    pub endpoint: Endpoint,
+    pub session_token: String,
+    pub resumed: bool,
+}
+
 impl App {
     /// The machine a machine token names.
     pub async fn machine(&self, token: &str) -> Result<MachineIdentity> {
-        self.store.authenticate_machine(token).await
+        authenticate_machine(&self.store, token).await
     }
 
-    /// The endpoint a session token names: the sender of everything it sends.
+    /// The endpoint a session token names: the sender of everything it sends. Read from memory
+    /// while the store hears every change to sessions, else from the database (and kept).
     pub async fn caller(&self, token: &str) -> Result<Caller> {
-        self.store.authenticate_session(token).await
+        ids::check_token(TokenKind::Session, token)?;
+        let hash = ids::token_hash(token);
+        let ticket = match self.store.sessions().get(&hash) {
+            Ok(caller) => return Ok(caller),
+            Err(ticket) => ticket,
+        };
+        let caller = identity::session_caller(&self.store.client().await?, hash)
+            .await?
+            .ok_or_else(|| Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()))?;
+        self.store.sessions().put(ticket, &caller);
+        Ok(caller)
     }
 
     pub async fn hello(&self, machine: &MachineIdentity, claim: Claim<'_>) -> Result<HelloOutcome> {
         let harness = limits::harness(claim.harness)?;
+        let handle = optional(claim.handle);
+        if let Some(handle) = handle {
+            check_claimable(NameKind::Handle, handle)?;
+        }
+        let db = self.store.client().await?;
         let outcome = self
-            .store
-            .hello(machine, optional(claim.handle), harness, optional(claim.resume), optional(claim.spawn_grant))
+            .claim_endpoint(&db, machine, handle, harness, optional(claim.resume), optional(claim.spawn_grant))
             .await?;
         tracing::info!(endpoint = %outcome.endpoint.address, resumed = outcome.resumed, harness, "hello");
         Ok(outcome)
     }
 
+    /// Claims an endpoint on the machine, or resumes the one `resume` names.
+    ///
+    /// A handle is free when nobody holds it, its session ended, its presence lease lapsed, or none
+    /// of its push streams is open and it showed no sign of life for [`presence::UNSTREAMED_HOLD`]:
+    /// a restarted (or crashed) agent that claims its old handle takes over its inbox.
+    async fn claim_endpoint(
+        &self,
+        db: &impl GenericClient,
+        machine: &MachineIdentity,
+        handle: Option<&str>,
+        harness: &str,
+        resume: Option<&str>,
+        spawn_grant: Option<&str>,
+    ) -> Result<HelloOutcome> {
+        if let Some(token) = resume.filter(|t| ids::check_token(TokenKind::Session, t).is_ok())
+            && let Some(id) = identity::resume_session(db, &ids::token_hash(token), machine.machine_id, harness).await?
+        {
+            let endpoint = identity::endpoint_on(db, id).await?;
+            return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
+        }
+
+        let token = ids::new_token(TokenKind::Session);
+        let hash = ids::token_hash(&token);
+        if let Some(grant) = spawn_grant {
+            // A spawned worker takes the endpoint reserved for it, whatever handle it asked for.
+            let id = spawn::granted_endpoint(db, machine, grant).await?;
+            // A grant claims its endpoint once; again only when that worker's session is gone.
+            if !identity::claim_granted(db, id, harness, &hash).await? {
+                return Err(Error::AlreadyExists("the worker this grant was issued for is connected already".into()));
+            }
+            self.store.sessions().forget_endpoint(id);
+            let endpoint = identity::endpoint_on(db, id).await?;
+            return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
+        }
+        let id = match handle {
+            Some(handle) => match identity::claim_handle(db, machine.machine_id, handle, harness, &hash).await? {
+                Some(id) => id,
+                None => return Err(held(db, machine, handle).await?),
+            },
+            None => {
+                // Pick `<harness>-<n>`, the lowest n not held by a live endpoint; retry if another claim races us.
+                let mut found = None;
+                for _ in 0..8 {
+                    // A picked name is one nobody holds: never used, or ended. An endpoint that is only
+                    // offline keeps its name (and inbox) for the agent that claims it by name.
+                    let live = identity::live_handles(db, machine.machine_id).await?;
+                    let candidate = names::free_handle(harness, &live);
+                    if let Some(id) = identity::claim_handle(db, machine.machine_id, &candidate, harness, &hash).await?
+                    {
+                        found = Some(id);
+                        break;
+                    }
+                }
+                found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?
+            }
+        };
+        // A session this claim took the handle from is over here at once, elsewhere when heard.
+        self.store.sessions().forget_endpoint(id);
+        identity::clear_peek_turns(db, id).await?;
+        let endpoint = identity::endpoint_on(db, id).await?;
+        Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
+    }
+
+    /// Ends a session: the endpoint goes offline at once and its handle is free.
     pub async fn goodbye(&self, caller: &Caller) -> Result<()> {
-        self.store.goodbye(caller).await?;
+        identity::end_session(&self.store.client().await?, caller.endpoint_id).await?;
+        // Other replicas hear of it from the database; this one forgets the session now.
+        self.store.sessions().forget_endpoint(caller.endpoint_id);
         tracing::info!(endpoint = %caller.address(), "goodbye");
         Ok(())
     }
 
     /// The caller's endpoint and how many messages wait unread.
     pub async fn whoami(&self, caller: &Caller) -> Result<(Endpoint, u64)> {
-        let endpoint = self.store.endpoint(caller.endpoint_id).await?;
+        let endpoint = identity::endpoint_on(&self.store.client().await?, caller.endpoint_id).await?;
         let unread = self.store.unread(caller).await?;
         Ok((endpoint, unread))
     }
 
+    /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.
     pub async fn list(&self, caller: &Caller, all: bool, contacts: bool) -> Result<Vec<Endpoint>> {
-        self.store.list(caller, all, contacts).await
+        let db = self.store.client().await?;
+        let accounts =
+            if contacts { identity::contact_accounts(&db, caller.account_id).await? } else { vec![caller.account_id] };
+        identity::endpoints_of(&db, &accounts, all).await
     }
 
     /// Status, note, now and title: checked against the limits and redacted, since others read them.
@@ -77,6 +175,130 @@ impl App {
         }
         let redacted = |text: Option<&str>| text.map(RedactedText::from_agent);
         let (note, now, title) = (redacted(change.note), redacted(change.now), redacted(change.title));
-        self.store.update_profile(caller, change.status, note.as_ref(), now.as_ref(), title.as_ref()).await
+        let db = self.store.client().await?;
+        identity::set_profile(&db, caller.endpoint_id, change.status, note.as_ref(), now.as_ref(), title.as_ref())
+            .await?;
+        identity::endpoint_on(&db, caller.endpoint_id).await
     }
+}
+
+/// The refusal of a claim on `handle`, naming the session that holds it.
+async fn held(db: &impl GenericClient, machine: &MachineIdentity, handle: &str) -> Result<Error> {
+    let at = format!("{}/{}", machine.account, machine.machine);
+    Ok(match identity::holder(db, machine.machine_id, handle).await? {
+        Some(holder) => presence::handle_held(handle, &at, &holder),
+        // Freed between the claim and this read: a second try will take it.
+        None => Error::Unavailable(format!("handle {handle} on {at} was changing hands; try again")),
+    })
+}
+
+async fn authenticate_machine(store: &Store, token: &str) -> Result<MachineIdentity> {
+    ids::check_token(TokenKind::Machine, token)?;
+    let (identity, revoked) = identity::machine_by_token(&store.client().await?, &ids::token_hash(token))
+        .await?
+        .ok_or_else(|| Error::Unauthenticated("unknown machine token".into()))?;
+    if revoked {
+        return Err(Error::Unauthenticated(format!(
+            "the machine token of {}/{} was revoked",
+            identity.account, identity.machine
+        )));
+    }
+    Ok(identity)
+}
+
+// ---- operator commands ---------------------------------------------------------------------------
+
+pub async fn create_account(store: &Store, name: &str) -> Result<()> {
+    validate(NameKind::Account, name)?;
+    identity::insert_account(&store.client().await?, name).await
+}
+
+/// Creates the account if it does not exist yet.
+pub async fn ensure_account(store: &Store, name: &str) -> Result<()> {
+    validate(NameKind::Account, name)?;
+    identity::ensure_account(&store.client().await?, name).await
+}
+
+/// Registers a machine (or re-admits a revoked one) and returns its new token, shown only now.
+pub async fn add_machine(store: &Store, path: &str) -> Result<String> {
+    let (account, machine) = split_machine_path(path)?;
+    issue_machine_token(store, account, machine, false).await
+}
+
+/// Issues a fresh token for a machine, creating it when needed; the old token stops working.
+pub async fn reissue_machine_token(store: &Store, account: &str, machine: &str) -> Result<String> {
+    validate(NameKind::Account, account)?;
+    check_claimable(NameKind::Machine, machine)?;
+    issue_machine_token(store, account, machine, true).await
+}
+
+async fn issue_machine_token(store: &Store, account: &str, machine: &str, replace_live: bool) -> Result<String> {
+    let token = ids::new_token(TokenKind::Machine);
+    let hash = ids::token_hash(&token);
+    let db = store.client().await?;
+    let account_id = identity::account_id(&db, account)
+        .await?
+        .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {account}: create it first")))?;
+    if identity::upsert_machine_token(&db, account_id, machine, &hash, replace_live).await? {
+        Ok(token)
+    } else {
+        Err(Error::AlreadyExists(format!(
+            "machine {account}/{machine} already exists and is active: revoke it first to issue a new token"
+        )))
+    }
+}
+
+/// Revokes a machine's token: its next call is refused and its endpoints' sessions end.
+pub async fn revoke_machine(store: &Store, path: &str) -> Result<()> {
+    let (account, machine) = split_machine_path(path)?;
+    let mut db = store.client().await?;
+    let tx = db.transaction().await?;
+    let machine_id = identity::revoke_machine(&tx, account, machine)
+        .await?
+        .ok_or_else(|| Error::not_found(EntityKind::Machine, format!("no machine {account}/{machine}")))?;
+    identity::end_machine_sessions(&tx, machine_id).await?;
+    tx.commit().await?;
+    store.sessions().forget_machine(machine_id);
+    store.scope_changed();
+    Ok(())
+}
+
+/// Makes two accounts mutual contacts.
+pub async fn add_contact(store: &Store, first: &str, second: &str) -> Result<()> {
+    validate(NameKind::Account, first)?;
+    validate(NameKind::Account, second)?;
+    if first == second {
+        return Err(Error::invalid("an account cannot be its own contact"));
+    }
+    let db = store.client().await?;
+    let rows = identity::accounts_named(&db, &[first, second]).await?;
+    let id_of = |name: &str| {
+        rows.iter()
+            .find(|(_, n)| n == name)
+            .map(|(id, _)| *id)
+            .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))
+    };
+    let (a, b) = (id_of(first)?, id_of(second)?);
+    identity::insert_contact(&db, a, b).await
+}
+
+/// Whether `token` is the live token of `account/machine` (the dev command reuses a valid config).
+pub async fn machine_token_is(store: &Store, token: &str, account: &str, machine: &str) -> Result<bool> {
+    if ids::check_token(TokenKind::Machine, token).is_err() {
+        return Ok(false);
+    }
+    match authenticate_machine(store, token).await {
+        Ok(m) => Ok(m.account == account && m.machine == machine),
+        Err(Error::Unauthenticated(_)) => Ok(false),
+        Err(other) => Err(other),
+    }
+}
+
+fn split_machine_path(path: &str) -> Result<(&str, &str)> {
+    let (account, machine) = path
+        .split_once('/')
+        .ok_or_else(|| Error::invalid(format!("invalid machine {path:?}: write ACCOUNT/MACHINE")))?;
+    validate(NameKind::Account, account)?;
+    check_claimable(NameKind::Machine, machine)?;
+    Ok((account, machine))
 }

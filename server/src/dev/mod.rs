@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::app::identity;
 use crate::domain::names;
 use crate::protocol::ops::{self, OpsListen};
 use crate::serve::{self, ListenOptions};
@@ -175,7 +176,7 @@ async fn ensure_database(cluster: &postgres::DevCluster) -> anyhow::Result<()> {
 
 /// Makes sure account `local` and this host's machine exist and the bridge config holds a live token.
 async fn provision(store: &Store, listen: &ListenOptions) -> anyhow::Result<PathBuf> {
-    store.ensure_account(DEV_ACCOUNT).await?;
+    identity::ensure_account(store, DEV_ACCOUNT).await?;
     let host = gethostname::gethostname();
     let machine = names::sanitize(&host.to_string_lossy());
     let server = listen.local_url();
@@ -195,8 +196,8 @@ async fn provision(store: &Store, listen: &ListenOptions) -> anyhow::Result<Path
     let existing = bridge_config::read(&path);
     let human_token = existing.as_ref().and_then(|c| c.human_token.clone());
     let token = match &existing {
-        Some(c) if store.machine_token_is(&c.token, DEV_ACCOUNT, &machine).await? => c.token.clone(),
-        _ => store.reissue_machine_token(DEV_ACCOUNT, &machine).await?,
+        Some(c) if identity::machine_token_is(store, &c.token, DEV_ACCOUNT, &machine).await? => c.token.clone(),
+        _ => identity::reissue_machine_token(store, DEV_ACCOUNT, &machine).await?,
     };
     let config = BridgeConfig { server, token, ca, human_token };
     if existing.as_ref() != Some(&config) {

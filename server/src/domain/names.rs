@@ -56,6 +56,27 @@ pub fn check_claimable(kind: NameKind, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The handle a claim that names none takes: `<harness>-<n>`, the lowest n no live endpoint holds.
+pub fn free_handle(harness: &str, live: &[String]) -> String {
+    (1..)
+        .map(|n| format!("{harness}-{n}"))
+        .find(|h| !live.contains(h))
+        .expect("an unbounded range always has a free name")
+}
+
+/// A spawned worker's handle: `<parent>-<n>`, the lowest n not taken, with the parent's handle
+/// shortened so the whole is still a valid name.
+pub fn child_handle(parent: &str, taken: &[String]) -> String {
+    (1..)
+        .map(|n: u32| {
+            let suffix = format!("-{n}");
+            let base = &parent[..parent.len().min(MAX_NAME_LEN - suffix.len())];
+            format!("{}{suffix}", base.trim_end_matches('-'))
+        })
+        .find(|h| !taken.contains(h))
+        .expect("an unbounded range always has a free name")
+}
+
 /// Turns an arbitrary host name into a valid machine name (`My_Laptop.local` → `my-laptop-local`).
 pub fn sanitize(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
@@ -99,6 +120,16 @@ mod tests {
     fn error_names_the_kind_and_value() {
         let err = validate(NameKind::Handle, "Bad Name").unwrap_err();
         assert!(err.to_string().contains("invalid handle name \"Bad Name\""), "{err}");
+    }
+
+    #[test]
+    fn picked_handles_skip_the_taken_ones() {
+        let taken = vec!["claude-1".to_owned(), "claude-3".to_owned()];
+        assert_eq!(free_handle("claude", &taken), "claude-2");
+        assert_eq!(child_handle("claude", &taken), "claude-2");
+        let long = "a".repeat(MAX_NAME_LEN);
+        let child = child_handle(&long, &[]);
+        assert!(is_valid_name(&child) && child.ends_with("-1"), "{child}");
     }
 
     #[test]

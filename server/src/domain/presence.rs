@@ -30,16 +30,23 @@ pub fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// A push stream just opened: its generation, the inbox head, and the endpoint's role.
+pub struct OpenStream {
+    pub generation: i64,
+    pub head: i64,
+    pub operator: bool,
+}
+
 /// The session holding a handle, as a refused claim describes it.
-pub struct Holder<'a> {
-    pub harness: &'a str,
+pub struct Holder {
+    pub harness: String,
     pub since: DateTime<Utc>,
     pub stream_open: bool,
 }
 
 /// The refusal of a claim on a handle another live session holds: by whom, since when, what to do.
-pub fn handle_held(handle: &str, machine: &str, holder: &Holder<'_>) -> Error {
-    let session = match holder.harness {
+pub fn handle_held(handle: &str, machine: &str, holder: &Holder) -> Error {
+    let session = match holder.harness.as_str() {
         "" | "other" => "a session".to_owned(),
         harness => format!("a {harness} session"),
     };
@@ -80,13 +87,13 @@ mod tests {
     #[test]
     fn a_held_handle_says_by_whom_since_when_and_what_to_do() {
         let since = Utc.with_ymd_and_hms(2026, 11, 30, 12, 3, 4).unwrap();
-        let open = handle_held("alice", "acme/laptop", &Holder { harness: "claude", since, stream_open: true });
+        let open = handle_held("alice", "acme/laptop", &Holder { harness: "claude".into(), since, stream_open: true });
         assert!(matches!(open, Error::AlreadyExists(_)));
         assert_eq!(
             open.to_string(),
             "handle alice on acme/laptop is held by a claude session connected since 2026-11-30T12:03:04Z with its push stream open: choose another handle (--handle or RELAY_HANDLE), or wait for that session to end"
         );
-        let quiet = handle_held("bob", "acme/ci", &Holder { harness: "other", since, stream_open: false });
+        let quiet = handle_held("bob", "acme/ci", &Holder { harness: "other".into(), since, stream_open: false });
         assert_eq!(
             quiet.to_string(),
             "handle bob on acme/ci is held by a session connected since 2026-11-30T12:03:04Z that has not opened its push stream: choose another handle (--handle or RELAY_HANDLE), or claim it again in 1 s, when it is free unless that session opens its stream"

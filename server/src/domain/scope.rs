@@ -10,6 +10,7 @@ use std::fmt;
 
 use super::address::{Address, Origin};
 use super::ids::{AccountId, EndpointId};
+use super::names::{NameKind, validate};
 use super::{Error, Result};
 
 /// The most selectors one rule or cap may hold.
@@ -368,6 +369,25 @@ pub struct GroupView {
     pub rules_in: Option<Vec<String>>,
     pub rules_out: Option<Vec<String>>,
     pub members: Vec<String>,
+}
+
+/// A new group's name: a valid handle, other than `self` (`group:self` names a group's own members).
+pub fn check_group_name(name: &str) -> Result<()> {
+    validate(NameKind::Handle, name)
+        .map_err(|_| Error::invalid(format!("invalid group name {name:?}: use a-z, 0-9 and '-'")))?;
+    if name == "self" {
+        return Err(Error::invalid("self is reserved: group:self means a group's own members"));
+    }
+    Ok(())
+}
+
+/// Only a group's owner changes it.
+pub fn owner_only(caller: EndpointId, owner: EndpointId, name: &str) -> Result<()> {
+    if owner == caller {
+        Ok(())
+    } else {
+        Err(Error::PermissionDenied(format!("only the owner of group {name} may change it")))
+    }
 }
 
 /// Someone the caller may message, and what admits it.

@@ -10,9 +10,10 @@ use tracing::Instrument;
 
 use super::Hub;
 use crate::domain::message::Message;
+use crate::domain::presence::OpenStream;
 use crate::domain::{Error, Result, presence};
 use crate::store::Store;
-use crate::store::identity::Caller;
+use crate::store::identity::{self, Caller};
 
 const BATCH: i64 = 100;
 /// Small on purpose: a delivery counts as pushed once it is in here, so keep "here" close to the wire.
@@ -48,7 +49,7 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
             let _ = tx.send(Err(err)).await;
         }
         if let Some(generation) = generation
-            && let Err(e) = Box::pin(store.release_presence(&caller, generation)).await
+            && let Err(e) = Box::pin(release_presence(&store, &caller, generation)).await
         {
             tracing::warn!(endpoint = %address, error = %e, "cannot release presence");
         }
@@ -74,7 +75,7 @@ async fn feed(
     let claim = hub.claim_stream(caller.endpoint_id);
     // Database calls are boxed: an idle stream's task then holds only what it waits on, not room
     // for the largest query it might make (thousands of streams sit idle at once).
-    let opened = Box::pin(store.open_presence(caller)).await?.ok_or_else(gone)?;
+    let opened = Box::pin(open_presence(store, caller)).await?.ok_or_else(gone)?;
     let (stream_gen, mut operator) = (opened.generation, opened.operator);
     *generation = Some(stream_gen);
     if !send_timely(tx, beat(opened.head, operator)).await {
@@ -104,7 +105,7 @@ async fn feed(
             () = claim.replaced() => return Err(gone()),
             () = tx.closed() => return Ok(()),
             () = claim.changed() => {
-                let now = Box::pin(store.stream_current(caller, stream_gen)).await?.ok_or_else(gone)?;
+                let now = Box::pin(stream_current(store, caller, stream_gen)).await?.ok_or_else(gone)?;
                 // A role change is told at once: the bridge lists its tools again.
                 if std::mem::replace(&mut operator, now) != now && !send_timely(tx, beat(head, operator)).await {
                     return Ok(());
@@ -118,6 +119,23 @@ async fn feed(
             () = waiter.changed() => unread_may_wait = true,
         }
     }
+}
+
+/// The stream becomes its endpoint's newest, and the endpoint stays online while this replica is
+/// alive. Returns its generation and the inbox head, or `None` when the session is no longer valid.
+async fn open_presence(store: &Store, caller: &Caller) -> Result<Option<OpenStream>> {
+    identity::open_stream(&store.client().await?, caller, store.replica()).await
+}
+
+/// Whether the endpoint is its account's operator while this stream is still its newest; `None`
+/// once it is not. Read only when the endpoint or its machine changed, never on a timer.
+async fn stream_current(store: &Store, caller: &Caller, generation: i64) -> Result<Option<bool>> {
+    identity::stream_current(&store.client().await?, caller, generation).await
+}
+
+/// The stream closed: the endpoint stays online for the reconnect grace if it was the newest.
+async fn release_presence(store: &Store, caller: &Caller, generation: i64) -> Result<()> {
+    identity::close_stream(&store.client().await?, caller, generation).await
 }
 
 fn gone() -> Error {

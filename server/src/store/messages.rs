@@ -298,7 +298,7 @@ impl Store {
 
     /// Sends to one known endpoint without scope rules: for reports the system makes on an
     /// endpoint's behalf (a worker's final result to its parent).
-    pub(super) async fn send_unscoped(&self, sender: &Caller, out: Outgoing<'_>) -> Result<Sent> {
+    pub(crate) async fn send_unscoped(&self, sender: &Caller, out: Outgoing<'_>) -> Result<Sent> {
         let mut client = self.client().await?;
         if let Some(client_id) = out.client_id
             && let Some(sent) = previous_send(&client, sender, client_id).await?

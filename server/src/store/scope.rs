@@ -2,17 +2,16 @@
 
 use std::collections::HashMap;
 
-use crate::domain::ids::{AccountId, EndpointId};
-use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
-use super::Store;
 use super::error::Col;
 use super::identity::{Caller, ENDPOINT_COLUMNS, endpoint_from_row};
 use crate::domain::address::{Address, Origin};
+use crate::domain::endpoint::Endpoint;
+use crate::domain::ids::{AccountId, EndpointId};
 use crate::domain::names::{NameKind, validate};
-use crate::domain::scope::{self, Cap, Dir, Party, Reach, Scoped, Selector, Verdict};
+use crate::domain::scope::{self, Cap, CapView, Dir, GroupView, Party, Reach, RulesView, Scoped, Selector, Verdict};
 use crate::domain::{EntityKind, Error, Result};
 
 /// A change to one direction of a rule: `None` leaves it, `Some(None)` opens it.
@@ -36,7 +35,7 @@ fn view_selectors(rule: &Option<Vec<Selector>>) -> Option<Vec<String>> {
 }
 
 /// Whether the accounts of two endpoints reach each other.
-pub(super) fn reach(caller_account: AccountId, contacts: &[AccountId], other_account: AccountId) -> Reach {
+pub(crate) fn reach(caller_account: AccountId, contacts: &[AccountId], other_account: AccountId) -> Reach {
     if caller_account == other_account {
         Reach::SameAccount
     } else if contacts.contains(&other_account) {
@@ -47,7 +46,7 @@ pub(super) fn reach(caller_account: AccountId, contacts: &[AccountId], other_acc
 }
 
 /// Loads each endpoint with its tree, groups, own rules and every cap that binds it.
-pub(super) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<HashMap<EndpointId, Scoped>> {
+pub(crate) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<HashMap<EndpointId, Scoped>> {
     let base = c
         .prepare_cached(
             "select ea.id, ea.account_id, ea.account, ea.machine, ea.handle, ea.address, e.parent_id, e.rules_in, e.rules_out
@@ -158,7 +157,7 @@ pub(super) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<H
 }
 
 /// Decides `from` → each of `to` with one load.
-pub(super) async fn decide_many(
+pub(crate) async fn decide_many(
     c: &impl GenericClient,
     from: &Caller,
     contacts: &[AccountId],
@@ -180,7 +179,7 @@ pub(super) async fn decide_many(
 }
 
 /// Resolves an address the caller wrote to an endpoint id in the caller's reach.
-async fn resolve_in_reach(
+pub(crate) async fn resolve_in_reach(
     c: &impl GenericClient,
     caller: &Caller,
     contacts: &[AccountId],
@@ -234,335 +233,168 @@ fn rules_view(s: &Scoped, parent: Option<String>) -> RulesView {
     }
 }
 
-impl Store {
-    pub async fn show_rules(&self, caller: &Caller, endpoint: &str) -> Result<RulesView> {
-        let client = self.client().await?;
-        let (id, _) = rules_target(&client, caller, endpoint).await?;
-        view(&client, id).await
-    }
+// ---- rules and caps ------------------------------------------------------------------------------
 
-    /// Own rules are replaced; a descendant gets a new cap by the caller, which can only narrow.
-    pub async fn set_rules(
-        &self,
-        caller: &Caller,
-        endpoint: &str,
-        rules_in: RuleChange,
-        rules_out: RuleChange,
-    ) -> Result<RulesView> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
-        if descendant {
-            for (dir, change) in [(Dir::In, rules_in), (Dir::Out, rules_out)] {
-                match change {
-                    None => {}
-                    Some(None) => {
-                        return Err(Error::invalid(
-                            "open cannot narrow a descendant: use widen to loosen your caps on it, or lift to drop one",
-                        ));
-                    }
-                    Some(Some(selectors)) => {
-                        tx.execute(
-                            "insert into caps (endpoint_id, dir, selectors, set_by) values ($1, $2, $3, $4)",
-                            &[&id, &dir.as_str(), &to_stored(&Some(selectors)), &caller.endpoint_id],
-                        )
-                        .await?;
-                    }
-                }
-            }
-        } else {
-            if let Some(rule) = rules_in {
-                tx.execute("update endpoints set rules_in = $2 where id = $1", &[&id, &to_stored(&rule)]).await?;
-            }
-            if let Some(rule) = rules_out {
-                tx.execute("update endpoints set rules_out = $2 where id = $1", &[&id, &to_stored(&rule)]).await?;
-            }
-        }
-        let view = view(&tx, id).await?;
-        tx.commit().await?;
-        self.scope_changed();
-        Ok(view)
-    }
-
-    /// Adds selectors to the caps the caller set on a descendant.
-    pub async fn widen_rules(
-        &self,
-        caller: &Caller,
-        endpoint: &str,
-        rules_in: Option<Vec<Selector>>,
-        rules_out: Option<Vec<Selector>>,
-    ) -> Result<RulesView> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
-        if !descendant {
-            return Err(Error::invalid("widen loosens caps you set on an agent you spawned: name it with endpoint"));
-        }
-        for (dir, extra) in [(Dir::In, rules_in), (Dir::Out, rules_out)] {
-            let Some(extra) = extra else { continue };
-            let extra: Vec<String> = extra.iter().map(ToString::to_string).collect();
-            let widened = tx
-                .execute(
-                    "update caps set selectors = array(select distinct unnest(selectors || $4::text[]))
-                     where endpoint_id = $1 and dir = $2 and set_by = $3",
-                    &[&id, &dir.as_str(), &caller.endpoint_id, &extra],
-                )
-                .await?;
-            if widened == 0 {
-                return Err(Error::not_found(
-                    EntityKind::Cap,
-                    format!("you set no {} cap on that agent to widen", dir.as_str()),
-                ));
-            }
-        }
-        let view = view(&tx, id).await?;
-        tx.commit().await?;
-        self.scope_changed();
-        Ok(view)
-    }
-
-    /// Drops a cap set by the caller or by an agent below it; never one set above it.
-    pub async fn lift_cap(&self, caller: &Caller, endpoint: &str, cap: &str) -> Result<RulesView> {
-        let cap_id: i64 = cap.trim().strip_prefix("cap-").and_then(|n| n.parse().ok()).ok_or_else(|| {
-            Error::invalid(format!("invalid cap id {cap:?}: caps are named cap-<n>, as rules show lists them"))
-        })?;
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let (id, _) = rules_target(&tx, caller, endpoint).await?;
-        let row = tx
-            .query_opt("select set_by from caps where id = $1 and endpoint_id = $2", &[&cap_id, &id])
-            .await?
-            .ok_or_else(|| Error::not_found(EntityKind::Cap, format!("no cap {cap} on that agent")))?;
-        let set_by: EndpointId = row.col(0)?;
-        let setter = load(&tx, &[set_by]).await?;
-        let mine = set_by == caller.endpoint_id
-            || setter.get(&set_by).is_some_and(|s| s.party.ancestors.contains(&caller.endpoint_id));
-        if !mine {
-            return Err(Error::PermissionDenied(format!(
-                "{cap} was set by an agent above you; only it or its ancestors may lift it"
-            )));
-        }
-        tx.execute("delete from caps where id = $1", &[&cap_id]).await?;
-        let view = view(&tx, id).await?;
-        tx.commit().await?;
-        self.scope_changed();
-        Ok(view)
-    }
-
-    /// May `from` (default: the caller) message `to`, and why. Both must be in the caller's reach.
-    pub async fn why(&self, caller: &Caller, from: &str, to: &str) -> Result<(String, String, Verdict)> {
-        let client = self.client().await?;
-        let mine = super::identity::contact_accounts(&client, caller.account_id).await?;
-        let (from_id, from_address) = if from.trim().is_empty() {
-            (caller.endpoint_id, caller.address())
-        } else {
-            resolve_in_reach(&client, caller, &mine, from).await?
-        };
-        let (to_id, to_address) = resolve_in_reach(&client, caller, &mine, to).await?;
-        let loaded = load(&client, &[from_id, to_id]).await?;
-        let (Some(a), Some(b)) = (loaded.get(&from_id), loaded.get(&to_id)) else {
-            return Err(Error::not_found(EntityKind::Endpoint, "no such endpoint"));
-        };
-        // The verdict is about `from`, whose contacts may differ from the caller's.
-        let contacts = if a.party.account_id == caller.account_id {
-            mine
-        } else {
-            super::identity::contact_accounts(&client, a.party.account_id).await?
-        };
-        let verdict = scope::decide(a, b, reach(a.party.account_id, &contacts, b.party.account_id));
-        Ok((from_address, to_address, verdict))
-    }
-
-    /// Endpoints the caller may message (online unless `all`), each with what admits it.
-    pub async fn peers(&self, caller: &Caller, all: bool) -> Result<Vec<Peer>> {
-        let client = self.client().await?;
-        let contacts = super::identity::contact_accounts(&client, caller.account_id).await?;
-        let mut accounts = contacts.clone();
-        accounts.push(caller.account_id);
-        let sql = format!(
-            "select e.id, {ENDPOINT_COLUMNS}
-             from endpoints e
-             join endpoint_addresses ea on ea.id = e.id
-             join machines m on m.id = e.machine_id
-             where m.account_id = any($1) and m.revoked_at is null and e.id <> $2 and e.ended_at is null
-               and ($3 or e.online_until > now())
-             order by ea.address"
-        );
-        let rows = client.query(&sql, &[&accounts, &caller.endpoint_id, &all]).await?;
-        let ids: Vec<EndpointId> = rows.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
-        let verdicts = decide_many(&client, caller, &contacts, &ids).await?;
-        let mut peers = Vec::new();
-        for (row, id) in rows.iter().zip(&ids) {
-            if let Some(verdict) = verdicts.get(id)
-                && verdict.allowed
-            {
-                peers.push(Peer { endpoint: endpoint_from_row(row)?, reason: verdict.reasons.join("; ") });
-            }
-        }
-        Ok(peers)
-    }
-
-    // ---- groups ------------------------------------------------------------------------------
-
-    pub async fn group_create(
-        &self,
-        caller: &Caller,
-        name: &str,
-        rules_in: RuleChange,
-        rules_out: RuleChange,
-    ) -> Result<GroupView> {
-        validate(NameKind::Handle, name)
-            .map_err(|_| Error::invalid(format!("invalid group name {name:?}: use a-z, 0-9 and '-'")))?;
-        if name == "self" {
-            return Err(Error::invalid("self is reserved: group:self means a group's own members"));
-        }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let row = tx
-            .query_opt(
-                "insert into groups (account_id, name, owner_id, rules_in, rules_out) values ($1, $2, $3, $4, $5)
-                 on conflict (account_id, name) do nothing returning id",
-                &[
-                    &caller.account_id,
-                    &name,
-                    &caller.endpoint_id,
-                    &to_stored(&rules_in.unwrap_or(None)),
-                    &to_stored(&rules_out.unwrap_or(None)),
-                ],
-            )
-            .await?
-            .ok_or_else(|| Error::AlreadyExists(format!("group {name} already exists in your account")))?;
-        let id: i64 = row.col(0)?;
-        tx.execute("insert into group_members (group_id, endpoint_id) values ($1, $2)", &[&id, &caller.endpoint_id])
-            .await?;
-        let view = group_view(&tx, id).await?;
-        tx.commit().await?;
-        self.scope_changed();
-        Ok(view)
-    }
-
-    /// Adds or removes a member: the owner may do either; any member may remove itself.
-    pub async fn group_member(&self, caller: &Caller, name: &str, endpoint: &str, add: bool) -> Result<GroupView> {
-        let client = self.client().await?;
-        let (group, owner) = group_id(&client, caller, name).await?;
-        let (member, address) = if endpoint.trim().is_empty() {
-            (caller.endpoint_id, caller.address())
-        } else {
-            resolve_in_reach(
-                &client,
-                caller,
-                &super::identity::contact_accounts(&client, caller.account_id).await?,
-                endpoint,
-            )
-            .await?
-        };
-        let leaving_itself = !add && member == caller.endpoint_id;
-        if !leaving_itself {
-            owner_only(caller, owner, name)?;
-        }
-        if add {
-            let same_account: bool = client
-                .query_one(
-                    "select account_id = $2 from endpoint_addresses where id = $1",
-                    &[&member, &caller.account_id],
-                )
-                .await?
-                .col(0)?;
-            if !same_account {
-                return Err(Error::invalid(format!(
-                    "{address} is in another account; groups hold agents of one account"
-                )));
-            }
-            client
-                .execute(
-                    "insert into group_members (group_id, endpoint_id) values ($1, $2) on conflict do nothing",
-                    &[&group, &member],
-                )
-                .await?;
-        } else {
-            let removed = client
-                .execute("delete from group_members where group_id = $1 and endpoint_id = $2", &[&group, &member])
-                .await?;
-            if removed == 0 {
-                return Err(Error::not_found(EntityKind::Group, format!("{address} is not a member of group {name}")));
-            }
-        }
-        self.scope_changed();
-        group_view(&client, group).await
-    }
-
-    pub async fn group_rules(
-        &self,
-        caller: &Caller,
-        name: &str,
-        rules_in: RuleChange,
-        rules_out: RuleChange,
-    ) -> Result<GroupView> {
-        let client = self.client().await?;
-        let (group, owner) = group_id(&client, caller, name).await?;
-        owner_only(caller, owner, name)?;
-        if let Some(rule) = rules_in {
-            client.execute("update groups set rules_in = $2 where id = $1", &[&group, &to_stored(&rule)]).await?;
-        }
-        if let Some(rule) = rules_out {
-            client.execute("update groups set rules_out = $2 where id = $1", &[&group, &to_stored(&rule)]).await?;
-        }
-        self.scope_changed();
-        group_view(&client, group).await
-    }
-
-    pub async fn group_show(&self, caller: &Caller, name: &str) -> Result<GroupView> {
-        let client = self.client().await?;
-        let (group, _) = group_id(&client, caller, name).await?;
-        group_view(&client, group).await
-    }
-
-    pub async fn group_list(&self, caller: &Caller) -> Result<Vec<GroupView>> {
-        let client = self.client().await?;
-        let ids: Vec<i64> = client
-            .query("select id from groups where account_id = $1 order by name", &[&caller.account_id])
-            .await?
-            .iter()
-            .map(|r| r.col(0))
-            .collect::<Result<_>>()?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            out.push(group_view(&client, id).await?);
-        }
-        Ok(out)
-    }
-
-    pub async fn group_drop(&self, caller: &Caller, name: &str) -> Result<()> {
-        let client = self.client().await?;
-        let (group, owner) = group_id(&client, caller, name).await?;
-        owner_only(caller, owner, name)?;
-        client.execute("delete from groups where id = $1", &[&group]).await?;
-        self.scope_changed();
-        Ok(())
-    }
+/// Replaces one direction of the endpoint's own rule.
+pub(crate) async fn set_own_rule(
+    c: &impl GenericClient,
+    id: EndpointId,
+    dir: Dir,
+    rule: &Option<Vec<Selector>>,
+) -> Result<()> {
+    let sql = match dir {
+        Dir::In => "update endpoints set rules_in = $2 where id = $1",
+        Dir::Out => "update endpoints set rules_out = $2 where id = $1",
+    };
+    c.execute(sql, &[&id, &to_stored(rule)]).await?;
+    Ok(())
 }
 
-/// The target of a rules command: the caller, or (for what only ancestors may do) a descendant.
-async fn rules_target(c: &impl GenericClient, caller: &Caller, endpoint: &str) -> Result<(EndpointId, bool)> {
-    if endpoint.trim().is_empty() {
-        return Ok((caller.endpoint_id, false));
-    }
-    let contacts = super::identity::contact_accounts(c, caller.account_id).await?;
-    let (id, address) = resolve_in_reach(c, caller, &contacts, endpoint).await?;
-    if id == caller.endpoint_id {
-        return Ok((id, false));
-    }
-    let loaded = load(c, &[id]).await?;
-    let is_descendant = loaded.get(&id).is_some_and(|s| s.party.ancestors.contains(&caller.endpoint_id));
-    if !is_descendant {
-        return Err(Error::PermissionDenied(format!(
-            "{address} is not an agent you spawned (directly or below): you may change only your own rules and narrow your descendants'"
-        )));
-    }
-    Ok((id, true))
+/// Inserts a cap on the endpoint (and so on its descendants) set by `set_by`.
+pub(crate) async fn insert_cap(
+    c: &impl GenericClient,
+    id: EndpointId,
+    dir: Dir,
+    selectors: &[Selector],
+    set_by: EndpointId,
+) -> Result<()> {
+    let stored: Vec<String> = selectors.iter().map(ToString::to_string).collect();
+    c.execute(
+        "insert into caps (endpoint_id, dir, selectors, set_by) values ($1, $2, $3, $4)",
+        &[&id, &dir.as_str(), &stored, &set_by],
+    )
+    .await?;
+    Ok(())
 }
 
-async fn view(c: &impl GenericClient, id: EndpointId) -> Result<RulesView> {
+/// Adds selectors to the caps `set_by` set on the endpoint in one direction; how many it widened.
+pub(crate) async fn widen_caps(
+    c: &impl GenericClient,
+    id: EndpointId,
+    dir: Dir,
+    set_by: EndpointId,
+    extra: &[Selector],
+) -> Result<u64> {
+    let extra: Vec<String> = extra.iter().map(ToString::to_string).collect();
+    Ok(c.execute(
+        "update caps set selectors = array(select distinct unnest(selectors || $4::text[]))
+         where endpoint_id = $1 and dir = $2 and set_by = $3",
+        &[&id, &dir.as_str(), &set_by, &extra],
+    )
+    .await?)
+}
+
+/// Who set cap `cap_id` on the endpoint; `None` when it has no such cap.
+pub(crate) async fn cap_setter(c: &impl GenericClient, cap_id: i64, id: EndpointId) -> Result<Option<EndpointId>> {
+    c.query_opt("select set_by from caps where id = $1 and endpoint_id = $2", &[&cap_id, &id])
+        .await?
+        .map(|r| r.col(0))
+        .transpose()
+}
+
+pub(crate) async fn delete_cap(c: &impl GenericClient, cap_id: i64) -> Result<()> {
+    c.execute("delete from caps where id = $1", &[&cap_id]).await?;
+    Ok(())
+}
+
+/// Endpoints of the accounts other than `except` whose session has not ended, on machines not
+/// revoked, by address, with their ids; those within their lease unless `all`.
+pub(crate) async fn peer_candidates(
+    c: &impl GenericClient,
+    accounts: &[AccountId],
+    except: EndpointId,
+    all: bool,
+) -> Result<Vec<(EndpointId, Endpoint)>> {
+    let sql = format!(
+        "select e.id, {ENDPOINT_COLUMNS}
+         from endpoints e
+         join endpoint_addresses ea on ea.id = e.id
+         join machines m on m.id = e.machine_id
+         where m.account_id = any($1) and m.revoked_at is null and e.id <> $2 and e.ended_at is null
+           and ($3 or e.online_until > now())
+         order by ea.address"
+    );
+    c.query(&sql, &[&accounts, &except, &all]).await?.iter().map(|r| Ok((r.col(0)?, endpoint_from_row(r)?))).collect()
+}
+
+// ---- groups --------------------------------------------------------------------------------------
+
+/// Inserts a group of the account owned by `owner`; its id, or `None` when the name is taken.
+pub(crate) async fn insert_group(
+    c: &impl GenericClient,
+    account_id: AccountId,
+    name: &str,
+    owner: EndpointId,
+    rules_in: &Option<Vec<Selector>>,
+    rules_out: &Option<Vec<Selector>>,
+) -> Result<Option<i64>> {
+    c.query_opt(
+        "insert into groups (account_id, name, owner_id, rules_in, rules_out) values ($1, $2, $3, $4, $5)
+         on conflict (account_id, name) do nothing returning id",
+        &[&account_id, &name, &owner, &to_stored(rules_in), &to_stored(rules_out)],
+    )
+    .await?
+    .map(|r| r.col(0))
+    .transpose()
+}
+
+/// Inserts a member into a group that cannot hold it yet (a new group's owner).
+pub(crate) async fn insert_member(c: &impl GenericClient, group: i64, member: EndpointId) -> Result<()> {
+    c.execute("insert into group_members (group_id, endpoint_id) values ($1, $2)", &[&group, &member]).await?;
+    Ok(())
+}
+
+/// Adds a member to a group unless it is one already.
+pub(crate) async fn ensure_member(c: &impl GenericClient, group: i64, member: EndpointId) -> Result<()> {
+    c.execute(
+        "insert into group_members (group_id, endpoint_id) values ($1, $2) on conflict do nothing",
+        &[&group, &member],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Removes a member from a group; how many rows went (0 when it was no member).
+pub(crate) async fn remove_member(c: &impl GenericClient, group: i64, member: EndpointId) -> Result<u64> {
+    Ok(c.execute("delete from group_members where group_id = $1 and endpoint_id = $2", &[&group, &member]).await?)
+}
+
+/// Whether the endpoint belongs to the account.
+pub(crate) async fn in_account(c: &impl GenericClient, id: EndpointId, account_id: AccountId) -> Result<bool> {
+    c.query_one("select account_id = $2 from endpoint_addresses where id = $1", &[&id, &account_id]).await?.col(0)
+}
+
+/// Replaces one direction of a group's rule.
+pub(crate) async fn set_group_rule(
+    c: &impl GenericClient,
+    group: i64,
+    dir: Dir,
+    rule: &Option<Vec<Selector>>,
+) -> Result<()> {
+    let sql = match dir {
+        Dir::In => "update groups set rules_in = $2 where id = $1",
+        Dir::Out => "update groups set rules_out = $2 where id = $1",
+    };
+    c.execute(sql, &[&group, &to_stored(rule)]).await?;
+    Ok(())
+}
+
+/// Ids of the account's groups, by name.
+pub(crate) async fn group_ids(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<i64>> {
+    c.query("select id from groups where account_id = $1 order by name", &[&account_id])
+        .await?
+        .iter()
+        .map(|r| r.col(0))
+        .collect()
+}
+
+pub(crate) async fn delete_group(c: &impl GenericClient, group: i64) -> Result<()> {
+    c.execute("delete from groups where id = $1", &[&group]).await?;
+    Ok(())
+}
+
+/// The endpoint's rules as `rules show` reports them: its own, its caps and its groups.
+pub(crate) async fn read_rules(c: &impl GenericClient, id: EndpointId) -> Result<RulesView> {
     let loaded = load(c, &[id]).await?;
     let s = loaded.get(&id).ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
     let parent = match s.party.parent {
@@ -576,7 +408,8 @@ async fn view(c: &impl GenericClient, id: EndpointId) -> Result<RulesView> {
     Ok(rules_view(s, parent))
 }
 
-async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(i64, EndpointId)> {
+/// The id and owner of the caller's account's group `name`.
+pub(crate) async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(i64, EndpointId)> {
     validate(NameKind::Handle, name).map_err(|_| Error::invalid(format!("invalid group name {name:?}")))?;
     let row = c
         .query_opt("select id, owner_id from groups where account_id = $1 and name = $2", &[&caller.account_id, &name])
@@ -585,7 +418,8 @@ async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result
     Ok((row.col(0)?, row.col(1)?))
 }
 
-async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> {
+/// A group as `group show` reports it: its owner, rules and members.
+pub(crate) async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> {
     let row = c
         .query_one(
             "select g.name, ea.address, g.rules_in, g.rules_out from groups g
@@ -610,14 +444,6 @@ async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> 
         rules_out: view_selectors(&parse_stored(row.col(3)?)?),
         members,
     })
-}
-
-fn owner_only(caller: &Caller, owner: EndpointId, name: &str) -> Result<()> {
-    if owner == caller.endpoint_id {
-        Ok(())
-    } else {
-        Err(Error::PermissionDenied(format!("only the owner of group {name} may change it")))
-    }
 }
 
 /// Live members of a group of the caller's account, other than the caller.
