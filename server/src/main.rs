@@ -10,7 +10,8 @@ use relay_server::dev::{self, DevOptions};
 use relay_server::protocol::connections;
 use relay_server::protocol::layers::{self, RpcLimits};
 use relay_server::protocol::ops::{self, OpsListen};
-use relay_server::serve::{self, ListenOptions};
+use relay_server::domain::retention::Retention;
+use relay_server::serve::{self, ListenOptions, Settings};
 use relay_server::store::DbConfig;
 use tracing_subscriber::EnvFilter;
 
@@ -44,6 +45,8 @@ enum Command {
         limits: LimitArgs,
         #[command(flatten)]
         rpc: RpcArgs,
+        #[command(flatten)]
+        retention: RetentionArgs,
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (off by default).
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
         ops_listen: Option<OpsListen>,
@@ -63,6 +66,8 @@ enum Command {
         limits: LimitArgs,
         #[command(flatten)]
         rpc: RpcArgs,
+        #[command(flatten)]
+        retention: RetentionArgs,
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address [default:
         /// 127.0.0.1:7448, skipped with a warning when taken].
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
@@ -136,6 +141,34 @@ impl From<RpcArgs> for RpcLimits {
             timeout: std::time::Duration::from_secs(a.rpc_timeout_s),
             max_concurrent: a.max_concurrent_rpcs as usize,
         }
+    }
+}
+
+#[derive(Args)]
+struct RetentionArgs {
+    /// How long a message is kept once every recipient has read it (unread mail stays until read).
+    #[arg(long, env = "RELAY_RETAIN_MESSAGES", default_value = "30d", value_parser = retention_parser)]
+    retain_messages: std::time::Duration,
+    /// How long a card is kept after it was closed in Done and its worktree cleaned up.
+    #[arg(long, env = "RELAY_RETAIN_CARDS", default_value = "90d", value_parser = retention_parser)]
+    retain_cards: std::time::Duration,
+    /// How long the record of who peeked at whom is kept.
+    #[arg(long, env = "RELAY_RETAIN_AUDIT", default_value = "90d", value_parser = retention_parser)]
+    retain_audit: std::time::Duration,
+}
+
+/// A retention like `30d`, `12h` or `90s`: at least a second.
+fn retention_parser(value: &str) -> Result<std::time::Duration, String> {
+    let kept = humantime::parse_duration(value).map_err(|e| format!("{e}: write it like 30d, 12h or 90s"))?;
+    if kept < std::time::Duration::from_secs(1) {
+        return Err("a retention is at least 1s".into());
+    }
+    Ok(kept)
+}
+
+impl From<RetentionArgs> for Retention {
+    fn from(a: RetentionArgs) -> Self {
+        Self { messages: a.retain_messages, cards: a.retain_cards, audit: a.retain_audit }
     }
 }
 
@@ -259,7 +292,7 @@ fn init_logging(format: LogFormat, default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, limits, rpc, ops_listen } => {
+        Command::Serve { db, listen, limits, rpc, retention, ops_listen } => {
             init_logging(cli.log_format, "info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
@@ -268,7 +301,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(OpsListen::Off) | None => None,
             };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
-            serve::serve(store, &listen, rpc.into(), ops, serve::termination()).await
+            let settings = Settings { rpc: rpc.into(), retention: retention.into() };
+            serve::serve(store, &listen, settings, ops, serve::termination()).await
         }
         Command::Migrate { db } => {
             init_logging(cli.log_format, "info");
@@ -276,7 +310,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             say(cli.log_format, "database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, limits, rpc, ops_listen, data_dir } => {
+        Command::Dev { db, listen, limits, rpc, retention, ops_listen, data_dir } => {
             init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
@@ -284,7 +318,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 data_dir,
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
-                rpc: rpc.into(),
+                settings: Settings { rpc: rpc.into(), retention: retention.into() },
                 ops_listen,
             })
             .await

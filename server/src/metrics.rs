@@ -64,6 +64,20 @@ pub struct ShedLabel {
     pub reason: Shed,
 }
 
+/// What a purge deleted.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Purged {
+    messages,
+    cards,
+    peeks,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PurgedLabel {
+    pub kind: Purged,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApprovalLabel {
     pub state: &'static str,
@@ -100,6 +114,7 @@ pub struct Metrics {
     pub scheduler_rounds: Counter,
     pub schedules_fired: Counter,
     pub leases_expired: Counter,
+    pub purged: Family<PurgedLabel, Counter>,
     pub approvals_waiting: Family<ApprovalLabel, Gauge>,
 }
 
@@ -130,6 +145,7 @@ impl Metrics {
             scheduler_rounds: Counter::default(),
             schedules_fired: Counter::default(),
             leases_expired: Counter::default(),
+            purged: Family::default(),
             approvals_waiting: Family::default(),
         };
         let r = &mut registry;
@@ -199,6 +215,12 @@ impl Metrics {
     pub fn deliveries(&self, step: Step, n: u64) {
         if n > 0 {
             self.deliveries.get_or_create(&StepLabel { step }).inc_by(n);
+        }
+    }
+
+    pub fn purged(&self, kind: Purged, n: u64) {
+        if n > 0 {
+            self.purged.get_or_create(&PurgedLabel { kind }).inc_by(n);
         }
     }
 

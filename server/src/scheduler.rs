@@ -1,5 +1,6 @@
-//! The timed rounds every replica runs: fire due schedules and put back cards whose worker went
-//! quiet. Rows are taken with `skip locked`, so replicas share the work and never do it twice.
+//! The timed rounds every replica runs: fire due schedules, put back cards whose worker went quiet,
+//! and now and then purge what outlived its retention. Rows are taken with `skip locked`, so
+//! replicas share the work and never do it twice.
 
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
+use crate::metrics::{Purged, metrics};
 
 /// How often a replica looks; `RELAY_SCHEDULER_TICK_MS` changes it (tests run it fast).
 fn tick() -> Duration {
@@ -14,25 +16,54 @@ fn tick() -> Duration {
     Duration::from_millis(ms.clamp(10, 60_000))
 }
 
+/// Rounds between purges: a backlog drains in bounded batches, and an idle server seldom asks.
+const PURGE_EVERY_ROUNDS: u64 = 60;
+
 pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut every = tokio::time::interval(tick());
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        for round in 0u64.. {
             tokio::select! {
                 _ = every.tick() => {}
                 () = shutdown.cancelled() => return,
             }
+            if round % PURGE_EVERY_ROUNDS == 0 {
+                purge(&app).await;
+            }
+            let m = metrics();
+            m.scheduler_rounds.inc();
             match app.fire_due_schedules().await {
                 Ok(0) => {}
-                Ok(n) => tracing::info!(runs = n, "scheduled runs posted"),
+                Ok(n) => {
+                    m.schedules_fired.inc_by(n as u64);
+                    tracing::info!(runs = n, "scheduled runs posted");
+                }
                 Err(e) => tracing::warn!(error = %e, "schedule round failed"),
             }
             match app.expire_leases().await {
                 Ok(0) => {}
-                Ok(n) => tracing::warn!(cards = n, "worker leases expired; cards back in To do"),
+                Ok(n) => {
+                    m.leases_expired.inc_by(n as u64);
+                    tracing::warn!(cards = n, "worker leases expired; cards back in To do");
+                }
                 Err(e) => tracing::warn!(error = %e, "lease round failed"),
             }
         }
     })
+}
+
+async fn purge(app: &App) {
+    match app.purge().await {
+        Ok(purged) => {
+            let m = metrics();
+            m.purged(Purged::messages, purged.messages);
+            m.purged(Purged::cards, purged.cards);
+            m.purged(Purged::peeks, purged.peeks);
+            if purged.total() > 0 {
+                tracing::info!(messages = purged.messages, cards = purged.cards, peeks = purged.peeks, "purged past retention");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "purge round failed"),
+    }
 }

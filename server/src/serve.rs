@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::app::App;
+use crate::domain::retention::Retention;
 use crate::protocol::auth::AuthLayer;
 use crate::protocol::connections;
 use crate::protocol::human::HumanService;
@@ -48,6 +49,13 @@ fn raise_open_files_limit(max_connections: usize) {
         }
         Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
     }
+}
+
+/// What the operator sets beside where to listen: call limits and retention.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settings {
+    pub rpc: RpcLimits,
+    pub retention: Retention,
 }
 
 /// Where and how to listen.
@@ -135,11 +143,11 @@ pub async fn open_store(db: DbConfig) -> anyhow::Result<Store> {
 pub async fn serve(
     store: Store,
     options: &ListenOptions,
-    rpc: RpcLimits,
+    settings: Settings,
     ops: Option<TcpListener>,
     shutdown_signal: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    serve_with(store, options, rpc, ops, shutdown_signal, |_| {}).await
+    serve_with(store, options, settings, ops, shutdown_signal, |_| {}).await
 }
 
 /// Serves with the given call limits, calling `ready` with the bound address once the port is taken,
@@ -148,12 +156,13 @@ pub async fn serve(
 pub async fn serve_with(
     store: Store,
     options: &ListenOptions,
-    rpc: RpcLimits,
+    settings: Settings,
     ops: Option<TcpListener>,
     shutdown_signal: impl Future<Output = ()>,
     ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
     let tls = options.tls()?;
+    let rpc = settings.rpc;
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
     store.set_waker({
@@ -172,7 +181,7 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let app = App::new(store, hub, shutdown.clone());
+    let app = App::new(store, hub, shutdown.clone()).with_retention(settings.retention);
     let ops = ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");

@@ -8,6 +8,7 @@ pub mod board;
 pub mod identity;
 pub mod messaging;
 pub mod observe;
+pub mod retention;
 pub mod scope;
 pub mod trust;
 
@@ -17,22 +18,31 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::retention::Retention;
 use crate::domain::{Result, limits};
 use crate::push::Hub;
 use crate::store::Store;
 use crate::store::identity::Caller;
 
-/// What every area works with: the database, the local wake-ups, and the server's shutdown.
+/// What every area works with: the database, the local wake-ups, the server's shutdown, and the
+/// operator's settings.
 #[derive(Clone)]
 pub struct App {
     store: Store,
     hub: Hub,
     shutdown: CancellationToken,
+    retention: Retention,
 }
 
 impl App {
     pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
-        Self { store, hub, shutdown }
+        Self { store, hub, shutdown, retention: Retention::default() }
+    }
+
+    /// Keeps records for `retention` (see [`App::purge`]).
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
     }
 
     /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever

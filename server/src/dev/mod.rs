@@ -26,7 +26,7 @@ pub struct DevOptions {
     /// Most unread messages one inbox holds.
     pub max_unread: u32,
     /// Per-call time budget and the limit of calls in flight.
-    pub rpc: crate::protocol::layers::RpcLimits,
+    pub settings: serve::Settings,
     /// Where the ops endpoints listen; by default [`ops::DEV_OPS_LISTEN`] when it is free.
     pub ops_listen: Option<OpsListen>,
 }
@@ -106,7 +106,7 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         let store = serve::open_store(db).await?.with_max_unread(options.max_unread);
         let config_path = provision(&store, &options.listen).await?;
         let listen = &options.listen;
-        serve::serve_with(store, listen, options.rpc, ops, serve::termination(), |bound| {
+        serve::serve_with(store, listen, options.settings, ops, serve::termination(), |bound| {
             eprint!("{}", announcement(listen, bound, ops_addr, &config_path, data_dir.as_deref()));
         })
         .await

@@ -13,6 +13,7 @@ pub mod message;
 pub mod names;
 pub mod presence;
 pub mod redact;
+pub mod retention;
 pub mod schedule;
 pub mod scope;
 pub mod trust;

@@ -11,6 +11,7 @@ pub mod migrate;
 pub mod notices;
 pub mod observe;
 mod replicas;
+pub mod retention;
 mod resolved;
 pub mod scope;
 mod send_batch;

@@ -1,0 +1,52 @@
+//! The purge round: what outlived its retention is deleted in bounded batches, each its own short
+//! transaction, so a large backlog drains over rounds without holding locks for long.
+
+use std::future::Future;
+
+use super::App;
+use crate::domain::Result;
+use crate::domain::retention::{PURGE_BATCH, PURGE_BATCHES_PER_ROUND};
+use crate::store::retention;
+
+/// What one round purged.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Purged {
+    pub messages: u64,
+    pub cards: u64,
+    pub peeks: u64,
+}
+
+impl Purged {
+    pub fn total(&self) -> u64 {
+        self.messages + self.cards + self.peeks
+    }
+}
+
+/// Runs `batch` until it deletes less than a full batch or the round's share is spent.
+async fn drain<F, Fut>(mut batch: F) -> Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<u64>>,
+{
+    let mut total = 0;
+    for _ in 0..PURGE_BATCHES_PER_ROUND {
+        let deleted = batch().await?;
+        total += deleted;
+        if deleted < PURGE_BATCH as u64 {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+impl App {
+    pub async fn purge(&self) -> Result<Purged> {
+        let keep = self.retention;
+        let db = self.store.client().await?;
+        let messages =
+            drain(|| retention::purge_messages(&db, keep.messages.as_secs_f64(), PURGE_BATCH)).await?;
+        let cards = drain(|| retention::purge_cards(&db, keep.cards.as_secs_f64(), PURGE_BATCH)).await?;
+        let peeks = drain(|| retention::purge_peeks(&db, keep.audit.as_secs_f64(), PURGE_BATCH)).await?;
+        Ok(Purged { messages, cards, peeks })
+    }
+}
