@@ -60,7 +60,7 @@ impl App {
     /// The caller's endpoint and how many messages wait unread.
     pub async fn whoami(&self, caller: &Caller) -> Result<(Endpoint, u64)> {
         let endpoint = self.store.endpoint(caller.endpoint_id).await?;
-        let unread = self.store.unread(caller).await?;
+        let unread = crate::store::messages::unread_count(&self.store.client().await?, caller.endpoint_id).await?;
         Ok((endpoint, unread))
     }
 
