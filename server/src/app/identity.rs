@@ -147,8 +147,9 @@ impl App {
 
     /// The caller's endpoint and how many messages wait unread.
     pub async fn whoami(&self, caller: &Caller) -> Result<(Endpoint, u64)> {
-        let endpoint = identity::endpoint_on(&self.store.client().await?, caller.endpoint_id).await?;
-        let unread = self.store.unread(caller).await?;
+        let db = self.store.client().await?;
+        let endpoint = identity::endpoint_on(&db, caller.endpoint_id).await?;
+        let unread = crate::store::messages::unread_count(&db, caller.endpoint_id).await?;
         Ok((endpoint, unread))
     }
 

@@ -1,14 +1,16 @@
 //! Messages: sending and replying (limits checked, bodies redacted before they are stored), the
 //! inbox and the wait for replies, what a sender tracks, and the push stream.
 
+use deadpool_postgres::GenericClient;
+
 use super::{App, optional};
-use crate::domain::delivery::{Kind, State};
-use crate::domain::message::{Message, Recipient};
+use crate::domain::caller::Caller;
+use crate::domain::delivery::{self, Kind, State};
+use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
 use crate::domain::{Error, Result, limits};
 use crate::push::stream::{self, PushStream};
-use crate::store::identity::Caller;
-use crate::store::messages::{Outgoing, Sent};
+use crate::store::messages::{self, Outgoing, Sent};
 
 /// A message to send, as the caller gave it.
 pub struct NewMessage<'a> {
@@ -74,7 +76,7 @@ impl App {
             caller,
             wait_s,
             |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(),
-            || self.store.inbox(caller, batch, ack),
+            || self.take_unread(caller, batch, ack),
         )
         .await
     }
@@ -90,24 +92,71 @@ impl App {
             caller,
             wait_s,
             |(_, replies, _): &(String, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
-            || self.store.replies(caller, id),
+            || self.take_replies(caller, id),
         )
         .await
     }
 
-    pub async fn track(&self, caller: &Caller, id: &str) -> Result<Sent> {
-        self.store.track(caller, id).await
+    /// Per-recipient states of a message the caller sent.
+    pub async fn track(&self, caller: &Caller, reference: &str) -> Result<Sent> {
+        let db = self.store.client().await?;
+        let id = sent_message(&db, caller, reference).await?;
+        let (thread, reply_to) = messages::thread_of(&db, &id).await?;
+        let recipients = messages::recipient_states(&db, &id).await?;
+        Ok(Sent { id, thread, recipients, duplicate: false, reply_to, skipped: Vec::new(), hold: None })
     }
 
     /// The bridge put these deliveries in front of the model (surfaced) or the model acknowledged
     /// them (read); a bridge cannot claim less.
     pub async fn confirm(&self, caller: &Caller, seqs: &[u64], state: Option<State>) -> Result<u64> {
         let state = State::confirmable(state)?;
-        self.store.confirm(caller, seqs, state).await
+        let seqs = delivery::seqs_to_db(seqs)?;
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        let db = self.store.client().await?;
+        Ok(messages::advance(&db, caller.endpoint_id, &seqs, state).await?.0)
+    }
+
+    /// One look at the inbox: unread messages in seq order, which become surfaced (read when `ack`)
+    /// in the same call that answers the count left unread; an empty look leaves nothing unread.
+    async fn take_unread(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
+        let db = self.store.client().await?;
+        let unread = messages::unread_after(&db, caller.endpoint_id, 0, i64::from(limit)).await?;
+        if unread.is_empty() {
+            return Ok((unread, 0));
+        }
+        let seqs: Vec<i64> = unread.iter().map(|m| m.seq as i64).collect();
+        let state = if ack { State::Read } else { State::Surfaced };
+        let (_, left) = messages::advance(&db, caller.endpoint_id, &seqs, state).await?;
+        Ok((unread, left.unwrap_or_default()))
+    }
+
+    /// One look for replies the caller received to a message it sent; those returned become read.
+    async fn take_replies(&self, caller: &Caller, reference: &str) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let id = sent_message(&tx, caller, reference).await?;
+        let replies = messages::replies_to(&tx, &id, caller.endpoint_id).await?;
+        if !replies.is_empty() {
+            // Marks them read and remembers the newest as last shown.
+            let seqs: Vec<i64> = replies.iter().map(|m| m.seq as i64).collect();
+            messages::advance(&tx, caller.endpoint_id, &seqs, State::Read).await?;
+        }
+        let recipients = messages::recipient_states(&tx, &id).await?;
+        tx.commit().await?;
+        Ok((id, replies, recipients))
     }
 
     /// The caller's push stream: everything unread above `after_seq`, then each new delivery.
     pub fn subscribe(&self, caller: Caller, after_seq: u64) -> PushStream {
         stream::open(self.store.clone(), self.hub.clone(), caller, after_seq, self.shutdown.clone())
     }
+}
+
+/// The id of a message the caller sent, named by id, short id or suffix.
+async fn sent_message(c: &impl GenericClient, caller: &Caller, reference: &str) -> Result<String> {
+    let text = message::sent_reference(reference)?;
+    let candidates = messages::sent_like(c, caller.endpoint_id, &text).await?;
+    message::pick_named(&text, candidates)
 }

@@ -40,6 +40,11 @@ impl State {
     }
 }
 
+/// Seqs a caller named, as the database stores them.
+pub fn seqs_to_db(seqs: &[u64]) -> Result<Vec<i64>> {
+    seqs.iter().map(|s| i64::try_from(*s).map_err(|_| Error::invalid(format!("seq {s} is out of range")))).collect()
+}
+
 /// Message kinds, stored as small integers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(i16)]
@@ -92,5 +97,11 @@ mod tests {
         assert!(State::confirmable(Some(State::Queued)).is_err());
         assert!(State::confirmable(None).is_err());
         assert!(Kind::Reply.for_send().is_err() && Kind::Ask.for_send() == Ok(Kind::Ask));
+    }
+
+    #[test]
+    fn seqs_past_the_database_range_are_refused() {
+        assert_eq!(seqs_to_db(&[1, 7]).unwrap(), vec![1, 7]);
+        assert!(seqs_to_db(&[u64::MAX]).is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! A message as its recipient reads it, and a delivery as its sender tracks it.
 
 use super::delivery::{Kind, State};
+use super::ids::{self, MessageRef};
+use super::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -41,4 +43,40 @@ pub struct Sent {
     pub skipped: Vec<Recipient>,
     /// The hold that keeps it from everyone until the account's human decides.
     pub hold: Option<String>,
+}
+
+/// The text of a reference to a message the caller sent: its id, short id or suffix (what the
+/// caller was last shown is a message it received, so `last` names none it sent).
+pub fn sent_reference(raw: &str) -> Result<String> {
+    match MessageRef::parse(raw)? {
+        MessageRef::Text(text) => Ok(text),
+        MessageRef::Last => Err(Error::invalid("name the message you sent by its id")),
+    }
+}
+
+/// The one message `text` names among the ids a lookup found for it. The lookup finds every id
+/// that starts or ends with the text; only a whole id, a short id or a suffix names one.
+pub fn pick_named(text: &str, mut candidates: Vec<String>) -> Result<String> {
+    let reference = MessageRef::Text(text.to_owned());
+    candidates.retain(|id| reference.matches(id));
+    ids::pick_unique(text, &candidates).map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sent_message_is_named_by_its_id() {
+        assert_eq!(sent_reference(" ABCDEFGH ").unwrap(), "abcdefgh");
+        assert!(matches!(sent_reference("last"), Err(Error::Invalid(_))));
+    }
+
+    #[test]
+    fn a_prefix_names_a_message_only_as_its_short_id() {
+        let id = "abcdefgh0000wxyz".to_owned();
+        assert_eq!(pick_named("abcdefgh", vec![id.clone()]).unwrap(), id);
+        assert_eq!(pick_named("wxyz", vec![id.clone()]).unwrap(), id);
+        assert!(pick_named("abcd", vec![id]).is_err(), "a 4-character prefix is not a short id");
+    }
 }

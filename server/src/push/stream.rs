@@ -14,6 +14,7 @@ use crate::domain::presence::OpenStream;
 use crate::domain::{Error, Result, presence};
 use crate::store::Store;
 use crate::store::identity::{self, Caller};
+use crate::store::messages;
 
 const BATCH: i64 = 100;
 /// Small on purpose: a delivery counts as pushed once it is in here, so keep "here" close to the wire.
@@ -152,7 +153,8 @@ fn beat(head: i64, operator: bool) -> Event {
 /// Pushes every unread delivery above `last`. `false` when the client is gone.
 async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender<Result<Event>>) -> Result<bool> {
     loop {
-        let batch: Vec<Message> = store.pending_after(caller, *last, BATCH).await?;
+        let batch: Vec<Message> =
+            messages::unread_after(&store.client().await?, caller.endpoint_id, *last, BATCH).await?;
         if batch.is_empty() {
             return Ok(true);
         }
@@ -160,13 +162,13 @@ async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender
         for message in batch {
             let seq = message.seq as i64;
             if !send_timely(tx, Event::Message(Box::new(message))).await {
-                store.mark_pushed(caller, &sent).await?;
+                messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
                 return Ok(false);
             }
             sent.push(seq);
             *last = seq;
         }
-        store.mark_pushed(caller, &sent).await?;
+        messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
     }
 }
 

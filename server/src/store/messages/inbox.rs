@@ -1,0 +1,79 @@
+//! What a recipient reads: its unread messages, and its deliveries moved forward as they are
+//! pushed, shown and read.
+
+use std::sync::LazyLock;
+
+use deadpool_postgres::GenericClient;
+
+use super::{MESSAGE_COLUMNS, READ, message_from_row};
+use crate::domain::Result;
+use crate::domain::delivery::State;
+use crate::domain::ids::EndpointId;
+use crate::domain::message::Message;
+use crate::store::error::Col;
+
+/// The messages of the first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order.
+/// The limit is taken before any join: an inbox that grew faster than the planner's statistics
+/// cannot make it join everything it holds and sort it. Built once, so every call prepares the
+/// same text.
+static UNREAD_AFTER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "select {MESSAGE_COLUMNS} from \
+         (select * from deliveries where recipient_id = $1 and seq > $2 and state < {READ} order by seq limit $3) d {} \
+         order by d.seq",
+        message_joins!()
+    )
+});
+
+/// The messages of the first `limit` deliveries of `inbox` above seq `after` that are not read
+/// yet, in seq order. Locks nothing.
+pub(crate) async fn unread_after(
+    c: &impl GenericClient,
+    inbox: EndpointId,
+    after: i64,
+    limit: i64,
+) -> Result<Vec<Message>> {
+    let stmt = c.prepare_cached(&UNREAD_AFTER).await?;
+    c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(message_from_row).collect()
+}
+
+/// How many messages `inbox` holds unread: its counter, kept by the deliveries' triggers.
+pub(crate) async fn unread_count(c: &impl GenericClient, inbox: EndpointId) -> Result<u64> {
+    let stmt = c.prepare_cached("select unread from endpoints where id = $1").await?;
+    Ok(c.query_one(&stmt, &[&inbox]).await?.col::<i32>(0)?.max(0) as u64)
+}
+
+/// Moves deliveries `seqs` of `inbox` forward to `state`, keeping its unread count and the newest
+/// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does; a pushed
+/// mark does not wait for a flush).
+/// Answers how many moved, and (for surfaced and read) how many the inbox has left unread.
+pub(crate) async fn advance(
+    c: &impl GenericClient,
+    inbox: EndpointId,
+    seqs: &[i64],
+    state: State,
+) -> Result<(u64, Option<u64>)> {
+    let stmt = c.prepare_cached("select moved, left_unread from relay_advance($1, $2, $3)").await?;
+    let row = c.query_one(&stmt, &[&inbox, &seqs, &state.to_db()]).await?;
+    let (moved, left): (i32, Option<i32>) = (row.col(0)?, row.col(1)?);
+    Ok((moved.max(0) as u64, left.map(|n| n.max(0) as u64)))
+}
+
+/// Marks deliveries `seqs` of `inbox` as having reached its bridge (see [`advance`]).
+pub(crate) async fn mark_pushed(c: &impl GenericClient, inbox: EndpointId, seqs: &[i64]) -> Result<()> {
+    advance(c, inbox, seqs, State::Pushed).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unread_reads_spell_the_partial_index_predicate() {
+        // The index's predicate is a literal in a checksummed migration: the reads must match it.
+        let index = include_str!("../../../migrations/0001_identity_and_messaging.sql");
+        assert!(index.contains(&format!("deliveries_unread on deliveries (recipient_id, seq) where state < {READ};")));
+        assert!(UNREAD_AFTER.contains(&format!("and state < {READ} order by seq limit $3) d join messages m")));
+    }
+}

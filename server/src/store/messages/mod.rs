@@ -1,0 +1,146 @@
+//! Messages and their deliveries.
+//!
+//! * `send`: the send path (`Store::send`, `Store::reply`), measured by relay-bench: recipients
+//!   resolved by reads (`resolve`), remembered in the resolution cache, written by the
+//!   group-commit batcher; what waits for a human, and what the system sends, written in a
+//!   transaction of its own (`write`).
+//! * `inbox`: what a recipient reads, and its deliveries moved forward as they are pushed,
+//!   shown and read.
+//! * `sent`: what a sender reads about its messages: their recipients' states, the replies they
+//!   got, an earlier send with the same client id.
+
+use chrono::{DateTime, Utc};
+use tokio_postgres::Row;
+
+use super::error::Col;
+use crate::domain::Result;
+use crate::domain::delivery::{Kind, State};
+use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::message::{Message, Recipient};
+use crate::domain::redact::RedactedText;
+
+/// What each delivery `d` is joined with: its message `m`, the sender's address `ea`, and both
+/// endpoints for the relation.
+macro_rules! message_joins {
+    () => {
+        "join messages m on m.id = d.message_id
+         join endpoint_addresses ea on ea.id = m.sender_id
+         join endpoints re on re.id = d.recipient_id
+         join endpoints se on se.id = m.sender_id"
+    };
+}
+
+mod inbox;
+mod resolve;
+mod send;
+mod sent;
+mod write;
+
+pub(crate) use inbox::{advance, mark_pushed, unread_after, unread_count};
+pub(crate) use resolve::unknown_addresses;
+pub(crate) use sent::{recipient_states, replies_to, sent_like, thread_of};
+pub(crate) use write::{check_room, deliver, lock_inboxes, store_message};
+
+pub use crate::domain::message::Sent;
+
+/// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
+pub const DELIVERY_CHANNEL: &str = "relay_delivery";
+
+/// Delivery states as SQL text spells them. They are written into the statements rather than
+/// bound: the planner can only use the partial index `deliveries_unread` (`state < 4`, migration 1)
+/// when the literal is in the text, generic plans of cached statements included.
+pub(super) const SURFACED: i16 = State::Surfaced.to_db();
+pub(super) const READ: i16 = State::Read.to_db();
+pub(super) const WITHDRAWN: i16 = State::Withdrawn.to_db();
+
+/// A message to store, already validated by the caller of [`Store::send`](super::Store::send).
+pub struct Outgoing<'a> {
+    pub to: &'a [String],
+    pub body: &'a RedactedText,
+    pub thread: Option<&'a str>,
+    pub kind: Kind,
+    pub client_id: Option<&'a str>,
+    pub private: bool,
+    pub require_reply: bool,
+}
+
+/// A send's recipients, resolved and allowed, and the group members it skipped: what the
+/// resolution cache keeps.
+#[derive(Clone)]
+pub(crate) struct Resolved {
+    targets: Vec<Target>,
+    skipped: Vec<Recipient>,
+}
+
+/// A recipient resolved to its endpoint.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub id: EndpointId,
+    pub address: String,
+    pub account_id: AccountId,
+}
+
+/// Columns read by [`message_from_row`], over [`MESSAGE_JOINS`].
+const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at, \
+     m.require_reply, m.private, \
+     case when re.parent_id = m.sender_id then 'parent' when se.parent_id = d.recipient_id then 'child' else '' end as relation";
+
+/// Deliveries `d` with what [`message_joins`] adds.
+const MESSAGE_JOINS: &str = concat!("deliveries d ", message_joins!());
+
+fn message_from_row(row: &Row) -> Result<Message> {
+    let sent_at: DateTime<Utc> = row.col("created_at")?;
+    Ok(Message {
+        id: row.col("id")?,
+        seq: row.col::<i64>("seq")? as u64,
+        from: row.col("sender")?,
+        thread: row.col("thread")?,
+        kind: Kind::from_db(row.col("kind")?)?,
+        body: row.col("body")?,
+        reply_to: row.col::<Option<String>>("reply_to")?.unwrap_or_default(),
+        sent_at_ms: sent_at.timestamp_millis(),
+        relation: row.col("relation")?,
+        require_reply: row.col("require_reply")?,
+        private: row.col("private")?,
+    })
+}
+
+/// A notification on [`DELIVERY_CHANNEL`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum DeliveryNotice {
+    /// `<recipient>:<seq>`: one delivery.
+    One(EndpointId),
+    /// `r<replica>:<recipient>,<recipient>,…`: the recipients of a batch of sends a replica
+    /// committed together (it woke its own waiters itself).
+    Batch { replica: i64, recipients: Vec<EndpointId> },
+}
+
+impl DeliveryNotice {
+    pub fn parse(payload: &str) -> Option<Self> {
+        let (head, tail) = payload.split_once(':')?;
+        if let Some(replica) = head.strip_prefix('r') {
+            let recipients =
+                tail.split(',').map(|r| r.parse().map(EndpointId)).collect::<std::result::Result<Vec<_>, _>>().ok()?;
+            return Some(Self::Batch { replica: replica.parse().ok()?, recipients });
+        }
+        let _seq: i64 = tail.parse().ok()?;
+        Some(Self::One(EndpointId(head.parse().ok()?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_payloads_parse() {
+        assert_eq!(DeliveryNotice::parse("12:7"), Some(DeliveryNotice::One(EndpointId(12))));
+        assert_eq!(
+            DeliveryNotice::parse("r3:12,14"),
+            Some(DeliveryNotice::Batch { replica: 3, recipients: vec![EndpointId(12), EndpointId(14)] })
+        );
+        assert_eq!(DeliveryNotice::parse("12"), None);
+        assert_eq!(DeliveryNotice::parse("x:1"), None);
+        assert_eq!(DeliveryNotice::parse("r3:12,x"), None);
+    }
+}

@@ -1,0 +1,94 @@
+//! What a sender reads about the messages it sent: each recipient's delivery, the replies it got,
+//! and the stored result of an earlier send with the same client id.
+
+use deadpool_postgres::GenericClient;
+
+use super::{MESSAGE_COLUMNS, MESSAGE_JOINS, WITHDRAWN, message_from_row};
+use crate::domain::address::HUMAN;
+use crate::domain::delivery::State;
+use crate::domain::ids::EndpointId;
+use crate::domain::message::{Message, Recipient, Sent};
+use crate::domain::{Result, presence};
+use crate::store::error::Col;
+use crate::store::identity::ONLINE;
+
+/// Ids of up to 20 messages `sender` sent whose id starts or ends with `text`, newest first: the
+/// candidates a reference names (see [`crate::domain::message::pick_named`]).
+pub(crate) async fn sent_like(c: &impl GenericClient, sender: EndpointId, text: &str) -> Result<Vec<String>> {
+    let stmt = c
+        .prepare_cached(
+            "select id from messages
+             where sender_id = $1 and (id like $2 || '%' or id like '%' || $2)
+             order by created_at desc limit 20",
+        )
+        .await?;
+    c.query(&stmt, &[&sender, &text]).await?.iter().map(|r| r.col::<String>(0)).collect()
+}
+
+/// The thread of message `id` and the message it answers, if any.
+pub(crate) async fn thread_of(c: &impl GenericClient, id: &str) -> Result<(String, Option<String>)> {
+    let row = c.query_one("select thread, reply_to from messages where id = $1", &[&id]).await?;
+    Ok((row.col(0)?, row.col(1)?))
+}
+
+/// Each recipient's delivery of message `message_id`, by address; a delivery still waiting for an
+/// absent recipient says since when it is away.
+pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "select ea.address, d.state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
+                    e.last_seen_at
+             from deliveries d
+             join endpoint_addresses ea on ea.id = d.recipient_id
+             join endpoints e on e.id = d.recipient_id
+             join machines m on m.id = e.machine_id
+             where d.message_id = $1 order by ea.address"
+        ))
+        .await?;
+    c.query(&stmt, &[&message_id])
+        .await?
+        .iter()
+        .map(|r| {
+            let state = State::from_db(r.col("state")?)?;
+            let mut reason: String = r.col("reason")?;
+            if state == State::Queued && reason.is_empty() && !r.col::<bool>("present")? {
+                reason = presence::offline_reason(r.col("last_seen_at")?);
+            }
+            Ok(Recipient { address: r.col("address")?, state: Some(state), reason })
+        })
+        .collect()
+}
+
+/// The replies to message `id` delivered to `recipient` and not withdrawn, in seq order. Locks
+/// nothing.
+pub(crate) async fn replies_to(c: &impl GenericClient, id: &str, recipient: EndpointId) -> Result<Vec<Message>> {
+    let sql = format!(
+        "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
+         where m.reply_to = $1 and d.recipient_id = $2 and d.state <> {WITHDRAWN}
+         order by d.seq"
+    );
+    let stmt = c.prepare_cached(&sql).await?;
+    c.query(&stmt, &[&id, &recipient]).await?.iter().map(message_from_row).collect()
+}
+
+/// The stored result of an earlier send by `sender` with this client id, if there was one.
+pub(super) async fn previous_send(c: &impl GenericClient, sender: EndpointId, client_id: &str) -> Result<Option<Sent>> {
+    let stmt =
+        c.prepare_cached("select id, thread, reply_to from messages where sender_id = $1 and client_id = $2").await?;
+    let Some(row) = c.query_opt(&stmt, &[&sender, &client_id]).await? else {
+        return Ok(None);
+    };
+    let id: String = row.col(0)?;
+    let recipients = recipient_states(c, &id).await?;
+    let hold =
+        c.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.col(0)).transpose()?;
+    Ok(Some(Sent {
+        id,
+        thread: row.col(1)?,
+        recipients,
+        duplicate: true,
+        reply_to: row.col(2)?,
+        skipped: Vec::new(),
+        hold,
+    }))
+}
