@@ -189,6 +189,7 @@ impl Metrics {
         r.register("scheduler_rounds", "Rounds of the board scheduler", m.scheduler_rounds.clone());
         r.register("schedules_fired", "Scheduled cards that fired a run", m.schedules_fired.clone());
         r.register("leases_expired", "Worker leases that lapsed and put their card back", m.leases_expired.clone());
+        r.register("purged", "Records deleted past their retention, by kind", m.purged.clone());
         r.register(
             "approvals_waiting",
             "Permission requests waiting for a decision, by state",
@@ -294,6 +295,10 @@ mod tests {
         let m = metrics();
         m.rpc_answered(m.method("/relay.v1.Relay/Send"), Code::ResourceExhausted, 0.002);
         m.shed(Shed::sends);
+        // A family shows once it has a series.
+        m.deliveries(Step::pushed, 1);
+        m.purged(Purged::peeks, 1);
+        m.approvals_waiting.get_or_create(&ApprovalLabel { state: "pending" }).set(0);
         let text = m.encode();
         assert!(text.contains("# TYPE relay_rpcs counter"), "{text}");
         assert!(
@@ -303,5 +308,32 @@ mod tests {
         assert!(text.contains("# TYPE relay_rpc_duration_seconds histogram"), "{text}");
         assert!(text.contains(r#"relay_shed_total{reason="sends"} "#), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
+        for family in [
+            "rpcs",
+            "rpc_duration_seconds",
+            "sends",
+            "deliveries",
+            "send_write_duration_seconds",
+            "send_batch_size",
+            "push_lag_seconds",
+            "push_streams",
+            "connections",
+            "shed",
+            "listen_connected",
+            "listen_reconnects",
+            "db_pool_connections",
+            "db_pool_idle",
+            "db_pool_waiting",
+            "db_pool_max",
+            "db_pool_timeouts",
+            "sessions_cached",
+            "scheduler_rounds",
+            "schedules_fired",
+            "leases_expired",
+            "purged",
+            "approvals_waiting",
+        ] {
+            assert!(text.contains(&format!("# HELP relay_{family} ")), "relay_{family} is not registered");
+        }
     }
 }

@@ -61,7 +61,12 @@ async fn purge(app: &App) {
             m.purged(Purged::cards, purged.cards);
             m.purged(Purged::peeks, purged.peeks);
             if purged.total() > 0 {
-                tracing::info!(messages = purged.messages, cards = purged.cards, peeks = purged.peeks, "purged past retention");
+                tracing::info!(
+                    messages = purged.messages,
+                    cards = purged.cards,
+                    peeks = purged.peeks,
+                    "purged past retention"
+                );
             }
         }
         Err(e) => tracing::warn!(error = %e, "purge round failed"),

@@ -494,3 +494,54 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
     assert_eq!(decision["behavior"], "deny");
     assert!(decision["message"].as_str().unwrap().contains("not on main"), "{decision}");
 }
+
+#[tokio::test]
+async fn what_outlived_its_retention_is_purged_and_nothing_else() {
+    let ops = format!("127.0.0.1:{}", free_port());
+    let env = [
+        ("RELAY_RETAIN_MESSAGES", "1s"),
+        ("RELAY_RETAIN_CARDS", "1s"),
+        ("RELAY_SCHEDULER_TICK_MS", "20"),
+        ("RELAY_OPS_LISTEN", ops.as_str()),
+    ];
+    let mut b = board(&env).await;
+    let mut post = async |title: &str| {
+        let posted = b.alice.tool_ok("post_job", json!({ "title": title, "detail": "d", "repo": "app" })).await;
+        posted["structuredContent"]["id"].as_str().unwrap().to_owned()
+    };
+    let (finished, uncleaned, waiting) = (post("finished").await, post("worktree left").await, post("to do").await);
+    // Two cards were closed an hour ago; a worker has yet to clean up the second one's worktree.
+    let (db, conn) = tokio_postgres::connect(&b.server.db_url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    db.execute(
+        "update jobs set state = 'done', closed_at = now() - interval '1 hour',
+                         worktree = case when id = $2 then '/tmp/wt' end, worktree_removed = false
+         where id = any($1)",
+        &[&vec![finished.clone(), uncleaned.clone()], &uncleaned],
+    )
+    .await
+    .unwrap();
+
+    // Messages: one read, one left unread, both older than the retention by the time it is checked.
+    let mut bob = relay_tests::client::Agent::hello(&b.server.url, &b.ci, "bob").await.unwrap();
+    let mut carol = relay_tests::client::Agent::hello(&b.server.url, &b.ci, "carol").await.unwrap();
+    let read = carol.send(&["ci/bob"], "read and done with").await.unwrap();
+    assert_eq!(bob.inbox(0, true).await.unwrap().messages.len(), 1);
+    let unread = carol.send(&["ci/bob"], "still to be read").await.unwrap();
+
+    eventually(Duration::from_secs(20), "the finished card and the read message to be purged", || async {
+        let (status, text) = relay_tests::http::get(&ops, "/metrics").await?;
+        let purged = |kind: &str| relay_tests::http::sample(&text, &format!("relay_purged_total{{kind=\"{kind}\"}}"));
+        (status == 200 && purged("cards")? >= 1.0 && purged("messages")? >= 1.0).then_some(())
+    })
+    .await;
+    let gone = b.alice.tool("read_job", json!({ "id": finished })).await;
+    assert!(refused(&gone) && text(&gone).contains("no card"), "{}", text(&gone));
+    for kept in [&uncleaned, &waiting] {
+        b.alice.tool_ok("read_job", json!({ "id": kept })).await;
+    }
+    let tracked = carol.rpc.track(TrackRequest { id: read.id.clone() }).await.unwrap_err();
+    assert_eq!(tracked.code(), tonic::Code::NotFound, "{}", tracked.message());
+    let kept = bob.inbox(0, true).await.unwrap().messages;
+    assert_eq!(kept.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), [unread.id.as_str()], "unread mail stays");
+}

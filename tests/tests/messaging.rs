@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use relay_proto::v1::*;
 use relay_tests::client::{Agent, next_message};
+use relay_tests::eventually;
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
 use tonic::Code;
@@ -47,9 +48,17 @@ async fn two_machines_of_one_account_exchange_messages() {
     assert_eq!(pushed.body, "can you review the parser?");
     assert_eq!(pushed.seq, 1);
 
-    // The sender sees the delivery progress per recipient.
-    let tracked = alice.rpc.track(TrackRequest { id: sent.id.clone() }).await.unwrap().into_inner();
-    assert_eq!(tracked.recipients[0].state(), DeliveryState::Pushed);
+    // The sender sees the delivery progress per recipient. The stream marks a message pushed as it
+    // hands it to the connection, so the mark may land just after the client has it.
+    let rpc = alice.rpc.clone();
+    eventually(PUSH_WAIT, "the delivery to be marked pushed", || {
+        let (mut rpc, id) = (rpc.clone(), sent.id.clone());
+        async move {
+            let tracked = rpc.track(TrackRequest { id }).await.ok()?.into_inner();
+            (tracked.recipients[0].state() == DeliveryState::Pushed).then_some(())
+        }
+    })
+    .await;
     bob.rpc.confirm(ConfirmRequest { seqs: vec![pushed.seq], state: DeliveryState::Surfaced as i32 }).await.unwrap();
     let tracked = alice.rpc.track(TrackRequest { id: sent.id[..8].to_owned() }).await.unwrap().into_inner();
     assert_eq!(tracked.recipients[0].state(), DeliveryState::Surfaced);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use relay_tests::client::Agent;
+use relay_tests::client::{Agent, next_message};
 use relay_tests::http::{get, sample};
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
@@ -41,12 +41,19 @@ async fn probes_answer_and_metrics_count_what_happened() {
 
     let laptop = server.machine("acme", "laptop");
     let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
-    let _bob = Agent::hello(&server.url, &laptop, "bob").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &laptop, "bob").await.unwrap();
+    let mut stream = bob.subscribe(0).await;
     alice.send(&["laptop/bob"], "counted").await.unwrap();
+    assert_eq!(next_message(&mut stream, Duration::from_secs(5)).await.body, "counted");
     let missing = alice.send(&["laptop/nobody"], "refused").await.unwrap_err();
     assert_eq!(missing.code(), Code::NotFound);
 
-    let text = metrics(&ops).await;
+    // The stream counts its push once it has marked it.
+    let text = eventually(Duration::from_secs(5), "the push to be counted", || async {
+        let text = metrics(&ops).await;
+        (sample(&text, r#"relay_deliveries_total{step="pushed"}"#) == Some(1.0)).then_some(text)
+    })
+    .await;
     let count = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
     assert!(count(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="OK"}"#) >= 1.0);
     assert!(count(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="NOT_FOUND"}"#) >= 1.0);
@@ -58,7 +65,8 @@ async fn probes_answer_and_metrics_count_what_happened() {
     assert_eq!(count("relay_db_pool_max"), 8.0, "the pool size the server was given");
     assert_eq!(count("relay_listen_connected"), 1.0);
     assert_eq!(count(r#"relay_approvals_waiting{state="pending"}"#), 0.0);
-    assert!(text.contains("# TYPE relay_push_lag_seconds histogram"), "{text}");
+    assert_eq!(count("relay_push_lag_seconds_count"), 1.0, "the live push was timed");
+    assert_eq!(count("relay_push_streams"), 1.0);
     // A path the server does not serve is counted under one label, whatever the client sends.
     assert!(!text.contains("NoSuchMethod"));
 }

@@ -43,8 +43,7 @@ impl App {
     pub async fn purge(&self) -> Result<Purged> {
         let keep = self.retention;
         let db = self.store.client().await?;
-        let messages =
-            drain(|| retention::purge_messages(&db, keep.messages.as_secs_f64(), PURGE_BATCH)).await?;
+        let messages = drain(|| retention::purge_messages(&db, keep.messages.as_secs_f64(), PURGE_BATCH)).await?;
         let cards = drain(|| retention::purge_cards(&db, keep.cards.as_secs_f64(), PURGE_BATCH)).await?;
         let peeks = drain(|| retention::purge_peeks(&db, keep.audit.as_secs_f64(), PURGE_BATCH)).await?;
         Ok(Purged { messages, cards, peeks })

@@ -12,6 +12,7 @@ use super::Hub;
 use crate::domain::message::Message;
 use crate::domain::presence::OpenStream;
 use crate::domain::{Error, Result, presence};
+use crate::metrics::{Step, metrics};
 use crate::store::Store;
 use crate::store::identity::{self, Caller};
 use crate::store::messages;
@@ -44,6 +45,7 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
         let address = caller.address();
         tracing::debug!(endpoint = %address, after_seq, "push stream opened");
         let mut generation = None;
+        let _open = OpenGauge::new();
         let outcome = feed(&store, &hub, &caller, after_seq as i64, &tx, &shutdown, &mut generation).await;
         if let Err(err) = outcome {
             tracing::debug!(endpoint = %address, error = %err, "push stream failed");
@@ -58,6 +60,22 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: Ca
     };
     tokio::spawn(task.instrument(tracing::Span::current()));
     ReceiverStream::new(rx)
+}
+
+/// Counts a stream in `relay_push_streams` while its task runs.
+struct OpenGauge;
+
+impl OpenGauge {
+    fn new() -> Self {
+        metrics().streams.inc();
+        Self
+    }
+}
+
+impl Drop for OpenGauge {
+    fn drop(&mut self) {
+        metrics().streams.dec();
+    }
 }
 
 /// `Ok` when the stream should simply end; `Err` carries the error to end it with.
@@ -93,7 +111,9 @@ async fn feed(
     let mut caught_up_told = false;
     loop {
         if std::mem::take(&mut unread_may_wait) {
-            if !Box::pin(drain(store, caller, &mut last, tx)).await? {
+            // The backlog a stream opens with waited for the stream, not for the push: only what
+            // arrives live counts towards push lag.
+            if !Box::pin(drain(store, caller, &mut last, tx, caught_up_told)).await? {
                 return Ok(());
             }
             head = head.max(last);
@@ -150,8 +170,16 @@ fn beat(head: i64, operator: bool) -> Event {
     Event::Heartbeat { head_seq: head as u64, operator }
 }
 
-/// Pushes every unread delivery above `last`. `false` when the client is gone.
-async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender<Result<Event>>) -> Result<bool> {
+/// Pushes every unread delivery above `last`, timing each from its send when `live`. `false` when
+/// the client is gone.
+async fn drain(
+    store: &Store,
+    caller: &Caller,
+    last: &mut i64,
+    tx: &mpsc::Sender<Result<Event>>,
+    live: bool,
+) -> Result<bool> {
+    let m = metrics();
     loop {
         let batch: Vec<Message> =
             messages::unread_after(&store.client().await?, caller.endpoint_id, *last, BATCH).await?;
@@ -160,15 +188,21 @@ async fn drain(store: &Store, caller: &Caller, last: &mut i64, tx: &mpsc::Sender
         }
         let mut sent = Vec::with_capacity(batch.len());
         for message in batch {
-            let seq = message.seq as i64;
+            let (seq, sent_at_ms) = (message.seq as i64, message.sent_at_ms);
             if !send_timely(tx, Event::Message(Box::new(message))).await {
                 messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
+                m.deliveries(Step::pushed, sent.len() as u64);
                 return Ok(false);
+            }
+            if live {
+                let lag_ms = chrono::Utc::now().timestamp_millis().saturating_sub(sent_at_ms).max(0);
+                m.push_lag_seconds.observe(lag_ms as f64 / 1e3);
             }
             sent.push(seq);
             *last = seq;
         }
         messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
+        m.deliveries(Step::pushed, sent.len() as u64);
     }
 }
 

@@ -87,6 +87,23 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "deliveries_by_message",
         sql: include_str!("../../migrations/0012_deliveries_by_message.sql"),
     },
+    Migration { version: 13, name: "messages_by_age", sql: include_str!("../../migrations/0013_messages_by_age.sql") },
+    Migration {
+        version: 14,
+        name: "holds_by_message",
+        sql: include_str!("../../migrations/0014_holds_by_message.sql"),
+    },
+    Migration {
+        version: 15,
+        name: "approvals_by_card",
+        sql: include_str!("../../migrations/0015_approvals_by_card.sql"),
+    },
+    Migration {
+        version: 16,
+        name: "finished_cards_by_age",
+        sql: include_str!("../../migrations/0016_finished_cards_by_age.sql"),
+    },
+    Migration { version: 17, name: "peeks_by_age", sql: include_str!("../../migrations/0017_peeks_by_age.sql") },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -1,0 +1,3 @@
+-- no-transaction
+-- Peek records by age, for the purge of those past their retention.
+create index concurrently if not exists peeks_at on peeks (at);
