@@ -44,7 +44,7 @@ pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
             match app.expire_leases().await {
                 Ok(0) => {}
                 Ok(n) => {
-                    m.leases_expired.inc_by(n as u64);
+                    m.leases_expired.inc_by(n);
                     tracing::warn!(cards = n, "worker leases expired; cards back in To do");
                 }
                 Err(e) => tracing::warn!(error = %e, "lease round failed"),
