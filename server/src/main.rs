@@ -7,6 +7,8 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
+use relay_server::domain::limits::Quotas;
+use relay_server::domain::rate::Rate;
 use relay_server::domain::retention::Retention;
 use relay_server::protocol::connections;
 use relay_server::protocol::layers::{self, RpcLimits};
@@ -47,6 +49,8 @@ enum Command {
         rpc: RpcArgs,
         #[command(flatten)]
         retention: RetentionArgs,
+        #[command(flatten)]
+        quotas: QuotaArgs,
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (off by default).
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
         ops_listen: Option<OpsListen>,
@@ -68,6 +72,8 @@ enum Command {
         rpc: RpcArgs,
         #[command(flatten)]
         retention: RetentionArgs,
+        #[command(flatten)]
+        quotas: QuotaArgs,
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address [default:
         /// 127.0.0.1:7448, skipped with a warning when taken].
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
@@ -140,6 +146,41 @@ impl From<RpcArgs> for RpcLimits {
         Self {
             timeout: std::time::Duration::from_secs(a.rpc_timeout_s),
             max_concurrent: a.max_concurrent_rpcs as usize,
+        }
+    }
+}
+
+#[derive(Args)]
+struct QuotaArgs {
+    /// Messages one endpoint may send a second, sustained (0: no limit). Each replica counts its own.
+    #[arg(long, env = "RELAY_SEND_RATE_PER_ENDPOINT", default_value_t = Quotas::default().endpoint_sends.per_s)]
+    send_rate_per_endpoint: f64,
+    /// Messages one endpoint may send at once above its rate.
+    #[arg(long, env = "RELAY_SEND_BURST_PER_ENDPOINT", default_value_t = Quotas::default().endpoint_sends.burst)]
+    send_burst_per_endpoint: f64,
+    /// Messages all of one account's endpoints may send a second together, sustained (0: no limit).
+    #[arg(long, env = "RELAY_SEND_RATE_PER_ACCOUNT", default_value_t = Quotas::default().account_sends.per_s)]
+    send_rate_per_account: f64,
+    /// Messages one account may send at once above its rate.
+    #[arg(long, env = "RELAY_SEND_BURST_PER_ACCOUNT", default_value_t = Quotas::default().account_sends.burst)]
+    send_burst_per_account: f64,
+    /// Endpoints one account may hold (handles on all its machines and spawned workers).
+    #[arg(long, env = "RELAY_MAX_ENDPOINTS", default_value_t = Quotas::default().max_endpoints,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_endpoints: u32,
+    /// Groups one account may hold.
+    #[arg(long, env = "RELAY_MAX_GROUPS", default_value_t = Quotas::default().max_groups,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_groups: u32,
+}
+
+impl From<QuotaArgs> for Quotas {
+    fn from(a: QuotaArgs) -> Self {
+        Self {
+            endpoint_sends: Rate::new(a.send_rate_per_endpoint, a.send_burst_per_endpoint),
+            account_sends: Rate::new(a.send_rate_per_account, a.send_burst_per_account),
+            max_endpoints: a.max_endpoints,
+            max_groups: a.max_groups,
         }
     }
 }
@@ -292,7 +333,7 @@ fn init_logging(format: LogFormat, default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, limits, rpc, retention, ops_listen } => {
+        Command::Serve { db, listen, limits, rpc, retention, quotas, ops_listen } => {
             init_logging(cli.log_format, "info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
@@ -301,7 +342,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(OpsListen::Off) | None => None,
             };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
-            let settings = Settings { rpc: rpc.into(), retention: retention.into() };
+            let settings = Settings { rpc: rpc.into(), retention: retention.into(), quotas: quotas.into() };
             serve::serve(store, &listen, settings, ops, serve::termination()).await
         }
         Command::Migrate { db } => {
@@ -310,7 +351,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             say(cli.log_format, "database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, limits, rpc, retention, ops_listen, data_dir } => {
+        Command::Dev { db, listen, limits, rpc, retention, quotas, ops_listen, data_dir } => {
             init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
@@ -318,7 +359,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 data_dir,
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
-                settings: Settings { rpc: rpc.into(), retention: retention.into() },
+                settings: Settings { rpc: rpc.into(), retention: retention.into(), quotas: quotas.into() },
                 ops_listen,
             })
             .await

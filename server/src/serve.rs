@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
 use crate::app::App;
+use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
 use crate::protocol::auth::AuthLayer;
 use crate::protocol::connections;
@@ -51,11 +52,12 @@ fn raise_open_files_limit(max_connections: usize) {
     }
 }
 
-/// What the operator sets beside where to listen: call limits and retention.
+/// What the operator sets beside where to listen: call limits, retention and quotas.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Settings {
     pub rpc: RpcLimits,
     pub retention: Retention,
+    pub quotas: Quotas,
 }
 
 /// Where and how to listen.
@@ -181,7 +183,7 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let app = App::new(store, hub, shutdown.clone()).with_retention(settings.retention);
+    let app = App::new(store, hub, shutdown.clone()).with_retention(settings.retention).with_quotas(settings.quotas);
     let ops = ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");

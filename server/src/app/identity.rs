@@ -107,9 +107,13 @@ impl App {
             let endpoint = identity::endpoint_on(db, id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
+        let cap = self.quotas.max_endpoints;
         let id = match handle {
-            Some(handle) => match identity::claim_handle(db, machine.machine_id, handle, harness, &hash).await? {
+            Some(handle) => match identity::claim_handle(db, machine.machine_id, handle, harness, &hash, cap).await? {
                 Some(id) => id,
+                None if identity::no_room_for(db, machine.machine_id, handle, cap).await? => {
+                    return Err(limits::no_room_for_endpoints(&machine.account, cap));
+                }
                 None => return Err(held(db, machine, handle).await?),
             },
             None => {
@@ -120,10 +124,14 @@ impl App {
                     // offline keeps its name (and inbox) for the agent that claims it by name.
                     let live = identity::live_handles(db, machine.machine_id).await?;
                     let candidate = names::free_handle(harness, &live);
-                    if let Some(id) = identity::claim_handle(db, machine.machine_id, &candidate, harness, &hash).await?
+                    if let Some(id) =
+                        identity::claim_handle(db, machine.machine_id, &candidate, harness, &hash, cap).await?
                     {
                         found = Some(id);
                         break;
+                    }
+                    if identity::no_room_for(db, machine.machine_id, &candidate, cap).await? {
+                        return Err(limits::no_room_for_endpoints(&machine.account, cap));
                     }
                 }
                 found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?

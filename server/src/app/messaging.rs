@@ -51,6 +51,7 @@ impl App {
             private: send.private,
             require_reply: send.require_reply,
         };
+        self.rates.admit(caller)?;
         let sent = self.store.send(caller, out).await?;
         tracing::debug!(
             from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(),
@@ -63,6 +64,7 @@ impl App {
     pub async fn reply(&self, caller: &Caller, id: &str, body: &str, client_id: &str) -> Result<Delivered> {
         limits::body(body)?;
         limits::client_id(client_id)?;
+        self.rates.admit(caller)?;
         let redacted = redact(body);
         let sent = self.store.reply(caller, id, &redacted.text, optional(client_id)).await?;
         Ok(Delivered { sent, redacted: redacted.counts })

@@ -8,21 +8,25 @@ pub mod board;
 pub mod identity;
 pub mod messaging;
 pub mod observe;
+pub mod quotas;
 pub mod retention;
 pub mod scope;
 pub mod trust;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
 use crate::domain::{Result, limits};
 use crate::push::Hub;
 use crate::store::Store;
 use crate::store::identity::Caller;
+use quotas::SendRates;
 
 /// What every area works with: the database, the local wake-ups, the server's shutdown, and the
 /// operator's settings.
@@ -32,11 +36,21 @@ pub struct App {
     hub: Hub,
     shutdown: CancellationToken,
     retention: Retention,
+    quotas: Quotas,
+    rates: Arc<SendRates>,
 }
 
 impl App {
     pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
-        Self { store, hub, shutdown, retention: Retention::default() }
+        let quotas = Quotas::default();
+        Self { store, hub, shutdown, retention: Retention::default(), quotas, rates: Arc::new(SendRates::new(quotas)) }
+    }
+
+    /// Holds every endpoint and account to `quotas`.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
+        self.rates = Arc::new(SendRates::new(quotas));
+        self
     }
 
     /// Keeps records for `retention` (see [`App::purge`]).

@@ -217,6 +217,9 @@ impl App {
         domain_scope::check_group_name(name)?;
         let mut db = self.store.client().await?;
         let tx = db.transaction().await?;
+        if scope::group_count(&tx, caller.account_id).await? >= i64::from(self.quotas.max_groups) {
+            return Err(limits::no_room_for_groups(&caller.account, self.quotas.max_groups));
+        }
         let id = scope::insert_group(&tx, caller.account_id, name, caller.endpoint_id, &rules_in, &rules_out)
             .await?
             .ok_or_else(|| Error::AlreadyExists(format!("group {name} already exists in your account")))?;
@@ -324,6 +327,9 @@ impl App {
         let tx = db.transaction().await?;
         let taken = spawn::child_handles(&tx, caller.machine_id, &caller.handle).await?;
         let handle = names::child_handle(&caller.handle, &taken);
+        if identity::no_room_for(&tx, caller.machine_id, &handle, self.quotas.max_endpoints).await? {
+            return Err(limits::no_room_for_endpoints(&caller.account, self.quotas.max_endpoints));
+        }
         let child =
             spawn::insert_child(&tx, caller.machine_id, &handle, harness, caller.endpoint_id, &ids::token_hash(&grant))
                 .await?;

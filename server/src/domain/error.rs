@@ -68,6 +68,9 @@ pub enum Error {
     /// The server is at capacity: refused at once, nothing was done; retry after a moment.
     #[error("{0}")]
     Overloaded(String),
+    /// The caller went past a rate it is allowed: nothing was done; retry after `retry_after`.
+    #[error("{message}")]
+    Throttled { message: String, retry_after: std::time::Duration },
     /// The database could not be reached or is overloaded; the call may be retried.
     #[error("{0}")]
     Unavailable(String),

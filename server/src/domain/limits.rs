@@ -1,6 +1,7 @@
 //! Input limits and the validation of free-form fields.
 
 use super::{Error, Result};
+use crate::domain::rate::Rate;
 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_RECIPIENTS: usize = 32;
@@ -15,6 +16,57 @@ pub const MAX_INBOX_BATCH: u32 = 200;
 /// Most unread messages one inbox holds (`RELAY_MAX_UNREAD`): a send beyond it is refused, so an
 /// agent that never reads cannot grow the database without bound.
 pub const DEFAULT_MAX_UNREAD: u32 = 10_000;
+
+/// What one endpoint and one account may use, whatever others do. Rates are per replica.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quotas {
+    /// Messages one endpoint sends (sends and replies).
+    pub endpoint_sends: Rate,
+    /// Messages all of an account's endpoints send together.
+    pub account_sends: Rate,
+    /// Endpoints an account holds (handles on all its machines, spawned workers included).
+    pub max_endpoints: u32,
+    /// Groups an account holds.
+    pub max_groups: u32,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        // An agent sends a message every few seconds at its busiest; these leave it far more.
+        Self {
+            endpoint_sends: Rate::new(20.0, 100.0),
+            account_sends: Rate::new(200.0, 1000.0),
+            max_endpoints: 1000,
+            max_groups: 200,
+        }
+    }
+}
+
+/// A new endpoint refused because `account` holds `cap` already.
+pub fn no_room_for_endpoints(account: &str, cap: u32) -> Error {
+    Error::ResourceExhausted(format!(
+        "account {account} holds {cap} endpoints, the most it may: no new handle was made; claim one of its existing handles, or ask the operator to raise the limit (RELAY_MAX_ENDPOINTS)"
+    ))
+}
+
+/// A new group refused because `account` holds `cap` already.
+pub fn no_room_for_groups(account: &str, cap: u32) -> Error {
+    Error::ResourceExhausted(format!(
+        "account {account} holds {cap} groups, the most it may: the group was not made; drop one you no longer use, or ask the operator to raise the limit (RELAY_MAX_GROUPS)"
+    ))
+}
+
+/// A send refused because `who` went past its send rate.
+pub fn sending_too_fast(who: &str, rate: Rate, retry_after: std::time::Duration) -> Error {
+    let wait = retry_after.as_secs_f64().max(0.001);
+    Error::Throttled {
+        message: format!(
+            "{who} sends faster than the {} messages a second it is allowed (bursts of {}): nothing was sent; try again in {wait:.1} s",
+            rate.per_s, rate.burst
+        ),
+        retry_after,
+    }
+}
 
 pub const STATUS_STATES: [&str; 4] = ["idle", "busy", "blocked", "away"];
 pub const HARNESSES: [&str; 5] = ["claude", "codex", "gemini", "cursor", "other"];

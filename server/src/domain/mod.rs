@@ -12,6 +12,7 @@ pub mod limits;
 pub mod message;
 pub mod names;
 pub mod presence;
+pub mod rate;
 pub mod redact;
 pub mod retention;
 pub mod schedule;

@@ -274,6 +274,12 @@ pub fn advise_retry(status: &mut Status) {
     status.metadata_mut().insert("grpc-retry-pushback-ms", MetadataValue::from_static(RETRY_PUSHBACK_MS));
 }
 
+/// Tells a refused caller to retry after `wait` (at least a millisecond).
+pub fn advise_retry_after(status: &mut Status, wait: Duration) {
+    let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1);
+    status.metadata_mut().insert("grpc-retry-pushback-ms", MetadataValue::from(ms));
+}
+
 /// The status of a call stopped after `budget`.
 pub fn ran_too_long(path: &str, budget: Duration) -> Status {
     Status::deadline_exceeded(format!(

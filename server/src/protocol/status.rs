@@ -12,13 +12,15 @@ pub fn to_status(err: Error) -> Status {
         Error::Unauthenticated(_) => Code::Unauthenticated,
         Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::FailedPrecondition(_) => Code::FailedPrecondition,
-        Error::ResourceExhausted(_) | Error::Overloaded(_) => Code::ResourceExhausted,
+        Error::ResourceExhausted(_) | Error::Overloaded(_) | Error::Throttled { .. } => Code::ResourceExhausted,
         Error::Unavailable(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     };
     let mut status = Status::new(code, err.to_string());
-    if matches!(err, Error::Overloaded(_)) {
-        super::layers::advise_retry(&mut status);
+    match err {
+        Error::Overloaded(_) => super::layers::advise_retry(&mut status),
+        Error::Throttled { retry_after, .. } => super::layers::advise_retry_after(&mut status, retry_after),
+        _ => {}
     }
     status
 }

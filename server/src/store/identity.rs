@@ -291,11 +291,16 @@ pub(crate) async fn claim_handle(
     handle: &str,
     harness: &str,
     session_hash: &[u8],
+    max_endpoints: u32,
 ) -> Result<Option<EndpointId>> {
     let claim = c
         .prepare_cached(
             "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at, claimed_at)
-             values ($1, $2, $3, $4, now() + $5 * interval '1 second', now(), now())
+             select $1, $2, $3, $4, now() + $5 * interval '1 second', now(), now()
+             -- a new handle only while the account holds fewer endpoints than it may
+             where exists (select 1 from endpoints where machine_id = $1 and handle = $2)
+                or (select count(*) from endpoints e join machines m on m.id = e.machine_id
+                    where m.account_id = (select account_id from machines where id = $1)) < $7
              on conflict (machine_id, handle) do update
                  set harness = excluded.harness, session_hash = excluded.session_hash,
                      online_until = excluded.online_until, last_seen_at = now(), ended_at = null,
@@ -313,10 +318,29 @@ pub(crate) async fn claim_handle(
         )
         .await?;
     let (lease, hold) = (presence::secs(presence::CLAIM_LEASE), presence::secs(presence::UNSTREAMED_HOLD));
-    c.query_opt(&claim, &[&machine_id, &handle, &harness, &session_hash, &lease, &hold])
+    let max_endpoints = i64::from(max_endpoints);
+    c.query_opt(&claim, &[&machine_id, &handle, &harness, &session_hash, &lease, &hold, &max_endpoints])
         .await?
         .map(|r| r.col(0))
         .transpose()
+}
+
+/// Whether `handle` would be a new endpoint of an account that holds `max_endpoints` already,
+/// counting them all (ended ones keep their inbox and can be claimed again).
+pub(crate) async fn no_room_for(
+    c: &impl GenericClient,
+    machine_id: MachineId,
+    handle: &str,
+    max_endpoints: u32,
+) -> Result<bool> {
+    c.query_one(
+        "select count(*) >= $2 and not coalesce(bool_or(e.machine_id = $1 and e.handle = $3), false)
+         from endpoints e join machines m on m.id = e.machine_id
+         where m.account_id = (select account_id from machines where id = $1)",
+        &[&machine_id, &i64::from(max_endpoints), &handle],
+    )
+    .await?
+    .col(0)
 }
 
 /// Handles of the machine's endpoints whose session has not ended.

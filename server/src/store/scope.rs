@@ -338,6 +338,11 @@ pub(crate) async fn insert_group(
     .transpose()
 }
 
+/// How many groups the account holds.
+pub(crate) async fn group_count(c: &impl GenericClient, account_id: AccountId) -> Result<i64> {
+    c.query_one("select count(*) from groups where account_id = $1", &[&account_id]).await?.col(0)
+}
+
 /// Inserts a member into a group that cannot hold it yet (a new group's owner).
 pub(crate) async fn insert_member(c: &impl GenericClient, group: i64, member: EndpointId) -> Result<()> {
     c.execute("insert into group_members (group_id, endpoint_id) values ($1, $2)", &[&group, &member]).await?;

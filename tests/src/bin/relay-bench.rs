@@ -380,7 +380,14 @@ async fn main() {
     }
     let db = TestDb::new().await;
     let port = relay_tests::free_port();
-    let server = Server::start_with_env(&db, port, &[("RELAY_MAX_UNREAD", "100000000")]).await;
+    // The bench is one account offering far more than an agent would: its quotas are off.
+    let unlimited = [
+        ("RELAY_MAX_UNREAD", "100000000"),
+        ("RELAY_SEND_RATE_PER_ENDPOINT", "0"),
+        ("RELAY_SEND_RATE_PER_ACCOUNT", "0"),
+        ("RELAY_MAX_ENDPOINTS", "1000000"),
+    ];
+    let server = Server::start_with_env(&db, port, &unlimited).await;
     let pid = server.pid();
     let stats = Stats::connect(&db.url).await;
     let fsync: String = stats.client.query_one("show fsync", &[]).await.map(|r| r.get(0)).unwrap_or_default();

@@ -1,0 +1,68 @@
+//! Send rates per endpoint and per account, kept in this replica's memory: a token bucket each,
+//! checked before anything is read or written, so a flood costs the server nothing but the check.
+//! An agent talks to one replica at a time; with several replicas, each allows the rate.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::domain::Result;
+use crate::domain::caller::Caller;
+use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::limits::{self, Quotas};
+use crate::domain::rate::{Bucket, Rate};
+
+/// Buckets kept at most; past it, full ones are forgotten (forgetting a full bucket changes nothing).
+const MAX_BUCKETS: usize = 100_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    Endpoint(EndpointId),
+    Account(AccountId),
+}
+
+pub struct SendRates {
+    quotas: Quotas,
+    buckets: Mutex<HashMap<Key, Bucket>>,
+}
+
+impl SendRates {
+    pub fn new(quotas: Quotas) -> Self {
+        Self { quotas, buckets: Mutex::default() }
+    }
+
+    /// Takes one send from the caller's endpoint and account, or refuses it with when to retry;
+    /// a refusal takes nothing.
+    pub fn admit(&self, caller: &Caller) -> Result<()> {
+        let (endpoint_rate, account_rate) = (self.quotas.endpoint_sends, self.quotas.account_sends);
+        if endpoint_rate.is_unlimited() && account_rate.is_unlimited() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("send rates lock poisoned");
+        if buckets.len() >= MAX_BUCKETS {
+            let quotas = self.quotas;
+            buckets.retain(|key, bucket| !bucket.is_full(rate_of(&quotas, key), now));
+        }
+        let endpoint = Key::Endpoint(caller.endpoint_id);
+        let mine = buckets.entry(endpoint).or_insert_with(|| Bucket::full(endpoint_rate, now));
+        if let Err(wait) = mine.take(endpoint_rate, now) {
+            return Err(limits::sending_too_fast(&caller.address(), endpoint_rate, wait));
+        }
+        let account = buckets.entry(Key::Account(caller.account_id)).or_insert_with(|| Bucket::full(account_rate, now));
+        if let Err(wait) = account.take(account_rate, now) {
+            if let Some(mine) = buckets.get_mut(&endpoint) {
+                mine.give_back(endpoint_rate);
+            }
+            return Err(limits::sending_too_fast(&format!("account {}", caller.account), account_rate, wait));
+        }
+        Ok(())
+    }
+}
+
+fn rate_of(quotas: &Quotas, key: &Key) -> Rate {
+    match key {
+        Key::Endpoint(_) => quotas.endpoint_sends,
+        Key::Account(_) => quotas.account_sends,
+    }
+}
