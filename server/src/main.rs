@@ -101,6 +101,10 @@ struct DbArgs {
     /// Postgres URL (postgres://user:pass@host/db) or key=value settings.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// A file holding the database URL (a container secret, a systemd credential): the URL stays out
+    /// of the environment and the command line.
+    #[arg(long, env = "DATABASE_URL_FILE", conflicts_with = "database_url")]
+    database_url_file: Option<PathBuf>,
     /// Most database connections this process opens (plus one for notifications).
     #[arg(long, env = "RELAY_DB_POOL_SIZE", default_value_t = 16)]
     db_pool_size: usize,
@@ -110,12 +114,26 @@ struct DbArgs {
 }
 
 impl DbArgs {
+    /// The database URL given, read from its file when it was given as one.
+    fn url(&self) -> anyhow::Result<Option<String>> {
+        match (&self.database_url, &self.database_url_file) {
+            (Some(url), _) => Ok(Some(url.clone())),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read the database URL file {}", path.display()))?;
+                let url = text.trim().to_owned();
+                anyhow::ensure!(!url.is_empty(), "the database URL file {} is empty", path.display());
+                Ok(Some(url))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+
     fn config(&self) -> anyhow::Result<DbConfig> {
-        let url = self
-            .database_url
-            .as_deref()
-            .context("no database: set DATABASE_URL or --database-url (or run `relay-server dev` for a private one)")?;
-        Ok(DbConfig::parse(url, self.db_pool_size, self.db_ca.as_deref())?)
+        let url = self.url()?.context(
+            "no database: set DATABASE_URL, DATABASE_URL_FILE or --database-url (or run `relay-server dev` for a private one)",
+        )?;
+        Ok(DbConfig::parse(&url, self.db_pool_size, self.db_ca.as_deref())?)
     }
 }
 
@@ -355,7 +373,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
-                database_url: db.database_url,
+                database_url: db.url()?,
                 data_dir,
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
@@ -366,7 +384,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Admin { db, data_dir, command } => {
             init_logging(cli.log_format, "warn");
-            let store = match &db.database_url {
+            let store = match db.url()? {
                 Some(_) => serve::open_store(db.config()?).await?,
                 None => {
                     let config = dev::running_database(data_dir, db.db_pool_size)?;

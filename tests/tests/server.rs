@@ -249,3 +249,27 @@ async fn the_database_connection_can_require_verified_tls() {
     drop((alice, bob, stream));
     assert!(terminate(&mut server).await.success());
 }
+
+#[tokio::test]
+async fn the_database_url_can_come_from_a_file() {
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("database-url");
+    std::fs::write(&file, format!("{}\n", db.url)).unwrap();
+    let migrate = |path: &std::path::Path| {
+        Command::new(bin("relay-server"))
+            .args(["migrate"])
+            .env_remove("DATABASE_URL")
+            .env("DATABASE_URL_FILE", path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let ran = migrate(&file);
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert!(ran.status.success() && said.contains("database schema is up to date"), "{said}");
+    let missing = migrate(&dir.path().join("nope"));
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success() && said.contains("cannot read the database URL file"), "{said}");
+    assert!(!said.contains(&db.url), "the error does not repeat a URL");
+}
