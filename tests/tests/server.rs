@@ -206,26 +206,40 @@ async fn dev_runs_on_a_private_postgres_and_writes_the_bridge_config() {
 }
 
 #[tokio::test]
-async fn the_database_connection_can_require_verified_tls() {
+async fn the_database_connection_takes_libpq_sslmodes_with_their_meaning() {
     let db = TestDb::new().await;
     let Some((url, ca)) = relay_tests::pg::tls_url(&db) else {
         eprintln!("skipped: the external DATABASE_URL server has no test certificate");
         return;
     };
-    let migrate = |ca: Option<&std::path::Path>| {
+    let migrate = |url: &str, ca: Option<&std::path::Path>| {
         let mut cmd = Command::new(bin("relay-server"));
-        cmd.arg("migrate").env("DATABASE_URL", &url).env_remove("RELAY_DB_CA");
+        cmd.arg("migrate").env("DATABASE_URL", url).env_remove("RELAY_DB_CA");
         if let Some(ca) = ca {
             cmd.env("RELAY_DB_CA", ca);
         }
-        cmd.output().unwrap()
+        let out = cmd.output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
-    let unverified = migrate(None);
-    let stderr = String::from_utf8_lossy(&unverified.stderr);
-    assert!(!unverified.status.success(), "an unknown certificate is refused");
-    assert!(stderr.contains("cannot reach the database"), "{stderr}");
-    let verified = migrate(Some(&ca));
-    assert!(verified.status.success(), "{}", String::from_utf8_lossy(&verified.stderr));
+    // The test certificate names localhost and is signed by a CA the system does not know.
+    let with = |mode: &str, host: &str| {
+        url.replace("sslmode=require", &format!("sslmode={mode}")).replace("host=localhost", &format!("host={host}"))
+    };
+    let (ok, said) = migrate(&with("require", "localhost"), None);
+    assert!(ok, "require encrypts without checking the certificate, as libpq: {said}");
+    let (ok, said) = migrate(&with("verify-full", "localhost"), None);
+    assert!(!ok && said.contains("cannot reach the database"), "an unknown CA is refused: {said}");
+    let (ok, said) = migrate(&format!("{} sslrootcert={}", with("verify-full", "localhost"), ca.display()), None);
+    assert!(ok, "sslrootcert names the CA: {said}");
+    let (ok, said) = migrate(&with("verify-full", "127.0.0.1"), Some(&ca));
+    assert!(!ok && said.contains("cannot reach the database"), "verify-full checks the host name: {said}");
+    let (ok, said) = migrate(&with("verify-ca", "127.0.0.1"), Some(&ca));
+    assert!(ok, "verify-ca checks the chain only: {said}");
+    let (ok, said) = migrate(&with("require", "127.0.0.1"), Some(&ca));
+    assert!(ok, "require with a CA checks the chain, as libpq: {said}");
+    let (ok, said) = migrate(&with("verify_full", "localhost"), None);
+    assert!(!ok && said.contains("not one of disable, allow, prefer, require, verify-ca, verify-full"), "{said}");
+    let url = with("verify-full", "localhost");
 
     // The server serves over it, its LISTEN connection included: a push crosses.
     let port = free_port();

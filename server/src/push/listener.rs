@@ -95,7 +95,7 @@ async fn listen(
 ) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
     match &config.tls {
         DbTls::None => listen_with(&config.pg, NoTls, hub, store).await,
-        DbTls::Verified(tls) => listen_with(&config.pg, tls.clone(), hub, store).await,
+        DbTls::Rustls(tls) => listen_with(&config.pg, tls.clone(), hub, store).await,
     }
 }
 

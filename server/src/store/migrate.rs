@@ -157,7 +157,7 @@ pub struct Report {
 pub async fn apply(config: &DbConfig) -> Result<Report, MigrateError> {
     let (mut client, driver) = match &config.tls {
         DbTls::None => connect(&config.pg, NoTls).await?,
-        DbTls::Verified(tls) => connect(&config.pg, tls.clone()).await?,
+        DbTls::Rustls(tls) => connect(&config.pg, tls.clone()).await?,
     };
     let outcome = locked(&mut client).await;
     drop(client);

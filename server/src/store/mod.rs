@@ -18,6 +18,7 @@ mod send_batch;
 mod send_limit;
 pub mod sessions;
 pub mod spawn;
+pub mod tls;
 pub mod trust;
 
 use std::path::Path;
@@ -27,7 +28,6 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
-use tokio_postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use error::is_unique_violation;
@@ -38,11 +38,10 @@ use crate::domain::{Error, Result};
 /// How connections to the database are protected.
 #[derive(Clone)]
 pub enum DbTls {
-    /// `sslmode` disable or prefer: plaintext (a Unix socket, or a trusted network).
+    /// Plaintext (`sslmode` disable or absent: a Unix socket, or a trusted network).
     None,
-    /// `sslmode=require`: TLS, with the server's certificate verified against the system's roots and
-    /// the optional extra CA.
-    Verified(MakeRustlsConnect),
+    /// TLS as `sslmode` asks (see [`tls`]).
+    Rustls(MakeRustlsConnect),
 }
 
 /// How to reach the database.
@@ -53,36 +52,14 @@ pub struct DbConfig {
     pub tls: DbTls,
 }
 
-fn rustls_connector(ca: Option<&Path>) -> Result<MakeRustlsConnect> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = ca {
-        let certs = CertificateDer::pem_file_iter(path)
-            .and_then(|it| it.collect::<std::result::Result<Vec<_>, _>>())
-            .map_err(|e| Error::invalid(format!("cannot read the database CA {}: {e}", path.display())))?;
-        for cert in certs {
-            roots.add(cert).map_err(|e| Error::invalid(format!("bad certificate in {}: {e}", path.display())))?;
-        }
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Internal(format!("tls setup failed: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(MakeRustlsConnect::new(config))
-}
-
 impl DbConfig {
-    /// Parses a libpq-style URL or key=value string. The error never repeats the URL, which may hold a password.
-    /// With `sslmode=require` the connection uses TLS and verifies the server against the system's
-    /// roots plus `ca` (stricter than libpq's `require`, which checks nothing).
+    /// Parses a libpq-style URL or key=value string, with libpq's TLS settings (`sslmode` up to
+    /// verify-full, `sslrootcert`, `sslcert`, `sslkey`; see [`tls`]); `ca` is trusted beside the
+    /// system's roots. The error never repeats the URL, which may hold a password.
     pub fn parse(url: &str, pool_size: usize, ca: Option<&Path>) -> Result<Self> {
-        let mut pg =
-            tokio_postgres::Config::from_str(url).map_err(|e| Error::invalid(format!("invalid database url: {e}")))?;
+        let (driver_url, tls_settings) = tls::split(url)?;
+        let mut pg = tokio_postgres::Config::from_str(&driver_url)
+            .map_err(|e| Error::invalid(format!("invalid database url: {e}")))?;
         if pg.get_connect_timeout().is_none() {
             pg.connect_timeout(Duration::from_secs(5));
         }
@@ -92,15 +69,9 @@ impl DbConfig {
         pg.keepalives(true);
         // Notice a dead peer in about a minute rather than the system's two hours.
         pg.keepalives_idle(Duration::from_secs(30));
-        let tls = match pg.get_ssl_mode() {
-            SslMode::Require => DbTls::Verified(rustls_connector(ca)?),
-            _ if ca.is_some() => {
-                return Err(Error::invalid(
-                    "a database CA was given, but the URL does not ask for TLS: add sslmode=require",
-                ));
-            }
-            _ => DbTls::None,
-        };
+        let (mode, connector) = tls::connector(&tls_settings, ca)?;
+        pg.ssl_mode(mode);
+        let tls = connector.map_or(DbTls::None, DbTls::Rustls);
         Ok(Self { pg, pool_size, tls })
     }
 }
@@ -144,7 +115,7 @@ impl Store {
         let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = match &config.tls {
             DbTls::None => Manager::from_config(config.pg.clone(), NoTls, recycling),
-            DbTls::Verified(tls) => Manager::from_config(config.pg.clone(), tls.clone(), recycling),
+            DbTls::Rustls(tls) => Manager::from_config(config.pg.clone(), tls.clone(), recycling),
         };
         let pool = Pool::builder(manager)
             .max_size(config.pool_size)
