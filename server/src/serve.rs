@@ -3,6 +3,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -12,7 +13,7 @@ use relay_proto::v1::relay_server::RelayServer;
 use relay_proto::v1::worker_server::WorkerServer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 use crate::app::App;
 use crate::domain::limits::Quotas;
@@ -22,6 +23,7 @@ use crate::protocol::connections;
 use crate::protocol::human::HumanService;
 use crate::protocol::layers::{RpcLayers, RpcLimits};
 use crate::protocol::service::RelayService;
+use crate::protocol::tls::ReloadingCert;
 use crate::protocol::worker::WorkerService;
 use crate::push::{self, Hub};
 use crate::store::{DbConfig, Store, migrate};
@@ -72,15 +74,11 @@ pub struct ListenOptions {
 }
 
 impl ListenOptions {
-    /// Loads the TLS identity, or checks that plaintext is acceptable on this address.
-    pub fn tls(&self) -> anyhow::Result<Option<ServerTlsConfig>> {
+    /// Loads the TLS certificate (reloaded when its files change), or checks that plaintext is
+    /// acceptable on this address.
+    pub fn tls(&self) -> anyhow::Result<Option<Arc<ReloadingCert>>> {
         match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => {
-                let cert_pem =
-                    std::fs::read(cert).with_context(|| format!("cannot read tls certificate {}", cert.display()))?;
-                let key_pem = std::fs::read(key).with_context(|| format!("cannot read tls key {}", key.display()))?;
-                Ok(Some(ServerTlsConfig::new().identity(Identity::from_pem(cert_pem, key_pem))))
-            }
+            (Some(cert), Some(key)) => Ok(Some(ReloadingCert::load(cert, key)?)),
             (None, None) => {
                 if !self.listen.ip().is_loopback() && !self.insecure_plaintext {
                     bail!(
@@ -201,18 +199,22 @@ pub async fn serve_with(
     let local = socket.local_addr()?;
     raise_open_files_limit(options.max_connections);
     // A dead peer is noticed by the HTTP/2 keepalive pings below.
-    let incoming = connections::admit(socket, options.max_connections);
+    let acceptor = match &tls {
+        Some(cert) => {
+            cert.watch(shutdown.clone());
+            Some(cert.acceptor()?)
+        }
+        None => None,
+    };
+    let incoming = connections::admit(socket, options.max_connections, acceptor);
 
-    let mut builder = Server::builder()
+    let builder = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         // Clients are asked (GOAWAY) to open new connections now and then, so load spreads again
         // after a restart. No grace is set: with one, tonic cuts the connection at age + grace
         // without asking first, killing calls in flight.
         .max_connection_age(MAX_CONNECTION_AGE);
-    if let Some(tls) = tls {
-        builder = builder.tls_config(tls).context("invalid tls configuration")?;
-    }
     // Spans, caught panics, the concurrency limit and time budgets for every call; health and
     // reflection pass the limit and the budgets untouched.
     let mut builder = builder.layer(RpcLayers::new(rpc)).layer(AuthLayer::new(app.clone()));

@@ -79,3 +79,56 @@ async fn past_the_cap_new_connections_are_refused_and_held_ones_keep_working() {
     })
     .await;
 }
+
+/// A self-signed certificate for localhost, written as `name.crt` and `name.key` in `dir`.
+fn certificate(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    std::fs::write(&cert, issued.cert.pem()).unwrap();
+    std::fs::write(&key, issued.signing_key.serialize_pem()).unwrap();
+    (cert, key, issued.cert.pem())
+}
+
+async fn trusted_with(url: &str, ca_pem: &str) -> bool {
+    let ca = tonic::transport::Certificate::from_pem(ca_pem);
+    let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(ca);
+    let Ok(endpoint) = tonic::transport::Endpoint::from_shared(url.to_owned()).and_then(|e| e.tls_config(tls)) else {
+        return false;
+    };
+    endpoint.connect().await.is_ok()
+}
+
+#[tokio::test]
+async fn a_rotated_certificate_is_served_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, first) = certificate(dir.path(), "server");
+    let db = TestDb::new().await;
+    let server = Server::start_tls(&db, &cert, &key).await;
+    assert!(trusted_with(&server.url, &first).await);
+
+    // The files are replaced the way tools do it: written aside, then renamed over.
+    let (new_cert, new_key, second) = certificate(dir.path(), "renewed");
+    std::fs::rename(&new_key, &key).unwrap();
+    std::fs::rename(&new_cert, &cert).unwrap();
+    eventually(Duration::from_secs(20), "new connections to get the renewed certificate", || async {
+        trusted_with(&server.url, &second).await.then_some(())
+    })
+    .await;
+    assert!(!trusted_with(&server.url, &first).await, "the old certificate is no longer served");
+}
+
+#[tokio::test]
+async fn a_tls_handshake_that_stalls_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, _) = certificate(dir.path(), "server");
+    let db = TestDb::new().await;
+    let server = Server::start_tls(&db, &cert, &key).await;
+    let addr = server.url.trim_start_matches("https://").replace("localhost", "127.0.0.1");
+    // One byte passes the preface check; the handshake then waits for a hello that never comes.
+    let mut stalled = TcpStream::connect(&addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stalled, &[0x16]).await.unwrap();
+    let opened = Instant::now();
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(PREFACE * 4, stalled.read(&mut byte)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a stalled handshake stayed open {:?}", opened.elapsed());
+}

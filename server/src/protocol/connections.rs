@@ -1,7 +1,8 @@
 //! Who may hold a connection. At most `max` at once per replica. A connection must start talking
-//! (the HTTP/2 preface, or a TLS hello) within [`PREFACE`], or it is closed. So nobody can
-//! exhaust the server's file descriptors, or the database's, by holding sockets open without
-//! speaking. A refused or silent connection costs one accept and one close.
+//! (the HTTP/2 preface, or a TLS hello) within [`PREFACE`], and finish its TLS handshake within as
+//! long again, or it is closed. So nobody can exhaust the server's file descriptors, or the
+//! database's, by holding sockets open without speaking. A refused or silent connection costs one
+//! accept and one close. TLS is done here, with the certificate of `protocol::tls`.
 
 use std::io;
 use std::pin::Pin;
@@ -12,7 +13,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
-use tokio_stream::Stream;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
@@ -27,8 +29,13 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// An accepted connection that spoke in time, holding its place among the `max`.
 pub struct Admitted {
-    stream: TcpStream,
+    stream: Stream,
     _place: Place,
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 /// A place among the `max`, counted in the `relay_connections` gauge while held.
@@ -49,7 +56,11 @@ impl Drop for Place {
 
 /// The connections the server serves, from `listener`. The accepting runs in a task of its own and
 /// ends when the server stops taking connections.
-pub fn admit(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result<Admitted>> {
+pub fn admit(
+    listener: TcpListener,
+    max: usize,
+    tls: Option<TlsAcceptor>,
+) -> impl tokio_stream::Stream<Item = io::Result<Admitted>> {
     let (tx, rx) = mpsc::channel(64);
     let places = Arc::new(Semaphore::new(max));
     tokio::spawn(async move {
@@ -77,15 +88,31 @@ pub fn admit(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result
             };
             // A batched answer must not wait out delayed ACKs.
             let _ = stream.set_nodelay(true);
-            let tx = tx.clone();
+            let (tx, tls) = (tx.clone(), tls.clone());
             tokio::spawn(async move {
                 let mut first = [0u8; 1];
                 match tokio::time::timeout(PREFACE, stream.peek(&mut first)).await {
-                    Ok(Ok(n)) if n > 0 => {
-                        let _ = tx.send(Ok(Admitted { stream, _place: Place::new(place) })).await;
+                    Ok(Ok(n)) if n > 0 => {}
+                    _ => {
+                        tracing::debug!(%peer, "connection closed: nothing said within the preface time");
+                        return;
                     }
-                    _ => tracing::debug!(%peer, "connection closed: nothing said within the preface time"),
                 }
+                let stream = match tls {
+                    None => Stream::Plain(stream),
+                    Some(tls) => match tokio::time::timeout(PREFACE, tls.accept(stream)).await {
+                        Ok(Ok(stream)) => Stream::Tls(Box::new(stream)),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "connection closed: tls handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "connection closed: tls handshake too slow");
+                            return;
+                        }
+                    },
+                };
+                let _ = tx.send(Ok(Admitted { stream, _place: Place::new(place) })).await;
             });
         }
     });
@@ -96,27 +123,42 @@ impl Connected for Admitted {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        match &self.stream {
+            Stream::Plain(s) => s.connect_info(),
+            Stream::Tls(s) => s.get_ref().0.connect_info(),
+        }
     }
 }
 
 impl AsyncRead for Admitted {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
     }
 }
 
 impl AsyncWrite for Admitted {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 
     fn poll_write_vectored(
@@ -124,10 +166,16 @@ impl AsyncWrite for Admitted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        match &mut self.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        match &self.stream {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
     }
 }

@@ -9,4 +9,5 @@ pub mod layers;
 pub mod ops;
 pub mod service;
 pub mod status;
+pub mod tls;
 pub mod worker;
