@@ -182,6 +182,13 @@ struct QuotaArgs {
     /// Messages one account may send at once above its rate.
     #[arg(long, env = "RELAY_SEND_BURST_PER_ACCOUNT", default_value_t = Quotas::default().account_sends.burst)]
     send_burst_per_account: f64,
+    /// Deliveries all of one account's sends may make a second (a message counts once per
+    /// recipient), sustained (0: no limit).
+    #[arg(long, env = "RELAY_DELIVERY_RATE_PER_ACCOUNT", default_value_t = Quotas::default().account_deliveries.per_s)]
+    delivery_rate_per_account: f64,
+    /// Deliveries one account may make at once above its rate.
+    #[arg(long, env = "RELAY_DELIVERY_BURST_PER_ACCOUNT", default_value_t = Quotas::default().account_deliveries.burst)]
+    delivery_burst_per_account: f64,
     /// Endpoints one account may hold (handles on all its machines and spawned workers).
     #[arg(long, env = "RELAY_MAX_ENDPOINTS", default_value_t = Quotas::default().max_endpoints,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -197,6 +204,7 @@ impl From<QuotaArgs> for Quotas {
         Self {
             endpoint_sends: Rate::new(a.send_rate_per_endpoint, a.send_burst_per_endpoint),
             account_sends: Rate::new(a.send_rate_per_account, a.send_burst_per_account),
+            account_deliveries: Rate::new(a.delivery_rate_per_account, a.delivery_burst_per_account),
             max_endpoints: a.max_endpoints,
             max_groups: a.max_groups,
         }

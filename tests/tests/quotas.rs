@@ -126,3 +126,30 @@ async fn an_account_holds_at_most_its_endpoints_and_groups() {
     assert_eq!(refused.code(), Code::ResourceExhausted);
     assert!(refused.message().contains("account acme holds 1 groups"), "{}", refused.message());
 }
+
+#[tokio::test]
+async fn an_account_past_its_delivery_rate_waits_whatever_its_message_count() {
+    let server = server_with(&[
+        ("RELAY_SEND_RATE_PER_ENDPOINT", "0"),
+        ("RELAY_SEND_RATE_PER_ACCOUNT", "0"),
+        ("RELAY_DELIVERY_RATE_PER_ACCOUNT", "1"),
+        ("RELAY_DELIVERY_BURST_PER_ACCOUNT", "3"),
+    ])
+    .await;
+    let laptop = server.machine("acme", "laptop");
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut readers = Vec::new();
+    for handle in ["b1", "b2", "b3", "b4"] {
+        readers.push(Agent::hello(&server.url, &laptop, handle).await.unwrap());
+    }
+    // One message to four makes four deliveries: past the burst of three, so the next send waits.
+    alice.send(&["laptop/b1", "laptop/b2", "laptop/b3", "laptop/b4"], "to all").await.unwrap();
+    let refused = alice.send(&["laptop/b1"], "one more").await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(refused.message().starts_with("account acme delivers more than the 1 messages"), "{}", refused.message());
+    let wait = pushback_ms(&refused);
+    assert!((1000..=2000).contains(&wait), "one delivery in debt and one more needed at 1/s: {wait} ms");
+    for reader in &mut readers {
+        assert_eq!(reader.inbox(0, true).await.unwrap().messages.len(), 1, "the refused send stored nothing");
+    }
+}

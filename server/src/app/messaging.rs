@@ -53,6 +53,9 @@ impl App {
         };
         self.rates.admit(caller)?;
         let sent = self.store.send(caller, out).await?;
+        if !sent.duplicate {
+            self.rates.delivered(caller, sent.recipients.len());
+        }
         tracing::debug!(
             from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(),
             duplicate = sent.duplicate, redacted = redacted.total(), "sent"
@@ -67,6 +70,9 @@ impl App {
         self.rates.admit(caller)?;
         let redacted = redact(body);
         let sent = self.store.reply(caller, id, &redacted.text, optional(client_id)).await?;
+        if !sent.duplicate {
+            self.rates.delivered(caller, sent.recipients.len());
+        }
         Ok(Delivered { sent, redacted: redacted.counts })
     }
 

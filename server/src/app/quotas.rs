@@ -1,5 +1,7 @@
 //! Send rates per endpoint and per account, kept in this replica's memory: a token bucket each,
 //! checked before anything is read or written, so a flood costs the server nothing but the check.
+//! The deliveries a send makes are known only once it is written: they are counted then, and the
+//! account's next send waits while it is past its delivery rate.
 //! An agent talks to one replica at a time; with several replicas, each allows the rate.
 
 use std::collections::HashMap;
@@ -19,6 +21,7 @@ const MAX_BUCKETS: usize = 100_000;
 enum Key {
     Endpoint(EndpointId),
     Account(AccountId),
+    Deliveries(AccountId),
 }
 
 pub struct SendRates {
@@ -35,7 +38,8 @@ impl SendRates {
     /// a refusal takes nothing.
     pub fn admit(&self, caller: &Caller) -> Result<()> {
         let (endpoint_rate, account_rate) = (self.quotas.endpoint_sends, self.quotas.account_sends);
-        if endpoint_rate.is_unlimited() && account_rate.is_unlimited() {
+        let deliveries_rate = self.quotas.account_deliveries;
+        if endpoint_rate.is_unlimited() && account_rate.is_unlimited() && deliveries_rate.is_unlimited() {
             return Ok(());
         }
         let now = Instant::now();
@@ -43,6 +47,11 @@ impl SendRates {
         if buckets.len() >= MAX_BUCKETS {
             let quotas = self.quotas;
             buckets.retain(|key, bucket| !bucket.is_full(rate_of(&quotas, key), now));
+        }
+        let deliveries =
+            buckets.entry(Key::Deliveries(caller.account_id)).or_insert_with(|| Bucket::full(deliveries_rate, now));
+        if let Err(wait) = deliveries.ready(deliveries_rate, now) {
+            return Err(limits::delivering_too_much(&caller.account, deliveries_rate, wait));
         }
         let endpoint = Key::Endpoint(caller.endpoint_id);
         let mine = buckets.entry(endpoint).or_insert_with(|| Bucket::full(endpoint_rate, now));
@@ -58,11 +67,24 @@ impl SendRates {
         }
         Ok(())
     }
+
+    /// Counts the deliveries a written send made against its account.
+    pub fn delivered(&self, caller: &Caller, deliveries: usize) {
+        let rate = self.quotas.account_deliveries;
+        if rate.is_unlimited() || deliveries == 0 {
+            return;
+        }
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("send rates lock poisoned");
+        let bucket = buckets.entry(Key::Deliveries(caller.account_id)).or_insert_with(|| Bucket::full(rate, now));
+        bucket.spend(rate, deliveries as f64, now);
+    }
 }
 
 fn rate_of(quotas: &Quotas, key: &Key) -> Rate {
     match key {
         Key::Endpoint(_) => quotas.endpoint_sends,
         Key::Account(_) => quotas.account_sends,
+        Key::Deliveries(_) => quotas.account_deliveries,
     }
 }

@@ -24,6 +24,9 @@ pub struct Quotas {
     pub endpoint_sends: Rate,
     /// Messages all of an account's endpoints send together.
     pub account_sends: Rate,
+    /// Deliveries the account's sends make together (a message to a group of 50 is 50): counted
+    /// once a send is written, so a send is refused while the account is past it.
+    pub account_deliveries: Rate,
     /// Endpoints an account holds (handles on all its machines, spawned workers included).
     pub max_endpoints: u32,
     /// Groups an account holds.
@@ -36,6 +39,7 @@ impl Default for Quotas {
         Self {
             endpoint_sends: Rate::new(20.0, 100.0),
             account_sends: Rate::new(200.0, 1000.0),
+            account_deliveries: Rate::new(2000.0, 10_000.0),
             max_endpoints: 1000,
             max_groups: 200,
         }
@@ -54,6 +58,18 @@ pub fn no_room_for_groups(account: &str, cap: u32) -> Error {
     Error::ResourceExhausted(format!(
         "account {account} holds {cap} groups, the most it may: the group was not made; drop one you no longer use, or ask the operator to raise the limit (RELAY_MAX_GROUPS)"
     ))
+}
+
+/// A send refused because `account`'s sends made more deliveries than its rate allows.
+pub fn delivering_too_much(account: &str, rate: Rate, retry_after: std::time::Duration) -> Error {
+    let wait = retry_after.as_secs_f64().max(0.001);
+    Error::Throttled {
+        message: format!(
+            "account {account} delivers more than the {} messages a second it is allowed (a message counts once per recipient, bursts of {}): nothing was sent; try again in {wait:.1} s",
+            rate.per_s, rate.burst
+        ),
+        retry_after,
+    }
 }
 
 /// A send refused because `who` went past its send rate.

@@ -55,6 +55,25 @@ impl Bucket {
         }
     }
 
+    /// Whether a token is there now, without taking it; otherwise how long until one is.
+    pub fn ready(&mut self, rate: Rate, now: Instant) -> Result<(), Duration> {
+        if rate.is_unlimited() {
+            return Ok(());
+        }
+        self.refill(rate, now);
+        if self.tokens >= 1.0 { Ok(()) } else { Err(Duration::from_secs_f64((1.0 - self.tokens) / rate.per_s)) }
+    }
+
+    /// Spends `n` tokens for work already done: the bucket may go into debt (down to one burst
+    /// below empty), which later work waits out.
+    pub fn spend(&mut self, rate: Rate, n: f64, now: Instant) {
+        if rate.is_unlimited() {
+            return;
+        }
+        self.refill(rate, now);
+        self.tokens = (self.tokens - n).max(-rate.burst);
+    }
+
     /// Gives back a token taken by a call that was refused further on.
     pub fn give_back(&mut self, rate: Rate) {
         self.tokens = (self.tokens + 1.0).min(rate.burst);
@@ -98,6 +117,19 @@ mod tests {
         assert!(bucket.take(rate, later).is_err(), "a long idle does not bank more than the burst");
         bucket.give_back(rate);
         assert_eq!(bucket.take(rate, later), Ok(()));
+    }
+
+    #[test]
+    fn work_spent_after_the_fact_is_waited_out_before_more_is_ready() {
+        let rate = Rate::new(100.0, 50.0);
+        let t0 = Instant::now();
+        let mut bucket = Bucket::full(rate, t0);
+        assert_eq!(bucket.ready(rate, t0), Ok(()));
+        bucket.spend(rate, 80.0, t0);
+        assert_eq!(bucket.ready(rate, t0), Err(Duration::from_millis(310)), "30 in debt, one more needed at 100/s");
+        bucket.spend(rate, 1000.0, t0);
+        assert_eq!(bucket.ready(rate, t0), Err(Duration::from_millis(510)), "debt stops at one burst");
+        assert_eq!(bucket.ready(rate, t0 + Duration::from_millis(510)), Ok(()));
     }
 
     #[test]

@@ -385,6 +385,7 @@ async fn main() {
         ("RELAY_MAX_UNREAD", "100000000"),
         ("RELAY_SEND_RATE_PER_ENDPOINT", "0"),
         ("RELAY_SEND_RATE_PER_ACCOUNT", "0"),
+        ("RELAY_DELIVERY_RATE_PER_ACCOUNT", "0"),
         ("RELAY_MAX_ENDPOINTS", "1000000"),
     ];
     let server = Server::start_with_env(&db, port, &unlimited).await;
