@@ -1,5 +1,6 @@
-//! The timed rounds every replica runs: fire due schedules, put back cards whose worker went quiet,
-//! and now and then purge what outlived its retention. Rows are taken with `skip locked`, so
+//! The timed rounds every replica runs: fire due schedules, hand unanswered permission requests on
+//! (to the human, then refused), put back cards whose worker went quiet, and now and then purge
+//! what outlived its retention. Rows are taken with `skip locked`, so
 //! replicas share the work and never do it twice.
 
 use std::time::Duration;
@@ -40,6 +41,11 @@ pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
                     tracing::info!(runs = n, "scheduled runs posted");
                 }
                 Err(e) => tracing::warn!(error = %e, "schedule round failed"),
+            }
+            match app.approval_round().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(requests = n, "permission requests escalated or expired"),
+                Err(e) => tracing::warn!(error = %e, "approval round failed"),
             }
             match app.expire_leases().await {
                 Ok(0) => {}

@@ -545,3 +545,54 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
     let kept = bob.inbox(0, true).await.unwrap().messages;
     assert_eq!(kept.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), [unread.id.as_str()], "unread mail stays");
 }
+
+#[tokio::test]
+async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused() {
+    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "2")]).await;
+    let human = b.server.admin_ok(&["human", "add", "acme"]);
+    let posted = b.alice.tool_ok("post_job", json!({ "title": "Tidy up", "repo": "app" })).await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
+    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap();
+    assert_eq!(claimed.job.unwrap().id, id);
+    let spec = BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false };
+    let mut agent = Bridge::start_with_env(spec, &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&claimed.job_token))]);
+    agent.initialize("2025-06-18").await;
+    let _asking = agent
+        .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "make clean" } } }))
+        .await;
+    // The operator is asked; then the asking agent dies and the replica restarts.
+    let question = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
+    let body = question["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
+    let approval = body[10..20].to_owned();
+    agent.child.kill().await.unwrap();
+    let port = b.server.port;
+    b.server.stop().await;
+    let db = TestDb { url: b.server.db_url.clone(), name: String::new() };
+    let server = Server::start_with_env(&db, port, &[("RELAY_APPROVAL_WAIT_S", "2")]).await;
+
+    let state = |db_url: String, approval: String| async move {
+        let (sql, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls).await.ok()?;
+        tokio::spawn(conn);
+        let row = sql
+            .query_one("select state, coalesce(decided_by, '') from approvals where id = $1", &[&approval])
+            .await
+            .ok()?;
+        Some((row.get::<_, String>(0), row.get::<_, String>(1)))
+    };
+    let (url, token) = (server.url.clone(), human.clone());
+    eventually(Duration::from_secs(20), "the request to reach the human", || {
+        let (url, token) = (url.clone(), token.clone());
+        async move {
+            let listed = relay_tests::server::human(&url, &token, &["approvals"]).await.1;
+            listed.contains("escalated").then_some(())
+        }
+    })
+    .await;
+    let decided = eventually(Duration::from_secs(20), "the unanswered request to be refused", || {
+        let (db_url, approval) = (server.db_url.clone(), approval.clone());
+        async move { state(db_url, approval).await.filter(|(state, _)| state == "deny") }
+    })
+    .await;
+    assert_eq!(decided.1, "timeout", "refused for want of an answer, by nobody");
+}

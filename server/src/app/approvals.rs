@@ -1,5 +1,6 @@
 //! Permission requests of board agents: the operator has its time, then the account's human; with
-//! no answer after both, the answer is no.
+//! no answer after both, the answer is no. The deadlines live with the request in the database,
+//! and the scheduler keeps them, so a request never waits forever for a call that is gone.
 
 use std::time::Duration;
 
@@ -32,36 +33,65 @@ impl App {
         input: &str,
     ) -> Result<Decision> {
         let (tool_text, input) = (RedactedText::from_agent(tool), RedactedText::from_agent(input));
-        let id = self.ask_permission(caller, job_token, tool_text.as_str(), input.as_str()).await?;
-        tracing::info!(approval = %id, by = %caller.address(), tool, "permission requested");
         let wait = approval_wait();
-        let started = Instant::now();
+        let id = self.ask_permission(caller, job_token, tool_text.as_str(), input.as_str(), wait).await?;
+        tracing::info!(approval = %id, by = %caller.address(), tool, "permission requested");
+        // The deadlines are the database's: the scheduler of any replica escalates and refuses the
+        // request, and wakes this call. The timer here only re-reads once the last one has passed.
+        let last = Instant::now() + wait * 2 + Duration::from_secs(2);
         let mut waiter = self.hub.waiter(caller.endpoint_id);
         loop {
             let decision = approvals::decision(&self.store.client().await?, caller.account_id, &id).await?;
-            match decision.state {
-                ApprovalState::Allow | ApprovalState::Deny => return Ok(decision),
-                ApprovalState::Pending if started.elapsed() >= wait => self.escalate(caller, &id).await?,
-                ApprovalState::Escalated if started.elapsed() >= wait * 2 => {
-                    return self.expire_approval(caller.account_id, &id).await;
-                }
-                ApprovalState::Pending | ApprovalState::Escalated => {}
+            if matches!(decision.state, ApprovalState::Allow | ApprovalState::Deny) {
+                return Ok(decision);
             }
             if self.shutdown.is_cancelled() {
-                return Err(Error::Unavailable("the server is shutting down; ask again".into()));
+                return Err(Error::Unavailable(format!(
+                    "the server is shutting down; permission request {id} stays open: ask again"
+                )));
             }
-            let next = if started.elapsed() < wait { started + wait } else { started + wait * 2 };
             tokio::select! {
                 () = waiter.changed() => {}
-                () = tokio::time::sleep_until(next) => {}
+                () = tokio::time::sleep_until(last.max(Instant::now() + Duration::from_secs(1))) => {}
                 () = self.shutdown.cancelled() => {}
             }
         }
     }
 
+    /// One round of the scheduler: requests past the operator's time go to the human, requests past
+    /// the human's are refused and their callers woken. How many it moved.
+    pub async fn approval_round(&self) -> Result<usize> {
+        let mut db = self.store.client().await?;
+        let due = approvals::due(&db, approval_wait().as_secs_f64(), 100).await?;
+        for request in &due {
+            if request.expired {
+                if approvals::expire(&db, request.account_id, &request.id).await? {
+                    approvals::wake(&db, request.requester).await?;
+                }
+                continue;
+            }
+            let tx = db.transaction().await?;
+            if let Some((job_id, tool, input)) = approvals::escalate(&tx, &request.id).await? {
+                let asker = approvals::requester(&tx, request.requester).await?;
+                let body = rules::approval_escalation(&request.id, &asker.address(), &job_id, &tool, &input);
+                let target = approvals::human_target(&tx, asker.account_id, &asker.account).await?;
+                approvals::ask(&tx, &asker, target, &body).await?;
+            }
+            tx.commit().await?;
+        }
+        Ok(due.len())
+    }
+
     /// Records a board agent's request and asks the operator endpoint (or, without a live one, the
     /// human); the request's id.
-    async fn ask_permission(&self, caller: &Caller, job_token: &str, tool: &str, input: &str) -> Result<String> {
+    async fn ask_permission(
+        &self,
+        caller: &Caller,
+        job_token: &str,
+        tool: &str,
+        input: &str,
+        wait: Duration,
+    ) -> Result<String> {
         ids::check_token(TokenKind::JobToken, job_token)?;
         if tool.trim().is_empty() {
             return Err(Error::invalid("a permission request names the tool"));
@@ -87,7 +117,7 @@ impl App {
             input: &rules::excerpt(input),
             state,
         };
-        approvals::insert(&tx, &new).await?;
+        approvals::insert(&tx, &new, wait.as_secs_f64()).await?;
         let requester = caller.address();
         let (target, body) = match operator {
             Some(target) => (target, rules::approval_question(&id, &requester, &card.id, &card.title, tool, input)),
@@ -99,27 +129,6 @@ impl App {
         approvals::ask(&tx, caller, target, &body).await?;
         tx.commit().await?;
         Ok(id)
-    }
-
-    /// Hands an unanswered request to the account's human.
-    async fn escalate(&self, caller: &Caller, id: &str) -> Result<()> {
-        let mut db = self.store.client().await?;
-        let tx = db.transaction().await?;
-        let Some((job_id, tool, input)) = approvals::escalate(&tx, id).await? else {
-            return Ok(());
-        };
-        let body = rules::approval_escalation(id, &caller.address(), &job_id, &tool, &input);
-        let target = approvals::human_target(&tx, caller.account_id, &caller.account).await?;
-        approvals::ask(&tx, caller, target, &body).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Nobody answered in time: the request is refused for good, so nobody can allow it later.
-    async fn expire_approval(&self, account_id: AccountId, id: &str) -> Result<Decision> {
-        let db = self.store.client().await?;
-        approvals::expire(&db, account_id, id).await?;
-        approvals::decision(&db, account_id, id).await
     }
 
     /// The operator's answer: allow, deny, or owner (leave it to the human).

@@ -84,10 +84,15 @@ pub(crate) struct NewApproval<'a> {
 }
 
 /// Records a permission request.
-pub(crate) async fn insert(c: &impl GenericClient, new: &NewApproval<'_>) -> Result<()> {
+pub(crate) async fn insert(c: &impl GenericClient, new: &NewApproval<'_>, wait_s: f64) -> Result<()> {
     c.execute(
-        "insert into approvals (id, account_id, job_id, requester_id, tool, input, state) values ($1, $2, $3, $4, $5, $6, $7)",
-        &[&new.id, &new.account_id, &new.job_id, &new.requester, &new.tool, &new.input, &new.state.as_db()],
+        &format!(
+            "insert into approvals (id, account_id, job_id, requester_id, tool, input, state, escalate_at, expire_at)
+             values ($1, $2, $3, $4, $5, $6, $7,
+                     case when $7 = '{PENDING}' then now() + make_interval(secs => $8::float8) end,
+                     now() + make_interval(secs => 2 * $8::float8))"
+        ),
+        &[&new.id, &new.account_id, &new.job_id, &new.requester, &new.tool, &new.input, &new.state.as_db(), &wait_s],
     )
     .await?;
     Ok(())
@@ -166,15 +171,48 @@ pub(crate) fn open_states(human: bool) -> Vec<&'static str> {
     if human { vec![PENDING, ESCALATED] } else { vec![PENDING] }
 }
 
+/// An open request whose deadline has passed.
+pub(crate) struct Due {
+    pub id: String,
+    pub account_id: AccountId,
+    pub requester: EndpointId,
+    /// Past its last deadline (refuse it); otherwise past the operator's (hand it to the human).
+    pub expired: bool,
+}
+
+/// Open requests past a deadline, oldest first. Nothing is locked: what is done with each is
+/// guarded by its state, so two replicas acting on one request act once. Requests without
+/// deadlines (the previous release's) are due `wait_s` and twice `wait_s` after they were made.
+pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Result<Vec<Due>> {
+    let rows = c
+        .query(
+            &format!(
+                "select id, account_id, requester_id,
+                        coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now() as expired
+                 from approvals
+                 where state in ('{PENDING}', '{ESCALATED}')
+                   and (coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now()
+                        or (state = '{PENDING}' and coalesce(escalate_at, created_at + make_interval(secs => $1::float8)) <= now()))
+                 order by created_at
+                 limit $2"
+            ),
+            &[&wait_s, &limit],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| Ok(Due { id: r.col(0)?, account_id: r.col(1)?, requester: r.col(2)?, expired: r.col(3)? }))
+        .collect()
+}
+
 /// Wakes the requester's waiting call on whichever replica holds it (at commit).
 pub(crate) async fn wake(c: &impl GenericClient, requester: EndpointId) -> Result<()> {
     c.execute("select pg_notify($1, $2)", &[&DELIVERY_CHANNEL, &format!("{requester}:0")]).await?;
     Ok(())
 }
 
-/// Refuses an open request for good: nobody answered in time.
-pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<()> {
-    c.execute(
+/// Refuses an open request for good: nobody answered in time. Whether it was still open.
+pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<bool> {
+    let refused = c.execute(
         &format!(
             "update approvals set state = '{DENY}', reason = 'nobody answered in time; try another way or ask again later',
                                   decided_by = 'timeout', decided_at = now()
@@ -183,7 +221,7 @@ pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &s
         &[&id, &account_id],
     )
     .await?;
-    Ok(())
+    Ok(refused == 1)
 }
 
 /// Where request `id` of the account stands.

@@ -104,6 +104,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0016_finished_cards_by_age.sql"),
     },
     Migration { version: 17, name: "peeks_by_age", sql: include_str!("../../migrations/0017_peeks_by_age.sql") },
+    Migration {
+        version: 18,
+        name: "approval_deadlines",
+        sql: include_str!("../../migrations/0018_approval_deadlines.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
