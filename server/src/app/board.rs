@@ -338,7 +338,8 @@ impl App {
         let mut fired = 0;
         for schedule in &due {
             let id = &schedule.id;
-            let next = match Schedule::parse(&schedule.expr, &schedule.zone).and_then(|s| s.next_after(Utc::now())) {
+            let parsed = Schedule::parse(&schedule.expr, &schedule.zone);
+            let next = match parsed.and_then(|s| s.next_slot(schedule.slot, schedule.now)) {
                 Ok(next) => next,
                 Err(e) => {
                     tracing::warn!(card = %id, error = %e, "schedule cannot be evaluated; parked");
@@ -347,7 +348,7 @@ impl App {
                 }
             };
             if let Some(reason) = hold_reason(board::last_run(&tx, id).await?) {
-                let at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+                let at = schedule.now.to_rfc3339_opts(SecondsFormat::Secs, true);
                 board::hold_off(&tx, id, next, &format!("{reason} at {at}")).await?;
                 // Told once when it starts holding off for this reason, not at every slot after.
                 if !schedule.last_skip_reason.starts_with(reason) {

@@ -474,6 +474,10 @@ pub struct DueSchedule {
     pub expr: String,
     pub zone: String,
     pub account_id: AccountId,
+    /// The slot that came due.
+    pub slot: chrono::DateTime<chrono::Utc>,
+    /// The database's time when it was found due.
+    pub now: chrono::DateTime<chrono::Utc>,
     /// Why it held off last, empty when it did not.
     pub last_skip_reason: String,
 }

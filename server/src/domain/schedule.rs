@@ -171,6 +171,13 @@ impl Schedule {
         self.zone.name()
     }
 
+    /// The slot after the one that came due (`slot`), judged by the database's clock (`now`): the
+    /// first run after both, so a slot fires once however far a replica's own clock is off, and
+    /// slots missed while nothing ran are not made up one by one.
+    pub fn next_slot(&self, slot: DateTime<Utc>, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
+        self.next_after(slot.max(now))
+    }
+
     /// The first run strictly after `after`, in UTC. A local time skipped by a DST change runs at
     /// the first instant after the gap; a repeated one runs once.
     pub fn next_after(&self, after: DateTime<Utc>) -> Result<DateTime<Utc>> {
@@ -192,6 +199,22 @@ mod tests {
 
     fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
         Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).unwrap()
+    }
+
+    #[test]
+    fn the_next_slot_follows_the_slot_that_came_due_and_the_database_clock() {
+        let every5 = Schedule::parse("*/5 * * * *", "UTC").unwrap();
+        let slot = utc(2026, 3, 2, 10, 5);
+        let just_after = slot + chrono::Duration::milliseconds(500);
+        assert_eq!(every5.next_slot(slot, just_after).unwrap(), utc(2026, 3, 2, 10, 10), "a slot fires once");
+        let behind = utc(2026, 3, 2, 10, 4);
+        assert_eq!(every5.next_slot(slot, behind).unwrap(), utc(2026, 3, 2, 10, 10), "never the same slot again");
+        let much_later = utc(2026, 3, 2, 11, 2);
+        assert_eq!(
+            every5.next_slot(slot, much_later).unwrap(),
+            utc(2026, 3, 2, 11, 5),
+            "missed slots are not replayed"
+        );
     }
 
     fn next_local(expr: &str, zone: &str, from_utc: DateTime<Utc>, n: usize) -> Vec<String> {

@@ -500,7 +500,7 @@ pub(crate) async fn expire_leases(c: &impl GenericClient) -> Result<Vec<LostLeas
 pub(crate) async fn lock_due_schedules(c: &impl GenericClient) -> Result<Vec<DueSchedule>> {
     c.query(
         &format!(
-            "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, '') from jobs
+            "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, ''), next_run_at, now() from jobs
              where kind = '{SCHEDULE}' and state = '{TODO}' and next_run_at <= now()
              order by next_run_at limit 50
              for update skip locked"
@@ -516,6 +516,8 @@ pub(crate) async fn lock_due_schedules(c: &impl GenericClient) -> Result<Vec<Due
             zone: r.col(2)?,
             account_id: r.col(3)?,
             last_skip_reason: r.col(4)?,
+            slot: r.col(5)?,
+            now: r.col(6)?,
         })
     })
     .collect()
