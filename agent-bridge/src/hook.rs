@@ -10,7 +10,7 @@ use relay_proto::v1::{Message, PeekTurn, PendingRepliesRequest, PutPeekTurnsRequ
 use serde_json::{Value, json};
 
 use crate::frame;
-use crate::relay::connection;
+use crate::relay::replicas::Replicas;
 use crate::relay::session::authed;
 use crate::relay::session_file;
 
@@ -69,8 +69,8 @@ pub async fn stop() -> anyhow::Result<()> {
     let event: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
     // Not an agent on the relay: nothing to hold.
     let Ok(session) = session_file::find_session() else { return Ok(()) };
-    let channel = connection::channel(&session.server, session.ca.as_deref())?;
-    let mut client = RelayClient::new(channel);
+    let replicas = Replicas::new(&session.server, session.ca.as_deref())?;
+    let mut client = RelayClient::new(replicas.reachable().await);
     let token = &session.session_token;
 
     if let Some(path) = event["transcript_path"].as_str()
@@ -140,8 +140,8 @@ pub async fn codex_notify(payload: Option<String>) -> anyhow::Result<()> {
         return Ok(());
     }
     let Ok(session) = session_file::find_session() else { return Ok(()) };
-    let channel = connection::channel(&session.server, session.ca.as_deref())?;
-    let mut client = RelayClient::new(channel);
+    let replicas = Replicas::new(&session.server, session.ca.as_deref())?;
+    let mut client = RelayClient::new(replicas.reachable().await);
     let token = &session.session_token;
     let peek_on = client
         .who_am_i(authed(WhoAmIRequest {}, token))

@@ -6,6 +6,7 @@ use relay_proto::v1::*;
 
 use crate::frame::visible;
 use crate::relay::connection;
+use crate::relay::replicas::Replicas;
 use crate::relay::session::authed;
 
 #[derive(Subcommand)]
@@ -14,7 +15,8 @@ pub enum HumanCommand {
     /// a file of its own (mode 0600). The token is read from RELAY_HUMAN_TOKEN, else stdin (a prompt
     /// on a terminal). No machine login is needed.
     Login {
-        /// The server (default: RELAY_SERVER, else the one this computer's bridge uses).
+        /// The server, or its replicas comma-separated (default: RELAY_SERVER, else the one this
+        /// computer's bridge uses).
         #[arg(long)]
         server: Option<String>,
         /// A PEM certificate to trust for the server, beside the system's roots (default: RELAY_CA).
@@ -134,7 +136,10 @@ async fn login(server: Option<String>, ca: Option<std::path::PathBuf>, token: Op
         }
         None => connection::read_secret("human token", "RELAY_HUMAN_TOKEN")?,
     };
-    let mut client = HumanClient::new(connection::channel(&server, ca.as_deref())?);
+    let replicas = Replicas::new(&server, ca.as_deref())?;
+    // Stored as checked: each replica's URL once, in the order given.
+    let server = replicas.list_from(0);
+    let mut client = HumanClient::new(replicas.reachable().await);
     client.contact_list(authed(ContactListRequest {}, &token)).await.map_err(refused(ca.as_deref()))?;
     let path = connection::human_config_path()?;
     connection::write_human(&path, &connection::HumanConfig { server: server.clone(), ca, token })?;
@@ -147,7 +152,7 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
         return login(server, ca, token).await;
     }
     let (server, ca, token) = connection::human_credentials()?;
-    let mut client = HumanClient::new(connection::channel(&server, ca.as_deref())?);
+    let mut client = HumanClient::new(Replicas::new(&server, ca.as_deref())?.reachable().await);
     let refused = refused(ca.as_deref());
     match command {
         HumanCommand::Login { .. } => unreachable!("handled above"),

@@ -54,6 +54,8 @@ enum Command {
     /// Check a machine token against the server and store it in the bridge config (mode 0600). The
     /// token is read from RELAY_TOKEN, else stdin (a prompt on a terminal), so it stays out of argv.
     Login {
+        /// The server's URL, or its replicas' comma-separated (the bridge moves to the next when
+        /// one fails).
         #[arg(long)]
         server: String,
         /// The token itself; visible to other users in the process list, so prefer stdin.
@@ -142,15 +144,13 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     // Watched from the start, so a signal at any point ends the session cleanly.
     let stop = termination()?;
     let config = relay::connection::resolve()?;
-    let channel = relay::connection::channel(&config.server, config.ca.as_deref())?;
+    let replicas = Arc::new(relay::replicas::Replicas::new(&config.server, config.ca.as_deref())?);
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
     let session_file = relay::session_file::session_path(std::os::unix::process::parent_id());
-    let relay = Arc::new(relay::Relay::new(channel, config.ca.clone(), config.token, claim).with_session_file(
-        session_file,
-        config.server.clone(),
-        config.ca.clone(),
-    ));
+    let relay = Arc::new(
+        relay::Relay::new(replicas, config.ca.clone(), config.token, claim).with_session_file(session_file, config.ca),
+    );
     let tools = Arc::new(tools::Tools::new(relay));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
@@ -190,8 +190,10 @@ async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> an
         None => relay::connection::read_secret("machine token", "RELAY_TOKEN")?,
     };
     let ca = ca.map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string());
-    let channel = relay::connection::channel(&server, ca.as_deref())?;
-    let reply = RelayClient::new(channel)
+    let replicas = relay::replicas::Replicas::new(&server, ca.as_deref())?;
+    // Stored as checked: each replica's URL once, in the order given.
+    let server = replicas.list_from(0);
+    let reply = RelayClient::new(replicas.reachable().await)
         .check_machine(authed(CheckMachineRequest {}, &token))
         .await
         .map_err(|status| match relay::connection::untrusted_certificate(&status, ca.as_deref()) {

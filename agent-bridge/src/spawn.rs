@@ -16,6 +16,7 @@ use relay_proto::v1::relay_client::RelayClient;
 use relay_proto::v1::{SpawnRequest, SpawnResultRequest};
 
 use crate::relay::connection;
+use crate::relay::replicas::Replicas;
 use crate::relay::session::authed;
 use crate::relay::session_file::find_session;
 
@@ -25,9 +26,9 @@ pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>)
     }
     let session = find_session()?;
     let machine = connection::resolve()?;
-    let channel = connection::channel(&session.server, session.ca.as_deref())?;
+    let replicas = Replicas::new(&session.server, session.ca.as_deref())?;
     let request = SpawnRequest { harness: harness.clone(), scope: scope.unwrap_or_default() };
-    let reserved = RelayClient::new(channel)
+    let reserved = RelayClient::new(replicas.reachable().await)
         .spawn(authed(request, &session.session_token))
         .await
         .map_err(|s| anyhow::anyhow!("the server refused the spawn: {}", s.message()))?
@@ -40,7 +41,7 @@ pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>)
         .arg("supervise")
         .arg("--")
         .args(&command)
-        .env("RELAY_SERVER", &session.server)
+        .env("RELAY_SERVER", replicas.list_from(replicas.current().0))
         .env("RELAY_TOKEN", &machine.token)
         .env("RELAY_HANDLE", &child.handle)
         .env("RELAY_HARNESS", &harness)
@@ -98,12 +99,15 @@ pub async fn supervise(command: Vec<String>) -> anyhow::Result<()> {
         Err(e) => (-1, format!("the worker could not be started: {e}")),
     };
     let server = std::env::var("RELAY_SERVER").context("no RELAY_SERVER")?;
-    let channel = connection::channel(&server, std::env::var("RELAY_CA").ok().as_deref())?;
-    let mut client = RelayClient::new(channel);
-    // The parent must hear of the end: retry for a while if the server is briefly away.
+    let replicas = Replicas::new(&server, std::env::var("RELAY_CA").ok().as_deref())?;
+    // The parent must hear of the end: retry for a while if the server is briefly away, on each
+    // replica in turn.
     for attempt in 0..30 {
-        let request = authed(SpawnResultRequest { exit_code, output: output.clone() }, &grant);
-        match client.spawn_result(request).await {
+        let reported = replicas.call(false, |channel| {
+            let request = authed(SpawnResultRequest { exit_code, output: output.clone() }, &grant);
+            async move { RelayClient::new(channel).spawn_result(request).await }
+        });
+        match reported.await {
             Ok(_) => return Ok(()),
             Err(status) if status.code() == tonic::Code::Unavailable && attempt < 29 => {
                 tokio::time::sleep(Duration::from_secs(2)).await;

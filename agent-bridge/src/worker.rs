@@ -12,9 +12,9 @@ use relay_proto::bridge_config::BridgeConfig;
 use relay_proto::v1::worker_client::WorkerClient;
 use relay_proto::v1::*;
 use tokio::process::Command;
-use tonic::transport::Channel;
 
 use crate::relay::connection;
+use crate::relay::replicas::Replicas;
 use crate::relay::session::authed;
 
 /// How often a running card's lease is renewed (the server's lease is several times longer).
@@ -33,7 +33,9 @@ pub struct Options {
 }
 
 struct Worker {
-    client: WorkerClient<Channel>,
+    /// The server's replicas: the worker moves to the next when one fails; its leases live in the
+    /// shared database, so they carry over.
+    replicas: Replicas,
     config: BridgeConfig,
     worktrees: PathBuf,
     claude: Vec<String>,
@@ -122,7 +124,12 @@ impl Worker {
             worktree: worktree.display().to_string(),
             branch: branch.to_owned(),
         };
-        match self.client.renew(authed(request, &self.config.token)).await {
+        // Renewing again is harmless: repeated on the next replica when one fails under it.
+        let renewed = self.replicas.call(true, |channel| {
+            let request = authed(request.clone(), &self.config.token);
+            async move { WorkerClient::new(channel).renew(request).await }
+        });
+        match renewed.await {
             Ok(r) => Some(r.into_inner()),
             Err(e) => {
                 tracing::warn!(error = %e.message(), "cannot renew the lease");
@@ -134,7 +141,11 @@ impl Worker {
     async fn release(&mut self, token: &str, exit_code: i32, error: String) {
         let request = ReleaseRequest { job_token: token.to_owned(), exit_code, error };
         for attempt in 0..5 {
-            match self.client.release(authed(request.clone(), &self.config.token)).await {
+            let released = self.replicas.call(false, |channel| {
+                let request = authed(request.clone(), &self.config.token);
+                async move { WorkerClient::new(channel).release(request).await }
+            });
+            match released.await {
                 Ok(r) => {
                     let job = r.into_inner();
                     tracing::info!(card = %job.id, state = %job.state, "card released");
@@ -169,7 +180,11 @@ impl Worker {
             }
         }
         if !done.is_empty() {
-            let _ = self.client.cleaned(authed(CleanedRequest { ids: done }, &self.config.token)).await;
+            let cleaned = self.replicas.call(true, |channel| {
+                let request = authed(CleanedRequest { ids: done.clone() }, &self.config.token);
+                async move { WorkerClient::new(channel).cleaned(request).await }
+            });
+            let _ = cleaned.await;
         }
     }
 
@@ -205,7 +220,8 @@ impl Worker {
             .args(&words[1..])
             .current_dir(&worktree)
             .env("RELAY_JOB_TOKEN", &token)
-            .env("RELAY_SERVER", &self.config.server)
+            // The replica in use first: the agent's bridge starts where the worker reached the server.
+            .env("RELAY_SERVER", self.replicas.list_from(self.replicas.current().0))
             .env("RELAY_TOKEN", &self.config.token)
             .env("RELAY_HARNESS", &job.agent)
             .env("RELAY_HANDLE", format!("job-{}", job.id))
@@ -258,7 +274,7 @@ impl Worker {
 
 pub async fn run(options: Options) -> anyhow::Result<()> {
     let config = connection::resolve()?;
-    let channel = connection::channel(&config.server, config.ca.as_deref())?;
+    let replicas = Replicas::new(&config.server, config.ca.as_deref())?;
     let (claude, codex) = parse_agents(&options.agents)?;
     let worktrees = match options.worktrees {
         Some(dir) => dir,
@@ -268,7 +284,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             .join("worktrees"),
     };
     std::fs::create_dir_all(&worktrees).with_context(|| format!("cannot create {}", worktrees.display()))?;
-    let mut worker = Worker { client: WorkerClient::new(channel), config, worktrees, claude, codex };
+    let mut worker = Worker { replicas, config, worktrees, claude, codex };
 
     for repo in &options.repos {
         let path = std::path::absolute(repo).unwrap_or_else(|_| repo.clone());
@@ -277,8 +293,11 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             .with_context(|| format!("{} is not a git repository", path.display()))?;
         let request = RegisterRepoRequest { path: path.display().to_string() };
         let view = worker
-            .client
-            .register_repo(authed(request, &worker.config.token))
+            .replicas
+            .call(true, |channel| {
+                let request = authed(request.clone(), &worker.config.token);
+                async move { WorkerClient::new(channel).register_repo(request).await }
+            })
             .await
             .map_err(|s| anyhow::anyhow!("cannot register {}: {}", path.display(), s.message()))?
             .into_inner();
@@ -286,7 +305,15 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     }
 
     loop {
-        let claim = worker.client.claim(authed(ClaimRequest {}, &worker.config.token)).await;
+        // Not repeated after a lost answer: that claim may have taken a card, which goes back to To
+        // do when its lease runs out; a claim that never left goes to the next replica.
+        let claim = worker
+            .replicas
+            .call(false, |channel| {
+                let request = authed(ClaimRequest {}, &worker.config.token);
+                async move { WorkerClient::new(channel).claim(request).await }
+            })
+            .await;
         match claim {
             Ok(reply) => {
                 let reply = reply.into_inner();

@@ -1,6 +1,7 @@
 //! The bridge's config file, which `relay-server dev` writes so `agent-bridge mcp` works at once.
 //!
-//! Format (TOML, mode 0600): `server = "URL"`, `token = "MACHINE TOKEN"`, optional `ca = "PEM PATH"`.
+//! Format (TOML, mode 0600): `server = "URL"` (or several replicas' URLs, comma-separated), `token =
+//! "MACHINE TOKEN"`, optional `ca = "PEM PATH"`.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};

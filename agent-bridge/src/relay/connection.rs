@@ -1,13 +1,11 @@
-//! Where the server is, how to reach it, and with which credential: a machine's (for agents) or a
-//! person's (for `agent-bridge human`).
+//! Where the server is (one URL, or several replicas: see [`super::replicas`]), how to reach it,
+//! and with which credential: a machine's (for agents) or a person's (for `agent-bridge human`).
 
 use std::io::{BufRead, IsTerminal};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use relay_proto::bridge_config::{self, BridgeConfig};
 use serde::{Deserialize, Serialize};
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
@@ -102,10 +100,12 @@ pub fn human_credentials() -> Result<(String, Option<String>, String), ConnectEr
         machine.human_token.map(|token| (machine.server, machine.ca, token))
     });
     if let Some((server, ca, token)) = stored {
-        if let Some(asked) = env("RELAY_SERVER").filter(|asked| *asked != server) {
-            return Err(ConnectError::OtherServer { asked, stored: server });
-        }
-        return Ok((server, ca, token));
+        return match env("RELAY_SERVER") {
+            // Some or all of the replicas it was stored for: those asked for.
+            Some(asked) if super::replicas::within(&asked, &server)? => Ok((asked, ca, token)),
+            Some(asked) => Err(ConnectError::OtherServer { asked, stored: server }),
+            None => Ok((server, ca, token)),
+        };
     }
     let (server, ca) = human_server()?;
     if std::io::stdin().is_terminal() {
@@ -139,29 +139,6 @@ pub fn read_secret(what: &'static str, env_name: &str) -> Result<String, Connect
         });
     }
     Ok(token)
-}
-
-/// A lazily connecting channel: it dials on first use and redials after a drop by itself.
-pub fn channel(server: &str, ca: Option<&str>) -> Result<Channel, ConnectError> {
-    let bad = |reason: String| ConnectError::BadUrl { url: server.to_owned(), reason };
-    let mut endpoint = Endpoint::from_shared(server.to_owned())
-        .map_err(|e| bad(e.to_string()))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_keepalive(Some(Duration::from_secs(30)))
-        .http2_keep_alive_interval(Duration::from_secs(20))
-        .keep_alive_timeout(Duration::from_secs(10))
-        .keep_alive_while_idle(true);
-    if server.starts_with("https://") {
-        let mut tls = ClientTlsConfig::new().with_native_roots();
-        if let Some(path) = ca {
-            let pem = std::fs::read(path).map_err(|source| ConnectError::Ca { path: path.to_owned(), source })?;
-            tls = tls.ca_certificate(Certificate::from_pem(pem));
-        }
-        endpoint = endpoint.tls_config(tls).map_err(|e| bad(e.to_string()))?;
-    } else if !server.starts_with("http://") {
-        return Err(bad("use http:// or https://".into()));
-    }
-    Ok(endpoint.connect_lazy())
 }
 
 /// What a failed call says when the cause is the server's certificate: that it was not trusted,

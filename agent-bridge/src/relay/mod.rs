@@ -1,7 +1,8 @@
-//! The gRPC side of the bridge: one channel to the server, the endpoint session, the push stream.
+//! The gRPC side of the bridge: the server's replicas, the endpoint session, the push stream.
 
 pub mod connection;
 pub mod push;
+pub mod replicas;
 pub mod session;
 pub mod session_file;
 

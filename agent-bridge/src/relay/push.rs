@@ -1,6 +1,6 @@
 //! The push stream: kept open for as long as the bridge runs (it is also the endpoint's presence),
-//! reopened with backoff after any failure, and resumed above the last seq received so nothing is
-//! handed on twice.
+//! reopened after any failure (at once on the next replica when its replica went away, else with
+//! backoff), and resumed above the last seq received so nothing is handed on twice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -52,13 +52,20 @@ pub async fn run(
     let mut last_seq = 0u64;
     let mut address = String::new();
     let mut retry = FIRST_RETRY;
+    // Replicas moved to since the stream last delivered anything: each is tried at once, and
+    // backoff starts only once every one of them failed.
+    let mut hops = 0;
     loop {
         if stop.is_cancelled() {
             return;
         }
         progress.set_caught_up(false);
+        let mut replica = relay.client().0;
         let attempt = async {
+            // Resumed on the replica in use, should the bridge have moved.
             let session = relay.session().await.map_err(|e| e.to_string())?;
+            let (at, mut client) = relay.client();
+            replica = at;
             if session.endpoint.address != address {
                 // A different endpoint has its own sequence.
                 address.clone_from(&session.endpoint.address);
@@ -66,12 +73,13 @@ pub async fn run(
                 progress.received.store(0, Ordering::Release);
             }
             let request = authed(SubscribeRequest { after_seq: last_seq }, &session.token);
-            let mut stream = match relay.client().subscribe(request).await {
+            let mut stream = match client.subscribe(request).await {
                 Ok(response) => response.into_inner(),
                 Err(status) => {
                     if status.code() == tonic::Code::Unauthenticated {
                         relay.renew(&session).await.map_err(|e| e.to_string())?;
                     }
+                    relay.replicas().failed(replica, &status);
                     return Err(status.message().to_owned());
                 }
             };
@@ -83,17 +91,23 @@ pub async fn run(
             loop {
                 let next = tokio::time::timeout(SILENCE, stream.message()).await;
                 let push = match next {
-                    Err(_) => return Err("push stream went silent".to_owned()),
+                    Err(_) => {
+                        let why = "push stream went silent";
+                        relay.replicas().fail_over(replica, why);
+                        return Err(why.to_owned());
+                    }
                     Ok(Err(status)) => {
                         if status.code() == tonic::Code::Unauthenticated {
                             relay.renew(&session).await.map_err(|e| e.to_string())?;
                         }
+                        relay.replicas().failed(replica, &status);
                         return Err(status.message().to_owned());
                     }
                     Ok(Ok(None)) => return Err("push stream closed by the server".to_owned()),
                     Ok(Ok(Some(push))) => push,
                 };
                 retry = FIRST_RETRY;
+                hops = 0;
                 match push.event {
                     Some(push::Event::Message(message)) if message.seq > last_seq => {
                         last_seq = message.seq;
@@ -120,12 +134,18 @@ pub async fn run(
             () = stop.cancelled() => return,
         };
         progress.set_caught_up(false);
-        match outcome {
+        let reason = match outcome {
             Ok(()) => return,
-            Err(reason) => {
-                tracing::info!(reason, retry_ms = retry.as_millis() as u64, "push stream interrupted; reopening")
-            }
+            Err(reason) => reason,
+        };
+        let (now, _) = relay.client();
+        if now != replica && hops + 1 < relay.replicas().len() {
+            hops += 1;
+            tracing::info!(reason, replica = %relay.replicas().url(now), "push stream interrupted; reopening on the next replica");
+            continue;
         }
+        hops = 0;
+        tracing::info!(reason, retry_ms = retry.as_millis() as u64, "push stream interrupted; reopening");
         tokio::select! {
             () = tokio::time::sleep(retry) => {}
             () = stop.cancelled() => return,

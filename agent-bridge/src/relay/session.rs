@@ -1,6 +1,7 @@
 //! The endpoint this bridge holds on the server, and calls made in its name.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use relay_proto::v1::relay_client::RelayClient;
@@ -9,6 +10,8 @@ use tokio::sync::Mutex;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
+
+use super::replicas::{Failure, Replicas};
 
 /// A failed relay call, as the tool layer words it for the model.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +22,9 @@ pub enum RelayError {
     /// The server could not be reached or did not answer in time.
     #[error("the relay server cannot be reached ({0}); try again shortly")]
     Unreachable(String),
+    /// The server went away during a call that is not safe to repeat: it may have been done.
+    #[error("the relay server did not finish this call ({0}), and it may have taken effect: check before trying again")]
+    Unanswered(String),
     /// The server's certificate was not trusted: retrying will not help.
     #[error("{0}")]
     Untrusted(String),
@@ -49,6 +55,8 @@ pub struct Claim {
 pub struct Session {
     pub token: String,
     pub endpoint: Endpoint,
+    /// The replica that granted or last resumed it.
+    pub replica: usize,
 }
 
 pub type Client = RelayClient<Channel>;
@@ -57,7 +65,7 @@ pub type Client = RelayClient<Channel>;
 const CALL_SLACK: Duration = Duration::from_secs(20);
 
 pub struct Relay {
-    client: Client,
+    replicas: Arc<Replicas>,
     /// The CA file trusted beside the system's roots, named when a certificate is refused.
     ca: Option<String>,
     machine_token: String,
@@ -69,7 +77,6 @@ pub struct Relay {
 
 struct SessionFileSpec {
     path: std::path::PathBuf,
-    server: String,
     ca: Option<String>,
 }
 
@@ -83,34 +90,36 @@ pub fn authed<T>(message: T, token: &str) -> Request<T> {
 }
 
 impl Relay {
-    pub fn new(channel: Channel, ca: Option<String>, machine_token: String, claim: Claim) -> Self {
-        Self {
-            client: RelayClient::new(channel),
-            ca,
-            machine_token,
-            claim: Mutex::new(claim),
-            session: Mutex::new(None),
-            session_file: None,
-        }
+    pub fn new(replicas: Arc<Replicas>, ca: Option<String>, machine_token: String, claim: Claim) -> Self {
+        Self { replicas, ca, machine_token, claim: Mutex::new(claim), session: Mutex::new(None), session_file: None }
     }
 
     /// Keeps a session file at `path` for as long as the session lives.
-    pub fn with_session_file(mut self, path: std::path::PathBuf, server: String, ca: Option<String>) -> Self {
-        self.session_file = Some(SessionFileSpec { path, server, ca });
+    pub fn with_session_file(mut self, path: std::path::PathBuf, ca: Option<String>) -> Self {
+        self.session_file = Some(SessionFileSpec { path, ca });
         self
     }
 
-    pub fn client(&self) -> Client {
-        self.client.clone()
+    pub fn replicas(&self) -> &Replicas {
+        &self.replicas
     }
 
-    /// The current session, claiming (or resuming) the endpoint first when there is none.
+    /// The replica in use, and a client of it.
+    pub fn client(&self) -> (usize, Client) {
+        let (index, channel) = self.replicas.current();
+        (index, RelayClient::new(channel))
+    }
+
+    /// The current session, claiming the endpoint first when there is none, and resuming it on
+    /// the replica now in use when the bridge moved since it was granted: any replica knows the
+    /// session (they share one database), and the resume renews its lease over the move.
     pub async fn session(&self) -> Result<Session, RelayError> {
         let mut slot = self.session.lock().await;
-        if let Some(session) = slot.as_ref() {
-            return Ok(session.clone());
-        }
-        let session = self.hello(None).await?;
+        let previous = match slot.as_ref() {
+            Some(session) if session.replica == self.replicas.current().0 => return Ok(session.clone()),
+            other => other.cloned(),
+        };
+        let session = self.hello(previous.as_ref()).await?;
         *slot = Some(session.clone());
         Ok(session)
     }
@@ -137,28 +146,42 @@ impl Relay {
             resume: previous.map(|s| s.token.clone()).unwrap_or_default(),
             spawn_grant: claim.spawn_grant.clone().unwrap_or_default(),
         };
-        let reply = with_deadline(Duration::ZERO, self.client.clone().hello(authed(request, &self.machine_token)))
+        // A resume is safe to repeat; a first claim answered but lost holds its handle for a while,
+        // so it is not made again at once.
+        let (replica, reply) = self
+            .replicas
+            .call_on(previous.is_some(), |channel| {
+                let request = authed(request.clone(), &self.machine_token);
+                async move { with_deadline(Duration::ZERO, RelayClient::new(channel).hello(request)).await }
+            })
             .await
-            .map_err(|status| self.error(status))?
-            .into_inner();
+            .map_err(|status| self.error(status))?;
+        let reply = reply.into_inner();
         let endpoint = reply.endpoint.ok_or_else(|| RelayError::Unreachable("hello without an endpoint".into()))?;
         // A picked handle is kept, so reconnecting claims the same name.
         claim.handle = Some(endpoint.handle.clone());
-        tracing::info!(endpoint = %endpoint.address, resumed = reply.resumed, "relay session ready");
+        tracing::info!(
+            endpoint = %endpoint.address,
+            resumed = reply.resumed,
+            replica = %self.replicas.url(replica),
+            "relay session ready"
+        );
         if let Some(spec) = &self.session_file {
             let file = super::session_file::SessionFile {
-                server: spec.server.clone(),
+                // The replica that answered first in the list: programs the agent starts begin there.
+                server: self.replicas.list_from(replica),
                 ca: spec.ca.clone(),
                 session_token: reply.session_token.clone(),
                 address: endpoint.address.clone(),
             };
             super::session_file::write_session_at(&spec.path, &file);
         }
-        Ok(Session { token: reply.session_token, endpoint })
+        Ok(Session { token: reply.session_token, endpoint, replica })
     }
 
-    /// Makes a call in the endpoint's name. A dropped connection or a lost session is repaired and
-    /// the call tried once more; the server makes retried sends idempotent by their client id.
+    /// Makes a call in the endpoint's name. A lost session is repaired and the call tried once
+    /// more; a replica that cannot be reached or fails under the call is left for the next, where
+    /// the call is tried once more (the server makes retried sends idempotent by their client id).
     pub async fn call<Req, T, F, Fut>(&self, wait: Duration, message: Req, call: F) -> Result<T, RelayError>
     where
         Req: Clone,
@@ -170,7 +193,8 @@ impl Relay {
 
     /// Like [`Relay::call`], for calls that change state without an idempotency key (an inbox that
     /// acknowledges, a permission request): retried only when the server refused the session before
-    /// doing anything, never after a lost answer, which might have been acted on.
+    /// doing anything, or on the next replica when no connection could be made; never after a lost
+    /// answer, which might have been acted on.
     pub async fn call_once<Req, T, F, Fut>(&self, wait: Duration, message: Req, call: F) -> Result<T, RelayError>
     where
         Req: Clone,
@@ -192,21 +216,32 @@ impl Relay {
         F: Fn(Client, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let session = self.session().await?;
-        let first = call(self.client.clone(), authed(message.clone(), &session.token));
-        let retry_with = match with_deadline(wait, first).await {
-            Ok(response) => return Ok(response.into_inner()),
-            Err(status) if status.code() == Code::Unauthenticated => self.renew(&session).await?,
-            Err(status) => match self.error(status) {
-                RelayError::Unreachable(why) if retry_lost => {
-                    tracing::debug!(error = %why, "relay call failed; retrying once");
-                    session
+        let mut unsent = self.replicas.len();
+        let mut repeat = retry_lost;
+        let mut renewed = false;
+        loop {
+            // Resumed on the replica in use first, should the last attempt have moved the bridge.
+            let session = self.session().await?;
+            let (index, client) = self.client();
+            let status = match with_deadline(wait, call(client, authed(message.clone(), &session.token))).await {
+                Ok(response) => return Ok(response.into_inner()),
+                Err(status) => status,
+            };
+            if status.code() == Code::Unauthenticated && !renewed {
+                renewed = true;
+                self.renew(&session).await?;
+                continue;
+            }
+            match self.replicas.failed(index, &status) {
+                Failure::NotSent if unsent > 1 => unsent -= 1,
+                Failure::Lost if repeat => {
+                    tracing::debug!(error = %status.message(), "relay call failed; retrying once");
+                    repeat = false;
                 }
-                other => return Err(other),
-            },
-        };
-        let again = call(self.client.clone(), authed(message, &retry_with.token));
-        Ok(with_deadline(wait, again).await.map_err(|status| self.error(status))?.into_inner())
+                Failure::Lost if !retry_lost => return Err(RelayError::Unanswered(status.message().to_owned())),
+                _ => return Err(self.error(status)),
+            }
+        }
     }
 
     /// A failed call as the tools word it; a refused certificate says so, and names the CA.
@@ -225,8 +260,11 @@ impl Relay {
             let _ = std::fs::remove_file(&spec.path);
         }
         let Some(session) = session else { return };
-        let request = authed(GoodbyeRequest {}, &session.token);
-        if let Err(e) = tokio::time::timeout(Duration::from_secs(3), self.client.clone().goodbye(request)).await {
+        let goodbye = self.replicas.call(false, |channel| {
+            let request = authed(GoodbyeRequest {}, &session.token);
+            async move { RelayClient::new(channel).goodbye(request).await }
+        });
+        if let Err(e) = tokio::time::timeout(Duration::from_secs(3), goodbye).await {
             tracing::debug!(error = %e, "goodbye timed out");
         }
     }

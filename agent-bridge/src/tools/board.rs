@@ -95,7 +95,8 @@ async fn post_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         cwd: cwd(),
         time_zone: local_zone(),
     };
-    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.post_job(r).await }).await?;
+    // No idempotency key: a card posted but not confirmed is not posted again.
+    let job = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.post_job(r).await }).await?;
     let repo = job.repo.clone().unwrap_or_default();
     let what = if job.schedule.is_empty() {
         format!("to To do{}", if job.requires_pr { "" } else { " (no pull request)" })
@@ -246,7 +247,8 @@ async fn finish_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         pr_url: args.opt_str("pr_url")?.unwrap_or_default().to_owned(),
         summary: args.opt_str("summary")?.unwrap_or_default().to_owned(),
     };
-    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.finish_job(r).await }).await?;
+    // Done twice, the second would be refused as if the first had failed.
+    let job = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.finish_job(r).await }).await?;
     Ok(card(format!("{} is in Review.", frame::quote(&job.title)), &job).then("You are done: end your turn here."))
 }
 
@@ -257,7 +259,7 @@ async fn close_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         accept,
         note: args.opt_str("note")?.unwrap_or_default().to_owned(),
     };
-    let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.close_job(r).await }).await?;
+    let job = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.close_job(r).await }).await?;
     let text = if accept {
         format!("{} is Done; its worktree is removed on the worker's next round.", frame::quote(&job.title))
     } else {
@@ -285,7 +287,10 @@ async fn answer_permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         decision: args.one_of("decision", &["allow", "deny", "owner"])?.to_owned(),
         reason: args.opt_str("reason")?.unwrap_or_default().to_owned(),
     };
-    let d = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.answer_permission(r).await }).await?;
+    let d = tools
+        .relay()
+        .call_once(Duration::ZERO, request, |mut c, r| async move { c.answer_permission(r).await })
+        .await?;
     let text = match d.state.as_str() {
         "escalated" => format!("Left to your account's human: request {} now waits for them.", d.id),
         state => format!("Request {} answered: {state}.", d.id),

@@ -345,9 +345,9 @@ impl From<crate::relay::RelayError> for ToolError {
                 Self::Busy { retry_after_s: retry_after_s(&status), reason: status.message().to_owned() }
             }
             crate::relay::RelayError::Refused(status) => Self::Refused(status.message().to_owned()),
-            other @ (crate::relay::RelayError::Unreachable(_) | crate::relay::RelayError::Untrusted(_)) => {
-                Self::Unavailable(other.to_string())
-            }
+            other @ (crate::relay::RelayError::Unreachable(_)
+            | crate::relay::RelayError::Unanswered(_)
+            | crate::relay::RelayError::Untrusted(_)) => Self::Unavailable(other.to_string()),
         }
     }
 }

@@ -116,7 +116,8 @@ async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         }
         "lift" => {
             let request = LiftCapRequest { endpoint, cap: args.str("cap")?.to_owned() };
-            relay.call(Duration::ZERO, request, |mut c, r| async move { c.lift_cap(r).await }).await?
+            // Lifted twice, the second finds no cap.
+            relay.call_once(Duration::ZERO, request, |mut c, r| async move { c.lift_cap(r).await }).await?
         }
         _ => {
             let request = WhyRequest {
@@ -204,7 +205,13 @@ async fn group(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         rules_in: wrap(args.selectors("in")?.or_else(|| both.clone())),
         rules_out: wrap(args.selectors("out")?.or(both)),
     };
-    let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.group(r).await }).await?;
+    let group = |mut c: crate::relay::session::Client, r| async move { c.group(r).await };
+    // Creating or dropping a group twice is refused the second time: only reads are repeated.
+    let reply = if matches!(action, "ls" | "show") {
+        tools.relay().call(Duration::ZERO, request, group).await?
+    } else {
+        tools.relay().call_once(Duration::ZERO, request, group).await?
+    };
     let data = output::Groups {
         groups: reply
             .groups
