@@ -157,6 +157,11 @@ struct RpcArgs {
     #[arg(long, env = "RELAY_RPC_TIMEOUT_S", default_value_t = layers::DEFAULT_RPC_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     rpc_timeout_s: u64,
+    /// Most calls waiting at once (long polls and permission requests), apart from the calls in
+    /// flight, so clients waiting for mail never take the places of calls doing work.
+    #[arg(long, env = "RELAY_MAX_WAITING_CALLS", default_value_t = layers::DEFAULT_MAX_WAITING_CALLS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_waiting_calls: u32,
 }
 
 impl From<RpcArgs> for RpcLimits {
@@ -164,6 +169,7 @@ impl From<RpcArgs> for RpcLimits {
         Self {
             timeout: std::time::Duration::from_secs(a.rpc_timeout_s),
             max_concurrent: a.max_concurrent_rpcs as usize,
+            max_waiting: a.max_waiting_calls as usize,
         }
     }
 }

@@ -9,7 +9,8 @@
 //!    rather than queueing, and a time budget per call that answers DEADLINE_EXCEEDED.
 //!
 //! Health and reflection pass admission untouched, so readiness probes answer however busy the
-//! server is. Long polls get their longest wait plus the ordinary budget; streams and calls whose
+//! server is. Calls that wait (long polls, permission requests) have a limit of their own, so
+//! clients waiting for mail never take the places of calls doing work. Long polls get their longest wait plus the ordinary budget; streams and calls whose
 //! wait the server itself bounds get no budget here (see [`Kind`]).
 
 use std::any::Any;
@@ -41,6 +42,10 @@ pub const DEFAULT_MAX_CONCURRENT_RPCS: u32 = 1024;
 /// What a refused caller is told to wait before retrying (`grpc-retry-pushback-ms`, gRFC A6).
 const RETRY_PUSHBACK_MS: &str = "250";
 
+/// The most calls waiting at once (long polls, permission requests): they cost a task and no
+/// work while they wait, so they have their own limit and never take ordinary calls' places.
+pub const DEFAULT_MAX_WAITING_CALLS: u32 = 8192;
+
 /// The limits the layers enforce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RpcLimits {
@@ -48,11 +53,17 @@ pub struct RpcLimits {
     pub timeout: Duration,
     /// Calls in flight at once beyond which a call is refused.
     pub max_concurrent: usize,
+    /// Calls that wait (long polls and permission requests) at once, beside `max_concurrent`.
+    pub max_waiting: usize,
 }
 
 impl Default for RpcLimits {
     fn default() -> Self {
-        Self { timeout: DEFAULT_RPC_TIMEOUT, max_concurrent: DEFAULT_MAX_CONCURRENT_RPCS as usize }
+        Self {
+            timeout: DEFAULT_RPC_TIMEOUT,
+            max_concurrent: DEFAULT_MAX_CONCURRENT_RPCS as usize,
+            max_waiting: DEFAULT_MAX_WAITING_CALLS as usize,
+        }
     }
 }
 
@@ -269,6 +280,15 @@ pub fn overloaded(limit: usize) -> Status {
     status
 }
 
+/// The status of a waiting call refused because `limit` calls wait already.
+pub fn too_many_waiting(limit: usize) -> Status {
+    let mut status = Status::resource_exhausted(format!(
+        "the server is at its limit of {limit} waiting calls and refused this one: retry after a short backoff"
+    ));
+    advise_retry(&mut status);
+    status
+}
+
 /// Tells a refused caller when to retry (`grpc-retry-pushback-ms`), which the bridge passes on.
 pub fn advise_retry(status: &mut Status) {
     status.metadata_mut().insert("grpc-retry-pushback-ms", MetadataValue::from_static(RETRY_PUSHBACK_MS));
@@ -297,13 +317,16 @@ pub struct Admission<S> {
     inner: S,
     /// Shares one semaphore among all clones: tonic clones the service for every call.
     limited: LoadShed<ConcurrencyLimit<S>>,
+    /// The same for calls that wait, with a semaphore of their own.
+    waiting: LoadShed<ConcurrencyLimit<S>>,
     limits: RpcLimits,
 }
 
 impl<S: Clone> Admission<S> {
     pub fn new(inner: S, limits: RpcLimits) -> Self {
         let limited = LoadShed::new(ConcurrencyLimit::new(inner.clone(), limits.max_concurrent.max(1)));
-        Self { inner, limited, limits }
+        let waiting = LoadShed::new(ConcurrencyLimit::new(inner.clone(), limits.max_waiting.max(1)));
+        Self { inner, limited, waiting, limits }
     }
 }
 
@@ -333,7 +356,8 @@ where
             let inner = self.inner.clone();
             return Box::pin(async move { inner.oneshot(request).await.map_err(Into::into) });
         }
-        let limited = self.limited.clone();
+        let waits = matches!(kind, Kind::LongPoll | Kind::ServerTimed);
+        let limited = if waits { self.waiting.clone() } else { self.limited.clone() };
         let limits = self.limits;
         Box::pin(async move {
             let call = limited.oneshot(request);
@@ -351,7 +375,9 @@ where
             match outcome {
                 Err(e) if e.is::<Overloaded>() => {
                     metrics().shed(Shed::calls);
-                    Ok(overloaded(limits.max_concurrent).into_http())
+                    let refusal =
+                        if waits { too_many_waiting(limits.max_waiting) } else { overloaded(limits.max_concurrent) };
+                    Ok(refusal.into_http())
                 }
                 other => other,
             }
@@ -387,7 +413,7 @@ mod tests {
     }
 
     fn limits(timeout: Duration, max_concurrent: usize) -> RpcLimits {
-        RpcLimits { timeout, max_concurrent }
+        RpcLimits { timeout, max_concurrent, max_waiting: max_concurrent }
     }
 
     #[test]
@@ -497,7 +523,7 @@ mod tests {
             tower::service_fn(move |req: Request<Body>| {
                 let (entered, release) = (entered.clone(), release.clone());
                 async move {
-                    if req.uri().path() == "/relay.v1.Relay/Inbox" {
+                    if matches!(req.uri().path(), "/relay.v1.Relay/Send" | "/relay.v1.Relay/Inbox") {
                         entered.notify_one();
                         release.notified().await;
                     }
@@ -507,7 +533,7 @@ mod tests {
         };
         let service = Admission::new(handler, limits(DEFAULT_RPC_TIMEOUT, 1));
 
-        let held = tokio::spawn(service.clone().oneshot(request("/relay.v1.Relay/Inbox")));
+        let held = tokio::spawn(service.clone().oneshot(request("/relay.v1.Relay/Send")));
         entered.notified().await;
         let refused = service.clone().oneshot(request("/relay.v1.Relay/WhoAmI")).await.unwrap();
         assert_eq!(status_of(&refused), Code::ResourceExhausted);
@@ -524,5 +550,37 @@ mod tests {
         assert_eq!(status_of(&held.await.unwrap().unwrap()), Code::Ok);
         let after = service.oneshot(request("/relay.v1.Relay/WhoAmI")).await.unwrap();
         assert_eq!(status_of(&after), Code::Ok, "the slot is free again");
+    }
+
+    #[tokio::test]
+    async fn waiting_calls_have_their_own_limit_and_never_take_ordinary_places() {
+        let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let handler = {
+            let (entered, release) = (entered.clone(), release.clone());
+            tower::service_fn(move |req: Request<Body>| {
+                let (entered, release) = (entered.clone(), release.clone());
+                async move {
+                    if req.uri().path() == "/relay.v1.Relay/Inbox" {
+                        entered.notify_one();
+                        release.notified().await;
+                    }
+                    Ok::<_, Infallible>(ok())
+                }
+            })
+        };
+        let service = Admission::new(handler, limits(DEFAULT_RPC_TIMEOUT, 1));
+
+        let waiting = tokio::spawn(service.clone().oneshot(request("/relay.v1.Relay/Inbox")));
+        entered.notified().await;
+        let ordinary = service.clone().oneshot(request("/relay.v1.Relay/WhoAmI")).await.unwrap();
+        assert_eq!(status_of(&ordinary), Code::Ok, "a waiting call holds no ordinary place");
+        let second = service.clone().oneshot(request("/relay.v1.Relay/AskWait")).await.unwrap();
+        assert_eq!(status_of(&second), Code::ResourceExhausted);
+        assert_eq!(
+            message_of(&second),
+            "the server is at its limit of 1 waiting calls and refused this one: retry after a short backoff"
+        );
+        release.notify_one();
+        assert_eq!(status_of(&waiting.await.unwrap().unwrap()), Code::Ok);
     }
 }
