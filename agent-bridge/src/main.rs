@@ -102,6 +102,10 @@ enum Command {
         /// Stop after running one card.
         #[arg(long)]
         once: bool,
+        /// Cards run at once, each in its own worktree under its own lease.
+        #[arg(long, env = "RELAY_WORKER_CONCURRENCY", default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=64))]
+        concurrency: u32,
     },
     /// Hooks an agent client calls: `hook stop` (Claude Code's Stop hook), `hook codex-notify JSON`
     /// (Codex's notify program).
@@ -230,9 +234,10 @@ async fn main() -> ExitCode {
             "codex-notify" => hook::codex_notify(payload).await,
             _ => hook::stop().await,
         },
-        Command::Worker { repos, worktrees, agents, poll_ms, once } => {
+        Command::Worker { repos, worktrees, agents, poll_ms, once, concurrency } => {
             let poll = std::time::Duration::from_millis(poll_ms.max(50));
-            worker::run(worker::Options { repos, worktrees, agents, poll, once }).await
+            let concurrency = concurrency as usize;
+            worker::run(worker::Options { repos, worktrees, agents, poll, once, concurrency }).await
         }
         Command::Supervise { command } => spawn::supervise(command).await,
     };

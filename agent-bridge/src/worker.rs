@@ -1,7 +1,9 @@
 //! `agent-bridge worker`: serves this machine's repositories on the board. It claims To do cards
-//! under a lease it renews, makes a git worktree and branch per card, runs the card's agent CLI in
-//! it with a token that ties the agent's `finish_job` to the card, and removes worktrees of cards
-//! that reached Done. The server decides which card runs where; the worker only does the local work.
+//! (up to `--concurrency` at once), each under a lease it renews, makes a git worktree and branch
+//! per card, runs the card's agent CLI in it with a token that ties the agent's `finish_job` to the
+//! card, and removes worktrees of cards that reached Done. An agent whose lease could not be
+//! renewed for a whole lease is stopped: by then the card may run elsewhere. The server decides
+//! which card runs where; the worker only does the local work.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -17,7 +19,8 @@ use crate::relay::connection;
 use crate::relay::replicas::Replicas;
 use crate::relay::session::authed;
 
-/// How often a running card's lease is renewed (the server's lease is several times longer).
+/// How often a running card's lease is renewed at most; a shorter lease is renewed three times
+/// within its length.
 const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// After its card reached Review, an agent gets this long to exit before it is stopped.
 const AFTER_FINISH: Duration = Duration::from_secs(120);
@@ -30,6 +33,8 @@ pub struct Options {
     pub poll: Duration,
     /// Stop after one card has run (for scripts and tests).
     pub once: bool,
+    /// Cards run at once, each in its own worktree under its own lease.
+    pub concurrency: usize,
 }
 
 struct Worker {
@@ -116,8 +121,18 @@ async fn prepare_worktree(repo: &Path, worktree: &Path, branch: &str) -> anyhow:
     Ok(())
 }
 
+/// The lease the server gave, or the usual 30 s when it did not say.
+fn lease_length(lease_s: f64) -> Duration {
+    if lease_s.is_finite() && lease_s >= 1.0 { Duration::from_secs_f64(lease_s) } else { Duration::from_secs(30) }
+}
+
+/// How often to renew a lease of `lease`: three times within it, at most every [`RENEW_EVERY`].
+fn renew_every(lease: Duration) -> Duration {
+    (lease / 3).clamp(Duration::from_millis(200), RENEW_EVERY)
+}
+
 impl Worker {
-    async fn renew(&mut self, token: &str, state: &str, worktree: &Path, branch: &str) -> Option<RenewResponse> {
+    async fn renew(&self, token: &str, state: &str, worktree: &Path, branch: &str) -> Option<RenewResponse> {
         let request = RenewRequest {
             job_token: token.to_owned(),
             agent_state: state.to_owned(),
@@ -138,7 +153,7 @@ impl Worker {
         }
     }
 
-    async fn release(&mut self, token: &str, exit_code: i32, error: String) {
+    async fn release(&self, token: &str, exit_code: i32, error: String) {
         let request = ReleaseRequest { job_token: token.to_owned(), exit_code, error };
         for attempt in 0..5 {
             let released = self.replicas.call(false, |channel| {
@@ -162,7 +177,7 @@ impl Worker {
         }
     }
 
-    async fn cleanup(&mut self, items: Vec<Cleanup>) {
+    async fn cleanup(&self, items: Vec<Cleanup>) {
         let mut done = Vec::new();
         for item in items {
             let (repo, worktree) = (PathBuf::from(&item.repo_path), PathBuf::from(&item.worktree));
@@ -189,7 +204,7 @@ impl Worker {
     }
 
     /// Runs one claimed card to the end of its agent process.
-    async fn run(&mut self, job: JobView, token: String) {
+    async fn run(&self, job: JobView, token: String, lease_s: f64) {
         let repo = PathBuf::from(job.repo.as_ref().map(|r| r.path.clone()).unwrap_or_default());
         let worktree = self.worktrees.join(&job.id);
         let branch = job.branch.clone();
@@ -238,7 +253,10 @@ impl Worker {
             Err(e) => return self.release(&token, -1, format!("cannot start {}: {e}", words[0])).await,
         };
         let pid = child.id().unwrap_or_default();
-        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + RENEW_EVERY, RENEW_EVERY);
+        let mut lease = lease_length(lease_s);
+        let every = renew_every(lease);
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut renewed_at = tokio::time::Instant::now();
         let mut finished_at: Option<tokio::time::Instant> = None;
         let status = loop {
             tokio::select! {
@@ -249,7 +267,16 @@ impl Worker {
                         let _ = child.kill().await;
                         continue;
                     }
-                    let Some(answer) = self.renew(&token, &format!("running (pid {pid})"), &worktree, &branch).await else { continue };
+                    let Some(answer) = self.renew(&token, &format!("running (pid {pid})"), &worktree, &branch).await else {
+                        if renewed_at.elapsed() >= lease {
+                            // The server may have given the card to another worker: never run it twice at once.
+                            tracing::warn!(card = %job.id, lease_s = lease.as_secs_f64(), "the lease could not be renewed for a whole lease; stopping the agent");
+                            let _ = child.kill().await;
+                        }
+                        continue;
+                    };
+                    renewed_at = tokio::time::Instant::now();
+                    lease = lease_length(answer.lease_s);
                     match answer.state.as_str() {
                         "in-progress" => {}
                         "review" | "done" => { finished_at.get_or_insert_with(tokio::time::Instant::now); }
@@ -284,7 +311,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             .join("worktrees"),
     };
     std::fs::create_dir_all(&worktrees).with_context(|| format!("cannot create {}", worktrees.display()))?;
-    let mut worker = Worker { replicas, config, worktrees, claude, codex };
+    let worker = std::sync::Arc::new(Worker { replicas, config, worktrees, claude, codex });
 
     for repo in &options.repos {
         let path = std::path::absolute(repo).unwrap_or_else(|_| repo.clone());
@@ -304,7 +331,11 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         eprintln!("serving {} as \"{}\" on {}", view.path, view.name, view.machine);
     }
 
+    // A place per card that may run at once; a claim is made only with a place free.
+    let places = std::sync::Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
+    let mut running = tokio::task::JoinSet::new();
     loop {
+        let place = places.clone().acquire_owned().await.context("the worker's places closed")?;
         // Not repeated after a lost answer: that claim may have taken a card, which goes back to To
         // do when its lease runs out; a claim that never left goes to the next replica.
         let claim = worker
@@ -321,8 +352,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
                 if let Some(claimed) = reply.claimed
                     && let Some(job) = claimed.job
                 {
-                    worker.run(job, claimed.job_token).await;
+                    let worker = worker.clone();
+                    running.spawn(async move {
+                        worker.run(job, claimed.job_token, claimed.lease_s).await;
+                        drop(place);
+                    });
                     if options.once {
+                        while running.join_next().await.is_some() {}
                         return Ok(());
                     }
                     continue;
@@ -333,6 +369,9 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             }
             Err(e) => tracing::warn!(error = %e.message(), "cannot reach the server; retrying"),
         }
+        drop(place);
+        // Reap what finished, so the set does not grow with every card run.
+        while running.try_join_next().is_some() {}
         tokio::time::sleep(options.poll).await;
     }
 }
@@ -350,6 +389,14 @@ mod tests {
         assert_eq!(claude, ["/opt/stand-in", "--task", "{prompt}"]);
         assert!(parse_agents(&["gemini=x".into()]).is_err());
         assert!(parse_agents(&["claude".into()]).is_err());
+    }
+
+    #[test]
+    fn a_lease_is_renewed_three_times_within_its_length() {
+        assert_eq!(renew_every(Duration::from_secs(30)), RENEW_EVERY);
+        assert_eq!(renew_every(Duration::from_secs(3)), Duration::from_secs(1));
+        assert_eq!(lease_length(0.0), Duration::from_secs(30), "an older server that does not say");
+        assert_eq!(lease_length(4.5), Duration::from_millis(4500));
     }
 
     #[test]

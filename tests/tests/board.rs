@@ -596,3 +596,96 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     .await;
     assert_eq!(decided.1, "timeout", "refused for want of an answer, by nobody");
 }
+
+fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// `agent-bridge worker` serving the board's repository with `agent` as every card's agent CLI.
+fn worker(b: &Board, worktrees: &Path, agent: &Path, extra: &[&str], env: &[(&str, &Path)]) -> tokio::process::Child {
+    tokio::process::Command::new(bin("agent-bridge"))
+        .arg("worker")
+        .arg("--repo")
+        .arg(b.repo.path().join("app"))
+        .arg("--worktrees")
+        .arg(worktrees)
+        .arg("--agent")
+        .arg(format!("claude={} {{prompt}}", agent.display()))
+        .args(["--poll-ms", "100"])
+        .args(extra)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
+        .env("BRIDGE", bin("agent-bridge"))
+        .env("RELAY_SERVER", &b.server.url)
+        .env("RELAY_TOKEN", &b.ci)
+        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_worker_with_concurrency_runs_cards_at_once_each_in_its_worktree() {
+    let mut b = board(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("go");
+    // Says it started, waits for the gate, then does the stand-in's work.
+    let body = format!("#!/bin/sh\ntouch started\nwhile [ ! -f \"$GATE\" ]; do sleep 0.05; done\n{}", &STAND_IN[10..]);
+    let agent = script(dir.path(), "gated.sh", &body);
+    let worktrees = dir.path().join("worktrees");
+    let mut ids = Vec::new();
+    for title in ["First", "Second"] {
+        let posted = b.alice.tool_ok("post_job", json!({ "title": title, "repo": "app", "requires_pr": false })).await;
+        ids.push(posted["structuredContent"]["id"].as_str().unwrap().to_owned());
+    }
+    let _worker = worker(&b, &worktrees, &agent, &["--concurrency", "2"], &[("GATE", &gate)]);
+    eventually(Duration::from_secs(30), "both cards' agents to run at once", || async {
+        ids.iter().all(|id| worktrees.join(id).join("started").exists()).then_some(())
+    })
+    .await;
+    let listed = b.alice.tool_ok("list_jobs", json!({ "state": "in-progress" })).await;
+    let running = listed["structuredContent"]["jobs"].as_array().unwrap().len();
+    assert_eq!(running, 2, "each under its own lease: {}", text(&listed));
+    std::fs::write(&gate, "").unwrap();
+    // Polled through alice's bridge, which the closure of `eventually` cannot borrow.
+    for id in &ids {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
+            if read["structuredContent"]["state"] == "review" {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "card {id} never reached review: {}", text(&read));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(worktrees.join(id).join("result.txt").exists(), "each card works in its own worktree");
+    }
+}
+
+#[tokio::test]
+async fn a_worker_that_cannot_renew_for_a_whole_lease_stops_the_agent() {
+    let mut b = board(&[("RELAY_LEASE_S", "2")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = script(dir.path(), "long.sh", "#!/bin/sh\necho $$ > \"$PIDS/agent.pid\"\nexec sleep 300\n");
+    let worktrees = dir.path().join("worktrees");
+    b.alice.tool_ok("post_job", json!({ "title": "Long", "repo": "app", "requires_pr": false })).await;
+    let _worker = worker(&b, &worktrees, &agent, &[], &[("PIDS", dir.path())]);
+    let pid_file = dir.path().join("agent.pid");
+    let pid = eventually(Duration::from_secs(30), "the card's agent to start", || async {
+        std::fs::read_to_string(&pid_file).ok().filter(|p| p.ends_with('\n')).map(|p| p.trim().to_owned())
+    })
+    .await;
+    let alive = |pid: &str| {
+        let probe = std::process::Command::new("kill").args(["-0", pid]).stderr(Stdio::null()).status();
+        probe.unwrap().success()
+    };
+    assert!(alive(&pid));
+    // The server goes away: the worker cannot renew, and after a whole lease stops the agent.
+    b.server.stop().await;
+    eventually(Duration::from_secs(20), "the agent to be stopped", || async { (!alive(&pid)).then_some(()) }).await;
+}

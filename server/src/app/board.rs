@@ -24,7 +24,7 @@ fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
 }
 
 /// The worker lease; `RELAY_LEASE_S` shortens it (tests of lost workers).
-fn lease_s() -> f64 {
+pub fn lease_s() -> f64 {
     std::env::var("RELAY_LEASE_S")
         .ok()
         .and_then(|v| v.parse::<f64>().ok())

@@ -31,7 +31,8 @@ impl Worker for WorkerService {
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
         let machine = auth::machine(&request)?;
         let (claimed, cleanup) = self.app.claim(&machine).await?;
-        let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token });
+        let lease_s = crate::app::board::lease_s();
+        let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token, lease_s });
         Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup) }))
     }
 
@@ -40,7 +41,7 @@ impl Worker for WorkerService {
         let r = request.get_ref();
         let (in_progress, state) =
             self.app.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
-        Ok(Response::new(RenewResponse { in_progress, state }))
+        Ok(Response::new(RenewResponse { in_progress, state, lease_s: crate::app::board::lease_s() }))
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
