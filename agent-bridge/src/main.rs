@@ -106,6 +106,11 @@ enum Command {
         #[arg(long, env = "RELAY_WORKER_CONCURRENCY", default_value_t = 1,
               value_parser = clap::value_parser!(u32).range(1..=64))]
         concurrency: u32,
+        /// How to ask the forge about a card's pull request, REPO=COMMAND (or *=COMMAND for every
+        /// repository) with {pr} for its URL, answering JSON with a state; repeatable.
+        /// Default: gh pr view {pr} --json state,mergedAt,closedAt.
+        #[arg(long = "forge")]
+        forges: Vec<String>,
     },
     /// Hooks an agent client calls: `hook stop` (Claude Code's Stop hook), `hook codex-notify JSON`
     /// (Codex's notify program).
@@ -234,10 +239,10 @@ async fn main() -> ExitCode {
             "codex-notify" => hook::codex_notify(payload).await,
             _ => hook::stop().await,
         },
-        Command::Worker { repos, worktrees, agents, poll_ms, once, concurrency } => {
+        Command::Worker { repos, worktrees, agents, poll_ms, once, concurrency, forges } => {
             let poll = std::time::Duration::from_millis(poll_ms.max(50));
             let concurrency = concurrency as usize;
-            worker::run(worker::Options { repos, worktrees, agents, poll, once, concurrency }).await
+            worker::run(worker::Options { repos, worktrees, agents, poll, once, concurrency, forges }).await
         }
         Command::Supervise { command } => spawn::supervise(command).await,
     };

@@ -35,6 +35,8 @@ pub struct Options {
     pub once: bool,
     /// Cards run at once, each in its own worktree under its own lease.
     pub concurrency: usize,
+    /// `REPO=COMMAND …` (or `*=COMMAND`): how to ask the forge about a pull request.
+    pub forges: Vec<String>,
 }
 
 struct Worker {
@@ -45,6 +47,49 @@ struct Worker {
     worktrees: PathBuf,
     claude: Vec<String>,
     codex: Vec<String>,
+    /// The forge command per repository name; `None` is the default for the others.
+    forges: Vec<(Option<String>, Vec<String>)>,
+}
+
+/// How a pull request is asked about unless told otherwise: GitHub's CLI.
+const DEFAULT_FORGE: &str = "gh pr view {pr} --json state,mergedAt,closedAt";
+/// A forge command that takes longer is stopped and the check counts as failed.
+const FORGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn parse_forges(specs: &[String]) -> anyhow::Result<Vec<(Option<String>, Vec<String>)>> {
+    let mut forges = vec![(None, DEFAULT_FORGE.split_whitespace().map(str::to_owned).collect::<Vec<_>>())];
+    for spec in specs {
+        let (repo, command) =
+            spec.split_once('=').context("--forge takes REPO=COMMAND, e.g. app=\"glab mr view {pr} --output json\"")?;
+        let words: Vec<String> = command.split_whitespace().map(str::to_owned).collect();
+        if !words.iter().any(|w| w.contains("{pr}")) {
+            bail!("--forge {repo}= needs a command with {{pr}} where the pull request goes");
+        }
+        match repo.trim() {
+            "*" => forges[0].1 = words,
+            name => forges.push((Some(name.to_owned()), words)),
+        }
+    }
+    Ok(forges)
+}
+
+/// What a forge's JSON says of a pull request: open, merged or closed (GitHub's and GitLab's CLIs
+/// both answer with a `state`, and a merge time once merged).
+fn forge_state(output: &str) -> Result<&'static str, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(output.trim()).map_err(|e| format!("the forge's answer is not JSON: {e}"))?;
+    let merged_at = ["mergedAt", "merged_at"].iter().any(|k| value.get(*k).is_some_and(|v| !v.is_null()));
+    let state = value.get("state").and_then(|s| s.as_str()).map(str::to_ascii_lowercase);
+    match state.as_deref() {
+        _ if merged_at => Ok("merged"),
+        Some("merged") => Ok("merged"),
+        Some("closed" | "locked") => Ok("closed"),
+        Some("open" | "opened") => Ok("open"),
+        Some(other) => {
+            Err(format!("the forge says the pull request is {other:?}, which is not open, merged or closed"))
+        }
+        None => Err("the forge's answer has no state".to_owned()),
+    }
 }
 
 /// The command line of an agent CLI; `{prompt}` becomes the card's text and `{mcp_config}` a file
@@ -119,6 +164,15 @@ async fn prepare_worktree(repo: &Path, worktree: &Path, branch: &str) -> anyhow:
         git(&["worktree", "add", "-b", branch, &target], repo).await?;
     }
     Ok(())
+}
+
+/// Stops a background task when the worker's loop ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The lease the server gave, or the usual 30 s when it did not say.
@@ -200,6 +254,50 @@ impl Worker {
                 async move { WorkerClient::new(channel).cleaned(request).await }
             });
             let _ = cleaned.await;
+        }
+    }
+
+    /// Asks the forge about each pull request and tells the server what it said, or why it could
+    /// not say.
+    async fn follow(&self, prs: Vec<FollowPr>) {
+        for pr in prs {
+            let template = self
+                .forges
+                .iter()
+                .find(|(repo, _)| repo.as_deref() == Some(pr.repo.as_str()))
+                .unwrap_or(&self.forges[0]);
+            let words: Vec<String> = template.1.iter().map(|w| w.replace("{pr}", &pr.pr_url)).collect();
+            let ran = tokio::time::timeout(
+                FORGE_TIMEOUT,
+                Command::new(&words[0]).args(&words[1..]).current_dir(&pr.repo_path).stdin(Stdio::null()).output(),
+            )
+            .await;
+            let said = match ran {
+                Err(_) => Err(format!("{} took longer than {} s", words[0], FORGE_TIMEOUT.as_secs())),
+                Ok(Err(e)) => Err(format!("cannot run {}: {e}", words[0])),
+                Ok(Ok(out)) if !out.status.success() => {
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+                    Err(format!("{} failed: {}", words[0], first.chars().take(300).collect::<String>()))
+                }
+                Ok(Ok(out)) => forge_state(&String::from_utf8_lossy(&out.stdout)),
+            };
+            let (state, error) = match said {
+                Ok(state) => (state.to_owned(), String::new()),
+                Err(error) => {
+                    tracing::warn!(card = %pr.id, pr = %pr.pr_url, error = %error, "cannot check the pull request");
+                    (String::new(), error)
+                }
+            };
+            let request = PrCheckedRequest { id: pr.id.clone(), state, error };
+            let reported = self.replicas.call(true, |channel| {
+                let request = authed(request.clone(), &self.config.token);
+                async move { WorkerClient::new(channel).pr_checked(request).await }
+            });
+            match reported.await {
+                Ok(job) => tracing::info!(card = %pr.id, state = %job.into_inner().state, "pull request checked"),
+                Err(e) => tracing::warn!(card = %pr.id, error = %e.message(), "cannot report the pull request"),
+            }
         }
     }
 
@@ -311,7 +409,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             .join("worktrees"),
     };
     std::fs::create_dir_all(&worktrees).with_context(|| format!("cannot create {}", worktrees.display()))?;
-    let worker = std::sync::Arc::new(Worker { replicas, config, worktrees, claude, codex });
+    let forges = parse_forges(&options.forges)?;
+    let worker = std::sync::Arc::new(Worker { replicas, config, worktrees, claude, codex, forges });
 
     for repo in &options.repos {
         let path = std::path::absolute(repo).unwrap_or_else(|_| repo.clone());
@@ -331,6 +430,24 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         eprintln!("serving {} as \"{}\" on {}", view.path, view.name, view.machine);
     }
 
+    // Pull requests are followed on their own beat, whether or not a card runs.
+    let follower = {
+        let (worker, poll) = (worker.clone(), options.poll);
+        tokio::spawn(async move {
+            loop {
+                let asked = worker.replicas.call(true, |channel| {
+                    let request = authed(ClaimRequest { follow_only: true }, &worker.config.token);
+                    async move { WorkerClient::new(channel).claim(request).await }
+                });
+                if let Ok(reply) = asked.await {
+                    worker.follow(reply.into_inner().follow).await;
+                }
+                tokio::time::sleep(poll).await;
+            }
+        })
+    };
+    let _follower = AbortOnDrop(follower);
+
     // A place per card that may run at once; a claim is made only with a place free.
     let places = std::sync::Arc::new(tokio::sync::Semaphore::new(options.concurrency.max(1)));
     let mut running = tokio::task::JoinSet::new();
@@ -341,7 +458,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let claim = worker
             .replicas
             .call(false, |channel| {
-                let request = authed(ClaimRequest {}, &worker.config.token);
+                let request = authed(ClaimRequest { follow_only: false }, &worker.config.token);
                 async move { WorkerClient::new(channel).claim(request).await }
             })
             .await;
@@ -389,6 +506,37 @@ mod tests {
         assert_eq!(claude, ["/opt/stand-in", "--task", "{prompt}"]);
         assert!(parse_agents(&["gemini=x".into()]).is_err());
         assert!(parse_agents(&["claude".into()]).is_err());
+    }
+
+    #[test]
+    fn forge_answers_of_github_and_gitlab_read_as_a_state() {
+        assert_eq!(forge_state(r#"{"state":"OPEN","mergedAt":null,"closedAt":null}"#), Ok("open"));
+        assert_eq!(forge_state(r#"{"state":"MERGED","mergedAt":"2026-11-30T10:00:00Z"}"#), Ok("merged"));
+        assert_eq!(
+            forge_state(r#"{"state":"CLOSED","mergedAt":null,"closedAt":"2026-11-30T10:00:00Z"}"#),
+            Ok("closed")
+        );
+        assert_eq!(forge_state(r#"{"state":"opened","merged_at":null}"#), Ok("open"));
+        assert_eq!(forge_state(r#"{"state":"merged","merged_at":"2026-11-30T10:00:00Z"}"#), Ok("merged"));
+        assert!(forge_state("gh: not logged in").unwrap_err().contains("not JSON"));
+        assert!(forge_state(r#"{"title":"x"}"#).unwrap_err().contains("no state"));
+    }
+
+    #[test]
+    fn forge_commands_default_to_gh_and_are_set_per_repository() {
+        let forges = parse_forges(&["app=glab mr view {pr} --output json".into()]).unwrap();
+        assert_eq!(forges[0].1[0], "gh");
+        assert_eq!(
+            forges[1],
+            (
+                Some("app".to_owned()),
+                vec!["glab".into(), "mr".into(), "view".into(), "{pr}".into(), "--output".into(), "json".into()]
+            )
+        );
+        let star = parse_forges(&["*=/opt/forge {pr}".into()]).unwrap();
+        assert_eq!(star, vec![(None, vec!["/opt/forge".to_owned(), "{pr}".to_owned()])]);
+        assert!(parse_forges(&["app=gh pr view".into()]).unwrap_err().to_string().contains("{pr}"));
+        assert!(parse_forges(&["gh pr view {pr}".into()]).is_err());
     }
 
     #[test]

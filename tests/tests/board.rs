@@ -159,7 +159,7 @@ async fn card_tools_read_back_and_refuse_clearly() {
 
     // Once dispatched, a card cannot be edited.
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
-    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("a card to claim");
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.expect("a card to claim");
     assert_eq!(claimed.job.as_ref().unwrap().id, id);
     let late = b.alice.tool("edit_job", json!({ "id": id, "title": "too late" })).await;
     assert!(refused(&late) && text(&late).contains("only cards still in To do can be edited"), "{}", text(&late));
@@ -241,7 +241,7 @@ async fn leases_expire_and_a_card_is_never_claimed_twice() {
     // Two workers ask at once; one gets it.
     let ch = channel(&b.server.url).await;
     let (mut w1, mut w2) = (worker_client(ch.clone(), &b.ci), worker_client(ch, &b.ci));
-    let (r1, r2) = tokio::join!(w1.claim(ClaimRequest {}), w2.claim(ClaimRequest {}));
+    let (r1, r2) = tokio::join!(w1.claim(ClaimRequest::default()), w2.claim(ClaimRequest::default()));
     let claims: Vec<_> =
         [r1.unwrap().into_inner(), r2.unwrap().into_inner()].into_iter().filter_map(|r| r.claimed).collect();
     assert_eq!(claims.len(), 1, "exactly one worker holds the card");
@@ -278,14 +278,14 @@ async fn a_card_out_of_attempts_is_announced_to_the_operator() {
     // Each attempt's agent exits before calling finish_job.
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
     for attempt in 1..=3 {
-        let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed;
+        let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed;
         let claimed = claimed.unwrap_or_else(|| panic!("attempt {attempt}: nothing to claim"));
         assert_eq!(claimed.job.as_ref().unwrap().id, id);
         let release =
             ReleaseRequest { job_token: claimed.job_token, exit_code: 1, error: "psql: connection refused".into() };
         w.release(release).await.unwrap();
     }
-    assert!(w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.is_none(), "no fourth attempt");
+    assert!(w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.is_none(), "no fourth attempt");
 
     // The operator (here also the poster) hears of it as a message it can act on.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
@@ -371,7 +371,7 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
 
     // The worker's next round removes the finished card's worktree; the branch keeps the work.
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
-    let round = w.claim(ClaimRequest {}).await.unwrap().into_inner();
+    let round = w.claim(ClaimRequest::default()).await.unwrap().into_inner();
     assert_eq!(round.cleanup.len(), 1);
     let again = tokio::process::Command::new(bin("agent-bridge"))
         .arg("worker")
@@ -399,7 +399,7 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     let second = b.alice.tool_ok("post_job", json!({ "title": "Redo", "repo": "app", "requires_pr": false })).await;
     let id2 = second["structuredContent"]["id"].as_str().unwrap().to_owned();
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
-    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap();
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
     let pr_needed = b.alice.tool("close_job", json!({ "id": id2, "accept": false })).await;
     assert!(refused(&pr_needed), "not in review yet");
     let token = claimed.job_token;
@@ -441,7 +441,7 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
     let posted = b.alice.tool_ok("post_job", json!({ "title": "Clean the build", "repo": "app" })).await;
     let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
-    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap();
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
     assert_eq!(claimed.job.unwrap().id, id);
     let spec = BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false };
     let mut agent = Bridge::start_with_env(spec, &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&claimed.job_token))]);
@@ -553,7 +553,7 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     let posted = b.alice.tool_ok("post_job", json!({ "title": "Tidy up", "repo": "app" })).await;
     let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
-    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap();
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
     assert_eq!(claimed.job.unwrap().id, id);
     let spec = BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false };
     let mut agent = Bridge::start_with_env(spec, &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&claimed.job_token))]);
@@ -595,6 +595,11 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     })
     .await;
     assert_eq!(decided.1, "timeout", "refused for want of an answer, by nobody");
+}
+
+/// The card as `read_job` shows it.
+async fn card(b: &mut Board, id: &str) -> Value {
+    b.alice.tool_ok("read_job", json!({ "id": id })).await["structuredContent"].clone()
 }
 
 fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
@@ -688,4 +693,59 @@ async fn a_worker_that_cannot_renew_for_a_whole_lease_stops_the_agent() {
     // The server goes away: the worker cannot renew, and after a whole lease stops the agent.
     b.server.stop().await;
     eventually(Duration::from_secs(20), "the agent to be stopped", || async { (!alive(&pid)).then_some(()) }).await;
+}
+
+#[tokio::test]
+async fn a_card_whose_pull_request_merges_is_done_and_a_failed_check_shows_on_it() {
+    let mut b = board(&[("RELAY_PR_CHECK_S", "0.2")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let pr = "https://forge.example/acme/app/pull/7";
+    let finish = STAND_IN.replace(
+        r#"\"arguments\":{\"summary\":\"committed result.txt on $branch\"}"#,
+        &format!(r#"\"arguments\":{{\"summary\":\"opened a pull request\",\"pr_url\":\"{pr}\"}}"#),
+    );
+    assert_ne!(finish, STAND_IN, "the stand-in opens a pull request");
+    let agent = script(dir.path(), "pr.sh", &finish);
+    // The forge says what the test wrote, or fails like a CLI that is not logged in.
+    let forge = script(
+        dir.path(),
+        "forge.sh",
+        "#!/bin/sh\nif grep -q fail \"$FORGE_STATE\"; then echo 'gh: not logged in' >&2; exit 1; fi\ncat \"$FORGE_STATE\"\n",
+    );
+    let state = dir.path().join("state.json");
+    std::fs::write(&state, r#"{"state":"OPEN","mergedAt":null}"#).unwrap();
+    let posted = b.alice.tool_ok("post_job", json!({ "title": "Open a PR", "repo": "app", "requires_pr": true })).await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let forge_flag = format!("*={} {{pr}}", forge.display());
+    let _worker =
+        worker(&b, &dir.path().join("worktrees"), &agent, &["--forge", &forge_flag], &[("FORGE_STATE", &state)]);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while card(&mut b, &id).await["state"] != "review" {
+        assert!(tokio::time::Instant::now() < deadline, "the card never reached review");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(card(&mut b, &id).await["pr_url"], pr);
+
+    std::fs::write(&state, "fail").unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = card(&mut b, &id).await;
+        if now["last_error"].as_str().is_some_and(|e| e.contains("cannot check the pull request")) {
+            assert!(now["last_error"].as_str().unwrap().contains("gh: not logged in"), "{now}");
+            assert_eq!(now["state"], "review", "a failed check moves nothing");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the failed check never showed: {now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    std::fs::write(&state, r#"{"state":"MERGED","mergedAt":"2026-11-30T10:00:00Z"}"#).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while card(&mut b, &id).await["state"] != "done" {
+        assert!(tokio::time::Instant::now() < deadline, "the merged card never reached done");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let inbox = b.alice.tool_ok("relay_inbox", json!({})).await;
+    assert!(text(&inbox).contains(&format!("its pull request {pr} was merged")), "{}", text(&inbox));
 }

@@ -371,7 +371,7 @@ async fn the_board_tells_the_operator_and_the_poster_what_happened() {
     let id = carol.rpc.post_job(posted).await.unwrap().into_inner().id;
 
     // The card's agent finishes it: the operator reads that it is in Review and how to close it.
-    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let token = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap().job_token;
     let mut card_agent = Agent::hello(&server.url, &ci, "card-agent").await.unwrap();
     let pr = "https://forge.example/acme/app/pull/12";
     let finish = FinishJobRequest { job_token: token, pr_url: pr.into(), summary: String::new() };
@@ -411,7 +411,7 @@ async fn the_board_tells_the_operator_and_the_poster_what_happened() {
     assert!(alice.inbox(0, true).await.unwrap().messages.is_empty());
 
     // The next attempt fails: both hear it, with the worker's error quoted.
-    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let token = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap().job_token;
     let failed = ReleaseRequest { job_token: token, exit_code: 1, error: "tests fail".into() };
     w.release(failed).await.unwrap();
     for reader in [&mut alice, &mut carol] {
@@ -423,7 +423,7 @@ async fn the_board_tells_the_operator_and_the_poster_what_happened() {
     }
 
     // Accepted: the poster hears it is done.
-    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let token = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap().job_token;
     let finish = FinishJobRequest { job_token: token, pr_url: pr.into(), summary: String::new() };
     card_agent.rpc.finish_job(finish).await.unwrap();
     only_notice(&mut alice).await;
@@ -477,7 +477,7 @@ async fn schedules_tell_when_they_fire_hold_off_and_lose_a_run() {
     assert!(alice.inbox(0, true).await.unwrap().messages.is_empty(), "the same hold-off is told once");
 
     // The run's worker goes quiet: the schedule's poster and the operator hear the card came back.
-    w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("the run card");
+    w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.expect("the run card");
     for reader in [&mut alice, &mut carol] {
         let told = only_notice(reader).await.body;
         assert!(told.contains("went back to To do after attempt 1 of 3: the worker on ci stopped renewing"), "{told}");

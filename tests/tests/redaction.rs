@@ -61,7 +61,7 @@ async fn agent_written_text_is_stored_redacted() {
     };
 
     // A worker's agent state and its error when the agent ends.
-    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("the card is claimed");
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.expect("the card is claimed");
     let renew = RenewRequest {
         job_token: claimed.job_token.clone(),
         agent_state: format!("waiting: GH_TOKEN={}", secret(1)),
@@ -80,7 +80,7 @@ async fn agent_written_text_is_stored_redacted() {
     redacted(&read(alice.rpc.clone(), id.clone()).await.last_error, 2);
 
     // The agent's summary, and the operator's note when it sends the card back.
-    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("claimed again");
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.expect("claimed again");
     let finish = FinishJobRequest {
         job_token: claimed.job_token,
         pr_url: String::new(),
@@ -95,7 +95,7 @@ async fn agent_written_text_is_stored_redacted() {
     redacted(&sent_back.detail, 4);
 
     // A permission request's input, and the operator's reason for its answer.
-    let claimed = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("claimed a third time");
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.expect("claimed a third time");
     let ask = PermissionRequest {
         job_token: claimed.job_token,
         tool: "Bash".into(),

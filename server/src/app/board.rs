@@ -23,6 +23,15 @@ fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
     Schedule::parse(expr, if zone.trim().is_empty() { "UTC" } else { zone.trim() }).map(Some)
 }
 
+/// How often an open pull request is asked about; `RELAY_PR_CHECK_S` changes it.
+fn pr_check_s() -> f64 {
+    std::env::var("RELAY_PR_CHECK_S")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| *s >= 0.1)
+        .unwrap_or(rules::PR_CHECK_S)
+}
+
 /// The worker lease; `RELAY_LEASE_S` shortens it (tests of lost workers).
 pub fn lease_s() -> f64 {
     std::env::var("RELAY_LEASE_S")
@@ -250,6 +259,51 @@ impl App {
             tracing::info!(card = %job.id, machine = %machine.machine, attempt = job.attempts, "card claimed");
         }
         Ok((claimed, cleanup))
+    }
+
+    /// Pull requests of the machine's cards in Review to ask the forge about now: each open one
+    /// every `RELAY_PR_CHECK_S` (60 s).
+    pub async fn prs_to_follow(&self, machine: &MachineIdentity) -> Result<Vec<rules::FollowPr>> {
+        let db = self.store.client().await?;
+        board::prs_to_follow(&db, machine.machine_id, pr_check_s()).await
+    }
+
+    /// What the forge said of a card's pull request (`state` empty when the check failed with
+    /// `error`): merged, the card is Done; closed without merging, it stays in Review with a note;
+    /// a failed check shows on the card as its error.
+    pub async fn pr_checked(&self, machine: &MachineIdentity, id: &str, state: &str, error: &str) -> Result<Job> {
+        let error = RedactedText::from_agent(error);
+        let state = if state.trim().is_empty() { None } else { Some(rules::PrState::parse(state)?) };
+        if state.is_none() && error.as_str().trim().is_empty() {
+            return Err(Error::invalid("a pull request check gives its state or the error that stopped it"));
+        }
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        let (account_id, pr_url) = board::lock_followed(&tx, machine.machine_id, id).await?.ok_or_else(|| {
+            Error::FailedPrecondition(format!(
+                "card {} of this machine is not in Review with a pull request",
+                id.trim()
+            ))
+        })?;
+        let id = id.trim();
+        let cap = self.store.max_unread();
+        match state {
+            None => board::set_pr_checked(&tx, id, None, Some(&rules::pr_check_failed(error.as_str()))).await?,
+            Some(rules::PrState::Open) => board::set_pr_checked(&tx, id, state, None).await?,
+            Some(rules::PrState::Merged) => {
+                board::set_pr_checked(&tx, id, state, None).await?;
+                board::set_done(&tx, id).await?;
+                notify_board(&tx, account_id, id, Event::Merged { pr_url: &pr_url }, None, cap).await?;
+            }
+            Some(rules::PrState::Closed) => {
+                board::set_pr_checked(&tx, id, state, Some(rules::PR_CLOSED)).await?;
+                notify_board(&tx, account_id, id, Event::PrClosed { pr_url: &pr_url }, None, cap).await?;
+            }
+        }
+        let job = board::job(&tx, account_id, id).await?;
+        tx.commit().await?;
+        tracing::info!(card = %id, pr = ?state.map(rules::PrState::db), "pull request checked");
+        Ok(job)
     }
 
     /// Renews a card's lease; whether it is still in progress, and its state.

@@ -70,6 +70,53 @@ impl Column {
     }
 }
 
+/// What the forge says of a card's pull request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrState {
+    Open,
+    Merged,
+    Closed,
+}
+
+impl PrState {
+    pub fn parse(value: &str) -> Result<Self> {
+        match value.trim() {
+            "open" => Ok(Self::Open),
+            "merged" => Ok(Self::Merged),
+            "closed" => Ok(Self::Closed),
+            other => Err(Error::invalid(format!("pull request state {other:?} is not one of open, merged, closed"))),
+        }
+    }
+
+    pub const fn db(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Merged => "merged",
+            Self::Closed => "closed",
+        }
+    }
+}
+
+/// A card's pull request for its worker to ask the forge about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowPr {
+    pub id: String,
+    pub pr_url: String,
+    pub repo_path: String,
+    pub repo: String,
+}
+
+/// How often a worker asks the forge about one open pull request; `RELAY_PR_CHECK_S` changes it.
+pub const PR_CHECK_S: f64 = 60.0;
+
+/// The card's error when its pull request could not be checked.
+pub fn pr_check_failed(error: &str) -> String {
+    format!("cannot check the pull request: {}", error.trim())
+}
+
+/// The card's note when its pull request was closed without merging.
+pub const PR_CLOSED: &str = "its pull request was closed without merging";
+
 /// What a card is, as `jobs.kind` stores it: a job runs once; a schedule posts a job each time it
 /// comes due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -305,6 +352,14 @@ pub enum Event<'a> {
     Done {
         by: &'a str,
     },
+    /// The card's pull request was merged: the card is Done.
+    Merged {
+        pr_url: &'a str,
+    },
+    /// The card's pull request was closed without merging: the card stays in Review.
+    PrClosed {
+        pr_url: &'a str,
+    },
     /// A schedule came due and posted the run card `run`.
     Fired {
         run: &'a str,
@@ -383,6 +438,12 @@ pub fn notice(id: &str, title: &str, event: Event<'_>, reader: Reader, operator:
             cause_text(cause)
         ),
         Event::Done { by } => format!("{card} is Done: {by} accepted it. Nothing more to do."),
+        Event::Merged { pr_url } => {
+            format!("{card} is Done: its pull request {pr_url} was merged. Nothing more to do.")
+        }
+        Event::PrClosed { pr_url } => format!(
+            "{card} stays in Review: its pull request {pr_url} was closed without merging. Send it back with close_job {{id: \"{id}\", accept: false, note: …}} or accept it as it is."
+        ),
         Event::Fired { run } => format!(
             "Schedule {id} {} came due and posted run card {run} to To do; read_job {{id: \"{run}\"}} follows it.",
             quoted(title)

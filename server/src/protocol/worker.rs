@@ -19,6 +19,14 @@ impl WorkerService {
     pub fn new(app: App) -> Self {
         Self { app }
     }
+
+    async fn follow(&self, machine: &crate::domain::caller::MachineIdentity) -> Result<Vec<FollowPr>, Status> {
+        let follow = self.app.prs_to_follow(machine).await?;
+        Ok(follow
+            .into_iter()
+            .map(|f| FollowPr { id: f.id, pr_url: f.pr_url, repo_path: f.repo_path, repo: f.repo })
+            .collect())
+    }
 }
 
 #[tonic::async_trait]
@@ -30,10 +38,21 @@ impl Worker for WorkerService {
 
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
         let machine = auth::machine(&request)?;
+        if request.get_ref().follow_only {
+            let follow = self.follow(&machine).await?;
+            return Ok(Response::new(ClaimResponse { claimed: None, cleanup: Vec::new(), follow }));
+        }
         let (claimed, cleanup) = self.app.claim(&machine).await?;
         let lease_s = crate::app::board::lease_s();
         let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token, lease_s });
-        Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup) }))
+        let follow = self.follow(&machine).await?;
+        Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup), follow }))
+    }
+
+    async fn pr_checked(&self, request: Request<PrCheckedRequest>) -> Result<Response<JobView>, Status> {
+        let machine = auth::machine(&request)?;
+        let r = request.get_ref();
+        Ok(Response::new(self.app.pr_checked(&machine, &r.id, &r.state, &r.error).await?.into()))
     }
 
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {

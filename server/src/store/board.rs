@@ -7,8 +7,8 @@ use tokio_postgres::Row;
 
 use super::error::Col;
 use crate::domain::board::{
-    CardKind, Cleanup, Column, DispatchedCard, DueSchedule, Job as JobView, LeasedCard, LostLease, MAX_ATTEMPTS,
-    Repo as RepoView, WORKER_FRESH_S, repo_path,
+    CardKind, Cleanup, Column, DispatchedCard, DueSchedule, FollowPr, Job as JobView, LeasedCard, LostLease,
+    MAX_ATTEMPTS, PrState, Repo as RepoView, WORKER_FRESH_S, repo_path,
 };
 use crate::domain::caller::{Caller, MachineIdentity};
 use crate::domain::ids::{AccountId, EndpointId, MachineId};
@@ -313,6 +313,64 @@ pub(crate) async fn set_done(c: &impl GenericClient, id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Cards in Review on the machine's repositories whose pull request is open (or not yet asked
+/// about) and was not asked about for `every_s`, oldest first.
+pub(crate) async fn prs_to_follow(
+    c: &impl GenericClient,
+    machine_id: MachineId,
+    every_s: f64,
+) -> Result<Vec<FollowPr>> {
+    c.query(
+        &format!(
+            "select j.id, j.pr_url, r.path, r.name from jobs j join repos r on r.id = j.repo_id
+             where r.machine_id = $1 and j.state = '{REVIEW}' and j.pr_url is not null
+               and coalesce(j.pr_state, 'open') = 'open'
+               and (j.pr_checked_at is null or j.pr_checked_at < now() - make_interval(secs => $2::float8))
+             order by j.finished_at limit 20"
+        ),
+        &[&machine_id, &every_s],
+    )
+    .await?
+    .iter()
+    .map(|r| Ok(FollowPr { id: r.col(0)?, pr_url: r.col(1)?, repo_path: r.col(2)?, repo: r.col(3)? }))
+    .collect()
+}
+
+/// A card in Review with a pull request on one of the machine's repositories, locked: its account
+/// and pull request.
+pub(crate) async fn lock_followed(
+    c: &impl GenericClient,
+    machine_id: MachineId,
+    id: &str,
+) -> Result<Option<(AccountId, String)>> {
+    c.query_opt(
+        &format!(
+            "select j.account_id, j.pr_url from jobs j join repos r on r.id = j.repo_id
+             where j.id = $1 and r.machine_id = $2 and j.state = '{REVIEW}' and j.pr_url is not null
+             for update of j"
+        ),
+        &[&id.trim(), &machine_id],
+    )
+    .await?
+    .map(|r| Ok((r.col(0)?, r.col(1)?)))
+    .transpose()
+}
+
+/// Records what the forge said (`state`, or `None` when the check failed with `error`).
+pub(crate) async fn set_pr_checked(
+    c: &impl GenericClient,
+    id: &str,
+    state: Option<PrState>,
+    error: Option<&str>,
+) -> Result<()> {
+    c.execute(
+        "update jobs set pr_state = coalesce($2, pr_state), pr_checked_at = now(), last_error = $3 where id = $1",
+        &[&id, &state.map(PrState::db), &error],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Sends the card back to To do with `note` added to its detail and a fresh set of attempts.
 pub(crate) async fn send_back(c: &impl GenericClient, id: &str, note: &str) -> Result<()> {
     c.execute(
@@ -529,10 +587,10 @@ pub(crate) async fn park_schedule(c: &impl GenericClient, id: &str, reason: &str
     Ok(())
 }
 
-/// The column of the schedule's latest run card, and whether it has a pull request.
+/// The column of the schedule's latest run card, and whether it has a pull request still open.
 pub(crate) async fn last_run(c: &impl GenericClient, schedule_id: &str) -> Result<Option<(Column, bool)>> {
     c.query_opt(
-        "select state, pr_url is not null from jobs where schedule_id = $1 order by posted_at desc limit 1",
+        "select state, pr_url is not null and coalesce(pr_state, 'open') = 'open' from jobs where schedule_id = $1 order by posted_at desc limit 1",
         &[&schedule_id],
     )
     .await?
