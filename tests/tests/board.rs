@@ -501,6 +501,7 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
     let env = [
         ("RELAY_RETAIN_MESSAGES", "1s"),
         ("RELAY_RETAIN_CARDS", "1s"),
+        ("RELAY_RETAIN_AUDIT", "1h"),
         ("RELAY_SCHEDULER_TICK_MS", "20"),
         ("RELAY_OPS_LISTEN", ops.as_str()),
     ];
@@ -528,12 +529,28 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
     let read = carol.send(&["ci/bob"], "read and done with").await.unwrap();
     assert_eq!(bob.inbox(0, true).await.unwrap().messages.len(), 1);
     let unread = carol.send(&["ci/bob"], "still to be read").await.unwrap();
+    // Who peeked at bob: one record two hours old, one from now.
+    db.execute(
+        "insert into peeks (target_id, peeker, turns, at)
+         select e.id, 'acme/laptop/alice', 1, now() - interval '2 hours' from endpoint_addresses e where e.address = 'acme/ci/bob'
+         union all
+         select e.id, 'acme/laptop/alice', 1, now() from endpoint_addresses e where e.address = 'acme/ci/bob'",
+        &[],
+    )
+    .await
+    .unwrap();
 
-    eventually(Duration::from_secs(20), "the finished card and the read message to be purged", || async {
-        let (status, text) = relay_tests::http::get(&ops, "/metrics").await?;
-        let purged = |kind: &str| relay_tests::http::sample(&text, &format!("relay_purged_total{{kind=\"{kind}\"}}"));
-        (status == 200 && purged("cards")? >= 1.0 && purged("messages")? >= 1.0).then_some(())
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the finished card, the read message and the old peek record to be purged",
+        || async {
+            let (status, text) = relay_tests::http::get(&ops, "/metrics").await?;
+            let purged =
+                |kind: &str| relay_tests::http::sample(&text, &format!("relay_purged_total{{kind=\"{kind}\"}}"));
+            (status == 200 && purged("cards")? >= 1.0 && purged("messages")? >= 1.0 && purged("peeks")? >= 1.0)
+                .then_some(())
+        },
+    )
     .await;
     let gone = b.alice.tool("read_job", json!({ "id": finished })).await;
     assert!(refused(&gone) && text(&gone).contains("no card"), "{}", text(&gone));
@@ -542,6 +559,10 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
     }
     let tracked = carol.rpc.track(TrackRequest { id: read.id.clone() }).await.unwrap_err();
     assert_eq!(tracked.code(), tonic::Code::NotFound, "{}", tracked.message());
+    let peeks: i64 =
+        db.query_one("select count(*) from peeks where at > now() - interval '1 hour'", &[]).await.unwrap().get(0);
+    let all_peeks: i64 = db.query_one("select count(*) from peeks", &[]).await.unwrap().get(0);
+    assert_eq!((peeks, all_peeks), (1, 1), "the old peek record went, the recent one stayed");
     let kept = bob.inbox(0, true).await.unwrap().messages;
     assert_eq!(kept.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), [unread.id.as_str()], "unread mail stays");
 }
