@@ -515,15 +515,22 @@ mod tests {
         assert!(started.elapsed() > DEFAULT_RPC_TIMEOUT);
     }
 
-    #[tokio::test]
-    async fn beyond_the_limit_calls_are_refused_at_once_but_health_still_answers() {
+    /// A handler that holds calls to `held` until released (saying when one entered), and answers
+    /// anything else at once.
+    fn gated(
+        held: &'static str,
+    ) -> (
+        Arc<Notify>,
+        Arc<Notify>,
+        impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone + Send,
+    ) {
         let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let handler = {
             let (entered, release) = (entered.clone(), release.clone());
             tower::service_fn(move |req: Request<Body>| {
                 let (entered, release) = (entered.clone(), release.clone());
                 async move {
-                    if matches!(req.uri().path(), "/relay.v1.Relay/Send" | "/relay.v1.Relay/Inbox") {
+                    if req.uri().path() == held {
                         entered.notify_one();
                         release.notified().await;
                     }
@@ -531,6 +538,12 @@ mod tests {
                 }
             })
         };
+        (entered, release, handler)
+    }
+
+    #[tokio::test]
+    async fn beyond_the_limit_calls_are_refused_at_once_but_health_still_answers() {
+        let (entered, release, handler) = gated("/relay.v1.Relay/Send");
         let service = Admission::new(handler, limits(DEFAULT_RPC_TIMEOUT, 1));
 
         let held = tokio::spawn(service.clone().oneshot(request("/relay.v1.Relay/Send")));
@@ -554,20 +567,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_calls_have_their_own_limit_and_never_take_ordinary_places() {
-        let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let handler = {
-            let (entered, release) = (entered.clone(), release.clone());
-            tower::service_fn(move |req: Request<Body>| {
-                let (entered, release) = (entered.clone(), release.clone());
-                async move {
-                    if req.uri().path() == "/relay.v1.Relay/Inbox" {
-                        entered.notify_one();
-                        release.notified().await;
-                    }
-                    Ok::<_, Infallible>(ok())
-                }
-            })
-        };
+        let (entered, release, handler) = gated("/relay.v1.Relay/Inbox");
         let service = Admission::new(handler, limits(DEFAULT_RPC_TIMEOUT, 1));
 
         let waiting = tokio::spawn(service.clone().oneshot(request("/relay.v1.Relay/Inbox")));
