@@ -109,6 +109,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "approval_deadlines",
         sql: include_str!("../../migrations/0018_approval_deadlines.sql"),
     },
+    Migration {
+        version: 19,
+        name: "card_agent_sessions",
+        sql: include_str!("../../migrations/0019_card_agent_sessions.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
