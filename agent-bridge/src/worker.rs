@@ -332,10 +332,14 @@ impl Worker {
         command
             .args(&words[1..])
             .current_dir(&worktree)
+            // The card's job token is the agent's only credential: its bridge acts as the card's
+            // endpoint while the card runs. The machine's and the person's tokens stay with the worker.
             .env("RELAY_JOB_TOKEN", &token)
+            .env_remove("RELAY_TOKEN")
+            .env_remove("RELAY_HUMAN_TOKEN")
+            .env_remove("RELAY_SPAWN_GRANT")
             // The replica in use first: the agent's bridge starts where the worker reached the server.
             .env("RELAY_SERVER", self.replicas.list_from(self.replicas.current().0))
-            .env("RELAY_TOKEN", &self.config.token)
             .env("RELAY_HARNESS", &job.agent)
             .env("RELAY_HANDLE", format!("job-{}", job.id))
             .env_remove("RELAY_SESSION_FILE")

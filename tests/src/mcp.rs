@@ -63,6 +63,26 @@ impl Bridge {
         Self::spawn(cmd, home)
     }
 
+    /// A card's agent's bridge, as the worker starts it: the card's job token is its only
+    /// credential (no `RELAY_TOKEN`, no config file), and it claims the card's endpoint.
+    pub fn start_card(server: &str, job_token: &str) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(bin("agent-bridge"));
+        cmd.args(["mcp", "--harness", "claude"])
+            .env("RELAY_SERVER", server)
+            .env("RELAY_JOB_TOKEN", job_token)
+            .env_remove("RELAY_TOKEN")
+            .env_remove("RELAY_CA")
+            .env_remove("RELAY_HANDLE")
+            .env_remove("RELAY_CHANNELS")
+            .env("HOME", home.path())
+            .env("RELAY_CONFIG", home.path().join("absent.toml"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        Self::spawn(cmd, home)
+    }
+
     /// A bridge of a machine that logged in: server and token come from the config file at
     /// `config` (as `agent-bridge login` or `relay-server dev` wrote it), none from the environment.
     pub fn start_configured(config: &Path, handle: &str) -> Self {

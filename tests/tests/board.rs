@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use relay_proto::v1::worker_client::WorkerClient;
 use relay_proto::v1::*;
-use relay_tests::client::{Bearer, channel};
+use relay_tests::client::{Agent, Bearer, channel, client};
 use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
 use relay_tests::{bin, eventually, free_port};
 use serde_json::{Value, json};
+use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
@@ -27,7 +28,11 @@ fn refused(result: &Value) -> bool {
 }
 
 async fn sql(db: &TestDb) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    sql_at(&db.url).await
+}
+
+async fn sql_at(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
     client
 }
@@ -308,8 +313,12 @@ async fn a_card_out_of_attempts_is_announced_to_the_operator() {
     assert_eq!(read["structuredContent"]["attempts"], 3);
 }
 
-/// A stand-in agent CLI: commits in its worktree, then reports through its own bridge.
+/// A stand-in agent CLI: leaves what it was given (environment, arguments, MCP config) in its
+/// worktree, commits there, then reports through its own bridge.
 const STAND_IN: &str = r#"#!/bin/sh
+env > agent-env.txt
+printf '%s\n' "$@" > agent-argv.txt
+cat "$1" > agent-mcp.json
 branch=$(git rev-parse --abbrev-ref HEAD)
 echo "done" > result.txt
 git add result.txt && git -c user.email=a@example.com -c user.name=agent commit -qm "the work"
@@ -328,6 +337,7 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
     let worktrees = scripts.path().join("worktrees");
+    let human = b.server.admin_ok(&["human", "add", "acme"]);
 
     let posted = b
         .alice
@@ -345,11 +355,12 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
         .arg("--worktrees")
         .arg(&worktrees)
         .arg("--agent")
-        .arg(format!("claude={} {{prompt}}", agent.display()))
+        .arg(format!("claude={} {{mcp_config}} {{prompt}}", agent.display()))
         .args(["--poll-ms", "100", "--once"])
         .env("BRIDGE", bin("agent-bridge"))
         .env("RELAY_SERVER", &b.server.url)
         .env("RELAY_TOKEN", &b.ci)
+        .env("RELAY_HUMAN_TOKEN", &human)
         .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
         .stdin(Stdio::null())
         .output();
@@ -363,6 +374,27 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     assert_eq!(s["agent_state"], "exited with code 0");
     let worktree = worktrees.join(&id);
     assert_eq!(std::fs::read_to_string(worktree.join("result.txt")).unwrap(), "done\n");
+    // The agent held the card's job token and nothing of the machine's or the person's: not in its
+    // environment, its arguments or the MCP config it was given.
+    let given = |file: &str| std::fs::read_to_string(worktree.join(file)).unwrap();
+    let env = given("agent-env.txt");
+    assert!(env.lines().any(|l| l.starts_with("RELAY_JOB_TOKEN=rlj_")), "{env}");
+    assert!(!env.lines().any(|l| l.starts_with("RELAY_TOKEN=") || l.starts_with("RELAY_HUMAN_TOKEN=")), "{env}");
+    for file in ["agent-env.txt", "agent-argv.txt", "agent-mcp.json"] {
+        let text = given(file);
+        assert!(!text.contains(&b.ci) && !text.contains(&human), "{file} holds a machine or human token: {text}");
+    }
+    // Its bridge said Hello as the card's endpoint, whose session ended with the attempt.
+    let db = sql_at(&b.server.db_url).await;
+    let row = db
+        .query_one(
+            "select m.name, e.ended_at is not null from endpoints e join machines m on m.id = e.machine_id
+             where e.handle = $1",
+            &[&format!("job-{id}")],
+        )
+        .await
+        .unwrap();
+    assert_eq!((row.get::<_, String>(0), row.get::<_, bool>(1)), ("ci".to_owned(), true));
 
     let closed = b.alice.tool_ok("close_job", json!({ "id": id, "accept": true })).await;
     assert_eq!(closed["structuredContent"]["state"], "done");
@@ -403,15 +435,21 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     let pr_needed = b.alice.tool("close_job", json!({ "id": id2, "accept": false })).await;
     assert!(refused(&pr_needed), "not in review yet");
     let token = claimed.job_token;
-    // Finish through a bridge holding the job token, as the card's agent would.
-    let mut agent_bridge = Bridge::start_with_env(
-        BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false },
-        &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&token))],
-    );
+    // Finish through a bridge holding the job token alone, as the card's agent would.
+    let mut agent_bridge = Bridge::start_card(&b.server.url, &token);
     agent_bridge.initialize("2025-06-18").await;
+    let me = agent_bridge.tool_ok("relay_whoami", json!({})).await;
+    assert_eq!(me["structuredContent"]["address"], format!("acme/ci/job-{id2}"));
     let no_summary = agent_bridge.tool("finish_job", json!({})).await;
     assert!(refused(&no_summary) && text(&no_summary).contains("pass a summary"), "{}", text(&no_summary));
     agent_bridge.tool_ok("finish_job", json!({ "summary": "half done" })).await;
+    // Finished, the card's agent can do nothing more, and its tools say why.
+    let after = agent_bridge.tool("relay_whoami", json!({})).await;
+    assert!(
+        refused(&after) && text(&after).contains("a card's agent acts only while its card is in progress"),
+        "{}",
+        text(&after)
+    );
     let no_note = b.alice.tool("close_job", json!({ "id": id2, "accept": false })).await;
     assert!(refused(&no_note) && text(&no_note).contains("needs a note"), "{}", text(&no_note));
     let back =
@@ -443,8 +481,7 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
     let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
     assert_eq!(claimed.job.unwrap().id, id);
-    let spec = BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false };
-    let mut agent = Bridge::start_with_env(spec, &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&claimed.job_token))]);
+    let mut agent = Bridge::start_card(&b.server.url, &claimed.job_token);
     agent.initialize("2025-06-18").await;
     let tools = agent.request("tools/list", json!({})).await;
     assert!(tools.to_string().contains("relay_permission"), "a board agent is offered the permission tool");
@@ -458,6 +495,7 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
     let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
     let body = inbox["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
     assert!(body.starts_with("[Approval a") && body.contains("rm -rf build") && body.contains(&id), "{body}");
+    assert!(body.contains(&format!("acme/ci/job-{id} working on card {id}")), "asked by the card's endpoint: {body}");
     let approval = body[10..20].to_owned();
     let mut carol =
         Bridge::start(BridgeSpec { server: &b.server.url, token: &b.laptop, handle: Some("carol"), channels: false });
@@ -493,6 +531,109 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
     let decision: Value = serde_json::from_str(&text(&answer)).unwrap();
     assert_eq!(decision["behavior"], "deny");
     assert!(decision["message"].as_str().unwrap().contains("not on main"), "{decision}");
+}
+
+#[tokio::test]
+async fn a_card_agent_acts_only_as_its_card_and_only_while_the_card_runs() {
+    let mut b = board(&[("RELAY_SCHEDULER_TICK_MS", "50")]).await;
+    let url = b.server.url.clone();
+    let posted = b.alice.tool_ok("post_job", json!({ "title": "Tidy the build", "repo": "app", "requires_pr": false }));
+    let id = posted.await["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let mut w = worker_client(channel(&url).await, &b.ci);
+    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+
+    // What the machine does, a job token does not.
+    let mut as_worker = worker_client(channel(&url).await, &token);
+    let claim = as_worker.claim(ClaimRequest {}).await.unwrap_err();
+    assert_eq!(claim.code(), Code::PermissionDenied, "{claim:?}");
+    assert!(claim.message().contains("relay.v1.Worker/Claim needs the machine's token"), "{}", claim.message());
+    let path = b.repo.path().join("app").display().to_string();
+    let register = as_worker.register_repo(RegisterRepoRequest { path }).await.unwrap_err();
+    assert_eq!(register.code(), Code::PermissionDenied, "{register:?}");
+    let renew = RenewRequest { job_token: token.clone(), ..Default::default() };
+    assert_eq!(as_worker.renew(renew).await.unwrap_err().code(), Code::PermissionDenied);
+    let check = client(channel(&url).await, &token).check_machine(CheckMachineRequest {}).await.unwrap_err();
+    assert_eq!(check.code(), Code::PermissionDenied, "{check:?}");
+
+    // Hello with it claims the card's endpoint and no other: not a handle it names, not a spawned
+    // worker's, not a session it resumes.
+    let asked = Agent::hello(&url, &token, "alice").await.err().expect("another handle is refused");
+    assert_eq!(asked.code(), Code::PermissionDenied);
+    assert!(asked.message().contains(&format!("job-{id}, not alice")), "{}", asked.message());
+    let mut bob = Agent::hello(&url, &b.ci, "bob").await.unwrap();
+    let grant = bob.rpc.spawn(SpawnRequest { harness: "claude".into(), scope: String::new() }).await.unwrap();
+    let spawned =
+        HelloRequest { harness: "claude".into(), spawn_grant: grant.into_inner().grant, ..Default::default() };
+    let spawned = Agent::hello_with(&url, &token, spawned).await.err().expect("a spawn grant is refused");
+    assert_eq!(spawned.code(), Code::PermissionDenied, "{spawned:?}");
+    let resume = HelloRequest { harness: "claude".into(), resume: bob.session_token.clone(), ..Default::default() };
+    let mut agent = Agent::hello_with(&url, &token, resume).await.unwrap();
+    assert_eq!(agent.address, format!("acme/ci/job-{id}"), "bob's session is not the card's");
+
+    // As the card's endpoint it works: it messages the operator and is answered.
+    agent.send(&["laptop/alice"], "which build dir?").await.unwrap();
+    let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
+    let asked = &inbox["structuredContent"]["messages"][0];
+    assert_eq!(asked["from"], format!("acme/ci/job-{id}"), "{inbox}");
+    b.alice.tool_ok("relay_reply", json!({ "id": asked["id"], "body": "target/" })).await;
+    assert_eq!(agent.inbox(10, true).await.unwrap().messages[0].body, "target/");
+    // Beyond its endpoint it does nothing: no workers, no groups, no other's rules, no operator's work.
+    let denied = |status: tonic::Status, what: &str| {
+        assert_eq!(status.code(), Code::PermissionDenied, "{what}: {status:?}");
+        assert!(status.message().contains("not for a card's agent"), "{what}: {}", status.message());
+    };
+    let spawn = SpawnRequest { harness: "claude".into(), scope: String::new() };
+    denied(agent.rpc.spawn(spawn).await.unwrap_err(), "spawn");
+    let group = GroupRequest { action: GroupAction::Create as i32, name: "mine".into(), ..Default::default() };
+    denied(agent.rpc.group(group).await.unwrap_err(), "group");
+    let rules = SetRulesRequest { endpoint: "ci/bob".into(), scope: "none".into(), ..Default::default() };
+    denied(agent.rpc.set_rules(rules).await.unwrap_err(), "rules");
+    denied(agent.rpc.add_repo(AddRepoRequest { path: "/srv/other".into() }).await.unwrap_err(), "add_repo");
+    let close = CloseJobRequest { id: id.clone(), accept: true, note: String::new() };
+    denied(agent.rpc.close_job(close).await.unwrap_err(), "close_job");
+    let own = SetRulesRequest { scope: "tree".into(), ..Default::default() };
+    agent.rpc.set_rules(own).await.expect("its own rules are its to set");
+
+    // The worker releases the card: at once the open session, its push stream and the job token
+    // stop working, each saying why.
+    let mut stream = agent.subscribe(0).await;
+    w.release(ReleaseRequest { job_token: token.clone(), exit_code: 1, error: "gave up".into() }).await.unwrap();
+    let ended = agent.rpc.who_am_i(WhoAmIRequest {}).await.unwrap_err();
+    assert_eq!(ended.code(), Code::Unauthenticated);
+    assert!(
+        ended.message().contains(&format!("the session of acme/ci/job-{id} ended with its card's attempt")),
+        "{}",
+        ended.message()
+    );
+    let closed =
+        tokio::time::timeout(Duration::from_secs(10), async { while let Ok(Some(_)) = stream.message().await {} });
+    closed.await.expect("the push stream ends with the session");
+    let again = Agent::hello(&url, &token, "").await.err().expect("the job token is spent");
+    assert_eq!(again.code(), Code::Unauthenticated);
+    assert!(again.message().contains("a card's agent acts only while its card is in progress"), "{}", again.message());
+
+    // A lease that runs out ends the agent of the next attempt the same way.
+    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let mut agent = Agent::hello(&url, &token, "").await.unwrap();
+    assert_eq!(agent.address, format!("acme/ci/job-{id}"), "the next attempt's agent has the card's endpoint");
+    agent.rpc.who_am_i(WhoAmIRequest {}).await.unwrap();
+    let db = sql_at(&b.server.db_url).await;
+    db.execute("update jobs set lease_until = now() - interval '1 second' where id = $1", &[&id]).await.unwrap();
+    let lost = eventually(Duration::from_secs(10), "the lost lease to end the session", || {
+        let mut rpc = agent.rpc.clone();
+        async move { rpc.who_am_i(WhoAmIRequest {}).await.err() }
+    })
+    .await;
+    assert_eq!(lost.code(), Code::Unauthenticated, "{lost:?}");
+    // Refused from the moment the lease ran out; the scheduler then puts the card back.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while b.alice.tool_ok("read_job", json!({ "id": id })).await["structuredContent"]["state"] != "todo" {
+        assert!(tokio::time::Instant::now() < deadline, "the card never went back to To do");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let again = Agent::hello(&url, &token, "").await.err().expect("the lost lease's token is spent");
+    assert_eq!(again.code(), Code::Unauthenticated, "{again:?}");
+    bob.rpc.who_am_i(WhoAmIRequest {}).await.expect("the machine's own agents go on");
 }
 
 #[tokio::test]
@@ -576,8 +717,7 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     let mut w = worker_client(channel(&b.server.url).await, &b.ci);
     let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
     assert_eq!(claimed.job.unwrap().id, id);
-    let spec = BridgeSpec { server: &b.server.url, token: &b.ci, handle: None, channels: false };
-    let mut agent = Bridge::start_with_env(spec, &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new(&claimed.job_token))]);
+    let mut agent = Bridge::start_card(&b.server.url, &claimed.job_token);
     agent.initialize("2025-06-18").await;
     let _asking = agent
         .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "make clean" } } }))

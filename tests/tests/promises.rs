@@ -368,9 +368,8 @@ async fn every_tool_lists_annotations_that_tell_the_truth() {
     w.server.admin_ok(&["operator", "acme", "laptop/alice"]);
     let mut operator = bridge(&w.server.url, &w.laptop, "alice");
     operator.initialize("2025-06-18").await;
-    // A board agent's client also lists relay_permission.
-    let spec = BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("runner"), channels: false };
-    let mut board_agent = Bridge::start_with_env(spec, &[("RELAY_JOB_TOKEN", std::ffi::OsStr::new("jt_listing"))]);
+    // A board agent's client also lists relay_permission (its job token is not checked to list tools).
+    let mut board_agent = Bridge::start_card(&w.server.url, "jt_listing");
     board_agent.initialize("2025-06-18").await;
     let mut listed = BTreeMap::new();
     for b in [&mut operator, &mut board_agent] {

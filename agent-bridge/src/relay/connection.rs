@@ -1,5 +1,6 @@
 //! Where the server is (one URL, or several replicas: see [`super::replicas`]), how to reach it,
-//! and with which credential: a machine's (for agents) or a person's (for `agent-bridge human`).
+//! and with which credential: a machine's (for agents), a card's job token (for a card's agent), or
+//! a person's (for `agent-bridge human`).
 
 use std::io::{BufRead, IsTerminal};
 use std::path::{Path, PathBuf};
@@ -37,9 +38,21 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
 
-/// Server, machine credential and trust anchor: from `RELAY_SERVER` + `RELAY_TOKEN` (+ `RELAY_CA`),
-/// else the config file.
+/// Server, credential and trust anchor. A card's agent (the worker sets `RELAY_JOB_TOKEN`) holds
+/// its job token and nothing more: never `RELAY_TOKEN` or the config file's machine token, and the
+/// file gives only the server and CA when `RELAY_SERVER` is absent. Anyone else: `RELAY_SERVER` +
+/// `RELAY_TOKEN` (+ `RELAY_CA`), else the config file.
 pub fn resolve() -> Result<BridgeConfig, ConnectError> {
+    if let Some(job_token) = env("RELAY_JOB_TOKEN") {
+        let (server, ca) = match env("RELAY_SERVER") {
+            Some(server) => (server, env("RELAY_CA")),
+            None => {
+                let stored = bridge_config::read(&bridge_config::default_path()?).ok_or(ConnectError::NotConfigured)?;
+                (stored.server, stored.ca)
+            }
+        };
+        return Ok(BridgeConfig { server, token: job_token, ca, human_token: None });
+    }
     if let (Some(server), Some(token)) = (env("RELAY_SERVER"), env("RELAY_TOKEN")) {
         return Ok(BridgeConfig { server, token, ca: env("RELAY_CA"), human_token: None });
     }

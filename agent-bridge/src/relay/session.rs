@@ -68,7 +68,8 @@ pub struct Relay {
     replicas: Arc<Replicas>,
     /// The CA file trusted beside the system's roots, named when a certificate is refused.
     ca: Option<String>,
-    machine_token: String,
+    /// What `Hello` presents: the machine token, or a card's agent's job token.
+    credential: String,
     claim: Mutex<Claim>,
     session: Mutex<Option<Session>>,
     /// Where to leave the session for `agent-bridge spawn` run from the agent's shell.
@@ -90,8 +91,8 @@ pub fn authed<T>(message: T, token: &str) -> Request<T> {
 }
 
 impl Relay {
-    pub fn new(replicas: Arc<Replicas>, ca: Option<String>, machine_token: String, claim: Claim) -> Self {
-        Self { replicas, ca, machine_token, claim: Mutex::new(claim), session: Mutex::new(None), session_file: None }
+    pub fn new(replicas: Arc<Replicas>, ca: Option<String>, credential: String, claim: Claim) -> Self {
+        Self { replicas, ca, credential, claim: Mutex::new(claim), session: Mutex::new(None), session_file: None }
     }
 
     /// Keeps a session file at `path` for as long as the session lives.
@@ -151,7 +152,7 @@ impl Relay {
         let (replica, reply) = self
             .replicas
             .call_on(previous.is_some(), |channel| {
-                let request = authed(request.clone(), &self.machine_token);
+                let request = authed(request.clone(), &self.credential);
                 async move { with_deadline(Duration::ZERO, RelayClient::new(channel).hello(request)).await }
             })
             .await

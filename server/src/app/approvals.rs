@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::App;
 use super::board::is_operator;
 use crate::domain::caller::Human;
-use crate::domain::ids::{self, AccountId, TokenKind};
+use crate::domain::ids::{self, AccountId};
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{self as rules, Approval, ApprovalState, Decision};
 use crate::domain::{Error, Result};
@@ -92,16 +92,16 @@ impl App {
         input: &str,
         wait: Duration,
     ) -> Result<String> {
-        ids::check_token(TokenKind::JobToken, job_token)?;
+        let not_working =
+            || Error::FailedPrecondition("permission requests come from an agent working a card in progress".into());
+        // A card's agent asks for its own card; a machine's agent names one by its job token.
+        let token_hash = caller.attempt_hash(job_token)?.ok_or_else(not_working)?;
         if tool.trim().is_empty() {
             return Err(Error::invalid("a permission request names the tool"));
         }
         let mut db = self.store.client().await?;
         let tx = db.transaction().await?;
-        let card =
-            approvals::worked_card(&tx, caller.account_id, &ids::token_hash(job_token)).await?.ok_or_else(|| {
-                Error::FailedPrecondition("permission requests come from an agent working a card in progress".into())
-            })?;
+        let card = approvals::worked_card(&tx, caller.account_id, &token_hash).await?.ok_or_else(not_working)?;
         let id = format!("a{}", &ids::new_message_id()[..9]);
         let operator = match &card.operator {
             Some(op) => approvals::operator_target(&tx, caller.account_id, op).await?,

@@ -41,8 +41,10 @@ pub fn lease_s() -> f64 {
         .unwrap_or(rules::LEASE_S)
 }
 
-/// Refuses a caller that is not the account's operator endpoint.
+/// Refuses a caller that is not the account's operator endpoint. A card's agent never is: it
+/// would review its own card and answer its own permission requests.
 pub(super) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
+    caller.not_card_agent("the operator's work")?;
     let operator = board::operator(c, caller.account_id).await?;
     rules::check_operator(operator.as_deref(), &caller.account, &format!("{}/{}", caller.machine, caller.handle))
 }
@@ -173,20 +175,20 @@ impl App {
     }
 
     /// A dispatched agent reports its card done: to Review with the pull request or the summary.
+    /// A card's agent finishes its own card (its session ends with the attempt); a machine's agent
+    /// names the card by the job token it was given.
     pub async fn finish_job(&self, caller: &Caller, job_token: &str, pr_url: &str, summary: &str) -> Result<Job> {
         let (pr_url, summary) = (RedactedText::from_agent(pr_url), RedactedText::from_agent(summary));
-        if job_token.is_empty() {
-            return Err(Error::FailedPrecondition(
+        let token_hash = caller.attempt_hash(job_token)?.ok_or_else(|| {
+            Error::FailedPrecondition(
                 "finish_job is for an agent the board dispatched, and this session has no card".into(),
-            ));
-        }
-        ids::check_token(TokenKind::JobToken, job_token)?;
+            )
+        })?;
         let mut db = self.store.client().await?;
         let tx = db.transaction().await?;
-        let card =
-            board::lock_dispatched(&tx, caller.account_id, &ids::token_hash(job_token)).await?.ok_or_else(|| {
-                Error::FailedPrecondition("the card this agent was dispatched for is no longer its to finish".into())
-            })?;
+        let card = board::lock_dispatched(&tx, caller.account_id, &token_hash).await?.ok_or_else(|| {
+            Error::FailedPrecondition("the card this agent was dispatched for is no longer its to finish".into())
+        })?;
         let summary = summary.as_str().trim();
         let pr = rules::finished(card.column, card.requires_pr, pr_url.as_str().trim(), summary)?;
         board::set_review(&tx, &card.id, pr, summary).await?;
@@ -195,6 +197,8 @@ impl App {
             .await?;
         let job = board::job(&tx, caller.account_id, &card.id).await?;
         tx.commit().await?;
+        // The database ended the agent's session with the attempt; this replica forgets it now.
+        self.store.sessions().forget_attempt(&card.id);
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
         Ok(job)
     }
@@ -356,6 +360,7 @@ impl App {
         }
         let job = board::job(&tx, machine.account_id, &card.id).await?;
         tx.commit().await?;
+        self.store.sessions().forget_attempt(&card.id);
         tracing::info!(card = %job.id, state = %job.state, exit_code, "card agent ended");
         Ok(job)
     }
@@ -378,6 +383,9 @@ impl App {
             notify_board(&tx, lost.account_id, &lost.id, event, None, self.store.max_unread()).await?;
         }
         tx.commit().await?;
+        for lost in &expired {
+            self.store.sessions().forget_attempt(&lost.id);
+        }
         Ok(expired.len() as u64)
     }
 

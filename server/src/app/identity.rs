@@ -1,17 +1,21 @@
 //! Who is calling, and the endpoint it holds: claiming and ending it, what it says of itself,
-//! and whom it sees. The operator's commands (accounts, machines, contacts) run without an App,
-//! from `relay-server admin` and `dev`: they take the store.
+//! and whom it sees. A machine's agent claims any handle of its machine; a card's agent, with its
+//! job token, only its card's endpoint and only while the card's attempt runs. The operator's
+//! commands (accounts, machines, contacts) run without an App, from `relay-server admin` and
+//! `dev`: they take the store.
 
 use deadpool_postgres::GenericClient;
 
 use super::{App, optional};
+use crate::domain::board as board_rules;
+use crate::domain::caller::{Attempt, CardAgent};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::names::{self, NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits, presence};
 use crate::store::identity::{self, Caller, MachineIdentity};
-use crate::store::{Store, spawn};
+use crate::store::{Store, board, spawn};
 
 /// A profile change; `None` leaves a field as it is.
 #[derive(Default)]
@@ -28,6 +32,16 @@ pub struct Claim<'a> {
     pub harness: &'a str,
     pub resume: &'a str,
     pub spawn_grant: &'a str,
+}
+
+/// A claim, checked: a handle (or a picked one), a session to resume, a spawn grant, and for a
+/// card's agent the hash of its job token.
+struct Wanted<'a> {
+    handle: Option<&'a str>,
+    harness: &'a str,
+    resume: Option<&'a str>,
+    spawn_grant: Option<&'a str>,
+    attempt: Option<&'a [u8]>,
 }
 
 /// The endpoint a Hello claimed or resumed, and the session token that holds it.
@@ -52,11 +66,41 @@ impl App {
             Ok(caller) => return Ok(caller),
             Err(ticket) => ticket,
         };
-        let caller = identity::session_caller(&self.store.client().await?, hash)
+        let session = identity::session_caller(&self.store.client().await?, hash)
             .await?
             .ok_or_else(|| Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()))?;
-        self.store.sessions().put(ticket, &caller);
-        Ok(caller)
+        if session.attempt_over {
+            return Err(Error::Unauthenticated(format!(
+                "the session of {} ended with its card's attempt (finished, released, lease expired or closed): a card's agent acts only while its card is in progress",
+                session.caller.address()
+            )));
+        }
+        if !session.live {
+            return Err(Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()));
+        }
+        self.store.sessions().put(ticket, &session.caller);
+        Ok(session.caller)
+    }
+
+    /// The card's agent a job token names: the attempt must be in progress under a live lease, on
+    /// a machine not revoked.
+    pub async fn card_agent(&self, token: &str) -> Result<CardAgent> {
+        ids::check_token(TokenKind::JobToken, token)?;
+        let token_hash = ids::token_hash(token);
+        let holder = board::attempt_holder(&self.store.client().await?, &token_hash).await?.ok_or_else(|| {
+            Error::Unauthenticated(
+                "unknown job token: the attempt it was issued for has ended (released, lease expired or closed); a card's agent acts only while its card is in progress"
+                    .into(),
+            )
+        })?;
+        if holder.revoked {
+            return Err(Error::Unauthenticated(format!(
+                "the machine token of {}/{} was revoked, and with it the job tokens of its cards",
+                holder.machine.account, holder.machine.machine
+            )));
+        }
+        board_rules::check_attempt_live(&holder.card, holder.column, holder.lease_live)?;
+        Ok(CardAgent { machine: holder.machine, attempt: Attempt { card: holder.card, token_hash } })
     }
 
     pub async fn hello(&self, machine: &MachineIdentity, claim: Claim<'_>) -> Result<HelloOutcome> {
@@ -66,14 +110,56 @@ impl App {
             check_claimable(NameKind::Handle, handle)?;
         }
         let db = self.store.client().await?;
-        let outcome = self
-            .claim_endpoint(&db, machine, handle, harness, optional(claim.resume), optional(claim.spawn_grant))
-            .await?;
+        let wanted = Wanted {
+            handle,
+            harness,
+            resume: optional(claim.resume),
+            spawn_grant: optional(claim.spawn_grant),
+            attempt: None,
+        };
+        let outcome = self.claim_endpoint(&db, machine, wanted).await?;
         tracing::info!(endpoint = %outcome.endpoint.address, resumed = outcome.resumed, harness, "hello");
         Ok(outcome)
     }
 
-    /// Claims an endpoint on the machine, or resumes the one `resume` names.
+    /// A card's agent claims (or resumes) its card's endpoint, `job-<card id>` on the machine that
+    /// leased the card; no other handle, no spawn grant.
+    pub async fn hello_card(&self, agent: &CardAgent, claim: Claim<'_>) -> Result<HelloOutcome> {
+        let harness = limits::harness(claim.harness)?;
+        let card = &agent.attempt.card;
+        let handle = board_rules::agent_handle(card);
+        if optional(claim.spawn_grant).is_some() {
+            return Err(Error::PermissionDenied(format!(
+                "a job token claims only the endpoint of card {card} ({handle}): spawn grants are for a machine's agents"
+            )));
+        }
+        if let Some(asked) = optional(claim.handle).filter(|h| *h != handle) {
+            return Err(Error::PermissionDenied(format!(
+                "a job token claims only the endpoint of card {card}, {handle}, not {asked}: leave the handle out"
+            )));
+        }
+        let mut db = self.store.client().await?;
+        let tx = db.transaction().await?;
+        if !board::hold_attempt(&tx, &agent.attempt.token_hash).await? {
+            return Err(Error::Unauthenticated(format!(
+                "the attempt at card {card} ended as this agent said hello: a card's agent acts only while its card is in progress"
+            )));
+        }
+        let wanted = Wanted {
+            handle: Some(&handle),
+            harness,
+            resume: optional(claim.resume),
+            spawn_grant: None,
+            attempt: Some(&agent.attempt.token_hash),
+        };
+        let outcome = self.claim_endpoint(&tx, &agent.machine, wanted).await?;
+        tx.commit().await?;
+        tracing::info!(endpoint = %outcome.endpoint.address, card = %card, resumed = outcome.resumed, harness, "hello");
+        Ok(outcome)
+    }
+
+    /// Claims an endpoint on the machine, or resumes the one `resume` names. With `attempt` (a job
+    /// token's hash) the session is that card attempt's agent's, and only its session is resumed.
     ///
     /// A handle is free when nobody holds it, its session ended, its presence lease lapsed, or none
     /// of its push streams is open and it showed no sign of life for [`presence::UNSTREAMED_HOLD`]:
@@ -82,13 +168,12 @@ impl App {
         &self,
         db: &impl GenericClient,
         machine: &MachineIdentity,
-        handle: Option<&str>,
-        harness: &str,
-        resume: Option<&str>,
-        spawn_grant: Option<&str>,
+        wanted: Wanted<'_>,
     ) -> Result<HelloOutcome> {
+        let Wanted { handle, harness, resume, spawn_grant, attempt } = wanted;
         if let Some(token) = resume.filter(|t| ids::check_token(TokenKind::Session, t).is_ok())
-            && let Some(id) = identity::resume_session(db, &ids::token_hash(token), machine.machine_id, harness).await?
+            && let Some(id) =
+                identity::resume_session(db, &ids::token_hash(token), machine.machine_id, harness, attempt).await?
         {
             let endpoint = identity::endpoint_on(db, id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
@@ -109,13 +194,15 @@ impl App {
         }
         let cap = self.quotas.max_endpoints;
         let id = match handle {
-            Some(handle) => match identity::claim_handle(db, machine.machine_id, handle, harness, &hash, cap).await? {
-                Some(id) => id,
-                None if identity::no_room_for(db, machine.machine_id, handle, cap).await? => {
-                    return Err(limits::no_room_for_endpoints(&machine.account, cap));
+            Some(handle) => {
+                match identity::claim_handle(db, machine.machine_id, handle, harness, &hash, attempt, cap).await? {
+                    Some(id) => id,
+                    None if identity::no_room_for(db, machine.machine_id, handle, cap).await? => {
+                        return Err(limits::no_room_for_endpoints(&machine.account, cap));
+                    }
+                    None => return Err(held(db, machine, handle).await?),
                 }
-                None => return Err(held(db, machine, handle).await?),
-            },
+            }
             None => {
                 // Pick `<harness>-<n>`, the lowest n not held by a live endpoint; retry if another claim races us.
                 let mut found = None;
@@ -125,7 +212,7 @@ impl App {
                     let live = identity::live_handles(db, machine.machine_id).await?;
                     let candidate = names::free_handle(harness, &live);
                     if let Some(id) =
-                        identity::claim_handle(db, machine.machine_id, &candidate, harness, &hash, cap).await?
+                        identity::claim_handle(db, machine.machine_id, &candidate, harness, &hash, None, cap).await?
                     {
                         found = Some(id);
                         break;

@@ -212,6 +212,8 @@ impl App {
         rules_in: Option<&[String]>,
         rules_out: Option<&[String]>,
     ) -> Result<GroupView> {
+        // A group's rules are caps on its members: a card's agent changes no rules but its own.
+        caller.not_card_agent("making a group")?;
         let name = needs_name(name)?;
         let (rules_in, rules_out) = (parse(rules_in)?, parse(rules_out)?);
         domain_scope::check_group_name(name)?;
@@ -244,6 +246,7 @@ impl App {
         };
         let leaving_itself = !add && member == caller.endpoint_id;
         if !leaving_itself {
+            caller.not_card_agent("changing a group's members")?;
             domain_scope::owner_only(caller.endpoint_id, owner, name)?;
         }
         if add {
@@ -272,6 +275,7 @@ impl App {
         if rules_in.is_none() && rules_out.is_none() {
             return Err(Error::invalid("rules takes in or out"));
         }
+        caller.not_card_agent("changing a group's rules")?;
         let db = self.store.client().await?;
         let (group, owner) = scope::group_id(&db, caller, name).await?;
         domain_scope::owner_only(caller.endpoint_id, owner, name)?;
@@ -303,6 +307,7 @@ impl App {
 
     /// Drops a group; returns its name.
     pub async fn group_drop(&self, caller: &Caller, name: &str) -> Result<String> {
+        caller.not_card_agent("dropping a group")?;
         let name = needs_name(name)?;
         let db = self.store.client().await?;
         let (group, owner) = scope::group_id(&db, caller, name).await?;
@@ -314,8 +319,10 @@ impl App {
 
     /// Reserves `<parent handle>-<n>` on the caller's machine for a worker the caller starts, as a
     /// child of the caller capped by `scope` (a preset); returns it and the one-time grant its
-    /// bridge claims it with.
+    /// bridge claims it with. A card's agent spawns nothing: a worker's bridge needs a machine
+    /// credential, which a card's agent never holds, and its reach would outlive the card.
     pub async fn spawn(&self, caller: &Caller, harness: &str, preset: &str) -> Result<(Endpoint, String)> {
+        caller.not_card_agent("spawning a worker")?;
         let harness = limits::harness(harness)?;
         let caps = match preset.trim() {
             "" => None,
@@ -387,6 +394,7 @@ async fn rules_target(c: &impl GenericClient, caller: &Caller, endpoint: &str) -
     if id == caller.endpoint_id {
         return Ok((id, false));
     }
+    caller.not_card_agent("changing another agent's rules")?;
     let loaded = scope::load(c, &[id]).await?;
     let is_descendant = loaded.get(&id).is_some_and(|s| s.party.ancestors.contains(&caller.endpoint_id));
     if !is_descendant {

@@ -137,6 +137,28 @@ impl CardKind {
     }
 }
 
+/// The handle of a card's agent: one endpoint per card, on the machine that runs it. Migration
+/// 19's trigger spells it too, to end the agent's session with the attempt.
+pub fn agent_handle(card: &str) -> String {
+    format!("job-{card}")
+}
+
+/// Refuses a job token whose attempt is over: its card left In progress, or its lease ran out.
+pub fn check_attempt_live(card: &str, column: Column, lease_live: bool) -> Result<()> {
+    if column != Column::InProgress {
+        return Err(Error::Unauthenticated(format!(
+            "the attempt at card {card} this job token was issued for has ended (the card is in {}): a card's agent acts only while its card is in progress",
+            column.name()
+        )));
+    }
+    if !lease_live {
+        return Err(Error::Unauthenticated(format!(
+            "the lease of card {card} ran out: a card's agent acts only while its worker keeps the card in progress"
+        )));
+    }
+    Ok(())
+}
+
 /// A new card's id: short enough to say aloud; 10 base-36 characters leave collisions to chance alone.
 pub fn new_card_id() -> String {
     super::ids::new_message_id()[..10].to_owned()

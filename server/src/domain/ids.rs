@@ -61,6 +61,13 @@ pub enum TokenKind {
 }
 
 impl TokenKind {
+    const ALL: [Self; 5] = [Self::Machine, Self::Session, Self::Human, Self::SpawnGrant, Self::JobToken];
+
+    /// The kind a token's prefix claims, before anything checks it.
+    pub fn of(token: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| token.starts_with(kind.prefix()))
+    }
+
     fn prefix(self) -> &'static str {
         match self {
             Self::Machine => "rlm_",
@@ -183,6 +190,9 @@ mod tests {
         check_token(TokenKind::Machine, &machine).unwrap();
         assert!(check_token(TokenKind::Session, &machine).is_err());
         assert!(check_token(TokenKind::Machine, "rlm_short").is_err());
+        assert_eq!(TokenKind::of(&new_token(TokenKind::JobToken)), Some(TokenKind::JobToken));
+        assert_eq!(TokenKind::of(&machine), Some(TokenKind::Machine));
+        assert_eq!(TokenKind::of("bearer"), None);
         assert_eq!(token_hash(&machine), token_hash(&machine));
         assert_ne!(token_hash(&machine), token_hash(&new_token(TokenKind::Machine)));
     }

@@ -1,8 +1,9 @@
 //! Who a call comes from, established in one place before any handler runs: a layer reads the
 //! bearer credential the method takes (a session token for an agent's calls, the machine token for
-//! `Hello`, `CheckMachine` and the worker's calls, a human token for a person's), authenticates it,
-//! names the caller on the call's span and hands it to the handler in the request's extensions. A
-//! call without a valid credential never reaches a handler.
+//! `Hello`, `CheckMachine` and the worker's calls, a human token for a person's; `Hello` also takes
+//! a card's job token, told apart by its prefix), authenticates it, names the caller on the call's
+//! span and hands it to the handler in the request's extensions. A call without a valid credential
+//! never reaches a handler, and a job token reaches nothing but `Hello`.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,7 +13,8 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 
 use super::layers;
 use crate::app::App;
-use crate::domain::caller::{Caller, Human, MachineIdentity};
+use crate::domain::caller::{Caller, CardAgent, Human, MachineIdentity};
+use crate::domain::ids::TokenKind;
 use crate::domain::{Error, Result};
 
 /// The credential each method takes.
@@ -22,6 +24,8 @@ enum Needs {
     Session,
     /// A machine token.
     Machine,
+    /// A machine token, or a card's job token (its agent claims the card's endpoint).
+    MachineOrJob,
     /// A human token.
     Person,
     /// Checked by the handler itself: a spawn grant, spent by the call.
@@ -34,7 +38,8 @@ impl Needs {
     fn of(path: &str) -> Self {
         let (service, method) = path.trim_start_matches('/').split_once('/').unwrap_or((path, ""));
         match (service, method) {
-            ("relay.v1.Relay", "Hello" | "CheckMachine") => Self::Machine,
+            ("relay.v1.Relay", "Hello") => Self::MachineOrJob,
+            ("relay.v1.Relay", "CheckMachine") => Self::Machine,
             ("relay.v1.Relay", "SpawnResult") => Self::Own,
             ("relay.v1.Relay", _) => Self::Session,
             ("relay.v1.Worker", _) => Self::Machine,
@@ -49,6 +54,8 @@ impl Needs {
 pub enum Credential {
     Session(Caller),
     Machine(MachineIdentity),
+    /// A card's agent, by its job token: only `Hello` takes it.
+    Card(CardAgent),
     Person(Human),
 }
 
@@ -66,14 +73,40 @@ fn token(value: Option<&[u8]>) -> Result<&str> {
         .ok_or_else(|| Error::Unauthenticated("authorization must be \"Bearer <token>\"".into()))
 }
 
+/// A job token offered where the method takes another credential: refused by its kind alone, with
+/// what a card's agent does instead.
+fn misplaced_job_token(needs: Needs, token: &str, path: &str) -> Option<Error> {
+    if TokenKind::of(token) != Some(TokenKind::JobToken) {
+        return None;
+    }
+    Some(match needs {
+        Needs::MachineOrJob | Needs::Own | Needs::Nothing => return None,
+        Needs::Session => Error::Unauthenticated(
+            "a job token is not a session token: say Hello with it, then call with the session token Hello returns"
+                .into(),
+        ),
+        _ => Error::PermissionDenied(format!(
+            "a job token acts only as its card's endpoint (Hello, then that session's calls): {} needs {}",
+            path.trim_start_matches('/'),
+            if needs == Needs::Person { "a human token" } else { "the machine's token" }
+        )),
+    })
+}
+
 async fn authenticate(app: &App, needs: Needs, token: &str) -> Result<Option<Credential>> {
     Ok(Some(match needs {
+        Needs::MachineOrJob if TokenKind::of(token) == Some(TokenKind::JobToken) => {
+            let agent = app.card_agent(token).await?;
+            let at = &agent.machine;
+            layers::record_caller(&format_args!("{}/{} (card {})", at.account, at.machine, agent.attempt.card));
+            Credential::Card(agent)
+        }
         Needs::Session => {
             let caller = app.caller(token).await?;
             layers::record_caller(&caller.address());
             Credential::Session(caller)
         }
-        Needs::Machine => {
+        Needs::Machine | Needs::MachineOrJob => {
             let machine = app.machine(token).await?;
             layers::record_caller(&format_args!("{}/{}", machine.account, machine.machine));
             Credential::Machine(machine)
@@ -103,6 +136,14 @@ pub fn caller<T>(request: &tonic::Request<T>) -> Result<Caller> {
 pub fn machine<T>(request: &tonic::Request<T>) -> Result<MachineIdentity> {
     match request.extensions().get::<Credential>() {
         Some(Credential::Machine(machine)) => Ok(machine.clone()),
+        _ => Err(missing()),
+    }
+}
+
+/// Whoever the layer authenticated for `Hello`: a machine, or a card's agent.
+pub fn hello_credential<T>(request: &tonic::Request<T>) -> Result<Credential> {
+    match request.extensions().get::<Credential>() {
+        Some(credential @ (Credential::Machine(_) | Credential::Card(_))) => Ok(credential.clone()),
         _ => Err(missing()),
     }
 }
@@ -168,7 +209,10 @@ where
             if !matches!(needs, Needs::Own | Needs::Nothing) {
                 let header = request.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
                 let outcome = match token(header) {
-                    Ok(token) => authenticate(&app, needs, token).await,
+                    Ok(token) => match misplaced_job_token(needs, token, request.uri().path()) {
+                        Some(refused) => Err(refused),
+                        None => authenticate(&app, needs, token).await,
+                    },
                     Err(e) => Err(e),
                 };
                 match outcome {
@@ -190,7 +234,7 @@ mod tests {
 
     #[test]
     fn each_method_takes_its_credential() {
-        assert_eq!(Needs::of("/relay.v1.Relay/Hello"), Needs::Machine);
+        assert_eq!(Needs::of("/relay.v1.Relay/Hello"), Needs::MachineOrJob);
         assert_eq!(Needs::of("/relay.v1.Relay/CheckMachine"), Needs::Machine);
         assert_eq!(Needs::of("/relay.v1.Relay/Send"), Needs::Session);
         assert_eq!(Needs::of("/relay.v1.Relay/Subscribe"), Needs::Session);
@@ -199,6 +243,22 @@ mod tests {
         assert_eq!(Needs::of("/relay.v1.Human/Holds"), Needs::Person);
         assert_eq!(Needs::of("/grpc.health.v1.Health/Check"), Needs::Nothing);
         assert_eq!(Needs::of("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"), Needs::Nothing);
+    }
+
+    #[test]
+    fn a_job_token_reaches_nothing_but_hello() {
+        let job = crate::domain::ids::new_token(TokenKind::JobToken);
+        let path = "/relay.v1.Worker/Claim";
+        assert!(misplaced_job_token(Needs::MachineOrJob, &job, path).is_none());
+        let refused = misplaced_job_token(Needs::Machine, &job, path).unwrap();
+        assert!(
+            matches!(&refused, Error::PermissionDenied(m) if m.contains("relay.v1.Worker/Claim needs the machine's token")),
+            "{refused}"
+        );
+        assert!(matches!(misplaced_job_token(Needs::Person, &job, path), Some(Error::PermissionDenied(_))));
+        assert!(matches!(misplaced_job_token(Needs::Session, &job, path), Some(Error::Unauthenticated(_))));
+        let machine = crate::domain::ids::new_token(TokenKind::Machine);
+        assert!(misplaced_job_token(Needs::Machine, &machine, path).is_none());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use relay_proto::v1::relay_server::Relay;
 use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::auth::{self, bearer};
+use super::auth::{self, Credential, bearer};
 use super::convert::{self, selector_list as selectors};
 use crate::app::App;
 use crate::app::board::{Edit, Post};
@@ -40,11 +40,13 @@ impl Relay for RelayService {
     }
 
     async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
-        let machine = auth::machine(&request)?;
         let req = request.get_ref();
         let claim =
             Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
-        let outcome = self.app.hello(&machine, claim).await?;
+        let outcome = match auth::hello_credential(&request)? {
+            Credential::Card(agent) => self.app.hello_card(&agent, claim).await?,
+            _ => self.app.hello(&auth::machine(&request)?, claim).await?,
+        };
         Ok(Response::new(HelloResponse {
             endpoint: Some(outcome.endpoint.into()),
             session_token: outcome.session_token,

@@ -484,6 +484,63 @@ pub(crate) async fn column_of_token(c: &impl GenericClient, token_hash: &[u8]) -
         .transpose()
 }
 
+/// The attempt a job token names, as its agent authenticates with it.
+pub(crate) struct AttemptHolder {
+    /// The machine that leased the card: its agent's endpoint lives there.
+    pub machine: MachineIdentity,
+    pub revoked: bool,
+    pub card: String,
+    pub column: Column,
+    pub lease_live: bool,
+}
+
+/// The card whose current attempt holds `token_hash`, with the machine that leased it.
+pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<AttemptHolder>> {
+    let stmt = c
+        .prepare_cached(
+            "select j.id, j.state, coalesce(j.lease_until > now(), false), m.id, m.name, a.id, a.name,
+                    m.revoked_at is not null
+             from jobs j
+             join machines m on m.id = j.lease_machine
+             join accounts a on a.id = m.account_id
+             where j.job_token_hash = $1",
+        )
+        .await?;
+    c.query_opt(&stmt, &[&token_hash])
+        .await?
+        .map(|row| {
+            Ok(AttemptHolder {
+                card: row.col(0)?,
+                column: Column::from_db(row.col(1)?)?,
+                lease_live: row.col(2)?,
+                machine: MachineIdentity {
+                    machine_id: row.col(3)?,
+                    machine: row.col(4)?,
+                    account_id: row.col(5)?,
+                    account: row.col(6)?,
+                },
+                revoked: row.col(7)?,
+            })
+        })
+        .transpose()
+}
+
+/// Holds the attempt `token_hash` in progress under a live lease until the transaction ends
+/// (`for share`): a claim of its agent's endpoint commits before anything ends the attempt, which
+/// then ends that session too. Whether the attempt is still running.
+pub(crate) async fn hold_attempt(c: &impl GenericClient, token_hash: &[u8]) -> Result<bool> {
+    let held = c
+        .query_opt(
+            &format!(
+                "select 1 from jobs where job_token_hash = $1 and state = '{IN_PROGRESS}' and lease_until > now()
+                 for share"
+            ),
+            &[&token_hash],
+        )
+        .await?;
+    Ok(held.is_some())
+}
+
 /// Locks (`for update`) the card the machine leased under `token_hash`.
 pub(crate) async fn lock_leased(
     c: &impl GenericClient,

@@ -5,6 +5,7 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::board::IN_PROGRESS;
 use super::error::Col;
 use super::is_unique_violation;
 use crate::domain::endpoint::Endpoint;
@@ -13,9 +14,9 @@ use crate::domain::presence::{self, OpenStream};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result};
 
-pub use crate::domain::caller::{Caller, MachineIdentity};
+pub use crate::domain::caller::{Attempt, Caller, MachineIdentity};
 
-/// A caller from `endpoint id, account id, account, machine id, machine, handle`.
+/// A caller from `endpoint id, account id, account, machine id, machine, handle`, of no attempt.
 fn caller_from_row(row: &Row, session_hash: Vec<u8>) -> Result<Caller> {
     Ok(Caller {
         endpoint_id: row.col(0)?,
@@ -25,6 +26,7 @@ fn caller_from_row(row: &Row, session_hash: Vec<u8>) -> Result<Caller> {
         machine: row.col(4)?,
         handle: row.col(5)?,
         session_hash,
+        attempt: None,
     })
 }
 
@@ -219,32 +221,56 @@ pub(crate) async fn machine_by_token(
     Ok(Some((identity, row.col(4)?)))
 }
 
-/// The endpoint a live session hash holds, on a machine not revoked.
-pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: Vec<u8>) -> Result<Option<Caller>> {
+/// A session as its hash finds it: the endpoint it holds, and whether it still lives.
+pub(crate) struct StoredSession {
+    pub caller: Caller,
+    /// Not ended, its machine not revoked, and (a card's agent's) its attempt in progress under a
+    /// live lease.
+    pub live: bool,
+    /// A card's agent's session whose attempt is over.
+    pub attempt_over: bool,
+}
+
+/// The endpoint a session hash holds, and whether the session lives. Only the sessions of cards'
+/// agents are found once ended (they keep their hash, so a late call learns why).
+pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: Vec<u8>) -> Result<Option<StoredSession>> {
     let stmt = c
-        .prepare_cached(
-            "select e.id, m.account_id, a.name, m.id, m.name, e.handle
+        .prepare_cached(&format!(
+            "select e.id, m.account_id, a.name, m.id, m.name, e.handle, e.job_token_hash, j.id,
+                    e.ended_at is null and m.revoked_at is null,
+                    coalesce(j.state = '{IN_PROGRESS}' and j.lease_until > now(), false)
              from endpoints e
              join machines m on m.id = e.machine_id
              join accounts a on a.id = m.account_id
-             where e.session_hash = $1 and e.ended_at is null and m.revoked_at is null",
-        )
+             left join jobs j on j.job_token_hash = e.job_token_hash
+             where e.session_hash = $1"
+        ))
         .await?;
-    match c.query_opt(&stmt, &[&session_hash]).await? {
-        Some(row) => Ok(Some(caller_from_row(&row, session_hash)?)),
-        None => Ok(None),
+    let Some(row) = c.query_opt(&stmt, &[&session_hash]).await? else {
+        return Ok(None);
+    };
+    let mut caller = caller_from_row(&row, session_hash)?;
+    let (open, attempt_running): (bool, bool) = (row.col(8)?, row.col(9)?);
+    if let Some(token_hash) = row.col::<Option<Vec<u8>>>(6)? {
+        // An ended attempt's card is gone from the row; the handle still names it.
+        let card = row.col::<Option<String>>(7)?.unwrap_or_else(|| caller.handle.clone());
+        caller.attempt = Some(Attempt { card, token_hash });
     }
+    let attempt_over = caller.attempt.is_some() && !attempt_running;
+    Ok(Some(StoredSession { caller, live: open && !attempt_over, attempt_over }))
 }
 
 // ---- claims and presence -------------------------------------------------------------------------
 
 /// Renews the live session `session_hash` holds on the machine (its harness, a sign of life, at
-/// least a claim's lease); the endpoint's id, or `None` when no such session lives.
+/// least a claim's lease); the endpoint's id, or `None` when no such session lives. With
+/// `attempt` (a job token's hash) only that attempt's session is resumed.
 pub(crate) async fn resume_session(
     c: &impl GenericClient,
     session_hash: &[u8],
     machine_id: MachineId,
     harness: &str,
+    attempt: Option<&[u8]>,
 ) -> Result<Option<EndpointId>> {
     let stmt = c
         .prepare_cached(
@@ -252,11 +278,12 @@ pub(crate) async fn resume_session(
              set harness = $3, last_seen_at = now(),
                  online_until = greatest(online_until, now() + $4 * interval '1 second')
              where session_hash = $1 and machine_id = $2 and ended_at is null
+               and ($5::bytea is null or job_token_hash = $5)
              returning id",
         )
         .await?;
     let lease = presence::secs(presence::CLAIM_LEASE);
-    c.query_opt(&stmt, &[&session_hash, &machine_id, &harness, &lease]).await?.map(|r| r.col(0)).transpose()
+    c.query_opt(&stmt, &[&session_hash, &machine_id, &harness, &lease, &attempt]).await?.map(|r| r.col(0)).transpose()
 }
 
 /// Gives the endpoint a spawn grant reserved to a new session, unless a live session holds it:
@@ -273,7 +300,8 @@ pub(crate) async fn claim_granted(
             // The presence lease is the rule of migration 9's relay_endpoint_lease.
             "update endpoints
              set harness = $2, session_hash = $3, online_until = now() + $4 * interval '1 second',
-                 last_seen_at = now(), ended_at = null, claimed_at = now(), stream_closed_gen = stream_gen
+                 last_seen_at = now(), ended_at = null, claimed_at = now(), stream_closed_gen = stream_gen,
+                 job_token_hash = null
              where id = $1
                and (session_hash is null or ended_at is not null or not relay_endpoint_lease(endpoints))",
             &[&id, &harness, &session_hash, &lease],
@@ -283,20 +311,23 @@ pub(crate) async fn claim_granted(
 }
 
 /// Claims `handle` on the machine for a new session: a new endpoint, or one whose handle is free
-/// (see [`presence::UNSTREAMED_HOLD`]), which starts its profile afresh. Its id, or `None` when
-/// another session holds the handle.
+/// (see [`presence::UNSTREAMED_HOLD`]), which starts its profile afresh. `attempt` (a job token's
+/// hash) makes the session a card's agent's; without it the session is a machine's agent's. Its
+/// id, or `None` when another session holds the handle.
 pub(crate) async fn claim_handle(
     c: &impl GenericClient,
     machine_id: MachineId,
     handle: &str,
     harness: &str,
     session_hash: &[u8],
+    attempt: Option<&[u8]>,
     max_endpoints: u32,
 ) -> Result<Option<EndpointId>> {
     let claim = c
         .prepare_cached(
-            "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at, claimed_at)
-             select $1, $2, $3, $4, now() + $5 * interval '1 second', now(), now()
+            "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at, claimed_at,
+                                    job_token_hash)
+             select $1, $2, $3, $4, now() + $5 * interval '1 second', now(), now(), $8
              -- a new handle only while the account holds fewer endpoints than it may
              where exists (select 1 from endpoints where machine_id = $1 and handle = $2)
                 or (select count(*) from endpoints e join machines m on m.id = e.machine_id
@@ -307,7 +338,8 @@ pub(crate) async fn claim_handle(
                      status = 'idle', note = '', now_text = '', last_shown = null,
                      -- peeking is the choice of one session: a new one starts with it off
                      peek_on = false,
-                     claimed_at = now(), stream_closed_gen = endpoints.stream_gen
+                     claimed_at = now(), stream_closed_gen = endpoints.stream_gen,
+                     job_token_hash = excluded.job_token_hash
                  where endpoints.ended_at is not null
                     or not relay_endpoint_lease(endpoints)
                     -- no stream open and no sign of life for a moment: the holder crashed, or
@@ -319,10 +351,9 @@ pub(crate) async fn claim_handle(
         .await?;
     let (lease, hold) = (presence::secs(presence::CLAIM_LEASE), presence::secs(presence::UNSTREAMED_HOLD));
     let max_endpoints = i64::from(max_endpoints);
-    c.query_opt(&claim, &[&machine_id, &handle, &harness, &session_hash, &lease, &hold, &max_endpoints])
-        .await?
-        .map(|r| r.col(0))
-        .transpose()
+    let params: [&(dyn ToSql + Sync); 8] =
+        [&machine_id, &handle, &harness, &session_hash, &lease, &hold, &max_endpoints, &attempt];
+    c.query_opt(&claim, &params).await?.map(|r| r.col(0)).transpose()
 }
 
 /// Whether `handle` would be a new endpoint of an account that holds `max_endpoints` already,

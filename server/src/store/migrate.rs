@@ -114,6 +114,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "pull_requests_followed",
         sql: include_str!("../../migrations/0019_pull_requests_followed.sql"),
     },
+    Migration {
+        version: 20,
+        name: "card_agent_sessions",
+        sql: include_str!("../../migrations/0020_card_agent_sessions.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

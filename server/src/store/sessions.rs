@@ -2,7 +2,8 @@
 //!
 //! An entry is trusted only while this replica hears every change that could make it wrong: the
 //! database announces a session ending or changing hands and a machine revoked or removed (triggers
-//! of migration 9, on `relay_control`), and the replica's listener forgets the entries concerned.
+//! of migration 9, on `relay_control`; a card's attempt ending ends its agent's session, migration
+//! 19), and the replica's listener forgets the entries concerned.
 //! While the listener is down nothing is kept, and every call reads the database as before.
 
 use std::collections::HashMap;
@@ -91,6 +92,23 @@ impl SessionCache {
         }
     }
 
+    /// The card's attempt ended: the session of its agent, before the database's word arrives.
+    pub fn forget_attempt(&self, card: &str) {
+        let mut inner = self.lock();
+        inner.epoch += 1;
+        let gone: Vec<EndpointId> = inner
+            .by_hash
+            .values()
+            .filter(|(c, _)| c.attempt.as_ref().is_some_and(|a| a.card == card))
+            .map(|(c, _)| c.endpoint_id)
+            .collect();
+        for endpoint in gone {
+            if let Some(hash) = inner.by_endpoint.remove(&endpoint) {
+                inner.by_hash.remove(&hash);
+            }
+        }
+    }
+
     /// Changes may go unheard from now on (the listener is down): forget everything, keep nothing.
     pub fn distrust(&self) {
         let mut inner = self.lock();
@@ -112,6 +130,7 @@ impl SessionCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::caller::Attempt;
     use crate::domain::ids::AccountId;
 
     fn caller(endpoint: i64, machine: i64, hash: u8) -> Caller {
@@ -123,6 +142,7 @@ mod tests {
             machine: "laptop".into(),
             handle: format!("h{endpoint}"),
             session_hash: vec![hash],
+            attempt: None,
         }
     }
 
@@ -155,6 +175,14 @@ mod tests {
         assert!(cache.get(&[2]).is_ok());
         cache.forget_machine(MachineId(10));
         assert!(cache.get(&[2]).is_err());
+        assert!(cache.get(&[3]).is_ok());
+        let mut agent = caller(4, 11, 4);
+        agent.attempt = Some(Attempt { card: "abc".into(), token_hash: vec![7] });
+        cached(&cache, &agent);
+        cache.forget_attempt("other");
+        assert!(cache.get(&[4]).is_ok());
+        cache.forget_attempt("abc");
+        assert!(cache.get(&[4]).is_err());
         assert!(cache.get(&[3]).is_ok());
     }
 
