@@ -540,11 +540,11 @@ async fn a_card_agent_acts_only_as_its_card_and_only_while_the_card_runs() {
     let posted = b.alice.tool_ok("post_job", json!({ "title": "Tidy the build", "repo": "app", "requires_pr": false }));
     let id = posted.await["structuredContent"]["id"].as_str().unwrap().to_owned();
     let mut w = worker_client(channel(&url).await, &b.ci);
-    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let token = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap().job_token;
 
     // What the machine does, a job token does not.
     let mut as_worker = worker_client(channel(&url).await, &token);
-    let claim = as_worker.claim(ClaimRequest {}).await.unwrap_err();
+    let claim = as_worker.claim(ClaimRequest::default()).await.unwrap_err();
     assert_eq!(claim.code(), Code::PermissionDenied, "{claim:?}");
     assert!(claim.message().contains("relay.v1.Worker/Claim needs the machine's token"), "{}", claim.message());
     let path = b.repo.path().join("app").display().to_string();
@@ -613,7 +613,7 @@ async fn a_card_agent_acts_only_as_its_card_and_only_while_the_card_runs() {
     assert!(again.message().contains("a card's agent acts only while its card is in progress"), "{}", again.message());
 
     // A lease that runs out ends the agent of the next attempt the same way.
-    let token = w.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap().job_token;
+    let token = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap().job_token;
     let mut agent = Agent::hello(&url, &token, "").await.unwrap();
     assert_eq!(agent.address, format!("acme/ci/job-{id}"), "the next attempt's agent has the card's endpoint");
     agent.rpc.who_am_i(WhoAmIRequest {}).await.unwrap();
