@@ -109,6 +109,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "approval_deadlines",
         sql: include_str!("../../migrations/0018_approval_deadlines.sql"),
     },
+    Migration { version: 19, name: "console", sql: include_str!("../../migrations/0019_console.sql") },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
