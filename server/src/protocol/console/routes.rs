@@ -220,14 +220,15 @@ impl Console {
 
     /// Whether a POST comes from the console's own pages: the browser's `Sec-Fetch-Site` and
     /// `Origin` say where a form was sent from, and a page of another site cannot change them.
-    /// Without either (an old browser), the form token decides.
+    /// Without either (an old browser), the form token decides. Under `Referrer-Policy:
+    /// no-referrer` a browser may send the origin as `null`; then `Sec-Fetch-Site` speaks for it.
     fn same_origin(&self, headers: &HeaderMap) -> bool {
         if let Some(site) = headers.get("sec-fetch-site")
             && !matches!(site.as_bytes(), b"same-origin" | b"none")
         {
             return false;
         }
-        let Some(origin) = headers.get(header::ORIGIN) else { return true };
+        let Some(origin) = headers.get(header::ORIGIN).filter(|o| o.as_bytes() != b"null") else { return true };
         let (Ok(origin), Some(Ok(host))) = (origin.to_str(), headers.get(header::HOST).map(|h| h.to_str())) else {
             return false;
         };
