@@ -61,6 +61,15 @@ def live(page, locator, what, limit_s=LIVE_S):
     assert stayed(page), f"{what}: the page was reloaded"
 
 
+SHOTS = None
+
+
+def shot(page, name):
+    """A screenshot of the page as the person sees it, when artifacts are kept."""
+    if SHOTS:
+        page.screenshot(path=os.path.join(SHOTS, f"{name}.png"), full_page=True)
+
+
 def notice(page):
     return page.locator(".notice.done")
 
@@ -104,6 +113,7 @@ def board(page):
     expect(page.locator(f'[data-column="done"] [data-card="{card}"]')).to_be_visible()
     expect(page.locator(f'[data-column="review"] [data-card="{card}"]')).to_have_count(0)
     want("check-done")
+    shot(page, "board")
     say("log accepted a card")
 
 
@@ -115,7 +125,9 @@ def approval(page):
     asked = want("approval")
     request = page.locator(f'[data-approval="{asked}"]')
     live(page, request, "a permission request", limit_s=3.0)
+    shot(page, "inbox-approval")
     expect(request.locator("pre.body")).to_contain_text("<script>alert(2)</script>")
+    expect(page.locator('[data-message] pre.body', has_text="[Approval " + asked)).to_be_visible()
     expect(request).to_contain_text("waiting on you")
     request.get_by_role("button", name="Allow").click()
     expect(notice(page)).to_have_text("Permission allowed.")
@@ -162,6 +174,7 @@ def hold(page):
     held = want("hold", "For eve across the contact")
     kept = page.locator(f'[data-hold="{held}"]')
     live(page, kept, "a held message", limit_s=3.0)
+    shot(page, "inbox-hold")
     expect(kept.locator("pre.body")).to_have_text("For eve across the contact")
     kept.get_by_role("button", name="Release").click()
     expect(notice(page)).to_have_text("Hold released: the message was delivered.")
@@ -185,6 +198,7 @@ def post_and_edit(page):
     card.get_by_role("button", name="Save").click()
     expect(notice(page)).to_have_text("Card edited.")
     expect(page.locator('[data-column="todo"] article', has_text="Edited on the page")).to_be_visible()
+    shot(page, "board-edited")
     say("log posted and edited a card")
 
 
@@ -195,6 +209,7 @@ def agents(page):
     expect(bob).to_contain_text("Building <the> login")
     expect(bob).to_contain_text("busy")
     expect(page.locator('[data-agent="globex/box/eve"]')).to_contain_text("online")
+    shot(page, "agents")
     say("log saw the agents")
 
 
@@ -209,7 +224,9 @@ def contacts(page):
     page.get_by_role("button", name="Request a contact").click()
     expect(notice(page)).to_have_text("Contact requested.")
     expect(page.locator('[data-contact="initech"]')).to_contain_text("you asked")
-    page.locator('[data-contact="initech"]').get_by_role("button", name="Drop").click()
+    shot(page, "contacts")
+    page.locator('[data-contact="initech"] summary', has_text="Drop").click()
+    page.locator('[data-contact="initech"]').get_by_role("button", name="Drop initech").click()
     expect(notice(page)).to_have_text("Contact dropped.")
     expect(page.locator('[data-contact="initech"]')).to_have_count(0)
     say("log managed contacts")
@@ -230,6 +247,8 @@ def main():
     parser.add_argument("--artifacts", default=None)
     args = parser.parse_args()
     token = os.environ["RELAY_HUMAN_TOKEN"]
+    global SHOTS
+    SHOTS = args.artifacts
 
     with sync_playwright() as p:
         # Chromium's sandbox needs a user namespace, which a root CI container does not give.

@@ -413,15 +413,22 @@ async fn signing_out_or_revoking_the_token_ends_the_session() {
         "the old cookie opens nothing"
     );
 
-    // A revoked human token ends its sessions at once, the open event feed included.
+    // A revoked human token ends its sessions at once; an open event feed hears it at its next tick.
     let cookie = sign_in(&w.console, &w.human).await;
     assert_eq!(get(&w.console, "/board", &cookie).await.status, 200);
     let second = sign_in(&w.console, &w.human).await;
+    let mut feed = events(&w.console, &second).await;
+    assert_eq!(next_event(&mut feed, Duration::from_secs(5)).await, "ready");
     w.server.admin_ok(&["human", "revoke", "acme", "owner"]);
     assert_eq!(get(&w.console, "/board", &cookie).await.header("location"), Some("/sign-in"));
     assert_eq!(get(&w.console, "/inbox/live", &second).await.status, 401);
     let refused = request(&w.console, "POST", "/sign-in", &[FORM], &form(&[("token", &w.human)])).await;
     assert!(refused.body.contains("sign-in refused: this human token was revoked"), "{}", refused.body);
+    assert_eq!(next_event(&mut feed, Duration::from_secs(7)).await, "signed-out");
+    let mut rest = String::new();
+    let ended =
+        tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read_to_string(&mut feed, &mut rest));
+    assert!(ended.await.is_ok(), "the feed ends after signed-out");
 }
 
 #[tokio::test]
@@ -651,13 +658,16 @@ async fn a_person_drives_the_console_in_a_real_browser() {
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("console").join("browser.py");
     let (python, chromium) = (tokio::task::spawn_blocking(python).await.unwrap(), chromium());
+    // Screenshots of each page and of a failure; kept in RELAY_CONSOLE_ARTIFACTS when set.
     let artifacts = tempfile::tempdir().unwrap();
+    let kept = std::env::var_os("RELAY_CONSOLE_ARTIFACTS").map(PathBuf::from);
+    let shots = kept.clone().unwrap_or_else(|| artifacts.path().to_owned());
     let mut child = tokio::process::Command::new(python)
         .arg(&script)
         .args(["--url", &format!("http://{}", w.console), "--chromium"])
         .arg(&chromium)
         .arg("--artifacts")
-        .arg(artifacts.path())
+        .arg(&shots)
         .env("RELAY_HUMAN_TOKEN", &w.human)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -703,18 +713,18 @@ async fn a_person_drives_the_console_in_a_real_browser() {
     let status = if finished { Some(child.wait().await.unwrap()) } else { None };
     let _ = child.kill().await;
     let errors = errors.await.unwrap_or_default();
-    let shots: Vec<String> = std::fs::read_dir(artifacts.path())
+    let taken: Vec<String> = std::fs::read_dir(&shots)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().display().to_string()).collect())
         .unwrap_or_default();
     let passed = status.is_some_and(|s| s.success()) && said.last().is_some_and(|l| l.starts_with("passed"));
     if !passed {
         // Keep the screenshots for whoever reads the failure.
-        let kept = artifacts.keep();
+        let dir = kept.unwrap_or_else(|| artifacts.keep());
         panic!(
-            "the browser test failed ({}):\n--- stdout\n{}\n--- stderr\n{errors}\n--- screenshots in {} ({shots:?})",
+            "the browser test failed ({}):\n--- stdout\n{}\n--- stderr\n{errors}\n--- screenshots in {} ({taken:?})",
             if finished { "exited" } else { "timed out" },
             said.join("\n"),
-            kept.display()
+            dir.display()
         );
     }
 }

@@ -480,7 +480,8 @@ pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> String
         if m.private {
             out.push_str(r#" <span class="badge">private</span>"#);
         }
-        if !m.thread.is_empty() {
+        // A message that starts a thread names it by its own id: only a thread it joined is news.
+        if !m.thread.is_empty() && m.thread != m.id {
             let _ = write!(out, r#" <span class="thread">thread {}</span>"#, E(&m.thread));
         }
         let _ = write!(out, r#"</p><pre class="body">{}</pre><div class="actions">"#, E(&m.body));
@@ -543,7 +544,7 @@ pub fn contacts(rows: &[ContactRow], csrf: &str) -> String {
         }
         let _ = write!(
             out,
-            r#"<form method="post" action="/contacts/drop" class="inline">{csrf}<input type="hidden" name="account" value="{account}"><button type="submit">Drop</button></form></td></tr>"#
+            r#"<details id="drop-{account}"><summary>Drop</summary><form method="post" action="/contacts/drop">{csrf}<input type="hidden" name="account" value="{account}"><p class="hint">Reach ends at once; messages between the accounts that no agent has seen yet are withdrawn.</p><button type="submit">Drop {account}</button></form></details></td></tr>"#
         );
     }
     out.push_str("</tbody></table>");

@@ -28,9 +28,8 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 /// The largest form taken: a card's detail or a message body is at most 64 KiB.
 const MAX_FORM_BYTES: usize = 256 * 1024;
-/// How often a live page's feed says `tick` (for presence); every few ticks it checks the session.
+/// How often a live page's feed says `tick` (for presence) and checks its session still stands.
 const TICK: Duration = Duration::from_secs(5);
-const RECHECK_TICKS: u32 = 6;
 
 const SCRIPT: &str = include_str!("console.js");
 const STYLE: &str = include_str!("console.css");
@@ -70,6 +69,7 @@ pub(super) fn router(app: App, secure: bool, shutdown: CancellationToken) -> Rou
         .route("/events", get(events))
         .route("/static/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
         .route("/static/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(middleware::map_response(security_headers))
@@ -543,8 +543,8 @@ async fn contact_private(State(c): State<Console>, headers: HeaderMap, Form(f): 
 
 /// Server-sent events for a signed-in page: `ready` once open, then `account` when a card, hold or
 /// permission request of the account changed, `inbox` when the human's inbox did, and `tick`
-/// every few seconds; `signed-out` ends it when the session did. Woken by the same wake-ups as
-/// the agents' push streams.
+/// every few seconds; `signed-out` ends it when the session did (signed out, expired, or its human
+/// token revoked), noticed at the next tick. Woken by the same wake-ups as the agents' push streams.
 async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
     let (session, person) = match c.signed_in(&headers).await {
         Ok(signed_in) => signed_in,
@@ -556,8 +556,7 @@ async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
     };
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let feed =
-        Feed { app: c.app.clone(), session, watch, tick, ticks: 0, started: false, over: false, shutdown: c.shutdown };
+    let feed = Feed { app: c.app.clone(), session, watch, tick, started: false, over: false, shutdown: c.shutdown };
     let stream = futures_util::stream::unfold(feed, Feed::next);
     // A proxy must pass each event on as it comes.
     ([("x-accel-buffering", "no")], Sse::new(stream).keep_alive(KeepAlive::default())).into_response()
@@ -568,7 +567,6 @@ struct Feed {
     session: String,
     watch: Watch,
     tick: tokio::time::Interval,
-    ticks: u32,
     started: bool,
     over: bool,
     shutdown: CancellationToken,
@@ -601,11 +599,7 @@ impl Feed {
                 Woke::Inbox => "inbox",
                 Woke::Stop => return None,
                 Woke::Tick => {
-                    self.ticks += 1;
-                    let recheck = self.ticks.is_multiple_of(RECHECK_TICKS);
-                    if recheck
-                        && matches!(self.app.console_session(&self.session).await, Err(Error::Unauthenticated(_)))
-                    {
+                    if let Err(Error::Unauthenticated(_)) = self.app.console_session(&self.session).await {
                         self.over = true;
                         "signed-out"
                     } else {
