@@ -362,7 +362,7 @@ async fn next_event(feed: &mut BufReader<TcpStream>, limit: Duration) -> String 
 
 #[tokio::test]
 async fn the_event_feed_wakes_within_a_second_when_a_card_moves_or_mail_comes() {
-    let w = world(&[]).await;
+    let mut w = world(&[]).await;
     let cookie = sign_in(&w.console, &w.human).await;
     let mut feed = events(&w.console, &cookie).await;
     assert_eq!(next_event(&mut feed, Duration::from_secs(5)).await, "ready");
@@ -393,6 +393,16 @@ async fn the_event_feed_wakes_within_a_second_when_a_card_moves_or_mail_comes() 
     eve.rpc.post_job(request).await.unwrap();
     let woke = tokio::time::timeout(Duration::from_millis(500), next_event(&mut feed, Duration::from_secs(1))).await;
     assert!(woke.is_err(), "another account's card woke this console: {woke:?}");
+
+    // An open feed does not hold up the server's stop: it ends, and the server exits cleanly.
+    let stopping = Instant::now();
+    let status = w.server.stop().await;
+    assert!(status.success(), "{status:?}");
+    assert!(stopping.elapsed() < Duration::from_secs(8), "stopped after {:?}", stopping.elapsed());
+    let mut rest = String::new();
+    let ended =
+        tokio::time::timeout(Duration::from_secs(2), tokio::io::AsyncReadExt::read_to_string(&mut feed, &mut rest));
+    assert!(ended.await.is_ok(), "the feed ended with the server");
 }
 
 #[tokio::test]

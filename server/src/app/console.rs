@@ -62,14 +62,18 @@ impl App {
     /// The human's newest messages (read or not; reading them here marks nothing), its holds and
     /// the permission requests open in the account.
     pub async fn console_inbox(&self, person: &Human) -> Result<Inbox> {
+        // Each of these takes a pooled connection of its own and gives it back before the next:
+        // none is held while waiting for another.
         let me = self.me(person).await?;
+        let holds = self.holds(person, false).await?;
+        let approvals = self.approvals(person).await?;
         let db = self.store.client().await?;
         let messages = messages::recent(&db, me.endpoint_id, MESSAGES_SHOWN).await?;
         Ok(Inbox {
             messages: messages.into_iter().map(|(message, read)| Received { message, read }).collect(),
             unread: messages::unread_count(&db, me.endpoint_id).await?,
-            holds: self.holds(person, false).await?,
-            approvals: self.approvals(person).await?,
+            holds,
+            approvals,
         })
     }
 
