@@ -11,9 +11,10 @@ use relay_server::domain::limits::Quotas;
 use relay_server::domain::rate::Rate;
 use relay_server::domain::retention::Retention;
 use relay_server::protocol::connections;
+use relay_server::protocol::console::{self, ConsoleListen};
 use relay_server::protocol::layers::{self, RpcLimits};
 use relay_server::protocol::ops::{self, OpsListen};
-use relay_server::serve::{self, ListenOptions, Settings};
+use relay_server::serve::{self, ListenOptions, Settings, SideListeners};
 use relay_server::store::DbConfig;
 use tracing_subscriber::EnvFilter;
 
@@ -54,6 +55,10 @@ enum Command {
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (off by default).
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
         ops_listen: Option<OpsListen>,
+        /// Serve the web console on this address (off by default): HTTPS with --tls-cert and
+        /// --tls-key, plaintext only on loopback unless --insecure-plaintext.
+        #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
+        console_listen: Option<ConsoleListen>,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -78,6 +83,10 @@ enum Command {
         /// 127.0.0.1:7448, skipped with a warning when taken].
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
         ops_listen: Option<OpsListen>,
+        /// Serve the web console on this address [default: 127.0.0.1:7449, skipped with a warning
+        /// when taken].
+        #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
+        console_listen: Option<ConsoleListen>,
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
@@ -365,7 +374,7 @@ fn init_logging(format: LogFormat, default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, limits, rpc, retention, quotas, ops_listen } => {
+        Command::Serve { db, listen, limits, rpc, retention, quotas, ops_listen, console_listen } => {
             init_logging(cli.log_format, "info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
@@ -373,9 +382,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(OpsListen::At(addr)) => Some(ops::bind(addr).await?),
                 Some(OpsListen::Off) | None => None,
             };
+            let console = match console_listen {
+                Some(ConsoleListen::At(addr)) => {
+                    listen.check_console(addr)?;
+                    Some(console::bind(addr).await?)
+                }
+                Some(ConsoleListen::Off) | None => None,
+            };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
             let settings = Settings { rpc: rpc.into(), retention: retention.into(), quotas: quotas.into() };
-            serve::serve(store, &listen, settings, ops, serve::termination()).await
+            let side = SideListeners { ops, console };
+            serve::serve(store, &listen, settings, side, serve::termination()).await
         }
         Command::Migrate { db } => {
             init_logging(cli.log_format, "info");
@@ -383,7 +400,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             say(cli.log_format, "database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, limits, rpc, retention, quotas, ops_listen, data_dir } => {
+        Command::Dev { db, listen, limits, rpc, retention, quotas, ops_listen, console_listen, data_dir } => {
             init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
@@ -393,6 +410,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 max_unread: limits.max_unread,
                 settings: Settings { rpc: rpc.into(), retention: retention.into(), quotas: quotas.into() },
                 ops_listen,
+                console_listen,
             })
             .await
         }

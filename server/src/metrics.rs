@@ -71,6 +71,7 @@ pub enum Purged {
     messages,
     cards,
     peeks,
+    console_sessions,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

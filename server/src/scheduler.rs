@@ -66,11 +66,13 @@ async fn purge(app: &App) {
             m.purged(Purged::messages, purged.messages);
             m.purged(Purged::cards, purged.cards);
             m.purged(Purged::peeks, purged.peeks);
+            m.purged(Purged::console_sessions, purged.console_sessions);
             if purged.total() > 0 {
                 tracing::info!(
                     messages = purged.messages,
                     cards = purged.cards,
                     peeks = purged.peeks,
+                    console_sessions = purged.console_sessions,
                     "purged past retention"
                 );
             }

@@ -62,6 +62,14 @@ pub struct Settings {
     pub quotas: Quotas,
 }
 
+/// The listeners beside gRPC, bound before anything starts so that a taken port is reported first:
+/// the ops endpoints (see `protocol::ops`) and the web console (see `protocol::console`).
+#[derive(Default)]
+pub struct SideListeners {
+    pub ops: Option<TcpListener>,
+    pub console: Option<TcpListener>,
+}
+
 /// Where and how to listen.
 #[derive(Debug, Clone)]
 pub struct ListenOptions {
@@ -90,6 +98,12 @@ impl ListenOptions {
             }
             _ => bail!("--tls-cert and --tls-key go together: give both or neither"),
         }
+    }
+
+    /// Refuses a plaintext console where the gRPC listener would refuse plaintext.
+    pub fn check_console(&self, addr: SocketAddr) -> anyhow::Result<()> {
+        let tls = self.tls_cert.is_some() && self.tls_key.is_some();
+        crate::protocol::console::check(addr, tls, self.insecure_plaintext)
     }
 
     /// The URL a bridge on this machine uses to reach the server.
@@ -144,24 +158,28 @@ pub async fn serve(
     store: Store,
     options: &ListenOptions,
     settings: Settings,
-    ops: Option<TcpListener>,
+    side: SideListeners,
     shutdown_signal: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    serve_with(store, options, settings, ops, shutdown_signal, |_| {}).await
+    serve_with(store, options, settings, side, shutdown_signal, |_| {}).await
 }
 
 /// Serves with the given call limits, calling `ready` with the bound address once the port is taken,
 /// so that what it prints is true (the real port, even for port 0) and comes only when the server
-/// is up. `ops`, when bound, serves health, readiness and metrics (see `protocol::ops`).
+/// is up. `side.ops`, when bound, serves health, readiness and metrics (see `protocol::ops`);
+/// `side.console` the web console, over TLS when the server has a certificate.
 pub async fn serve_with(
     store: Store,
     options: &ListenOptions,
     settings: Settings,
-    ops: Option<TcpListener>,
+    side: SideListeners,
     shutdown_signal: impl Future<Output = ()>,
     ready: impl FnOnce(SocketAddr),
 ) -> anyhow::Result<()> {
     let tls = options.tls()?;
+    if let Some(console) = &side.console {
+        options.check_console(console.local_addr()?)?;
+    }
     let rpc = settings.rpc;
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
@@ -182,12 +200,16 @@ pub async fn serve_with(
         .build_v1()
         .context("cannot build the reflection service")?;
     let app = App::new(store, hub, shutdown.clone()).with_retention(settings.retention).with_quotas(settings.quotas);
-    let ops = ops.map(|listener| {
+    let ops = side.ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");
         }
         crate::protocol::ops::serve(listener, app.clone(), shutdown.clone())
     });
+    let console = side
+        .console
+        .map(|listener| crate::protocol::console::serve(listener, app.clone(), tls.clone(), shutdown.clone()))
+        .transpose()?;
     let scheduler = crate::scheduler::start(app.clone(), shutdown.clone());
     let human = HumanServer::new(HumanService::new(app.clone()));
     let worker = WorkerServer::new(WorkerService::new(app.clone()));
@@ -262,6 +284,9 @@ pub async fn serve_with(
     let _ = readiness.await;
     if let Some(ops) = ops {
         let _ = ops.await;
+    }
+    if let Some(console) = console {
+        let _ = console.await;
     }
     served.context("grpc server failed")?;
     tracing::info!("stopped");
@@ -346,6 +371,20 @@ mod tests {
         let mut half = options("127.0.0.1:1");
         half.tls_cert = Some("/nonexistent".into());
         assert!(half.tls().unwrap_err().to_string().contains("go together"));
+    }
+
+    #[test]
+    fn the_console_is_plaintext_only_where_grpc_may_be() {
+        let any = "0.0.0.0:7449".parse().unwrap();
+        assert!(options("127.0.0.1:7447").check_console("127.0.0.1:7449".parse().unwrap()).is_ok());
+        assert!(options("127.0.0.1:7447").check_console(any).is_err());
+        let mut tls = options("0.0.0.0:7447");
+        tls.tls_cert = Some("c.pem".into());
+        tls.tls_key = Some("k.pem".into());
+        assert!(tls.check_console(any).is_ok());
+        let mut proxied = options("0.0.0.0:7447");
+        proxied.insecure_plaintext = true;
+        assert!(proxied.check_console(any).is_ok());
     }
 
     #[test]

@@ -38,9 +38,14 @@ impl Server {
 
     /// Starts with TLS from the given PEM files; `url` is https and names the certificate's host.
     pub async fn start_tls(db: &TestDb, cert: &Path, key: &Path) -> Self {
+        Self::start_tls_with_env(db, cert, key, &[]).await
+    }
+
+    /// [`Server::start_tls`] with extra environment.
+    pub async fn start_tls_with_env(db: &TestDb, cert: &Path, key: &Path, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let tls = ["--tls-cert".as_ref(), cert.as_os_str(), "--tls-key".as_ref(), key.as_os_str()];
-        let server = Self::spawn_with(db, port, &tls, format!("https://localhost:{port}"), &[]);
+        let server = Self::spawn_with(db, port, &tls, format!("https://localhost:{port}"), env);
         let ca = tonic::transport::Certificate::from_pem(std::fs::read(cert).unwrap());
         wait_serving_with(&server.url, Some(ca)).await;
         server

@@ -90,8 +90,10 @@ async fn admin_finds_the_dev_servers_database_by_its_data_dir() {
         "{said}"
     );
 
+    let console = format!("127.0.0.1:{}", free_port());
     let dev = Command::new(bin("relay-server"))
         .args(["dev", "--listen", &format!("127.0.0.1:{port}"), "--data-dir", data])
+        .env("RELAY_CONSOLE_LISTEN", &console)
         .env_remove("DATABASE_URL")
         .env_remove("RELAY_DATA_DIR")
         .env("HOME", &dirs.home)
@@ -112,6 +114,10 @@ async fn admin_finds_the_dev_servers_database_by_its_data_dir() {
         "{printed}"
     );
     assert!(printed.contains(&format!("\n  agent-bridge login --server {url}\n")), "{printed}");
+    // And where its web console is.
+    assert!(printed.contains(&format!("\nconsole: http://{console}  (sign in with a human token: ")), "{printed}");
+    let sign_in = relay_tests::http::get(&console, "/sign-in").await;
+    assert!(sign_in.is_some_and(|(status, page)| status == 200 && page.contains("Sign in to Relay")));
 
     // No DATABASE_URL anywhere: the data dir is enough, as a flag or from RELAY_DATA_DIR.
     let created = relay_server(&["admin", "--data-dir", data, "account", "create", "globex"], &[]).await;

@@ -7,6 +7,7 @@ use deadpool_postgres::GenericClient;
 
 use super::{App, optional};
 use crate::domain::board::{self as rules, Cause, Cleanup, Column, Event, Job, Repo, hold_reason};
+use crate::domain::caller::Human;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
@@ -205,25 +206,63 @@ impl App {
 
     /// The operator accepts a card in Review (Done) or sends it back to To do with a note.
     pub async fn close_job(&self, caller: &Caller, id: &str, accept: bool, note: &str) -> Result<Job> {
+        self.close(caller, id, accept, note, &caller.address(), true).await
+    }
+
+    /// Closes a card in Review as `actor`, named `by` in the notices; only the operator endpoint
+    /// when `operator_only` (a person of the account may close its cards too).
+    async fn close(
+        &self,
+        actor: &Caller,
+        id: &str,
+        accept: bool,
+        note: &str,
+        by: &str,
+        operator_only: bool,
+    ) -> Result<Job> {
         let note = RedactedText::from_agent(note);
         let id = id.trim();
         let mut db = self.store.client().await?;
         let tx = db.transaction().await?;
-        is_operator(&tx, caller).await?;
-        rules::check_closable(board::lock_card(&tx, caller.account_id, id).await?)?;
-        let by = caller.address();
+        if operator_only {
+            is_operator(&tx, actor).await?;
+        }
+        rules::check_closable(board::lock_card(&tx, actor.account_id, id).await?)?;
         let event = if accept {
             board::set_done(&tx, id).await?;
-            Event::Done { by: &by }
+            Event::Done { by }
         } else {
             let note = rules::review_note(note.as_str())?;
-            board::send_back(&tx, id, &rules::review_note_detail(&by, note)).await?;
-            Event::SentBack { by: &by, note }
+            board::send_back(&tx, id, &rules::review_note_detail(by, note)).await?;
+            Event::SentBack { by, note }
         };
-        notify_board(&tx, caller.account_id, id, event, Some(caller.endpoint_id), self.store.max_unread()).await?;
-        let job = board::job(&tx, caller.account_id, id).await?;
+        notify_board(&tx, actor.account_id, id, event, Some(actor.endpoint_id), self.store.max_unread()).await?;
+        let job = board::job(&tx, actor.account_id, id).await?;
         tx.commit().await?;
+        tracing::info!(card = %job.id, by, state = %job.state, "card closed");
         Ok(job)
+    }
+
+    // ---- the account's person, from the web console: the agents' rules, as the human `me` ------
+
+    /// Posts a card as the account's human; `repo` names one of the account's repositories.
+    pub async fn person_post_job(&self, person: &Human, post: Post<'_>) -> Result<Job> {
+        let me = self.me(person).await?;
+        self.post_job(&me, post).await
+    }
+
+    /// Edits a card still in To do, as the account's human.
+    pub async fn person_edit_job(&self, person: &Human, id: &str, edit: Edit<'_>) -> Result<Job> {
+        let me = self.me(person).await?;
+        self.edit_job(&me, id, edit).await
+    }
+
+    /// The account's person accepts a card in Review or sends it back with a note, as the operator
+    /// would; the operator and the poster are told.
+    pub async fn person_close_job(&self, person: &Human, id: &str, accept: bool, note: &str) -> Result<Job> {
+        let me = self.me(person).await?;
+        let by = format!("{}/me ({})", person.account, person.name);
+        self.close(&me, id, accept, note, &by, false).await
     }
 
     /// The operator adds a repository of its own machine. Its path is agent text like any other: a

@@ -5,6 +5,7 @@
 
 pub mod approvals;
 pub mod board;
+pub mod console;
 pub mod identity;
 pub mod messaging;
 pub mod observe;

@@ -6,7 +6,7 @@ use std::future::Future;
 use super::App;
 use crate::domain::Result;
 use crate::domain::retention::{PURGE_BATCH, PURGE_BATCHES_PER_ROUND};
-use crate::store::retention;
+use crate::store::{console, retention};
 
 /// What one round purged.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -14,11 +14,13 @@ pub struct Purged {
     pub messages: u64,
     pub cards: u64,
     pub peeks: u64,
+    /// Console sessions expired, or of a revoked human token (kept for no retention).
+    pub console_sessions: u64,
 }
 
 impl Purged {
     pub fn total(&self) -> u64 {
-        self.messages + self.cards + self.peeks
+        self.messages + self.cards + self.peeks + self.console_sessions
     }
 }
 
@@ -46,6 +48,7 @@ impl App {
         let messages = drain(|| retention::purge_messages(&db, keep.messages.as_secs_f64(), PURGE_BATCH)).await?;
         let cards = drain(|| retention::purge_cards(&db, keep.cards.as_secs_f64(), PURGE_BATCH)).await?;
         let peeks = drain(|| retention::purge_peeks(&db, keep.audit.as_secs_f64(), PURGE_BATCH)).await?;
-        Ok(Purged { messages, cards, peeks })
+        let console_sessions = drain(|| console::purge_sessions(&db, PURGE_BATCH)).await?;
+        Ok(Purged { messages, cards, peeks, console_sessions })
     }
 }

@@ -99,7 +99,7 @@ impl App {
     }
 
     /// The human inbox `me`, as the sender and recipient a person's commands act for.
-    async fn me(&self, person: &Human) -> Result<Caller> {
+    pub(super) async fn me(&self, person: &Human) -> Result<Caller> {
         trust::human_caller(&self.store.client().await?, person.account_id).await
     }
 

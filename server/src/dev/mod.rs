@@ -10,8 +10,9 @@ use anyhow::Context;
 
 use crate::app::identity;
 use crate::domain::names;
+use crate::protocol::console::{self, ConsoleListen};
 use crate::protocol::ops::{self, OpsListen};
-use crate::serve::{self, ListenOptions};
+use crate::serve::{self, ListenOptions, SideListeners};
 use crate::store::{DbConfig, Store};
 use relay_proto::bridge_config::{self, BridgeConfig};
 
@@ -29,6 +30,8 @@ pub struct DevOptions {
     pub settings: serve::Settings,
     /// Where the ops endpoints listen; by default [`ops::DEV_OPS_LISTEN`] when it is free.
     pub ops_listen: Option<OpsListen>,
+    /// Where the web console listens; by default [`console::DEV_CONSOLE_LISTEN`] when it is free.
+    pub console_listen: Option<ConsoleListen>,
 }
 
 /// Root keeps its data where the postgres user can reach it; anyone else under their data dir.
@@ -74,6 +77,25 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         },
     };
     let ops_addr = ops.as_ref().and_then(|l| l.local_addr().ok());
+    let console = match options.console_listen {
+        Some(ConsoleListen::At(addr)) => {
+            options.listen.check_console(addr)?;
+            Some(console::bind(addr).await?)
+        }
+        Some(ConsoleListen::Off) => None,
+        // Like the ops port: a second dev server on the machine goes without.
+        None => match console::bind(console::DEV_CONSOLE_LISTEN).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "web console off (set RELAY_CONSOLE_LISTEN to place it)");
+                None
+            }
+        },
+    };
+    let console_url = console
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|addr| console::url(addr, options.listen.tls_cert.is_some()));
     let mut cluster = None;
     let mut data_dir = None;
     let db = match &options.database_url {
@@ -106,8 +128,10 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         let store = serve::open_store(db).await?.with_max_unread(options.max_unread);
         let config_path = provision(&store, &options.listen).await?;
         let listen = &options.listen;
-        serve::serve_with(store, listen, options.settings, ops, serve::termination(), |bound| {
-            eprint!("{}", announcement(listen, bound, ops_addr, &config_path, data_dir.as_deref()));
+        let side = SideListeners { ops, console };
+        serve::serve_with(store, listen, options.settings, side, serve::termination(), |bound| {
+            let at = Listening { bound, ops: ops_addr, console: console_url.as_deref() };
+            eprint!("{}", announcement(listen, &at, &config_path, data_dir.as_deref()));
         })
         .await
     }
@@ -119,15 +143,17 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     outcome
 }
 
-/// What `dev` prints once it serves: where, and the two commands that add another machine. The
-/// token goes from the first to the second through stdin, never through a command line.
-fn announcement(
-    listen: &ListenOptions,
+/// Where a dev server serves: gRPC, and the ops endpoints and console when they are on.
+struct Listening<'a> {
     bound: SocketAddr,
     ops: Option<SocketAddr>,
-    config: &Path,
-    data_dir: Option<&Path>,
-) -> String {
+    console: Option<&'a str>,
+}
+
+/// What `dev` prints once it serves: where, and the two commands that add another machine. The
+/// token goes from the first to the second through stdin, never through a command line.
+fn announcement(listen: &ListenOptions, at: &Listening<'_>, config: &Path, data_dir: Option<&Path>) -> String {
+    let Listening { bound, ops, console } = *at;
     let mut text = format!(
         "relay dev server: {}  (account {DEV_ACCOUNT}; bridge config {})\n",
         listen.local_url_of(bound),
@@ -135,6 +161,12 @@ fn announcement(
     );
     if let Some(ops) = ops {
         text.push_str(&format!("ops: {}  (/healthz, /readyz, /metrics)\n", ops::url(ops)));
+    }
+    if let Some(console) = console {
+        text.push_str(&format!(
+            "console: {console}  (sign in with a human token: relay-server admin{} human add {DEV_ACCOUNT})\n",
+            data_dir.map(|d| format!(" --data-dir {}", shell_word(d))).unwrap_or_default()
+        ));
     }
     let admin = match data_dir {
         Some(dir) => format!("relay-server admin --data-dir {} machine add {DEV_ACCOUNT}/OTHER", shell_word(dir)),
@@ -223,13 +255,12 @@ mod tests {
     #[test]
     fn the_announcement_says_how_another_machine_joins() {
         let opts = listen("127.0.0.1:0");
-        let text = announcement(
-            &opts,
-            "127.0.0.1:7447".parse().unwrap(),
-            Some("127.0.0.1:7448".parse().unwrap()),
-            Path::new("/h/bridge.toml"),
-            Some(Path::new("/var/lib/agent relay")),
-        );
+        let at = Listening {
+            bound: "127.0.0.1:7447".parse().unwrap(),
+            ops: Some("127.0.0.1:7448".parse().unwrap()),
+            console: Some("http://127.0.0.1:7449"),
+        };
+        let text = announcement(&opts, &at, Path::new("/h/bridge.toml"), Some(Path::new("/var/lib/agent relay")));
         assert!(text.starts_with("relay dev server: http://127.0.0.1:7447  (account local;"), "{text}");
         assert!(
             text.contains("\n  relay-server admin --data-dir '/var/lib/agent relay' machine add local/OTHER\n"),
@@ -238,9 +269,14 @@ mod tests {
         assert!(text.contains("\n  agent-bridge login --server http://127.0.0.1:7447\n"), "{text}");
         assert!(text.contains("loopback only"), "{text}");
         assert!(text.contains("\nops: http://127.0.0.1:7448  (/healthz, /readyz, /metrics)\n"), "{text}");
-        let everywhere =
-            announcement(&opts, "0.0.0.0:7447".parse().unwrap(), None, Path::new("/b"), Some(Path::new("/d")));
+        assert!(
+            text.contains("\nconsole: http://127.0.0.1:7449  (sign in with a human token: relay-server admin --data-dir '/var/lib/agent relay' human add local)\n"),
+            "{text}"
+        );
+        let at = Listening { bound: "0.0.0.0:7447".parse().unwrap(), ops: None, console: None };
+        let everywhere = announcement(&opts, &at, Path::new("/b"), Some(Path::new("/d")));
         assert!(!everywhere.contains("loopback only") && !everywhere.contains("login --server http://0.0.0.0"));
         assert!(!everywhere.contains("ops:"), "no ops line when the ops port is off: {everywhere}");
+        assert!(!everywhere.contains("console:"), "no console line when the console is off: {everywhere}");
     }
 }

@@ -58,6 +58,8 @@ pub enum TokenKind {
     SpawnGrant,
     /// One attempt at a board card: its agent finishes the card with it.
     JobToken,
+    /// A person's signed-in web console, held in a cookie.
+    Console,
 }
 
 impl TokenKind {
@@ -75,6 +77,7 @@ impl TokenKind {
             Self::Human => "rlh_",
             Self::SpawnGrant => "rlg_",
             Self::JobToken => "rlj_",
+            Self::Console => "rlc_",
         }
     }
 }
@@ -104,6 +107,7 @@ pub fn check_token(kind: TokenKind, token: &str) -> Result<()> {
             TokenKind::Human => "human token",
             TokenKind::SpawnGrant => "spawn grant",
             TokenKind::JobToken => "job token",
+            TokenKind::Console => "console session",
         };
         Err(Error::Unauthenticated(format!("malformed {what}")))
     }

@@ -4,6 +4,7 @@
 pub mod address;
 pub mod board;
 pub mod caller;
+pub mod console;
 pub mod delivery;
 pub mod endpoint;
 pub mod error;

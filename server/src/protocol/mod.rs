@@ -1,8 +1,10 @@
 //! The gRPC surface: one layer authenticates every call (`auth`), thin handlers validate and call the
-//! application. Beside it, the plaintext ops port (`ops`) for probes and metrics.
+//! application. Beside it, the plaintext ops port (`ops`) for probes and metrics, and the web
+//! console (`console`) a person signs in to.
 
 pub mod auth;
 pub mod connections;
+pub mod console;
 pub mod convert;
 pub mod human;
 pub mod layers;

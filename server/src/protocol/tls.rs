@@ -98,14 +98,19 @@ impl ReloadingCert {
         });
     }
 
-    /// The TLS acceptor serving the current certificate, speaking HTTP/2.
+    /// The TLS acceptor serving the current certificate, speaking HTTP/2 (gRPC).
     pub fn acceptor(self: &Arc<Self>) -> Result<TlsAcceptor> {
+        self.acceptor_for(b"h2")
+    }
+
+    /// The TLS acceptor serving the current certificate for the protocol `alpn` (`h2`, `http/1.1`).
+    pub fn acceptor_for(self: &Arc<Self>, alpn: &[u8]) -> Result<TlsAcceptor> {
         let mut config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Internal(format!("tls setup failed: {e}")))?
             .with_no_client_auth()
             .with_cert_resolver(self.clone());
-        config.alpn_protocols = vec![b"h2".to_vec()];
+        config.alpn_protocols = vec![alpn.to_vec()];
         Ok(TlsAcceptor::from(Arc::new(config)))
     }
 }

@@ -1,23 +1,63 @@
-//! Local wake-ups per recipient endpoint.
+//! Local wake-ups per recipient endpoint, and per account for the people watching it.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::domain::ids::EndpointId;
+use crate::domain::ids::{AccountId, EndpointId};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Wakes the streams and long polls waiting on an endpoint's inbox in this process.
+/// Wakes the streams and long polls waiting on an endpoint's inbox in this process, and the web
+/// consoles waiting on an account's board, holds and permission requests.
 ///
-/// Each endpoint with waiters has a watch channel whose value is a change counter: a waiter that
+/// Each key with waiters has a watch channel whose value is a change counter: a waiter that
 /// subscribed before reading the database cannot miss a change made after its read.
 #[derive(Clone, Default)]
 pub struct Hub {
-    inner: Arc<Mutex<HashMap<EndpointId, watch::Sender<u64>>>>,
+    inner: Arc<Wakes<EndpointId>>,
+    accounts: Arc<Wakes<AccountId>>,
     /// The push stream each endpoint holds in this process: a newer one ends the older at once.
     streams: Arc<Mutex<HashMap<EndpointId, StreamEntry>>>,
     next_stream: Arc<AtomicU64>,
+}
+
+/// What can be waited on: an endpoint's inbox, or an account.
+pub trait Key: Copy + Eq + Hash + Send + Sync + 'static {}
+impl Key for EndpointId {}
+impl Key for AccountId {}
+
+/// The change counters of the keys that have waiters.
+struct Wakes<K> {
+    map: Mutex<HashMap<K, watch::Sender<u64>>>,
+}
+
+impl<K> Default for Wakes<K> {
+    fn default() -> Self {
+        Self { map: Mutex::default() }
+    }
+}
+
+impl<K: Key> Wakes<K> {
+    fn waiter(self: &Arc<Self>, key: K) -> Waiter<K> {
+        let mut map = self.map.lock().expect("hub lock poisoned");
+        let tx = map.entry(key).or_insert_with(|| watch::channel(0).0);
+        let rx = tx.subscribe();
+        Waiter { wakes: self.clone(), key, rx }
+    }
+
+    fn wake(&self, key: K) {
+        if let Some(tx) = self.map.lock().expect("hub lock poisoned").get(&key) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    fn wake_all(&self) {
+        for tx in self.map.lock().expect("hub lock poisoned").values() {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
 }
 
 struct StreamEntry {
@@ -58,19 +98,21 @@ impl Drop for StreamClaim {
     }
 }
 
-/// A waiter's handle; dropping the last one for an endpoint forgets the endpoint.
-pub struct Waiter {
-    hub: Hub,
-    endpoint: EndpointId,
+/// A waiter's handle; dropping the last one for a key forgets the key.
+pub struct Waiter<K: Key = EndpointId> {
+    wakes: Arc<Wakes<K>>,
+    key: K,
     rx: watch::Receiver<u64>,
 }
 
 impl Hub {
     pub fn waiter(&self, endpoint: EndpointId) -> Waiter {
-        let mut map = self.inner.lock().expect("hub lock poisoned");
-        let tx = map.entry(endpoint).or_insert_with(|| watch::channel(0).0);
-        let rx = tx.subscribe();
-        Waiter { hub: self.clone(), endpoint, rx }
+        self.inner.waiter(endpoint)
+    }
+
+    /// Waits on what an account's people see: its board, holds and permission requests.
+    pub fn account_waiter(&self, account: AccountId) -> Waiter<AccountId> {
+        self.accounts.waiter(account)
     }
 
     /// Makes a new stream the endpoint's one in this process, ending the one it had. (A stream on
@@ -103,25 +145,27 @@ impl Hub {
 
     /// Something changed in this endpoint's inbox.
     pub fn wake(&self, endpoint: EndpointId) {
-        if let Some(tx) = self.inner.lock().expect("hub lock poisoned").get(&endpoint) {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
+        self.inner.wake(endpoint);
+    }
+
+    /// Something an account's people see changed.
+    pub fn wake_account(&self, account: AccountId) {
+        self.accounts.wake(account);
     }
 
     /// Wakes every waiter, after notifications may have been missed.
     pub fn wake_all(&self) {
-        for tx in self.inner.lock().expect("hub lock poisoned").values() {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
+        self.inner.wake_all();
+        self.accounts.wake_all();
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.inner.lock().unwrap().len()
+        self.inner.map.lock().unwrap().len()
     }
 }
 
-impl Waiter {
+impl<K: Key> Waiter<K> {
     /// Resolves at the next wake-up after the last one seen.
     pub async fn changed(&mut self) {
         // The sender lives in the hub as long as this waiter does, so this cannot fail.
@@ -129,12 +173,12 @@ impl Waiter {
     }
 }
 
-impl Drop for Waiter {
+impl<K: Key> Drop for Waiter<K> {
     fn drop(&mut self) {
-        let mut map = self.hub.inner.lock().expect("hub lock poisoned");
+        let mut map = self.wakes.map.lock().expect("hub lock poisoned");
         // This waiter's receiver still counts until the drop completes.
-        if map.get(&self.endpoint).is_some_and(|tx| tx.receiver_count() <= 1) {
-            map.remove(&self.endpoint);
+        if map.get(&self.key).is_some_and(|tx| tx.receiver_count() <= 1) {
+            map.remove(&self.key);
         }
     }
 }
@@ -194,6 +238,23 @@ mod tests {
         hub.all_changed();
         tokio::time::timeout(Duration::from_secs(1), one.changed()).await.unwrap();
         tokio::time::timeout(Duration::from_secs(1), two.changed()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_account_wake_reaches_its_consoles_and_wake_all_reaches_them_too() {
+        let hub = Hub::default();
+        let mut acme = hub.account_waiter(AccountId(1));
+        let mut globex = hub.account_waiter(AccountId(2));
+        let mut inbox = hub.waiter(EndpointId(1));
+        hub.wake_account(AccountId(1));
+        tokio::time::timeout(Duration::from_secs(1), acme.changed()).await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(50), globex.changed()).await.is_err());
+        assert!(tokio::time::timeout(Duration::from_millis(50), inbox.changed()).await.is_err());
+        hub.wake_all();
+        tokio::time::timeout(Duration::from_secs(1), globex.changed()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(1), inbox.changed()).await.unwrap();
+        drop((acme, globex));
+        assert!(hub.accounts.map.lock().unwrap().is_empty());
     }
 
     #[test]

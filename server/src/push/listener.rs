@@ -10,7 +10,9 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
+use crate::domain::ids::AccountId;
 use crate::domain::{Error, Result};
+use crate::store::console::ACCOUNT_CHANNEL;
 use crate::store::identity::{CONTROL_CHANNEL, Control};
 use crate::store::messages::{DELIVERY_CHANNEL, DeliveryNotice};
 use crate::store::{DbConfig, DbTls, Store};
@@ -121,11 +123,20 @@ where
         }
         Ok(())
     });
-    client.batch_execute(&format!("listen {DELIVERY_CHANNEL}; listen {CONTROL_CHANNEL}")).await?;
+    client
+        .batch_execute(&format!("listen {DELIVERY_CHANNEL}; listen {CONTROL_CHANNEL}; listen {ACCOUNT_CHANNEL}"))
+        .await?;
     Ok((client, driver))
 }
 
 fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
+    if channel == ACCOUNT_CHANNEL {
+        match payload.parse() {
+            Ok(account) => hub.wake_account(AccountId(account)),
+            Err(_) => tracing::warn!(payload, "malformed account notification"),
+        }
+        return;
+    }
     if channel == CONTROL_CHANNEL {
         match Control::parse(payload) {
             Some(Control::Endpoint(id)) => {

@@ -201,6 +201,28 @@ pub(crate) async fn list(
     c.query(&sql, &[&account_id, &state_db, &repo_id]).await?.iter().map(job_from_row).collect()
 }
 
+/// The account's newest `limit` cards in Done, newest first.
+pub(crate) async fn recently_done(c: &impl GenericClient, account_id: AccountId, limit: i64) -> Result<Vec<JobView>> {
+    let sql = format!(
+        "select {} from {JOB_JOINS} where j.account_id = $1 and j.state = '{DONE}'
+         order by j.closed_at desc nulls last, j.posted_at desc limit $2",
+        job_columns()
+    );
+    c.query(&sql, &[&account_id, &limit]).await?.iter().map(job_from_row).collect()
+}
+
+/// The account's repositories, by name and machine.
+pub(crate) async fn repos(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<RepoView>> {
+    let rows = c
+        .query(
+            "select r.name, r.path, m.name from repos r join machines m on m.id = r.machine_id
+             where r.account_id = $1 and m.revoked_at is null order by r.name, m.name",
+            &[&account_id],
+        )
+        .await?;
+    rows.iter().map(|r| Ok(RepoView { name: r.col(0)?, path: r.col(1)?, machine: r.col(2)? })).collect()
+}
+
 /// How many of the account's cards (of one repository, or all) are Done.
 pub(crate) async fn archived(c: &impl GenericClient, account_id: AccountId, repo_id: Option<i64>) -> Result<u32> {
     let count: i64 = c

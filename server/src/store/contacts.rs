@@ -126,6 +126,19 @@ pub(crate) async fn list_contacts(c: &impl GenericClient, account_id: AccountId)
     rows.iter().map(|r| Ok(ContactView { account: r.col(0)?, state: r.col(1)?, withdrawn: 0 })).collect()
 }
 
+/// Names of the account's contacts across which private data may go.
+pub(crate) async fn private_ok(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<String>> {
+    let rows = c
+        .query(
+            "select a.name from contacts c
+             join accounts a on a.id = case when c.account_a = $1 then c.account_b else c.account_a end
+             where (c.account_a = $1 or c.account_b = $1) and c.private_ok",
+            &[&account_id],
+        )
+        .await?;
+    rows.iter().map(|r| r.col(0)).collect()
+}
+
 /// Locks, in id order, the inboxes that hold deliveries between the two accounts no agent has
 /// seen yet.
 pub(crate) async fn lock_inboxes_between(c: &impl GenericClient, a: AccountId, b: AccountId) -> Result<()> {

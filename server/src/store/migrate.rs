@@ -119,6 +119,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "card_agent_sessions",
         sql: include_str!("../../migrations/0020_card_agent_sessions.sql"),
     },
+    Migration { version: 21, name: "console", sql: include_str!("../../migrations/0021_console.sql") },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod board;
+pub mod console;
 pub mod contacts;
 mod error;
 pub mod identity;

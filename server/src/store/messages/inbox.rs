@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use deadpool_postgres::GenericClient;
 
-use super::{MESSAGE_COLUMNS, READ, message_from_row};
+use super::{MESSAGE_COLUMNS, READ, WITHDRAWN, message_from_row};
 use crate::domain::Result;
 use crate::domain::delivery::State;
 use crate::domain::ids::EndpointId;
@@ -35,6 +35,19 @@ pub(crate) async fn unread_after(
 ) -> Result<Vec<Message>> {
     let stmt = c.prepare_cached(&UNREAD_AFTER).await?;
     c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(message_from_row).collect()
+}
+
+/// The newest `limit` messages delivered to `inbox` (withdrawn ones left out), newest first, each
+/// with whether it was read. Locks nothing.
+pub(crate) async fn recent(c: &impl GenericClient, inbox: EndpointId, limit: i64) -> Result<Vec<(Message, bool)>> {
+    let sql = format!(
+        "select {MESSAGE_COLUMNS}, d.state >= {READ} as read from \
+         (select * from deliveries where recipient_id = $1 and state <> {WITHDRAWN} order by seq desc limit $2) d {} \
+         order by d.seq desc",
+        message_joins!()
+    );
+    let stmt = c.prepare_cached(&sql).await?;
+    c.query(&stmt, &[&inbox, &limit]).await?.iter().map(|row| Ok((message_from_row(row)?, row.col("read")?))).collect()
 }
 
 /// How many messages `inbox` holds unread: its counter, kept by the deliveries' triggers.

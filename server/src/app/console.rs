@@ -1,0 +1,124 @@
+//! The web console: a person's sessions, signed in with the account's human token and kept in the
+//! database so that any replica serves them, and the views its pages show. What a person does
+//! from it are the operations of `trust`, `approvals` and `board`, as the human `me`.
+
+use super::App;
+use crate::domain::address::HUMAN;
+use crate::domain::caller::Human;
+use crate::domain::console::{self as rules, Agents, Board, ContactRow, DONE_SHOWN, Inbox, MESSAGES_SHOWN, Received};
+use crate::domain::delivery::{self, State};
+use crate::domain::ids::{self, AccountId, TokenKind};
+use crate::domain::{Error, Result};
+use crate::push::hub::Waiter;
+use crate::store::{board, console, contacts, identity, messages};
+
+/// What a console's live page waits on: the account (cards, holds, permission requests) and the
+/// human's inbox.
+pub struct Watch {
+    pub account: Waiter<AccountId>,
+    pub inbox: Waiter,
+}
+
+impl App {
+    /// Signs a person in with the account's human token, checked as the Human service checks it:
+    /// a new session's token (for the cookie, shown only now) and the person.
+    pub async fn console_sign_in(&self, human_token: &str) -> Result<(String, Human)> {
+        let person = self.person(human_token.trim()).await?;
+        let session = ids::new_token(TokenKind::Console);
+        let db = self.store.client().await?;
+        let ttl = rules::SESSION_TTL.as_secs_f64();
+        if !console::insert_session(&db, &ids::token_hash(&session), &person, ttl).await? {
+            return Err(Error::Unauthenticated("this human token was revoked".into()));
+        }
+        tracing::info!(account = %person.account, human = %person.name, "console signed in");
+        Ok((session, person))
+    }
+
+    /// The person a console session belongs to, while it lasts and its human token stands.
+    pub async fn console_session(&self, session: &str) -> Result<Human> {
+        ids::check_token(TokenKind::Console, session)?;
+        let db = self.store.client().await?;
+        console::session_person(&db, &ids::token_hash(session))
+            .await?
+            .ok_or_else(|| Error::Unauthenticated("the console session ended: sign in again".into()))
+    }
+
+    pub async fn console_sign_out(&self, session: &str) -> Result<()> {
+        ids::check_token(TokenKind::Console, session)?;
+        console::delete_session(&self.store.client().await?, &ids::token_hash(session)).await
+    }
+
+    /// The account's board: open cards, the newest done ones, and its repositories.
+    pub async fn console_board(&self, person: &Human) -> Result<Board> {
+        let db = self.store.client().await?;
+        Ok(Board {
+            open: board::list(&db, person.account_id, None, None).await?,
+            done: board::recently_done(&db, person.account_id, DONE_SHOWN).await?,
+            archived: board::archived(&db, person.account_id, None).await?,
+            repos: board::repos(&db, person.account_id).await?,
+        })
+    }
+
+    /// The human's newest messages (read or not; reading them here marks nothing), its holds and
+    /// the permission requests open in the account.
+    pub async fn console_inbox(&self, person: &Human) -> Result<Inbox> {
+        // Each of these takes a pooled connection of its own and gives it back before the next:
+        // none is held while waiting for another.
+        let me = self.me(person).await?;
+        let holds = self.holds(person, false).await?;
+        let approvals = self.approvals(person).await?;
+        let db = self.store.client().await?;
+        let messages = messages::recent(&db, me.endpoint_id, MESSAGES_SHOWN).await?;
+        Ok(Inbox {
+            messages: messages.into_iter().map(|(message, read)| Received { message, read }).collect(),
+            unread: messages::unread_count(&db, me.endpoint_id).await?,
+            holds,
+            approvals,
+        })
+    }
+
+    /// Marks messages of the human's inbox read, by their sequence numbers.
+    pub async fn console_mark_read(&self, person: &Human, seqs: &[u64]) -> Result<u64> {
+        if seqs.is_empty() {
+            return Err(Error::invalid("no message to mark read"));
+        }
+        let me = self.me(person).await?;
+        let seqs = delivery::seqs_to_db(seqs)?;
+        let db = self.store.client().await?;
+        let (moved, _) = messages::advance(&db, me.endpoint_id, &seqs, State::Read).await?;
+        Ok(moved)
+    }
+
+    /// The account's agents, online or not, and its contacts' online agents.
+    pub async fn console_agents(&self, person: &Human) -> Result<Agents> {
+        let db = self.store.client().await?;
+        let mut own = identity::endpoints_of(&db, &[person.account_id], true).await?;
+        own.retain(|e| e.machine != HUMAN && !e.ended);
+        own.sort_by(|a, b| b.online.cmp(&a.online).then_with(|| a.address.cmp(&b.address)));
+        let contacts = identity::contact_accounts(&db, person.account_id).await?;
+        let contacts =
+            if contacts.is_empty() { Vec::new() } else { identity::endpoints_of(&db, &contacts, false).await? };
+        Ok(Agents { own, contacts: contacts.into_iter().filter(|e| e.machine != HUMAN).collect() })
+    }
+
+    /// The account's contacts and requests, with their private-data setting.
+    pub async fn console_contacts(&self, person: &Human) -> Result<Vec<ContactRow>> {
+        let db = self.store.client().await?;
+        let private = contacts::private_ok(&db, person.account_id).await?;
+        let listed = contacts::list_contacts(&db, person.account_id).await?;
+        Ok(listed
+            .into_iter()
+            .map(|contact| ContactRow {
+                private_data: contact.state == "contact" && private.contains(&contact.account),
+                contact,
+            })
+            .collect())
+    }
+
+    /// Wake-ups for a live page, taken before it reads what it shows so that no change is missed.
+    pub async fn console_watch(&self, person: &Human) -> Result<Watch> {
+        let account = self.hub.account_waiter(person.account_id);
+        let me = self.me(person).await?;
+        Ok(Watch { account, inbox: self.hub.waiter(me.endpoint_id) })
+    }
+}

@@ -1,0 +1,222 @@
+//! The web console: the pages a person uses to see and drive the account — the board, its agents,
+//! the human's inbox (holds and permission requests with it) and contacts — served over HTTP/1.1
+//! on a listener of its own, with TLS when the server has a certificate (the same certificate,
+//! reloaded with it).
+//!
+//! A person signs in with the account's human token, checked as the Human gRPC service checks it;
+//! the console then keeps a session in the database (see `app::console`) named by an HttpOnly,
+//! SameSite=Strict cookie, Secure under TLS. Every form carries the session's CSRF token and every
+//! POST must come from the console's own origin. Pages are rendered on the server with every value
+//! escaped; the one script is a file (the Content-Security-Policy allows no inline script), and it
+//! only fetches a page's live part again when `/events` says something changed.
+
+mod html;
+mod pages;
+mod routes;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+
+use super::tls::ReloadingCert;
+use crate::app::App;
+
+pub use html::escape;
+
+/// Where `dev` serves the console unless told otherwise.
+pub const DEV_CONSOLE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7449);
+
+/// How long open pages and their event feeds get to finish once the server stops.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// How long a new connection has to finish its TLS handshake.
+const HANDSHAKE_TIME: Duration = Duration::from_secs(10);
+/// TLS handshakes under way at once; more connections wait to start theirs.
+const HANDSHAKES: usize = 64;
+
+/// Where the console listens: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsoleListen {
+    Off,
+    At(SocketAddr),
+}
+
+impl std::str::FromStr for ConsoleListen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "off" | "" => Ok(Self::Off),
+            addr => addr
+                .parse()
+                .map(Self::At)
+                .map_err(|_| format!("{addr:?} is not an address like 127.0.0.1:7449 (or off)")),
+        }
+    }
+}
+
+/// Refuses a plaintext console on an address other machines reach, as the gRPC listener does:
+/// the human token and the session cookie would cross the network in the clear.
+pub fn check(addr: SocketAddr, tls: bool, insecure_plaintext: bool) -> anyhow::Result<()> {
+    if !tls && !addr.ip().is_loopback() && !insecure_plaintext {
+        bail!(
+            "refusing a plaintext console on non-loopback address {addr}: give --tls-cert and --tls-key, or --insecure-plaintext behind a TLS-terminating proxy"
+        );
+    }
+    Ok(())
+}
+
+/// Binds the console's port. Apart from serving, so that a taken port is reported before anything
+/// starts.
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.with_context(|| format!("cannot listen for the console on {addr}"))
+}
+
+/// The URL of the console bound at `addr`, for the line a person reads.
+pub fn url(addr: SocketAddr, tls: bool) -> String {
+    let scheme = if tls { "https" } else { "http" };
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() => "127.0.0.1".to_owned(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    format!("{scheme}://{host}:{}", addr.port())
+}
+
+/// Serves the console on `listener` until `shutdown`, over TLS with `tls` when given.
+pub fn serve(
+    listener: TcpListener,
+    app: App,
+    tls: Option<Arc<ReloadingCert>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<JoinHandle<()>> {
+    let acceptor = tls.as_ref().map(|cert| cert.acceptor_for(b"http/1.1")).transpose()?;
+    let router = routes::router(app, acceptor.is_some(), shutdown.clone());
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(addr = %addr, tls = acceptor.is_some(), "serving the web console");
+    }
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let stopped = stop.clone().cancelled_owned();
+        let served = match acceptor {
+            None => axum::serve(listener, router).with_graceful_shutdown(stopped).await,
+            Some(acceptor) => {
+                let listener = TlsListener::start(listener, acceptor, stop);
+                axum::serve(listener, router).with_graceful_shutdown(stopped).await
+            }
+        };
+        if let Err(e) = served {
+            tracing::error!(error = %e, "the web console stopped");
+        }
+    });
+    Ok(drain(task, shutdown))
+}
+
+/// The serving task, given [`DRAIN_LIMIT`] after shutdown before it is ended: a browser holding a
+/// connection open must not hold the server's stop.
+fn drain(task: JoinHandle<()>, shutdown: CancellationToken) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let abort = task.abort_handle();
+        tokio::select! {
+            _ = task => {}
+            () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_LIMIT).await } => abort.abort(),
+        }
+    })
+}
+
+/// Connections whose TLS handshake finished, handed to axum one at a time. Handshakes run in
+/// tasks of their own, so one slow client holds up nobody else.
+struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    fn start(listener: TcpListener, acceptor: TlsAcceptor, shutdown: CancellationToken) -> Self {
+        let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let (tx, ready) = mpsc::channel(HANDSHAKES);
+        let handshakes = Arc::new(Semaphore::new(HANDSHAKES));
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    () = shutdown.cancelled() => return,
+                };
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "console: cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    match tokio::time::timeout(HANDSHAKE_TIME, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "console: tls handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "console: tls handshake too slow"),
+                    }
+                });
+            }
+        });
+        Self { ready, local }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(conn) => conn,
+            // The accepting stopped (shutdown): wait for the graceful stop to end the server.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn console_addresses_parse_or_are_refused_with_the_expected_shape() {
+        assert_eq!("off".parse::<ConsoleListen>(), Ok(ConsoleListen::Off));
+        assert_eq!("0.0.0.0:9".parse::<ConsoleListen>(), Ok(ConsoleListen::At("0.0.0.0:9".parse().unwrap())));
+        assert!("localhost".parse::<ConsoleListen>().unwrap_err().contains("127.0.0.1:7449"));
+    }
+
+    #[test]
+    fn plaintext_only_on_loopback_unless_asked() {
+        let any: SocketAddr = "0.0.0.0:7449".parse().unwrap();
+        assert!(check("127.0.0.1:7449".parse().unwrap(), false, false).is_ok());
+        assert!(check("[::1]:7449".parse().unwrap(), false, false).is_ok());
+        let refused = check(any, false, false).unwrap_err().to_string();
+        assert!(refused.contains("refusing a plaintext console"), "{refused}");
+        assert!(check(any, true, false).is_ok() && check(any, false, true).is_ok());
+    }
+
+    #[test]
+    fn urls_name_a_reachable_host_and_the_scheme() {
+        assert_eq!(url("127.0.0.1:7449".parse().unwrap(), false), "http://127.0.0.1:7449");
+        assert_eq!(url("0.0.0.0:7449".parse().unwrap(), true), "https://127.0.0.1:7449");
+        assert_eq!(url("[::1]:7449".parse().unwrap(), false), "http://[::1]:7449");
+    }
+}

@@ -1,0 +1,614 @@
+//! The console's handlers, thin like the gRPC ones: find the person behind the session, check the
+//! form came from the console's own page, call the application, render or redirect.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Form, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use super::pages::{self, Notice, Page};
+use crate::app::App;
+use crate::app::board::{Edit, Post};
+use crate::app::console::Watch;
+use crate::domain::caller::Human;
+use crate::domain::console::{SESSION_TTL, csrf_matches, csrf_token};
+use crate::domain::ids::new_message_id;
+use crate::domain::{Error, Result};
+
+/// No inline script or style, nothing from elsewhere, never in a frame.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+                   form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+/// The largest form taken: a card's detail or a message body is at most 64 KiB.
+const MAX_FORM_BYTES: usize = 256 * 1024;
+/// How often a live page's feed says `tick` (for presence) and checks its session still stands.
+const TICK: Duration = Duration::from_secs(5);
+
+const SCRIPT: &str = include_str!("console.js");
+const STYLE: &str = include_str!("console.css");
+
+#[derive(Clone)]
+struct Console {
+    app: App,
+    /// Served over TLS: cookies are Secure and named `__Host-…`.
+    secure: bool,
+    shutdown: CancellationToken,
+}
+
+pub(super) fn router(app: App, secure: bool, shutdown: CancellationToken) -> Router {
+    Router::new()
+        .route("/", get(|| async { see_other("/board") }))
+        .route("/sign-in", get(sign_in_page).post(sign_in))
+        .route("/sign-out", post(sign_out))
+        .route("/board", get(board_page))
+        .route("/board/live", get(board_live))
+        .route("/board/post", post(board_post))
+        .route("/board/edit", post(board_edit))
+        .route("/board/close", post(board_close))
+        .route("/agents", get(agents_page))
+        .route("/agents/live", get(agents_live))
+        .route("/inbox", get(inbox_page))
+        .route("/inbox/live", get(inbox_live))
+        .route("/inbox/send", post(inbox_send))
+        .route("/inbox/reply", post(inbox_reply))
+        .route("/inbox/read", post(inbox_read))
+        .route("/inbox/hold", post(inbox_hold))
+        .route("/inbox/approval", post(inbox_approval))
+        .route("/contacts", get(contacts_page))
+        .route("/contacts/request", post(contact_request))
+        .route("/contacts/accept", post(contact_accept))
+        .route("/contacts/drop", post(contact_drop))
+        .route("/contacts/private", post(contact_private))
+        .route("/events", get(events))
+        .route("/static/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/static/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
+        .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
+        .layer(middleware::map_response(security_headers))
+        .with_state(Console { app, secure, shutdown })
+}
+
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert("cross-origin-opener-policy", HeaderValue::from_static("same-origin"));
+    // Pages carry the session's form token and the account's data: never kept by a cache.
+    headers.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "no-cache")], body).into_response()
+}
+
+fn see_other(location: &str) -> Response {
+    match HeaderValue::from_str(location) {
+        Ok(location) => (StatusCode::SEE_OTHER, [(header::LOCATION, location)]).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+fn page_response(status: StatusCode, html: String) -> Response {
+    (status, Html(html)).into_response()
+}
+
+/// The one place where domain errors become HTTP statuses.
+fn status_of(err: &Error) -> StatusCode {
+    match err {
+        Error::Invalid(_) => StatusCode::BAD_REQUEST,
+        Error::NotFound { .. } => StatusCode::NOT_FOUND,
+        Error::AlreadyExists(_) | Error::FailedPrecondition(_) => StatusCode::CONFLICT,
+        Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Error::PermissionDenied(_) => StatusCode::FORBIDDEN,
+        Error::ResourceExhausted(_) | Error::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+        Error::Overloaded(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// What a person reads of a refusal; an internal error's detail goes to the log only.
+fn reason(err: &Error) -> String {
+    match err {
+        Error::Internal(detail) => {
+            tracing::error!(error = %detail, "console: internal error");
+            "internal error: the server's log has the details".to_owned()
+        }
+        other => other.to_string(),
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// A form's fields as sent, in order (a field may repeat).
+#[derive(Deserialize, Default)]
+#[serde(transparent)]
+struct Fields(Vec<(String, String)>);
+
+impl Fields {
+    /// The field's first value, or "" when absent.
+    fn get(&self, name: &str) -> &str {
+        self.0.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
+    }
+
+    fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+        self.0.iter().filter(move |(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    fn yes(&self, name: &str) -> bool {
+        matches!(self.get(name), "yes" | "on" | "true")
+    }
+}
+
+/// `?done=CODE`: what the action before the redirect did.
+#[derive(Deserialize, Default)]
+struct Shown {
+    done: Option<String>,
+}
+
+impl Shown {
+    fn notice(&self) -> Option<Notice<'static>> {
+        self.done.as_deref().and_then(pages::done_text).map(Notice::Done)
+    }
+}
+
+impl Console {
+    fn cookie_name(&self) -> &'static str {
+        // `__Host-` binds the cookie to this host, over TLS, for every path.
+        if self.secure { "__Host-relay_console" } else { "relay_console" }
+    }
+
+    fn session_cookie(&self, token: &str) -> HeaderValue {
+        let secure = if self.secure { "; Secure" } else { "" };
+        let cookie = format!(
+            "{}={token}; Path=/; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
+            self.cookie_name(),
+            SESSION_TTL.as_secs()
+        );
+        HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    fn cleared_cookie(&self) -> HeaderValue {
+        let secure = if self.secure { "; Secure" } else { "" };
+        let cookie = format!("{}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict{secure}", self.cookie_name());
+        HeaderValue::from_str(&cookie).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// The session token the browser sent, if any.
+    fn session_of(&self, headers: &HeaderMap) -> Option<String> {
+        let name = self.cookie_name();
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.trim().to_owned())
+    }
+
+    /// The session and its person.
+    async fn signed_in(&self, headers: &HeaderMap) -> Result<(String, Human)> {
+        let session = self.session_of(headers).ok_or_else(|| Error::Unauthenticated("not signed in".into()))?;
+        let person = self.app.console_session(&session).await?;
+        Ok((session, person))
+    }
+
+    /// Where a page request without a usable session goes: to sign in (forgetting a dead cookie).
+    fn away(&self, err: Error) -> Response {
+        match err {
+            Error::Unauthenticated(_) => {
+                let mut response = see_other("/sign-in");
+                response.headers_mut().insert(header::SET_COOKIE, self.cleared_cookie());
+                response
+            }
+            other => page_response(status_of(&other), pages::unavailable(&reason(&other))),
+        }
+    }
+
+    /// Whether a POST comes from the console's own pages: the browser's `Sec-Fetch-Site` and
+    /// `Origin` say where a form was sent from, and a page of another site cannot change them.
+    /// Without either (an old browser), the form token decides. Under `Referrer-Policy:
+    /// no-referrer` a browser may send the origin as `null`; then `Sec-Fetch-Site` speaks for it.
+    fn same_origin(&self, headers: &HeaderMap) -> bool {
+        if let Some(site) = headers.get("sec-fetch-site")
+            && !matches!(site.as_bytes(), b"same-origin" | b"none")
+        {
+            return false;
+        }
+        let Some(origin) = headers.get(header::ORIGIN).filter(|o| o.as_bytes() != b"null") else { return true };
+        let (Ok(origin), Some(Ok(host))) = (origin.to_str(), headers.get(header::HOST).map(|h| h.to_str())) else {
+            return false;
+        };
+        // Behind a TLS-terminating proxy (--insecure-plaintext) the browser speaks https to it.
+        match origin.split_once("://") {
+            Some(("https", authority)) => authority == host,
+            Some(("http", authority)) => !self.secure && authority == host,
+            _ => false,
+        }
+    }
+
+    /// The session and person behind a POST that came from the console's own page with the
+    /// session's form token; otherwise the response that refuses it.
+    async fn form(&self, headers: &HeaderMap, fields: &Fields) -> std::result::Result<(String, Human), Response> {
+        if !self.same_origin(headers) {
+            return Err(refused_cross_site());
+        }
+        let (session, person) = self.signed_in(headers).await.map_err(|e| self.away(e))?;
+        if !csrf_matches(&session, fields.get("csrf")) {
+            return Err(page_response(
+                StatusCode::FORBIDDEN,
+                pages::unavailable("this form's csrf token is missing or stale: reload the page and try again"),
+            ));
+        }
+        Ok((session, person))
+    }
+
+    /// A signed-in page, with a notice, answered with `status`.
+    async fn show(
+        &self,
+        page: Page,
+        person: &Human,
+        session: &str,
+        notice: Option<Notice<'_>>,
+        status: StatusCode,
+    ) -> Response {
+        let csrf = csrf_token(session);
+        let body = match page {
+            Page::Board => self.app.console_board(person).await.map(|b| pages::board(&b, &csrf)),
+            Page::Agents => self.app.console_agents(person).await.map(|a| pages::agents(&a, now_ms())),
+            Page::Inbox => {
+                self.app.console_inbox(person).await.map(|i| pages::inbox(&i, &csrf, &new_message_id(), now_ms()))
+            }
+            Page::Contacts => self.app.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
+        };
+        match body {
+            Ok(body) => page_response(status, pages::page(page, person, &csrf, notice, &body)),
+            Err(e) => page_response(status_of(&e), pages::unavailable(&reason(&e))),
+        }
+    }
+
+    /// A page's live part, as its script fetches it again.
+    async fn live(&self, page: Page, headers: &HeaderMap) -> Response {
+        let (session, person) = match self.signed_in(headers).await {
+            Ok(signed_in) => signed_in,
+            Err(e) => return (status_of(&e), reason(&e)).into_response(),
+        };
+        let csrf = csrf_token(&session);
+        let html = match page {
+            Page::Board => self.app.console_board(&person).await.map(|b| pages::board_live(&b, &csrf)),
+            Page::Agents => self.app.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms())),
+            Page::Inbox => {
+                self.app.console_inbox(&person).await.map(|i| pages::inbox_live(&i, &csrf, &new_message_id(), now_ms()))
+            }
+            Page::Contacts => Ok(String::new()),
+        };
+        match html {
+            Ok(html) => Html(html).into_response(),
+            Err(e) => (status_of(&e), reason(&e)).into_response(),
+        }
+    }
+
+    /// After an action: back to its page saying what it did, or the page again with why not.
+    async fn after(&self, page: Page, person: &Human, session: &str, outcome: Result<&'static str>) -> Response {
+        match outcome {
+            Ok(done) => see_other(&format!("{}?done={done}", page.path())),
+            Err(e) => {
+                let why = reason(&e);
+                self.show(page, person, session, Some(Notice::Refused(&why)), status_of(&e)).await
+            }
+        }
+    }
+}
+
+fn refused_cross_site() -> Response {
+    page_response(
+        StatusCode::FORBIDDEN,
+        pages::unavailable("cross-site request refused: the console takes forms from its own pages only"),
+    )
+}
+
+// ---- signing in and out ------------------------------------------------------------------------
+
+async fn sign_in_page(State(c): State<Console>, headers: HeaderMap) -> Response {
+    if c.signed_in(&headers).await.is_ok() {
+        return see_other("/board");
+    }
+    page_response(StatusCode::OK, pages::sign_in(None))
+}
+
+async fn sign_in(State(c): State<Console>, headers: HeaderMap, Form(fields): Form<Fields>) -> Response {
+    if !c.same_origin(&headers) {
+        return refused_cross_site();
+    }
+    match c.app.console_sign_in(fields.get("token")).await {
+        Ok((session, _)) => {
+            let mut response = see_other("/board");
+            response.headers_mut().insert(header::SET_COOKIE, c.session_cookie(&session));
+            response
+        }
+        Err(e) => {
+            let why = match &e {
+                Error::Unauthenticated(why) => format!("sign-in refused: {why}"),
+                other => reason(other),
+            };
+            page_response(status_of(&e), pages::sign_in(Some(&why)))
+        }
+    }
+}
+
+async fn sign_out(State(c): State<Console>, headers: HeaderMap, Form(fields): Form<Fields>) -> Response {
+    let (session, _) = match c.form(&headers, &fields).await {
+        Ok(signed_in) => signed_in,
+        Err(refused) => return refused,
+    };
+    if let Err(e) = c.app.console_sign_out(&session).await {
+        return page_response(status_of(&e), pages::unavailable(&reason(&e)));
+    }
+    let mut response = see_other("/sign-in");
+    response.headers_mut().insert(header::SET_COOKIE, c.cleared_cookie());
+    response
+}
+
+// ---- pages -------------------------------------------------------------------------------------
+
+async fn page(c: &Console, page: Page, headers: &HeaderMap, shown: &Shown) -> Response {
+    match c.signed_in(headers).await {
+        Ok((session, person)) => c.show(page, &person, &session, shown.notice(), StatusCode::OK).await,
+        Err(e) => c.away(e),
+    }
+}
+
+async fn board_page(State(c): State<Console>, headers: HeaderMap, Query(shown): Query<Shown>) -> Response {
+    page(&c, Page::Board, &headers, &shown).await
+}
+
+async fn agents_page(State(c): State<Console>, headers: HeaderMap, Query(shown): Query<Shown>) -> Response {
+    page(&c, Page::Agents, &headers, &shown).await
+}
+
+async fn inbox_page(State(c): State<Console>, headers: HeaderMap, Query(shown): Query<Shown>) -> Response {
+    page(&c, Page::Inbox, &headers, &shown).await
+}
+
+async fn contacts_page(State(c): State<Console>, headers: HeaderMap, Query(shown): Query<Shown>) -> Response {
+    page(&c, Page::Contacts, &headers, &shown).await
+}
+
+async fn board_live(State(c): State<Console>, headers: HeaderMap) -> Response {
+    c.live(Page::Board, &headers).await
+}
+
+async fn agents_live(State(c): State<Console>, headers: HeaderMap) -> Response {
+    c.live(Page::Agents, &headers).await
+}
+
+async fn inbox_live(State(c): State<Console>, headers: HeaderMap) -> Response {
+    c.live(Page::Inbox, &headers).await
+}
+
+// ---- actions -----------------------------------------------------------------------------------
+
+/// Runs an action's handler body with the checked session and person, or answers the refusal.
+macro_rules! form {
+    ($c:expr, $headers:expr, $fields:expr) => {
+        match $c.form(&$headers, &$fields).await {
+            Ok(signed_in) => signed_in,
+            Err(refused) => return refused,
+        }
+    };
+}
+
+async fn board_post(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let requires_pr = match f.get("requires_pr") {
+        "yes" => Some(true),
+        "no" => Some(false),
+        _ => None,
+    };
+    let post = Post {
+        title: f.get("title"),
+        detail: f.get("detail"),
+        repo: f.get("repo"),
+        schedule: f.get("schedule"),
+        time_zone: f.get("time_zone"),
+        agent: f.get("agent"),
+        requires_pr,
+        cwd: "",
+    };
+    let outcome = c.app.person_post_job(&person, post).await.map(|_| "posted");
+    c.after(Page::Board, &person, &session, outcome).await
+}
+
+async fn board_edit(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let edit = Edit {
+        title: Some(f.get("title")),
+        detail: Some(f.get("detail")),
+        repo: None,
+        schedule: None,
+        time_zone: "",
+        requires_pr: None,
+        cwd: "",
+    };
+    let outcome = c.app.person_edit_job(&person, f.get("id"), edit).await.map(|_| "edited");
+    c.after(Page::Board, &person, &session, outcome).await
+}
+
+async fn board_close(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let accept = f.yes("accept");
+    let outcome = c
+        .app
+        .person_close_job(&person, f.get("id"), accept, f.get("note"))
+        .await
+        .map(|_| if accept { "accepted" } else { "sent-back" });
+    c.after(Page::Board, &person, &session, outcome).await
+}
+
+async fn inbox_send(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let to: Vec<String> =
+        f.get("to").split([',', ' ', '\n']).map(str::trim).filter(|a| !a.is_empty()).map(str::to_owned).collect();
+    let client_id = format!("console-{}", f.get("client_id"));
+    let outcome = c.app.human_send(&person, &to, f.get("body"), "", &client_id, f.yes("private")).await.map(|_| "sent");
+    c.after(Page::Inbox, &person, &session, outcome).await
+}
+
+async fn inbox_reply(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let client_id = format!("console-{}", f.get("client_id"));
+    let outcome = c.app.human_reply(&person, f.get("id"), f.get("body"), &client_id).await.map(|_| "replied");
+    c.after(Page::Inbox, &person, &session, outcome).await
+}
+
+async fn inbox_read(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let seqs: std::result::Result<Vec<u64>, _> = f.all("seq").map(str::parse).collect();
+    let outcome = match seqs {
+        Ok(seqs) => c.app.console_mark_read(&person, &seqs).await.map(|_| "read"),
+        Err(_) => Err(Error::invalid("a message to mark read is named by its number")),
+    };
+    c.after(Page::Inbox, &person, &session, outcome).await
+}
+
+async fn inbox_hold(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let release = f.yes("release");
+    let outcome = c
+        .app
+        .decide_hold(&person, f.get("id"), release, f.get("reason"))
+        .await
+        .map(|_| if release { "released" } else { "rejected" });
+    c.after(Page::Inbox, &person, &session, outcome).await
+}
+
+async fn inbox_approval(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let decision = f.get("decision");
+    let outcome = c
+        .app
+        .approve(&person, f.get("id"), decision, f.get("reason"))
+        .await
+        .map(|_| if decision == "allow" { "allowed" } else { "denied" });
+    c.after(Page::Inbox, &person, &session, outcome).await
+}
+
+async fn contact_request(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let outcome = c
+        .app
+        .contact_request(&person, f.get("account"))
+        .await
+        .map(|contact| if contact.state == "contact" { "contact" } else { "requested" });
+    c.after(Page::Contacts, &person, &session, outcome).await
+}
+
+async fn contact_accept(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let outcome = c.app.contact_accept(&person, f.get("account")).await.map(|_| "contact");
+    c.after(Page::Contacts, &person, &session, outcome).await
+}
+
+async fn contact_drop(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let outcome = c.app.contact_drop(&person, f.get("account")).await.map(|_| "dropped");
+    c.after(Page::Contacts, &person, &session, outcome).await
+}
+
+async fn contact_private(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
+    let (session, person) = form!(c, headers, f);
+    let allow = f.yes("allow");
+    let outcome = c
+        .app
+        .contact_private(&person, f.get("account"), allow)
+        .await
+        .map(|_| if allow { "private-on" } else { "private-off" });
+    c.after(Page::Contacts, &person, &session, outcome).await
+}
+
+// ---- live updates ------------------------------------------------------------------------------
+
+/// Server-sent events for a signed-in page: `ready` once open, then `account` when a card, hold or
+/// permission request of the account changed, `inbox` when the human's inbox did, and `tick`
+/// every few seconds; `signed-out` ends it when the session did (signed out, expired, or its human
+/// token revoked), noticed at the next tick. Woken by the same wake-ups as the agents' push streams.
+async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
+    let (session, person) = match c.signed_in(&headers).await {
+        Ok(signed_in) => signed_in,
+        Err(e) => return (status_of(&e), reason(&e)).into_response(),
+    };
+    let watch = match c.app.console_watch(&person).await {
+        Ok(watch) => watch,
+        Err(e) => return (status_of(&e), reason(&e)).into_response(),
+    };
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let feed = Feed { app: c.app.clone(), session, watch, tick, started: false, over: false, shutdown: c.shutdown };
+    let stream = futures_util::stream::unfold(feed, Feed::next);
+    // A proxy must pass each event on as it comes.
+    ([("x-accel-buffering", "no")], Sse::new(stream).keep_alive(KeepAlive::default())).into_response()
+}
+
+struct Feed {
+    app: App,
+    session: String,
+    watch: Watch,
+    tick: tokio::time::Interval,
+    started: bool,
+    over: bool,
+    shutdown: CancellationToken,
+}
+
+enum Woke {
+    Account,
+    Inbox,
+    Tick,
+    Stop,
+}
+
+impl Feed {
+    async fn next(mut self) -> Option<(std::result::Result<Event, Infallible>, Self)> {
+        if self.over {
+            return None;
+        }
+        let name = if !self.started {
+            self.started = true;
+            "ready"
+        } else {
+            let woke = tokio::select! {
+                () = self.watch.account.changed() => Woke::Account,
+                () = self.watch.inbox.changed() => Woke::Inbox,
+                _ = self.tick.tick() => Woke::Tick,
+                () = self.shutdown.cancelled() => Woke::Stop,
+            };
+            match woke {
+                Woke::Account => "account",
+                Woke::Inbox => "inbox",
+                Woke::Stop => return None,
+                Woke::Tick => {
+                    if let Err(Error::Unauthenticated(_)) = self.app.console_session(&self.session).await {
+                        self.over = true;
+                        "signed-out"
+                    } else {
+                        "tick"
+                    }
+                }
+            }
+        };
+        // An event without data is never dispatched by a browser.
+        Some((Ok(Event::default().event(name).data(name)), self))
+    }
+}

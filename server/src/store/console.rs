@@ -1,0 +1,55 @@
+//! The web console's sessions, and the channel that wakes an account's consoles.
+
+use deadpool_postgres::GenericClient;
+
+use super::error::Col;
+use crate::domain::Result;
+use crate::domain::caller::Human;
+
+/// Channel on which triggers (migration 21) announce that something an account's people see
+/// changed: a card, a hold, a permission request. The payload is the account's id.
+pub const ACCOUNT_CHANNEL: &str = "relay_account";
+
+/// Opens a session for the human `human` of its account, lasting `ttl_s`; false when that human
+/// is gone or revoked meanwhile.
+pub(crate) async fn insert_session(c: &impl GenericClient, id_hash: &[u8], human: &Human, ttl_s: f64) -> Result<bool> {
+    let inserted = c
+        .execute(
+            "insert into console_sessions (id_hash, human_id, expires_at)
+             select $1, h.id, now() + make_interval(secs => $4) from humans h
+             where h.account_id = $2 and h.name = $3 and h.revoked_at is null",
+            &[&id_hash, &human.account_id, &human.name, &ttl_s],
+        )
+        .await?;
+    Ok(inserted == 1)
+}
+
+/// The person a live session belongs to: not expired, its human token not revoked.
+pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Result<Option<Human>> {
+    let stmt = c
+        .prepare_cached(
+            "select a.id, a.name, h.name
+             from console_sessions s join humans h on h.id = s.human_id join accounts a on a.id = h.account_id
+             where s.id_hash = $1 and s.expires_at > now() and h.revoked_at is null",
+        )
+        .await?;
+    let Some(row) = c.query_opt(&stmt, &[&id_hash]).await? else {
+        return Ok(None);
+    };
+    Ok(Some(Human { account_id: row.col(0)?, account: row.col(1)?, name: row.col(2)? }))
+}
+
+pub(crate) async fn delete_session(c: &impl GenericClient, id_hash: &[u8]) -> Result<()> {
+    c.execute("delete from console_sessions where id_hash = $1", &[&id_hash]).await?;
+    Ok(())
+}
+
+/// Deletes up to `batch` sessions that can no longer be used: expired, or of a revoked human.
+pub(crate) async fn purge_sessions(c: &impl GenericClient, batch: i64) -> Result<u64> {
+    let sql = "with doomed as (
+                   select s.id_hash from console_sessions s join humans h on h.id = s.human_id
+                   where s.expires_at < now() or h.revoked_at is not null
+                   limit $1 for update of s skip locked)
+               delete from console_sessions s using doomed where s.id_hash = doomed.id_hash";
+    Ok(c.execute(sql, &[&batch]).await?)
+}
