@@ -87,7 +87,8 @@ async fn card_state(agent: &mut Agent, id: &str) -> String {
 
 /// Claims the next card on ci and finishes it with a summary: it goes to Review.
 async fn to_review(url: &str, ci: &str, agent: &mut Agent) -> String {
-    let claimed = worker(url, ci).await.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.expect("a card");
+    let claimed =
+        worker(url, ci).await.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.expect("a card");
     let request =
         FinishJobRequest { job_token: claimed.job_token, summary: "done: see the branch".into(), ..Default::default() };
     agent.rpc.finish_job(request).await.unwrap();
@@ -374,7 +375,7 @@ async fn the_event_feed_wakes_within_a_second_when_a_card_moves_or_mail_comes() 
     assert!(started.elapsed() < Duration::from_secs(1));
     // A worker's claim moves it; a renewed lease alone shows nothing new and wakes nobody.
     let mut ci = worker(&w.server.url, &w.ci).await;
-    let claimed = ci.claim(ClaimRequest {}).await.unwrap().into_inner().claimed.unwrap();
+    let claimed = ci.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
     assert_eq!(claimed.job.as_ref().unwrap().id, id);
     assert_eq!(next_event(&mut feed, Duration::from_secs(1)).await, "account");
     let renewal =
@@ -580,7 +581,8 @@ impl Stage {
             // A board agent asks for a tool; with no operator, the person is asked at once.
             "approval" => {
                 let id = post_job(&mut self.bob, "Clean the build").await;
-                let claimed = worker(&self.url, &self.ci).await.claim(ClaimRequest {}).await.unwrap().into_inner();
+                let claimed =
+                    worker(&self.url, &self.ci).await.claim(ClaimRequest::default()).await.unwrap().into_inner();
                 let claimed = claimed.claimed.ok_or("nothing to claim")?;
                 if claimed.job.as_ref().map(|j| j.id.as_str()) != Some(id.as_str()) {
                     return Err("claimed another card".into());
