@@ -387,6 +387,8 @@ async fn main() {
         ("RELAY_SEND_RATE_PER_ACCOUNT", "0"),
         ("RELAY_DELIVERY_RATE_PER_ACCOUNT", "0"),
         ("RELAY_MAX_ENDPOINTS", "1000000"),
+        // Every idle stream is a connection of its own.
+        ("RELAY_MAX_CONNECTIONS", "20000"),
     ];
     let server = Server::start_with_env(&db, port, &unlimited).await;
     let pid = server.pid();
