@@ -11,9 +11,10 @@ use relay_server::domain::limits::Quotas;
 use relay_server::domain::rate::Rate;
 use relay_server::domain::retention::Retention;
 use relay_server::protocol::connections;
-use relay_server::protocol::console::{self, ConsoleListen};
+use relay_server::protocol::console;
 use relay_server::protocol::layers::{self, RpcLimits};
-use relay_server::protocol::ops::{self, OpsListen};
+use relay_server::protocol::listen::Listen;
+use relay_server::protocol::ops;
 use relay_server::serve::{self, ListenOptions, Settings, SideListeners};
 use relay_server::store::DbConfig;
 use tracing_subscriber::EnvFilter;
@@ -54,11 +55,11 @@ enum Command {
         quotas: QuotaArgs,
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (off by default).
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
-        ops_listen: Option<OpsListen>,
+        ops_listen: Option<Listen>,
         /// Serve the web console on this address (off by default): HTTPS with --tls-cert and
         /// --tls-key, plaintext only on loopback unless --insecure-plaintext.
         #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
-        console_listen: Option<ConsoleListen>,
+        console_listen: Option<Listen>,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -82,11 +83,11 @@ enum Command {
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address [default:
         /// 127.0.0.1:7448, skipped with a warning when taken].
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
-        ops_listen: Option<OpsListen>,
+        ops_listen: Option<Listen>,
         /// Serve the web console on this address [default: 127.0.0.1:7449, skipped with a warning
         /// when taken].
         #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
-        console_listen: Option<ConsoleListen>,
+        console_listen: Option<Listen>,
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
@@ -379,15 +380,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let listen = ListenOptions::from(listen);
             listen.tls()?;
             let ops = match ops_listen {
-                Some(OpsListen::At(addr)) => Some(ops::bind(addr).await?),
-                Some(OpsListen::Off) | None => None,
+                Some(Listen::At(addr)) => Some(ops::bind(addr).await?),
+                Some(Listen::Off) | None => None,
             };
             let console = match console_listen {
-                Some(ConsoleListen::At(addr)) => {
+                Some(Listen::At(addr)) => {
                     listen.check_console(addr)?;
                     Some(console::bind(addr).await?)
                 }
-                Some(ConsoleListen::Off) | None => None,
+                Some(Listen::Off) | None => None,
             };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
             let settings = Settings { rpc: rpc.into(), retention: retention.into(), quotas: quotas.into() };

@@ -10,8 +10,9 @@ use anyhow::Context;
 
 use crate::app::identity;
 use crate::domain::names;
-use crate::protocol::console::{self, ConsoleListen};
-use crate::protocol::ops::{self, OpsListen};
+use crate::protocol::console;
+use crate::protocol::listen::Listen;
+use crate::protocol::ops;
 use crate::serve::{self, ListenOptions, SideListeners};
 use crate::store::{DbConfig, Store};
 use relay_proto::bridge_config::{self, BridgeConfig};
@@ -29,9 +30,9 @@ pub struct DevOptions {
     /// Per-call time budget and the limit of calls in flight.
     pub settings: serve::Settings,
     /// Where the ops endpoints listen; by default [`ops::DEV_OPS_LISTEN`] when it is free.
-    pub ops_listen: Option<OpsListen>,
+    pub ops_listen: Option<Listen>,
     /// Where the web console listens; by default [`console::DEV_CONSOLE_LISTEN`] when it is free.
-    pub console_listen: Option<ConsoleListen>,
+    pub console_listen: Option<Listen>,
 }
 
 /// Root keeps its data where the postgres user can reach it; anyone else under their data dir.
@@ -65,8 +66,8 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     // Fail on a bad listen configuration before starting anything.
     options.listen.tls()?;
     let ops = match options.ops_listen {
-        Some(OpsListen::At(addr)) => Some(ops::bind(addr).await?),
-        Some(OpsListen::Off) => None,
+        Some(Listen::At(addr)) => Some(ops::bind(addr).await?),
+        Some(Listen::Off) => None,
         // A second dev server on the machine goes without rather than failing.
         None => match ops::bind(ops::DEV_OPS_LISTEN).await {
             Ok(listener) => Some(listener),
@@ -78,11 +79,11 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     };
     let ops_addr = ops.as_ref().and_then(|l| l.local_addr().ok());
     let console = match options.console_listen {
-        Some(ConsoleListen::At(addr)) => {
+        Some(Listen::At(addr)) => {
             options.listen.check_console(addr)?;
             Some(console::bind(addr).await?)
         }
-        Some(ConsoleListen::Off) => None,
+        Some(Listen::Off) => None,
         // Like the ops port: a second dev server on the machine goes without.
         None => match console::bind(console::DEV_CONSOLE_LISTEN).await {
             Ok(listener) => Some(listener),

@@ -8,6 +8,7 @@ pub mod console;
 pub mod convert;
 pub mod human;
 pub mod layers;
+pub mod listen;
 pub mod ops;
 pub mod service;
 pub mod status;

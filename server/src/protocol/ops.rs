@@ -29,27 +29,6 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 /// Where `dev` serves the ops endpoints unless told otherwise.
 pub const DEV_OPS_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7448);
 
-/// Where the ops endpoints listen: an address, or `off`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpsListen {
-    Off,
-    At(SocketAddr),
-}
-
-impl std::str::FromStr for OpsListen {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim() {
-            "off" | "" => Ok(Self::Off),
-            addr => addr
-                .parse()
-                .map(Self::At)
-                .map_err(|_| format!("{addr:?} is not an address like 127.0.0.1:7448 (or off)")),
-        }
-    }
-}
-
 /// Binds the ops port. Apart from serving, so that a taken port is reported before anything starts.
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr).await.with_context(|| format!("cannot listen for ops on {addr}"))
@@ -99,15 +78,6 @@ pub fn url(addr: SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ops_addresses_parse_or_are_refused_with_the_expected_shape() {
-        assert_eq!("off".parse::<OpsListen>(), Ok(OpsListen::Off));
-        assert_eq!("0.0.0.0:9000".parse::<OpsListen>(), Ok(OpsListen::At("0.0.0.0:9000".parse().unwrap())));
-        assert_eq!("[::1]:7448".parse::<OpsListen>(), Ok(OpsListen::At("[::1]:7448".parse().unwrap())));
-        let refused = "localhost".parse::<OpsListen>().unwrap_err();
-        assert!(refused.contains("127.0.0.1:7448"), "{refused}");
-    }
 
     #[test]
     fn urls_name_a_reachable_host() {
