@@ -6,6 +6,7 @@
 //! * [`frame`]: text other agents wrote, made safe to show to a model or a terminal.
 //! * [`relay`]: the gRPC client: channel, endpoint session, push stream.
 
+mod codex;
 mod frame;
 mod hook;
 mod human;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use relay_proto::bridge_config::BridgeConfig;
+use relay_proto::v1::relay_client::RelayClient;
 use relay_proto::v1::worker_client::WorkerClient;
 use relay_proto::v1::*;
 use tokio::process::Command;
@@ -49,6 +50,27 @@ struct Worker {
     codex: Vec<String>,
     /// The forge command per repository name; `None` is the default for the others.
     forges: Vec<(Option<String>, Vec<String>)>,
+    /// The worker's own session (`MACHINE/worker`), opened when a driven Codex run first asks for a
+    /// permission: the request names the card by its job token.
+    approver: tokio::sync::Mutex<Option<String>>,
+}
+
+/// A driven Codex run's questions, put to people as permission requests for its card.
+struct CardApprover<'a> {
+    worker: &'a Worker,
+    job_token: &'a str,
+}
+
+impl crate::codex::Approver for CardApprover<'_> {
+    async fn approve(&self, tool: String, input: String) -> bool {
+        match self.worker.ask_permission(self.job_token, tool, input).await {
+            Ok(allowed) => allowed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot ask for a permission; the answer is no");
+                false
+            }
+        }
+    }
 }
 
 /// How a pull request is asked about unless told otherwise: GitHub's CLI.
@@ -96,7 +118,8 @@ fn forge_state(output: &str) -> Result<&'static str, String> {
 /// that hooks the relay bridge in.
 fn default_command(agent: &str) -> Vec<String> {
     let words: &[&str] = match agent {
-        "codex" => &["codex", "exec", "--full-auto", "{prompt}"],
+        // Driven over MCP by the worker, so that its approvals reach a person (see `codex`).
+        "codex" => &["codex", "mcp-server"],
         _ => &[
             "claude",
             "-p",
@@ -257,6 +280,42 @@ impl Worker {
         }
     }
 
+    /// Asks for `tool` on behalf of the card whose job token is given, as the worker's own endpoint,
+    /// and waits for the decision: true when allowed.
+    async fn ask_permission(&self, job_token: &str, tool: String, input: String) -> anyhow::Result<bool> {
+        let session = {
+            let mut held = self.approver.lock().await;
+            match held.as_ref() {
+                Some(token) => token.clone(),
+                None => {
+                    let hello = HelloRequest { handle: "worker".into(), harness: "other".into(), ..Default::default() };
+                    let reply = self
+                        .replicas
+                        .call(false, |channel| {
+                            let request = authed(hello.clone(), &self.config.token);
+                            async move { RelayClient::new(channel).hello(request).await }
+                        })
+                        .await
+                        .map_err(|s| anyhow::anyhow!("cannot open the worker's session: {}", s.message()))?;
+                    let token = reply.into_inner().session_token;
+                    *held = Some(token.clone());
+                    token
+                }
+            }
+        };
+        let request = PermissionRequest { job_token: job_token.to_owned(), tool, input };
+        // Not repeated: a request that reached the server is already with the operator.
+        let decided = self
+            .replicas
+            .call(false, |channel| {
+                let request = authed(request.clone(), &session);
+                async move { RelayClient::new(channel).request_permission(request).await }
+            })
+            .await
+            .map_err(|s| anyhow::anyhow!("the permission request failed: {}", s.message()))?;
+        Ok(decided.into_inner().state == "allow")
+    }
+
     /// Asks the forge about each pull request and tells the server what it said, or why it could
     /// not say.
     async fn follow(&self, prs: Vec<FollowPr>) {
@@ -319,6 +378,8 @@ impl Worker {
             return self.release(&token, -1, format!("cannot write the agent's MCP config: {e}")).await;
         }
         let template = if job.agent == "codex" { &self.codex } else { &self.claude };
+        // Codex without a {prompt} in its command is `codex mcp-server`, driven by the worker.
+        let driven = job.agent == "codex" && !template.iter().any(|w| w.contains("{prompt}"));
         let text = prompt(&job);
         let words: Vec<String> = template
             .iter()
@@ -343,8 +404,12 @@ impl Worker {
             .env("RELAY_HARNESS", &job.agent)
             .env("RELAY_HANDLE", format!("job-{}", job.id))
             .env_remove("RELAY_SESSION_FILE")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map(Stdio::from).unwrap_or_else(|_| Stdio::null()))
+            .stdin(if driven { Stdio::piped() } else { Stdio::null() })
+            .stdout(if driven {
+                Stdio::piped()
+            } else {
+                log.try_clone().map(Stdio::from).unwrap_or_else(|_| Stdio::null())
+            })
             .stderr(Stdio::from(log))
             .kill_on_drop(true);
         if let Some(ca) = &self.config.ca {
@@ -355,6 +420,20 @@ impl Worker {
             Err(e) => return self.release(&token, -1, format!("cannot start {}: {e}", words[0])).await,
         };
         let pid = child.id().unwrap_or_default();
+        let approver = CardApprover { worker: self, job_token: &token };
+        let mut driving = match (driven, child.stdin.take(), child.stdout.take()) {
+            (true, Some(stdin), Some(stdout)) => {
+                let mut env = vec![("RELAY_JOB_TOKEN", token.clone())];
+                env.push(("RELAY_SERVER", self.replicas.list_from(self.replicas.current().0)));
+                env.push(("RELAY_HANDLE", format!("job-{}", job.id)));
+                if let Some(ca) = &self.config.ca {
+                    env.push(("RELAY_CA", ca.clone()));
+                }
+                let arguments = crate::codex::run_arguments(&text, &worktree, &me, &env);
+                Some(Box::pin(crate::codex::drive(stdin, stdout, arguments, &approver)))
+            }
+            _ => None,
+        };
         let mut lease = lease_length(lease_s);
         let every = renew_every(lease);
         let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
@@ -363,6 +442,13 @@ impl Worker {
         let status = loop {
             tokio::select! {
                 status = child.wait() => break status,
+                driven = async { driving.as_mut().expect("guarded").await }, if driving.is_some() => {
+                    // The run answered (or Codex went away): its stdin closes, and it exits.
+                    if let Err(e) = driven {
+                        tracing::warn!(card = %job.id, error = %e, "driving codex failed");
+                    }
+                    driving = None;
+                }
                 _ = renew.tick() => {
                     if finished_at.is_some_and(|t| t.elapsed() > AFTER_FINISH) {
                         tracing::info!(card = %job.id, "agent still running well after finishing; stopping it");
@@ -414,7 +500,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&worktrees).with_context(|| format!("cannot create {}", worktrees.display()))?;
     let forges = parse_forges(&options.forges)?;
-    let worker = std::sync::Arc::new(Worker { replicas, config, worktrees, claude, codex, forges });
+    let approver = tokio::sync::Mutex::new(None);
+    let worker = std::sync::Arc::new(Worker { replicas, config, worktrees, claude, codex, forges, approver });
 
     for repo in &options.repos {
         let path = std::path::absolute(repo).unwrap_or_else(|_| repo.clone());

@@ -910,3 +910,79 @@ async fn a_card_whose_pull_request_merges_is_done_and_a_failed_check_shows_on_it
     let inbox = b.alice.tool_ok("relay_inbox", json!({})).await;
     assert!(text(&inbox).contains(&format!("its pull request {pr} was merged")), "{}", text(&inbox));
 }
+
+/// A stand-in `codex mcp-server`: asks once to run a command, keeps the answer in its worktree.
+const CODEX_STAND_IN: &str = r#"import json, os, sys
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+def read():
+    return json.loads(sys.stdin.readline())
+init = read()
+assert init["params"]["capabilities"].get("elicitation") == {}, init
+send({"jsonrpc": "2.0", "id": init["id"], "result": {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "codex", "version": "0"}}})
+read()
+call = read()
+args = call["params"]["arguments"]
+relay = args["config"]["mcp_servers"]["relay"]
+with open(os.path.join(args["cwd"], "run.json"), "w") as f:
+    json.dump({"approval": args["approval-policy"], "relay_env": sorted(relay["env"])}, f)
+send({"jsonrpc": "2.0", "id": "q1", "method": "elicitation/create", "params": {
+    "message": "Allow Codex to run `git push --force`?", "requestedSchema": {"type": "object", "properties": {}},
+    "codex_elicitation": "exec-approval", "codex_command": ["git", "push", "--force"], "codex_cwd": args["cwd"]}})
+answer = read()
+with open(os.path.join(args["cwd"], "decision.txt"), "w") as f:
+    f.write(answer["result"]["decision"])
+send({"jsonrpc": "2.0", "id": call["id"], "result": {"content": [{"type": "text", "text": "asked"}]}})
+"#;
+
+#[tokio::test]
+async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
+    let mut b = board(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let codex = dir.path().join("codex.py");
+    std::fs::write(&codex, CODEX_STAND_IN).unwrap();
+    let worktrees = dir.path().join("worktrees");
+    let posted = b
+        .alice
+        .tool_ok("post_job", json!({ "title": "Push it", "repo": "app", "agent": "codex", "requires_pr": false }))
+        .await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let _worker = tokio::process::Command::new(bin("agent-bridge"))
+        .arg("worker")
+        .arg("--repo")
+        .arg(b.repo.path().join("app"))
+        .arg("--worktrees")
+        .arg(&worktrees)
+        .arg("--agent")
+        .arg(format!("codex=python3 {}", codex.display()))
+        .args(["--poll-ms", "100"])
+        .env("RELAY_SERVER", &b.server.url)
+        .env("RELAY_TOKEN", &b.ci)
+        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    // The operator is asked, as for Claude Code, and allows it.
+    let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 30 })).await;
+    let body = inbox["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
+    assert!(body.starts_with("[Approval a") && body.contains("git push --force") && body.contains(&id), "{body}");
+    let approval = body[10..20].to_owned();
+    b.alice.tool_ok("answer_permission", json!({ "id": approval, "decision": "allow" })).await;
+    let decision = worktrees.join(&id).join("decision.txt");
+    eventually(Duration::from_secs(20), "codex to hear the decision", || async {
+        std::fs::read_to_string(&decision).ok()
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(&decision).unwrap(), "approved");
+    let run: Value =
+        serde_json::from_str(&std::fs::read_to_string(worktrees.join(&id).join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["approval"], "on-request", "codex asks rather than running everything");
+    let env: Vec<&str> = run["relay_env"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(
+        env.contains(&"RELAY_JOB_TOKEN") && !env.contains(&"RELAY_TOKEN"),
+        "its bridge holds the card's credential only: {env:?}"
+    );
+}
