@@ -95,6 +95,8 @@ enum Command {
         #[arg(long, env = "RELAY_WORKTREES")]
         worktrees: Option<PathBuf>,
         /// How to start an agent CLI, NAME=COMMAND with {prompt} and {mcp_config} placeholders; repeatable.
+        /// A codex command without {prompt} (the default, `codex mcp-server`) is driven over MCP, so
+        /// Codex's approvals reach the operator and the human.
         #[arg(long = "agent")]
         agents: Vec<String>,
         /// Milliseconds between looks for work when idle.
