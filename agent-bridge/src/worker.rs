@@ -288,15 +288,29 @@ impl Worker {
             match held.as_ref() {
                 Some(token) => token.clone(),
                 None => {
-                    let hello = HelloRequest { handle: "worker".into(), harness: "other".into(), ..Default::default() };
-                    let reply = self
-                        .replicas
-                        .call(false, |channel| {
-                            let request = authed(hello.clone(), &self.config.token);
-                            async move { RelayClient::new(channel).hello(request).await }
-                        })
-                        .await
-                        .map_err(|s| anyhow::anyhow!("cannot open the worker's session: {}", s.message()))?;
+                    // `worker`, or a free name when another worker on this machine holds it.
+                    let mut reply = None;
+                    for handle in ["worker", ""] {
+                        let hello =
+                            HelloRequest { handle: handle.into(), harness: "other".into(), ..Default::default() };
+                        let said = self
+                            .replicas
+                            .call(false, |channel| {
+                                let request = authed(hello.clone(), &self.config.token);
+                                async move { RelayClient::new(channel).hello(request).await }
+                            })
+                            .await;
+                        match said {
+                            Err(s) if s.code() == tonic::Code::AlreadyExists && !handle.is_empty() => continue,
+                            other => {
+                                reply = Some(other.map_err(|s| {
+                                    anyhow::anyhow!("cannot open the worker's session: {}", s.message())
+                                })?);
+                                break;
+                            }
+                        }
+                    }
+                    let reply = reply.context("cannot open the worker's session")?;
                     let token = reply.into_inner().session_token;
                     *held = Some(token.clone());
                     token

@@ -947,6 +947,9 @@ async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
         .tool_ok("post_job", json!({ "title": "Push it", "repo": "app", "agent": "codex", "requires_pr": false }))
         .await;
     let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    // Another worker of the machine holds the handle `worker`: this one asks under a name of its own.
+    let mut other = relay_tests::client::Agent::hello(&b.server.url, &b.ci, "worker").await.unwrap();
+    let _held = other.subscribe(0).await;
     let _worker = tokio::process::Command::new(bin("agent-bridge"))
         .arg("worker")
         .arg("--repo")
@@ -969,6 +972,7 @@ async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
     let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 30 })).await;
     let body = inbox["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
     assert!(body.starts_with("[Approval a") && body.contains("git push --force") && body.contains(&id), "{body}");
+    assert!(body.contains("acme/ci/other-1") && !body.contains("acme/ci/worker"), "asked under a free name: {body}");
     let approval = body[10..20].to_owned();
     b.alice.tool_ok("answer_permission", json!({ "id": approval, "decision": "allow" })).await;
     let decision = worktrees.join(&id).join("decision.txt");
