@@ -36,24 +36,50 @@ struct Args {
     unread: i64,
 }
 
-fn args() -> Args {
+const USAGE: &str = "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--unread N]
+  --fsync-off       a fast, non-durable cluster (figures not comparable to production)
+  --seconds N       length of each throughput phase, 1-60 (default 5)
+  --rate-seconds N  length of each fixed-rate phase, 1-120 (default 20)
+  --idle N,N        idle push streams to hold open, each at most 20000 (default 1000,10000)
+  --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)";
+
+/// The arguments, or why they are wrong.
+fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut args = Args { durable: true, seconds: 5, rate_seconds: 20, idle: vec![1000, 10_000], unread: 100_000 };
-    let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = || it.next().unwrap_or_else(|| panic!("{flag} takes a value"));
+        let mut value = || it.next().ok_or_else(|| format!("{flag} takes a value"));
+        let number =
+            |text: String| text.trim().parse::<u64>().map_err(|_| format!("{flag} takes a whole number, not {text:?}"));
         match flag.as_str() {
             "--fsync-off" => args.durable = false,
-            "--seconds" => args.seconds = value().parse::<u64>().expect("--seconds N").clamp(1, 60),
-            "--rate-seconds" => args.rate_seconds = value().parse::<u64>().expect("--rate-seconds N").clamp(1, 120),
+            "--seconds" => args.seconds = number(value()?)?.clamp(1, 60),
+            "--rate-seconds" => args.rate_seconds = number(value()?)?.clamp(1, 120),
             "--idle" => {
-                args.idle =
-                    value().split(',').map(|n| n.trim().parse::<usize>().expect("--idle N,N").min(20_000)).collect()
+                args.idle = value()?
+                    .split(',')
+                    .map(|n| number(n.to_owned()).map(|n| (n as usize).min(20_000)))
+                    .collect::<Result<_, _>>()?
             }
-            "--unread" => args.unread = value().parse::<i64>().expect("--unread N").clamp(0, 1_000_000),
-            other => panic!("unknown argument {other}; see the usage at the top of relay-bench.rs"),
+            "--unread" => args.unread = number(value()?)?.min(1_000_000) as i64,
+            "--help" | "-h" => return Err(String::new()),
+            other => return Err(format!("unknown argument {other}")),
         }
     }
-    args
+    Ok(args)
+}
+
+fn args() -> Args {
+    match parse_args(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(why) if why.is_empty() => {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        Err(why) => {
+            eprintln!("relay-bench: {why}\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
 }
 
 fn ms(d: Duration) -> f64 {
