@@ -5,7 +5,7 @@
 //! span and hands it to the handler in the request's extensions. A call without a valid credential
 //! never reaches a handler, and a job token reaches nothing but `Hello`.
 
-use std::pin::Pin;
+use futures_util::future::BoxFuture;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
@@ -182,8 +182,6 @@ pub struct Authenticate<S> {
     app: App,
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
 impl<S, B, ResBody> Service<Request<B>> for Authenticate<S>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -194,7 +192,7 @@ where
 {
     type Response = Response<ResBody>;
     type Error = BoxError;
-    type Future = BoxFuture<std::result::Result<Self::Response, BoxError>>;
+    type Future = BoxFuture<'static, std::result::Result<Self::Response, BoxError>>;
 
     /// Always ready: the inner service is driven by `oneshot` in `call`.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {

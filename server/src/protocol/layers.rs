@@ -13,9 +13,8 @@
 //! clients waiting for mail never take the places of calls doing work. Long polls get their longest wait plus the ordinary budget; streams and calls whose
 //! wait the server itself bounds get no budget here (see [`Kind`]).
 
+use futures_util::future::BoxFuture;
 use std::any::Any;
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -165,7 +164,7 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>>;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -330,8 +329,6 @@ impl<S: Clone> Admission<S> {
     }
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
 impl<S, B, ResBody> Service<Request<B>> for Admission<S>
 where
     S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
@@ -342,7 +339,7 @@ where
 {
     type Response = Response<ResBody>;
     type Error = BoxError;
-    type Future = BoxFuture<Result<Self::Response, BoxError>>;
+    type Future = BoxFuture<'static, Result<Self::Response, BoxError>>;
 
     /// Always ready: whether a call may run is decided per call, by its path, in `call`.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {

@@ -45,8 +45,8 @@ impl Worker for WorkerService {
         let (claimed, cleanup) = self.app.claim(&machine).await?;
         let lease_s = crate::app::board::lease_s();
         let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token, lease_s });
-        let follow = self.follow(&machine).await?;
-        Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup), follow }))
+        // Pull requests are asked for apart (`follow_only`), on the worker's own beat.
+        Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup), follow: Vec::new() }))
     }
 
     async fn pr_checked(&self, request: Request<PrCheckedRequest>) -> Result<Response<JobView>, Status> {
