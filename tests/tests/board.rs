@@ -476,13 +476,7 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
 async fn permission_requests_go_to_the_operator_then_the_human() {
     let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "5")]).await;
     let human = b.server.admin_ok(&["human", "add", "acme"]);
-    let posted = b.alice.tool_ok("post_job", json!({ "title": "Clean the build", "repo": "app" })).await;
-    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
-    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
-    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
-    assert_eq!(claimed.job.unwrap().id, id);
-    let mut agent = Bridge::start_card(&b.server.url, &claimed.job_token);
-    agent.initialize("2025-06-18").await;
+    let (id, mut agent) = running_card(&mut b, "Clean the build").await;
     let tools = agent.request("tools/list", json!({})).await;
     assert!(tools.to_string().contains("relay_permission"), "a board agent is offered the permission tool");
     let plain = b.alice.request("tools/list", json!({})).await;
@@ -712,13 +706,7 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
 async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused() {
     let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "2")]).await;
     let human = b.server.admin_ok(&["human", "add", "acme"]);
-    let posted = b.alice.tool_ok("post_job", json!({ "title": "Tidy up", "repo": "app" })).await;
-    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
-    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
-    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
-    assert_eq!(claimed.job.unwrap().id, id);
-    let mut agent = Bridge::start_card(&b.server.url, &claimed.job_token);
-    agent.initialize("2025-06-18").await;
+    let (_, mut agent) = running_card(&mut b, "Tidy up").await;
     let _asking = agent
         .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "make clean" } } }))
         .await;
@@ -758,9 +746,36 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     assert_eq!(decided.1, "timeout", "refused for want of an answer, by nobody");
 }
 
+/// A card posted by alice, claimed by ci's worker, and its agent's bridge, holding the card's job
+/// token, started and initialized.
+async fn running_card(b: &mut Board, title: &str) -> (String, Bridge) {
+    let posted = b.alice.tool_ok("post_job", json!({ "title": title, "repo": "app" })).await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let mut w = worker_client(channel(&b.server.url).await, &b.ci);
+    let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
+    assert_eq!(claimed.job.unwrap().id, id);
+    let mut agent = Bridge::start_card(&b.server.url, &claimed.job_token);
+    agent.initialize("2025-06-18").await;
+    (id, agent)
+}
+
 /// The card as `read_job` shows it.
 async fn card(b: &mut Board, id: &str) -> Value {
     b.alice.tool_ok("read_job", json!({ "id": id })).await["structuredContent"].clone()
+}
+
+/// The card once `ready` holds for it, read every 100 ms for up to 30 s (through alice's bridge,
+/// which the closure of `eventually` cannot borrow).
+async fn card_until(b: &mut Board, id: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = card(b, id).await;
+        if ready(&now) {
+            return now;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}: {now}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
@@ -818,17 +833,8 @@ async fn a_worker_with_concurrency_runs_cards_at_once_each_in_its_worktree() {
     let running = listed["structuredContent"]["jobs"].as_array().unwrap().len();
     assert_eq!(running, 2, "each under its own lease: {}", text(&listed));
     std::fs::write(&gate, "").unwrap();
-    // Polled through alice's bridge, which the closure of `eventually` cannot borrow.
     for id in &ids {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
-            if read["structuredContent"]["state"] == "review" {
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "card {id} never reached review: {}", text(&read));
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        card_until(&mut b, id, "the card to reach review", |c| c["state"] == "review").await;
         assert!(worktrees.join(id).join("result.txt").exists(), "each card works in its own worktree");
     }
 }
@@ -867,46 +873,39 @@ async fn a_card_whose_pull_request_merges_is_done_and_a_failed_check_shows_on_it
     );
     assert_ne!(finish, STAND_IN, "the stand-in opens a pull request");
     let agent = script(dir.path(), "pr.sh", &finish);
-    // The forge says what the test wrote, or fails like a CLI that is not logged in.
+    // The forge says what the test wrote (read once), or fails like a CLI that is not logged in.
     let forge = script(
         dir.path(),
         "forge.sh",
-        "#!/bin/sh\nif grep -q fail \"$FORGE_STATE\"; then echo 'gh: not logged in' >&2; exit 1; fi\ncat \"$FORGE_STATE\"\n",
+        "#!/bin/sh\nsaid=$(cat \"$FORGE_STATE\")\nif [ \"$said\" = fail ]; then echo 'gh: not logged in' >&2; exit 1; fi\nprintf '%s\\n' \"$said\"\n",
     );
     let state = dir.path().join("state.json");
-    std::fs::write(&state, r#"{"state":"OPEN","mergedAt":null}"#).unwrap();
+    // Replaced whole, so the forge never reads a file half written.
+    let say = |path: &Path, text: &str| {
+        let next = path.with_extension("next");
+        std::fs::write(&next, text).unwrap();
+        std::fs::rename(&next, path).unwrap();
+    };
+    say(&state, r#"{"state":"OPEN","mergedAt":null}"#);
     let posted = b.alice.tool_ok("post_job", json!({ "title": "Open a PR", "repo": "app", "requires_pr": true })).await;
     let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
     let forge_flag = format!("*={} {{pr}}", forge.display());
     let _worker =
         worker(&b, &dir.path().join("worktrees"), &agent, &["--forge", &forge_flag], &[("FORGE_STATE", &state)]);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while card(&mut b, &id).await["state"] != "review" {
-        assert!(tokio::time::Instant::now() < deadline, "the card never reached review");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(card(&mut b, &id).await["pr_url"], pr);
+    let reviewed = card_until(&mut b, &id, "the card to reach review", |c| c["state"] == "review").await;
+    assert_eq!(reviewed["pr_url"], pr);
 
-    std::fs::write(&state, "fail").unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let now = card(&mut b, &id).await;
-        if now["last_error"].as_str().is_some_and(|e| e.contains("cannot check the pull request")) {
-            assert!(now["last_error"].as_str().unwrap().contains("gh: not logged in"), "{now}");
-            assert_eq!(now["state"], "review", "a failed check moves nothing");
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the failed check never showed: {now}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    say(&state, "fail");
+    let failed = card_until(&mut b, &id, "the failed check to show", |c| {
+        c["last_error"].as_str().is_some_and(|e| e.contains("cannot check the pull request"))
+    })
+    .await;
+    assert!(failed["last_error"].as_str().unwrap().contains("gh: not logged in"), "{failed}");
+    assert_eq!(failed["state"], "review", "a failed check moves nothing");
 
-    std::fs::write(&state, r#"{"state":"MERGED","mergedAt":"2026-11-30T10:00:00Z"}"#).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while card(&mut b, &id).await["state"] != "done" {
-        assert!(tokio::time::Instant::now() < deadline, "the merged card never reached done");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    say(&state, r#"{"state":"MERGED","mergedAt":"2026-11-30T10:00:00Z"}"#);
+    card_until(&mut b, &id, "the merged card to reach done", |c| c["state"] == "done").await;
     let inbox = b.alice.tool_ok("relay_inbox", json!({})).await;
     assert!(text(&inbox).contains(&format!("its pull request {pr} was merged")), "{}", text(&inbox));
 }
