@@ -32,31 +32,56 @@ pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
             if round % PURGE_EVERY_ROUNDS == 0 {
                 purge(&app).await;
             }
-            let m = metrics();
-            m.scheduler_rounds.inc();
-            match app.fire_due_schedules().await {
-                Ok(0) => {}
-                Ok(n) => {
-                    m.schedules_fired.inc_by(n as u64);
-                    tracing::info!(runs = n, "scheduled runs posted");
+            metrics().scheduler_rounds.inc();
+            // One read says which jobs have work; an idle round costs nothing more.
+            let due = match app.due_work().await {
+                Ok(due) => due,
+                Err(e) => {
+                    tracing::warn!(error = %e, "scheduler round failed");
+                    continue;
                 }
-                Err(e) => tracing::warn!(error = %e, "schedule round failed"),
+            };
+            if due.schedules {
+                fire_schedules(&app).await;
             }
-            match app.approval_round().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(requests = n, "permission requests escalated or expired"),
-                Err(e) => tracing::warn!(error = %e, "approval round failed"),
+            if due.approvals {
+                approval_round(&app).await;
             }
-            match app.expire_leases().await {
-                Ok(0) => {}
-                Ok(n) => {
-                    m.leases_expired.inc_by(n);
-                    tracing::warn!(cards = n, "worker leases expired; cards back in To do");
-                }
-                Err(e) => tracing::warn!(error = %e, "lease round failed"),
+            if due.leases {
+                expire_leases(&app).await;
             }
         }
     })
+}
+
+async fn fire_schedules(app: &App) {
+    match app.fire_due_schedules().await {
+        Ok(0) => {}
+        Ok(n) => {
+            metrics().schedules_fired.inc_by(n as u64);
+            tracing::info!(runs = n, "scheduled runs posted");
+        }
+        Err(e) => tracing::warn!(error = %e, "schedule round failed"),
+    }
+}
+
+async fn approval_round(app: &App) {
+    match app.approval_round().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(requests = n, "permission requests escalated or expired"),
+        Err(e) => tracing::warn!(error = %e, "approval round failed"),
+    }
+}
+
+async fn expire_leases(app: &App) {
+    match app.expire_leases().await {
+        Ok(0) => {}
+        Ok(n) => {
+            metrics().leases_expired.inc_by(n);
+            tracing::warn!(cards = n, "worker leases expired; cards back in To do");
+        }
+        Err(e) => tracing::warn!(error = %e, "lease round failed"),
+    }
 }
 
 async fn purge(app: &App) {

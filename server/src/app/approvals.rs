@@ -18,7 +18,7 @@ use crate::store::identity::Caller;
 
 /// How long the operator, then the human, has to answer a permission request
 /// (`RELAY_APPROVAL_WAIT_S`, default 5 minutes each).
-fn approval_wait() -> Duration {
+pub(super) fn approval_wait() -> Duration {
     let secs = std::env::var("RELAY_APPROVAL_WAIT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(300u64);
     Duration::from_secs(secs.clamp(1, 3600))
 }

@@ -60,6 +60,12 @@ impl App {
         self
     }
 
+    /// What the scheduler's round has to do now (one read).
+    pub async fn due_work(&self) -> Result<crate::store::due::DueWork> {
+        let db = self.store.client().await?;
+        crate::store::due::probe(&db, approvals::approval_wait().as_secs_f64()).await
+    }
+
     /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever
     /// the caller's inbox changes. The waiter is taken before the first attempt, so no change is
     /// missed.

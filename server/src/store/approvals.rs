@@ -180,6 +180,16 @@ pub(crate) struct Due {
     pub expired: bool,
 }
 
+/// An open request past a deadline, of `approvals` as `a`, with `$1` the default wait in seconds
+/// (the scheduler's probe reads the same).
+pub(crate) fn request_due() -> String {
+    format!(
+        "a.state in ('{PENDING}', '{ESCALATED}')
+         and (coalesce(a.expire_at, a.created_at + make_interval(secs => 2 * $1::float8)) <= now()
+              or (a.state = '{PENDING}' and coalesce(a.escalate_at, a.created_at + make_interval(secs => $1::float8)) <= now()))"
+    )
+}
+
 /// Open requests past a deadline, oldest first. Nothing is locked: what is done with each is
 /// guarded by its state, so two replicas acting on one request act once. Requests without
 /// deadlines (the previous release's) are due `wait_s` and twice `wait_s` after they were made.
@@ -189,12 +199,11 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
             &format!(
                 "select id, account_id, requester_id,
                         coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now() as expired
-                 from approvals
-                 where state in ('{PENDING}', '{ESCALATED}')
-                   and (coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now()
-                        or (state = '{PENDING}' and coalesce(escalate_at, created_at + make_interval(secs => $1::float8)) <= now()))
+                 from approvals a
+                 where {}
                  order by created_at
-                 limit $2"
+                 limit $2",
+                request_due()
             ),
             &[&wait_s, &limit],
         )

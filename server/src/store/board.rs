@@ -621,8 +621,9 @@ pub(crate) async fn expire_leases(c: &impl GenericClient) -> Result<Vec<LostLeas
                                    || ' stopped renewing its lease'
                                    || case when j.attempts >= $1 then '; gave up after ' || $1 || ' attempts: edit the card to try again' else '' end
              from machines m
-             where m.id = j.lease_machine and j.state = '{IN_PROGRESS}' and j.lease_until < now()
-             returning j.id, j.account_id, j.attempts, m.name"
+             where m.id = j.lease_machine and {}
+             returning j.id, j.account_id, j.attempts, m.name",
+            lease_lapsed()
         ),
         &[&MAX_ATTEMPTS],
     )
@@ -632,15 +633,26 @@ pub(crate) async fn expire_leases(c: &impl GenericClient) -> Result<Vec<LostLeas
     .collect()
 }
 
+/// A schedule that came due, of `jobs` as `j` (the scheduler's probe reads the same).
+pub(crate) fn schedule_due() -> String {
+    format!("j.kind = '{SCHEDULE}' and j.state = '{TODO}' and j.next_run_at <= now()")
+}
+
+/// A card whose worker stopped renewing its lease, of `jobs` as `j`.
+pub(crate) fn lease_lapsed() -> String {
+    format!("j.state = '{IN_PROGRESS}' and j.lease_until < now()")
+}
+
 /// Locks (`for update skip locked`) up to 50 schedules that came due, the longest due first; a
 /// schedule another replica is firing is skipped.
 pub(crate) async fn lock_due_schedules(c: &impl GenericClient) -> Result<Vec<DueSchedule>> {
     c.query(
         &format!(
-            "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, ''), next_run_at, now() from jobs
-             where kind = '{SCHEDULE}' and state = '{TODO}' and next_run_at <= now()
+            "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, ''), next_run_at, now() from jobs j
+             where {}
              order by next_run_at limit 50
-             for update skip locked"
+             for update skip locked",
+            schedule_due()
         ),
         &[],
     )

@@ -4,6 +4,7 @@ pub mod approvals;
 pub mod board;
 pub mod console;
 pub mod contacts;
+pub mod due;
 mod error;
 pub mod identity;
 mod ids;

@@ -1,0 +1,31 @@
+//! What the scheduler's round finds to do, in one read: an idle replica asks this once a round and
+//! nothing more.
+
+use deadpool_postgres::GenericClient;
+
+use super::error::Col;
+use super::{approvals, board};
+use crate::domain::Result;
+
+/// Which of the round's jobs have work waiting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DueWork {
+    pub schedules: bool,
+    pub leases: bool,
+    pub approvals: bool,
+}
+
+/// One round trip, each question an index probe: due schedules, lapsed leases, permission requests
+/// past a deadline (`approval_wait_s` being the default wait of the previous release's requests).
+pub(crate) async fn probe(c: &impl GenericClient, approval_wait_s: f64) -> Result<DueWork> {
+    let sql = format!(
+        "select exists (select 1 from jobs j where {}),
+                exists (select 1 from jobs j where {}),
+                exists (select 1 from approvals a where {})",
+        board::schedule_due(),
+        board::lease_lapsed(),
+        approvals::request_due()
+    );
+    let row = c.query_one(&sql, &[&approval_wait_s]).await?;
+    Ok(DueWork { schedules: row.col(0)?, leases: row.col(1)?, approvals: row.col(2)? })
+}
