@@ -3,6 +3,7 @@
 //! With `DATABASE_URL` set, tests use that server; otherwise one throwaway cluster per test binary is
 //! started from the local Postgres binaries. Each test gets its own database either way.
 
+pub mod agent;
 pub mod client;
 pub mod http;
 pub mod mcp;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use relay_proto::v1::worker_client::WorkerClient;
 use relay_proto::v1::*;
+use relay_tests::agent::{StandIn, executable};
 use relay_tests::client::{Agent, Bearer, channel, client};
 use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
@@ -313,29 +314,11 @@ async fn a_card_out_of_attempts_is_announced_to_the_operator() {
     assert_eq!(read["structuredContent"]["attempts"], 3);
 }
 
-/// A stand-in agent CLI: leaves what it was given (environment, arguments, MCP config) in its
-/// worktree, commits there, then reports through its own bridge.
-const STAND_IN: &str = r#"#!/bin/sh
-env > agent-env.txt
-printf '%s\n' "$@" > agent-argv.txt
-cat "$1" > agent-mcp.json
-branch=$(git rev-parse --abbrev-ref HEAD)
-echo "done" > result.txt
-git add result.txt && git -c user.email=a@example.com -c user.name=agent commit -qm "the work"
-printf '%s\n' \
- '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stand-in","version":"1"}}}' \
- "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"finish_job\",\"arguments\":{\"summary\":\"committed result.txt on $branch\"}}}" \
- | "$BRIDGE" mcp --harness claude
-"#;
-
 #[tokio::test]
 async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     let mut b = board(&[]).await;
     let scripts = tempfile::tempdir().unwrap();
-    let agent = scripts.path().join("stand-in.sh");
-    std::fs::write(&agent, STAND_IN).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = StandIn { records: true, ..StandIn::default() }.write(scripts.path(), "stand-in.sh");
     let worktrees = scripts.path().join("worktrees");
     let human = b.server.admin_ok(&["human", "add", "acme"]);
 
@@ -778,14 +761,6 @@ async fn card_until(b: &mut Board, id: &str, what: &str, ready: impl Fn(&Value) 
     }
 }
 
-fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
 /// `agent-bridge worker` serving the board's repository with `agent` as every card's agent CLI.
 fn worker(b: &Board, worktrees: &Path, agent: &Path, extra: &[&str], env: &[(&str, &Path)]) -> tokio::process::Child {
     tokio::process::Command::new(bin("agent-bridge"))
@@ -815,16 +790,14 @@ async fn a_worker_with_concurrency_runs_cards_at_once_each_in_its_worktree() {
     let mut b = board(&[]).await;
     let dir = tempfile::tempdir().unwrap();
     let gate = dir.path().join("go");
-    // Says it started, waits for the gate, then does the stand-in's work.
-    let body = format!("#!/bin/sh\ntouch started\nwhile [ ! -f \"$GATE\" ]; do sleep 0.05; done\n{}", &STAND_IN[10..]);
-    let agent = script(dir.path(), "gated.sh", &body);
+    let agent = StandIn { gated: true, ..StandIn::default() }.write(dir.path(), "gated.sh");
     let worktrees = dir.path().join("worktrees");
     let mut ids = Vec::new();
     for title in ["First", "Second"] {
         let posted = b.alice.tool_ok("post_job", json!({ "title": title, "repo": "app", "requires_pr": false })).await;
         ids.push(posted["structuredContent"]["id"].as_str().unwrap().to_owned());
     }
-    let _worker = worker(&b, &worktrees, &agent, &["--concurrency", "2"], &[("GATE", &gate)]);
+    let _worker = worker(&b, &worktrees, &agent, &["--concurrency", "2"], &[("GO", &gate)]);
     eventually(Duration::from_secs(30), "both cards' agents to run at once", || async {
         ids.iter().all(|id| worktrees.join(id).join("started").exists()).then_some(())
     })
@@ -843,7 +816,7 @@ async fn a_worker_with_concurrency_runs_cards_at_once_each_in_its_worktree() {
 async fn a_worker_that_cannot_renew_for_a_whole_lease_stops_the_agent() {
     let mut b = board(&[("RELAY_LEASE_S", "2")]).await;
     let dir = tempfile::tempdir().unwrap();
-    let agent = script(dir.path(), "long.sh", "#!/bin/sh\necho $$ > \"$PIDS/agent.pid\"\nexec sleep 300\n");
+    let agent = executable(dir.path(), "long.sh", "#!/bin/sh\necho $$ > \"$PIDS/agent.pid\"\nexec sleep 300\n");
     let worktrees = dir.path().join("worktrees");
     b.alice.tool_ok("post_job", json!({ "title": "Long", "repo": "app", "requires_pr": false })).await;
     let _worker = worker(&b, &worktrees, &agent, &[], &[("PIDS", dir.path())]);
@@ -867,14 +840,9 @@ async fn a_card_whose_pull_request_merges_is_done_and_a_failed_check_shows_on_it
     let mut b = board(&[("RELAY_PR_CHECK_S", "0.2")]).await;
     let dir = tempfile::tempdir().unwrap();
     let pr = "https://forge.example/acme/app/pull/7";
-    let finish = STAND_IN.replace(
-        r#"\"arguments\":{\"summary\":\"committed result.txt on $branch\"}"#,
-        &format!(r#"\"arguments\":{{\"summary\":\"opened a pull request\",\"pr_url\":\"{pr}\"}}"#),
-    );
-    assert_ne!(finish, STAND_IN, "the stand-in opens a pull request");
-    let agent = script(dir.path(), "pr.sh", &finish);
+    let agent = StandIn { pr_url: Some(pr), ..StandIn::default() }.write(dir.path(), "pr.sh");
     // The forge says what the test wrote (read once), or fails like a CLI that is not logged in.
-    let forge = script(
+    let forge = executable(
         dir.path(),
         "forge.sh",
         "#!/bin/sh\nsaid=$(cat \"$FORGE_STATE\")\nif [ \"$said\" = fail ]; then echo 'gh: not logged in' >&2; exit 1; fi\nprintf '%s\\n' \"$said\"\n",

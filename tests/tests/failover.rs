@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use relay_proto::v1::RegisterRepoRequest;
 use relay_proto::v1::worker_client::WorkerClient;
+use relay_tests::agent::StandIn;
 use relay_tests::client::{Bearer, channel};
 use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
 use relay_tests::pg::TestDb;
@@ -143,19 +144,6 @@ async fn a_replica_down_from_the_start_is_passed_over_and_a_bad_url_refused() {
     assert!(!ok && out.contains("\"http://\"") && out.contains("no host"), "{out}");
 }
 
-/// A stand-in agent CLI: waits for the test's go-ahead, commits in its worktree, then reports
-/// through its own bridge (which gets the worker's replicas).
-const STAND_IN: &str = r#"#!/bin/sh
-while [ ! -e "$GO" ]; do sleep 0.05; done
-branch=$(git rev-parse --abbrev-ref HEAD)
-echo "done" > result.txt
-git add result.txt && git -c user.email=a@example.com -c user.name=agent commit -qm "the work"
-printf '%s\n' \
- '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"stand-in","version":"1"}}}' \
- "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"finish_job\",\"arguments\":{\"summary\":\"committed result.txt on $branch\"}}}" \
- | "$BRIDGE" mcp --harness claude
-"#;
-
 #[tokio::test]
 async fn a_worker_keeps_its_card_and_lease_when_its_replica_stops() {
     let db = TestDb::new().await;
@@ -176,10 +164,8 @@ async fn a_worker_keeps_its_card_and_lease_when_its_replica_stops() {
     git(&["-c", "user.email=t@example.com", "-c", "user.name=t", "commit", "-qm", "initial"]);
     let mut register = WorkerClient::with_interceptor(channel(&b.url).await, Bearer::new(&ci));
     register.register_repo(RegisterRepoRequest { path: repo.display().to_string() }).await.unwrap();
-    let agent = dir.path().join("stand-in.sh");
-    std::fs::write(&agent, STAND_IN).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Waits for the test's go-ahead; its bridge gets the worker's replicas.
+    let agent = StandIn { gated: true, ..StandIn::default() }.write(dir.path(), "stand-in.sh");
     let go = dir.path().join("go");
 
     let mut alice = bridge(&b.url, &laptop, "alice");
