@@ -34,6 +34,17 @@ struct Args {
     rate_seconds: u64,
     idle: Vec<usize>,
     unread: i64,
+    /// The phases to run; the floor always runs.
+    only: Vec<String>,
+}
+
+/// The benchmark's phases, in the order they run.
+const PHASES: [&str; 5] = ["serial", "throughput", "rate", "idle", "inbox"];
+
+impl Args {
+    fn runs(&self, phase: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|p| p == phase)
+    }
 }
 
 const USAGE: &str = "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--unread N]
@@ -41,11 +52,19 @@ const USAGE: &str = "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seco
   --seconds N       length of each throughput phase, 1-60 (default 5)
   --rate-seconds N  length of each fixed-rate phase, 1-120 (default 20)
   --idle N,N        idle push streams to hold open, each at most 20000 (default 1000,10000)
-  --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)";
+  --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)
+  --only P,P        run only these phases (serial, throughput, rate, idle, inbox); the floor always runs";
 
 /// The arguments, or why they are wrong.
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut args = Args { durable: true, seconds: 5, rate_seconds: 20, idle: vec![1000, 10_000], unread: 100_000 };
+    let mut args = Args {
+        durable: true,
+        seconds: 5,
+        rate_seconds: 20,
+        idle: vec![1000, 10_000],
+        unread: 100_000,
+        only: Vec::new(),
+    };
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or_else(|| format!("{flag} takes a value"));
         let number =
@@ -61,6 +80,12 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "--unread" => args.unread = number(value()?)?.min(1_000_000) as i64,
+            "--only" => {
+                args.only = value()?.split(',').map(|p| p.trim().to_owned()).collect();
+                if let Some(unknown) = args.only.iter().find(|p| !PHASES.contains(&p.as_str())) {
+                    return Err(format!("--only: no phase {unknown:?} (phases: {})", PHASES.join(", ")));
+                }
+            }
             "--help" | "-h" => return Err(String::new()),
             other => return Err(format!("unknown argument {other}")),
         }
@@ -101,6 +126,52 @@ fn quantiles(mut samples: Vec<Duration>) -> Quantiles {
     samples.sort();
     let at = |p: f64| ms(samples[((samples.len() as f64 - 1.0) * p).round() as usize]);
     Quantiles { n: samples.len(), p50: at(0.50), p99: at(0.99), p999: at(0.999) }
+}
+
+/// CPU time, in seconds, of the server, of every Postgres process, and of this benchmark.
+#[derive(Clone, Copy)]
+struct Cpu {
+    server: f64,
+    postgres: f64,
+    bench: f64,
+}
+
+impl Cpu {
+    fn now(server: u32) -> Self {
+        // utime and stime, the 14th and 15th fields of /proc/PID/stat, in clock ticks (100 a second).
+        let ticks = |stat: &str| -> Option<(String, f64)> {
+            let (head, tail) = stat.rsplit_once(')')?;
+            let comm = head.split_once('(')?.1.to_owned();
+            let fields: Vec<&str> = tail.split_whitespace().collect();
+            let t = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            Some((comm, t / 100.0))
+        };
+        let of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| ticks(&s));
+        let postgres = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| of(e.file_name().to_str()?))
+            .filter(|(comm, _)| comm == "postgres")
+            .map(|(_, t)| t)
+            .sum();
+        Self {
+            server: of(&server.to_string()).map_or(0.0, |(_, t)| t),
+            postgres,
+            bench: of("self").map_or(0.0, |(_, t)| t),
+        }
+    }
+
+    /// CPU microseconds per operation of each, since `before`.
+    fn per(self, before: Cpu, ops: f64) -> String {
+        let us = |after: f64, before: f64| (after - before) * 1e6 / ops.max(1.0);
+        format!(
+            "{:.0} / {:.0} / {:.0}",
+            us(self.server, before.server),
+            us(self.postgres, before.postgres),
+            us(self.bench, before.bench)
+        )
+    }
 }
 
 fn rss_mib(pid: u32) -> f64 {
@@ -442,203 +513,223 @@ async fn main() {
         f.commits_per_s[&32]
     );
 
-    // Serial send and send -> push, with the database work each send costs.
     let laptop = server.machine("bench", "laptop");
     let ci = server.machine("bench", "ci");
-    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
-    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
-    let mut stream = bob.subscribe(0).await;
-    let (mut send_lat, mut push_lat) = (Vec::new(), Vec::new());
-    if stats.statements {
-        let _ = stats.client.batch_execute("select pg_stat_statements_reset()").await;
-    }
-    // WAL flushes are reported by backends up to 10 s late: the setup's are counted before the
-    // phase, and the phase's own before its end is read.
-    tokio::time::sleep(STATS_SETTLE).await;
-    let before = stats.counters().await;
-    let phase = Instant::now();
-    while send_lat.len() < 1000 && phase.elapsed() < Duration::from_secs(args.seconds * 4) {
-        let start = Instant::now();
-        alice.send(&["ci/bob"], &format!("latency probe {}", send_lat.len())).await.unwrap();
-        send_lat.push(start.elapsed());
-        tokio::time::timeout(PHASE_LIMIT, next_message(&mut stream)).await.expect("push").expect("push");
-        push_lat.push(start.elapsed());
-    }
-    tokio::time::sleep(STATS_SETTLE).await;
-    let after = stats.counters().await;
-    let n = send_lat.len() as f64;
-    // The counter reads write nothing; they are statements (four per read).
-    let commits = (after.0 - before.0) as f64 / n;
-    let flushes = (after.2 - before.2) as f64 / n;
-    let statements =
-        if stats.statements { format!("{:.1}", (after.1 - before.1 - 4) as f64 / n) } else { "n/a".into() };
-    let (send, push) = (quantiles(send_lat), quantiles(push_lat));
-    if stats.statements {
-        // Where a serial send's database time goes: the statements it ran, per send.
-        let top = stats
-            .client
-            .query(
-                "select calls, mean_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
-                 from pg_stat_statements where query not like '%pg_stat%' and query not like '%pg_snapshot%' order by total_exec_time desc limit 10",
-                &[],
-            )
-            .await
-            .unwrap_or_default();
-        println!("serial phase, statements by total time (calls per send, mean ms):");
-        for r in top {
-            let (calls, mean, query): (i64, f64, String) = (r.get(0), r.get(1), r.get(2));
-            println!("  {:>5.2} x {:>6.3} ms  {query}", calls as f64 / n, mean);
+
+    // Serial send and send -> push, with the database work each send costs.
+    if args.runs("serial") {
+        let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+        let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+        let mut stream = bob.subscribe(0).await;
+        let (mut send_lat, mut push_lat) = (Vec::new(), Vec::new());
+        if stats.statements {
+            let _ = stats.client.batch_execute("select pg_stat_statements_reset()").await;
         }
+        // WAL flushes are reported by backends up to 10 s late: the setup's are counted before the
+        // phase, and the phase's own before its end is read.
+        tokio::time::sleep(STATS_SETTLE).await;
+        let before = stats.counters().await;
+        let phase = Instant::now();
+        while send_lat.len() < 1000 && phase.elapsed() < Duration::from_secs(args.seconds * 4) {
+            let start = Instant::now();
+            alice.send(&["ci/bob"], &format!("latency probe {}", send_lat.len())).await.unwrap();
+            send_lat.push(start.elapsed());
+            tokio::time::timeout(PHASE_LIMIT, next_message(&mut stream)).await.expect("push").expect("push");
+            push_lat.push(start.elapsed());
+        }
+        tokio::time::sleep(STATS_SETTLE).await;
+        let after = stats.counters().await;
+        let n = send_lat.len() as f64;
+        // The counter reads write nothing; they are statements (four per read).
+        let commits = (after.0 - before.0) as f64 / n;
+        let flushes = (after.2 - before.2) as f64 / n;
+        let statements =
+            if stats.statements { format!("{:.1}", (after.1 - before.1 - 4) as f64 / n) } else { "n/a".into() };
+        let (send, push) = (quantiles(send_lat), quantiles(push_lat));
+        if stats.statements {
+            // Where a serial send's database time goes: the statements it ran, per send.
+            let top = stats
+                .client
+                .query(
+                    "select calls, mean_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
+                     from pg_stat_statements where query not like '%pg_stat%' and query not like '%pg_snapshot%' order by total_exec_time desc limit 10",
+                    &[],
+                )
+                .await
+                .unwrap_or_default();
+            println!("serial phase, statements by total time (calls per send, mean ms):");
+            for r in top {
+                let (calls, mean, query): (i64, f64, String) = (r.get(0), r.get(1), r.get(2));
+                println!("  {:>5.2} x {:>6.3} ms  {query}", calls as f64 / n, mean);
+            }
+        }
+        rows.push(row("serial send p50 (ms)", format!("{:.2}", send.p50), Some(f.insert.p50), send.p50, "<= 1.0"));
+        rows.push(row("serial send p99 (ms)", format!("{:.2}", send.p99), Some(f.insert.p99), send.p99, ""));
+        rows.push(row("send -> push p50 (ms)", format!("{:.2}", push.p50), Some(f.shaped.p50), push.p50, "<= 1.5"));
+        rows.push(row("send -> push p99 (ms)", format!("{:.2}", push.p99), Some(f.shaped.p99), push.p99, ""));
+        rows.push(Row {
+            what: "per send: write transactions / flushes / statements".into(),
+            relay: format!("{commits:.1} / {flushes:.1} / {statements}"),
+            floor: "1 / 1 / 1".into(),
+            ratio: String::new(),
+            target: "1 round trip".into(),
+        });
+        drop(stream);
     }
-    rows.push(row("serial send p50 (ms)", format!("{:.2}", send.p50), Some(f.insert.p50), send.p50, "<= 1.0"));
-    rows.push(row("serial send p99 (ms)", format!("{:.2}", send.p99), Some(f.insert.p99), send.p99, ""));
-    rows.push(row("send -> push p50 (ms)", format!("{:.2}", push.p50), Some(f.shaped.p50), push.p50, "<= 1.5"));
-    rows.push(row("send -> push p99 (ms)", format!("{:.2}", push.p99), Some(f.shaped.p99), push.p99, ""));
-    rows.push(Row {
-        what: "per send: write transactions / flushes / statements".into(),
-        relay: format!("{commits:.1} / {flushes:.1} / {statements}"),
-        floor: "1 / 1 / 1".into(),
-        ratio: String::new(),
-        target: "1 round trip".into(),
-    });
-    drop(stream);
 
     // Throughput at 1, 8 and 32 senders: to distinct recipients, and all into one inbox.
-    let senders: Vec<Client> = agents(&server.url, &laptop, "s", 32).await.into_iter().map(|a| a.rpc).collect();
-    let recipients: Vec<String> = agents(&server.url, &ci, "r", 32).await.into_iter().map(|a| a.address).collect();
-    for n in [1usize, 8, 32] {
-        for hot in [false, true] {
-            let (rate, shed) = throughput(&senders[..n], &recipients, hot, args.seconds).await;
-            let what = format!("throughput @{n} {} (msg/s)", if hot { "one inbox" } else { "distinct" });
-            let target = if n == 32 && !hot { ">= 10000" } else { "" };
-            let floor = f.commits_per_s.get(&n).copied();
-            let mut r = row(
-                &what,
-                format!("{rate:.0}{}", if shed > 0 { format!(" ({shed} shed)") } else { String::new() }),
-                floor,
-                rate,
-                target,
-            );
-            r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
-            rows.push(r);
+    if args.runs("throughput") {
+        let senders: Vec<Client> = agents(&server.url, &laptop, "s", 32).await.into_iter().map(|a| a.rpc).collect();
+        let recipients: Vec<String> = agents(&server.url, &ci, "r", 32).await.into_iter().map(|a| a.address).collect();
+        for n in [1usize, 8, 32] {
+            for hot in [false, true] {
+                let before = Cpu::now(pid);
+                let (rate, shed) = throughput(&senders[..n], &recipients, hot, args.seconds).await;
+                let cpu = Cpu::now(pid).per(before, rate * args.seconds as f64);
+                let what = format!("throughput @{n} {} (msg/s)", if hot { "one inbox" } else { "distinct" });
+                let target = if n == 32 && !hot { ">= 10000" } else { "" };
+                let floor = f.commits_per_s.get(&n).copied();
+                let mut r = row(
+                    &what,
+                    format!("{rate:.0}{}", if shed > 0 { format!(" ({shed} shed)") } else { String::new() }),
+                    floor,
+                    rate,
+                    target,
+                );
+                r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
+                rows.push(r);
+                rows.push(Row {
+                    what: "  cpu us per send: server / postgres / bench".into(),
+                    relay: cpu,
+                    floor: String::new(),
+                    ratio: String::new(),
+                    target: String::new(),
+                });
+            }
         }
     }
 
     // A fixed offered rate, open loop, over 50 pairs.
-    let pair_senders = agents(&server.url, &laptop, "p", 50).await;
-    let mut pair_recipients = agents(&server.url, &ci, "q", 50).await;
-    for rate in [500u64, 2000] {
-        let mut streams = Vec::new();
-        // Nothing is unread in these inboxes, so each stream carries only this phase's messages.
-        for r in &mut pair_recipients {
-            streams.push(r.subscribe(0).await);
+    if args.runs("rate") {
+        let pair_senders = agents(&server.url, &laptop, "p", 50).await;
+        let mut pair_recipients = agents(&server.url, &ci, "q", 50).await;
+        for rate in [500u64, 2000] {
+            let mut streams = Vec::new();
+            // Nothing is unread in these inboxes, so each stream carries only this phase's messages.
+            for r in &mut pair_recipients {
+                streams.push(r.subscribe(0).await);
+            }
+            let pairs: Vec<(Client, String)> =
+                pair_senders.iter().zip(&pair_recipients).map(|(s, r)| (s.rpc.clone(), r.address.clone())).collect();
+            let o = offered_rate(&pairs, streams, rate, args.rate_seconds).await;
+            let what = |m: &str| format!("@{rate}/s offered: {m}");
+            let target = if rate == 2000 { "<= 50" } else { "" };
+            rows.push(Row {
+                what: what("send p50/p99/p999 (ms)"),
+                relay: format!("{:.1}/{:.1}/{:.1}", o.send.p50, o.send.p99, o.send.p999),
+                floor: String::new(),
+                ratio: String::new(),
+                target: if rate == 2000 { "p99 <= 50".into() } else { String::new() },
+            });
+            rows.push(Row {
+                what: what("push lag p50/p99/p999 (ms)"),
+                relay: format!("{:.1}/{:.1}/{:.1}", o.push.p50, o.push.p99, o.push.p999),
+                floor: String::new(),
+                ratio: String::new(),
+                target: target.replace("<=", "p99 <="),
+            });
+            rows.push(Row {
+                what: what("accepted/shed/failed/pushed"),
+                relay: format!("{}/{}/{}/{} of {}", o.send.n, o.shed, o.failed, o.pushed, o.offered),
+                floor: String::new(),
+                ratio: String::new(),
+                target: String::new(),
+            });
         }
-        let pairs: Vec<(Client, String)> =
-            pair_senders.iter().zip(&pair_recipients).map(|(s, r)| (s.rpc.clone(), r.address.clone())).collect();
-        let o = offered_rate(&pairs, streams, rate, args.rate_seconds).await;
-        let what = |m: &str| format!("@{rate}/s offered: {m}");
-        let target = if rate == 2000 { "<= 50" } else { "" };
-        rows.push(Row {
-            what: what("send p50/p99/p999 (ms)"),
-            relay: format!("{:.1}/{:.1}/{:.1}", o.send.p50, o.send.p99, o.send.p999),
-            floor: String::new(),
-            ratio: String::new(),
-            target: if rate == 2000 { "p99 <= 50".into() } else { String::new() },
-        });
-        rows.push(Row {
-            what: what("push lag p50/p99/p999 (ms)"),
-            relay: format!("{:.1}/{:.1}/{:.1}", o.push.p50, o.push.p99, o.push.p999),
-            floor: String::new(),
-            ratio: String::new(),
-            target: target.replace("<=", "p99 <="),
-        });
-        rows.push(Row {
-            what: what("accepted/shed/failed/pushed"),
-            relay: format!("{}/{}/{}/{} of {}", o.send.n, o.shed, o.failed, o.pushed, o.offered),
-            floor: String::new(),
-            ratio: String::new(),
-            target: String::new(),
-        });
     }
 
     // Idle push streams: what holding them open costs the database and the server.
-    for &n in &args.idle {
-        let idle = agents(&server.url, &laptop, &format!("idle{n}x"), n).await;
-        let mut channels = Vec::new();
-        for _ in 0..n.div_ceil(100) {
-            channels.push(client::channel(&server.url).await);
+    if args.runs("idle") {
+        for &n in &args.idle {
+            let idle = agents(&server.url, &laptop, &format!("idle{n}x"), n).await;
+            let mut channels = Vec::new();
+            for _ in 0..n.div_ceil(100) {
+                channels.push(client::channel(&server.url).await);
+            }
+            let mut streams = Vec::with_capacity(n);
+            for (i, agent) in idle.iter().enumerate() {
+                let mut rpc = client::client(channels[i / 100].clone(), &agent.session_token);
+                streams.push(rpc.subscribe(SubscribeRequest { after_seq: 0 }).await.expect("subscribe").into_inner());
+            }
+            // Each stream is open once its first heartbeat arrived.
+            for s in &mut streams {
+                let _ = tokio::time::timeout(Duration::from_secs(30), s.message()).await;
+            }
+            // Backends report their counters up to 10 s after their last transaction: let what opening
+            // the streams cost be counted before the window opens.
+            tokio::time::sleep(STATS_SETTLE).await;
+            let window = Duration::from_secs(15);
+            let before = stats.counters().await;
+            tokio::time::sleep(window).await;
+            let after = stats.counters().await;
+            // The bench's own reads of the counters are left out.
+            let per_s = |d: i64, own: i64| (d - own).max(0) as f64 / window.as_secs_f64();
+            let (tx, statements, flushes) =
+                (per_s(after.0 - before.0, 0), per_s(after.1 - before.1, 4), per_s(after.2 - before.2, 0));
+            rows.push(row(
+                &format!("{n} idle streams: write transactions / statements / flushes per s"),
+                format!("{tx:.1} / {statements:.1} / {flushes:.1}"),
+                None,
+                tx,
+                "<= 5",
+            ));
+            rows.push(row(
+                &format!("{n} idle streams: server RSS (MiB)"),
+                format!("{:.0}", rss_mib(pid)),
+                None,
+                0.0,
+                "<= 300 @10000",
+            ));
+            drop(streams);
+            drop(channels);
         }
-        let mut streams = Vec::with_capacity(n);
-        for (i, agent) in idle.iter().enumerate() {
-            let mut rpc = client::client(channels[i / 100].clone(), &agent.session_token);
-            streams.push(rpc.subscribe(SubscribeRequest { after_seq: 0 }).await.expect("subscribe").into_inner());
-        }
-        // Each stream is open once its first heartbeat arrived.
-        for s in &mut streams {
-            let _ = tokio::time::timeout(Duration::from_secs(30), s.message()).await;
-        }
-        // Backends report their counters up to 10 s after their last transaction: let what opening
-        // the streams cost be counted before the window opens.
-        tokio::time::sleep(STATS_SETTLE).await;
-        let window = Duration::from_secs(15);
-        let before = stats.counters().await;
-        tokio::time::sleep(window).await;
-        let after = stats.counters().await;
-        // The bench's own reads of the counters are left out.
-        let per_s = |d: i64, own: i64| (d - own).max(0) as f64 / window.as_secs_f64();
-        let (tx, statements, flushes) =
-            (per_s(after.0 - before.0, 0), per_s(after.1 - before.1, 4), per_s(after.2 - before.2, 0));
-        rows.push(row(
-            &format!("{n} idle streams: write transactions / statements / flushes per s"),
-            format!("{tx:.1} / {statements:.1} / {flushes:.1}"),
-            None,
-            tx,
-            "<= 5",
-        ));
-        rows.push(row(
-            &format!("{n} idle streams: server RSS (MiB)"),
-            format!("{:.0}", rss_mib(pid)),
-            None,
-            0.0,
-            "<= 300 @10000",
-        ));
-        drop(streams);
-        drop(channels);
     }
 
     // Inbox and whoami with nothing unread, then with many unread.
-    let mut reader = Agent::hello(&server.url, &ci, "reader").await.unwrap();
-    let timed = |rpc: Client| async move {
-        let (mut inbox, mut whoami) = (Vec::new(), Vec::new());
-        for _ in 0..200 {
-            let mut r = rpc.clone();
-            let t = Instant::now();
-            r.inbox(InboxRequest { wait_s: 0, ack: false, limit: 0 }).await.expect("inbox");
-            inbox.push(t.elapsed());
-            let t = Instant::now();
-            r.who_am_i(WhoAmIRequest {}).await.expect("whoami");
-            whoami.push(t.elapsed());
-        }
-        (quantiles(inbox), quantiles(whoami))
-    };
-    let (inbox_empty, whoami_empty) = timed(reader.rpc.clone()).await;
-    seed_unread(&db.url, &reader.address, args.unread).await;
-    let unread = reader.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread;
-    let (inbox_full, whoami_full) = timed(reader.rpc.clone()).await;
-    rows.push(row(
-        &format!("inbox p50 (ms), {unread} unread"),
-        format!("{:.2}", inbox_full.p50),
-        Some(inbox_empty.p50),
-        inbox_full.p50,
-        "<= 1.5x empty",
-    ));
-    rows.push(row(
-        &format!("whoami p50 (ms), {unread} unread"),
-        format!("{:.2}", whoami_full.p50),
-        Some(whoami_empty.p50),
-        whoami_full.p50,
-        "<= 1.5x empty",
-    ));
+    if args.runs("inbox") {
+        let mut reader = Agent::hello(&server.url, &ci, "reader").await.unwrap();
+        let timed = |rpc: Client| async move {
+            let (mut inbox, mut whoami) = (Vec::new(), Vec::new());
+            for _ in 0..200 {
+                let mut r = rpc.clone();
+                let t = Instant::now();
+                r.inbox(InboxRequest { wait_s: 0, ack: false, limit: 0 }).await.expect("inbox");
+                inbox.push(t.elapsed());
+                let t = Instant::now();
+                r.who_am_i(WhoAmIRequest {}).await.expect("whoami");
+                whoami.push(t.elapsed());
+            }
+            (quantiles(inbox), quantiles(whoami))
+        };
+        let (inbox_empty, whoami_empty) = timed(reader.rpc.clone()).await;
+        seed_unread(&db.url, &reader.address, args.unread).await;
+        let unread = reader.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread;
+        let (inbox_full, whoami_full) = timed(reader.rpc.clone()).await;
+        rows.push(row(
+            &format!("inbox p50 (ms), {unread} unread"),
+            format!("{:.2}", inbox_full.p50),
+            Some(inbox_empty.p50),
+            inbox_full.p50,
+            "<= 1.5x empty",
+        ));
+        rows.push(row(
+            &format!("whoami p50 (ms), {unread} unread"),
+            format!("{:.2}", whoami_full.p50),
+            Some(whoami_empty.p50),
+            whoami_full.p50,
+            "<= 1.5x empty",
+        ));
+    }
 
     println!();
     println!("{:<40} {:>22} {:>12} {:>8}  target", "", "relay", "floor", "ratio");
