@@ -186,6 +186,9 @@ async fn drain(
         if batch.is_empty() {
             return Ok(true);
         }
+        // A short batch is all there was: whatever commits after the read wakes the stream again,
+        // so reading once more would only find nothing.
+        let complete = batch.len() < BATCH as usize;
         let mut sent = Vec::with_capacity(batch.len());
         for message in batch {
             let (seq, sent_at_ms) = (message.seq as i64, message.sent_at_ms);
@@ -203,6 +206,9 @@ async fn drain(
         }
         messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
         m.deliveries(Step::pushed, sent.len() as u64);
+        if complete {
+            return Ok(true);
+        }
     }
 }
 
