@@ -341,3 +341,157 @@ async fn a_picked_name_never_takes_over_an_offline_agent() {
     assert!(!me.peek, "peeking is one session's choice");
     assert_eq!(first.rpc.who_am_i(WhoAmIRequest {}).await.unwrap_err().code(), Code::Unauthenticated);
 }
+
+/// The batch writer as the server calls it: sends that arrive together are written by one call of
+/// `relay_write_sends`. A batch that cannot be written whole is written again one send at a time,
+/// so each send gets the outcome it would have had alone, and the stored ones keep their inboxes'
+/// seqs gapless.
+#[tokio::test]
+async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    server.machine("other", "box");
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let carol = Agent::hello(&server.url, &ci, "carol").await.unwrap();
+    // Carol's inbox is full at a cap of 3; alice has one message from bob to answer; alice has
+    // used the client id "once" before.
+    for body in ["first", "second", "third"] {
+        alice.send(&["ci/carol"], body).await.unwrap();
+    }
+    let question = bob.send(&["laptop/alice"], "ready?").await.unwrap();
+    alice
+        .rpc
+        .send(SendRequest {
+            to: vec!["ci/bob".into()],
+            body: "earlier".into(),
+            client_id: "once".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let id_of = async |address: &str| -> i64 {
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&address]).await.unwrap().get(0)
+    };
+    let (a, b, c) = (id_of(&alice.address).await, id_of(&bob.address).await, id_of(&carol.address).await);
+    let acme: i64 = sql.query_one("select id from accounts where name = 'acme'", &[]).await.unwrap().get(0);
+    let other: i64 = sql.query_one("select id from accounts where name = 'other'", &[]).await.unwrap().get(0);
+    let bob_head: i64 = sql.query_one("select head_seq from endpoints where id = $1", &[&b]).await.unwrap().get(0);
+
+    // (id, client id, recipient, contacts relied on, reply to)
+    let send = |id: &str, client_id: Option<&str>, to: i64, contacts: &[i64], reply_to: Option<&str>| {
+        format!(
+            "row('{id}', {a}, {acme}, {}, 't-{id}', 1, 'body of {id}', {}, false, false, array[{to}]::bigint[], \
+             array[{}]::bigint[], {})::relay_outgoing",
+            client_id.map_or("null".into(), |c| format!("'{c}'")),
+            reply_to.map_or("null".into(), |r| format!("'{r}'")),
+            contacts.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
+            if reply_to.is_some() { a.to_string() } else { "null".into() },
+        )
+    };
+    let batch = [
+        send("batch-1", None, b, &[], None),
+        send("batch-2", None, c, &[], None),
+        send("batch-3", Some("once"), b, &[], None),
+        send("batch-4", None, b, &[other], None),
+        send("batch-5", None, b, &[], Some(&question.id)),
+    ];
+    let rows = sql
+        .query(
+            &format!(
+                "select n, outcome, code, detail from relay_write_sends(array[{}], 3, 0) order by n",
+                batch.join(",")
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let outcomes: Vec<(i64, String, Option<String>, Option<String>)> =
+        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (1, "stored".into(), None, None),
+            (2, "refused".into(), Some("RLY02".into()), Some(c.to_string())),
+            (3, "duplicate".into(), None, None),
+            (4, "refused".into(), Some("RLY01".into()), None),
+            (5, "stored".into(), None, None),
+        ],
+        "each send has the outcome it would have had alone"
+    );
+
+    let delivered = sql
+        .query("select seq, message_id from deliveries where recipient_id = $1 and seq > $2 order by seq", &[
+            &b, &bob_head,
+        ])
+        .await
+        .unwrap();
+    let delivered: Vec<(i64, String)> = delivered.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        delivered,
+        vec![(bob_head + 1, "batch-1".into()), (bob_head + 2, "batch-5".into())],
+        "the stored sends take the next seqs, in batch order, with no gap for the refused ones"
+    );
+    for refused in ["batch-2", "batch-3", "batch-4"] {
+        let n: i64 =
+            sql.query_one("select count(*) from messages where id = $1", &[&refused]).await.unwrap().get(0);
+        assert_eq!(n, 0, "{refused} left nothing behind");
+    }
+    // The reply read what it answers; the counters agree with the deliveries.
+    let read: i16 = sql
+        .query_one("select state from deliveries where message_id = $1 and recipient_id = $2", &[&question.id, &a])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(read, 4, "the reply marked the question read");
+    for id in [a, b, c] {
+        let (kept, counted): (i32, i64) = {
+            let r = sql
+                .query_one(
+                    "select e.unread, (select count(*) from deliveries d where d.recipient_id = e.id and d.state < 4)
+                     from endpoints e where e.id = $1",
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            (r.get(0), r.get(1))
+        };
+        assert_eq!(kept as i64, counted, "endpoint {id}: its unread counter matches its deliveries");
+    }
+
+    // A batch of one send is not answered but raises, with the reason in its SQLSTATE.
+    let err = sql
+        .query(&format!("select * from relay_write_sends(array[{}], 3, 0)", send("alone", None, c, &[], None)), &[])
+        .await
+        .unwrap_err();
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "RLY02");
+    assert_eq!(db_err.detail(), Some(c.to_string().as_str()));
+
+    // A batch written whole: both sends stored, in order.
+    let rows = sql
+        .query(
+            &format!(
+                "select outcome from relay_write_sends(array[{}, {}], 100, 0) order by n",
+                send("whole-1", None, b, &[], None),
+                send("whole-2", None, b, &[], None)
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(rows.iter().all(|r| r.get::<_, String>(0) == "stored"));
+    let seqs: Vec<i64> = sql
+        .query("select seq from deliveries where message_id like 'whole-%' order by message_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(seqs, vec![bob_head + 3, bob_head + 4]);
+}

@@ -120,6 +120,16 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0020_card_agent_sessions.sql"),
     },
     Migration { version: 21, name: "console", sql: include_str!("../../migrations/0021_console.sql") },
+    Migration {
+        version: 22,
+        name: "sends_written_as_sets",
+        sql: include_str!("../../migrations/0022_sends_written_as_sets.sql"),
+    },
+    Migration {
+        version: 23,
+        name: "deliveries_by_message_once",
+        sql: include_str!("../../migrations/0023_deliveries_by_message_once.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 
 use deadpool_postgres::GenericClient;
-use serde_json::Value;
 
 use super::resolve::{self, ReplyTo, check_thread, resolve_addresses, resolve_received};
 use super::sent::previous_send;
@@ -20,7 +19,7 @@ use crate::domain::ids::{self, AccountId, EndpointId, MessageRef};
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits};
-use crate::store::send_batch::Written;
+use crate::store::send_batch::{self, Written};
 use crate::store::{Store, error, resolved, trust};
 
 impl Store {
@@ -137,8 +136,7 @@ impl Store {
 
     /// Hands a resolved, allowed send to the batched writer and reads its outcome.
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
-        let (send, to) = w.batch_entry();
-        match self.batcher.write(send, to).await? {
+        match self.batcher.write(w.batch_entry()).await? {
             Written::Stored { offline } => Ok(w.stored(&offline)),
             Written::Duplicate => {
                 let client = self.client().await?;
@@ -261,35 +259,28 @@ struct Write<'a> {
 }
 
 impl Write<'_> {
-    /// The send as `relay_send_batch` takes it, and the recipients to wake once it is stored.
-    fn batch_entry(&self) -> (Value, Vec<EndpointId>) {
-        let contacts: Vec<AccountId> = {
-            let mut others: Vec<AccountId> =
-                self.targets.iter().map(|t| t.account_id).filter(|a| *a != self.caller.account_id).collect();
-            others.sort_unstable();
-            others.dedup();
-            others
-        };
-        let to: Vec<EndpointId> = self.targets.iter().map(|t| t.id).collect();
-        let mut send = serde_json::json!({
-            "id": self.id,
-            "sender": self.caller.endpoint_id,
-            "account": self.caller.account_id,
-            "client_id": self.out.client_id,
-            "thread": self.thread,
-            "kind": self.out.kind.to_db(),
-            "body": self.out.body.as_str(),
-            "reply_to": self.reply_to,
-            "private": self.out.private,
-            "require_reply": self.out.require_reply,
-            "to": to,
-            "contacts": contacts,
-        });
-        if self.reply_to.is_some() {
+    /// The send as the batched writer takes it.
+    fn batch_entry(&self) -> send_batch::Outgoing {
+        let mut contacts: Vec<AccountId> =
+            self.targets.iter().map(|t| t.account_id).filter(|a| *a != self.caller.account_id).collect();
+        contacts.sort_unstable();
+        contacts.dedup();
+        send_batch::Outgoing {
+            id: self.id.to_owned(),
+            sender: self.caller.endpoint_id,
+            account: self.caller.account_id,
+            client_id: self.out.client_id.map(str::to_owned),
+            thread: self.thread.to_owned(),
+            kind: self.out.kind.to_db(),
+            body: self.out.body.as_str().to_owned(),
+            reply_to: self.reply_to.map(str::to_owned),
+            private: self.out.private,
+            require_reply: self.out.require_reply,
+            recipients: self.targets.iter().map(|t| t.id).collect(),
+            contacts,
             // A reply reads the message it answers.
-            send["read"] = self.caller.endpoint_id.0.into();
+            read_by: self.reply_to.map(|_| self.caller.endpoint_id),
         }
-        (send, to)
     }
 
     /// What the sender is told of a send the batch stored.
@@ -313,7 +304,7 @@ impl Write<'_> {
         }
     }
 
-    /// The error for a send the batch refused (`relay_send_batch` says why by SQLSTATE).
+    /// The error for a send the batch refused (`relay_write_sends` says why by SQLSTATE).
     fn refusal(&self, state: &str, message: &str, detail: Option<&str>, cap: u32) -> Error {
         match state {
             // A contact it relied on was dropped.

@@ -1,6 +1,6 @@
 //! Writing a message in a transaction the caller holds: sends and replies held for a human, board
 //! notices, hold decisions and the reports the system sends. Batched sends are written by
-//! `relay_send_batch` (see `send_batch`), which takes the same locks in the same order: every
+//! `relay_write_sends` (see `send_batch`), which takes the same locks in the same order: every
 //! inbox in id order before any of its deliveries.
 
 use std::collections::HashMap;
@@ -60,7 +60,7 @@ pub(super) async fn hold_contacts(tx: &impl GenericClient, caller: &Caller, targ
 pub(crate) async fn lock_inboxes(tx: &impl GenericClient, mut inboxes: Vec<EndpointId>) -> Result<()> {
     inboxes.sort_unstable();
     inboxes.dedup();
-    let stmt = tx.prepare_cached("select 1 from endpoints where id = any($1) order by id for update").await?;
+    let stmt = tx.prepare_cached("select 1 from endpoints where id = any($1) order by id for no key update").await?;
     tx.execute(&stmt, &[&inboxes]).await?;
     Ok(())
 }
@@ -145,7 +145,7 @@ pub(crate) async fn deliver(
         .prepare_cached(&format!(
             "select e.id, {ONLINE} as online, e.last_seen_at, m.name = '{HUMAN}' as system
              from endpoints e join machines m on m.id = e.machine_id
-             where e.id = any($1) order by e.id for update of e"
+             where e.id = any($1) order by e.id for no key update of e"
         ))
         .await?;
     let mut offline: HashMap<EndpointId, String> = HashMap::new();
