@@ -495,3 +495,39 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
         .collect();
     assert_eq!(seqs, vec![bob_head + 3, bob_head + 4]);
 }
+
+/// Looking again at messages already shown changes nothing, and costs no write: the second look
+/// takes no transaction id (so no commit waits for a disk flush) and answers as the first did.
+#[tokio::test]
+async fn looking_again_at_shown_messages_writes_nothing() {
+    let (db, _server, mut alice, mut bob) = two_machines().await;
+    for body in ["one", "two"] {
+        alice.send(&["ci/bob"], body).await.unwrap();
+    }
+    let first = bob.inbox(0, false).await.unwrap();
+    assert_eq!(first.messages.len(), 2);
+
+    let (mut sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let bob_id: i64 = sql
+        .query_one("select id from endpoint_addresses where address = $1", &[&bob.address])
+        .await
+        .unwrap()
+        .get(0);
+    let tx = sql.transaction().await.unwrap();
+    let again = tx
+        .query_one("select moved, left_unread from relay_advance($1, array[1, 2]::bigint[], 3::smallint)", &[&bob_id])
+        .await
+        .unwrap();
+    let wrote: bool =
+        tx.query_one("select pg_current_xact_id_if_assigned() is not null", &[]).await.unwrap().get(0);
+    tx.commit().await.unwrap();
+    assert_eq!((again.get::<_, i32>(0), again.get::<_, i32>(1)), (0, 2), "nothing moved; both still unread");
+    assert!(!wrote, "a second look wrote nothing");
+
+    // Through the server as well: the same two messages, still unread.
+    let second = bob.inbox(0, false).await.unwrap();
+    let seqs = |r: &InboxResponse| r.messages.iter().map(|m| m.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(&second), seqs(&first));
+    assert_eq!(second.remaining, 2);
+}

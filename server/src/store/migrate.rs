@@ -130,6 +130,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "deliveries_by_message_once",
         sql: include_str!("../../migrations/0023_deliveries_by_message_once.sql"),
     },
+    Migration {
+        version: 24,
+        name: "advance_reads_before_it_writes",
+        sql: include_str!("../../migrations/0024_advance_reads_before_it_writes.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
