@@ -411,6 +411,8 @@ async fn signing_out_or_revoking_the_token_ends_the_session() {
     let w = world(&[]).await;
     let cookie = sign_in(&w.console, &w.human).await;
     let csrf = csrf_of(&get(&w.console, "/board", &cookie).await.body);
+    let mut open_page = events(&w.console, &cookie).await;
+    assert_eq!(next_event(&mut open_page, Duration::from_secs(5)).await, "ready");
     let refused = request(&w.console, "POST", "/sign-out", &[FORM, ("Cookie", &cookie)], &form(&[])).await;
     assert_eq!(refused.status, 403, "sign-out is a form like any other");
     let out = request(&w.console, "POST", "/sign-out", &[FORM, ("Cookie", &cookie)], &form(&[("csrf", &csrf)])).await;
@@ -423,8 +425,10 @@ async fn signing_out_or_revoking_the_token_ends_the_session() {
         Some("/sign-in"),
         "the old cookie opens nothing"
     );
+    // A page left open hears it at once (well before its next tick), not by asking.
+    assert_eq!(next_event(&mut open_page, Duration::from_secs(2)).await, "signed-out");
 
-    // A revoked human token ends its sessions at once; an open event feed hears it at its next tick.
+    // A revoked human token ends its sessions at once, and an open event feed hears it at once.
     let cookie = sign_in(&w.console, &w.human).await;
     assert_eq!(get(&w.console, "/board", &cookie).await.status, 200);
     let second = sign_in(&w.console, &w.human).await;
@@ -435,7 +439,7 @@ async fn signing_out_or_revoking_the_token_ends_the_session() {
     assert_eq!(get(&w.console, "/inbox/live", &second).await.status, 401);
     let refused = request(&w.console, "POST", "/sign-in", &[FORM], &form(&[("token", &w.human)])).await;
     assert!(refused.body.contains("sign-in refused: this human token was revoked"), "{}", refused.body);
-    assert_eq!(next_event(&mut feed, Duration::from_secs(7)).await, "signed-out");
+    assert_eq!(next_event(&mut feed, Duration::from_secs(2)).await, "signed-out");
     let mut rest = String::new();
     let ended =
         tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read_to_string(&mut feed, &mut rest));

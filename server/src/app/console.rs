@@ -43,6 +43,16 @@ impl App {
             .ok_or_else(|| Error::Unauthenticated("the console session ended: sign in again".into()))
     }
 
+    /// How long a console session has left: its pages end their feeds then.
+    pub async fn console_session_left(&self, session: &str) -> Result<std::time::Duration> {
+        ids::check_token(TokenKind::Console, session)?;
+        let db = self.store.client().await?;
+        let left = console::session_left(&db, &ids::token_hash(session))
+            .await?
+            .ok_or_else(|| Error::Unauthenticated("the console session ended: sign in again".into()))?;
+        Ok(std::time::Duration::from_secs_f64(left))
+    }
+
     pub async fn console_sign_out(&self, session: &str) -> Result<()> {
         ids::check_token(TokenKind::Console, session)?;
         console::delete_session(&self.store.client().await?, &ids::token_hash(session)).await

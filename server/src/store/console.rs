@@ -6,8 +6,9 @@ use super::error::Col;
 use crate::domain::Result;
 use crate::domain::caller::Human;
 
-/// Channel on which triggers (migration 21) announce that something an account's people see
-/// changed: a card, a hold, a permission request. The payload is the account's id.
+/// Channel on which triggers (migrations 21 and 25) announce that something an account's people
+/// see changed: a card, a hold, a permission request, a console session or human token that
+/// ended. The payload is the account's id.
 pub const ACCOUNT_CHANNEL: &str = "relay_account";
 
 /// Opens a session for the human `human` of its account, lasting `ttl_s`; false when that human
@@ -37,6 +38,18 @@ pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Re
         return Ok(None);
     };
     Ok(Some(Human { account_id: row.col(0)?, account: row.col(1)?, name: row.col(2)? }))
+}
+
+/// How long a live session has left, by the database's clock; `None` when it is not live.
+pub(crate) async fn session_left(c: &impl GenericClient, id_hash: &[u8]) -> Result<Option<f64>> {
+    let stmt = c
+        .prepare_cached(
+            "select greatest(extract(epoch from s.expires_at - now()), 0)::float8
+             from console_sessions s join humans h on h.id = s.human_id
+             where s.id_hash = $1 and s.expires_at > now() and h.revoked_at is null",
+        )
+        .await?;
+    c.query_opt(&stmt, &[&id_hash]).await?.map(|row| row.col(0)).transpose()
 }
 
 pub(crate) async fn delete_session(c: &impl GenericClient, id_hash: &[u8]) -> Result<()> {

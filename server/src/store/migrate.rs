@@ -135,6 +135,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "advance_reads_before_it_writes",
         sql: include_str!("../../migrations/0024_advance_reads_before_it_writes.sql"),
     },
+    Migration {
+        version: 25,
+        name: "console_sessions_announced",
+        sql: include_str!("../../migrations/0025_console_sessions_announced.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

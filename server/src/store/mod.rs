@@ -94,8 +94,6 @@ impl DbConfig {
 pub struct Store {
     pool: Pool,
     config: DbConfig,
-    /// Most unread messages one inbox holds; a send beyond it is refused.
-    max_unread: u32,
     /// This process's replica id once registered (see `replicas`), 0 before.
     replica: Arc<std::sync::atomic::AtomicI64>,
     /// Sessions authenticated from memory while their changes are heard.
@@ -132,7 +130,6 @@ impl Store {
         let store = Self {
             pool,
             config,
-            max_unread: crate::domain::limits::DEFAULT_MAX_UNREAD,
             replica,
             sessions: Arc::default(),
             resolved: Arc::default(),
@@ -152,15 +149,15 @@ impl Store {
     }
 
     /// Sets the most unread messages one inbox holds (at least 1).
-    pub fn with_max_unread(mut self, cap: u32) -> Self {
-        self.max_unread = cap.max(1);
-        self.batcher.set_cap(self.max_unread);
+    pub fn with_max_unread(self, cap: u32) -> Self {
+        self.batcher.set_cap(cap.max(1));
         self
     }
 
-    /// Most unread messages one inbox holds.
+    /// Most unread messages one inbox holds: kept by the batched writer, which refuses a send
+    /// beyond it; the transactional paths ask here.
     pub fn max_unread(&self) -> u32 {
-        self.max_unread
+        self.batcher.cap()
     }
 
     /// Wakes this process's waiters of each recipient of a committed batch of sends (the

@@ -105,6 +105,10 @@ impl Batcher {
         self.cap.store(cap, Ordering::Relaxed);
     }
 
+    pub(super) fn cap(&self) -> u32 {
+        self.cap.load(Ordering::Relaxed)
+    }
+
     pub(super) fn set_waker(&self, waker: Waker) {
         let _ = self.waker.set(waker);
     }

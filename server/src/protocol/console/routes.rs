@@ -28,7 +28,7 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
                    form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 /// The largest form taken: a card's detail or a message body is at most 64 KiB.
 const MAX_FORM_BYTES: usize = 256 * 1024;
-/// How often a live page's feed says `tick` (for presence) and checks its session still stands.
+/// How often a live page's feed says `tick`, for presence (it reads nothing).
 const TICK: Duration = Duration::from_secs(5);
 
 const SCRIPT: &str = include_str!("console.js");
@@ -543,8 +543,9 @@ async fn contact_private(State(c): State<Console>, headers: HeaderMap, Form(f): 
 
 /// Server-sent events for a signed-in page: `ready` once open, then `account` when a card, hold or
 /// permission request of the account changed, `inbox` when the human's inbox did, and `tick`
-/// every few seconds; `signed-out` ends it when the session did (signed out, expired, or its human
-/// token revoked), noticed at the next tick. Woken by the same wake-ups as the agents' push streams.
+/// every few seconds; `signed-out` ends it when the session did: at its expiry, or on the
+/// account's wake-up that signing out or revoking its human token sends (migration 25), after
+/// which the feed reads its session once. Woken by the same wake-ups as the agents' push streams.
 async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
     let (session, person) = match c.signed_in(&headers).await {
         Ok(signed_in) => signed_in,
@@ -554,9 +555,14 @@ async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
         Ok(watch) => watch,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
+    let expiry = match c.app.console_session_left(&session).await {
+        Ok(left) => Box::pin(tokio::time::sleep(left)),
+        Err(e) => return (status_of(&e), reason(&e)).into_response(),
+    };
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let feed = Feed { app: c.app.clone(), session, watch, tick, started: false, over: false, shutdown: c.shutdown };
+    let feed =
+        Feed { app: c.app.clone(), session, watch, tick, expiry, started: false, over: false, shutdown: c.shutdown };
     let stream = futures_util::stream::unfold(feed, Feed::next);
     // A proxy must pass each event on as it comes.
     ([("x-accel-buffering", "no")], Sse::new(stream).keep_alive(KeepAlive::default())).into_response()
@@ -567,6 +573,7 @@ struct Feed {
     session: String,
     watch: Watch,
     tick: tokio::time::Interval,
+    expiry: std::pin::Pin<Box<tokio::time::Sleep>>,
     started: bool,
     over: bool,
     shutdown: CancellationToken,
@@ -576,6 +583,7 @@ enum Woke {
     Account,
     Inbox,
     Tick,
+    Expired,
     Stop,
 }
 
@@ -592,20 +600,26 @@ impl Feed {
                 () = self.watch.account.changed() => Woke::Account,
                 () = self.watch.inbox.changed() => Woke::Inbox,
                 _ = self.tick.tick() => Woke::Tick,
+                () = &mut self.expiry => Woke::Expired,
                 () = self.shutdown.cancelled() => Woke::Stop,
             };
             match woke {
-                Woke::Account => "account",
-                Woke::Inbox => "inbox",
-                Woke::Stop => return None,
-                Woke::Tick => {
+                // Signing out and revoking the human token wake the account too.
+                Woke::Account => {
                     if let Err(Error::Unauthenticated(_)) = self.app.console_session(&self.session).await {
                         self.over = true;
                         "signed-out"
                     } else {
-                        "tick"
+                        "account"
                     }
                 }
+                Woke::Inbox => "inbox",
+                Woke::Tick => "tick",
+                Woke::Expired => {
+                    self.over = true;
+                    "signed-out"
+                }
+                Woke::Stop => return None,
             }
         };
         // An event without data is never dispatched by a browser.

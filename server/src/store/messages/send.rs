@@ -145,7 +145,7 @@ impl Store {
                     .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
             }
             Written::Refused { state, message, detail } => {
-                Err(w.refusal(&state, &message, detail.as_deref(), self.max_unread))
+                Err(w.refusal(&state, &message, detail.as_deref(), self.max_unread()))
             }
         }
     }
@@ -155,7 +155,7 @@ impl Store {
         let mut client = self.client().await?;
         let tx = client.transaction().await?;
         hold_contacts(&tx, caller, &held.targets).await?;
-        check_room(&tx, &held.targets, self.max_unread).await?;
+        check_room(&tx, &held.targets, self.max_unread()).await?;
         match store_message(&tx, caller, &held.targets, out, None).await? {
             Some(mut sent) => {
                 tx.commit().await?;
@@ -187,7 +187,7 @@ impl Store {
         let inboxes: Vec<EndpointId> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
         lock_inboxes(&tx, inboxes).await?;
         hold_contacts(&tx, caller, targets).await?;
-        check_room(&tx, targets, self.max_unread).await?;
+        check_room(&tx, targets, self.max_unread()).await?;
         let Some(sent) = store_message(&tx, caller, targets, out, Some(original)).await? else {
             drop(tx);
             return previous_send(&client, caller.endpoint_id, out.client_id.unwrap_or_default())
