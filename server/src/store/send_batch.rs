@@ -193,16 +193,17 @@ impl Writer {
             .await?;
         let rows = match client.query(&stmt, &[&sends, &cap, &replica]).await {
             Ok(rows) => rows,
-            // A batch of one is not answered but raises when refused.
-            Err(e) if jobs.len() == 1 && e.as_db_error().is_some() => {
-                let db = e.as_db_error().expect("checked above");
-                return Ok(vec![Ok(Written::Refused {
-                    state: db.code().code().to_owned(),
-                    message: db.message().to_owned(),
-                    detail: db.detail().map(str::to_owned),
-                })]);
-            }
-            Err(e) => return Err(e.into()),
+            Err(e) => match e.as_db_error() {
+                // A batch of one is not answered but raises when refused.
+                Some(db) if jobs.len() == 1 => {
+                    return Ok(vec![Ok(Written::Refused {
+                        state: db.code().code().to_owned(),
+                        message: db.message().to_owned(),
+                        detail: db.detail().map(str::to_owned),
+                    })]);
+                }
+                _ => return Err(e.into()),
+            },
         };
         if rows.len() != jobs.len() {
             return Err(Error::Internal(format!("relay_write_sends answered {} of {} sends", rows.len(), jobs.len())));
