@@ -426,9 +426,10 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
     );
 
     let delivered = sql
-        .query("select seq, message_id from deliveries where recipient_id = $1 and seq > $2 order by seq", &[
-            &b, &bob_head,
-        ])
+        .query(
+            "select seq, message_id from deliveries where recipient_id = $1 and seq > $2 order by seq",
+            &[&b, &bob_head],
+        )
         .await
         .unwrap();
     let delivered: Vec<(i64, String)> = delivered.iter().map(|r| (r.get(0), r.get(1))).collect();
@@ -438,8 +439,7 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
         "the stored sends take the next seqs, in batch order, with no gap for the refused ones"
     );
     for refused in ["batch-2", "batch-3", "batch-4"] {
-        let n: i64 =
-            sql.query_one("select count(*) from messages where id = $1", &[&refused]).await.unwrap().get(0);
+        let n: i64 = sql.query_one("select count(*) from messages where id = $1", &[&refused]).await.unwrap().get(0);
         assert_eq!(n, 0, "{refused} left nothing behind");
     }
     // The reply read what it answers; the counters agree with the deliveries.
@@ -509,18 +509,14 @@ async fn looking_again_at_shown_messages_writes_nothing() {
 
     let (mut sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
-    let bob_id: i64 = sql
-        .query_one("select id from endpoint_addresses where address = $1", &[&bob.address])
-        .await
-        .unwrap()
-        .get(0);
+    let bob_id: i64 =
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
     let tx = sql.transaction().await.unwrap();
     let again = tx
         .query_one("select moved, left_unread from relay_advance($1, array[1, 2]::bigint[], 3::smallint)", &[&bob_id])
         .await
         .unwrap();
-    let wrote: bool =
-        tx.query_one("select pg_current_xact_id_if_assigned() is not null", &[]).await.unwrap().get(0);
+    let wrote: bool = tx.query_one("select pg_current_xact_id_if_assigned() is not null", &[]).await.unwrap().get(0);
     tx.commit().await.unwrap();
     assert_eq!((again.get::<_, i32>(0), again.get::<_, i32>(1)), (0, 2), "nothing moved; both still unread");
     assert!(!wrote, "a second look wrote nothing");

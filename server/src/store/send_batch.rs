@@ -189,7 +189,9 @@ impl Writer {
         let cap = i32::try_from(self.cap.load(Ordering::Relaxed)).unwrap_or(i32::MAX);
         let replica = self.replica.load(Ordering::Relaxed);
         let stmt = client
-            .prepare_cached("select n, outcome, code, message, detail, offline, offline_seen from relay_write_sends($1, $2, $3)")
+            .prepare_cached(
+                "select n, outcome, code, message, detail, offline, offline_seen from relay_write_sends($1, $2, $3)",
+            )
             .await?;
         let rows = match client.query(&stmt, &[&sends, &cap, &replica]).await {
             Ok(rows) => rows,
@@ -231,4 +233,3 @@ fn written(row: &tokio_postgres::Row) -> Result<Written> {
         }),
     }
 }
-
