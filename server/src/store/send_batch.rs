@@ -52,7 +52,7 @@ pub(super) enum Written {
 /// One send as `relay_write_sends` takes it: the composite type `relay_outgoing` (migration 22).
 #[derive(Debug, ToSql)]
 #[postgres(name = "relay_outgoing")]
-pub(super) struct Outgoing {
+pub(super) struct BatchedSend {
     pub id: String,
     pub sender: EndpointId,
     pub account: AccountId,
@@ -72,7 +72,7 @@ pub(super) struct Outgoing {
 }
 
 struct Job {
-    send: Outgoing,
+    send: BatchedSend,
     done: oneshot::Sender<Result<Written>>,
     queued: Instant,
 }
@@ -114,7 +114,7 @@ impl Batcher {
     }
 
     /// Queues one send and waits until its batch is committed (or failed).
-    pub(super) async fn write(&self, send: Outgoing) -> Result<Written> {
+    pub(super) async fn write(&self, send: BatchedSend) -> Result<Written> {
         let (done, answer) = oneshot::channel();
         let lowest = send.recipients.iter().min().map_or(0, |id| id.0);
         let queue = &self.queues[lowest.rem_euclid(WRITERS as i64) as usize];
@@ -185,7 +185,7 @@ impl Writer {
 
     async fn write(&self, jobs: &[Job]) -> Result<Vec<Result<Written>>> {
         let client = self.pool.get().await?;
-        let sends: Vec<&Outgoing> = jobs.iter().map(|j| &j.send).collect();
+        let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
         let cap = i32::try_from(self.cap.load(Ordering::Relaxed)).unwrap_or(i32::MAX);
         let replica = self.replica.load(Ordering::Relaxed);
         let stmt = client

@@ -260,12 +260,12 @@ struct Write<'a> {
 
 impl Write<'_> {
     /// The send as the batched writer takes it.
-    fn batch_entry(&self) -> send_batch::Outgoing {
+    fn batch_entry(&self) -> send_batch::BatchedSend {
         let mut contacts: Vec<AccountId> =
             self.targets.iter().map(|t| t.account_id).filter(|a| *a != self.caller.account_id).collect();
         contacts.sort_unstable();
         contacts.dedup();
-        send_batch::Outgoing {
+        send_batch::BatchedSend {
             id: self.id.to_owned(),
             sender: self.caller.endpoint_id,
             account: self.caller.account_id,
