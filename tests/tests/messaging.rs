@@ -496,6 +496,126 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
     assert_eq!(seqs, vec![bob_head + 3, bob_head + 4]);
 }
 
+/// A send with no batch-mates is written by `relay_write_send`, one statement, with the outcome a
+/// batch of one would have: stored, a duplicate answered without writing, an inbox full or a contact
+/// dropped refused by SQLSTATE with nothing left behind, a reply that reads what it answers.
+#[tokio::test]
+async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    server.machine("other", "box");
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let carol = Agent::hello(&server.url, &ci, "carol").await.unwrap();
+    // Carol's inbox is full at a cap of 5.
+    for body in ["first", "second", "third", "fourth", "fifth"] {
+        alice.send(&["ci/carol"], body).await.unwrap();
+    }
+    let question = bob.send(&["laptop/alice"], "ready?").await.unwrap();
+    alice
+        .rpc
+        .send(SendRequest {
+            to: vec!["ci/bob".into()],
+            body: "earlier".into(),
+            client_id: "once".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let id_of = async |address: &str| -> i64 {
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&address]).await.unwrap().get(0)
+    };
+    let (a, b, c) = (id_of(&alice.address).await, id_of(&bob.address).await, id_of(&carol.address).await);
+    let acme: i64 = sql.query_one("select id from accounts where name = 'acme'", &[]).await.unwrap().get(0);
+    let other: i64 = sql.query_one("select id from accounts where name = 'other'", &[]).await.unwrap().get(0);
+    let head = async |id: i64| -> i64 {
+        sql.query_one("select head_seq from endpoints where id = $1", &[&id]).await.unwrap().get(0)
+    };
+    let (a_head, b_head, c_head) = (head(a).await, head(b).await, head(c).await);
+
+    // (id, client id, recipients, contacts relied on, reply to)
+    let send = |id: &str, client_id: Option<&str>, to: &[i64], contacts: &[i64], reply_to: Option<&str>| {
+        let list = |ids: &[i64]| ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        format!(
+            "select outcome, offline from relay_write_send(row('{id}', {a}, {acme}, {}, 't-{id}', 1, 'body of {id}', \
+             {}, false, false, array[{}]::bigint[], array[{}]::bigint[], {})::relay_outgoing, 5, 0)",
+            client_id.map_or("null".into(), |c| format!("'{c}'")),
+            reply_to.map_or("null".into(), |r| format!("'{r}'")),
+            list(to),
+            list(contacts),
+            if reply_to.is_some() { a.to_string() } else { "null".into() },
+        )
+    };
+    let outcome = async |statement: String| -> Result<String, (String, Option<String>)> {
+        match sql.query_one(&statement, &[]).await {
+            Ok(row) => Ok(row.get(0)),
+            Err(e) => {
+                let db = e.as_db_error().expect("a database error");
+                Err((db.code().code().to_owned(), db.detail().map(str::to_owned)))
+            }
+        }
+    };
+
+    assert_eq!(outcome(send("alone-1", None, &[b], &[], None)).await, Ok("stored".into()));
+    assert_eq!(outcome(send("alone-2", None, &[c], &[], None)).await, Err(("RLY02".into(), Some(c.to_string()))));
+    assert_eq!(outcome(send("alone-3", Some("once"), &[b], &[], None)).await, Ok("duplicate".into()));
+    assert_eq!(outcome(send("alone-4", None, &[b], &[other], None)).await, Err(("RLY01".into(), None)));
+    assert_eq!(outcome(send("alone-5", None, &[b], &[], Some(&question.id))).await, Ok("stored".into()));
+    // Bob has no stream open and was last seen a minute ago: he is named as away.
+    sql.execute("update endpoints set last_seen_at = now() - interval '1 minute' where id = $1", &[&b]).await.unwrap();
+    let away: Option<Vec<i64>> = sql.query_one(&send("alone-7", None, &[b], &[], None), &[]).await.unwrap().get(1);
+    assert_eq!(away, Some(vec![b]), "a recipient with no stream, not seen lately, is named as away");
+
+    let seqs = async |id: i64, after: i64| -> Vec<(i64, String)> {
+        sql.query(
+            "select seq, message_id from deliveries where recipient_id = $1 and seq > $2 order by seq",
+            &[&id, &after],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+    };
+    assert_eq!(
+        seqs(b, b_head).await,
+        vec![(b_head + 1, "alone-1".into()), (b_head + 2, "alone-5".into()), (b_head + 3, "alone-7".into())],
+        "stored sends take the next seqs, with no gap for the refused ones"
+    );
+    assert_eq!(seqs(a, a_head).await, vec![], "alice sent them all");
+    assert_eq!(seqs(c, c_head).await, vec![], "a refused send leaves no delivery");
+    for refused in ["alone-2", "alone-3", "alone-4"] {
+        let n: i64 = sql.query_one("select count(*) from messages where id = $1", &[&refused]).await.unwrap().get(0);
+        assert_eq!(n, 0, "{refused} left nothing behind");
+    }
+    let state: i16 = sql
+        .query_one("select state from deliveries where message_id = $1 and recipient_id = $2", &[&question.id, &a])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(state, 4, "the reply marked what it answers read");
+    for id in [a, b, c] {
+        let r = sql
+            .query_one(
+                "select e.unread, (select count(*) from deliveries d where d.recipient_id = e.id and d.state < 4)
+                 from endpoints e where e.id = $1",
+                &[&id],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            r.get::<_, i32>(0) as i64,
+            r.get::<_, i64>(1),
+            "endpoint {id}: its unread counter matches its deliveries"
+        );
+    }
+}
+
 /// Looking again at messages already shown changes nothing, and costs no write: the second look
 /// takes no transaction id (so no commit waits for a disk flush) and answers as the first did.
 #[tokio::test]

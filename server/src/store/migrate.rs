@@ -140,6 +140,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "console_sessions_announced",
         sql: include_str!("../../migrations/0025_console_sessions_announced.sql"),
     },
+    Migration {
+        version: 26,
+        name: "a_send_alone_in_one_statement",
+        sql: include_str!("../../migrations/0026_a_send_alone_in_one_statement.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

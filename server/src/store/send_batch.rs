@@ -3,7 +3,8 @@
 //! `relay_write_sends` (migration 22): one round trip and one commit for the whole batch, its
 //! messages and deliveries written as sets. A batch that cannot be written whole is written again
 //! one send at a time, each in a subtransaction, so a failing send leaves the others stored. Alone,
-//! a send waits for nobody; under load, sends share commits.
+//! a send waits for nobody and is written by `relay_write_send` (migration 26), one statement; under
+//! load, sends share commits.
 //!
 //! Past [`QUEUE`] sends waiting for one writer, more for it are refused at once as overloaded rather
 //! than queued for seconds.
@@ -185,28 +186,33 @@ impl Writer {
 
     async fn write(&self, jobs: &[Job]) -> Result<Vec<Result<Written>>> {
         let client = self.pool.get().await?;
-        let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
         let cap = i32::try_from(self.cap.load(Ordering::Relaxed)).unwrap_or(i32::MAX);
         let replica = self.replica.load(Ordering::Relaxed);
+        if let [job] = jobs {
+            // Alone, a send is one statement (migration 26) instead of the set's handful.
+            let stmt = client
+                .prepare_cached("select outcome, offline, offline_seen from relay_write_send($1, $2, $3)")
+                .await?;
+            return match client.query_one(&stmt, &[&job.send, &cap, &replica]).await {
+                Ok(row) => Ok(vec![written(&row)]),
+                // Refused: it raises, and says why by SQLSTATE.
+                Err(e) => match e.as_db_error() {
+                    Some(db) => Ok(vec![Ok(Written::Refused {
+                        state: db.code().code().to_owned(),
+                        message: db.message().to_owned(),
+                        detail: db.detail().map(str::to_owned),
+                    })]),
+                    None => Err(e.into()),
+                },
+            };
+        }
+        let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
         let stmt = client
             .prepare_cached(
                 "select n, outcome, code, message, detail, offline, offline_seen from relay_write_sends($1, $2, $3)",
             )
             .await?;
-        let rows = match client.query(&stmt, &[&sends, &cap, &replica]).await {
-            Ok(rows) => rows,
-            Err(e) => match e.as_db_error() {
-                // A batch of one is not answered but raises when refused.
-                Some(db) if jobs.len() == 1 => {
-                    return Ok(vec![Ok(Written::Refused {
-                        state: db.code().code().to_owned(),
-                        message: db.message().to_owned(),
-                        detail: db.detail().map(str::to_owned),
-                    })]);
-                }
-                _ => return Err(e.into()),
-            },
-        };
+        let rows = client.query(&stmt, &[&sends, &cap, &replica]).await?;
         if rows.len() != jobs.len() {
             return Err(Error::Internal(format!("relay_write_sends answered {} of {} sends", rows.len(), jobs.len())));
         }
@@ -214,7 +220,7 @@ impl Writer {
     }
 }
 
-/// One send's outcome, from its row of `relay_write_sends`.
+/// One send's outcome, from its row of `relay_write_send` or `relay_write_sends`.
 fn written(row: &tokio_postgres::Row) -> Result<Written> {
     let outcome: String = row.col("outcome")?;
     match outcome.as_str() {
