@@ -24,7 +24,8 @@ struct Cluster {
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
 /// Set before the first database is made: the cluster then runs as production does (fsync and
-/// synchronous commit on) and loads pg_stat_statements. Tests leave it off for speed.
+/// synchronous commit on) and loads pg_stat_statements, counting planning too. Tests leave it off for
+/// speed.
 static DURABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Makes this process's throwaway cluster durable (see [`DURABLE`]); for benchmarks.
@@ -86,7 +87,11 @@ fn start_cluster() -> Cluster {
         .arg(port.to_string())
         .arg(if DURABLE.load(std::sync::atomic::Ordering::SeqCst) {
             let statements = bin.join("../lib/pg_stat_statements.so").exists();
-            let preload = if statements { " -c shared_preload_libraries=pg_stat_statements" } else { "" };
+            let preload = if statements {
+                " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
+            } else {
+                ""
+            };
             format!("-c fsync=on -c synchronous_commit=on -c full_page_writes=on{preload}")
         } else {
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off".to_owned()

@@ -246,6 +246,40 @@ impl Stats {
     }
 }
 
+impl Stats {
+    /// Forgets the statements run so far, so that [`Stats::print_statements`] shows a phase's own.
+    async fn reset_statements(&self) {
+        if self.statements {
+            let _ = self.client.batch_execute("select pg_stat_statements_reset()").await;
+        }
+    }
+
+    /// The ten statements that took the most time since the last reset, each with its calls per
+    /// operation, its mean execution time and the planning it cost per call (a statement whose plan
+    /// is cached costs next to none; one planned again on every call shows it here).
+    async fn print_statements(&self, phase: &str, op: &str, ops: f64) {
+        if !self.statements {
+            return;
+        }
+        let top = self
+            .client
+            .query(
+                "select calls, mean_exec_time, total_plan_time / calls, left(regexp_replace(query, '\\s+', ' ', 'g'), 80)
+                 from pg_stat_statements
+                 where calls > 0 and query not like '%pg_stat%' and query not like '%pg_snapshot%'
+                 order by total_exec_time + total_plan_time desc limit 10",
+                &[],
+            )
+            .await
+            .unwrap_or_default();
+        println!("{phase}, statements by total time (calls per {op}, mean execution ms, planning ms per call):");
+        for r in top {
+            let (calls, exec, plan, query): (i64, f64, f64, String) = (r.get(0), r.get(1), r.get(2), r.get(3));
+            println!("  {:>5.2} x {exec:>6.3} ms + plan {plan:>6.3} ms  {query}", calls as f64 / ops);
+        }
+    }
+}
+
 async fn db_client(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect to the bench database");
     tokio::spawn(conn);
@@ -522,9 +556,7 @@ async fn main() {
         let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
         let mut stream = bob.subscribe(0).await;
         let (mut send_lat, mut push_lat) = (Vec::new(), Vec::new());
-        if stats.statements {
-            let _ = stats.client.batch_execute("select pg_stat_statements_reset()").await;
-        }
+        stats.reset_statements().await;
         // WAL flushes are reported by backends up to 10 s late: the setup's are counted before the
         // phase, and the phase's own before its end is read.
         tokio::time::sleep(STATS_SETTLE).await;
@@ -546,23 +578,8 @@ async fn main() {
         let statements =
             if stats.statements { format!("{:.1}", (after.1 - before.1 - 4) as f64 / n) } else { "n/a".into() };
         let (send, push) = (quantiles(send_lat), quantiles(push_lat));
-        if stats.statements {
-            // Where a serial send's database time goes: the statements it ran, per send.
-            let top = stats
-                .client
-                .query(
-                    "select calls, mean_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 90)
-                     from pg_stat_statements where query not like '%pg_stat%' and query not like '%pg_snapshot%' order by total_exec_time desc limit 10",
-                    &[],
-                )
-                .await
-                .unwrap_or_default();
-            println!("serial phase, statements by total time (calls per send, mean ms):");
-            for r in top {
-                let (calls, mean, query): (i64, f64, String) = (r.get(0), r.get(1), r.get(2));
-                println!("  {:>5.2} x {:>6.3} ms  {query}", calls as f64 / n, mean);
-            }
-        }
+        // Where a serial send's database time goes.
+        stats.print_statements("serial phase", "send", n).await;
         rows.push(row("serial send p50 (ms)", format!("{:.2}", send.p50), Some(f.insert.p50), send.p50, "<= 1.0"));
         rows.push(row("serial send p99 (ms)", format!("{:.2}", send.p99), Some(f.insert.p99), send.p99, ""));
         rows.push(row("send -> push p50 (ms)", format!("{:.2}", push.p50), Some(f.shaped.p50), push.p50, "<= 1.5"));
@@ -714,7 +731,9 @@ async fn main() {
         let (inbox_empty, whoami_empty) = timed(reader.rpc.clone()).await;
         seed_unread(&db.url, &reader.address, args.unread).await;
         let unread = reader.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread;
+        stats.reset_statements().await;
         let (inbox_full, whoami_full) = timed(reader.rpc.clone()).await;
+        stats.print_statements("inbox phase with many unread", "inbox and whoami", 200.0).await;
         rows.push(row(
             &format!("inbox p50 (ms), {unread} unread"),
             format!("{:.2}", inbox_full.p50),
