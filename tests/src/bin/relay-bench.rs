@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_proto::v1::{InboxRequest, Push, SendRequest, SubscribeRequest, WhoAmIRequest, push};
+use relay_server::domain::limits;
 use relay_tests::client::{self, Agent, Client};
 use relay_tests::pg::{self, TestDb};
 use relay_tests::server::Server;
@@ -729,7 +730,12 @@ async fn main() {
             (quantiles(inbox), quantiles(whoami))
         };
         let (inbox_empty, whoami_empty) = timed(reader.rpc.clone()).await;
-        seed_unread(&db.url, &reader.address, args.unread).await;
+        // One page unread: the same 50 messages answered as from the full inbox below, so the two
+        // differ only in what waits behind them.
+        let page = Agent::hello(&server.url, &ci, "page-reader").await.unwrap();
+        seed_unread(&db.url, &page.address, "page", i64::from(limits::DEFAULT_INBOX_BATCH)).await;
+        let (inbox_page, _) = timed(page.rpc.clone()).await;
+        seed_unread(&db.url, &reader.address, "seed", args.unread).await;
         let unread = reader.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread;
         stats.reset_statements().await;
         let (inbox_full, whoami_full) = timed(reader.rpc.clone()).await;
@@ -740,6 +746,13 @@ async fn main() {
             Some(inbox_empty.p50),
             inbox_full.p50,
             "<= 1.5x empty",
+        ));
+        rows.push(row(
+            &format!("inbox p50 (ms), {unread} unread, beside one page"),
+            format!("{:.2}", inbox_full.p50),
+            Some(inbox_page.p50),
+            inbox_full.p50,
+            "flat",
         ));
         rows.push(row(
             &format!("whoami p50 (ms), {unread} unread"),
@@ -756,14 +769,15 @@ async fn main() {
         println!("{:<40} {:>22} {:>12} {:>8}  {}", r.what, r.relay, r.floor, r.ratio, r.target);
     }
     println!(
-        "\n(the floor of a latency row is the same-run INSERT+COMMIT or relay-shaped statement; of inbox/whoami, the empty inbox)"
+        "\n(the floor of a latency row is the same-run INSERT+COMMIT or relay-shaped statement; of inbox/whoami, the empty inbox, or the inbox holding one page of unread)"
     );
     println!("server rss at end: {:.0} MiB", rss_mib(pid));
 }
 
 /// Puts `n` unread messages in `address`'s inbox straight through SQL (sending them would take the
-/// length of the benchmark). Follows the schema of deliveries: seqs above the inbox head.
-async fn seed_unread(url: &str, address: &str, n: i64) {
+/// length of the benchmark), their ids starting with `prefix`. Follows the schema of deliveries:
+/// seqs above the inbox head.
+async fn seed_unread(url: &str, address: &str, prefix: &str, n: i64) {
     if n == 0 {
         return;
     }
@@ -773,9 +787,9 @@ async fn seed_unread(url: &str, address: &str, n: i64) {
     c.batch_execute(&format!(
         "begin;
          insert into messages (id, sender_id, thread, kind, body)
-           select 'seed' || g, {id}, 'seed' || g, 1, 'seeded unread message' from generate_series(1, {n}) g;
+           select '{prefix}' || g, {id}, '{prefix}' || g, 1, 'seeded unread message' from generate_series(1, {n}) g;
          insert into deliveries (recipient_id, seq, message_id)
-           select {id}, e.head_seq + g, 'seed' || g from endpoints e, generate_series(1, {n}) g where e.id = {id};
+           select {id}, e.head_seq + g, '{prefix}' || g from endpoints e, generate_series(1, {n}) g where e.id = {id};
          update endpoints set head_seq = head_seq + {n} where id = {id};
          commit;"
     ))
