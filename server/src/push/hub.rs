@@ -5,7 +5,7 @@ use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::{AccountId, EndpointId, MachineId};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -62,6 +62,8 @@ impl<K: Key> Wakes<K> {
 
 struct StreamEntry {
     id: u64,
+    /// The endpoint's machine: revoking it ends the stream.
+    machine: MachineId,
     replaced: CancellationToken,
     changed: Arc<Notify>,
 }
@@ -117,11 +119,11 @@ impl Hub {
 
     /// Makes a new stream the endpoint's one in this process, ending the one it had. (A stream on
     /// another replica ends when that replica hears the endpoint changed and finds it superseded.)
-    pub fn claim_stream(&self, endpoint: EndpointId) -> StreamClaim {
+    pub fn claim_stream(&self, endpoint: EndpointId, machine: MachineId) -> StreamClaim {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let replaced = CancellationToken::new();
         let changed = Arc::new(Notify::new());
-        let entry = StreamEntry { id, replaced: replaced.clone(), changed: changed.clone() };
+        let entry = StreamEntry { id, machine, replaced: replaced.clone(), changed: changed.clone() };
         let previous = self.streams.lock().expect("hub lock poisoned").insert(endpoint, entry);
         if let Some(older) = previous {
             older.replaced.cancel();
@@ -136,7 +138,15 @@ impl Hub {
         }
     }
 
-    /// A machine changed, or changes may have gone unheard: every stream here checks.
+    /// A machine was revoked or removed: the streams of its endpoints here check, and no others
+    /// (each check is a read, and a replica may hold thousands of streams).
+    pub fn machine_changed(&self, machine: MachineId) {
+        for entry in self.streams.lock().expect("hub lock poisoned").values().filter(|e| e.machine == machine) {
+            entry.changed.notify_one();
+        }
+    }
+
+    /// Changes may have gone unheard: every stream here checks.
     pub fn all_changed(&self) {
         for entry in self.streams.lock().expect("hub lock poisoned").values() {
             entry.changed.notify_one();
@@ -212,9 +222,9 @@ mod tests {
     #[tokio::test]
     async fn a_newer_stream_ends_the_older_one_of_its_endpoint_only() {
         let hub = Hub::default();
-        let first = hub.claim_stream(EndpointId(1));
-        let other = hub.claim_stream(EndpointId(2));
-        let second = hub.claim_stream(EndpointId(1));
+        let first = hub.claim_stream(EndpointId(1), MachineId(1));
+        let other = hub.claim_stream(EndpointId(2), MachineId(1));
+        let second = hub.claim_stream(EndpointId(1), MachineId(1));
         tokio::time::timeout(Duration::from_secs(1), first.replaced()).await.unwrap();
         assert!(tokio::time::timeout(Duration::from_millis(50), second.replaced()).await.is_err());
         assert!(tokio::time::timeout(Duration::from_millis(50), other.replaced()).await.is_err());
@@ -230,14 +240,26 @@ mod tests {
     #[tokio::test]
     async fn a_change_announced_before_the_stream_waits_is_not_lost() {
         let hub = Hub::default();
-        let one = hub.claim_stream(EndpointId(1));
-        let two = hub.claim_stream(EndpointId(2));
+        let one = hub.claim_stream(EndpointId(1), MachineId(1));
+        let two = hub.claim_stream(EndpointId(2), MachineId(1));
         hub.endpoint_changed(EndpointId(1));
         tokio::time::timeout(Duration::from_secs(1), one.changed()).await.unwrap();
         assert!(tokio::time::timeout(Duration::from_millis(50), two.changed()).await.is_err());
         hub.all_changed();
         tokio::time::timeout(Duration::from_secs(1), one.changed()).await.unwrap();
         tokio::time::timeout(Duration::from_secs(1), two.changed()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_machine_change_reaches_the_streams_of_its_endpoints_only() {
+        let hub = Hub::default();
+        let laptop = hub.claim_stream(EndpointId(1), MachineId(1));
+        let also_laptop = hub.claim_stream(EndpointId(2), MachineId(1));
+        let ci = hub.claim_stream(EndpointId(3), MachineId(2));
+        hub.machine_changed(MachineId(1));
+        tokio::time::timeout(Duration::from_secs(1), laptop.changed()).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(1), also_laptop.changed()).await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(50), ci.changed()).await.is_err());
     }
 
     #[tokio::test]

@@ -146,7 +146,7 @@ fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
             Some(Control::Machine(id)) => {
                 store.sessions().forget_machine(id);
                 store.scope_changed();
-                hub.all_changed();
+                hub.machine_changed(id);
             }
             Some(Control::Scope) => store.scope_changed(),
             None => tracing::warn!(payload, "malformed control notification"),

@@ -91,7 +91,7 @@ async fn feed(
     // Subscribe before the first read, so nothing committed after that read can go unnoticed.
     let mut waiter = hub.waiter(caller.endpoint_id);
     // One stream per endpoint: opening this one ends an older one here at once.
-    let claim = hub.claim_stream(caller.endpoint_id);
+    let claim = hub.claim_stream(caller.endpoint_id, caller.machine_id);
     // Database calls are boxed: an idle stream's task then holds only what it waits on, not room
     // for the largest query it might make (thousands of streams sit idle at once).
     let opened = Box::pin(open_presence(store, caller)).await?.ok_or_else(gone)?;

@@ -145,6 +145,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "a_send_alone_in_one_statement",
         sql: include_str!("../../migrations/0026_a_send_alone_in_one_statement.sql"),
     },
+    Migration {
+        version: 27,
+        name: "unread_read_with_a_kept_plan",
+        sql: include_str!("../../migrations/0027_unread_read_with_a_kept_plan.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

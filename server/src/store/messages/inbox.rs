@@ -1,8 +1,6 @@
 //! What a recipient reads: its unread messages, and its deliveries moved forward as they are
 //! pushed, shown and read.
 
-use std::sync::LazyLock;
-
 use deadpool_postgres::GenericClient;
 
 use super::{MESSAGE_COLUMNS, READ, WITHDRAWN, message_from_row};
@@ -12,18 +10,11 @@ use crate::domain::ids::EndpointId;
 use crate::domain::message::Message;
 use crate::store::error::Col;
 
-/// The messages of the first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order.
-/// The limit is taken before any join: an inbox that grew faster than the planner's statistics
-/// cannot make it join everything it holds and sort it. Built once, so every call prepares the
-/// same text.
-static UNREAD_AFTER: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "select {MESSAGE_COLUMNS} from \
-         (select * from deliveries where recipient_id = $1 and seq > $2 and state < {READ} order by seq limit $3) d {} \
-         order by d.seq",
-        message_joins!()
-    )
-});
+/// The messages of the first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order:
+/// `relay_unread` (migration 27), whose plan is kept for the connection instead of made again on
+/// every call, and cannot read more than it answers.
+const UNREAD_AFTER: &str = "select seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, \
+     relation from relay_unread($1, $2, $3)";
 
 /// The messages of the first `limit` deliveries of `inbox` above seq `after` that are not read
 /// yet, in seq order. Locks nothing.
@@ -33,7 +24,7 @@ pub(crate) async fn unread_after(
     after: i64,
     limit: i64,
 ) -> Result<Vec<Message>> {
-    let stmt = c.prepare_cached(&UNREAD_AFTER).await?;
+    let stmt = c.prepare_cached(UNREAD_AFTER).await?;
     c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(message_from_row).collect()
 }
 
@@ -87,6 +78,7 @@ mod tests {
         // The index's predicate is a literal in a checksummed migration: the reads must match it.
         let index = include_str!("../../../migrations/0001_identity_and_messaging.sql");
         assert!(index.contains(&format!("deliveries_unread on deliveries (recipient_id, seq) where state < {READ};")));
-        assert!(UNREAD_AFTER.contains(&format!("and state < {READ} order by seq limit $3) d join messages m")));
+        let unread = include_str!("../../../migrations/0027_unread_read_with_a_kept_plan.sql");
+        assert!(unread.contains(&format!("and u.state < {READ}\n")));
     }
 }
