@@ -6,8 +6,8 @@
 -- look at the inbox, and a kept plan made while the tables were small could join the wrong way.
 -- Here the plan is kept, and its shape leaves the planner no way to read more than it answers,
 -- whatever its statistics say: the deliveries are taken first (by the partial index of unread ones,
--- limited), each message is found by its key, and the sender's address and the relation are looked
--- up row by row.
+-- limited), each message is found by its key, and the sender's address and parent are looked up row
+-- by row.
 --
 -- `relay_advance` keeps its plans as well (same signature and answers). The previous release calls it
 -- unchanged and never calls `relay_unread`.
@@ -23,7 +23,8 @@ begin
     select d.seq, m.id,
            (select ea.address from endpoint_addresses ea where ea.id = m.sender_id),
            m.thread, m.kind, m.body, m.reply_to, m.created_at, m.require_reply, m.private,
-           case when (select re.parent_id from endpoints re where re.id = d.recipient_id) = m.sender_id then 'parent'
+           -- The inbox's own parent is looked up once, not per row.
+           case when (select re.parent_id from endpoints re where re.id = recipient) = m.sender_id then 'parent'
                 when (select se.parent_id from endpoints se where se.id = m.sender_id) = d.recipient_id then 'child'
                 else '' end
     from (select u.seq, u.message_id, u.recipient_id from deliveries u

@@ -9,6 +9,8 @@
 //!   --idle N,N        idle push streams to hold open (default 1000,10000)
 //!   --unread N        unread messages for the inbox phase (default 100000)
 //! With DATABASE_URL set it uses that database instead. Every phase is bounded in count and time.
+//! Before the rate, idle and inbox phases it vacuums and analyzes the tables the earlier phases
+//! wrote, as pgbench does before a run, so no phase meets the autovacuum of another's writes.
 //! Build with `cargo build --release --workspace` and run `target/release/relay-bench`.
 
 use std::collections::HashMap;
@@ -248,6 +250,14 @@ impl Stats {
 }
 
 impl Stats {
+    /// Vacuums and analyzes what a phase writes, as pgbench does before a run: a phase then starts on
+    /// a settled database instead of meeting the autovacuum the previous phase's writes set off.
+    async fn settle(&self) {
+        if let Err(e) = self.client.batch_execute("vacuum (analyze) messages, deliveries, endpoints").await {
+            println!("(could not vacuum before the phase: {e})");
+        }
+    }
+
     /// Forgets the statements run so far, so that [`Stats::print_statements`] shows a phase's own.
     async fn reset_statements(&self) {
         if self.statements {
@@ -629,6 +639,7 @@ async fn main() {
 
     // A fixed offered rate, open loop, over 50 pairs.
     if args.runs("rate") {
+        stats.settle().await;
         let pair_senders = agents(&server.url, &laptop, "p", 50).await;
         let mut pair_recipients = agents(&server.url, &ci, "q", 50).await;
         for rate in [500u64, 2000] {
@@ -668,6 +679,7 @@ async fn main() {
 
     // Idle push streams: what holding them open costs the database and the server.
     if args.runs("idle") {
+        stats.settle().await;
         for &n in &args.idle {
             let idle = agents(&server.url, &laptop, &format!("idle{n}x"), n).await;
             let mut channels = Vec::new();
@@ -715,6 +727,7 @@ async fn main() {
 
     // Inbox and whoami with nothing unread, then with many unread.
     if args.runs("inbox") {
+        stats.settle().await;
         let mut reader = Agent::hello(&server.url, &ci, "reader").await.unwrap();
         let timed = |rpc: Client| async move {
             let (mut inbox, mut whoami) = (Vec::new(), Vec::new());
