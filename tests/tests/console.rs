@@ -361,6 +361,21 @@ async fn next_event(feed: &mut BufReader<TcpStream>, limit: Duration) -> String 
     .unwrap_or_else(|_| panic!("no event within {limit:?}"))
 }
 
+/// Reads the feed until `signed-out`, within `limit`. What comes before it may only be a repaint
+/// (`account`: the previous release's triggers also announce a session's end as a change to the
+/// account) or a `tick`.
+async fn until_signed_out(feed: &mut BufReader<TcpStream>, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match next_event(feed, left).await.as_str() {
+            "signed-out" => return,
+            "account" | "tick" => continue,
+            other => panic!("unexpected event {other} before signed-out"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn the_event_feed_wakes_within_a_second_when_a_card_moves_or_mail_comes() {
     let mut w = world(&[]).await;
@@ -426,7 +441,7 @@ async fn signing_out_or_revoking_the_token_ends_the_session() {
         "the old cookie opens nothing"
     );
     // A page left open hears it at once (well before its next tick), not by asking.
-    assert_eq!(next_event(&mut open_page, Duration::from_secs(2)).await, "signed-out");
+    until_signed_out(&mut open_page, Duration::from_secs(2)).await;
 
     // A revoked human token ends its sessions at once, and an open event feed hears it at once.
     let cookie = sign_in(&w.console, &w.human).await;
@@ -439,11 +454,32 @@ async fn signing_out_or_revoking_the_token_ends_the_session() {
     assert_eq!(get(&w.console, "/inbox/live", &second).await.status, 401);
     let refused = request(&w.console, "POST", "/sign-in", &[FORM], &form(&[("token", &w.human)])).await;
     assert!(refused.body.contains("sign-in refused: this human token was revoked"), "{}", refused.body);
-    assert_eq!(next_event(&mut feed, Duration::from_secs(2)).await, "signed-out");
+    until_signed_out(&mut feed, Duration::from_secs(2)).await;
     let mut rest = String::new();
     let ended =
         tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read_to_string(&mut feed, &mut rest));
     assert!(ended.await.is_ok(), "the feed ends after signed-out");
+}
+
+#[tokio::test]
+async fn signing_out_one_session_leaves_the_accounts_other_pages_open() {
+    let w = world(&[]).await;
+    let leaving = sign_in(&w.console, &w.human).await;
+    let staying = sign_in(&w.console, &w.human).await;
+    let csrf = csrf_of(&get(&w.console, "/board", &leaving).await.body);
+    let mut page = events(&w.console, &staying).await;
+    assert_eq!(next_event(&mut page, Duration::from_secs(5)).await, "ready");
+    let out = request(&w.console, "POST", "/sign-out", &[FORM, ("Cookie", &leaving)], &form(&[("csrf", &csrf)])).await;
+    assert_eq!(out.status, 303);
+    // The other page checks its own session on hearing of the end, finds it standing, and goes on:
+    // the next change to the account reaches it as a repaint, not a sign-out.
+    let mut bob = Agent::hello(&w.server.url, &w.laptop, "bob").await.unwrap();
+    post_job(&mut bob, "Still watched").await;
+    for _ in 0..2 {
+        let event = next_event(&mut page, Duration::from_secs(5)).await;
+        assert!(event == "account" || event == "tick", "the other page goes on: {event}");
+    }
+    assert_eq!(get(&w.console, "/board", &staying).await.status, 200);
 }
 
 #[tokio::test]

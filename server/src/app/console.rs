@@ -15,7 +15,10 @@ use crate::store::{board, console, contacts, identity, messages};
 /// What a console's live page waits on: the account (cards, holds, permission requests) and the
 /// human's inbox.
 pub struct Watch {
+    /// A card, hold or permission request of the account changed.
     pub account: Waiter<AccountId>,
+    /// A console session of the account ended: time to check this page's.
+    pub sessions: Waiter<AccountId>,
     pub inbox: Waiter,
 }
 
@@ -36,21 +39,18 @@ impl App {
 
     /// The person a console session belongs to, while it lasts and its human token stands.
     pub async fn console_session(&self, session: &str) -> Result<Human> {
-        ids::check_token(TokenKind::Console, session)?;
-        let db = self.store.client().await?;
-        console::session_person(&db, &ids::token_hash(session))
-            .await?
-            .ok_or_else(|| Error::Unauthenticated("the console session ended: sign in again".into()))
+        Ok(self.console_session_left(session).await?.0)
     }
 
-    /// How long a console session has left: its pages end their feeds then.
-    pub async fn console_session_left(&self, session: &str) -> Result<std::time::Duration> {
+    /// The person a console session belongs to, and how long the session has left: its pages end
+    /// their feeds then.
+    pub async fn console_session_left(&self, session: &str) -> Result<(Human, std::time::Duration)> {
         ids::check_token(TokenKind::Console, session)?;
         let db = self.store.client().await?;
-        let left = console::session_left(&db, &ids::token_hash(session))
+        let (person, left) = console::session_person(&db, &ids::token_hash(session))
             .await?
             .ok_or_else(|| Error::Unauthenticated("the console session ended: sign in again".into()))?;
-        Ok(std::time::Duration::from_secs_f64(left))
+        Ok((person, std::time::Duration::from_secs_f64(left)))
     }
 
     pub async fn console_sign_out(&self, session: &str) -> Result<()> {
@@ -128,7 +128,8 @@ impl App {
     /// Wake-ups for a live page, taken before it reads what it shows so that no change is missed.
     pub async fn console_watch(&self, person: &Human) -> Result<Watch> {
         let account = self.hub.account_waiter(person.account_id);
+        let sessions = self.hub.console_sessions_waiter(person.account_id);
         let me = self.me(person).await?;
-        Ok(Watch { account, inbox: self.hub.waiter(me.endpoint_id) })
+        Ok(Watch { account, sessions, inbox: self.hub.waiter(me.endpoint_id) })
     }
 }

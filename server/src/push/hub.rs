@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Hub {
     inner: Arc<Wakes<EndpointId>>,
     accounts: Arc<Wakes<AccountId>>,
+    /// The console pages of an account, woken when one of its sessions ended.
+    console_sessions: Arc<Wakes<AccountId>>,
     /// The push stream each endpoint holds in this process: a newer one ends the older at once.
     streams: Arc<Mutex<HashMap<EndpointId, StreamEntry>>>,
     next_stream: Arc<AtomicU64>,
@@ -117,6 +119,11 @@ impl Hub {
         self.accounts.waiter(account)
     }
 
+    /// Waits for the end of any console session of an account (its pages then check their own).
+    pub fn console_sessions_waiter(&self, account: AccountId) -> Waiter<AccountId> {
+        self.console_sessions.waiter(account)
+    }
+
     /// Makes a new stream the endpoint's one in this process, ending the one it had. (A stream on
     /// another replica ends when that replica hears the endpoint changed and finds it superseded.)
     pub fn claim_stream(&self, endpoint: EndpointId, machine: MachineId) -> StreamClaim {
@@ -163,10 +170,16 @@ impl Hub {
         self.accounts.wake(account);
     }
 
+    /// A console session of the account ended somewhere.
+    pub fn console_session_ended(&self, account: AccountId) {
+        self.console_sessions.wake(account);
+    }
+
     /// Wakes every waiter, after notifications may have been missed.
     pub fn wake_all(&self) {
         self.inner.wake_all();
         self.accounts.wake_all();
+        self.console_sessions.wake_all();
     }
 
     #[cfg(test)]
@@ -248,6 +261,23 @@ mod tests {
         hub.all_changed();
         tokio::time::timeout(Duration::from_secs(1), one.changed()).await.unwrap();
         tokio::time::timeout(Duration::from_secs(1), two.changed()).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_console_session_end_wakes_its_accounts_pages_and_no_change_of_what_they_show() {
+        let hub = Hub::default();
+        let mut shown = hub.account_waiter(AccountId(1));
+        let mut ended = hub.console_sessions_waiter(AccountId(1));
+        let mut other = hub.console_sessions_waiter(AccountId(2));
+        hub.wake_account(AccountId(1));
+        tokio::time::timeout(Duration::from_secs(1), shown.changed()).await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(50), ended.changed()).await.is_err());
+        hub.console_session_ended(AccountId(1));
+        tokio::time::timeout(Duration::from_secs(1), ended.changed()).await.unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(50), other.changed()).await.is_err());
+        assert!(tokio::time::timeout(Duration::from_millis(50), shown.changed()).await.is_err());
+        hub.wake_all();
+        tokio::time::timeout(Duration::from_secs(1), other.changed()).await.unwrap();
     }
 
     #[tokio::test]

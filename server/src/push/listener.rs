@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::Hub;
 use crate::domain::ids::AccountId;
 use crate::domain::{Error, Result};
-use crate::store::console::ACCOUNT_CHANNEL;
+use crate::store::console::{ACCOUNT_CHANNEL, CONSOLE_CHANNEL};
 use crate::store::identity::{CONTROL_CHANNEL, Control};
 use crate::store::messages::{DELIVERY_CHANNEL, DeliveryNotice};
 use crate::store::{DbConfig, DbTls, Store};
@@ -124,16 +124,19 @@ where
         Ok(())
     });
     client
-        .batch_execute(&format!("listen {DELIVERY_CHANNEL}; listen {CONTROL_CHANNEL}; listen {ACCOUNT_CHANNEL}"))
+        .batch_execute(&format!(
+            "listen {DELIVERY_CHANNEL}; listen {CONTROL_CHANNEL}; listen {ACCOUNT_CHANNEL}; listen {CONSOLE_CHANNEL}"
+        ))
         .await?;
     Ok((client, driver))
 }
 
 fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
-    if channel == ACCOUNT_CHANNEL {
-        match payload.parse() {
-            Ok(account) => hub.wake_account(AccountId(account)),
-            Err(_) => tracing::warn!(payload, "malformed account notification"),
+    if channel == ACCOUNT_CHANNEL || channel == CONSOLE_CHANNEL {
+        match payload.parse().map(AccountId) {
+            Ok(account) if channel == ACCOUNT_CHANNEL => hub.wake_account(account),
+            Ok(account) => hub.console_session_ended(account),
+            Err(_) => tracing::warn!(channel, payload, "malformed account notification"),
         }
         return;
     }

@@ -7,9 +7,13 @@ use crate::domain::Result;
 use crate::domain::caller::Human;
 
 /// Channel on which triggers (migrations 21 and 25) announce that something an account's people
-/// see changed: a card, a hold, a permission request, a console session or human token that
-/// ended. The payload is the account's id.
+/// see changed: a card, a hold, a permission request (and, for the previous release, a console
+/// session or human token that ended). The payload is the account's id.
 pub const ACCOUNT_CHANNEL: &str = "relay_account";
+
+/// Channel on which triggers (migration 28) announce that a console session of an account ended:
+/// signed out, or its human revoked, re-keyed or removed. The payload is the account's id.
+pub const CONSOLE_CHANNEL: &str = "relay_console";
 
 /// Opens a session for the human `human` of its account, lasting `ttl_s`; false when that human
 /// is gone or revoked meanwhile.
@@ -25,11 +29,12 @@ pub(crate) async fn insert_session(c: &impl GenericClient, id_hash: &[u8], human
     Ok(inserted == 1)
 }
 
-/// The person a live session belongs to: not expired, its human token not revoked.
-pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Result<Option<Human>> {
+/// The person a live session belongs to (not expired, its human token not revoked), and how many
+/// seconds it has left by the database's clock.
+pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Result<Option<(Human, f64)>> {
     let stmt = c
         .prepare_cached(
-            "select a.id, a.name, h.name
+            "select a.id, a.name, h.name, greatest(extract(epoch from s.expires_at - now()), 0)::float8
              from console_sessions s join humans h on h.id = s.human_id join accounts a on a.id = h.account_id
              where s.id_hash = $1 and s.expires_at > now() and h.revoked_at is null",
         )
@@ -37,19 +42,7 @@ pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Re
     let Some(row) = c.query_opt(&stmt, &[&id_hash]).await? else {
         return Ok(None);
     };
-    Ok(Some(Human { account_id: row.col(0)?, account: row.col(1)?, name: row.col(2)? }))
-}
-
-/// How long a live session has left, by the database's clock; `None` when it is not live.
-pub(crate) async fn session_left(c: &impl GenericClient, id_hash: &[u8]) -> Result<Option<f64>> {
-    let stmt = c
-        .prepare_cached(
-            "select greatest(extract(epoch from s.expires_at - now()), 0)::float8
-             from console_sessions s join humans h on h.id = s.human_id
-             where s.id_hash = $1 and s.expires_at > now() and h.revoked_at is null",
-        )
-        .await?;
-    c.query_opt(&stmt, &[&id_hash]).await?.map(|row| row.col(0)).transpose()
+    Ok(Some((Human { account_id: row.col(0)?, account: row.col(1)?, name: row.col(2)? }, row.col(3)?)))
 }
 
 pub(crate) async fn delete_session(c: &impl GenericClient, id_hash: &[u8]) -> Result<()> {

@@ -150,6 +150,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "unread_read_with_a_kept_plan",
         sql: include_str!("../../migrations/0027_unread_read_with_a_kept_plan.sql"),
     },
+    Migration {
+        version: 28,
+        name: "console_session_ends_apart",
+        sql: include_str!("../../migrations/0028_console_session_ends_apart.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -543,9 +543,9 @@ async fn contact_private(State(c): State<Console>, headers: HeaderMap, Form(f): 
 
 /// Server-sent events for a signed-in page: `ready` once open, then `account` when a card, hold or
 /// permission request of the account changed, `inbox` when the human's inbox did, and `tick`
-/// every few seconds; `signed-out` ends it when the session did: at its expiry, or on the
-/// account's wake-up that signing out or revoking its human token sends (migration 25), after
-/// which the feed reads its session once. Woken by the same wake-ups as the agents' push streams.
+/// every few seconds; `signed-out` ends it when the session did: at its expiry, or when an
+/// announced end of one of the account's sessions (migration 28: signing out, its human token
+/// revoked) finds this one gone. Woken by the same wake-ups as the agents' push streams.
 async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
     let (session, person) = match c.signed_in(&headers).await {
         Ok(signed_in) => signed_in,
@@ -555,8 +555,10 @@ async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
         Ok(watch) => watch,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
+    // Read again now that the wake-ups are taken: a session that ended between the first read and
+    // them is found here, not missed until it would have expired.
     let expiry = match c.app.console_session_left(&session).await {
-        Ok(left) => Box::pin(tokio::time::sleep(left)),
+        Ok((_, left)) => Box::pin(tokio::time::sleep(left)),
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
@@ -581,6 +583,7 @@ struct Feed {
 
 enum Woke {
     Account,
+    SessionEnded,
     Inbox,
     Tick,
     Expired,
@@ -596,30 +599,33 @@ impl Feed {
             self.started = true;
             "ready"
         } else {
-            let woke = tokio::select! {
-                () = self.watch.account.changed() => Woke::Account,
-                () = self.watch.inbox.changed() => Woke::Inbox,
-                _ = self.tick.tick() => Woke::Tick,
-                () = &mut self.expiry => Woke::Expired,
-                () = self.shutdown.cancelled() => Woke::Stop,
-            };
-            match woke {
-                // Signing out and revoking the human token wake the account too.
-                Woke::Account => {
-                    if let Err(Error::Unauthenticated(_)) = self.app.console_session(&self.session).await {
+            loop {
+                let woke = tokio::select! {
+                    () = self.watch.account.changed() => Woke::Account,
+                    () = self.watch.sessions.changed() => Woke::SessionEnded,
+                    () = self.watch.inbox.changed() => Woke::Inbox,
+                    _ = self.tick.tick() => Woke::Tick,
+                    () = &mut self.expiry => Woke::Expired,
+                    () = self.shutdown.cancelled() => Woke::Stop,
+                };
+                break match woke {
+                    Woke::Account => "account",
+                    // One of the account's sessions ended: this page's, or another one's.
+                    Woke::SessionEnded => match self.app.console_session(&self.session).await {
+                        Err(Error::Unauthenticated(_)) => {
+                            self.over = true;
+                            "signed-out"
+                        }
+                        _ => continue,
+                    },
+                    Woke::Inbox => "inbox",
+                    Woke::Tick => "tick",
+                    Woke::Expired => {
                         self.over = true;
                         "signed-out"
-                    } else {
-                        "account"
                     }
-                }
-                Woke::Inbox => "inbox",
-                Woke::Tick => "tick",
-                Woke::Expired => {
-                    self.over = true;
-                    "signed-out"
-                }
-                Woke::Stop => return None,
+                    Woke::Stop => return None,
+                };
             }
         };
         // An event without data is never dispatched by a browser.
