@@ -342,66 +342,162 @@ async fn a_picked_name_never_takes_over_an_offline_agent() {
     assert_eq!(first.rpc.who_am_i(WhoAmIRequest {}).await.unwrap_err().code(), Code::Unauthenticated);
 }
 
+/// Where the writer functions are called directly, as the server's batched writer calls them:
+/// alice (acme/laptop) has a question from bob (acme/ci) to answer and has used the client id "once"
+/// before; carol (acme/ci) holds `carol_unread` messages; the account "other" is no contact of acme.
+struct WriterScene {
+    sql: tokio_postgres::Client,
+    question: String,
+    alice: i64,
+    bob: i64,
+    carol: i64,
+    acme: i64,
+    other: i64,
+    _server: Server,
+    _db: TestDb,
+}
+
+impl WriterScene {
+    async fn new(carol_unread: usize) -> Self {
+        let db = TestDb::new().await;
+        let server = Server::start(&db).await;
+        let laptop = server.machine("acme", "laptop");
+        let ci = server.machine("acme", "ci");
+        server.machine("other", "box");
+        let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+        let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+        let carol = Agent::hello(&server.url, &ci, "carol").await.unwrap();
+        for n in 0..carol_unread {
+            alice.send(&["ci/carol"], &format!("message {n}")).await.unwrap();
+        }
+        let question = bob.send(&["laptop/alice"], "ready?").await.unwrap().id;
+        let earlier = SendRequest {
+            to: vec!["ci/bob".into()],
+            body: "earlier".into(),
+            client_id: "once".into(),
+            ..Default::default()
+        };
+        alice.rpc.send(earlier).await.unwrap();
+
+        let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let one = async |query: &str, param: &str| -> i64 { sql.query_one(query, &[&param]).await.unwrap().get(0) };
+        let endpoint = "select id from endpoint_addresses where address = $1";
+        let account = "select id from accounts where name = $1";
+        Self {
+            alice: one(endpoint, &alice.address).await,
+            bob: one(endpoint, &bob.address).await,
+            carol: one(endpoint, &carol.address).await,
+            acme: one(account, "acme").await,
+            other: one(account, "other").await,
+            sql,
+            question,
+            _server: server,
+            _db: db,
+        }
+    }
+
+    /// One send of alice's as a `relay_outgoing`: its id (also its thread and body), client id,
+    /// recipients, the accounts whose contact it relies on, and the message it replies to.
+    fn outgoing(
+        &self,
+        id: &str,
+        client_id: Option<&str>,
+        to: &[i64],
+        contacts: &[i64],
+        reply_to: Option<&str>,
+    ) -> String {
+        let list = |ids: &[i64]| ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        let quoted = |text: Option<&str>| text.map_or("null".into(), |t| format!("'{t}'"));
+        let read_by = if reply_to.is_some() { self.alice.to_string() } else { "null".into() };
+        format!(
+            "row('{id}', {}, {}, {}, 't-{id}', 1, 'body of {id}', {}, false, false, array[{}]::bigint[], \
+             array[{}]::bigint[], {read_by})::relay_outgoing",
+            self.alice,
+            self.acme,
+            quoted(client_id),
+            quoted(reply_to),
+            list(to),
+            list(contacts),
+        )
+    }
+
+    async fn head(&self, endpoint: i64) -> i64 {
+        self.sql.query_one("select head_seq from endpoints where id = $1", &[&endpoint]).await.unwrap().get(0)
+    }
+
+    /// The (seq, message id) of `endpoint`'s deliveries above `after`.
+    async fn deliveries_after(&self, endpoint: i64, after: i64) -> Vec<(i64, String)> {
+        let rows = self
+            .sql
+            .query(
+                "select seq, message_id from deliveries where recipient_id = $1 and seq > $2 order by seq",
+                &[&endpoint, &after],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    }
+
+    async fn assert_left_nothing(&self, ids: &[&str]) {
+        for id in ids {
+            let n: i64 = self.sql.query_one("select count(*) from messages where id = $1", &[id]).await.unwrap().get(0);
+            assert_eq!(n, 0, "{id} left nothing behind");
+        }
+    }
+
+    async fn assert_question_read(&self) {
+        let state: i16 = self
+            .sql
+            .query_one(
+                "select state from deliveries where message_id = $1 and recipient_id = $2",
+                &[&self.question, &self.alice],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(state, 4, "the reply marked the question read");
+    }
+
+    async fn assert_counters_agree(&self) {
+        for id in [self.alice, self.bob, self.carol] {
+            let r = self
+                .sql
+                .query_one(
+                    "select e.unread, (select count(*) from deliveries d where d.recipient_id = e.id and d.state < 4)
+                     from endpoints e where e.id = $1",
+                    &[&id],
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                i64::from(r.get::<_, i32>(0)),
+                r.get::<_, i64>(1),
+                "endpoint {id}: its unread counter matches its deliveries"
+            );
+        }
+    }
+}
+
 /// The batch writer as the server calls it: sends that arrive together are written by one call of
 /// `relay_write_sends`. A batch that cannot be written whole is written again one send at a time,
 /// so each send gets the outcome it would have had alone, and the stored ones keep their inboxes'
 /// seqs gapless.
 #[tokio::test]
 async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
-    let db = TestDb::new().await;
-    let server = Server::start(&db).await;
-    let laptop = server.machine("acme", "laptop");
-    let ci = server.machine("acme", "ci");
-    server.machine("other", "box");
-    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
-    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
-    let carol = Agent::hello(&server.url, &ci, "carol").await.unwrap();
-    // Carol's inbox is full at a cap of 3; alice has one message from bob to answer; alice has
-    // used the client id "once" before.
-    for body in ["first", "second", "third"] {
-        alice.send(&["ci/carol"], body).await.unwrap();
-    }
-    let question = bob.send(&["laptop/alice"], "ready?").await.unwrap();
-    alice
-        .rpc
-        .send(SendRequest {
-            to: vec!["ci/bob".into()],
-            body: "earlier".into(),
-            client_id: "once".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    let id_of = async |address: &str| -> i64 {
-        sql.query_one("select id from endpoint_addresses where address = $1", &[&address]).await.unwrap().get(0)
-    };
-    let (a, b, c) = (id_of(&alice.address).await, id_of(&bob.address).await, id_of(&carol.address).await);
-    let acme: i64 = sql.query_one("select id from accounts where name = 'acme'", &[]).await.unwrap().get(0);
-    let other: i64 = sql.query_one("select id from accounts where name = 'other'", &[]).await.unwrap().get(0);
-    let bob_head: i64 = sql.query_one("select head_seq from endpoints where id = $1", &[&b]).await.unwrap().get(0);
-
-    // (id, client id, recipient, contacts relied on, reply to)
-    let send = |id: &str, client_id: Option<&str>, to: i64, contacts: &[i64], reply_to: Option<&str>| {
-        format!(
-            "row('{id}', {a}, {acme}, {}, 't-{id}', 1, 'body of {id}', {}, false, false, array[{to}]::bigint[], \
-             array[{}]::bigint[], {})::relay_outgoing",
-            client_id.map_or("null".into(), |c| format!("'{c}'")),
-            reply_to.map_or("null".into(), |r| format!("'{r}'")),
-            contacts.iter().map(i64::to_string).collect::<Vec<_>>().join(","),
-            if reply_to.is_some() { a.to_string() } else { "null".into() },
-        )
-    };
+    // Carol's inbox is full at a cap of 3.
+    let s = WriterScene::new(3).await;
+    let (b, c) = (s.bob, s.carol);
+    let bob_head = s.head(b).await;
     let batch = [
-        send("batch-1", None, b, &[], None),
-        send("batch-2", None, c, &[], None),
-        send("batch-3", Some("once"), b, &[], None),
-        send("batch-4", None, b, &[other], None),
-        send("batch-5", None, b, &[], Some(&question.id)),
+        s.outgoing("batch-1", None, &[b], &[], None),
+        s.outgoing("batch-2", None, &[c], &[], None),
+        s.outgoing("batch-3", Some("once"), &[b], &[], None),
+        s.outgoing("batch-4", None, &[b], &[s.other], None),
+        s.outgoing("batch-5", None, &[b], &[], Some(&s.question)),
     ];
-    let rows = sql
+    let rows = s
+        .sql
         .query(
             &format!(
                 "select n, outcome, code, detail from relay_write_sends(array[{}], 3, 0) order by n",
@@ -424,76 +520,34 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
         ],
         "each send has the outcome it would have had alone"
     );
-
-    let delivered = sql
-        .query(
-            "select seq, message_id from deliveries where recipient_id = $1 and seq > $2 order by seq",
-            &[&b, &bob_head],
-        )
-        .await
-        .unwrap();
-    let delivered: Vec<(i64, String)> = delivered.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(
-        delivered,
+        s.deliveries_after(b, bob_head).await,
         vec![(bob_head + 1, "batch-1".into()), (bob_head + 2, "batch-5".into())],
         "the stored sends take the next seqs, in batch order, with no gap for the refused ones"
     );
-    for refused in ["batch-2", "batch-3", "batch-4"] {
-        let n: i64 = sql.query_one("select count(*) from messages where id = $1", &[&refused]).await.unwrap().get(0);
-        assert_eq!(n, 0, "{refused} left nothing behind");
-    }
-    // The reply read what it answers; the counters agree with the deliveries.
-    let read: i16 = sql
-        .query_one("select state from deliveries where message_id = $1 and recipient_id = $2", &[&question.id, &a])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(read, 4, "the reply marked the question read");
-    for id in [a, b, c] {
-        let (kept, counted): (i32, i64) = {
-            let r = sql
-                .query_one(
-                    "select e.unread, (select count(*) from deliveries d where d.recipient_id = e.id and d.state < 4)
-                     from endpoints e where e.id = $1",
-                    &[&id],
-                )
-                .await
-                .unwrap();
-            (r.get(0), r.get(1))
-        };
-        assert_eq!(kept as i64, counted, "endpoint {id}: its unread counter matches its deliveries");
-    }
+    s.assert_left_nothing(&["batch-2", "batch-3", "batch-4"]).await;
+    s.assert_question_read().await;
+    s.assert_counters_agree().await;
 
     // A batch of one send is not answered but raises, with the reason in its SQLSTATE.
-    let err = sql
-        .query(&format!("select * from relay_write_sends(array[{}], 3, 0)", send("alone", None, c, &[], None)), &[])
-        .await
-        .unwrap_err();
+    let alone = s.outgoing("alone", None, &[c], &[], None);
+    let err = s.sql.query(&format!("select * from relay_write_sends(array[{alone}], 3, 0)"), &[]).await.unwrap_err();
     let db_err = err.as_db_error().expect("a database error");
     assert_eq!(db_err.code().code(), "RLY02");
     assert_eq!(db_err.detail(), Some(c.to_string().as_str()));
 
     // A batch written whole: both sends stored, in order.
-    let rows = sql
-        .query(
-            &format!(
-                "select outcome from relay_write_sends(array[{}, {}], 100, 0) order by n",
-                send("whole-1", None, b, &[], None),
-                send("whole-2", None, b, &[], None)
-            ),
-            &[],
-        )
+    let whole = [s.outgoing("whole-1", None, &[b], &[], None), s.outgoing("whole-2", None, &[b], &[], None)];
+    let rows = s
+        .sql
+        .query(&format!("select outcome from relay_write_sends(array[{}], 100, 0) order by n", whole.join(",")), &[])
         .await
         .unwrap();
     assert!(rows.iter().all(|r| r.get::<_, String>(0) == "stored"));
-    let seqs: Vec<i64> = sql
-        .query("select seq from deliveries where message_id like 'whole-%' order by message_id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(seqs, vec![bob_head + 3, bob_head + 4]);
+    assert_eq!(
+        s.deliveries_after(b, bob_head + 2).await,
+        vec![(bob_head + 3, "whole-1".into()), (bob_head + 4, "whole-2".into())]
+    );
 }
 
 /// A send with no batch-mates is written by `relay_write_send`, one statement, with the outcome a
@@ -501,119 +555,54 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
 /// dropped refused by SQLSTATE with nothing left behind, a reply that reads what it answers.
 #[tokio::test]
 async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
-    let db = TestDb::new().await;
-    let server = Server::start(&db).await;
-    let laptop = server.machine("acme", "laptop");
-    let ci = server.machine("acme", "ci");
-    server.machine("other", "box");
-    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
-    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
-    let carol = Agent::hello(&server.url, &ci, "carol").await.unwrap();
     // Carol's inbox is full at a cap of 5.
-    for body in ["first", "second", "third", "fourth", "fifth"] {
-        alice.send(&["ci/carol"], body).await.unwrap();
-    }
-    let question = bob.send(&["laptop/alice"], "ready?").await.unwrap();
-    alice
-        .rpc
-        .send(SendRequest {
-            to: vec!["ci/bob".into()],
-            body: "earlier".into(),
-            client_id: "once".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    let id_of = async |address: &str| -> i64 {
-        sql.query_one("select id from endpoint_addresses where address = $1", &[&address]).await.unwrap().get(0)
-    };
-    let (a, b, c) = (id_of(&alice.address).await, id_of(&bob.address).await, id_of(&carol.address).await);
-    let acme: i64 = sql.query_one("select id from accounts where name = 'acme'", &[]).await.unwrap().get(0);
-    let other: i64 = sql.query_one("select id from accounts where name = 'other'", &[]).await.unwrap().get(0);
-    let head = async |id: i64| -> i64 {
-        sql.query_one("select head_seq from endpoints where id = $1", &[&id]).await.unwrap().get(0)
-    };
-    let (a_head, b_head, c_head) = (head(a).await, head(b).await, head(c).await);
-
-    // (id, client id, recipients, contacts relied on, reply to)
-    let send = |id: &str, client_id: Option<&str>, to: &[i64], contacts: &[i64], reply_to: Option<&str>| {
-        let list = |ids: &[i64]| ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-        format!(
-            "select outcome, offline from relay_write_send(row('{id}', {a}, {acme}, {}, 't-{id}', 1, 'body of {id}', \
-             {}, false, false, array[{}]::bigint[], array[{}]::bigint[], {})::relay_outgoing, 5, 0)",
-            client_id.map_or("null".into(), |c| format!("'{c}'")),
-            reply_to.map_or("null".into(), |r| format!("'{r}'")),
-            list(to),
-            list(contacts),
-            if reply_to.is_some() { a.to_string() } else { "null".into() },
-        )
-    };
-    let outcome = async |statement: String| -> Result<String, (String, Option<String>)> {
-        match sql.query_one(&statement, &[]).await {
-            Ok(row) => Ok(row.get(0)),
+    let s = WriterScene::new(5).await;
+    let (a, b, c) = (s.alice, s.bob, s.carol);
+    let (a_head, b_head, c_head) = (s.head(a).await, s.head(b).await, s.head(c).await);
+    let outcome = async |send: String| -> Result<(String, Option<Vec<i64>>), (String, Option<String>)> {
+        match s.sql.query_one(&format!("select outcome, offline from relay_write_send({send}, 5, 0)"), &[]).await {
+            Ok(row) => Ok((row.get(0), row.get(1))),
             Err(e) => {
                 let db = e.as_db_error().expect("a database error");
                 Err((db.code().code().to_owned(), db.detail().map(str::to_owned)))
             }
         }
     };
+    // Who was away is checked once, below: whether a recipient seen a moment ago still counts as
+    // present depends on how long the setup took.
+    let just =
+        |answer: Result<(String, Option<Vec<i64>>), (String, Option<String>)>| answer.map(|(outcome, _)| outcome);
+    let stored = || Ok("stored".to_owned());
 
-    assert_eq!(outcome(send("alone-1", None, &[b], &[], None)).await, Ok("stored".into()));
-    assert_eq!(outcome(send("alone-2", None, &[c], &[], None)).await, Err(("RLY02".into(), Some(c.to_string()))));
-    assert_eq!(outcome(send("alone-3", Some("once"), &[b], &[], None)).await, Ok("duplicate".into()));
-    assert_eq!(outcome(send("alone-4", None, &[b], &[other], None)).await, Err(("RLY01".into(), None)));
-    assert_eq!(outcome(send("alone-5", None, &[b], &[], Some(&question.id))).await, Ok("stored".into()));
-    // Bob has no stream open and was last seen a minute ago: he is named as away.
-    sql.execute("update endpoints set last_seen_at = now() - interval '1 minute' where id = $1", &[&b]).await.unwrap();
-    let away: Option<Vec<i64>> = sql.query_one(&send("alone-7", None, &[b], &[], None), &[]).await.unwrap().get(1);
-    assert_eq!(away, Some(vec![b]), "a recipient with no stream, not seen lately, is named as away");
-
-    let seqs = async |id: i64, after: i64| -> Vec<(i64, String)> {
-        sql.query(
-            "select seq, message_id from deliveries where recipient_id = $1 and seq > $2 order by seq",
-            &[&id, &after],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
-    };
+    assert_eq!(just(outcome(s.outgoing("alone-1", None, &[b], &[], None)).await), stored());
     assert_eq!(
-        seqs(b, b_head).await,
-        vec![(b_head + 1, "alone-1".into()), (b_head + 2, "alone-5".into()), (b_head + 3, "alone-7".into())],
+        just(outcome(s.outgoing("alone-2", None, &[c], &[], None)).await),
+        Err(("RLY02".into(), Some(c.to_string())))
+    );
+    assert_eq!(just(outcome(s.outgoing("alone-3", Some("once"), &[b], &[], None)).await), Ok("duplicate".into()));
+    assert_eq!(just(outcome(s.outgoing("alone-4", None, &[b], &[s.other], None)).await), Err(("RLY01".into(), None)));
+    assert_eq!(just(outcome(s.outgoing("alone-5", None, &[b], &[], Some(&s.question))).await), stored());
+    // Bob has no stream open and was last seen a minute ago: he is named as away.
+    s.sql
+        .execute("update endpoints set last_seen_at = now() - interval '1 minute' where id = $1", &[&b])
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome(s.outgoing("alone-6", None, &[b], &[], None)).await,
+        Ok(("stored".to_owned(), Some(vec![b]))),
+        "a recipient with no stream, not seen lately, is named as away"
+    );
+
+    assert_eq!(
+        s.deliveries_after(b, b_head).await,
+        vec![(b_head + 1, "alone-1".into()), (b_head + 2, "alone-5".into()), (b_head + 3, "alone-6".into())],
         "stored sends take the next seqs, with no gap for the refused ones"
     );
-    assert_eq!(seqs(a, a_head).await, vec![], "alice sent them all");
-    assert_eq!(seqs(c, c_head).await, vec![], "a refused send leaves no delivery");
-    for refused in ["alone-2", "alone-3", "alone-4"] {
-        let n: i64 = sql.query_one("select count(*) from messages where id = $1", &[&refused]).await.unwrap().get(0);
-        assert_eq!(n, 0, "{refused} left nothing behind");
-    }
-    let state: i16 = sql
-        .query_one("select state from deliveries where message_id = $1 and recipient_id = $2", &[&question.id, &a])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(state, 4, "the reply marked what it answers read");
-    for id in [a, b, c] {
-        let r = sql
-            .query_one(
-                "select e.unread, (select count(*) from deliveries d where d.recipient_id = e.id and d.state < 4)
-                 from endpoints e where e.id = $1",
-                &[&id],
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            r.get::<_, i32>(0) as i64,
-            r.get::<_, i64>(1),
-            "endpoint {id}: its unread counter matches its deliveries"
-        );
-    }
+    assert_eq!(s.deliveries_after(a, a_head).await, vec![], "alice sent them all");
+    assert_eq!(s.deliveries_after(c, c_head).await, vec![], "a refused send leaves no delivery");
+    s.assert_left_nothing(&["alone-2", "alone-3", "alone-4"]).await;
+    s.assert_question_read().await;
+    s.assert_counters_agree().await;
 }
 
 /// Looking again at messages already shown changes nothing, and costs no write: the second look
