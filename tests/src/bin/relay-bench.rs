@@ -10,7 +10,8 @@
 //!   --unread N        unread messages for the inbox phase (default 100000)
 //! With DATABASE_URL set it uses that database instead. Every phase is bounded in count and time.
 //! Before the rate, idle and inbox phases it vacuums and analyzes the tables the earlier phases
-//! wrote, as pgbench does before a run, so no phase meets the autovacuum of another's writes.
+//! wrote, as pgbench does before a run, and checkpoints, so no phase meets the autovacuum or the
+//! checkpoint of another's writes.
 //! Build with `cargo build --release --workspace` and run `target/release/relay-bench`.
 
 use std::collections::HashMap;
@@ -250,11 +251,13 @@ impl Stats {
 }
 
 impl Stats {
-    /// Vacuums and analyzes what a phase writes, as pgbench does before a run: a phase then starts on
-    /// a settled database instead of meeting the autovacuum the previous phase's writes set off.
+    /// Vacuums and analyzes what the earlier phases wrote, as pgbench does before a run, and
+    /// checkpoints: a phase then starts on a settled database instead of meeting the autovacuum and
+    /// the checkpoint writes the earlier phases' writes set off.
     async fn settle(&self) {
-        if let Err(e) = self.client.batch_execute("vacuum (analyze) messages, deliveries, endpoints").await {
-            println!("(could not vacuum before the phase: {e})");
+        if let Err(e) = self.client.batch_execute("vacuum (analyze) messages, deliveries, endpoints; checkpoint").await
+        {
+            println!("(could not vacuum and checkpoint before the phase: {e})");
         }
     }
 
