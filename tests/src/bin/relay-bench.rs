@@ -255,9 +255,12 @@ impl Stats {
     /// checkpoints: a phase then starts on a settled database instead of meeting the autovacuum and
     /// the checkpoint writes the earlier phases' writes set off.
     async fn settle(&self) {
-        if let Err(e) = self.client.batch_execute("vacuum (analyze) messages, deliveries, endpoints; checkpoint").await
-        {
-            println!("(could not vacuum and checkpoint before the phase: {e})");
+        // One statement a call: vacuum refuses to run inside the transaction a multi-statement query is.
+        for statement in ["vacuum (analyze) messages, deliveries, endpoints", "checkpoint"] {
+            if let Err(e) = self.client.batch_execute(statement).await {
+                let why = e.as_db_error().map_or_else(|| e.to_string(), |db| db.message().to_owned());
+                println!("(could not {statement} before the phase: {why})");
+            }
         }
     }
 
