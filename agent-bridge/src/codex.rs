@@ -17,15 +17,18 @@ pub trait Approver {
 }
 
 /// The `codex` tool's arguments for a card: its prompt, its worktree, approvals asked for, and the
-/// relay bridge as an MCP server with the card's credential (`env`).
-pub fn run_arguments(prompt: &str, worktree: &Path, bridge: &str, env: &[(&str, String)]) -> Value {
-    let env: serde_json::Map<String, Value> = env.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+/// relay bridge as an MCP server that inherits the variables named in `inherited` (the card's
+/// credential among them) from Codex's own environment. Named, not given: the job token is then no
+/// part of the call, which Codex may keep in its session files.
+pub fn run_arguments(prompt: &str, worktree: &Path, bridge: &str, inherited: &[&str]) -> Value {
     json!({
         "prompt": prompt,
         "cwd": worktree.display().to_string(),
         "approval-policy": "on-request",
         "sandbox": "workspace-write",
-        "config": { "mcp_servers": { "relay": { "command": bridge, "args": ["mcp", "--harness", "codex"], "env": env } } },
+        "config": {
+            "mcp_servers": { "relay": { "command": bridge, "args": ["mcp", "--harness", "codex"], "env_vars": inherited } }
+        },
     })
 }
 
@@ -129,11 +132,13 @@ mod tests {
     }
 
     #[test]
-    fn a_run_asks_for_approvals_and_carries_the_card_credential_to_its_bridge() {
+    fn a_run_asks_for_approvals_and_names_the_credential_its_bridge_inherits() {
         let args =
-            run_arguments("do it", Path::new("/w/k1"), "/bin/agent-bridge", &[("RELAY_JOB_TOKEN", "rlj_x".into())]);
+            run_arguments("do it", Path::new("/w/k1"), "/bin/agent-bridge", &["RELAY_JOB_TOKEN", "RELAY_SERVER"]);
         assert_eq!(args["approval-policy"], "on-request");
         assert_eq!(args["cwd"], "/w/k1");
-        assert_eq!(args["config"]["mcp_servers"]["relay"]["env"]["RELAY_JOB_TOKEN"], "rlj_x");
+        let relay = &args["config"]["mcp_servers"]["relay"];
+        assert_eq!(relay["env_vars"], json!(["RELAY_JOB_TOKEN", "RELAY_SERVER"]));
+        assert!(relay.get("env").is_none(), "no values: {relay}");
     }
 }

@@ -437,13 +437,12 @@ impl Worker {
         let approver = CardApprover { worker: self, job_token: &token };
         let mut driving = match (driven, child.stdin.take(), child.stdout.take()) {
             (true, Some(stdin), Some(stdout)) => {
-                let mut env = vec![("RELAY_JOB_TOKEN", token.clone())];
-                env.push(("RELAY_SERVER", self.replicas.list_from(self.replicas.current().0)));
-                env.push(("RELAY_HANDLE", format!("job-{}", job.id)));
-                if let Some(ca) = &self.config.ca {
-                    env.push(("RELAY_CA", ca.clone()));
+                // Set on Codex above; its bridge inherits them by name.
+                let mut inherited = vec!["RELAY_JOB_TOKEN", "RELAY_SERVER", "RELAY_HANDLE"];
+                if self.config.ca.is_some() {
+                    inherited.push("RELAY_CA");
                 }
-                let arguments = crate::codex::run_arguments(&text, &worktree, &me, &env);
+                let arguments = crate::codex::run_arguments(&text, &worktree, &me, &inherited);
                 Some(Box::pin(crate::codex::drive(stdin, stdout, arguments, &approver)))
             }
             _ => None,

@@ -892,7 +892,8 @@ call = read()
 args = call["params"]["arguments"]
 relay = args["config"]["mcp_servers"]["relay"]
 with open(os.path.join(args["cwd"], "run.json"), "w") as f:
-    json.dump({"approval": args["approval-policy"], "relay_env": sorted(relay["env"])}, f)
+    json.dump({"approval": args["approval-policy"], "relay_env": sorted(relay["env_vars"]),
+               "token_in_call": os.environ["RELAY_JOB_TOKEN"] in json.dumps(call)}, f)
 send({"jsonrpc": "2.0", "id": "q1", "method": "elicitation/create", "params": {
     "message": "Allow Codex to run `git push --force`?", "requestedSchema": {"type": "object", "properties": {}},
     "codex_elicitation": "exec-approval", "codex_command": ["git", "push", "--force"], "codex_cwd": args["cwd"]}})
@@ -956,4 +957,5 @@ async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
         env.contains(&"RELAY_JOB_TOKEN") && !env.contains(&"RELAY_TOKEN"),
         "its bridge holds the card's credential only: {env:?}"
     );
+    assert_eq!(run["token_in_call"], false, "the job token is named, never written into the call Codex may keep");
 }
