@@ -550,6 +550,10 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
     );
 }
 
+/// What `relay_write_send` answered: its outcome and the recipients away, or the SQLSTATE and detail
+/// it raised.
+type Answer = Result<(String, Option<Vec<i64>>), (String, Option<String>)>;
+
 /// A send with no batch-mates is written by `relay_write_send`, one statement, with the outcome a
 /// batch of one would have: stored, a duplicate answered without writing, an inbox full or a contact
 /// dropped refused by SQLSTATE with nothing left behind, a reply that reads what it answers.
@@ -559,7 +563,7 @@ async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
     let s = WriterScene::new(5).await;
     let (a, b, c) = (s.alice, s.bob, s.carol);
     let (a_head, b_head, c_head) = (s.head(a).await, s.head(b).await, s.head(c).await);
-    let outcome = async |send: String| -> Result<(String, Option<Vec<i64>>), (String, Option<String>)> {
+    let outcome = async |send: String| -> Answer {
         match s.sql.query_one(&format!("select outcome, offline from relay_write_send({send}, 5, 0)"), &[]).await {
             Ok(row) => Ok((row.get(0), row.get(1))),
             Err(e) => {
@@ -570,8 +574,7 @@ async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
     };
     // Who was away is checked once, below: whether a recipient seen a moment ago still counts as
     // present depends on how long the setup took.
-    let just =
-        |answer: Result<(String, Option<Vec<i64>>), (String, Option<String>)>| answer.map(|(outcome, _)| outcome);
+    let just = |answer: Answer| answer.map(|(outcome, _)| outcome);
     let stored = || Ok("stored".to_owned());
 
     assert_eq!(just(outcome(s.outgoing("alone-1", None, &[b], &[], None)).await), stored());
