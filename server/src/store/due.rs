@@ -17,6 +17,7 @@ pub struct DueWork {
 
 /// One round trip, each question an index probe: due schedules, lapsed leases, permission requests
 /// past a deadline (`approval_wait_s` being the default wait of the previous release's requests).
+/// Prepared once a connection: asked every round, it would otherwise be parsed and planned each time.
 pub(crate) async fn probe(c: &impl GenericClient, approval_wait_s: f64) -> Result<DueWork> {
     let sql = format!(
         "select exists (select 1 from jobs j where {}),
@@ -26,6 +27,7 @@ pub(crate) async fn probe(c: &impl GenericClient, approval_wait_s: f64) -> Resul
         board::lease_lapsed(),
         approvals::request_due()
     );
-    let row = c.query_one(&sql, &[&approval_wait_s]).await?;
+    let stmt = c.prepare_cached(&sql).await?;
+    let row = c.query_one(&stmt, &[&approval_wait_s]).await?;
     Ok(DueWork { schedules: row.col(0)?, leases: row.col(1)?, approvals: row.col(2)? })
 }
