@@ -81,6 +81,36 @@ async fn board(env: &[(&str, &str)]) -> Board {
     Board { server, laptop, ci, alice, repo }
 }
 
+/// A worker asking again and again with nothing to do does not rewrite its machine each time: it
+/// is marked seen at most once in half the time it counts as running, and it is running throughout.
+#[tokio::test]
+async fn an_idle_workers_claims_do_not_rewrite_its_machine() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let ci = server.machine("acme", "ci");
+    let sql = sql(&db).await;
+    let mut w = worker_client(channel(&server.url).await, &ci);
+    // The row's version (xmin) changes with every write to it.
+    let row = async || -> (String, bool) {
+        let r = sql
+            .query_one(
+                "select xmin::text, worker_seen_at > now() - interval '60 seconds' from machines where name = 'ci'",
+                &[],
+            )
+            .await
+            .unwrap();
+        (r.get(0), r.get::<_, Option<bool>>(1).unwrap_or(false))
+    };
+    assert!(!row().await.1, "never seen before it asks");
+    assert!(w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.is_none());
+    let first = row().await;
+    assert!(first.1, "seen once it asks");
+    for _ in 0..3 {
+        assert!(w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.is_none());
+        assert_eq!(row().await, first, "asking again soon after rewrites nothing");
+    }
+}
+
 #[tokio::test]
 async fn card_tools_read_back_and_refuse_clearly() {
     let mut b = board(&[]).await;

@@ -425,9 +425,19 @@ pub(crate) async fn insert_repo(
     Ok(())
 }
 
-/// Records that the machine's worker is asking for work now.
+/// Records that the machine's worker is asking for work now, at most once in half the time a
+/// worker counts as running ([`WORKER_FRESH_S`]): it stays running between two marks, and a worker
+/// asking every few seconds with nothing to do writes nothing most times (its claim, finding no
+/// card, then takes no transaction id and waits for no flush).
 pub(crate) async fn worker_seen(c: &impl GenericClient, machine_id: MachineId) -> Result<()> {
-    c.execute("update machines set worker_seen_at = now() where id = $1", &[&machine_id]).await?;
+    let stmt = c
+        .prepare_cached(&format!(
+            "update machines set worker_seen_at = now()
+             where id = $1 and (worker_seen_at is null or worker_seen_at < now() - make_interval(secs => {}))",
+            WORKER_FRESH_S / 2.0
+        ))
+        .await?;
+    c.execute(&stmt, &[&machine_id]).await?;
     Ok(())
 }
 
