@@ -159,6 +159,52 @@ async fn two_migrations_started_together_both_succeed_and_apply_each_migration_o
     assert_eq!(history(&client).await, expected_history(&client).await);
 }
 
+/// A database migrated by the release that numbered the console's migration 19 (1..18, then the
+/// console as 19): this release moves that record to 21, the console's number now, and applies the
+/// 19 and 20 it has not seen, ending with every migration recorded as a fresh database has it.
+#[tokio::test]
+async fn a_database_with_the_console_applied_as_19_is_brought_up_to_date() {
+    let db = TestDb::new().await;
+    let client = sql(&db).await;
+    client
+        .batch_execute(
+            "create table schema_migrations (version integer primary key, name text not null,
+                 applied_at timestamptz not null default now(), checksum text)",
+        )
+        .await
+        .unwrap();
+    let as_released = MIGRATIONS
+        .iter()
+        .filter(|m| m.version <= 18)
+        .map(|m| (m.version, m))
+        .chain(MIGRATIONS.iter().filter(|m| m.name == "console").map(|m| (19, m)));
+    for (version, m) in as_released {
+        let text = std::fs::read_to_string(migrations_dir().join(m.file())).expect("migration file");
+        client.batch_execute(&text).await.unwrap_or_else(|e| panic!("{}: {e}", m.file()));
+        client
+            .execute(
+                "insert into schema_migrations (version, name, checksum)
+                 values ($1, $2, encode(sha256(convert_to($3, 'UTF8')), 'hex'))",
+                &[&version, &m.name, &text],
+            )
+            .await
+            .unwrap();
+    }
+
+    let out = relay_server(&db, &["migrate"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is recorded as 21"), "{}", stderr(&out));
+    assert_eq!(history(&client).await, expected_history(&client).await);
+    let names: Vec<String> = client
+        .query("select name from schema_migrations where version in (19, 20, 21) order by version", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(names, ["pull_requests_followed", "card_agent_sessions", "console"]);
+}
+
 /// The binary under test plays the previous release; the schema plays the next one, expanded the
 /// way the rule allows: a new column on every table (nullable, or not null with a default), a new
 /// table, and a history row for a version this binary does not know. It must start (logging the
