@@ -192,6 +192,16 @@ impl Bridge {
         answer
     }
 
+    /// Initializes as a client that takes channel pushes (`claude/channel`).
+    pub async fn initialize_with_channels(&mut self) -> Value {
+        self.initialize_with(json!({
+            "protocolVersion": "2025-06-18",
+            "capabilities": { "experimental": { "claude/channel": {} } },
+            "clientInfo": { "name": "some-client", "version": "1" },
+        }))
+        .await
+    }
+
     /// Initializes as a plain client speaking `version`.
     pub async fn initialize(&mut self, version: &str) -> Value {
         self.initialize_with(json!({

@@ -793,6 +793,17 @@ async fn card_until(b: &mut Board, id: &str, what: &str, ready: impl Fn(&Value) 
 
 /// `agent-bridge worker` serving the board's repository with `agent` as every card's agent CLI.
 fn worker(b: &Board, worktrees: &Path, agent: &Path, extra: &[&str], env: &[(&str, &Path)]) -> tokio::process::Child {
+    worker_with(b, worktrees, &format!("claude={} {{prompt}}", agent.display()), extra, env)
+}
+
+/// `agent-bridge worker` serving the board's repository, its agents set by `--agent agent`.
+fn worker_with(
+    b: &Board,
+    worktrees: &Path,
+    agent: &str,
+    extra: &[&str],
+    env: &[(&str, &Path)],
+) -> tokio::process::Child {
     tokio::process::Command::new(bin("agent-bridge"))
         .arg("worker")
         .arg("--repo")
@@ -800,7 +811,7 @@ fn worker(b: &Board, worktrees: &Path, agent: &Path, extra: &[&str], env: &[(&st
         .arg("--worktrees")
         .arg(worktrees)
         .arg("--agent")
-        .arg(format!("claude={} {{prompt}}", agent.display()))
+        .arg(agent)
         .args(["--poll-ms", "100"])
         .args(extra)
         .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
@@ -948,23 +959,7 @@ async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
     // Another worker of the machine holds the handle `worker`: this one asks under a name of its own.
     let mut other = relay_tests::client::Agent::hello(&b.server.url, &b.ci, "worker").await.unwrap();
     let _held = other.subscribe(0).await;
-    let _worker = tokio::process::Command::new(bin("agent-bridge"))
-        .arg("worker")
-        .arg("--repo")
-        .arg(b.repo.path().join("app"))
-        .arg("--worktrees")
-        .arg(&worktrees)
-        .arg("--agent")
-        .arg(format!("codex=python3 {}", codex.display()))
-        .args(["--poll-ms", "100"])
-        .env("RELAY_SERVER", &b.server.url)
-        .env("RELAY_TOKEN", &b.ci)
-        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let _worker = worker_with(&b, &worktrees, &format!("codex=python3 {}", codex.display()), &[], &[]);
 
     // The operator is asked, as for Claude Code, and allows it.
     let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 30 })).await;

@@ -319,12 +319,7 @@ async fn pushes_survive_a_server_restart_without_duplicates() {
     let mut alice = bridge(&server.url, &laptop, "alice");
     let mut bob = Bridge::start(BridgeSpec { server: &server.url, token: &ci, handle: Some("bob"), channels: true });
     alice.initialize("2025-06-18").await;
-    bob.initialize_with(json!({
-        "protocolVersion": "2025-06-18",
-        "capabilities": { "experimental": { "claude/channel": {} } },
-        "clientInfo": { "name": "some-client", "version": "1" },
-    }))
-    .await;
+    bob.initialize_with_channels().await;
 
     alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "before" })).await;
     let first = bob.notification("notifications/claude/channel", WAIT).await;

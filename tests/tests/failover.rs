@@ -34,12 +34,7 @@ async fn a_bridge_moves_to_the_next_replica_with_its_handle_and_inbox() {
     let spec = BridgeSpec { server: &replicas, token: &ci, handle: Some("bob"), channels: true };
     let mut bob = Bridge::start_with_env(spec, &[("RELAY_SESSION_FILE", session_file.as_os_str())]);
     alice.initialize("2025-06-18").await;
-    bob.initialize_with(json!({
-        "protocolVersion": "2025-06-18",
-        "capabilities": { "experimental": { "claude/channel": {} } },
-        "clientInfo": { "name": "some-client", "version": "1" },
-    }))
-    .await;
+    bob.initialize_with_channels().await;
 
     // Bob's bridge is on the first replica: its session and push stream are there.
     alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "before" })).await;
