@@ -281,53 +281,57 @@ impl Worker {
     }
 
     /// Asks for `tool` on behalf of the card whose job token is given, as the worker's own endpoint,
-    /// and waits for the decision: true when allowed.
+    /// and waits for the decision: true when allowed. A session refused meanwhile (ended, or its
+    /// handle taken over by another worker of the machine) is opened anew and the question asked
+    /// once more: a refused call never reached the operator.
     async fn ask_permission(&self, job_token: &str, tool: String, input: String) -> anyhow::Result<bool> {
-        let session = {
-            let mut held = self.approver.lock().await;
-            match held.as_ref() {
-                Some(token) => token.clone(),
-                None => {
-                    // `worker`, or a free name when another worker on this machine holds it.
-                    let mut reply = None;
-                    for handle in ["worker", ""] {
-                        let hello =
-                            HelloRequest { handle: handle.into(), harness: "other".into(), ..Default::default() };
-                        let said = self
-                            .replicas
-                            .call(false, |channel| {
-                                let request = authed(hello.clone(), &self.config.token);
-                                async move { RelayClient::new(channel).hello(request).await }
-                            })
-                            .await;
-                        match said {
-                            Err(s) if s.code() == tonic::Code::AlreadyExists && !handle.is_empty() => continue,
-                            other => {
-                                reply = Some(other.map_err(|s| {
-                                    anyhow::anyhow!("cannot open the worker's session: {}", s.message())
-                                })?);
-                                break;
-                            }
-                        }
-                    }
-                    let reply = reply.context("cannot open the worker's session")?;
+        let request = PermissionRequest { job_token: job_token.to_owned(), tool, input };
+        let mut fresh = false;
+        loop {
+            let session = self.worker_session(fresh).await?;
+            // Not repeated: a request that reached the server is already with the operator.
+            let decided = self
+                .replicas
+                .call(false, |channel| {
+                    let request = authed(request.clone(), &session);
+                    async move { RelayClient::new(channel).request_permission(request).await }
+                })
+                .await;
+            match decided {
+                Ok(decided) => return Ok(decided.into_inner().state == "allow"),
+                Err(s) if s.code() == tonic::Code::Unauthenticated && !fresh => fresh = true,
+                Err(s) => anyhow::bail!("the permission request failed: {}", s.message()),
+            }
+        }
+    }
+
+    /// The session the worker asks permissions with, opened on first use or when `fresh`: as
+    /// `worker`, or under a free name when another worker of this machine holds it.
+    async fn worker_session(&self, fresh: bool) -> anyhow::Result<String> {
+        let mut held = self.approver.lock().await;
+        if let (Some(token), false) = (held.as_ref(), fresh) {
+            return Ok(token.clone());
+        }
+        for handle in ["worker", ""] {
+            let hello = HelloRequest { handle: handle.into(), harness: "other".into(), ..Default::default() };
+            let said = self
+                .replicas
+                .call(false, |channel| {
+                    let request = authed(hello.clone(), &self.config.token);
+                    async move { RelayClient::new(channel).hello(request).await }
+                })
+                .await;
+            match said {
+                Err(s) if s.code() == tonic::Code::AlreadyExists && !handle.is_empty() => continue,
+                Err(s) => anyhow::bail!("cannot open the worker's session: {}", s.message()),
+                Ok(reply) => {
                     let token = reply.into_inner().session_token;
                     *held = Some(token.clone());
-                    token
+                    return Ok(token);
                 }
             }
-        };
-        let request = PermissionRequest { job_token: job_token.to_owned(), tool, input };
-        // Not repeated: a request that reached the server is already with the operator.
-        let decided = self
-            .replicas
-            .call(false, |channel| {
-                let request = authed(request.clone(), &session);
-                async move { RelayClient::new(channel).request_permission(request).await }
-            })
-            .await
-            .map_err(|s| anyhow::anyhow!("the permission request failed: {}", s.message()))?;
-        Ok(decided.into_inner().state == "allow")
+        }
+        anyhow::bail!("cannot open the worker's session")
     }
 
     /// Asks the forge about each pull request and tells the server what it said, or why it could
@@ -407,8 +411,10 @@ impl Worker {
         command
             .args(&words[1..])
             .current_dir(&worktree)
-            // The card's job token is the agent's only credential: its bridge acts as the card's
-            // endpoint while the card runs. The machine's and the person's tokens stay with the worker.
+            // The card's job token is the only credential the agent is given: its bridge acts as the
+            // card's endpoint while the card runs. The machine's and the person's tokens are kept out
+            // of its environment and arguments (an agent running as the worker's user can still read
+            // the worker's config files; run the worker as a user of its own to keep them from it).
             .env("RELAY_JOB_TOKEN", &token)
             .env_remove("RELAY_TOKEN")
             .env_remove("RELAY_HUMAN_TOKEN")

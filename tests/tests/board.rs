@@ -944,6 +944,80 @@ with open(os.path.join(args["cwd"], "decision.txt"), "w") as f:
 send({"jsonrpc": "2.0", "id": call["id"], "result": {"content": [{"type": "text", "text": "asked"}]}})
 "#;
 
+/// A stand-in `codex mcp-server` that asks twice: the second time once the file `go` appears in its
+/// worktree. Each answer is kept in the worktree (`decision-1.txt`, `decision-2.txt`).
+const CODEX_ASKING_TWICE: &str = r#"import json, os, sys, time
+def send(m):
+    sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
+def read():
+    return json.loads(sys.stdin.readline())
+init = read()
+send({"jsonrpc": "2.0", "id": init["id"], "result": {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "codex", "version": "0"}}})
+read()
+call = read()
+cwd = call["params"]["arguments"]["cwd"]
+for n in (1, 2):
+    while n == 2 and not os.path.exists(os.path.join(cwd, "go")):
+        time.sleep(0.05)
+    send({"jsonrpc": "2.0", "id": "q%d" % n, "method": "elicitation/create", "params": {
+        "message": "Allow Codex to run `make step%d`?" % n, "requestedSchema": {"type": "object", "properties": {}},
+        "codex_elicitation": "exec-approval", "codex_command": ["make", "step%d" % n], "codex_cwd": cwd}})
+    answer = read()
+    with open(os.path.join(cwd, "decision-%d.txt" % n), "w") as f:
+        f.write(answer["result"]["decision"])
+send({"jsonrpc": "2.0", "id": call["id"], "result": {"content": [{"type": "text", "text": "asked twice"}]}})
+"#;
+
+/// The worker asks as an endpoint of its own. When that session is lost between two questions (here
+/// another client of the machine takes its handle over), the worker opens one anew and the second
+/// question still reaches the operator, instead of every later question being refused.
+#[tokio::test]
+async fn a_worker_whose_session_was_taken_over_still_asks_the_operator() {
+    let mut b = board(&[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let codex = dir.path().join("codex.py");
+    std::fs::write(&codex, CODEX_ASKING_TWICE).unwrap();
+    let worktrees = dir.path().join("worktrees");
+    let posted = b
+        .alice
+        .tool_ok("post_job", json!({ "title": "Two steps", "repo": "app", "agent": "codex", "requires_pr": false }))
+        .await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let _worker = worker_with(&b, &worktrees, &format!("codex=python3 {}", codex.display()), &[], &[]);
+
+    let mut answer = async |b: &mut Board, step: &str, asker: &str| {
+        let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 30 })).await;
+        let body = inbox["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
+        assert!(body.starts_with("[Approval a") && body.contains(step), "{body}");
+        assert!(body.contains(asker), "asked as {asker}: {body}");
+        b.alice.tool_ok("answer_permission", json!({ "id": &body[10..20], "decision": "allow" })).await;
+    };
+    let decision = |n: u32| worktrees.join(&id).join(format!("decision-{n}.txt"));
+    answer(&mut b, "make step1", "acme/ci/worker").await;
+    eventually(Duration::from_secs(20), "codex to hear the first decision", || async {
+        std::fs::read_to_string(decision(1)).ok()
+    })
+    .await;
+
+    // Another client of the machine takes the handle `worker` once its session shows no life.
+    let server_url = b.server.url.clone();
+    let ci = b.ci.clone();
+    eventually(Duration::from_secs(20), "the handle `worker` to be taken over", || {
+        let (url, token) = (server_url.clone(), ci.clone());
+        async move { relay_tests::client::Agent::hello(&url, &token, "worker").await.ok() }
+    })
+    .await;
+    std::fs::write(worktrees.join(&id).join("go"), "").unwrap();
+
+    // Its handle taken, the worker asks under a name of its own.
+    answer(&mut b, "make step2", "acme/ci/other-1").await;
+    eventually(Duration::from_secs(20), "codex to hear the second decision", || async {
+        std::fs::read_to_string(decision(2)).ok()
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(decision(2)).unwrap(), "approved");
+}
+
 #[tokio::test]
 async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
     let mut b = board(&[]).await;
