@@ -354,7 +354,7 @@ struct WriterScene {
     acme: i64,
     other: i64,
     _server: Server,
-    _db: TestDb,
+    db: TestDb,
 }
 
 impl WriterScene {
@@ -393,7 +393,7 @@ impl WriterScene {
             sql,
             question,
             _server: server,
-            _db: db,
+            db,
         }
     }
 
@@ -606,6 +606,44 @@ async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
     s.assert_left_nothing(&["alone-2", "alone-3", "alone-4"]).await;
     s.assert_question_read().await;
     s.assert_counters_agree().await;
+}
+
+/// A send reaching more recipients than one notification can name (a group send can reach
+/// hundreds) is stored, and every recipient is announced to the other replicas, 300 to a
+/// notification.
+#[tokio::test]
+async fn a_send_to_many_recipients_announces_them_all() {
+    let s = WriterScene::new(0).await;
+    let (listener, mut conn) = tokio_postgres::connect(&s.db.url, tokio_postgres::NoTls).await.unwrap();
+    let (heard, mut payloads) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| conn.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = heard.send(n.payload().to_owned());
+            }
+        }
+    });
+    listener.batch_execute("listen relay_delivery").await.unwrap();
+
+    // Bob and 1,200 ids with no endpoint behind them: long enough to pass 8,000 bytes named at once.
+    let mut to: Vec<i64> = (1..=1200).map(|n| 1_000_000_000_000 + n).collect();
+    to.push(s.bob);
+    let send = s.outgoing("crowd", None, &to, &[], None);
+    let outcome: String =
+        s.sql.query_one(&format!("select outcome from relay_write_send({send}, 5, 7)"), &[]).await.unwrap().get(0);
+    assert_eq!(outcome, "stored");
+
+    let mut announced = std::collections::BTreeSet::new();
+    while announced.len() < to.len() {
+        let payload = tokio::time::timeout(Duration::from_secs(10), payloads.recv())
+            .await
+            .expect("every recipient announced")
+            .unwrap();
+        let ids = payload.strip_prefix("r7:").unwrap_or_else(|| panic!("announced by the writing replica: {payload}"));
+        assert!(ids.split(',').count() <= 300, "at most 300 to a notification");
+        announced.extend(ids.split(',').map(|id| id.parse::<i64>().unwrap()));
+    }
+    assert_eq!(announced, to.iter().copied().collect());
 }
 
 /// Looking again at messages already shown changes nothing, and costs no write: the second look
