@@ -456,11 +456,20 @@ impl Worker {
         let mut lease = lease_length(lease_s);
         let every = renew_every(lease);
         let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        // When the lease last began by the server's reckoning, at the latest: a renewal counts from
+        // when it was asked for, so the worker never believes in a lease the server has dropped.
         let mut renewed_at = tokio::time::Instant::now();
         let mut finished_at: Option<tokio::time::Instant> = None;
+        let mut stopped = false;
         let status = loop {
             tokio::select! {
                 status = child.wait() => break status,
+                // The server may have given the card to another worker: never run it twice at once.
+                () = tokio::time::sleep_until(renewed_at + lease), if !stopped => {
+                    tracing::warn!(card = %job.id, lease_s = lease.as_secs_f64(), "the lease could not be renewed for a whole lease; stopping the agent");
+                    stopped = true;
+                    let _ = child.kill().await;
+                }
                 driven = async { driving.as_mut().expect("guarded").await }, if driving.is_some() => {
                     // The run answered (or Codex went away): its stdin closes, and it exits.
                     if let Err(e) = driven {
@@ -474,15 +483,14 @@ impl Worker {
                         let _ = child.kill().await;
                         continue;
                     }
-                    let Some(answer) = self.renew(&token, &format!("running (pid {pid})"), &worktree, &branch).await else {
-                        if renewed_at.elapsed() >= lease {
-                            // The server may have given the card to another worker: never run it twice at once.
-                            tracing::warn!(card = %job.id, lease_s = lease.as_secs_f64(), "the lease could not be renewed for a whole lease; stopping the agent");
-                            let _ = child.kill().await;
-                        }
+                    let asked_at = tokio::time::Instant::now();
+                    // A renewal still unanswered when the lease ends is given up: the branch above stops the agent.
+                    let state = format!("running (pid {pid})");
+                    let renewing = self.renew(&token, &state, &worktree, &branch);
+                    let Ok(Some(answer)) = tokio::time::timeout_at(renewed_at + lease, renewing).await else {
                         continue;
                     };
-                    renewed_at = tokio::time::Instant::now();
+                    renewed_at = asked_at;
                     lease = lease_length(answer.lease_s);
                     match answer.state.as_str() {
                         "in-progress" => {}
@@ -490,6 +498,7 @@ impl Worker {
                         _ => {
                             // The lease is gone and the card may run elsewhere: never twice at once.
                             tracing::warn!(card = %job.id, "lease lost; stopping the agent");
+                            stopped = true;
                             let _ = child.kill().await;
                         }
                     }
