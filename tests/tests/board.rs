@@ -633,11 +633,7 @@ async fn a_card_agent_acts_only_as_its_card_and_only_while_the_card_runs() {
     .await;
     assert_eq!(lost.code(), Code::Unauthenticated, "{lost:?}");
     // Refused from the moment the lease ran out; the scheduler then puts the card back.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while b.alice.tool_ok("read_job", json!({ "id": id })).await["structuredContent"]["state"] != "todo" {
-        assert!(tokio::time::Instant::now() < deadline, "the card never went back to To do");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    card_until(&mut b, &id, "the card to go back to To do", |c| c["state"] == "todo").await;
     let again = Agent::hello(&url, &token, "").await.err().expect("the lost lease's token is spent");
     assert_eq!(again.code(), Code::Unauthenticated, "{again:?}");
     bob.rpc.who_am_i(WhoAmIRequest {}).await.expect("the machine's own agents go on");
