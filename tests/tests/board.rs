@@ -981,7 +981,7 @@ async fn a_worker_whose_session_was_taken_over_still_asks_the_operator() {
     let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
     let _worker = worker_with(&b, &worktrees, &format!("codex=python3 {}", codex.display()), &[], &[]);
 
-    let mut answer = async |b: &mut Board, step: &str, asker: &str| {
+    let answer = async |b: &mut Board, step: &str, asker: &str| {
         let inbox = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 30 })).await;
         let body = inbox["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
         assert!(body.starts_with("[Approval a") && body.contains(step), "{body}");
