@@ -4,6 +4,10 @@
 -- Same outcomes and errors as a batch of one there (RLY01 a contact dropped, RLY02 an inbox full with
 -- its id in the detail). `relay_write_sends` stays for batches.
 --
+-- Both now also refuse a recipient whose machine was revoked (RLY03, the endpoint's id in the
+-- detail): a send resolved from memory in the moment between a revocation's commit and its
+-- notification reaching the replica is refused here, as resolving it afresh would have been.
+--
 -- The batch functions are redefined (same signatures and answers, so the previous release calls them
 -- unchanged) to find inboxes by key: they joined `endpoints` with the batch's unnested recipients,
 -- which the planner estimates as a hundred rows whatever the batch holds, and past a few thousand
@@ -36,6 +40,7 @@ declare
     stored boolean;
     held bigint;
     full_id bigint;
+    gone_id bigint;
 begin
     perform set_config('relay.counted', 'on', true);
 
@@ -76,8 +81,10 @@ begin
         select h.id, h.head_seq, m.id from heads h, m where h.id = any(s.recipients)
     )
     select exists (select 1 from m), (select count(*) from kept),
-           (select min(h.id) from heads h where h.id = any(s.recipients) and h.unread > cap)
-    into stored, held, full_id;
+           (select min(h.id) from heads h where h.id = any(s.recipients) and h.unread > cap),
+           (select min(e.id) from endpoints e join machines ma on ma.id = e.machine_id
+            where e.id = any(s.recipients) and ma.revoked_at is not null)
+    into stored, held, full_id, gone_id;
 
     if not stored then
         outcome := 'duplicate';
@@ -86,6 +93,9 @@ begin
     -- Raising undoes what the statement wrote: the caller's transaction is this call alone.
     if held < (select count(distinct c) from unnest(s.contacts) c) then
         raise exception 'a contact this send relies on was dropped' using errcode = 'RLY01';
+    end if;
+    if gone_id is not null then
+        raise exception 'the machine of a recipient was revoked' using errcode = 'RLY03', detail = gone_id::text;
     end if;
     if full_id is not null then
         raise exception 'inbox full' using errcode = 'RLY02', detail = full_id::text;
@@ -110,6 +120,7 @@ declare
     need_b bigint[];
     held bigint;
     full_id bigint;
+    gone_id bigint;
     reply record;
 begin
     -- A retry is answered with the first result whatever has changed since, so client ids are
@@ -127,6 +138,12 @@ begin
     -- The sends stored, in batch order: a duplicate writes nothing more.
     kept := array(select sends[i] from generate_subscripts(sends, 1) i where sends[i].id = any(stored) order by i);
     inboxes := array(select distinct r from unnest(kept) s, unnest(s.recipients) r);
+    select min(e.id) into gone_id
+    from endpoints e join machines ma on ma.id = e.machine_id
+    where e.id = any(inboxes) and ma.revoked_at is not null;
+    if gone_id is not null then
+        raise exception 'the machine of a recipient was revoked' using errcode = 'RLY03', detail = gone_id::text;
+    end if;
 
     -- The contacts the stored sends rely on, held (`for key share`: only a drop conflicts) so
     -- none can be dropped until this commits.

@@ -548,6 +548,21 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
         s.deliveries_after(b, bob_head + 2).await,
         vec![(bob_head + 3, "whole-1".into()), (bob_head + 4, "whole-2".into())]
     );
+
+    // Sends to a recipient whose machine was revoked after they were resolved: each refused.
+    s.sql.execute("update machines set revoked_at = now() where name = 'ci'", &[]).await.unwrap();
+    let late = [s.outgoing("late-1", None, &[b], &[], None), s.outgoing("late-2", None, &[b], &[], None)];
+    let rows = s
+        .sql
+        .query(
+            &format!("select code, detail from relay_write_sends(array[{}], 100, 0) order by n", late.join(",")),
+            &[],
+        )
+        .await
+        .unwrap();
+    let refusals: Vec<(Option<String>, Option<String>)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(refusals, vec![(Some("RLY03".into()), Some(b.to_string())); 2]);
+    s.assert_left_nothing(&["late-1", "late-2"]).await;
 }
 
 /// What `relay_write_send` answered: its outcome and the recipients away, or the SQLSTATE and detail
@@ -606,6 +621,14 @@ async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
     s.assert_left_nothing(&["alone-2", "alone-3", "alone-4"]).await;
     s.assert_question_read().await;
     s.assert_counters_agree().await;
+
+    // A recipient whose machine was revoked after the send was resolved: refused, nothing stored.
+    s.sql.execute("update machines set revoked_at = now() where name = 'ci'", &[]).await.unwrap();
+    assert_eq!(
+        just(outcome(s.outgoing("alone-7", None, &[b], &[], None)).await),
+        Err(("RLY03".into(), Some(b.to_string())))
+    );
+    s.assert_left_nothing(&["alone-7"]).await;
 }
 
 /// A send reaching more recipients than one notification can name (a group send can reach

@@ -8,7 +8,7 @@
 //! `relay_control`, and the listener forgets everything on either. The replica making a change also
 //! forgets at once, not waiting for its own notification. While the listener is down nothing is
 //! kept. What a concurrent change could still break in the window before a notification arrives,
-//! the batched writer re-checks under lock: a dropped contact and a full inbox.
+//! the batched writer re-checks: a dropped contact and a full inbox under lock, and a revoked machine.
 
 use crate::domain::ids::EndpointId;
 use std::collections::HashMap;

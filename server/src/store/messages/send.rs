@@ -1,8 +1,8 @@
 //! The send path, which relay-bench measures. A send is resolved by reads outside any transaction
 //! ([`super::resolve`]); what it resolved to is kept in the resolution cache until scope changes;
 //! the group-commit batcher (`send_batch`) then writes it, with whatever else is queued, in a
-//! transaction of its own that re-checks under lock what a concurrent change could break (the
-//! contacts relied on, room in each inbox). A send held for the account's human, and a report the
+//! transaction of its own that re-checks what a concurrent change could break (under lock the
+//! contacts relied on and room in each inbox; and that no recipient's machine was revoked). A send held for the account's human, and a report the
 //! system sends, are written here in one transaction each ([`super::write`]).
 
 use std::collections::HashMap;
@@ -304,7 +304,8 @@ impl Write<'_> {
         }
     }
 
-    /// The error for a send the batch refused (`relay_write_sends` says why by SQLSTATE).
+    /// The error for a send the writer refused (`relay_write_send` and `relay_write_sends` say why by
+    /// SQLSTATE).
     fn refusal(&self, state: &str, message: &str, detail: Option<&str>, cap: u32) -> Error {
         match state {
             // A contact it relied on was dropped.
@@ -319,6 +320,12 @@ impl Write<'_> {
                     EntityKind::Endpoint,
                     format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
                 )
+            }
+            // A recipient's machine was revoked since the send was resolved; the detail names it.
+            "RLY03" => {
+                let gone: Option<EndpointId> = detail.and_then(|d| d.parse().ok()).map(EndpointId);
+                let address = self.targets.iter().find(|t| Some(t.id) == gone).map_or("a recipient", |t| &t.address);
+                Error::not_found(EntityKind::Endpoint, format!("no agent you can reach at {address}: nothing was sent"))
             }
             // An inbox is full; the detail names it.
             "RLY02" => {
