@@ -155,6 +155,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "console_session_ends_apart",
         sql: include_str!("../../migrations/0028_console_session_ends_apart.sql"),
     },
+    Migration {
+        version: 29,
+        name: "a_lone_send_writes_less",
+        sql: include_str!("../../migrations/0029_a_lone_send_writes_less.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
