@@ -290,7 +290,11 @@ async fn a_channel_push_arrives_within_a_second_and_is_hinted_until_read() {
     let db_state = || async {
         let (client, conn) = tokio_postgres::connect(&w.server.db_url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
-        client.query_one("select state from deliveries where message_id = $1", &[&id]).await.unwrap().get::<_, i16>(0)
+        client
+            .query_one("select relay_delivery_state(d) from deliveries d where d.message_id = $1", &[&id])
+            .await
+            .unwrap()
+            .get::<_, i16>(0)
     };
     // The server marks it pushed just after writing it to the stream.
     let deadline = tokio::time::Instant::now() + WAIT;

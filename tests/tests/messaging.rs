@@ -700,3 +700,65 @@ async fn looking_again_at_shown_messages_writes_nothing() {
     assert_eq!(seqs(&second), seqs(&first));
     assert_eq!(second.remaining, 2);
 }
+
+/// A stream records what it pushed as its inbox's mark (migration 30): the sender sees each
+/// delivery up to the mark as pushed and a later one as queued, the mark never moves back, and no
+/// delivery's row is rewritten for a push.
+#[tokio::test]
+async fn a_push_moves_its_inboxs_mark_and_rewrites_no_delivery() {
+    let (db, _server, mut alice, mut bob) = two_machines().await;
+    let first = alice.send(&["ci/bob"], "one").await.unwrap().id;
+    let second = alice.send(&["ci/bob"], "two").await.unwrap().id;
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let versions = async || -> Vec<(String, i16)> {
+        let rows = sql
+            .query(
+                "select xmin::text, state from deliveries where message_id = any($1) order by seq",
+                &[&vec![first.clone(), second.clone()]],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+    let before = versions().await;
+
+    let mut stream = bob.subscribe(0).await;
+    assert_eq!(next_message(&mut stream, PUSH_WAIT).await.id, first);
+    assert_eq!(next_message(&mut stream, PUSH_WAIT).await.id, second);
+    let tracker = alice.rpc.clone();
+    let state = async |id: &str| -> DeliveryState {
+        let tracked = tracker.clone().track(TrackRequest { id: id.to_owned() }).await.unwrap().into_inner();
+        tracked.recipients[0].state()
+    };
+    eventually(PUSH_WAIT, "both deliveries to show as pushed", || async {
+        (state(&first).await == DeliveryState::Pushed && state(&second).await == DeliveryState::Pushed).then_some(())
+    })
+    .await;
+    assert_eq!(versions().await, before, "the push rewrote no delivery");
+
+    // With bob's stream gone, a third message waits, queued, above the mark.
+    drop(stream);
+    let bob_id: i64 =
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
+    eventually(PUSH_WAIT, "bob's stream to close", || async {
+        let open: bool = sql
+            .query_one("select stream_gen > stream_closed_gen from endpoints where id = $1", &[&bob_id])
+            .await
+            .unwrap()
+            .get(0);
+        (!open).then_some(())
+    })
+    .await;
+    let third = alice.send(&["ci/bob"], "three").await.unwrap().id;
+    assert_eq!(state(&third).await, DeliveryState::Queued);
+
+    // A late mark for an earlier seq leaves the mark where it stands.
+    let late = sql
+        .query_one("select moved from relay_advance($1, array[1]::bigint[], 2::smallint)", &[&bob_id])
+        .await
+        .unwrap();
+    assert_eq!(late.get::<_, i32>(0), 0, "the mark does not move back");
+    assert_eq!(state(&second).await, DeliveryState::Pushed);
+    assert_eq!(state(&third).await, DeliveryState::Queued);
+}

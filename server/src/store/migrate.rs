@@ -160,6 +160,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "a_lone_send_writes_less",
         sql: include_str!("../../migrations/0029_a_lone_send_writes_less.sql"),
     },
+    Migration {
+        version: 30,
+        name: "pushed_as_a_mark_per_inbox",
+        sql: include_str!("../../migrations/0030_pushed_as_a_mark_per_inbox.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -48,8 +48,9 @@ pub(crate) async fn unread_count(c: &impl GenericClient, inbox: EndpointId) -> R
 }
 
 /// Moves deliveries `seqs` of `inbox` forward to `state`, keeping its unread count and the newest
-/// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does; a pushed
-/// mark does not wait for a flush).
+/// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does). Pushed
+/// moves the inbox's mark to the highest of `seqs` instead (migration 30), without waiting for a
+/// flush.
 /// Answers how many moved, and (for surfaced and read) how many the inbox has left unread.
 pub(crate) async fn advance(
     c: &impl GenericClient,
@@ -63,7 +64,8 @@ pub(crate) async fn advance(
     Ok((moved.max(0) as u64, left.map(|n| n.max(0) as u64)))
 }
 
-/// Marks deliveries `seqs` of `inbox` as having reached its bridge (see [`advance`]).
+/// Records that deliveries `seqs` of `inbox`, and every one before them, reached its bridge (see
+/// [`advance`]).
 pub(crate) async fn mark_pushed(c: &impl GenericClient, inbox: EndpointId, seqs: &[i64]) -> Result<()> {
     advance(c, inbox, seqs, State::Pushed).await?;
     Ok(())

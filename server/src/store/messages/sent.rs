@@ -31,12 +31,13 @@ pub(crate) async fn thread_of(c: &impl GenericClient, id: &str) -> Result<(Strin
     Ok((row.col(0)?, row.col(1)?))
 }
 
-/// Each recipient's delivery of message `message_id`, by address; a delivery still waiting for an
+/// Each recipient's delivery of message `message_id`, by address, its state with its inbox's
+/// pushed mark applied (`relay_delivery_state`, migration 30); a delivery still waiting for an
 /// absent recipient says since when it is away.
 pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
     let stmt = c
         .prepare_cached(&format!(
-            "select ea.address, d.state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
+            "select ea.address, relay_delivery_state(d) as state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
                     e.last_seen_at
              from deliveries d
              join endpoint_addresses ea on ea.id = d.recipient_id
