@@ -935,8 +935,10 @@ send({"jsonrpc": "2.0", "id": "q1", "method": "elicitation/create", "params": {
     "message": "Allow Codex to run `git push --force`?", "requestedSchema": {"type": "object", "properties": {}},
     "codex_elicitation": "exec-approval", "codex_command": ["git", "push", "--force"], "codex_cwd": args["cwd"]}})
 answer = read()
-with open(os.path.join(args["cwd"], "decision.txt"), "w") as f:
+# Written whole under a name of its own, then renamed: the test never reads half a file.
+with open(os.path.join(args["cwd"], "decision.part"), "w") as f:
     f.write(answer["result"]["decision"])
+os.rename(os.path.join(args["cwd"], "decision.part"), os.path.join(args["cwd"], "decision.txt"))
 send({"jsonrpc": "2.0", "id": call["id"], "result": {"content": [{"type": "text", "text": "asked"}]}})
 "#;
 
@@ -959,8 +961,11 @@ for n in (1, 2):
         "message": "Allow Codex to run `make step%d`?" % n, "requestedSchema": {"type": "object", "properties": {}},
         "codex_elicitation": "exec-approval", "codex_command": ["make", "step%d" % n], "codex_cwd": cwd}})
     answer = read()
-    with open(os.path.join(cwd, "decision-%d.txt" % n), "w") as f:
+    # Written whole under a name of its own, then renamed: the test never reads half a file.
+    path = os.path.join(cwd, "decision-%d.txt" % n)
+    with open(path + ".part", "w") as f:
         f.write(answer["result"]["decision"])
+    os.rename(path + ".part", path)
 send({"jsonrpc": "2.0", "id": call["id"], "result": {"content": [{"type": "text", "text": "asked twice"}]}})
 "#;
 
