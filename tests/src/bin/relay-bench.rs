@@ -26,6 +26,7 @@ use relay_tests::server::Server;
 use tokio::sync::Mutex;
 use tokio_postgres::NoTls;
 use tonic::{Code, Streaming};
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 /// No single wait of a phase may run longer than this, whatever the counts.
 const PHASE_LIMIT: Duration = Duration::from_secs(120);
@@ -609,6 +610,23 @@ async fn main() {
             target: "1 round trip".into(),
         });
         drop(stream);
+
+        // The transport's share: a call through the same listener and layers that asks no database
+        // (the health check), on a connection of its own, in the same run.
+        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+            .expect("server url")
+            .connect()
+            .await
+            .expect("connect");
+        let mut health = HealthClient::new(channel);
+        let mut call_lat = Vec::with_capacity(1000);
+        for _ in 0..1000 {
+            let start = Instant::now();
+            health.check(HealthCheckRequest { service: String::new() }).await.expect("health check");
+            call_lat.push(start.elapsed());
+        }
+        let call = quantiles(call_lat);
+        rows.push(row("grpc call, no database p50 (ms)", format!("{:.2}", call.p50), None, call.p50, ""));
     }
 
     // Throughput at 1, 8 and 32 senders: to distinct recipients, and all into one inbox.
