@@ -6,6 +6,8 @@
 
 use std::path::Path;
 
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
@@ -58,6 +60,9 @@ async fn send(stdin: &mut ChildStdin, message: Value) -> std::io::Result<()> {
 
 /// Drives one run: initialize, call `codex` with `arguments`, answer its questions through
 /// `approver`, and return when the call answers (or Codex goes away). Closing stdin then lets it exit.
+///
+/// Codex is read all along, also while a person decides a question (which may take minutes): a
+/// ping, or another question, is answered meanwhile.
 pub async fn drive(
     mut stdin: ChildStdin,
     stdout: ChildStdout,
@@ -74,7 +79,18 @@ pub async fn drive(
     )
     .await?;
     let mut started = false;
-    while let Some(line) = lines.next_line().await? {
+    // The questions being decided, each answered as its decision comes.
+    let mut deciding = FuturesUnordered::new();
+    loop {
+        let line = tokio::select! {
+            Some((id, allowed)) = deciding.next(), if !deciding.is_empty() => {
+                let decision = if allowed { "approved" } else { "denied" };
+                send(&mut stdin, json!({ "jsonrpc": "2.0", "id": id, "result": { "decision": decision } })).await?;
+                continue;
+            }
+            line = lines.next_line() => line?,
+        };
+        let Some(line) = line else { return Ok(()) };
         let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
         let id = message.get("id").cloned();
         match (message.get("method").and_then(Value::as_str), id) {
@@ -92,13 +108,14 @@ pub async fn drive(
             (None, Some(id)) if id == json!(2) => return Ok(()),
             (Some("elicitation/create"), Some(id)) => {
                 let params = message.get("params").cloned().unwrap_or(Value::Null);
-                let allowed = match question(&params) {
-                    Some((tool, input)) => approver.approve(tool, input).await,
-                    // A question this worker cannot put to a person is not a yes.
-                    None => false,
-                };
-                let decision = if allowed { "approved" } else { "denied" };
-                send(&mut stdin, json!({ "jsonrpc": "2.0", "id": id, "result": { "decision": decision } })).await?;
+                deciding.push(async move {
+                    let allowed = match question(&params) {
+                        Some((tool, input)) => approver.approve(tool, input).await,
+                        // A question this worker cannot put to a person is not a yes.
+                        None => false,
+                    };
+                    (id, allowed)
+                });
             }
             (Some("ping"), Some(id)) => send(&mut stdin, json!({ "jsonrpc": "2.0", "id": id, "result": {} })).await?,
             (Some(method), Some(id)) => {
@@ -108,7 +125,6 @@ pub async fn drive(
             _ => {}
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

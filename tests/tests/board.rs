@@ -934,7 +934,12 @@ with open(os.path.join(args["cwd"], "run.json"), "w") as f:
 send({"jsonrpc": "2.0", "id": "q1", "method": "elicitation/create", "params": {
     "message": "Allow Codex to run `git push --force`?", "requestedSchema": {"type": "object", "properties": {}},
     "codex_elicitation": "exec-approval", "codex_command": ["git", "push", "--force"], "codex_cwd": args["cwd"]}})
-answer = read()
+# Codex goes on talking while a person decides: its ping is answered before the decision comes.
+send({"jsonrpc": "2.0", "id": "p1", "method": "ping"})
+first, second = read(), read()
+answer = first if first.get("id") == "q1" else second
+with open(os.path.join(args["cwd"], "ping.txt"), "w") as f:
+    f.write("answered first" if first.get("id") == "p1" else "answered after the decision")
 # Written whole under a name of its own, then renamed: the test never reads half a file.
 with open(os.path.join(args["cwd"], "decision.part"), "w") as f:
     f.write(answer["result"]["decision"])
@@ -1049,6 +1054,11 @@ async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
     })
     .await;
     assert_eq!(std::fs::read_to_string(&decision).unwrap(), "approved");
+    assert_eq!(
+        std::fs::read_to_string(worktrees.join(&id).join("ping.txt")).unwrap(),
+        "answered first",
+        "the worker answers codex while the operator decides"
+    );
     let run: Value =
         serde_json::from_str(&std::fs::read_to_string(worktrees.join(&id).join("run.json")).unwrap()).unwrap();
     assert_eq!(run["approval"], "on-request", "codex asks rather than running everything");
