@@ -101,6 +101,7 @@ pub struct Metrics {
     pub send_write_seconds: Histogram,
     pub send_batch_size: Histogram,
     pub push_lag_seconds: Histogram,
+    pub pushes_handed: Counter,
     pub streams: Gauge,
     pub connections: Gauge,
     pub shed: Family<ShedLabel, Counter>,
@@ -132,6 +133,7 @@ impl Metrics {
             send_write_seconds: latency(),
             send_batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
             push_lag_seconds: latency(),
+            pushes_handed: Counter::default(),
             streams: Gauge::default(),
             connections: Gauge::default(),
             shed: Family::default(),
@@ -170,6 +172,11 @@ impl Metrics {
             m.send_write_seconds.clone(),
         );
         r.register("send_batch_size", "Sends written per commit", m.send_batch_size.clone());
+        r.register(
+            "pushes_handed",
+            "Deliveries pushed as the writer in this process handed them over, without reading them back",
+            m.pushes_handed.clone(),
+        );
         r.register_with_unit(
             "push_lag",
             "Time from a message's commit to its push on the recipient's stream",

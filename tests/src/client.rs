@@ -82,6 +82,23 @@ impl Agent {
     }
 }
 
+/// Waits until a new stream has pushed its backlog: its second heartbeat (the first comes as it
+/// opens, the second once what waited is pushed). Panics after `limit`.
+pub async fn caught_up(stream: &mut Streaming<Push>, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut beats = 0;
+    while beats < 2 {
+        let push = tokio::time::timeout_at(deadline, stream.message())
+            .await
+            .expect("timed out waiting for the stream to catch up")
+            .expect("push stream failed")
+            .expect("push stream ended");
+        if let Some(push::Event::Heartbeat(_)) = push.event {
+            beats += 1;
+        }
+    }
+}
+
 /// The next message on a push stream, skipping heartbeats; panics after `limit`.
 pub async fn next_message(stream: &mut Streaming<Push>, limit: Duration) -> Message {
     let deadline = tokio::time::Instant::now() + limit;

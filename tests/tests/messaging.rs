@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use relay_proto::v1::*;
-use relay_tests::client::{Agent, next_message};
+use relay_tests::client::{Agent, caught_up, next_message};
 use relay_tests::eventually;
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
@@ -480,7 +480,7 @@ impl WriterScene {
 }
 
 /// The batch writer as the server calls it: sends that arrive together are written by one call of
-/// `relay_write_sends`. A batch that cannot be written whole is written again one send at a time,
+/// `relay_write_sends_numbered`. A batch that cannot be written whole is written again one send at a time,
 /// so each send gets the outcome it would have had alone, and the stored ones keep their inboxes'
 /// seqs gapless.
 #[tokio::test]
@@ -500,25 +500,25 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
         .sql
         .query(
             &format!(
-                "select n, outcome, code, detail from relay_write_sends(array[{}], 3, 0) order by n",
+                "select n, outcome, code, detail, seqs from relay_write_sends_numbered(array[{}], 3, 0) order by n",
                 batch.join(",")
             ),
             &[],
         )
         .await
         .unwrap();
-    let outcomes: Vec<(i64, String, Option<String>, Option<String>)> =
-        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    let outcomes: Vec<(i64, String, Option<String>, Option<String>, Option<Vec<i64>>)> =
+        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))).collect();
     assert_eq!(
         outcomes,
         vec![
-            (1, "stored".into(), None, None),
-            (2, "refused".into(), Some("RLY02".into()), Some(c.to_string())),
-            (3, "duplicate".into(), None, None),
-            (4, "refused".into(), Some("RLY01".into()), None),
-            (5, "stored".into(), None, None),
+            (1, "stored".into(), None, None, Some(vec![bob_head + 1])),
+            (2, "refused".into(), Some("RLY02".into()), Some(c.to_string()), None),
+            (3, "duplicate".into(), None, None, None),
+            (4, "refused".into(), Some("RLY01".into()), None, None),
+            (5, "stored".into(), None, None, Some(vec![bob_head + 2])),
         ],
-        "each send has the outcome it would have had alone"
+        "each send has the outcome it would have had alone, a stored one with its recipient's seq"
     );
     assert_eq!(
         s.deliveries_after(b, bob_head).await,
@@ -531,7 +531,8 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
 
     // A batch of one send is not answered but raises, with the reason in its SQLSTATE.
     let alone = s.outgoing("alone", None, &[c], &[], None);
-    let err = s.sql.query(&format!("select * from relay_write_sends(array[{alone}], 3, 0)"), &[]).await.unwrap_err();
+    let err =
+        s.sql.query(&format!("select * from relay_write_sends_numbered(array[{alone}], 3, 0)"), &[]).await.unwrap_err();
     let db_err = err.as_db_error().expect("a database error");
     assert_eq!(db_err.code().code(), "RLY02");
     assert_eq!(db_err.detail(), Some(c.to_string().as_str()));
@@ -540,7 +541,10 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
     let whole = [s.outgoing("whole-1", None, &[b], &[], None), s.outgoing("whole-2", None, &[b], &[], None)];
     let rows = s
         .sql
-        .query(&format!("select outcome from relay_write_sends(array[{}], 100, 0) order by n", whole.join(",")), &[])
+        .query(
+            &format!("select outcome from relay_write_sends_numbered(array[{}], 100, 0) order by n", whole.join(",")),
+            &[],
+        )
         .await
         .unwrap();
     assert!(rows.iter().all(|r| r.get::<_, String>(0) == "stored"));
@@ -555,7 +559,10 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
     let rows = s
         .sql
         .query(
-            &format!("select code, detail from relay_write_sends(array[{}], 100, 0) order by n", late.join(",")),
+            &format!(
+                "select code, detail from relay_write_sends_numbered(array[{}], 100, 0) order by n",
+                late.join(",")
+            ),
             &[],
         )
         .await
@@ -565,11 +572,11 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
     s.assert_left_nothing(&["late-1", "late-2"]).await;
 }
 
-/// What `relay_write_send` answered: its outcome and the recipients away, or the SQLSTATE and detail
+/// What `relay_write_send_numbered` answered: its outcome and the recipients away, or the SQLSTATE and detail
 /// it raised.
 type Answer = Result<(String, Option<Vec<i64>>), (String, Option<String>)>;
 
-/// A send with no batch-mates is written by `relay_write_send`, one statement, with the outcome a
+/// A send with no batch-mates is written by `relay_write_send_numbered`, one statement, with the outcome a
 /// batch of one would have: stored, a duplicate answered without writing, an inbox full or a contact
 /// dropped refused by SQLSTATE with nothing left behind, a reply that reads what it answers.
 #[tokio::test]
@@ -579,7 +586,11 @@ async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
     let (a, b, c) = (s.alice, s.bob, s.carol);
     let (a_head, b_head, c_head) = (s.head(a).await, s.head(b).await, s.head(c).await);
     let outcome = async |send: String| -> Answer {
-        match s.sql.query_one(&format!("select outcome, offline from relay_write_send({send}, 5, 0)"), &[]).await {
+        match s
+            .sql
+            .query_one(&format!("select outcome, offline from relay_write_send_numbered({send}, 5, 0)"), &[])
+            .await
+        {
             Ok(row) => Ok((row.get(0), row.get(1))),
             Err(e) => {
                 let db = e.as_db_error().expect("a database error");
@@ -622,6 +633,16 @@ async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
     s.assert_question_read().await;
     s.assert_counters_agree().await;
 
+    // A stored send answers each recipient's seq (what its stream is handed), in recipient order.
+    let send = s.outgoing("alone-8", None, &[b, a], &[], None);
+    let row = s
+        .sql
+        .query_one(&format!("select seqs, relations from relay_write_send_numbered({send}, 100, 0)"), &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Vec<i64>>(0), vec![b_head + 4, a_head + 1]);
+    assert_eq!(row.get::<_, Vec<String>>(1), vec![String::new(), String::new()], "neither is the other's parent");
+
     // A recipient whose machine was revoked after the send was resolved: refused, nothing stored.
     s.sql.execute("update machines set revoked_at = now() where name = 'ci'", &[]).await.unwrap();
     assert_eq!(
@@ -652,8 +673,12 @@ async fn a_send_to_many_recipients_announces_them_all() {
     let mut to: Vec<i64> = (1..=1200).map(|n| 1_000_000_000_000 + n).collect();
     to.push(s.bob);
     let send = s.outgoing("crowd", None, &to, &[], None);
-    let outcome: String =
-        s.sql.query_one(&format!("select outcome from relay_write_send({send}, 5, 7)"), &[]).await.unwrap().get(0);
+    let outcome: String = s
+        .sql
+        .query_one(&format!("select outcome from relay_write_send_numbered({send}, 5, 7)"), &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(outcome, "stored");
 
     let mut announced = std::collections::BTreeSet::new();
@@ -761,4 +786,45 @@ async fn a_push_moves_its_inboxs_mark_and_rewrites_no_delivery() {
     assert_eq!(late.get::<_, i32>(0), 0, "the mark does not move back");
     assert_eq!(state(&second).await, DeliveryState::Pushed);
     assert_eq!(state(&third).await, DeliveryState::Queued);
+}
+
+/// A message the writing replica hands its own streams is the message the inbox reads from the
+/// database, field for field: sender, seq, thread, time, relation between parent and child, reply.
+#[tokio::test]
+async fn a_message_pushed_as_written_is_the_message_the_inbox_reads() {
+    let (db, _server, mut alice, mut bob) = two_machines().await;
+    // Bob is alice's child, as a spawned worker is.
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    sql.execute(
+        "update endpoints set parent_id = (select id from endpoint_addresses where address = $1)
+         where id = (select id from endpoint_addresses where address = $2)",
+        &[&alice.address, &bob.address],
+    )
+    .await
+    .unwrap();
+    let mut bob_stream = bob.subscribe(0).await;
+    let mut alice_stream = alice.subscribe(0).await;
+    // Caught up, each stream is handed what the writer stores next (counted in
+    // relay_pushes_handed_total, see the ops tests).
+    caught_up(&mut bob_stream, PUSH_WAIT).await;
+    caught_up(&mut alice_stream, PUSH_WAIT).await;
+
+    let read_by = async |agent: &mut Agent, id: &str| {
+        let inbox = agent.inbox(0, false).await.unwrap();
+        inbox.messages.into_iter().find(|m| m.id == id).expect("in the inbox")
+    };
+    let question = alice.send(&["ci/bob"], "from your parent").await.unwrap();
+    let pushed_to_bob = next_message(&mut bob_stream, PUSH_WAIT).await;
+    assert_eq!(pushed_to_bob.relation, "parent");
+    assert_eq!(pushed_to_bob, read_by(&mut bob, &question.id).await);
+
+    // (Compared before the reply, which marks the question read.)
+    let reply = ReplyRequest { id: question.id.clone(), body: "from your child".into(), ..Default::default() };
+    let answer = bob.rpc.reply(reply).await.unwrap().into_inner();
+    let pushed_to_alice = next_message(&mut alice_stream, PUSH_WAIT).await;
+    assert_eq!(pushed_to_alice.id, answer.id);
+    assert_eq!(pushed_to_alice.relation, "child");
+    assert_eq!(pushed_to_alice.reply_to, question.id);
+    assert_eq!(pushed_to_alice, read_by(&mut alice, &answer.id).await);
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use relay_tests::client::{Agent, next_message};
+use relay_tests::client::{Agent, caught_up, next_message};
 use relay_tests::http::{get, sample};
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
@@ -43,6 +43,7 @@ async fn probes_answer_and_metrics_count_what_happened() {
     let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
     let mut bob = Agent::hello(&server.url, &laptop, "bob").await.unwrap();
     let mut stream = bob.subscribe(0).await;
+    caught_up(&mut stream, Duration::from_secs(5)).await;
     alice.send(&["laptop/bob"], "counted").await.unwrap();
     assert_eq!(next_message(&mut stream, Duration::from_secs(5)).await.body, "counted");
     let missing = alice.send(&["laptop/nobody"], "refused").await.unwrap_err();
@@ -55,6 +56,7 @@ async fn probes_answer_and_metrics_count_what_happened() {
     })
     .await;
     let count = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("no {series} in:\n{text}"));
+    assert_eq!(count("relay_pushes_handed_total"), 1.0, "the writer handed its stream the message");
     assert!(count(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="OK"}"#) >= 1.0);
     assert!(count(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="NOT_FOUND"}"#) >= 1.0);
     assert!(count(r#"relay_rpc_duration_seconds_count{method="/relay.v1.Relay/Send"}"#) >= 2.0);

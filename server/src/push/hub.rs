@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::domain::ids::{AccountId, EndpointId, MachineId};
+use crate::domain::message::Message;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +22,7 @@ pub struct Hub {
     /// The console pages of an account, woken when one of its sessions ended.
     console_sessions: Arc<Wakes<AccountId>>,
     /// The push stream each endpoint holds in this process: a newer one ends the older at once.
+    /// (Taken before a wake map's lock where both are held, never after.)
     streams: Arc<Mutex<HashMap<EndpointId, StreamEntry>>>,
     next_stream: Arc<AtomicU64>,
 }
@@ -49,10 +51,12 @@ impl<K: Key> Wakes<K> {
         Waiter { wakes: self.clone(), key, rx }
     }
 
-    fn wake(&self, key: K) {
-        if let Some(tx) = self.map.lock().expect("hub lock poisoned").get(&key) {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
+    /// The key's new change count, when it has waiters.
+    fn wake(&self, key: K) -> Option<u64> {
+        let map = self.map.lock().expect("hub lock poisoned");
+        let tx = map.get(&key)?;
+        tx.send_modify(|n| *n = n.wrapping_add(1));
+        Some(*tx.borrow())
     }
 
     fn wake_all(&self) {
@@ -68,6 +72,15 @@ struct StreamEntry {
     machine: MachineId,
     replaced: CancellationToken,
     changed: Arc<Notify>,
+    /// Messages just delivered, handed over with the wake-up that announced them.
+    fresh: Option<Fresh>,
+}
+
+/// What one wake-up of an endpoint's inbox delivered, in seq order.
+struct Fresh {
+    /// The inbox's change count this wake-up set.
+    wake: u64,
+    messages: Vec<Message>,
 }
 
 /// An endpoint's push stream in this process; dropping it forgets it unless a newer one took over.
@@ -90,6 +103,14 @@ impl StreamClaim {
     /// stream is still the endpoint's. A change announced before this is awaited is not lost.
     pub async fn changed(&self) {
         self.changed.notified().await;
+    }
+
+    /// The messages delivered with wake-up `wake`, if that wake-up handed any over and is the
+    /// inbox's latest; what it held is forgotten either way.
+    pub fn take_fresh(&self, wake: u64) -> Option<Vec<Message>> {
+        let mut streams = self.hub.streams.lock().expect("hub lock poisoned");
+        let fresh = streams.get_mut(&self.endpoint).filter(|entry| entry.id == self.id)?.fresh.take()?;
+        (fresh.wake == wake).then_some(fresh.messages)
     }
 }
 
@@ -130,7 +151,7 @@ impl Hub {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let replaced = CancellationToken::new();
         let changed = Arc::new(Notify::new());
-        let entry = StreamEntry { id, machine, replaced: replaced.clone(), changed: changed.clone() };
+        let entry = StreamEntry { id, machine, replaced: replaced.clone(), changed: changed.clone(), fresh: None };
         let previous = self.streams.lock().expect("hub lock poisoned").insert(endpoint, entry);
         if let Some(older) = previous {
             older.replaced.cancel();
@@ -165,6 +186,19 @@ impl Hub {
         self.inner.wake(endpoint);
     }
 
+    /// `messages` were delivered to this endpoint's inbox, by this process: its waiters wake, and
+    /// its stream here is handed them with the wake-up, to push without reading them back. (The
+    /// stream takes them only when it missed no wake-up and they follow what it pushed last.)
+    pub fn deliver(&self, endpoint: EndpointId, messages: Vec<Message>) {
+        // The stream's entry is held while the count moves, so the count a stream sees and the
+        // messages it then takes belong to the same wake-up.
+        let mut streams = self.streams.lock().expect("hub lock poisoned");
+        let wake = self.inner.wake(endpoint);
+        if let (Some(wake), Some(entry)) = (wake, streams.get_mut(&endpoint)) {
+            entry.fresh = (!messages.is_empty()).then_some(Fresh { wake, messages });
+        }
+    }
+
     /// Something an account's people see changed.
     pub fn wake_account(&self, account: AccountId) {
         self.accounts.wake(account);
@@ -193,6 +227,11 @@ impl<K: Key> Waiter<K> {
     pub async fn changed(&mut self) {
         // The sender lives in the hub as long as this waiter does, so this cannot fail.
         let _ = self.rx.changed().await;
+    }
+
+    /// The key's change count now, which counts as seen: [`Self::changed`] waits for the next.
+    pub fn seen(&mut self) -> u64 {
+        *self.rx.borrow_and_update()
     }
 }
 
@@ -307,6 +346,49 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), inbox.changed()).await.unwrap();
         drop((acme, globex));
         assert!(hub.accounts.map.lock().unwrap().is_empty());
+    }
+
+    fn message(seq: u64) -> Message {
+        Message {
+            id: format!("m{seq}"),
+            seq,
+            from: "acme/laptop/alice".into(),
+            thread: "t".into(),
+            kind: crate::domain::delivery::Kind::Message,
+            body: "hi".into(),
+            reply_to: String::new(),
+            sent_at_ms: 0,
+            relation: String::new(),
+            require_reply: false,
+            private: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_delivery_is_handed_to_the_stream_with_its_wake_up_only() {
+        let hub = Hub::default();
+        let mut waiter = hub.waiter(EndpointId(1));
+        let claim = hub.claim_stream(EndpointId(1), MachineId(1));
+        let seen = waiter.seen();
+        hub.deliver(EndpointId(1), vec![message(1)]);
+        tokio::time::timeout(Duration::from_secs(1), waiter.changed()).await.unwrap();
+        let wake = waiter.seen();
+        assert_eq!(wake, seen + 1);
+        assert_eq!(claim.take_fresh(wake).map(|m| m[0].seq), Some(1));
+        assert!(claim.take_fresh(wake).is_none(), "taken once");
+
+        // A plain wake-up after a delivery: the delivery is no longer the latest, and is not handed.
+        hub.deliver(EndpointId(1), vec![message(2)]);
+        hub.wake(EndpointId(1));
+        let wake = waiter.seen();
+        assert_eq!(claim.take_fresh(wake), None);
+        assert_eq!(claim.take_fresh(wake - 1), None, "forgotten once looked at");
+
+        // An endpoint with no stream here is only woken.
+        let mut other = hub.waiter(EndpointId(2));
+        hub.deliver(EndpointId(2), vec![message(1)]);
+        tokio::time::timeout(Duration::from_secs(1), other.changed()).await.unwrap();
+        assert!(hub.streams.lock().unwrap().get(&EndpointId(2)).is_none());
     }
 
     #[test]

@@ -109,8 +109,13 @@ async fn feed(
     // After the first drain a heartbeat says the backlog is through: the bridge knows at once that
     // what it was pushed is all there is unread, rather than at the next beat.
     let mut caught_up_told = false;
+    // The inbox's change count when it was last read or handed a delivery: a wake-up right after
+    // it that hands over what follows `last` needs no read.
+    let mut seen = 0;
     loop {
         if std::mem::take(&mut unread_may_wait) {
+            // Whatever was announced before this read is in it.
+            seen = waiter.seen();
             // The backlog a stream opens with waited for the stream, not for the push: only what
             // arrives live counts towards push lag.
             if !Box::pin(drain(store, caller, &mut last, tx, caught_up_told)).await? {
@@ -137,7 +142,21 @@ async fn feed(
                     return Ok(());
                 }
             }
-            () = waiter.changed() => unread_may_wait = true,
+            () = waiter.changed() => {
+                let wake = waiter.seen();
+                let handed = if wake == seen.wrapping_add(1) { claim.take_fresh(wake) } else { None };
+                seen = wake;
+                match handed.filter(|messages| follows(last, messages)) {
+                    Some(messages) => {
+                        metrics().pushes_handed.inc_by(messages.len() as u64);
+                        if !Box::pin(push(store, caller, &mut last, tx, messages, true)).await? {
+                            return Ok(());
+                        }
+                        head = head.max(last);
+                    }
+                    None => unread_may_wait = true,
+                }
+            }
         }
     }
 }
@@ -170,6 +189,12 @@ fn beat(head: i64, operator: bool) -> Event {
     Event::Heartbeat { head_seq: head as u64, operator }
 }
 
+/// Whether `messages` are the deliveries right after seq `last`, one after another: only then may
+/// they be pushed as handed over, without a read.
+fn follows(last: i64, messages: &[Message]) -> bool {
+    messages.iter().zip(last + 1..).all(|(m, seq)| m.seq as i64 == seq) && !messages.is_empty()
+}
+
 /// Pushes every unread delivery above `last`, timing each from its send when `live`. `false` when
 /// the client is gone.
 async fn drain(
@@ -179,7 +204,6 @@ async fn drain(
     tx: &mpsc::Sender<Result<Event>>,
     live: bool,
 ) -> Result<bool> {
-    let m = metrics();
     loop {
         let batch: Vec<Message> =
             messages::unread_after(&store.client().await?, caller.endpoint_id, *last, BATCH).await?;
@@ -189,27 +213,46 @@ async fn drain(
         // A short batch is all there was: whatever commits after the read wakes the stream again,
         // so reading once more would only find nothing.
         let complete = batch.len() < BATCH as usize;
-        let mut sent = Vec::with_capacity(batch.len());
-        for message in batch {
-            let (seq, sent_at_ms) = (message.seq as i64, message.sent_at_ms);
-            if !send_timely(tx, Event::Message(Box::new(message))).await {
-                messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
-                m.deliveries(Step::pushed, sent.len() as u64);
-                return Ok(false);
-            }
-            if live {
-                let lag_ms = chrono::Utc::now().timestamp_millis().saturating_sub(sent_at_ms).max(0);
-                m.push_lag_seconds.observe(lag_ms as f64 / 1e3);
-            }
-            sent.push(seq);
-            *last = seq;
+        if !push(store, caller, last, tx, batch, live).await? {
+            return Ok(false);
         }
-        messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
-        m.deliveries(Step::pushed, sent.len() as u64);
         if complete {
             return Ok(true);
         }
     }
+}
+
+/// Pushes `messages` (in seq order) and marks what reached the stream pushed, timing each from
+/// its send when `live`. `false` when the client is gone.
+async fn push(
+    store: &Store,
+    caller: &Caller,
+    last: &mut i64,
+    tx: &mpsc::Sender<Result<Event>>,
+    messages: Vec<Message>,
+    live: bool,
+) -> Result<bool> {
+    let m = metrics();
+    let mut sent = Vec::with_capacity(messages.len());
+    let mut open = true;
+    for message in messages {
+        let (seq, sent_at_ms) = (message.seq as i64, message.sent_at_ms);
+        if !send_timely(tx, Event::Message(Box::new(message))).await {
+            open = false;
+            break;
+        }
+        if live {
+            let lag_ms = chrono::Utc::now().timestamp_millis().saturating_sub(sent_at_ms).max(0);
+            m.push_lag_seconds.observe(lag_ms as f64 / 1e3);
+        }
+        sent.push(seq);
+        *last = seq;
+    }
+    if !sent.is_empty() {
+        messages::mark_pushed(&store.client().await?, caller.endpoint_id, &sent).await?;
+        m.deliveries(Step::pushed, sent.len() as u64);
+    }
+    Ok(open)
 }
 
 /// A client that stops reading for this long is treated as gone rather than holding the task forever.
@@ -217,4 +260,36 @@ const STALLED: Duration = Duration::from_secs(60);
 
 async fn send_timely(tx: &mpsc::Sender<Result<Event>>, event: Event) -> bool {
     matches!(tokio::time::timeout(STALLED, tx.send(Ok(event))).await, Ok(Ok(())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::delivery::Kind;
+
+    fn at(seq: u64) -> Message {
+        Message {
+            id: format!("m{seq}"),
+            seq,
+            from: "acme/laptop/alice".into(),
+            thread: "t".into(),
+            kind: Kind::Message,
+            body: String::new(),
+            reply_to: String::new(),
+            sent_at_ms: 0,
+            relation: String::new(),
+            require_reply: false,
+            private: false,
+        }
+    }
+
+    #[test]
+    fn only_what_follows_the_last_push_without_a_gap_is_pushed_as_handed() {
+        assert!(follows(4, &[at(5)]));
+        assert!(follows(4, &[at(5), at(6)]));
+        assert!(!follows(4, &[at(6)]), "seq 5 is missing");
+        assert!(!follows(4, &[at(5), at(7)]), "a gap inside");
+        assert!(!follows(5, &[at(5)]), "already pushed");
+        assert!(!follows(4, &[]));
+    }
 }

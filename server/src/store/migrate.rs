@@ -165,6 +165,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "pushed_as_a_mark_per_inbox",
         sql: include_str!("../../migrations/0030_pushed_as_a_mark_per_inbox.sql"),
     },
+    Migration {
+        version: 31,
+        name: "writers_answer_seqs",
+        sql: include_str!("../../migrations/0031_writers_answer_seqs.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -35,6 +35,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 pub use error::is_unique_violation;
 
 use crate::domain::ids::EndpointId;
+use crate::domain::message::Message;
 use crate::domain::{Error, Result};
 
 /// How connections to the database are protected.
@@ -160,9 +161,10 @@ impl Store {
         self.batcher.cap()
     }
 
-    /// Wakes this process's waiters of each recipient of a committed batch of sends (the
-    /// notification to other replicas says which replica sent it, and this one skips its own).
-    pub fn set_waker(&self, waker: impl Fn(EndpointId) + Send + Sync + 'static) {
+    /// Wakes this process's waiters of each recipient of a committed batch of sends, with what it
+    /// was delivered (the notification to other replicas says which replica sent it, and this one
+    /// skips its own).
+    pub fn set_waker(&self, waker: impl Fn(EndpointId, Vec<Message>) + Send + Sync + 'static) {
         self.batcher.set_waker(Arc::new(waker));
     }
 

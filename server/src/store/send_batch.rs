@@ -1,10 +1,13 @@
 //! Group commit for sends. A send that was resolved and allowed is queued here; writer tasks take
 //! whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call of
-//! `relay_write_sends` (migration 22): one round trip and one commit for the whole batch, its
-//! messages and deliveries written as sets. A batch that cannot be written whole is written again
-//! one send at a time, each in a subtransaction, so a failing send leaves the others stored. Alone,
-//! a send waits for nobody and is written by `relay_write_send` (migration 26), one statement; under
-//! load, sends share commits.
+//! `relay_write_sends_numbered` (migrations 22 and 31): one round trip and one commit for the whole
+//! batch, its messages and deliveries written as sets. A batch that cannot be written whole is
+//! written again one send at a time, each in a subtransaction, so a failing send leaves the others
+//! stored. Alone, a send waits for nobody and is written by `relay_write_send_numbered` (migrations
+//! 26, 29 and 31), one statement; under load, sends share commits.
+//!
+//! Both answer each recipient's seq, so the recipients' streams in this process are handed the
+//! message as it was stored (see [`Waker`]) instead of reading it back.
 //!
 //! Past [`QUEUE`] sends waiting for one writer, more for it are refused at once as overloaded rather
 //! than queued for seconds.
@@ -20,7 +23,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::error::Col;
+use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::message::Message;
 use crate::domain::{Error, Result, limits, presence};
 use crate::metrics::{Shed, Step, metrics};
 
@@ -37,20 +42,22 @@ const WRITERS: usize = 2;
 /// Sends waiting for each writer at most; beyond it sends are refused as overloaded.
 const QUEUE: usize = 64;
 
-/// Called with each recipient of a committed batch, to wake its waiters in this process.
-pub type Waker = Arc<dyn Fn(EndpointId) + Send + Sync>;
+/// Called with each recipient of a committed batch and what it was delivered (in seq order, as its
+/// stream would read it; empty when unknown), to wake its waiters in this process.
+pub type Waker = Arc<dyn Fn(EndpointId, Vec<Message>) + Send + Sync>;
 
 /// What became of one send of a batch.
 pub(super) enum Written {
-    /// Stored; recipients not online, with when they were last seen.
-    Stored { offline: HashMap<EndpointId, String> },
+    /// Stored; recipients not online, with when they were last seen; each recipient's seq and how
+    /// it stands to the sender, in the order of the send's recipients; when it was stored.
+    Stored { offline: HashMap<EndpointId, String>, seqs: Vec<i64>, relations: Vec<String>, sent_at: DateTime<Utc> },
     /// A send with the same client id was stored before.
     Duplicate,
     /// Refused by the database: its SQLSTATE, message and detail.
     Refused { state: String, message: String, detail: Option<String> },
 }
 
-/// One send as `relay_write_sends` takes it: the composite type `relay_outgoing` (migration 22).
+/// One send as `relay_write_sends_numbered` takes it: the composite type `relay_outgoing` (migration 22).
 #[derive(Debug, ToSql)]
 #[postgres(name = "relay_outgoing")]
 pub(super) struct BatchedSend {
@@ -74,6 +81,8 @@ pub(super) struct BatchedSend {
 
 struct Job {
     send: BatchedSend,
+    /// The sender's address, as its recipients see it.
+    from: String,
     done: oneshot::Sender<Result<Written>>,
     queued: Instant,
 }
@@ -114,12 +123,12 @@ impl Batcher {
         let _ = self.waker.set(waker);
     }
 
-    /// Queues one send and waits until its batch is committed (or failed).
-    pub(super) async fn write(&self, send: BatchedSend) -> Result<Written> {
+    /// Queues one send of `from` and waits until its batch is committed (or failed).
+    pub(super) async fn write(&self, send: BatchedSend, from: String) -> Result<Written> {
         let (done, answer) = oneshot::channel();
         let lowest = send.recipients.iter().min().map_or(0, |id| id.0);
         let queue = &self.queues[lowest.rem_euclid(WRITERS as i64) as usize];
-        queue.try_send(Job { send, done, queued: Instant::now() }).map_err(|e| match e {
+        queue.try_send(Job { send, from, done, queued: Instant::now() }).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
                 metrics().shed(Shed::sends);
                 limits::overloaded()
@@ -158,20 +167,32 @@ impl Writer {
             m.send_batch_size.observe(jobs.len() as f64);
             match self.write(&jobs).await {
                 Ok(answers) => {
-                    let mut woken = Vec::new();
+                    // Per recipient, what this batch delivered to it: in batch order, which is seq
+                    // order (`None` when a send's answer did not say, and its stream reads instead).
+                    let mut delivered: HashMap<EndpointId, Option<Vec<Message>>> = HashMap::new();
                     for (job, answer) in jobs.into_iter().zip(answers) {
-                        if let Ok(Written::Stored { .. }) = &answer {
+                        if let Ok(Written::Stored { seqs, relations, sent_at, .. }) = &answer {
                             m.sends.inc();
                             m.deliveries(Step::delivered, job.send.recipients.len() as u64);
                             m.send_write_seconds.observe(job.queued.elapsed().as_secs_f64());
-                            woken.extend(&job.send.recipients);
+                            let recipients = &job.send.recipients;
+                            let answered = seqs.len() == recipients.len() && relations.len() == recipients.len();
+                            for (i, recipient) in recipients.iter().enumerate() {
+                                let entry = delivered.entry(*recipient).or_insert_with(|| Some(Vec::new()));
+                                let kind = Kind::from_db(job.send.kind);
+                                *entry = match (entry.take(), answered, seqs.get(i), relations.get(i), kind) {
+                                    (Some(mut messages), true, Some(seq), Some(relation), Ok(kind)) => {
+                                        messages.push(as_pushed(&job.send, &job.from, *seq, relation, kind, sent_at));
+                                        Some(messages)
+                                    }
+                                    _ => None,
+                                };
+                            }
                         }
                         let _ = job.done.send(answer);
                     }
                     if let Some(wake) = self.waker.get() {
-                        woken.sort_unstable();
-                        woken.dedup();
-                        woken.into_iter().for_each(|id| wake(id));
+                        delivered.into_iter().for_each(|(id, messages)| wake(id, messages.unwrap_or_default()));
                     }
                 }
                 Err(err) => {
@@ -191,7 +212,10 @@ impl Writer {
         if let [job] = jobs {
             // Alone, a send is one statement (migration 26) instead of the set's handful.
             let stmt = client
-                .prepare_cached("select outcome, offline, offline_seen from relay_write_send($1, $2, $3)")
+                .prepare_cached(
+                    "select outcome, offline, offline_seen, seqs, relations, sent_at \
+                     from relay_write_send_numbered($1, $2, $3)",
+                )
                 .await?;
             return match client.query_one(&stmt, &[&job.send, &cap, &replica]).await {
                 Ok(row) => Ok(vec![written(&row)]),
@@ -209,18 +233,23 @@ impl Writer {
         let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
         let stmt = client
             .prepare_cached(
-                "select n, outcome, code, message, detail, offline, offline_seen from relay_write_sends($1, $2, $3)",
+                "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
+                 from relay_write_sends_numbered($1, $2, $3)",
             )
             .await?;
         let rows = client.query(&stmt, &[&sends, &cap, &replica]).await?;
         if rows.len() != jobs.len() {
-            return Err(Error::Internal(format!("relay_write_sends answered {} of {} sends", rows.len(), jobs.len())));
+            return Err(Error::Internal(format!(
+                "relay_write_sends_numbered answered {} of {} sends",
+                rows.len(),
+                jobs.len()
+            )));
         }
         rows.iter().map(|row| written(row).map(Ok)).collect()
     }
 }
 
-/// One send's outcome, from its row of `relay_write_send` or `relay_write_sends`.
+/// One send's outcome, from its row of `relay_write_send_numbered` or `relay_write_sends_numbered`.
 fn written(row: &tokio_postgres::Row) -> Result<Written> {
     let outcome: String = row.col("outcome")?;
     match outcome.as_str() {
@@ -229,7 +258,12 @@ fn written(row: &tokio_postgres::Row) -> Result<Written> {
             let seen: Vec<Option<DateTime<Utc>>> =
                 row.col::<Option<Vec<Option<DateTime<Utc>>>>>("offline_seen")?.unwrap_or_default();
             let offline = ids.into_iter().zip(seen).map(|(id, seen)| (id, presence::offline_reason(seen))).collect();
-            Ok(Written::Stored { offline })
+            Ok(Written::Stored {
+                offline,
+                seqs: row.col::<Option<Vec<i64>>>("seqs")?.unwrap_or_default(),
+                relations: row.col::<Option<Vec<String>>>("relations")?.unwrap_or_default(),
+                sent_at: row.col("sent_at")?,
+            })
         }
         "duplicate" => Ok(Written::Duplicate),
         _ => Ok(Written::Refused {
@@ -237,5 +271,22 @@ fn written(row: &tokio_postgres::Row) -> Result<Written> {
             message: row.col::<Option<String>>("message")?.unwrap_or_default(),
             detail: row.col("detail")?,
         }),
+    }
+}
+
+/// The message recipient `seq` was delivered, as its stream pushes it.
+fn as_pushed(send: &BatchedSend, from: &str, seq: i64, relation: &str, kind: Kind, sent_at: &DateTime<Utc>) -> Message {
+    Message {
+        id: send.id.clone(),
+        seq: seq as u64,
+        from: from.to_owned(),
+        thread: send.thread.clone(),
+        kind,
+        body: send.body.clone(),
+        reply_to: send.reply_to.clone().unwrap_or_default(),
+        sent_at_ms: sent_at.timestamp_millis(),
+        relation: relation.to_owned(),
+        require_reply: send.require_reply,
+        private: send.private,
     }
 }

@@ -136,8 +136,8 @@ impl Store {
 
     /// Hands a resolved, allowed send to the batched writer and reads its outcome.
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
-        match self.batcher.write(w.batch_entry()).await? {
-            Written::Stored { offline } => Ok(w.stored(&offline)),
+        match self.batcher.write(w.batch_entry(), w.caller.address()).await? {
+            Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => {
                 let client = self.client().await?;
                 previous_send(&client, w.caller.endpoint_id, w.out.client_id.unwrap_or_default())
@@ -304,8 +304,8 @@ impl Write<'_> {
         }
     }
 
-    /// The error for a send the writer refused (`relay_write_send` and `relay_write_sends` say why by
-    /// SQLSTATE).
+    /// The error for a send the writer refused (`relay_write_send_numbered` and
+    /// `relay_write_sends_numbered` say why by SQLSTATE).
     fn refusal(&self, state: &str, message: &str, detail: Option<&str>, cap: u32) -> Error {
         match state {
             // A contact it relied on was dropped.

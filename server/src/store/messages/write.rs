@@ -1,6 +1,6 @@
 //! Writing a message in a transaction the caller holds: sends and replies held for a human, board
 //! notices, hold decisions and the reports the system sends. Batched sends are written by
-//! `relay_write_sends` (see `send_batch`), which takes the same locks in the same order: every
+//! `relay_write_sends_numbered` (see `send_batch`), which takes the same locks in the same order: every
 //! inbox in id order before any of its deliveries.
 
 use std::collections::HashMap;
