@@ -173,7 +173,7 @@ begin
 
     return query
     with sent as (
-        select s.ordinality as n, s.id, s.sender, s.recipients, st.id is not null as ok
+        select s.ordinality as n, s.sender, s.recipients, st.id is not null as ok
         from unnest(sends) with ordinality s left join unnest(stored) st(id) on st.id = s.id
     ), away as (
         select e.id, e.last_seen_at
@@ -181,6 +181,19 @@ begin
         where e.id in (select r from sent, unnest(sent.recipients) r where sent.ok)
           -- a human's inbox ('me') is never away
           and m.name <> 'me' and not relay_endpoint_online(e)
+    ), numbered as (
+        -- Each stored delivery's seq, counted down from its inbox's head after the batch: the
+        -- stored sends took the seqs below it in batch order (`relay_write_send_set`), so nothing is
+        -- read back from deliveries, whose plan, kept from when the table was small, could scan it.
+        select p.n, p.i,
+               e.head_seq - (row_number() over (partition by p.inbox order by p.n desc) - 1) as seq,
+               case when e.parent_id = p.sender then 'parent'
+                    when e.id = se.parent_id then 'child'
+                    else '' end as relation
+        from (select sent.n, sent.sender, rcp.inbox, rcp.i
+              from sent, unnest(sent.recipients) with ordinality rcp(inbox, i) where sent.ok) p
+        join endpoints e on e.id = p.inbox
+        left join endpoints se on se.id = p.sender
     )
     select sent.n,
            case when sent.ok then 'stored' when f.code is null then 'duplicate' else 'refused' end,
@@ -191,14 +204,7 @@ begin
     left join lateral (select array_agg(a.id order by a.id) as ids, array_agg(a.last_seen_at order by a.id) as seen
                        from away a where sent.ok and a.id = any(sent.recipients)) o on true
     -- Each recipient's seq and how it stands to the sender, in the order of its send's recipients.
-    left join lateral (select array_agg(d.seq order by r.i) as seqs,
-                              array_agg(case when e.parent_id = sent.sender then 'parent'
-                                             when e.id = se.parent_id then 'child'
-                                             else '' end order by r.i) as relations
-                       from unnest(sent.recipients) with ordinality r(id, i)
-                       join deliveries d on d.message_id = sent.id and d.recipient_id = r.id
-                       join endpoints e on e.id = r.id
-                       left join endpoints se on se.id = sent.sender
-                       where sent.ok) q on true
+    left join lateral (select array_agg(nb.seq order by nb.i) as seqs, array_agg(nb.relation order by nb.i) as relations
+                       from numbered nb where nb.n = sent.n) q on true
     order by sent.n;
 end $$;
