@@ -181,10 +181,11 @@ begin
         where e.id in (select r from sent, unnest(sent.recipients) r where sent.ok)
           -- a human's inbox ('me') is never away
           and m.name <> 'me' and not relay_endpoint_online(e)
-    ), numbered as (
+    ), numbered as materialized (
         -- Each stored delivery's seq, counted down from its inbox's head after the batch: the
         -- stored sends took the seqs below it in batch order (`relay_write_send_set`), so nothing is
         -- read back from deliveries, whose plan, kept from when the table was small, could scan it.
+        -- Materialized: inlined into the lateral join below, it would be computed again per send.
         select p.n, p.i,
                e.head_seq - (row_number() over (partition by p.inbox order by p.n desc) - 1) as seq,
                case when e.parent_id = p.sender then 'parent'
