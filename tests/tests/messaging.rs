@@ -507,8 +507,9 @@ async fn a_batch_with_failing_sends_stores_the_others_gaplessly() {
         )
         .await
         .unwrap();
-    let outcomes: Vec<(i64, String, Option<String>, Option<String>, Option<Vec<i64>>)> =
-        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))).collect();
+    // n, outcome, SQLSTATE, detail, the recipients' seqs
+    type Outcome = (i64, String, Option<String>, Option<String>, Option<Vec<i64>>);
+    let outcomes: Vec<Outcome> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))).collect();
     assert_eq!(
         outcomes,
         vec![
