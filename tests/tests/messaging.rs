@@ -727,7 +727,7 @@ async fn looking_again_at_shown_messages_writes_nothing() {
     assert_eq!(second.remaining, 2);
 }
 
-/// A stream records what it pushed as its inbox's mark (migration 30): the sender sees each
+/// A stream records what it pushed as its inbox's mark (migration 29): the sender sees each
 /// delivery up to the mark as pushed and a later one as queued, the mark never moves back, and no
 /// delivery's row is rewritten for a push.
 #[tokio::test]

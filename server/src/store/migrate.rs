@@ -157,18 +157,13 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 29,
-        name: "a_lone_send_writes_less",
-        sql: include_str!("../../migrations/0029_a_lone_send_writes_less.sql"),
+        name: "pushed_as_a_mark_per_inbox",
+        sql: include_str!("../../migrations/0029_pushed_as_a_mark_per_inbox.sql"),
     },
     Migration {
         version: 30,
-        name: "pushed_as_a_mark_per_inbox",
-        sql: include_str!("../../migrations/0030_pushed_as_a_mark_per_inbox.sql"),
-    },
-    Migration {
-        version: 31,
         name: "writers_answer_seqs",
-        sql: include_str!("../../migrations/0031_writers_answer_seqs.sql"),
+        sql: include_str!("../../migrations/0030_writers_answer_seqs.sql"),
     },
 ];
 

@@ -1,10 +1,10 @@
 //! Group commit for sends. A send that was resolved and allowed is queued here; writer tasks take
 //! whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call of
-//! `relay_write_sends_numbered` (migrations 22 and 31): one round trip and one commit for the whole
+//! `relay_write_sends_numbered` (migrations 22 and 30): one round trip and one commit for the whole
 //! batch, its messages and deliveries written as sets. A batch that cannot be written whole is
 //! written again one send at a time, each in a subtransaction, so a failing send leaves the others
 //! stored. Alone, a send waits for nobody and is written by `relay_write_send_numbered` (migrations
-//! 26, 29 and 31), one statement; under load, sends share commits.
+//! 26 and 30), one statement; under load, sends share commits.
 //!
 //! Both answer each recipient's seq, so the recipients' streams in this process are handed the
 //! message as it was stored (see [`Waker`]) instead of reading it back.

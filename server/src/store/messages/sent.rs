@@ -32,7 +32,7 @@ pub(crate) async fn thread_of(c: &impl GenericClient, id: &str) -> Result<(Strin
 }
 
 /// Each recipient's delivery of message `message_id`, by address, its state with its inbox's
-/// pushed mark applied (`relay_delivery_state`, migration 30); a delivery still waiting for an
+/// pushed mark applied (`relay_delivery_state`, migration 29); a delivery still waiting for an
 /// absent recipient says since when it is away.
 pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
     let stmt = c

@@ -5,10 +5,20 @@
 -- database as before.
 --
 -- New functions beside the old (their answers differ, so the old keep their signatures for the
--- previous release, which calls them unchanged): `relay_write_send_numbered` is migration 29's
--- `relay_write_send`, `relay_write_sends_numbered` migration 26's `relay_write_sends`, each with
--- `seqs` and `relations` in the order of a send's recipients and `sent_at`. Drop the old two in a
--- later release.
+-- previous release, which calls them unchanged): `relay_write_sends_numbered` is migration 26's
+-- `relay_write_sends` and `relay_write_send_numbered` its `relay_write_send`, each with `seqs` and
+-- `relations` in the order of a send's recipients and `sent_at`. Drop the old two in a later release.
+--
+-- A send to one inbox of its sender's own account, the commonest, also writes less than in
+-- `relay_write_send`:
+--   * it takes no lock ahead of its write: with one inbox there is no order to keep, and the update
+--     of the head locks it. Locking it first wrote the row's lock to the WAL and took 0.05 ms;
+--   * whether its recipients are online is asked in the same statement, of the inbox rows it
+--     updates, not by a query after;
+--   * its notification is named straight away, not built by `relay_announce_delivered`'s grouping
+--     (kept for the batches and for sends past 300 recipients);
+--   * the contact check runs only for a send that relies on a contact.
+-- Measured on its own with pgbench, one send's execution goes from 0.44 to 0.31 ms.
 
 create function relay_write_send_numbered(s relay_outgoing, cap integer, replica bigint,
                                           out outcome text, out offline bigint[], out offline_seen timestamptz[],
