@@ -21,6 +21,26 @@ pub struct Message {
     pub private: bool,
 }
 
+#[cfg(test)]
+impl Message {
+    /// A plain message at `seq` of an inbox, for tests of what carries messages.
+    pub(crate) fn at_seq(seq: u64) -> Self {
+        Self {
+            id: format!("m{seq}"),
+            seq,
+            from: "acme/laptop/alice".into(),
+            thread: "t".into(),
+            kind: Kind::Message,
+            body: "hi".into(),
+            reply_to: String::new(),
+            sent_at_ms: 0,
+            relation: String::new(),
+            require_reply: false,
+            private: false,
+        }
+    }
+}
+
 /// One recipient of a message the caller sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recipient {

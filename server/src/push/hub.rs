@@ -348,29 +348,13 @@ mod tests {
         assert!(hub.accounts.map.lock().unwrap().is_empty());
     }
 
-    fn message(seq: u64) -> Message {
-        Message {
-            id: format!("m{seq}"),
-            seq,
-            from: "acme/laptop/alice".into(),
-            thread: "t".into(),
-            kind: crate::domain::delivery::Kind::Message,
-            body: "hi".into(),
-            reply_to: String::new(),
-            sent_at_ms: 0,
-            relation: String::new(),
-            require_reply: false,
-            private: false,
-        }
-    }
-
     #[tokio::test]
     async fn a_delivery_is_handed_to_the_stream_with_its_wake_up_only() {
         let hub = Hub::default();
         let mut waiter = hub.waiter(EndpointId(1));
         let claim = hub.claim_stream(EndpointId(1), MachineId(1));
         let seen = waiter.seen();
-        hub.deliver(EndpointId(1), vec![message(1)]);
+        hub.deliver(EndpointId(1), vec![Message::at_seq(1)]);
         tokio::time::timeout(Duration::from_secs(1), waiter.changed()).await.unwrap();
         let wake = waiter.seen();
         assert_eq!(wake, seen + 1);
@@ -378,7 +362,7 @@ mod tests {
         assert!(claim.take_fresh(wake).is_none(), "taken once");
 
         // A plain wake-up after a delivery: the delivery is no longer the latest, and is not handed.
-        hub.deliver(EndpointId(1), vec![message(2)]);
+        hub.deliver(EndpointId(1), vec![Message::at_seq(2)]);
         hub.wake(EndpointId(1));
         let wake = waiter.seen();
         assert_eq!(claim.take_fresh(wake), None);
@@ -386,7 +370,7 @@ mod tests {
 
         // An endpoint with no stream here is only woken.
         let mut other = hub.waiter(EndpointId(2));
-        hub.deliver(EndpointId(2), vec![message(1)]);
+        hub.deliver(EndpointId(2), vec![Message::at_seq(1)]);
         tokio::time::timeout(Duration::from_secs(1), other.changed()).await.unwrap();
         assert!(hub.streams.lock().unwrap().get(&EndpointId(2)).is_none());
     }

@@ -265,22 +265,9 @@ async fn send_timely(tx: &mpsc::Sender<Result<Event>>, event: Event) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::delivery::Kind;
 
     fn at(seq: u64) -> Message {
-        Message {
-            id: format!("m{seq}"),
-            seq,
-            from: "acme/laptop/alice".into(),
-            thread: "t".into(),
-            kind: Kind::Message,
-            body: String::new(),
-            reply_to: String::new(),
-            sent_at_ms: 0,
-            relation: String::new(),
-            require_reply: false,
-            private: false,
-        }
+        Message::at_seq(seq)
     }
 
     #[test]
