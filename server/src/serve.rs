@@ -185,7 +185,7 @@ pub async fn serve_with(
     let hub = Hub::default();
     store.set_waker({
         let hub = hub.clone();
-        move |endpoint, messages| hub.deliver(endpoint, messages)
+        move |endpoint, delivered| hub.deliver(endpoint, delivered)
     });
     let replica = store.register_replica().await.context("cannot register this replica")?;
     let liveness = push::liveness::start(store.clone(), shutdown.clone());

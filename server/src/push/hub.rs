@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::domain::ids::{AccountId, EndpointId, MachineId};
 use crate::domain::message::Message;
+use std::time::{Duration, Instant};
+
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -80,8 +82,16 @@ struct StreamEntry {
 struct Fresh {
     /// The inbox's change count this wake-up set.
     wake: u64,
+    handed_at: Instant,
     messages: Vec<Message>,
 }
+
+/// Most body bytes handed over with one wake-up (one largest message): a bigger delivery is read by
+/// the stream instead, so what a stream's entry holds stays small.
+const HANDED_MAX_BYTES: usize = 64 * 1024;
+/// How long what was handed over stays good to push as it was: a stream that comes to it later (it
+/// was busy with a slow client) reads instead, so a delivery withdrawn or read meanwhile is not pushed.
+const HANDED_FOR: Duration = Duration::from_secs(1);
 
 /// An endpoint's push stream in this process; dropping it forgets it unless a newer one took over.
 pub struct StreamClaim {
@@ -105,12 +115,12 @@ impl StreamClaim {
         self.changed.notified().await;
     }
 
-    /// The messages delivered with wake-up `wake`, if that wake-up handed any over and is the
-    /// inbox's latest; what it held is forgotten either way.
+    /// The messages delivered with wake-up `wake`, if that wake-up handed any over, is the
+    /// inbox's latest and was moments ago; what the entry held is forgotten either way.
     pub fn take_fresh(&self, wake: u64) -> Option<Vec<Message>> {
         let mut streams = self.hub.streams.lock().expect("hub lock poisoned");
         let fresh = streams.get_mut(&self.endpoint).filter(|entry| entry.id == self.id)?.fresh.take()?;
-        (fresh.wake == wake).then_some(fresh.messages)
+        (fresh.wake == wake && fresh.handed_at.elapsed() < HANDED_FOR).then_some(fresh.messages)
     }
 }
 
@@ -186,16 +196,20 @@ impl Hub {
         self.inner.wake(endpoint);
     }
 
-    /// `messages` were delivered to this endpoint's inbox, by this process: its waiters wake, and
-    /// its stream here is handed them with the wake-up, to push without reading them back. (The
-    /// stream takes them only when it missed no wake-up and they follow what it pushed last.)
-    pub fn deliver(&self, endpoint: EndpointId, messages: Vec<Message>) {
+    /// Messages were delivered to this endpoint's inbox, by this process: its waiters wake, and
+    /// its stream here, if any, is handed what `delivered` builds (called only then), to push
+    /// without reading it back. (The stream takes it only when it missed no wake-up and it follows
+    /// what the stream pushed last.)
+    pub fn deliver(&self, endpoint: EndpointId, delivered: &mut dyn FnMut() -> Vec<Message>) {
+        let streaming = self.streams.lock().expect("hub lock poisoned").contains_key(&endpoint);
+        let messages = if streaming { delivered() } else { Vec::new() };
+        let small = messages.iter().map(|m| m.body.len()).sum::<usize>() <= HANDED_MAX_BYTES;
         // The stream's entry is held while the count moves, so the count a stream sees and the
         // messages it then takes belong to the same wake-up.
         let mut streams = self.streams.lock().expect("hub lock poisoned");
         let wake = self.inner.wake(endpoint);
         if let (Some(wake), Some(entry)) = (wake, streams.get_mut(&endpoint)) {
-            entry.fresh = (!messages.is_empty()).then_some(Fresh { wake, messages });
+            entry.fresh = (small && !messages.is_empty()).then(|| Fresh { wake, handed_at: Instant::now(), messages });
         }
     }
 
@@ -354,7 +368,7 @@ mod tests {
         let mut waiter = hub.waiter(EndpointId(1));
         let claim = hub.claim_stream(EndpointId(1), MachineId(1));
         let seen = waiter.seen();
-        hub.deliver(EndpointId(1), vec![Message::at_seq(1)]);
+        hub.deliver(EndpointId(1), &mut || vec![Message::at_seq(1)]);
         tokio::time::timeout(Duration::from_secs(1), waiter.changed()).await.unwrap();
         let wake = waiter.seen();
         assert_eq!(wake, seen + 1);
@@ -362,17 +376,22 @@ mod tests {
         assert!(claim.take_fresh(wake).is_none(), "taken once");
 
         // A plain wake-up after a delivery: the delivery is no longer the latest, and is not handed.
-        hub.deliver(EndpointId(1), vec![Message::at_seq(2)]);
+        hub.deliver(EndpointId(1), &mut || vec![Message::at_seq(2)]);
         hub.wake(EndpointId(1));
         let wake = waiter.seen();
         assert_eq!(claim.take_fresh(wake), None);
         assert_eq!(claim.take_fresh(wake - 1), None, "forgotten once looked at");
 
-        // An endpoint with no stream here is only woken.
+        // Too much to hold is not handed: the stream reads it.
+        let mut large = Message::at_seq(3);
+        large.body = "x".repeat(HANDED_MAX_BYTES + 1);
+        hub.deliver(EndpointId(1), &mut || vec![large.clone()]);
+        assert_eq!(claim.take_fresh(waiter.seen()), None);
+
+        // An endpoint with no stream here is only woken, and nothing is built for it.
         let mut other = hub.waiter(EndpointId(2));
-        hub.deliver(EndpointId(2), vec![Message::at_seq(1)]);
+        hub.deliver(EndpointId(2), &mut || panic!("built for an endpoint with no stream here"));
         tokio::time::timeout(Duration::from_secs(1), other.changed()).await.unwrap();
-        assert!(hub.streams.lock().unwrap().get(&EndpointId(2)).is_none());
     }
 
     #[test]

@@ -144,7 +144,8 @@ async fn feed(
             }
             () = waiter.changed() => {
                 let wake = waiter.seen();
-                let handed = if wake == seen.wrapping_add(1) { claim.take_fresh(wake) } else { None };
+                // Taken whatever comes of it, so the entry never holds what is no longer pushed.
+                let handed = claim.take_fresh(wake).filter(|_| wake == seen.wrapping_add(1));
                 seen = wake;
                 match handed.filter(|messages| follows(last, messages)) {
                     Some(messages) => {

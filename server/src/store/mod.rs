@@ -164,7 +164,7 @@ impl Store {
     /// Wakes this process's waiters of each recipient of a committed batch of sends, with what it
     /// was delivered (the notification to other replicas says which replica sent it, and this one
     /// skips its own).
-    pub fn set_waker(&self, waker: impl Fn(EndpointId, Vec<Message>) + Send + Sync + 'static) {
+    pub fn set_waker(&self, waker: impl Fn(EndpointId, &mut dyn FnMut() -> Vec<Message>) + Send + Sync + 'static) {
         self.batcher.set_waker(Arc::new(waker));
     }
 

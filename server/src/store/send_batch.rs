@@ -42,9 +42,10 @@ const WRITERS: usize = 2;
 /// Sends waiting for each writer at most; beyond it sends are refused as overloaded.
 const QUEUE: usize = 64;
 
-/// Called with each recipient of a committed batch and what it was delivered (in seq order, as its
-/// stream would read it; empty when unknown), to wake its waiters in this process.
-pub type Waker = Arc<dyn Fn(EndpointId, Vec<Message>) + Send + Sync>;
+/// Called with each recipient of a committed batch, to wake its waiters in this process, and a way
+/// to build what it was delivered (in seq order, as its stream would read it; empty when unknown),
+/// called only for a recipient whose stream is here.
+pub type Waker = Arc<dyn Fn(EndpointId, &mut dyn FnMut() -> Vec<Message>) + Send + Sync>;
 
 /// What became of one send of a batch.
 pub(super) enum Written {
@@ -167,32 +168,47 @@ impl Writer {
             m.send_batch_size.observe(jobs.len() as f64);
             match self.write(&jobs).await {
                 Ok(answers) => {
-                    // Per recipient, what this batch delivered to it: in batch order, which is seq
-                    // order (`None` when a send's answer did not say, and its stream reads instead).
-                    let mut delivered: HashMap<EndpointId, Option<Vec<Message>>> = HashMap::new();
+                    // The stored sends whose answer numbered every recipient, and per recipient
+                    // what this batch delivered to it as (send, seq, relation), in batch order,
+                    // which is seq order (`None` when a send did not say: its stream reads instead).
+                    let mut numbered: Vec<(BatchedSend, String, Kind, DateTime<Utc>)> = Vec::new();
+                    let mut delivered: HashMap<EndpointId, Option<Vec<Numbered>>> = HashMap::new();
                     for (job, answer) in jobs.into_iter().zip(answers) {
+                        let Job { send, from, done, queued } = job;
                         if let Ok(Written::Stored { seqs, relations, sent_at, .. }) = &answer {
                             m.sends.inc();
-                            m.deliveries(Step::delivered, job.send.recipients.len() as u64);
-                            m.send_write_seconds.observe(job.queued.elapsed().as_secs_f64());
-                            let recipients = &job.send.recipients;
-                            let answered = seqs.len() == recipients.len() && relations.len() == recipients.len();
-                            for (i, recipient) in recipients.iter().enumerate() {
+                            m.deliveries(Step::delivered, send.recipients.len() as u64);
+                            m.send_write_seconds.observe(queued.elapsed().as_secs_f64());
+                            let kind = Kind::from_db(send.kind).ok().filter(|_| {
+                                seqs.len() == send.recipients.len()
+                                    && relations.len() == send.recipients.len()
+                                    && distinct(&send.recipients)
+                            });
+                            for (i, recipient) in send.recipients.iter().enumerate() {
                                 let entry = delivered.entry(*recipient).or_insert_with(|| Some(Vec::new()));
-                                let kind = Kind::from_db(job.send.kind);
-                                *entry = match (entry.take(), answered, seqs.get(i), relations.get(i), kind) {
-                                    (Some(mut messages), true, Some(seq), Some(relation), Ok(kind)) => {
-                                        messages.push(as_pushed(&job.send, &job.from, *seq, relation, kind, sent_at));
-                                        Some(messages)
-                                    }
-                                    _ => None,
-                                };
+                                match (entry.as_mut(), kind) {
+                                    (Some(list), Some(_)) => list.push((numbered.len(), seqs[i], relations[i].clone())),
+                                    _ => *entry = None,
+                                }
+                            }
+                            if let Some(kind) = kind {
+                                numbered.push((send, from, kind, *sent_at));
                             }
                         }
-                        let _ = job.done.send(answer);
+                        let _ = done.send(answer);
                     }
                     if let Some(wake) = self.waker.get() {
-                        delivered.into_iter().for_each(|(id, messages)| wake(id, messages.unwrap_or_default()));
+                        for (id, list) in delivered {
+                            let mut build = || {
+                                let list = list.iter().flatten();
+                                list.map(|(n, seq, relation)| {
+                                    let (send, from, kind, sent_at) = &numbered[*n];
+                                    as_pushed(send, from, *seq, relation, *kind, sent_at)
+                                })
+                                .collect()
+                            };
+                            wake(id, &mut build);
+                        }
                     }
                 }
                 Err(err) => {
@@ -272,6 +288,18 @@ fn written(row: &tokio_postgres::Row) -> Result<Written> {
             detail: row.col("detail")?,
         }),
     }
+}
+
+/// One delivery of a batch: the stored send's index among the numbered ones, the recipient's seq
+/// and how the recipient stands to the sender.
+type Numbered = (usize, i64, String);
+
+/// Whether no endpoint is named twice (a send's recipients are resolved as a set; the seqs the
+/// writer answers are counted on that).
+fn distinct(recipients: &[EndpointId]) -> bool {
+    let mut sorted = recipients.to_vec();
+    sorted.sort_unstable();
+    sorted.windows(2).all(|w| w[0] != w[1])
 }
 
 /// The message recipient `seq` was delivered, as its stream pushes it.
