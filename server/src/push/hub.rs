@@ -4,13 +4,13 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-use crate::domain::ids::{AccountId, EndpointId, MachineId};
-use crate::domain::message::Message;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
+
+use crate::domain::ids::{AccountId, EndpointId, MachineId};
+use crate::domain::message::Message;
 
 /// Wakes the streams and long polls waiting on an endpoint's inbox in this process, and the web
 /// consoles waiting on an account's board, holds and permission requests.

@@ -168,47 +168,19 @@ impl Writer {
             m.send_batch_size.observe(jobs.len() as f64);
             match self.write(&jobs).await {
                 Ok(answers) => {
-                    // The stored sends whose answer numbered every recipient, and per recipient
-                    // what this batch delivered to it as (send, seq, relation), in batch order,
-                    // which is seq order (`None` when a send did not say: its stream reads instead).
-                    let mut numbered: Vec<(BatchedSend, String, Kind, DateTime<Utc>)> = Vec::new();
-                    let mut delivered: HashMap<EndpointId, Option<Vec<Numbered>>> = HashMap::new();
+                    let mut delivered = Delivered::default();
                     for (job, answer) in jobs.into_iter().zip(answers) {
                         let Job { send, from, done, queued } = job;
                         if let Ok(Written::Stored { seqs, relations, sent_at, .. }) = &answer {
                             m.sends.inc();
                             m.deliveries(Step::delivered, send.recipients.len() as u64);
                             m.send_write_seconds.observe(queued.elapsed().as_secs_f64());
-                            let kind = Kind::from_db(send.kind).ok().filter(|_| {
-                                seqs.len() == send.recipients.len()
-                                    && relations.len() == send.recipients.len()
-                                    && distinct(&send.recipients)
-                            });
-                            for (i, recipient) in send.recipients.iter().enumerate() {
-                                let entry = delivered.entry(*recipient).or_insert_with(|| Some(Vec::new()));
-                                match (entry.as_mut(), kind) {
-                                    (Some(list), Some(_)) => list.push((numbered.len(), seqs[i], relations[i].clone())),
-                                    _ => *entry = None,
-                                }
-                            }
-                            if let Some(kind) = kind {
-                                numbered.push((send, from, kind, *sent_at));
-                            }
+                            delivered.add(send, from, seqs, relations, *sent_at);
                         }
                         let _ = done.send(answer);
                     }
                     if let Some(wake) = self.waker.get() {
-                        for (id, list) in delivered {
-                            let mut build = || {
-                                let list = list.iter().flatten();
-                                list.map(|(n, seq, relation)| {
-                                    let (send, from, kind, sent_at) = &numbered[*n];
-                                    as_pushed(send, from, *seq, relation, *kind, sent_at)
-                                })
-                                .collect()
-                            };
-                            wake(id, &mut build);
-                        }
+                        delivered.wake(wake);
                     }
                 }
                 Err(err) => {
@@ -290,12 +262,62 @@ fn written(row: &tokio_postgres::Row) -> Result<Written> {
     }
 }
 
-/// One delivery of a batch: the stored send's index among the numbered ones, the recipient's seq
-/// and how the recipient stands to the sender.
-type Numbered = (usize, i64, String);
+/// What a committed batch delivered, per recipient, for its waiters in this process.
+#[derive(Default)]
+struct Delivered {
+    /// The stored sends whose answer numbered every recipient, with sender, kind and time.
+    sends: Vec<(BatchedSend, String, Kind, DateTime<Utc>)>,
+    /// Per recipient, its deliveries in batch order, which is seq order; `None` once a send to it
+    /// did not say (its stream then reads instead).
+    inboxes: HashMap<EndpointId, Option<Vec<Delivery>>>,
+}
 
-/// Whether no endpoint is named twice (a send's recipients are resolved as a set; the seqs the
-/// writer answers are counted on that).
+/// One delivery of a batch: its send (an index in [`Delivered::sends`]), the recipient's seq, and
+/// how the recipient stands to the sender.
+struct Delivery {
+    send: usize,
+    seq: i64,
+    relation: String,
+}
+
+impl Delivered {
+    /// A stored send and what the writer answered of its recipients (in their order).
+    fn add(&mut self, send: BatchedSend, from: String, seqs: &[i64], relations: &[String], sent_at: DateTime<Utc>) {
+        let n = send.recipients.len();
+        // A send's recipients are resolved as a set; the seqs are counted on that.
+        let kind = Kind::from_db(send.kind)
+            .ok()
+            .filter(|_| seqs.len() == n && relations.len() == n && distinct(&send.recipients));
+        for (i, recipient) in send.recipients.iter().enumerate() {
+            let entry = self.inboxes.entry(*recipient).or_insert_with(|| Some(Vec::new()));
+            match (entry.as_mut(), kind) {
+                (Some(list), Some(_)) => {
+                    list.push(Delivery { send: self.sends.len(), seq: seqs[i], relation: relations[i].clone() })
+                }
+                _ => *entry = None,
+            }
+        }
+        if let Some(kind) = kind {
+            self.sends.push((send, from, kind, sent_at));
+        }
+    }
+
+    /// Wakes each recipient, with a way to build the messages its stream pushes.
+    fn wake(self, wake: &Waker) {
+        for (id, list) in &self.inboxes {
+            let mut build = || {
+                let pushed = list.iter().flatten().map(|d| {
+                    let (send, from, kind, sent_at) = &self.sends[d.send];
+                    as_pushed(send, from, d.seq, &d.relation, *kind, sent_at)
+                });
+                pushed.collect()
+            };
+            wake(*id, &mut build);
+        }
+    }
+}
+
+/// Whether no endpoint is named twice.
 fn distinct(recipients: &[EndpointId]) -> bool {
     let mut sorted = recipients.to_vec();
     sorted.sort_unstable();

@@ -2,8 +2,9 @@
 //! ([`super::resolve`]); what it resolved to is kept in the resolution cache until scope changes;
 //! the group-commit batcher (`send_batch`) then writes it, with whatever else is queued, in a
 //! transaction of its own that re-checks what a concurrent change could break (under lock the
-//! contacts relied on and room in each inbox; and that no recipient's machine was revoked). A send held for the account's human, and a report the
-//! system sends, are written here in one transaction each ([`super::write`]).
+//! contacts relied on and room in each inbox; and that no recipient's machine was revoked). A send
+//! held for the account's human, and a report the system sends, are written here in one
+//! transaction each ([`super::write`]).
 
 use std::collections::HashMap;
 

@@ -37,8 +37,8 @@ pub(crate) async fn thread_of(c: &impl GenericClient, id: &str) -> Result<(Strin
 pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
     let stmt = c
         .prepare_cached(&format!(
-            "select ea.address, relay_delivery_state(d) as state, coalesce(d.reason, '') as reason, {ONLINE} or m.name = '{HUMAN}' as present,
-                    e.last_seen_at
+            "select ea.address, relay_delivery_state(d) as state, coalesce(d.reason, '') as reason,
+                    {ONLINE} or m.name = '{HUMAN}' as present, e.last_seen_at
              from deliveries d
              join endpoint_addresses ea on ea.id = d.recipient_id
              join endpoints e on e.id = d.recipient_id
