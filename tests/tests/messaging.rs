@@ -829,3 +829,52 @@ async fn a_message_pushed_as_written_is_the_message_the_inbox_reads() {
     assert_eq!(pushed_to_alice.reply_to, question.id);
     assert_eq!(pushed_to_alice, read_by(&mut alice, &answer.id).await);
 }
+
+/// The functions an inbox look runs keep their plans for the connection. Planned while the tables
+/// were nearly empty, they must still find a page of a full inbox by its indexes, not by reading
+/// every delivery and message (migration 31).
+#[tokio::test]
+async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
+    let (db, _server, mut alice, bob) = two_machines().await;
+    alice.send(&["ci/bob"], "first").await.unwrap();
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let bob_id: i64 =
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
+    // Statistics of nearly empty tables, and plans made on them on this connection.
+    sql.batch_execute("analyze").await.unwrap();
+    let look = "select seq from relay_unread($1, 0, 50)";
+    let mark = "select moved from relay_advance($1, $2, 3::smallint)";
+    let seqs: Vec<i64> = sql.query(look, &[&bob_id]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    sql.query_one(mark, &[&bob_id, &seqs]).await.unwrap();
+
+    // The inbox fills, faster than anything analyzes it again.
+    sql.batch_execute(&format!(
+        "begin;
+         insert into messages (id, sender_id, thread, kind, body)
+           select 'full' || g, {bob_id}, 'full' || g, 1, 'waiting' from generate_series(1, 5000) g;
+         insert into deliveries (recipient_id, seq, message_id)
+           select {bob_id}, e.head_seq + g, 'full' || g from endpoints e, generate_series(1, 5000) g
+           where e.id = {bob_id};
+         update endpoints set head_seq = head_seq + 5000 where id = {bob_id};
+         commit;"
+    ))
+    .await
+    .unwrap();
+
+    sql.batch_execute("begin").await.unwrap();
+    let seqs: Vec<i64> = sql.query(look, &[&bob_id]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(seqs.len(), 50, "a full page");
+    sql.query_one(mark, &[&bob_id, &seqs]).await.unwrap();
+    let scans = sql
+        .query(
+            "select relname::text, seq_scan from pg_stat_xact_user_tables
+             where relname in ('deliveries', 'messages') order by relname",
+            &[],
+        )
+        .await
+        .unwrap();
+    sql.batch_execute("commit").await.unwrap();
+    let scans: Vec<(String, i64)> = scans.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(scans, [("deliveries".to_owned(), 0), ("messages".to_owned(), 0)], "no table read whole for a page");
+}

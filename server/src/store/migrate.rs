@@ -165,6 +165,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "writers_answer_seqs",
         sql: include_str!("../../migrations/0030_writers_answer_seqs.sql"),
     },
+    Migration {
+        version: 31,
+        name: "inbox_senders_looked_up_once",
+        sql: include_str!("../../migrations/0031_inbox_senders_looked_up_once.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
