@@ -65,3 +65,30 @@ alter function relay_write_sends(relay_outgoing[], integer, bigint)
     set enable_seqscan = off set enable_bitmapscan = off set jit = off;
 alter function relay_write_send_set(relay_outgoing[], integer)
     set enable_seqscan = off set enable_bitmapscan = off set jit = off;
+
+-- Pushes recorded together: each inbox's mark moved to the seq given beside it, if that is further,
+-- for all of them in one statement (a replica gathers the marks its streams left meanwhile). Given in
+-- inbox order, so two callers lock the same inboxes in one order. A mark lost in a crash only shows a
+-- pushed message as queued until it is surfaced: not worth a disk flush. An inbox removed meanwhile
+-- is skipped. Answers how many marks moved.
+create function relay_mark_pushed(inboxes bigint[], through bigint[]) returns integer
+language plpgsql
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+    moved integer;
+begin
+    perform set_config('synchronous_commit', 'off', true);
+    insert into inbox_pushed as p (endpoint_id, through_seq)
+    select m.inbox, m.seq
+    from unnest(inboxes, through) as m (inbox, seq)
+    where exists (select 1 from endpoints e where e.id = m.inbox)
+    order by m.inbox
+    on conflict (endpoint_id) do update set through_seq = excluded.through_seq
+        where p.through_seq < excluded.through_seq;
+    get diagnostics moved = row_count;
+    return moved;
+end $$;

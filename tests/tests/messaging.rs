@@ -878,3 +878,30 @@ async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
     let scans: Vec<(String, i64)> = scans.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(scans, [("deliveries".to_owned(), 0), ("messages".to_owned(), 0)], "no table read whole for a page");
 }
+
+/// A replica records the pushes its streams made meanwhile in one call (migration 31): each inbox's
+/// mark moves forward, never back, and an inbox removed meanwhile is skipped, not an error for the rest.
+#[tokio::test]
+async fn pushes_recorded_together_move_each_inboxs_mark_forward_only() {
+    let (db, _server, alice, bob) = two_machines().await;
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let id = async |address: &str| -> i64 {
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&address]).await.unwrap().get(0)
+    };
+    let (alice_id, bob_id) = (id(&alice.address).await, id(&bob.address).await);
+    let gone = bob_id + 1000;
+    let mark = async |inboxes: Vec<i64>, through: Vec<i64>| -> i32 {
+        sql.query_one("select relay_mark_pushed($1, $2)", &[&inboxes, &through]).await.unwrap().get(0)
+    };
+    let marks = async || -> Vec<(i64, i64)> {
+        let rows =
+            sql.query("select endpoint_id, through_seq from inbox_pushed order by endpoint_id", &[]).await.unwrap();
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    };
+
+    assert_eq!(mark(vec![alice_id, bob_id, gone], vec![3, 5, 9]).await, 2, "the removed inbox is skipped");
+    assert_eq!(marks().await, [(alice_id, 3), (bob_id, 5)]);
+    assert_eq!(mark(vec![alice_id, bob_id], vec![4, 2]).await, 1, "only alice's moves");
+    assert_eq!(marks().await, [(alice_id, 4), (bob_id, 5)], "bob's mark did not move back");
+}

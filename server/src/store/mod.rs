@@ -12,6 +12,7 @@ pub mod messages;
 pub mod migrate;
 pub mod notices;
 pub mod observe;
+mod push_marks;
 mod replicas;
 mod resolved;
 pub mod retention;
@@ -111,6 +112,8 @@ pub struct Store {
     resolved: Arc<resolved::ResolvedCache<messages::Resolved>>,
     /// Writes resolved sends together, a batch per commit.
     batcher: Arc<send_batch::Batcher>,
+    /// Records what streams pushed, many inboxes a statement.
+    push_marks: Arc<push_marks::PushMarks>,
     /// Sends under way at most (resolving or waiting to be written), following the rate they are
     /// written at; more are refused at once.
     send_limit: Arc<send_limit::SendLimit>,
@@ -136,7 +139,9 @@ impl Store {
             .map_err(|e| Error::Internal(format!("cannot build the database pool: {e}")))?;
         let replica: Arc<std::sync::atomic::AtomicI64> = Arc::default();
         let batcher = Arc::new(send_batch::Batcher::start(pool.clone(), replica.clone()));
+        let push_marks = push_marks::PushMarks::start(pool.clone());
         let store = Self {
+            push_marks,
             pool,
             config,
             replica,
@@ -174,6 +179,12 @@ impl Store {
     /// skips its own).
     pub fn set_waker(&self, waker: impl Fn(EndpointId, &mut dyn FnMut() -> Vec<Message>) + Send + Sync + 'static) {
         self.batcher.set_waker(Arc::new(waker));
+    }
+
+    /// Every delivery of `inbox` up to seq `through` reached its bridge. Recorded in the background
+    /// with the marks other streams leave meanwhile (see [`push_marks`]).
+    pub fn mark_pushed(&self, inbox: EndpointId, through: i64) {
+        self.push_marks.pushed(inbox, through);
     }
 
     /// The in-memory sessions, for the listener that keeps them true.

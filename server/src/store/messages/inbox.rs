@@ -50,7 +50,7 @@ pub(crate) async fn unread_count(c: &impl GenericClient, inbox: EndpointId) -> R
 /// Moves deliveries `seqs` of `inbox` forward to `state`, keeping its unread count and the newest
 /// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does). Pushed
 /// moves the inbox's mark to the highest of `seqs` instead (migration 29), without waiting for a
-/// flush.
+/// flush; streams record their pushes together instead (`Store::mark_pushed`).
 /// Answers how many moved, and (for surfaced and read) how many the inbox has left unread.
 pub(crate) async fn advance(
     c: &impl GenericClient,
@@ -62,13 +62,6 @@ pub(crate) async fn advance(
     let row = c.query_one(&stmt, &[&inbox, &seqs, &state.to_db()]).await?;
     let (moved, left): (i32, Option<i32>) = (row.col(0)?, row.col(1)?);
     Ok((moved.max(0) as u64, left.map(|n| n.max(0) as u64)))
-}
-
-/// Records that deliveries `seqs` of `inbox`, and every one before them, reached its bridge (see
-/// [`advance`]).
-pub(crate) async fn mark_pushed(c: &impl GenericClient, inbox: EndpointId, seqs: &[i64]) -> Result<()> {
-    advance(c, inbox, seqs, State::Pushed).await?;
-    Ok(())
 }
 
 #[cfg(test)]
