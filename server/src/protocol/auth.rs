@@ -6,6 +6,7 @@
 //! never reaches a handler, and a job token reaches nothing but `Hello`.
 
 use futures_util::future::BoxFuture;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
@@ -159,12 +160,12 @@ pub fn person<T>(request: &tonic::Request<T>) -> Result<Human> {
 /// Authenticates every call by the credential its method takes; see the module.
 #[derive(Clone)]
 pub struct AuthLayer {
-    app: App,
+    app: Arc<App>,
 }
 
 impl AuthLayer {
     pub fn new(app: App) -> Self {
-        Self { app }
+        Self { app: Arc::new(app) }
     }
 }
 
@@ -176,10 +177,11 @@ impl<S> Layer<S> for AuthLayer {
     }
 }
 
+/// Cloned for every call, with the service it wraps: the application is shared, not copied.
 #[derive(Clone)]
 pub struct Authenticate<S> {
     inner: S,
-    app: App,
+    app: Arc<App>,
 }
 
 impl<S, B, ResBody> Service<Request<B>> for Authenticate<S>

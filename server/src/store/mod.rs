@@ -103,7 +103,9 @@ impl DbConfig {
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
-    config: DbConfig,
+    /// Shared: every call's service stack holds a copy of the store, and the driver's settings are
+    /// a dozen strings and lists to copy.
+    config: Arc<DbConfig>,
     /// This process's replica id once registered (see `replicas`), 0 before.
     replica: Arc<std::sync::atomic::AtomicI64>,
     /// Sessions authenticated from memory while their changes are heard.
@@ -143,7 +145,7 @@ impl Store {
         let store = Self {
             push_marks,
             pool,
-            config,
+            config: Arc::new(config),
             replica,
             sessions: Arc::default(),
             resolved: Arc::default(),
