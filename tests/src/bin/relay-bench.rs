@@ -635,9 +635,17 @@ async fn main() {
         let recipients: Vec<String> = agents(&server.url, &ci, "r", 32).await.into_iter().map(|a| a.address).collect();
         for n in [1usize, 8, 32] {
             for hot in [false, true] {
+                // The statements of the target's phase, to show what a batched send costs the database.
+                let shown = n == 32 && !hot;
+                if shown {
+                    stats.reset_statements().await;
+                }
                 let before = Cpu::now(pid);
                 let (rate, shed) = throughput(&senders[..n], &recipients, hot, args.seconds).await;
                 let cpu = Cpu::now(pid).per(before, rate * args.seconds as f64);
+                if shown {
+                    stats.print_statements("throughput @32 distinct", "send", rate * args.seconds as f64).await;
+                }
                 let what = format!("throughput @{n} {} (msg/s)", if hot { "one inbox" } else { "distinct" });
                 let target = if n == 32 && !hot { ">= 10000" } else { "" };
                 let floor = f.commits_per_s.get(&n).copied();
