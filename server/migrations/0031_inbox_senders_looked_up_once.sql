@@ -10,9 +10,10 @@
 -- Its plan is kept for the connection, made on the statistics of the moment. Made while the tables
 -- were nearly empty (a new deployment, or tables analyzed before a burst), it read every delivery
 -- of the inbox and sorted them, and found each message by reading the whole table: 400 ms a look
--- at 100,000 unread, until the next analyze. Sequential and bitmap scans are therefore ruled out for
--- this function, leaving it the indexes; and JIT, which the huge cost the planner then gives those
--- ruled-out paths would otherwise set off (half a second compiling each call).
+-- at 100,000 unread, until the next analyze. Sequential and bitmap scans are therefore switched off
+-- for this function (the planner then takes them only where no index serves); and JIT, which the
+-- huge cost the planner puts on the switched-off paths would otherwise set off (half a second
+-- compiling each call).
 create or replace function relay_unread(recipient bigint, after bigint, lim bigint)
 returns table (seq bigint, id text, sender text, thread text, kind smallint, body text, reply_to text,
                created_at timestamptz, require_reply boolean, private boolean, relation text)
@@ -69,8 +70,8 @@ alter function relay_write_send_set(relay_outgoing[], integer)
 -- Pushes recorded together: each inbox's mark moved to the seq given beside it, if that is further,
 -- for all of them in one statement (a replica gathers the marks its streams left meanwhile). Given in
 -- inbox order, so two callers lock the same inboxes in one order. A mark lost in a crash only shows a
--- pushed message as queued until it is surfaced: not worth a disk flush. An inbox removed meanwhile
--- is skipped. Answers how many marks moved.
+-- pushed message as queued until it is surfaced: not worth a disk flush. An inbox that no longer
+-- exists is skipped. Answers how many marks moved.
 create function relay_mark_pushed(inboxes bigint[], through bigint[]) returns integer
 language plpgsql
 set plan_cache_mode = force_generic_plan

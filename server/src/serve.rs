@@ -30,6 +30,8 @@ use crate::store::{DbConfig, Store, migrate};
 
 /// How long calls in flight may take to finish after a shutdown signal.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+/// How long recording the last pushes may hold a stopping server.
+const PUSH_MARKS_LIMIT: Duration = Duration::from_secs(5);
 /// How long a client keeps one connection before it is asked to open another for new calls; calls
 /// in flight, push streams included, finish on the old one.
 const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
@@ -199,7 +201,8 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let app = App::new(store, hub, shutdown.clone()).with_retention(settings.retention).with_quotas(settings.quotas);
+    let app =
+        App::new(store.clone(), hub, shutdown.clone()).with_retention(settings.retention).with_quotas(settings.quotas);
     let ops = side.ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");
@@ -287,6 +290,10 @@ pub async fn serve_with(
     }
     if let Some(console) = console {
         let _ = console.await;
+    }
+    // What the streams pushed last is recorded before the replica goes.
+    if tokio::time::timeout(PUSH_MARKS_LIMIT, store.write_push_marks()).await.is_err() {
+        tracing::warn!("pushes still unrecorded at shutdown; their senders see them queued until surfaced");
     }
     served.context("grpc server failed")?;
     tracing::info!("stopped");

@@ -880,7 +880,8 @@ async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
 }
 
 /// A replica records the pushes its streams made meanwhile in one call (migration 31): each inbox's
-/// mark moves forward, never back, and an inbox removed meanwhile is skipped, not an error for the rest.
+/// mark moves forward, never back, and an inbox that no longer exists is skipped, not an error for the
+/// rest.
 #[tokio::test]
 async fn pushes_recorded_together_move_each_inboxs_mark_forward_only() {
     let (db, _server, alice, bob) = two_machines().await;

@@ -70,14 +70,6 @@ impl DbConfig {
         if pg.get_application_name().is_none() {
             pg.application_name("relay-server");
         }
-        // Relay's statements are short lookups, some with plans kept for the connection and costed on
-        // the statistics of the day they were made: compiling one costs far more than it runs.
-        let options = match pg.get_options() {
-            Some(given) if given.contains("jit") => given.to_owned(),
-            Some(given) => format!("{given} -c jit=off"),
-            None => "-c jit=off".to_owned(),
-        };
-        pg.options(&options);
         pg.keepalives(true);
         // Notice a dead peer in about a minute rather than the system's two hours.
         pg.keepalives_idle(Duration::from_secs(30));
@@ -189,6 +181,11 @@ impl Store {
         self.push_marks.pushed(inbox, through);
     }
 
+    /// Writes the pushes recorded and not yet written, as the server stops.
+    pub async fn write_push_marks(&self) {
+        self.push_marks.write_waiting().await;
+    }
+
     /// The in-memory sessions, for the listener that keeps them true.
     pub fn sessions(&self) -> &sessions::SessionCache {
         &self.sessions
@@ -280,20 +277,5 @@ mod tests {
         assert!(DbConfig::has_password("host=db user=relay password=s3cret"));
         assert!(!DbConfig::has_password("postgres://relay@db/relay"));
         assert!(!DbConfig::has_password("host=/var/run/postgresql user=relay"));
-    }
-
-    #[test]
-    fn connections_turn_jit_off_unless_the_url_says_otherwise() {
-        let options = |url: &str| DbConfig::parse(url, 4, None).unwrap().pg.get_options().map(str::to_owned);
-        assert_eq!(options("postgres://relay@db/relay").as_deref(), Some("-c jit=off"));
-        assert_eq!(
-            options("postgres://relay@db/relay?options=-c%20statement_timeout%3D5s").as_deref(),
-            Some("-c statement_timeout=5s -c jit=off")
-        );
-        assert_eq!(
-            options("host=db options='-c jit=on'").as_deref(),
-            Some("-c jit=on"),
-            "the operator's choice stands"
-        );
     }
 }

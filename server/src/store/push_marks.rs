@@ -1,7 +1,8 @@
 //! Pushes are recorded together. A stream that pushed messages leaves its inbox's new mark here
 //! and goes on; one task per replica writes whatever marks gathered meanwhile with one call of
 //! `relay_mark_pushed` (migration 31), one transaction for every inbox that was pushed to, instead
-//! of one for each push.
+//! of one for each push. A round that cannot be written is kept for the next; what waits when the
+//! server stops is written as it stops.
 //!
 //! A mark is a status the sender reads (`pushed`), never what a stream resumes from (the bridge
 //! says where it stands), so a mark lost with its replica only shows a pushed message as queued
@@ -9,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use tokio::sync::Notify;
@@ -17,34 +19,58 @@ use crate::domain::Result;
 use crate::domain::ids::EndpointId;
 
 /// How long a round of marks gathers before it is written.
-const GATHER: std::time::Duration = std::time::Duration::from_millis(5);
+const GATHER: Duration = Duration::from_millis(5);
+/// How long a round that could not be written waits to be tried again.
+const RETRY: Duration = Duration::from_secs(1);
 
-#[derive(Default)]
 pub(super) struct PushMarks {
     /// Each inbox's highest seq pushed and not yet written.
     waiting: Mutex<HashMap<EndpointId, i64>>,
     /// Rung when the first mark of a round is left.
     rung: Notify,
+    pool: Pool,
 }
 
 impl PushMarks {
     /// Starts the task that writes the marks.
     pub(super) fn start(pool: Pool) -> Arc<Self> {
-        let marks = Arc::new(Self::default());
-        tokio::spawn(marks.clone().run(pool));
+        let marks = Arc::new(Self { waiting: Mutex::default(), rung: Notify::new(), pool });
+        tokio::spawn(marks.clone().run());
         marks
     }
 
     /// Every delivery of `inbox` up to `through` reached its bridge.
     pub(super) fn pushed(&self, inbox: EndpointId, through: i64) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        let first = waiting.is_empty();
-        let mark = waiting.entry(inbox).or_insert(through);
-        *mark = (*mark).max(through);
-        drop(waiting);
-        if first {
+        if self.keep(std::iter::once((inbox, through))) {
             self.rung.notify_one();
         }
+    }
+
+    /// Writes the marks waiting now; `false` when they could not be, and wait for the next round.
+    pub(super) async fn write_waiting(&self) -> bool {
+        let marks = self.take();
+        if marks.is_empty() {
+            return true;
+        }
+        match write(&self.pool, &marks).await {
+            Ok(()) => true,
+            Err(err) => {
+                tracing::warn!(error = %err, inboxes = marks.len(), "cannot record pushes yet; trying again");
+                self.keep(marks);
+                false
+            }
+        }
+    }
+
+    /// Keeps each inbox's highest mark; whether nothing waited before.
+    fn keep(&self, marks: impl IntoIterator<Item = (EndpointId, i64)>) -> bool {
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        let first = waiting.is_empty();
+        for (inbox, through) in marks {
+            let mark = waiting.entry(inbox).or_insert(through);
+            *mark = (*mark).max(through);
+        }
+        first
     }
 
     fn take(&self) -> Vec<(EndpointId, i64)> {
@@ -55,17 +81,20 @@ impl PushMarks {
         marks
     }
 
-    async fn run(self: Arc<Self>, pool: Pool) {
+    fn is_empty(&self) -> bool {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    async fn run(self: Arc<Self>) {
         loop {
-            self.rung.notified().await;
+            // A mark left after this look rings, and the ring is kept until it is waited for.
+            if self.is_empty() {
+                self.rung.notified().await;
+            }
             // Marks of other streams gather meanwhile: one statement records them all.
             tokio::time::sleep(GATHER).await;
-            let marks = self.take();
-            if marks.is_empty() {
-                continue;
-            }
-            if let Err(err) = write(&pool, &marks).await {
-                tracing::warn!(error = %err, inboxes = marks.len(), "cannot record pushes; their senders see them queued until surfaced");
+            if !self.write_waiting().await {
+                tokio::time::sleep(RETRY).await;
             }
         }
     }
@@ -83,14 +112,29 @@ async fn write(pool: &Pool, marks: &[(EndpointId, i64)]) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn marks() -> PushMarks {
+        let config = deadpool_postgres::Config { dbname: Some("unused".into()), ..Default::default() };
+        let pool = config.create_pool(None, tokio_postgres::NoTls).unwrap();
+        PushMarks { waiting: Mutex::default(), rung: Notify::new(), pool }
+    }
+
     #[test]
     fn marks_gathered_meanwhile_keep_each_inboxs_highest_in_inbox_order() {
-        let marks = PushMarks::default();
-        marks.pushed(EndpointId(7), 3);
-        marks.pushed(EndpointId(2), 9);
-        marks.pushed(EndpointId(7), 5);
-        marks.pushed(EndpointId(7), 4);
+        let marks = marks();
+        assert!(marks.keep([(EndpointId(7), 3)]), "the first of a round rings");
+        assert!(!marks.keep([(EndpointId(2), 9), (EndpointId(7), 5)]));
+        assert!(!marks.keep([(EndpointId(7), 4)]));
         assert_eq!(marks.take(), [(EndpointId(2), 9), (EndpointId(7), 5)]);
         assert!(marks.take().is_empty(), "taken once");
+    }
+
+    #[test]
+    fn a_round_kept_for_the_next_loses_nothing_to_the_marks_left_meanwhile() {
+        let marks = marks();
+        marks.keep([(EndpointId(1), 8)]);
+        let failed = marks.take();
+        marks.keep([(EndpointId(1), 6), (EndpointId(3), 2)]);
+        marks.keep(failed);
+        assert_eq!(marks.take(), [(EndpointId(1), 8), (EndpointId(3), 2)]);
     }
 }
