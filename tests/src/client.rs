@@ -88,12 +88,7 @@ pub async fn caught_up(stream: &mut Streaming<Push>, limit: Duration) {
     let deadline = tokio::time::Instant::now() + limit;
     let mut beats = 0;
     while beats < 2 {
-        let push = tokio::time::timeout_at(deadline, stream.message())
-            .await
-            .expect("timed out waiting for the stream to catch up")
-            .expect("push stream failed")
-            .expect("push stream ended");
-        if let Some(push::Event::Heartbeat(_)) = push.event {
+        if let Some(push::Event::Heartbeat(_)) = next_push(stream, deadline, "the stream to catch up").await {
             beats += 1;
         }
     }
@@ -103,13 +98,18 @@ pub async fn caught_up(stream: &mut Streaming<Push>, limit: Duration) {
 pub async fn next_message(stream: &mut Streaming<Push>, limit: Duration) -> Message {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let push = tokio::time::timeout_at(deadline, stream.message())
-            .await
-            .expect("timed out waiting for a pushed message")
-            .expect("push stream failed")
-            .expect("push stream ended");
-        if let Some(push::Event::Message(message)) = push.event {
+        if let Some(push::Event::Message(message)) = next_push(stream, deadline, "a pushed message").await {
             return message;
         }
     }
+}
+
+/// The next event on a push stream; panics at `deadline`, naming what was awaited.
+async fn next_push(stream: &mut Streaming<Push>, deadline: tokio::time::Instant, awaited: &str) -> Option<push::Event> {
+    tokio::time::timeout_at(deadline, stream.message())
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {awaited}"))
+        .expect("push stream failed")
+        .expect("push stream ended")
+        .event
 }

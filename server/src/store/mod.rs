@@ -183,7 +183,7 @@ impl Store {
 
     /// Writes the pushes recorded and not yet written, as the server stops.
     pub async fn write_push_marks(&self) {
-        self.push_marks.write_waiting().await;
+        self.push_marks.write_waiting(&self.pool).await;
     }
 
     /// The in-memory sessions, for the listener that keeps them true.

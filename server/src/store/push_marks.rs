@@ -23,19 +23,19 @@ const GATHER: Duration = Duration::from_millis(5);
 /// How long a round that could not be written waits to be tried again.
 const RETRY: Duration = Duration::from_secs(1);
 
+#[derive(Default)]
 pub(super) struct PushMarks {
     /// Each inbox's highest seq pushed and not yet written.
     waiting: Mutex<HashMap<EndpointId, i64>>,
     /// Rung when the first mark of a round is left.
     rung: Notify,
-    pool: Pool,
 }
 
 impl PushMarks {
     /// Starts the task that writes the marks.
     pub(super) fn start(pool: Pool) -> Arc<Self> {
-        let marks = Arc::new(Self { waiting: Mutex::default(), rung: Notify::new(), pool });
-        tokio::spawn(marks.clone().run());
+        let marks = Arc::new(Self::default());
+        tokio::spawn(marks.clone().run(pool));
         marks
     }
 
@@ -47,12 +47,12 @@ impl PushMarks {
     }
 
     /// Writes the marks waiting now; `false` when they could not be, and wait for the next round.
-    pub(super) async fn write_waiting(&self) -> bool {
+    pub(super) async fn write_waiting(&self, pool: &Pool) -> bool {
         let marks = self.take();
         if marks.is_empty() {
             return true;
         }
-        match write(&self.pool, &marks).await {
+        match write(pool, &marks).await {
             Ok(()) => true,
             Err(err) => {
                 tracing::warn!(error = %err, inboxes = marks.len(), "cannot record pushes yet; trying again");
@@ -85,7 +85,7 @@ impl PushMarks {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
     }
 
-    async fn run(self: Arc<Self>) {
+    async fn run(self: Arc<Self>, pool: Pool) {
         loop {
             // A mark left after this look rings, and the ring is kept until it is waited for.
             if self.is_empty() {
@@ -93,7 +93,7 @@ impl PushMarks {
             }
             // Marks of other streams gather meanwhile: one statement records them all.
             tokio::time::sleep(GATHER).await;
-            if !self.write_waiting().await {
+            if !self.write_waiting(&pool).await {
                 tokio::time::sleep(RETRY).await;
             }
         }
@@ -112,15 +112,9 @@ async fn write(pool: &Pool, marks: &[(EndpointId, i64)]) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn marks() -> PushMarks {
-        let config = deadpool_postgres::Config { dbname: Some("unused".into()), ..Default::default() };
-        let pool = config.create_pool(None, tokio_postgres::NoTls).unwrap();
-        PushMarks { waiting: Mutex::default(), rung: Notify::new(), pool }
-    }
-
     #[test]
     fn marks_gathered_meanwhile_keep_each_inboxs_highest_in_inbox_order() {
-        let marks = marks();
+        let marks = PushMarks::default();
         assert!(marks.keep([(EndpointId(7), 3)]), "the first of a round rings");
         assert!(!marks.keep([(EndpointId(2), 9), (EndpointId(7), 5)]));
         assert!(!marks.keep([(EndpointId(7), 4)]));
@@ -130,7 +124,7 @@ mod tests {
 
     #[test]
     fn a_round_kept_for_the_next_loses_nothing_to_the_marks_left_meanwhile() {
-        let marks = marks();
+        let marks = PushMarks::default();
         marks.keep([(EndpointId(1), 8)]);
         let failed = marks.take();
         marks.keep([(EndpointId(1), 6), (EndpointId(3), 2)]);

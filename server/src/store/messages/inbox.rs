@@ -48,9 +48,8 @@ pub(crate) async fn unread_count(c: &impl GenericClient, inbox: EndpointId) -> R
 }
 
 /// Moves deliveries `seqs` of `inbox` forward to `state`, keeping its unread count and the newest
-/// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does). Pushed
-/// moves the inbox's mark to the highest of `seqs` instead (migration 29), without waiting for a
-/// flush; streams record their pushes together instead (`Store::mark_pushed`).
+/// shown (`relay_advance`: what is shown or read locks the inbox first, as a send does). Pushes
+/// are recorded apart, as a mark per inbox (`Store::mark_pushed`).
 /// Answers how many moved, and (for surfaced and read) how many the inbox has left unread.
 pub(crate) async fn advance(
     c: &impl GenericClient,
