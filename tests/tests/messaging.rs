@@ -653,6 +653,80 @@ async fn a_send_alone_has_the_outcomes_of_a_batch_of_one() {
     s.assert_left_nothing(&["alone-7"]).await;
 }
 
+/// A plain send (one inbox, no contact relied on, nothing read) is written by `relay_write_send_plain`
+/// with the answers `relay_write_send_numbered` gives it: stored with the inbox's next seq and how the
+/// two stand, a duplicate answered without writing, a full inbox or a revoked machine refused by
+/// SQLSTATE with nothing left behind. Asked to write what is not plain, it refuses.
+#[tokio::test]
+async fn a_plain_send_has_the_answers_of_a_send_alone() {
+    // Carol's inbox is full at a cap of 5.
+    let s = WriterScene::new(5).await;
+    let (a, b, c) = (s.alice, s.bob, s.carol);
+    let b_head = s.head(b).await;
+    // Nobody has a stream open, and everyone was last seen a minute ago: every recipient is away.
+    s.sql.execute("update endpoints set last_seen_at = now() - interval '1 minute'", &[]).await.unwrap();
+    // (outcome, recipients away, seqs, relations), or the SQLSTATE and detail raised.
+    type Plain = Result<(String, Option<Vec<i64>>, Option<Vec<i64>>, Option<Vec<String>>), (String, Option<String>)>;
+    let write = async |send: String| -> Plain {
+        match s
+            .sql
+            .query_one(
+                &format!("select outcome, offline, seqs, relations from relay_write_send_plain({send}, 5, 0)"),
+                &[],
+            )
+            .await
+        {
+            Ok(row) => Ok((row.get(0), row.get(1), row.get(2), row.get(3))),
+            Err(e) => {
+                let db = e.as_db_error().expect("a database error");
+                Err((db.code().code().to_owned(), db.detail().map(str::to_owned)))
+            }
+        }
+    };
+    let stored =
+        |seq: i64, relation: &str| Ok(("stored".into(), Some(vec![b]), Some(vec![seq]), Some(vec![relation.into()])));
+
+    assert_eq!(write(s.outgoing("plain-1", None, &[b], &[], None)).await, stored(b_head + 1, ""));
+    assert_eq!(write(s.outgoing("plain-2", None, &[c], &[], None)).await, Err(("RLY02".into(), Some(c.to_string()))));
+    assert_eq!(
+        write(s.outgoing("plain-3", Some("once"), &[b], &[], None)).await,
+        Ok(("duplicate".into(), None, None, None)),
+        "a client id used before is answered as a duplicate"
+    );
+    // How the two stand, as a push shows it: alice is bob's parent, then bob is alice's.
+    s.sql.execute("update endpoints set parent_id = $1 where id = $2", &[&a, &b]).await.unwrap();
+    assert_eq!(write(s.outgoing("plain-4", None, &[b], &[], None)).await, stored(b_head + 2, "parent"));
+    s.sql.execute("update endpoints set parent_id = null where id = $1", &[&b]).await.unwrap();
+    s.sql.execute("update endpoints set parent_id = $1 where id = $2", &[&b, &a]).await.unwrap();
+    assert_eq!(write(s.outgoing("plain-5", None, &[b], &[], None)).await, stored(b_head + 3, "child"));
+
+    // What is not plain goes to `relay_write_send_numbered`; written here it would lose its contact
+    // check or its read.
+    for send in [
+        s.outgoing("plain-6", None, &[b, c], &[], None),
+        s.outgoing("plain-7", None, &[b], &[s.other], None),
+        s.outgoing("plain-8", None, &[b], &[], Some(&s.question)),
+    ] {
+        assert_eq!(write(send).await, Err(("22023".into(), None)));
+    }
+    // An inbox that does not exist is refused as nobody to reach, not stored undelivered.
+    assert_eq!(
+        write(s.outgoing("plain-9", None, &[i64::MAX], &[], None)).await,
+        Err(("RLY03".into(), Some(i64::MAX.to_string())))
+    );
+    // A recipient whose machine was revoked after the send was resolved.
+    s.sql.execute("update machines set revoked_at = now() where name = 'ci'", &[]).await.unwrap();
+    assert_eq!(write(s.outgoing("plain-10", None, &[b], &[], None)).await, Err(("RLY03".into(), Some(b.to_string()))));
+
+    assert_eq!(
+        s.deliveries_after(b, b_head).await,
+        vec![(b_head + 1, "plain-1".into()), (b_head + 2, "plain-4".into()), (b_head + 3, "plain-5".into())],
+        "stored sends take the next seqs, with no gap for the refused ones"
+    );
+    s.assert_left_nothing(&["plain-2", "plain-3", "plain-6", "plain-7", "plain-8", "plain-9", "plain-10"]).await;
+    s.assert_counters_agree().await;
+}
+
 /// A send reaching more recipients than one notification can name (a group send can reach
 /// hundreds) is stored, and every recipient is announced to the other replicas, 300 to a
 /// notification.

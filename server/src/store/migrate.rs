@@ -170,6 +170,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "inbox_senders_looked_up_once",
         sql: include_str!("../../migrations/0031_inbox_senders_looked_up_once.sql"),
     },
+    Migration {
+        version: 32,
+        name: "a_plain_send_in_three_writes",
+        sql: include_str!("../../migrations/0032_a_plain_send_in_three_writes.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

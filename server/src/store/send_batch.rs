@@ -4,8 +4,9 @@
 //! batch, its messages and deliveries written as sets. A batch that cannot be written whole is
 //! written again one send at a time, each in a subtransaction, so a failing send leaves the others
 //! stored. Alone, a send waits for nobody and is written by `relay_write_send_numbered` (migrations
-//! 26 and 30), one statement, by the task that asked when its writer is idle; under load, sends
-//! share commits.
+//! 26 and 30), one statement, or when plain (one inbox, no contact, nothing read) by
+//! `relay_write_send_plain` (migration 32), by the task that asked when its writer is idle; under
+//! load, sends share commits.
 //!
 //! Both answer each recipient's seq, so the recipients' streams in this process are handed the
 //! message as it was stored (see [`Waker`]) instead of reading it back.
@@ -82,6 +83,13 @@ pub(super) struct BatchedSend {
     pub contacts: Vec<AccountId>,
     /// For a reply: the endpoint whose delivery of `reply_to` becomes read.
     pub read_by: Option<EndpointId>,
+}
+
+impl BatchedSend {
+    /// To one inbox, relying on no contact, reading no message: what `relay_write_send_plain` writes.
+    fn is_plain(&self) -> bool {
+        self.recipients.len() == 1 && self.contacts.is_empty() && self.read_by.is_none()
+    }
 }
 
 struct Job {
@@ -264,12 +272,16 @@ impl Writer {
         let cap = i32::try_from(self.cap.load(Ordering::Relaxed)).unwrap_or(i32::MAX);
         let replica = self.replica.load(Ordering::Relaxed);
         if let [job] = jobs {
-            // Alone, a send is one statement (migration 26) instead of the set's handful.
+            // Alone, a send is one statement (migration 26) instead of the set's handful; a plain
+            // one, three short writes (migration 32).
             let stmt = client
-                .prepare_cached(
+                .prepare_cached(if job.send.is_plain() {
                     "select outcome, offline, offline_seen, seqs, relations, sent_at \
-                     from relay_write_send_numbered($1, $2, $3)",
-                )
+                     from relay_write_send_plain($1, $2, $3)"
+                } else {
+                    "select outcome, offline, offline_seen, seqs, relations, sent_at \
+                     from relay_write_send_numbered($1, $2, $3)"
+                })
                 .await?;
             return match client.query_one(&stmt, &[&job.send, &cap, &replica]).await {
                 Ok(row) => Ok(vec![written(&row)]),
@@ -303,7 +315,8 @@ impl Writer {
     }
 }
 
-/// One send's outcome, from its row of `relay_write_send_numbered` or `relay_write_sends_numbered`.
+/// One send's outcome, from its row of `relay_write_send_plain`, `relay_write_send_numbered` or
+/// `relay_write_sends_numbered`.
 fn written(row: &tokio_postgres::Row) -> Result<Written> {
     let outcome: String = row.col("outcome")?;
     match outcome.as_str() {
