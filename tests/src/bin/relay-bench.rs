@@ -438,6 +438,33 @@ async fn throughput(senders: &[Client], recipients: &[String], hot: bool, second
     (ok as f64 / seconds as f64, shed)
 }
 
+/// Health checks for `seconds` from `callers` tasks, each on its own connection; calls per second.
+async fn health_calls(url: &str, callers: usize, seconds: u64) -> f64 {
+    let mut clients = Vec::with_capacity(callers);
+    for _ in 0..callers {
+        clients.push(HealthClient::new(client::channel(url).await));
+    }
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut health| {
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    health.check(HealthCheckRequest { service: String::new() }).await.expect("health check");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.expect("health task");
+    }
+    total as f64 / seconds as f64
+}
+
 struct Offered {
     send: Quantiles,
     push: Quantiles,
@@ -667,6 +694,23 @@ async fn main() {
                 });
             }
         }
+    }
+
+    // The transport's ceiling at 32 callers: the call through the same listener and layers that
+    // asks no database (the health check), each caller on a connection of its own as the senders
+    // are. What it costs the server and the benchmark per call bounds what any send can reach here.
+    if args.runs("throughput") {
+        let before = Cpu::now(pid);
+        let rate = health_calls(&server.url, 32, args.seconds).await;
+        let cpu = Cpu::now(pid).per(before, rate * args.seconds as f64);
+        rows.push(row("grpc calls @32, no database (calls/s)", format!("{rate:.0}"), None, rate, ""));
+        rows.push(Row {
+            what: "  cpu us per call: server / postgres / bench".into(),
+            relay: cpu,
+            floor: String::new(),
+            ratio: String::new(),
+            target: String::new(),
+        });
     }
 
     // A fixed offered rate, open loop, over 50 pairs.
