@@ -727,6 +727,107 @@ async fn a_plain_send_has_the_answers_of_a_send_alone() {
     s.assert_counters_agree().await;
 }
 
+/// A batch of plain sends is written by `relay_write_sends_plain` with the answers the numbered batch
+/// writer gives: stored sends with their inboxes' next seqs in batch order, a duplicate answered
+/// without writing. A batch that an inbox would refuse is handed whole to the numbered writer, which
+/// refuses that send alone and stores the rest.
+#[tokio::test]
+async fn a_batch_of_plain_sends_has_the_answers_of_the_numbered_batch() {
+    // Carol's inbox holds 4 at a cap of 5: one more fits, two do not.
+    let s = WriterScene::new(4).await;
+    let (a, b, c) = (s.alice, s.bob, s.carol);
+    let (b_head, c_head) = (s.head(b).await, s.head(c).await);
+    s.sql.execute("update endpoints set last_seen_at = now() - interval '1 minute'", &[]).await.unwrap();
+    s.sql.execute("update endpoints set parent_id = $1 where id = $2", &[&a, &b]).await.unwrap();
+    // (n, outcome, SQLSTATE, detail, recipients away, seqs, relations)
+    type Row = (i64, String, Option<String>, Option<String>, Option<Vec<i64>>, Option<Vec<i64>>, Option<Vec<String>>);
+    // Its answers, and whether it handed the batch to the numbered writer (function calls are
+    // counted for this transaction alone).
+    let write = async |sends: &[String]| -> (Vec<Row>, bool) {
+        s.sql.batch_execute("begin; set local track_functions = 'pl'").await.unwrap();
+        let rows = s
+            .sql
+            .query(
+                &format!(
+                    "select n, outcome, code, detail, offline, seqs, relations \
+                     from relay_write_sends_plain(array[{}], 5, 0) order by n",
+                    sends.join(",")
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        let handed = s
+            .sql
+            .query_opt("select 1 from pg_stat_xact_user_functions where funcname = 'relay_write_sends_numbered'", &[])
+            .await
+            .unwrap()
+            .is_some();
+        s.sql.batch_execute("commit").await.unwrap();
+        (rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5), r.get(6))).collect(), handed)
+    };
+    let stored = |n: i64, to: i64, seq: i64, relation: &str| {
+        (n, "stored".to_owned(), None, None, Some(vec![to]), Some(vec![seq]), Some(vec![relation.to_owned()]))
+    };
+    let duplicate = |n: i64| (n, "duplicate".to_owned(), None, None, None, None, None);
+
+    assert_eq!(
+        write(&[
+            s.outgoing("set-1", None, &[b], &[], None),
+            s.outgoing("set-2", Some("once"), &[b], &[], None),
+            s.outgoing("set-3", None, &[c], &[], None),
+            s.outgoing("set-4", None, &[b], &[], None),
+        ])
+        .await,
+        (
+            vec![
+                stored(1, b, b_head + 1, "parent"),
+                duplicate(2),
+                stored(3, c, c_head + 1, ""),
+                stored(4, b, b_head + 2, "parent")
+            ],
+            false
+        ),
+        "written as a set: each stored send takes its inbox's next seq in batch order"
+    );
+    // Carol is full now: her send is refused and the others are stored, as the numbered writer
+    // answers.
+    assert_eq!(
+        write(&[s.outgoing("set-5", None, &[b], &[], None), s.outgoing("set-6", None, &[c], &[], None)]).await,
+        (
+            vec![
+                stored(1, b, b_head + 3, "parent"),
+                (2, "refused".into(), Some("RLY02".into()), Some(c.to_string()), None, None, None)
+            ],
+            true
+        ),
+        "handed whole to the numbered writer"
+    );
+    assert_eq!(
+        s.deliveries_after(b, b_head).await,
+        vec![(b_head + 1, "set-1".into()), (b_head + 2, "set-4".into()), (b_head + 3, "set-5".into())]
+    );
+    assert_eq!(s.deliveries_after(c, c_head).await, vec![(c_head + 1, "set-3".into())]);
+    s.assert_left_nothing(&["set-2", "set-6"]).await;
+    s.assert_counters_agree().await;
+
+    // A set that is not all plain is refused before anything is written.
+    let err = s
+        .sql
+        .query(
+            &format!(
+                "select * from relay_write_sends_plain(array[{}, {}], 5, 0)",
+                s.outgoing("set-7", None, &[b], &[], None),
+                s.outgoing("set-8", None, &[b], &[s.other], None)
+            ),
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.as_db_error().map(|db| db.code().code()), Some("22023"));
+    s.assert_left_nothing(&["set-7", "set-8"]).await;
+}
+
 /// A send reaching more recipients than one notification can name (a group send can reach
 /// hundreds) is stored, and every recipient is announced to the other replicas, 300 to a
 /// notification.

@@ -1,15 +1,19 @@
 //! Group commit for sends. A send that was resolved and allowed is queued here; writer tasks take
-//! whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call of
-//! `relay_write_sends_numbered` (migrations 22 and 30): one round trip and one commit for the whole
-//! batch, its messages and deliveries written as sets. A batch that cannot be written whole is
-//! written again one send at a time, each in a subtransaction, so a failing send leaves the others
-//! stored. Alone, a send waits for nobody and is written by `relay_write_send_numbered` (migrations
-//! 26 and 30), one statement, or when plain (one inbox, no contact, nothing read) by
-//! `relay_write_send_plain` (migration 32), by the task that asked when its writer is idle; under
-//! load, sends share commits.
+//! whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call: one round trip
+//! and one commit for the whole batch, its messages and deliveries written as sets.
 //!
-//! Both answer each recipient's seq, so the recipients' streams in this process are handed the
-//! message as it was stored (see [`Waker`]) instead of reading it back.
+//! * A batch of plain sends (each to one inbox, relying on no contact, reading no message), the
+//!   common case, is written by `relay_write_sends_plain` (migration 32), which checks the inboxes
+//!   first and then writes with no subtransaction.
+//! * Any other batch, and a batch of plain sends an inbox refuses, is written by
+//!   `relay_write_sends_numbered` (migrations 22 and 30). A batch it cannot write whole is written
+//!   again one send at a time, each in a subtransaction, so a failing send leaves the others stored.
+//! * Alone, a send waits for nobody and is written by the task that asked when its writer is idle,
+//!   by `relay_write_send_plain` (migration 32) when plain and otherwise `relay_write_send_numbered`
+//!   (migrations 26 and 30), one call each. Under load, sends share commits.
+//!
+//! Every writer answers each recipient's seq, so the recipients' streams in this process are handed
+//! the message as it was stored (see [`Waker`]) instead of reading it back.
 //!
 //! Past [`QUEUE`] sends waiting for one writer, more for it are refused at once as overloaded rather
 //! than queued for seconds.
@@ -86,7 +90,8 @@ pub(super) struct BatchedSend {
 }
 
 impl BatchedSend {
-    /// To one inbox, relying on no contact, reading no message: what `relay_write_send_plain` writes.
+    /// To one inbox, relying on no contact, reading no message: what `relay_write_send_plain` and
+    /// `relay_write_sends_plain` write.
     fn is_plain(&self) -> bool {
         self.recipients.len() == 1 && self.contacts.is_empty() && self.read_by.is_none()
     }
@@ -297,26 +302,48 @@ impl Writer {
             };
         }
         let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
-        let stmt = client
-            .prepare_cached(
-                "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
-                 from relay_write_sends_numbered($1, $2, $3)",
-            )
-            .await?;
-        let rows = client.query(&stmt, &[&sends, &cap, &replica]).await?;
+        // Plain sends, the common batch, are written as sets with nothing that can refuse one of
+        // them once the inboxes are checked (migration 32). Should the set fail anyway (a message
+        // it answers deleted meanwhile), the numbered writer sorts the failing send from the rest.
+        let rows = if sends.iter().all(|s| s.is_plain()) {
+            let stmt = client
+                .prepare_cached(
+                    "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
+                     from relay_write_sends_plain($1, $2, $3)",
+                )
+                .await?;
+            match client.query(&stmt, &[&sends, &cap, &replica]).await {
+                Ok(rows) => Some(rows),
+                Err(e) if e.as_db_error().is_some() => {
+                    tracing::debug!(error = %e, sends = sends.len(), "a set of plain sends failed; written one by one");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            }
+        } else {
+            None
+        };
+        let rows = match rows {
+            Some(rows) => rows,
+            None => {
+                let stmt = client
+                    .prepare_cached(
+                        "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
+                         from relay_write_sends_numbered($1, $2, $3)",
+                    )
+                    .await?;
+                client.query(&stmt, &[&sends, &cap, &replica]).await?
+            }
+        };
         if rows.len() != jobs.len() {
-            return Err(Error::Internal(format!(
-                "relay_write_sends_numbered answered {} of {} sends",
-                rows.len(),
-                jobs.len()
-            )));
+            return Err(Error::Internal(format!("the batch writer answered {} of {} sends", rows.len(), jobs.len())));
         }
         rows.iter().map(|row| written(row).map(Ok)).collect()
     }
 }
 
-/// One send's outcome, from its row of `relay_write_send_plain`, `relay_write_send_numbered` or
-/// `relay_write_sends_numbered`.
+/// One send's outcome, from its row of any of the writers (`relay_write_send_plain`,
+/// `relay_write_send_numbered`, `relay_write_sends_plain`, `relay_write_sends_numbered`).
 fn written(row: &tokio_postgres::Row) -> Result<Written> {
     let outcome: String = row.col("outcome")?;
     match outcome.as_str() {
