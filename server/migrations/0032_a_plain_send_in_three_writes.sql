@@ -1,5 +1,5 @@
--- Plain sends, the commonest (each to one inbox, relying on no contact, reading no message it
--- answers), are written by functions that do only that.
+-- Plain sends, the commonest (each to one inbox, relying on no contact, not a reply: a reply reads
+-- the message it answers), are written by functions that do only that.
 --
 -- `relay_write_send_numbered` (migration 30) writes every lone send with one statement of seven
 -- parts, most of them empty for a plain send: a contact check, a reply's read, grouping over the
@@ -11,21 +11,27 @@
 -- `relay_write_sends_numbered` writes a batch inside a subtransaction, so that a send refused
 -- midway can be sorted from the rest, and looks for contacts, replies and revoked machines in
 -- statements of their own. `relay_write_sends_plain` checks the batch's inboxes once they are
--- locked (none full, none of a revoked machine), after which nothing can refuse a plain send, and
--- writes the batch as sets with no subtransaction: a batch of 8 from 1.4-2.0 to 1.0-1.3 ms (same
--- measure). A batch an inbox would refuse is handed whole to `relay_write_sends_numbered`, before
--- anything is written.
+-- locked (none full, none of a revoked machine, none gone), after which none of its checks refuses a
+-- plain send, and writes the batch as sets with no subtransaction: a batch of 8 from 1.4-2.0 to
+-- 1.0-1.3 ms (same measure). A batch an inbox would refuse is handed whole to
+-- `relay_write_sends_numbered` before anything is written; the server hands it a set that breaks a
+-- constraint anyway, or meets a deadlock.
 --
--- Their answers are those of the numbered writers, so the server reads all alike. Sends that are
--- not plain still go to the numbered writers, which are unchanged, and so is the previous release,
--- which never calls these.
+-- Their answers are those of the numbered writers for every inbox that exists, so the server reads
+-- all alike. An inbox that no longer exists (nothing deletes one today) is refused by the lone writer
+-- as nobody to reach (RLY03), where the numbered writers store the message undelivered; a batch
+-- holding one goes to the numbered writer. Sends that are not plain still go to the numbered
+-- writers, which are unchanged, and so is the previous release, which never calls these.
 --
 -- Locks: a lone plain send inserts its message first (a retry racing its first attempt waits on its
 -- key, as before), then updates the inbox row, which locks it; no inbox is locked ahead, as
--- migration 30 explains for a send to one inbox. The foreign-key checks of its message (its sender,
--- the message it answers) now run before the inbox is locked rather than after: they take
--- `key share` locks, which a writer holding an inbox (`no key update`) never waits on. A batch locks
--- its inboxes in id order first, as every batch does.
+-- migration 30 explains for a send to one inbox. The foreign-key check of its sender now runs before
+-- the inbox is locked rather than after. It takes a `key share` lock, which a writer holding an
+-- inbox (`no key update`) never waits on; only `for update` does. A contact's drop locks that way the
+-- inboxes holding deliveries between the two accounts, in id order: it can meet a lone plain send
+-- whose sender is one of them in a deadlock (the numbered writer met it in the mirror case), which
+-- Postgres ends by refusing one, and the caller tries again. A batch locks its inboxes in id order
+-- first, as every batch does.
 create function relay_write_send_plain(s relay_outgoing, cap integer, replica bigint,
                                        out outcome text, out offline bigint[], out offline_seen timestamptz[],
                                        out seqs bigint[], out relations text[], out sent_at timestamptz)
@@ -117,9 +123,9 @@ begin
     inboxes := array(select distinct s.recipients[1] from unnest(sends) s order by 1);
     perform 1 from endpoints where id = any(inboxes) order by id for no key update;
 
-    -- Counted as if no send were a duplicate, so that none can be refused once written. An inbox
-    -- that would be (full, its machine revoked, gone) sends the batch to the writer that sorts the
-    -- refused sends from the rest, before anything is written here.
+    -- Counted as if no send were a duplicate, so that no check refuses one once written. An inbox
+    -- that would refuse (full, its machine revoked, gone) sends the batch to the writer that sorts
+    -- the refused sends from the rest, before anything is written here.
     if exists (select 1
                from (select s.recipients[1] as inbox, count(*) as k from unnest(sends) s group by 1) w
                left join endpoints e on e.id = w.inbox

@@ -828,6 +828,110 @@ async fn a_batch_of_plain_sends_has_the_answers_of_the_numbered_batch() {
     s.assert_left_nothing(&["set-7", "set-8"]).await;
 }
 
+/// What a writer answered: its rows as JSON, or the SQLSTATE and detail it raised.
+type Rows = Result<Vec<serde_json::Value>, (String, Option<String>)>;
+
+impl WriterScene {
+    /// What the numbered writer and the plain one answer to the same sends from the same state: both
+    /// run in one transaction (so `now()` is the same for both), the first undone before the second
+    /// and the second undone after. `call` names the writer as `{writer}`.
+    async fn numbered_and_plain(&self, call: &str) -> (Rows, Rows) {
+        self.sql.batch_execute("begin").await.unwrap();
+        let mut answers = Vec::new();
+        for writer in ["numbered", "plain"] {
+            self.sql.batch_execute("savepoint before").await.unwrap();
+            // In the order the writer answers: a batch's by send.
+            let query = format!("select to_jsonb(w) from {} w", call.replace("{writer}", writer));
+            answers.push(match self.sql.query(&query, &[]).await {
+                Ok(rows) => Ok(rows.iter().map(|r| r.get(0)).collect()),
+                Err(e) => {
+                    let db = e.as_db_error().expect("a database error");
+                    Err((db.code().code().to_owned(), db.detail().map(str::to_owned)))
+                }
+            });
+            self.sql.batch_execute("rollback to savepoint before").await.unwrap();
+        }
+        self.sql.batch_execute("rollback").await.unwrap();
+        let plain = answers.pop().unwrap();
+        (answers.pop().unwrap(), plain)
+    }
+}
+
+/// The plain writers answer every plain send as the numbered writers do, to the last field (who is
+/// away and since when, seqs, relations, when it was stored), alone and in batches: stored, away or
+/// not, a human's inbox never away, parent and child, a client id used before or twice in one
+/// batch, a full inbox, a revoked machine.
+#[tokio::test]
+async fn the_plain_writers_answer_as_the_numbered_ones() {
+    let s = WriterScene::new(5).await;
+    let (a, b, c) = (s.alice, s.bob, s.carol);
+    // A human's inbox, 'me', beside the agents; bob was last seen a minute ago, carol just now.
+    let me: i64 = s
+        .sql
+        .query_one(
+            "with m as (insert into machines (account_id, name, token_hash) values ($1, 'me', '\\x6d65') returning id)
+             insert into endpoints (machine_id, handle) select id, 'ann' from m returning id",
+            &[&s.acme],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    s.sql
+        .execute("update endpoints set last_seen_at = now() - interval '1 minute' where id = $1", &[&b])
+        .await
+        .unwrap();
+    s.sql.execute("update endpoints set last_seen_at = now() where id = $1", &[&c]).await.unwrap();
+    let alone = |id: &str, client_id: Option<&str>, to: i64, cap: i32| {
+        format!("relay_write_send_{{writer}}({}, {cap}, 0)", s.outgoing(id, client_id, &[to], &[], None))
+    };
+    let batch = |sends: &[(&str, Option<&str>, i64)], cap: i32| {
+        let sends: Vec<String> =
+            sends.iter().map(|(id, client_id, to)| s.outgoing(id, *client_id, &[*to], &[], None)).collect();
+        format!("relay_write_sends_{{writer}}(array[{}], {cap}, 0)", sends.join(","))
+    };
+    // Both answer alike, and the case is the one meant: each send's outcome, or what was raised.
+    let same = async |call: String, what: &str, expected: &str| {
+        let (numbered, plain) = s.numbered_and_plain(&call).await;
+        assert_eq!(plain, numbered, "{what}: the plain writer answers as the numbered one");
+        let case = match &numbered {
+            Ok(rows) => rows.iter().map(|r| r["outcome"].as_str().unwrap_or("?")).collect::<Vec<_>>().join(","),
+            Err((code, _)) => code.clone(),
+        };
+        assert_eq!(case, expected, "{what}");
+    };
+
+    same(alone("one-1", None, b, 100), "to an agent away", "stored").await;
+    same(alone("one-2", None, me, 100), "to a human's inbox", "stored").await;
+    same(alone("one-3", None, c, 100), "to an agent seen just now", "stored").await;
+    same(alone("one-4", None, c, 5), "to a full inbox", "RLY02").await;
+    same(alone("one-5", Some("once"), b, 100), "with a client id used before", "duplicate").await;
+    let mixed = [
+        ("set-1", None, b),
+        ("set-2", Some("once"), b),
+        ("set-3", Some("twice"), c),
+        ("set-4", Some("twice"), me),
+        ("set-5", None, me),
+        ("set-6", None, b),
+    ];
+    same(batch(&mixed, 100), "a batch", "stored,duplicate,stored,duplicate,stored,stored").await;
+    // Carol's send refused, its client id free again for the next.
+    same(batch(&mixed, 5), "a batch with a full inbox", "stored,duplicate,refused,stored,stored,stored").await;
+
+    // alice is bob's parent, then bob is alice's.
+    s.sql.execute("update endpoints set parent_id = $1 where id = $2", &[&a, &b]).await.unwrap();
+    same(alone("rel-1", None, b, 100), "to a child", "stored").await;
+    same(batch(&[("rel-2", None, b), ("rel-3", None, c)], 100), "a batch to a child", "stored,stored").await;
+    s.sql.execute("update endpoints set parent_id = null where id = $1", &[&b]).await.unwrap();
+    s.sql.execute("update endpoints set parent_id = $1 where id = $2", &[&b, &a]).await.unwrap();
+    same(alone("rel-4", None, b, 100), "to a parent", "stored").await;
+    same(batch(&[("rel-5", None, b), ("rel-6", None, me)], 100), "a batch to a parent", "stored,stored").await;
+
+    s.sql.execute("update machines set revoked_at = now() where name = 'ci'", &[]).await.unwrap();
+    same(alone("gone-1", None, b, 100), "to a revoked machine", "RLY03").await;
+    same(batch(&[("gone-2", None, b), ("gone-3", None, me)], 100), "a batch with a revoked machine", "refused,stored")
+        .await;
+}
+
 /// A send reaching more recipients than one notification can name (a group send can reach
 /// hundreds) is stored, and every recipient is announced to the other replicas, 300 to a
 /// notification.

@@ -2,7 +2,7 @@
 //! whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call: one round trip
 //! and one commit for the whole batch, its messages and deliveries written as sets.
 //!
-//! * A batch of plain sends (each to one inbox, relying on no contact, reading no message), the
+//! * A batch of plain sends (each to one inbox, relying on no contact, not a reply), the
 //!   common case, is written by `relay_write_sends_plain` (migration 32), which checks the inboxes
 //!   first and then writes with no subtransaction.
 //! * Any other batch, and a batch of plain sends an inbox refuses, is written by
@@ -90,8 +90,8 @@ pub(super) struct BatchedSend {
 }
 
 impl BatchedSend {
-    /// To one inbox, relying on no contact, reading no message: what `relay_write_send_plain` and
-    /// `relay_write_sends_plain` write.
+    /// To one inbox, relying on no contact, reading no message (not a reply): what
+    /// `relay_write_send_plain` and `relay_write_sends_plain` write.
     fn is_plain(&self) -> bool {
         self.recipients.len() == 1 && self.contacts.is_empty() && self.read_by.is_none()
     }
@@ -302,9 +302,10 @@ impl Writer {
             };
         }
         let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
-        // Plain sends, the common batch, are written as sets with nothing that can refuse one of
-        // them once the inboxes are checked (migration 32). Should the set fail anyway (a message
-        // it answers deleted meanwhile), the numbered writer sorts the failing send from the rest.
+        // Plain sends, the common batch, are written as sets once their inboxes are checked
+        // (migration 32). Should the set break a constraint anyway (its sender gone) or meet a
+        // deadlock, nothing of it was written, and the numbered writer sorts the failing send from
+        // the rest. Any other error (a timeout, the database going away) is the batch's.
         let rows = if sends.iter().all(|s| s.is_plain()) {
             let stmt = client
                 .prepare_cached(
@@ -314,8 +315,8 @@ impl Writer {
                 .await?;
             match client.query(&stmt, &[&sends, &cap, &replica]).await {
                 Ok(rows) => Some(rows),
-                Err(e) if e.as_db_error().is_some() => {
-                    tracing::debug!(error = %e, sends = sends.len(), "a set of plain sends failed; written one by one");
+                Err(e) if e.code().is_some_and(sorted_send_by_send) => {
+                    tracing::warn!(error = %e, sends = sends.len(), "a set of plain sends failed; written send by send");
                     None
                 }
                 Err(e) => return Err(e.into()),
@@ -340,6 +341,12 @@ impl Writer {
         }
         rows.iter().map(|row| written(row).map(Ok)).collect()
     }
+}
+
+/// Whether a set of plain sends that failed with `code` is written again send by send: a broken
+/// constraint (class 23) belongs to one of its sends, and a deadlock to the moment.
+fn sorted_send_by_send(code: &tokio_postgres::error::SqlState) -> bool {
+    code.code().starts_with("23") || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
 }
 
 /// One send's outcome, from its row of any of the writers (`relay_write_send_plain`,
@@ -450,6 +457,17 @@ fn as_pushed(send: &BatchedSend, from: &str, seq: i64, relation: &str, kind: Kin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio_postgres::error::SqlState;
+
+    #[test]
+    fn a_failed_set_is_written_send_by_send_only_for_what_one_send_or_the_moment_caused() {
+        for code in [SqlState::FOREIGN_KEY_VIOLATION, SqlState::UNIQUE_VIOLATION, SqlState::T_R_DEADLOCK_DETECTED] {
+            assert!(sorted_send_by_send(&code), "{code:?} is sorted send by send");
+        }
+        for code in [SqlState::QUERY_CANCELED, SqlState::LOCK_NOT_AVAILABLE, SqlState::ADMIN_SHUTDOWN] {
+            assert!(!sorted_send_by_send(&code), "{code:?} fails the batch: written again it would wait again");
+        }
+    }
 
     #[tokio::test]
     async fn a_write_dropped_midway_is_carried_to_its_end() {
