@@ -41,15 +41,17 @@ use crate::metrics::{Shed, Step, metrics};
 /// Sends written together at most: written again one by one, each takes a subtransaction, and
 /// Postgres tracks up to 64 per transaction cheaply.
 const MAX_BATCH: usize = 64;
-/// Batches written at once: one commits while the other gathers. Each writer has its own queue,
-/// and a send goes to the writer of its lowest recipient: sends to one busy inbox then share
-/// batches, one row lock and one commit for many, instead of queueing on that row lock one writer
-/// after another. Two measured best on two cores at 32 concurrent senders (4,600 sends/s, against
-/// 2,700 with four writers and 3,700 with one): fewer writers make larger batches, and a batch's
-/// cost is mostly per send only once it holds a dozen or so.
-const WRITERS: usize = 2;
-/// Sends waiting for each writer at most; beyond it sends are refused as overloaded.
-const QUEUE: usize = 64;
+/// Batches written at once. One: every send queues for the same writer, so sends arriving together
+/// share one batch, one commit and, for one busy inbox, one row lock, instead of spreading over
+/// writers that each commit a smaller batch. Measured with the plain writers (migration 32) on two
+/// cores, in seven interleaved pairs of runs against two writers: 1,950-3,040 against 1,410-2,540
+/// sends/s at 8 concurrent senders (ahead in every pair), 3,580-5,650 against 2,940-5,770 at 32
+/// (ahead in five pairs, within 7% in the other two); at 2,000 sends/s offered, p99 alike. Before
+/// them, with a subtransaction per batch, two measured best.
+const WRITERS: usize = 1;
+/// Sends waiting for each writer at most; beyond it sends are refused as overloaded. Two batches'
+/// worth: one being written, the next gathering.
+const QUEUE: usize = 2 * MAX_BATCH;
 
 /// Called with each recipient of a committed batch, to wake its waiters in this process, and a way
 /// to build what it was delivered (in seq order, as its stream would read it; empty when unknown),
