@@ -172,8 +172,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 32,
-        name: "a_plain_send_in_three_writes",
-        sql: include_str!("../../migrations/0032_a_plain_send_in_three_writes.sql"),
+        name: "plain_sends_written_apart",
+        sql: include_str!("../../migrations/0032_plain_sends_written_apart.sql"),
     },
 ];
 
