@@ -1,5 +1,5 @@
-//! Group commit for sends. A send that was resolved and allowed is queued here; writer tasks take
-//! whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call: one round trip
+//! Group commit for sends. A send that was resolved and allowed is queued here; the replica's one
+//! writer (see [`Batcher`]) takes whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call: one round trip
 //! and one commit for the whole batch, its messages and deliveries written as sets.
 //!
 //! * A batch of plain sends (each to one inbox, relying on no contact, not a reply), the
@@ -12,11 +12,11 @@
 //!   by `relay_write_send_plain` (migration 32) when plain and otherwise `relay_write_send_numbered`
 //!   (migrations 26 and 30), one call each. Under load, sends share commits.
 //!
-//! Every writer answers each recipient's seq, so the recipients' streams in this process are handed
+//! Every writer function answers each recipient's seq, so the recipients' streams in this process are handed
 //! the message as it was stored (see [`Waker`]) instead of reading it back.
 //!
-//! Past [`QUEUE`] sends waiting for one writer, more for it are refused at once as overloaded rather
-//! than queued for seconds.
+//! Past [`QUEUE`] sends waiting, more are refused at once as overloaded rather than queued for
+//! seconds.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,17 +41,15 @@ use crate::metrics::{Shed, Step, metrics};
 /// Sends written together at most: written again one by one, each takes a subtransaction, and
 /// Postgres tracks up to 64 per transaction cheaply.
 const MAX_BATCH: usize = 64;
-/// Batches written at once. One: every send queues for the same writer, so sends arriving together
-/// share one batch, one commit and, for one busy inbox, one row lock, instead of spreading over
-/// writers that each commit a smaller batch. Measured with the plain writers (migration 32) on two
-/// cores, in seven interleaved pairs of runs against two writers: 1,950-3,040 against 1,410-2,540
-/// sends/s at 8 concurrent senders (ahead in every pair), 3,580-5,650 against 2,940-5,770 at 32
-/// (ahead in five pairs, within 7% in the other two); at 2,000 sends/s offered, p99 alike. Before
-/// them, with a subtransaction per batch, two measured best.
-const WRITERS: usize = 1;
-/// Sends waiting for each writer at most; beyond it sends are refused as overloaded. Two batches'
+/// Sends waiting for the writer at most; beyond it sends are refused as overloaded. Two batches'
 /// worth: one being written, the next gathering.
 const QUEUE: usize = 2 * MAX_BATCH;
+/// A batch's answer, one row per send, from `relay_write_sends_plain` (plain sends) or
+/// `relay_write_sends_numbered` (any).
+const SENDS_PLAIN: &str = "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
+                           from relay_write_sends_plain($1, $2, $3)";
+const SENDS_NUMBERED: &str = "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
+                              from relay_write_sends_numbered($1, $2, $3)";
 
 /// Called with each recipient of a committed batch, to wake its waiters in this process, and a way
 /// to build what it was delivered (in seq order, as its stream would read it; empty when unknown),
@@ -107,33 +105,30 @@ struct Job {
     queued: Instant,
 }
 
+/// One writer a replica: every send queues for it, so sends arriving together share one batch, one
+/// commit and, for one busy inbox, one row lock, instead of spreading over writers that each commit
+/// a smaller batch. Measured with the plain writers (migration 32) on two cores, in seven interleaved
+/// pairs of runs against two writers: 1,950-3,040 against 1,410-2,540 sends/s at 8 concurrent
+/// senders (ahead in every pair), 3,580-5,650 against 2,940-5,770 at 32 (ahead in five pairs, within
+/// 7% in the other two); at 2,000 sends/s offered, p99 alike. Three did worse. (Before the plain
+/// writers, with a subtransaction per batch, two measured best.)
 pub(super) struct Batcher {
-    /// Each writer, and the queue its task takes batches from.
-    writers: Vec<(Arc<Writer>, mpsc::Sender<Job>)>,
+    writer: Arc<Writer>,
+    /// What the writer's task takes batches from.
+    queue: mpsc::Sender<Job>,
     waker: Arc<OnceLock<Waker>>,
     cap: Arc<AtomicU32>,
 }
 
 impl Batcher {
-    /// Starts the writers; they end when the last handle on the queue goes.
+    /// Starts the writer; it ends when the last handle on the queue goes.
     pub(super) fn start(pool: Pool, replica: Arc<AtomicI64>) -> Self {
         let waker: Arc<OnceLock<Waker>> = Arc::default();
         let cap = Arc::new(AtomicU32::new(limits::DEFAULT_MAX_UNREAD));
-        let writers = (0..WRITERS)
-            .map(|_| {
-                let (queue, rx) = mpsc::channel(QUEUE);
-                let writer = Arc::new(Writer {
-                    pool: pool.clone(),
-                    cap: cap.clone(),
-                    replica: replica.clone(),
-                    waker: waker.clone(),
-                    turn: Arc::default(),
-                });
-                tokio::spawn(writer.clone().run(rx));
-                (writer, queue)
-            })
-            .collect();
-        Self { writers, waker, cap }
+        let (queue, rx) = mpsc::channel(QUEUE);
+        let writer = Arc::new(Writer { pool, cap: cap.clone(), replica, waker: waker.clone(), turn: Arc::default() });
+        tokio::spawn(writer.clone().run(rx));
+        Self { writer, queue, waker, cap }
     }
 
     /// The most unread messages one inbox holds.
@@ -155,8 +150,7 @@ impl Batcher {
     /// fifth of a lone send's time on two cores.
     pub(super) async fn write(&self, send: BatchedSend, from: String) -> Result<Written> {
         let (done, answer) = oneshot::channel();
-        let lowest = send.recipients.iter().min().map_or(0, |id| id.0);
-        let (writer, queue) = &self.writers[lowest.rem_euclid(WRITERS as i64) as usize];
+        let (writer, queue) = (&self.writer, &self.queue);
         let job = Job { send, from, done, queued: Instant::now() };
         let idle =
             if queue.capacity() == queue.max_capacity() { writer.turn.clone().try_lock_owned().ok() } else { None };
@@ -304,39 +298,24 @@ impl Writer {
             };
         }
         let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
+        let set = async |statement: &str| {
+            let stmt = client.prepare_cached(statement).await?;
+            client.query(&stmt, &[&sends, &cap, &replica]).await
+        };
         // Plain sends, the common batch, are written as sets once their inboxes are checked
         // (migration 32). Should the set break a constraint anyway (its sender gone) or meet a
         // deadlock, nothing of it was written, and the numbered writer sorts the failing send from
         // the rest. Any other error (a timeout, the database going away) is the batch's.
         let rows = if sends.iter().all(|s| s.is_plain()) {
-            let stmt = client
-                .prepare_cached(
-                    "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
-                     from relay_write_sends_plain($1, $2, $3)",
-                )
-                .await?;
-            match client.query(&stmt, &[&sends, &cap, &replica]).await {
-                Ok(rows) => Some(rows),
+            match set(SENDS_PLAIN).await {
                 Err(e) if e.code().is_some_and(sorted_send_by_send) => {
                     tracing::warn!(error = %e, sends = sends.len(), "a set of plain sends failed; written send by send");
-                    None
+                    set(SENDS_NUMBERED).await?
                 }
-                Err(e) => return Err(e.into()),
+                rows => rows?,
             }
         } else {
-            None
-        };
-        let rows = match rows {
-            Some(rows) => rows,
-            None => {
-                let stmt = client
-                    .prepare_cached(
-                        "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
-                         from relay_write_sends_numbered($1, $2, $3)",
-                    )
-                    .await?;
-                client.query(&stmt, &[&sends, &cap, &replica]).await?
-            }
+            set(SENDS_NUMBERED).await?
         };
         if rows.len() != jobs.len() {
             return Err(Error::Internal(format!("the batch writer answered {} of {} sends", rows.len(), jobs.len())));

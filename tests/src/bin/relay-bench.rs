@@ -640,12 +640,7 @@ async fn main() {
 
         // The transport's share: a call through the same listener and layers that asks no database
         // (the health check), on a connection of its own, in the same run.
-        let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
-            .expect("server url")
-            .connect()
-            .await
-            .expect("connect");
-        let mut health = HealthClient::new(channel);
+        let mut health = HealthClient::new(client::channel(&server.url).await);
         let mut call_lat = Vec::with_capacity(1000);
         for _ in 0..1000 {
             let start = Instant::now();
