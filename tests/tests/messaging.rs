@@ -932,6 +932,108 @@ async fn the_plain_writers_answer_as_the_numbered_ones() {
         .await;
 }
 
+impl WriterScene {
+    /// What a look at `inbox` answers and leaves, made by `relay_take_unread` (migration 33) and by
+    /// the read and the move it replaces (`relay_unread`, then `relay_advance` when it found any),
+    /// each from the same state in one transaction and undone after: the page (each message as
+    /// JSON), the count left unread, and the inbox afterwards (its deliveries' states, unread
+    /// counter and newest shown).
+    async fn looks(
+        &self,
+        inbox: i64,
+        limit: i64,
+        target: i16,
+    ) -> [(Vec<serde_json::Value>, i32, serde_json::Value); 2] {
+        let afterwards = "select jsonb_build_object(
+                'states', (select jsonb_agg(jsonb_build_array(d.seq, d.state) order by d.seq)
+                           from deliveries d where d.recipient_id = e.id),
+                'unread', e.unread, 'last_shown', e.last_shown)
+            from endpoints e where e.id = $1";
+        let take = async || {
+            let rows = self
+                .sql
+                .query(
+                    "select to_jsonb(t) - 'left_unread', t.left_unread from relay_take_unread($1, $2, $3) t",
+                    &[&inbox, &limit, &target],
+                )
+                .await
+                .unwrap();
+            let left = rows.first().map_or(0, |r| r.get(1));
+            (rows.iter().map(|r| r.get(0)).collect(), left)
+        };
+        let read_and_move = async || {
+            let rows = self
+                .sql
+                .query("select to_jsonb(u), u.seq from relay_unread($1, 0, $2) u", &[&inbox, &limit])
+                .await
+                .unwrap();
+            let seqs: Vec<i64> = rows.iter().map(|r| r.get(1)).collect();
+            let left = if seqs.is_empty() {
+                0
+            } else {
+                let moved = "select left_unread from relay_advance($1, $2, $3)";
+                self.sql.query_one(moved, &[&inbox, &seqs, &target]).await.unwrap().get(0)
+            };
+            (rows.iter().map(|r| r.get(0)).collect(), left)
+        };
+        self.sql.batch_execute("begin").await.unwrap();
+        self.sql.batch_execute("savepoint before").await.unwrap();
+        let (page, left): (Vec<serde_json::Value>, i32) = take().await;
+        let one = (page, left, self.sql.query_one(afterwards, &[&inbox]).await.unwrap().get(0));
+        self.sql.batch_execute("rollback to savepoint before").await.unwrap();
+        let (page, left): (Vec<serde_json::Value>, i32) = read_and_move().await;
+        let two = (page, left, self.sql.query_one(afterwards, &[&inbox]).await.unwrap().get(0));
+        self.sql.batch_execute("rollback").await.unwrap();
+        [one, two]
+    }
+}
+
+/// One look at the inbox (migration 33) answers and leaves what the read and the move it replaces
+/// did, to the last field: a first look, a look at a page already shown (which moves nothing), one
+/// going a message further, reading a page, a withdrawn delivery skipped, a child's and a parent's
+/// message, an empty inbox.
+#[tokio::test]
+async fn one_look_at_the_inbox_answers_as_the_read_and_the_move_it_replaces() {
+    let s = WriterScene::new(5).await;
+    let (a, b, c) = (s.alice, s.bob, s.carol);
+    let same = async |inbox: i64, limit: i64, target: i16, what: &str, seqs: &[i64], left: i32| {
+        let [one, two] = s.looks(inbox, limit, target).await;
+        assert_eq!(one, two, "{what}: one look answers and leaves what the read and the move did");
+        let page: Vec<i64> = one.0.iter().map(|m| m["seq"].as_i64().unwrap()).collect();
+        assert_eq!((page.as_slice(), one.1), (seqs, left), "{what}");
+        one.0
+    };
+    let for_real = async |inbox: i64, limit: i64, target: i16| {
+        s.sql.query("select 1 from relay_take_unread($1, $2, $3)", &[&inbox, &limit, &target]).await.unwrap();
+    };
+
+    same(c, 3, 3, "a first look", &[1, 2, 3], 5).await;
+    same(c, 10, 4, "a look that reads them all", &[1, 2, 3, 4, 5], 0).await;
+    for_real(c, 3, 3).await;
+    same(c, 3, 3, "a page already shown", &[1, 2, 3], 5).await;
+    same(c, 4, 3, "a page going one further", &[1, 2, 3, 4], 5).await;
+    same(c, 3, 4, "reading a page shown", &[1, 2, 3], 2).await;
+    s.sql.execute("update deliveries set state = 5 where recipient_id = $1 and seq = 2", &[&c]).await.unwrap();
+    same(c, 3, 3, "a withdrawn delivery skipped", &[1, 3, 4], 4).await;
+
+    // alice holds bob's question: bob is alice's child, then her parent.
+    s.sql.execute("update endpoints set parent_id = $1 where id = $2", &[&a, &b]).await.unwrap();
+    let page = same(a, 50, 3, "a child's message", &[1], 1).await;
+    assert_eq!(page[0]["relation"], "child");
+    s.sql.execute("update endpoints set parent_id = null where id = $1", &[&b]).await.unwrap();
+    s.sql.execute("update endpoints set parent_id = $1 where id = $2", &[&b, &a]).await.unwrap();
+    let page = same(a, 50, 3, "a parent's message", &[1], 1).await;
+    assert_eq!(page[0]["relation"], "parent");
+
+    for_real(b, 50, 4).await;
+    same(b, 50, 3, "an empty inbox", &[], 0).await;
+
+    let refused = s.sql.query("select 1 from relay_take_unread($1, 50, 2::smallint)", &[&c]).await.unwrap_err();
+    let refused = refused.as_db_error().expect("a database error").message().to_owned();
+    assert!(refused.contains("is not surfaced or read"), "a push is not a look: {refused}");
+    s.assert_counters_agree().await;
+}
+
 /// A send reaching more recipients than one notification can name (a group send can reach
 /// hundreds) is stored, and every recipient is announced to the other replicas, 300 to a
 /// notification.
@@ -985,19 +1087,27 @@ async fn looking_again_at_shown_messages_writes_nothing() {
     let first = bob.inbox(0, false).await.unwrap();
     assert_eq!(first.messages.len(), 2);
 
-    let (mut sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
     let bob_id: i64 =
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
-    let tx = sql.transaction().await.unwrap();
-    let again = tx
-        .query_one("select moved, left_unread from relay_advance($1, array[1, 2]::bigint[], 3::smallint)", &[&bob_id])
-        .await
-        .unwrap();
-    let wrote: bool = tx.query_one("select pg_current_xact_id_if_assigned() is not null", &[]).await.unwrap().get(0);
-    tx.commit().await.unwrap();
-    assert_eq!((again.get::<_, i32>(0), again.get::<_, i32>(1)), (0, 2), "nothing moved; both still unread");
-    assert!(!wrote, "a second look wrote nothing");
+    // What a look answers, and whether its transaction took an id (wrote anything).
+    let wrote = async |look: &str| -> (Vec<(i64, i32)>, bool) {
+        sql.batch_execute("begin").await.unwrap();
+        let rows = sql.query(look, &[&bob_id]).await.unwrap();
+        let wrote = sql.query_one("select pg_current_xact_id_if_assigned() is not null", &[]).await.unwrap().get(0);
+        sql.batch_execute("commit").await.unwrap();
+        (rows.iter().map(|r| (r.get(0), r.get(1))).collect(), wrote)
+    };
+    // The look the server makes (migration 33).
+    let (again, written) = wrote("select seq, left_unread from relay_take_unread($1, 50, 3::smallint)").await;
+    assert_eq!(again, [(1, 2), (2, 2)], "the same two messages, both still unread");
+    assert!(!written, "a second look wrote nothing");
+    // The move the previous release makes after its read.
+    let (again, written) =
+        wrote("select moved::bigint, left_unread from relay_advance($1, '{1,2}', 3::smallint)").await;
+    assert_eq!(again, [(0, 2)], "nothing moved; both still unread");
+    assert!(!written, "a second move wrote nothing");
 
     // Through the server as well: the same two messages, still unread.
     let second = bob.inbox(0, false).await.unwrap();
@@ -1122,8 +1232,11 @@ async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
     // Statistics of nearly empty tables, and plans made on them on this connection.
     sql.batch_execute("analyze").await.unwrap();
+    // The server's look (migration 33), and the read and move a push stream and the previous release make.
+    let take = "select seq from relay_take_unread($1, 50, 3::smallint)";
     let look = "select seq from relay_unread($1, 0, 50)";
     let mark = "select moved from relay_advance($1, $2, 3::smallint)";
+    assert_eq!(sql.query(take, &[&bob_id]).await.unwrap().len(), 1);
     let seqs: Vec<i64> = sql.query(look, &[&bob_id]).await.unwrap().iter().map(|r| r.get(0)).collect();
     sql.query_one(mark, &[&bob_id, &seqs]).await.unwrap();
 
@@ -1142,6 +1255,7 @@ async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
     .unwrap();
 
     sql.batch_execute("begin").await.unwrap();
+    assert_eq!(sql.query(take, &[&bob_id]).await.unwrap().len(), 50, "a full page, moved to surfaced");
     let seqs: Vec<i64> = sql.query(look, &[&bob_id]).await.unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(seqs.len(), 50, "a full page");
     sql.query_one(mark, &[&bob_id, &seqs]).await.unwrap();

@@ -129,15 +129,8 @@ impl App {
     /// One look at the inbox: unread messages in seq order, which become surfaced (read when `ack`)
     /// in the same call that answers the count left unread; an empty look leaves nothing unread.
     async fn take_unread(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
-        let db = self.store.client().await?;
-        let unread = messages::unread_after(&db, caller.endpoint_id, 0, i64::from(limit)).await?;
-        if unread.is_empty() {
-            return Ok((unread, 0));
-        }
-        let seqs: Vec<i64> = unread.iter().map(|m| m.seq as i64).collect();
         let state = if ack { State::Read } else { State::Surfaced };
-        let (_, left) = messages::advance(&db, caller.endpoint_id, &seqs, state).await?;
-        Ok((unread, left.unwrap_or_default()))
+        messages::take_unread(&self.store.client().await?, caller.endpoint_id, i64::from(limit), state).await
     }
 
     /// One look for replies the caller received to a message it sent; those returned become read.

@@ -175,6 +175,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "plain_sends_written_apart",
         sql: include_str!("../../migrations/0032_plain_sends_written_apart.sql"),
     },
+    Migration {
+        version: 33,
+        name: "inbox_look_in_one_statement",
+        sql: include_str!("../../migrations/0033_inbox_look_in_one_statement.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -28,6 +28,30 @@ pub(crate) async fn unread_after(
     c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(message_from_row).collect()
 }
 
+/// One look at `inbox`: the messages of its first `limit` unread deliveries in seq order, moved to
+/// `state` (surfaced or read) in the same statement, and how many it has left unread after them
+/// (`relay_take_unread`, migration 33). A page already shown writes nothing.
+pub(crate) async fn take_unread(
+    c: &impl GenericClient,
+    inbox: EndpointId,
+    limit: i64,
+    state: State,
+) -> Result<(Vec<Message>, u64)> {
+    let stmt = c
+        .prepare_cached(
+            "select seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, relation, \
+             left_unread from relay_take_unread($1, $2, $3)",
+        )
+        .await?;
+    let rows = c.query(&stmt, &[&inbox, &limit, &state.to_db()]).await?;
+    // Every row carries the same count; an empty look leaves nothing unread.
+    let left = match rows.first() {
+        Some(row) => row.col::<i32>("left_unread")?.max(0) as u64,
+        None => 0,
+    };
+    Ok((rows.iter().map(message_from_row).collect::<Result<_>>()?, left))
+}
+
 /// The newest `limit` messages delivered to `inbox` (withdrawn ones left out), newest first, each
 /// with whether it was read. Locks nothing.
 pub(crate) async fn recent(c: &impl GenericClient, inbox: EndpointId, limit: i64) -> Result<Vec<(Message, bool)>> {
@@ -72,7 +96,11 @@ mod tests {
         // The index's predicate is a literal in a checksummed migration: the reads must match it.
         let index = include_str!("../../../migrations/0001_identity_and_messaging.sql");
         assert!(index.contains(&format!("deliveries_unread on deliveries (recipient_id, seq) where state < {READ};")));
-        let unread = include_str!("../../../migrations/0027_unread_read_with_a_kept_plan.sql");
-        assert!(unread.contains(&format!("and u.state < {READ}\n")));
+        for reader in [
+            include_str!("../../../migrations/0027_unread_read_with_a_kept_plan.sql"),
+            include_str!("../../../migrations/0033_inbox_look_in_one_statement.sql"),
+        ] {
+            assert!(reader.contains(&format!("and u.state < {READ}\n")));
+        }
     }
 }
