@@ -45,7 +45,9 @@ begin
     select e.parent_id, e.last_shown, e.unread into parent, shown, unread_left from endpoints e where e.id = recipient;
     if behind or shown is distinct from message_ids[cardinality(message_ids)] then
         perform set_config('relay.counted', 'on', true);
-        perform 1 from endpoints e where e.id = recipient for update;
+        -- `no key update`, as a send's writer takes it: a send of this endpoint's own, whose
+        -- foreign key takes a `key share` of its row, does not wait for the look.
+        perform 1 from endpoints e where e.id = recipient for no key update;
         -- The range bounds the index scan whatever the planner believes of this inbox's size.
         update deliveries d set state = target, updated_at = now()
         where d.recipient_id = recipient and d.seq between seqs[1] and seqs[cardinality(seqs)]

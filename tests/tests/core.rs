@@ -165,6 +165,38 @@ async fn unread_counts_stay_exact_and_a_reply_never_deadlocks_with_its_senders_r
     assert_eq!(of("acme/laptop/asker"), 0, "answers read with the inbox; late mail withdrawn by the drop");
 }
 
+/// Dropping a contact locks the inboxes holding what it withdraws, but does not wait for a send in
+/// progress whose sender owns one of them (the send's foreign key holds a `key share` of that
+/// row): were it to wait, a send that then reached for an inbox the drop holds would deadlock.
+#[tokio::test]
+async fn a_contact_drop_does_not_wait_for_a_send_from_an_inbox_it_locks() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let globex = server.machine("globex", "box");
+    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut gus = Agent::hello(&server.url, &globex, "gus").await.unwrap();
+    gus.send(&["acme/laptop/alice"], "unseen").await.unwrap();
+
+    // A send of alice's in progress: its message's foreign key holds a key share of her row.
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let alice_id: i64 =
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&alice.address]).await.unwrap().get(0);
+    sql.batch_execute("begin").await.unwrap();
+    sql.execute("select 1 from endpoints where id = $1 for key share", &[&alice_id]).await.unwrap();
+
+    let url = db.url.clone();
+    let dropping =
+        tokio::task::spawn_blocking(move || relay_tests::server::admin(&url, &["contact", "drop", "acme", "globex"]));
+    let out = tokio::time::timeout(WAIT, dropping).await.expect("the drop does not wait for the send").unwrap();
+    assert!(out.status.success(), "contact drop: {}", String::from_utf8_lossy(&out.stderr));
+    sql.batch_execute("rollback").await.unwrap();
+    let inbox = alice.inbox(0, false).await.unwrap();
+    assert!(inbox.messages.is_empty(), "what alice had not seen was withdrawn: {:?}", inbox.messages);
+}
+
 #[tokio::test]
 async fn a_session_ended_or_revoked_anywhere_is_refused_on_every_replica() {
     let db = TestDb::new().await;

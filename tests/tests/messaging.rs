@@ -1116,6 +1116,27 @@ async fn looking_again_at_shown_messages_writes_nothing() {
     assert_eq!(second.remaining, 2);
 }
 
+/// A look that moves messages locks its inbox as the writers do (`no key update`): a send of the
+/// inbox's own agent, whose foreign key takes a `key share` of the same row, does not wait for it.
+#[tokio::test]
+async fn a_send_does_not_wait_for_a_look_at_its_senders_inbox() {
+    let (db, _server, mut alice, mut bob) = two_machines().await;
+    alice.send(&["ci/bob"], "look at me").await.unwrap();
+    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let bob_id: i64 =
+        sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
+    // A look at bob's inbox that moves his message, its transaction still open.
+    sql.batch_execute("begin").await.unwrap();
+    let shown = sql.query("select seq from relay_take_unread($1, 50, 3::smallint)", &[&bob_id]).await.unwrap();
+    assert_eq!(shown.len(), 1);
+
+    let sent = tokio::time::timeout(PUSH_WAIT, bob.send(&["laptop/alice"], "sent meanwhile")).await;
+    sql.batch_execute("rollback").await.unwrap();
+    sent.expect("the send does not wait for the look").unwrap();
+    assert_eq!(alice.inbox(0, false).await.unwrap().messages.len(), 1);
+}
+
 /// A stream records what it pushed as its inbox's mark (migration 29): the sender sees each
 /// delivery up to the mark as pushed and a later one as queued, the mark never moves back, and no
 /// delivery's row is rewritten for a push.

@@ -140,7 +140,9 @@ pub(crate) async fn private_ok(c: &impl GenericClient, account_id: AccountId) ->
 }
 
 /// Locks, in id order, the inboxes that hold deliveries between the two accounts no agent has
-/// seen yet.
+/// seen yet. `no key update`, as a send's writer locks an inbox: the drop waits for the writers of
+/// those inboxes, but not for a send whose foreign key holds a `key share` of one of them (its
+/// sender's row), which would otherwise wait for an inbox the drop holds.
 pub(crate) async fn lock_inboxes_between(c: &impl GenericClient, a: AccountId, b: AccountId) -> Result<()> {
     c.execute(
         &format!(
@@ -151,7 +153,7 @@ pub(crate) async fn lock_inboxes_between(c: &impl GenericClient, a: AccountId, b
                             join endpoint_addresses r on r.id = d.recipient_id
                             where d.state < {SURFACED}
                               and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1)))
-             order by e.id for update"
+             order by e.id for no key update"
         ),
         &[&a, &b],
     )
