@@ -8,8 +8,16 @@
 -- and waits for no disk flush, as before. An empty look reads one index and writes nothing.
 --
 -- Its answers are those of the two calls in a row: the page as it was read, in seq order, and on
--- every row the count the inbox has left unread after the move. The previous release calls the two
--- functions unchanged, on the same rows; this release still reads `relay_unread` for a push stream.
+-- every row the count the inbox has left unread after the move. The page's deliveries and its
+-- messages are read by two statements: a message another look read and retention purged in
+-- between is left out of the answer, where the two calls would have shown it. The previous release
+-- calls the two functions unchanged, on the same rows; this release still reads `relay_unread` for
+-- a push stream.
+--
+-- A look, and `relay_advance` (a confirmation, a reply's wait, the console's read), lock the inbox
+-- `for no key update`, as the writers do, where `relay_advance` took `for update`: a send of the
+-- inbox's own agent, whose message's foreign key takes a `key share` of the same row, no longer
+-- waits for them. Both still wait for, and are waited for by, every writer of the inbox.
 
 create function relay_take_unread(recipient bigint, lim bigint, target smallint)
 returns table (seq bigint, id text, sender text, thread text, kind smallint, body text, reply_to text,
@@ -45,8 +53,7 @@ begin
     select e.parent_id, e.last_shown, e.unread into parent, shown, unread_left from endpoints e where e.id = recipient;
     if behind or shown is distinct from message_ids[cardinality(message_ids)] then
         perform set_config('relay.counted', 'on', true);
-        -- `no key update`, as a send's writer takes it: a send of this endpoint's own, whose
-        -- foreign key takes a `key share` of its row, does not wait for the look.
+        -- `no key update`, as the writers take it (see above).
         perform 1 from endpoints e where e.id = recipient for no key update;
         -- The range bounds the index scan whatever the planner believes of this inbox's size.
         update deliveries d set state = target, updated_at = now()
@@ -81,4 +88,59 @@ begin
            unread_left
     from page p join senders s on s.sender_id = p.sender_id
     order by p.seq;
+end $$;
+
+-- As in migration 29 (with the settings of migration 31), but the inbox is locked `for no key update`.
+create or replace function relay_advance(recipient bigint, seqs bigint[], target smallint,
+                                         out moved integer, out left_unread integer)
+language plpgsql
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_bitmapscan = off
+set jit = off
+as $$
+declare
+    lowest bigint;
+    highest bigint;
+    shown text;
+    newest text;
+begin
+    if target not between 2 and 4 then
+        raise exception 'relay_advance: target % is not pushed, surfaced or read', target;
+    end if;
+    -- The range bounds the index scan whatever the planner believes of this inbox's size.
+    select min(x), max(x) into lowest, highest from unnest(seqs) x;
+    if target = 2 then
+        moved := 0;
+        if highest is not null then
+            -- A lost mark only means the message is pushed again: not worth a disk flush.
+            perform set_config('synchronous_commit', 'off', true);
+            insert into inbox_pushed as p (endpoint_id, through_seq) values (recipient, highest)
+            on conflict (endpoint_id) do update set through_seq = excluded.through_seq
+                where p.through_seq < excluded.through_seq;
+            if found then
+                moved := cardinality(seqs);
+            end if;
+        end if;
+        return;
+    end if;
+    select e.unread, e.last_shown into left_unread, shown from endpoints e where e.id = recipient;
+    select d.message_id into newest from deliveries d where d.recipient_id = recipient and d.seq = highest;
+    if (newest is null or newest = shown)
+       and not exists (select 1 from deliveries d
+                       where d.recipient_id = recipient and d.seq between lowest and highest
+                         and d.seq = any(seqs) and d.state < target) then
+        moved := 0;
+        return;
+    end if;
+    perform set_config('relay.counted', 'on', true);
+    perform 1 from endpoints where id = recipient for no key update;
+    update deliveries set state = target, updated_at = now()
+    where recipient_id = recipient and seq between lowest and highest and seq = any(seqs) and state < target;
+    get diagnostics moved = row_count;
+    update endpoints
+    set unread = unread - case when target = 4 then moved else 0 end,
+        last_shown = coalesce(newest, last_shown)
+    where id = recipient
+    returning unread into left_unread;
 end $$;

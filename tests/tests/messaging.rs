@@ -1013,6 +1013,9 @@ async fn one_look_at_the_inbox_answers_as_the_read_and_the_move_it_replaces() {
     same(c, 3, 3, "a page already shown", &[1, 2, 3], 5).await;
     same(c, 4, 3, "a page going one further", &[1, 2, 3, 4], 5).await;
     same(c, 3, 4, "reading a page shown", &[1, 2, 3], 2).await;
+    // A later message shown by a confirmation: the page moves nothing, but is the newest shown again.
+    s.sql.execute("select relay_advance($1, '{4}', 3::smallint)", &[&c]).await.unwrap();
+    same(c, 3, 3, "a page shown before a later one", &[1, 2, 3], 5).await;
     s.sql.execute("update deliveries set state = 5 where recipient_id = $1 and seq = 2", &[&c]).await.unwrap();
     same(c, 3, 3, "a withdrawn delivery skipped", &[1, 3, 4], 4).await;
 
@@ -1116,25 +1119,33 @@ async fn looking_again_at_shown_messages_writes_nothing() {
     assert_eq!(second.remaining, 2);
 }
 
-/// A look that moves messages locks its inbox as the writers do (`no key update`): a send of the
-/// inbox's own agent, whose foreign key takes a `key share` of the same row, does not wait for it.
+/// A look or a read that moves messages locks its inbox as the writers do (`no key update`): a send
+/// of the inbox's own agent, whose foreign key takes a `key share` of the same row, does not wait for
+/// it.
 #[tokio::test]
 async fn a_send_does_not_wait_for_a_look_at_its_senders_inbox() {
     let (db, _server, mut alice, mut bob) = two_machines().await;
-    alice.send(&["ci/bob"], "look at me").await.unwrap();
     let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
     let bob_id: i64 =
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
-    // A look at bob's inbox that moves his message, its transaction still open.
-    sql.batch_execute("begin").await.unwrap();
-    let shown = sql.query("select seq from relay_take_unread($1, 50, 3::smallint)", &[&bob_id]).await.unwrap();
-    assert_eq!(shown.len(), 1);
-
-    let sent = tokio::time::timeout(PUSH_WAIT, bob.send(&["laptop/alice"], "sent meanwhile")).await;
-    sql.batch_execute("rollback").await.unwrap();
-    sent.expect("the send does not wait for the look").unwrap();
-    assert_eq!(alice.inbox(0, false).await.unwrap().messages.len(), 1);
+    let all = "(select array_agg(seq) from deliveries where recipient_id = $1)";
+    for (moving, what) in [
+        ("select seq from relay_take_unread($1, 50, 3::smallint)".to_owned(), "a look (migration 33)"),
+        (format!("select moved from relay_advance($1, {all}, 4::smallint)"), "a read (relay_advance)"),
+    ] {
+        alice.send(&["ci/bob"], what).await.unwrap();
+        // The move made, its transaction still open.
+        sql.batch_execute("begin").await.unwrap();
+        sql.query(&moving, &[&bob_id]).await.unwrap();
+        let wrote: bool =
+            sql.query_one("select pg_current_xact_id_if_assigned() is not null", &[]).await.unwrap().get(0);
+        assert!(wrote, "{what} moved a message, holding its inbox's lock");
+        let sent = tokio::time::timeout(PUSH_WAIT, bob.send(&["laptop/alice"], "sent meanwhile")).await;
+        sql.batch_execute("rollback").await.unwrap();
+        sent.unwrap_or_else(|_| panic!("the send does not wait for {what}")).unwrap();
+    }
+    assert_eq!(alice.inbox(0, false).await.unwrap().messages.len(), 2);
 }
 
 /// A stream records what it pushed as its inbox's mark (migration 29): the sender sees each
@@ -1253,13 +1264,23 @@ async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
     // Statistics of nearly empty tables, and plans made on them on this connection.
     sql.batch_execute("analyze").await.unwrap();
-    // The server's look (migration 33), and the read and move a push stream and the previous release make.
-    let take = "select seq from relay_take_unread($1, 50, 3::smallint)";
-    let look = "select seq from relay_unread($1, 0, 50)";
-    let mark = "select moved from relay_advance($1, $2, 3::smallint)";
-    assert_eq!(sql.query(take, &[&bob_id]).await.unwrap().len(), 1);
-    let seqs: Vec<i64> = sql.query(look, &[&bob_id]).await.unwrap().iter().map(|r| r.get(0)).collect();
-    sql.query_one(mark, &[&bob_id, &seqs]).await.unwrap();
+    // The server's look (migration 33), undone; then the read a push stream makes and the move of a
+    // confirmation (and of the previous release's look): each of them reads and writes a page.
+    let look_both_ways = async |page: usize, moves: i32| {
+        sql.batch_execute("savepoint taken").await.unwrap();
+        let take = "select seq from relay_take_unread($1, 50, 3::smallint)";
+        assert_eq!(sql.query(take, &[&bob_id]).await.unwrap().len(), page, "a page, moved to surfaced");
+        sql.batch_execute("rollback to savepoint taken").await.unwrap();
+        let look = "select seq from relay_unread($1, 0, 50)";
+        let seqs: Vec<i64> = sql.query(look, &[&bob_id]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        assert_eq!(seqs.len(), page, "a page");
+        let mark = "select moved from relay_advance($1, $2, 3::smallint)";
+        let moved: i32 = sql.query_one(mark, &[&bob_id, &seqs]).await.unwrap().get(0);
+        assert_eq!(moved, moves, "what the page held unseen moved to surfaced");
+    };
+    sql.batch_execute("begin").await.unwrap();
+    look_both_ways(1, 1).await;
+    sql.batch_execute("commit").await.unwrap();
 
     // The inbox fills, faster than anything analyzes it again.
     sql.batch_execute(&format!(
@@ -1276,10 +1297,8 @@ async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
     .unwrap();
 
     sql.batch_execute("begin").await.unwrap();
-    assert_eq!(sql.query(take, &[&bob_id]).await.unwrap().len(), 50, "a full page, moved to surfaced");
-    let seqs: Vec<i64> = sql.query(look, &[&bob_id]).await.unwrap().iter().map(|r| r.get(0)).collect();
-    assert_eq!(seqs.len(), 50, "a full page");
-    sql.query_one(mark, &[&bob_id, &seqs]).await.unwrap();
+    // The first message, surfaced above and still unread, heads the page; the other 49 move.
+    look_both_ways(50, 49).await;
     let scans = sql
         .query(
             "select relname::text, seq_scan from pg_stat_xact_user_tables

@@ -46,7 +46,7 @@ pub(crate) async fn take_unread(
     let rows = c.query(&stmt, &[&inbox, &limit, &state.to_db()]).await?;
     // Every row carries the same count; an empty look leaves nothing unread.
     let left = match rows.first() {
-        Some(row) => row.col::<i32>("left_unread")?.max(0) as u64,
+        Some(row) => row.col::<Option<i32>>("left_unread")?.unwrap_or_default().max(0) as u64,
         None => 0,
     };
     Ok((rows.iter().map(message_from_row).collect::<Result<_>>()?, left))
