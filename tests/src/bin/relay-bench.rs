@@ -638,6 +638,24 @@ async fn main() {
         });
         drop(stream);
 
+        // The same sends with no stream open for the recipient: above, the push each send waits
+        // for is made at the same moment as the send's answer, on the same cores.
+        let mut unwatched = Vec::with_capacity(1000);
+        let phase = Instant::now();
+        while unwatched.len() < 1000 && phase.elapsed() < Duration::from_secs(args.seconds * 4) {
+            let start = Instant::now();
+            alice.send(&["ci/bob"], &format!("unwatched probe {}", unwatched.len())).await.unwrap();
+            unwatched.push(start.elapsed());
+        }
+        let unwatched = quantiles(unwatched);
+        rows.push(row(
+            "serial send p50 (ms), no stream pushing",
+            format!("{:.2}", unwatched.p50),
+            Some(f.insert.p50),
+            unwatched.p50,
+            "",
+        ));
+
         // The transport's share: a call through the same listener and layers that asks no database
         // (the health check), on a connection of its own, in the same run.
         let mut health = HealthClient::new(client::channel(&server.url).await);
