@@ -11,8 +11,8 @@
 -- every row the count the inbox has left unread after the move. The page's deliveries and its
 -- messages are read by two statements: a message another look read and retention purged in
 -- between is left out of the answer, where the two calls would have shown it. The previous release
--- calls the two functions unchanged, on the same rows; this release still reads `relay_unread` for
--- a push stream.
+-- calls `relay_unread` unchanged and `relay_advance` with the same answers (below), on the same rows;
+-- this release still reads `relay_unread` for a push stream.
 --
 -- A look, and `relay_advance` (a confirmation, a reply's wait, the console's read), lock the inbox
 -- `for no key update`, as the writers do, where `relay_advance` took `for update`: a send of the
