@@ -100,6 +100,7 @@ pub struct Metrics {
     pub deliveries: Family<StepLabel, Counter>,
     pub send_write_seconds: Histogram,
     pub send_batch_size: Histogram,
+    pub send_sets_rewritten: Counter,
     pub push_lag_seconds: Histogram,
     pub pushes_handed: Counter,
     pub streams: Gauge,
@@ -132,6 +133,7 @@ impl Metrics {
             deliveries: Family::default(),
             send_write_seconds: latency(),
             send_batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            send_sets_rewritten: Counter::default(),
             push_lag_seconds: latency(),
             pushes_handed: Counter::default(),
             streams: Gauge::default(),
@@ -172,6 +174,11 @@ impl Metrics {
             m.send_write_seconds.clone(),
         );
         r.register("send_batch_size", "Sends written per commit", m.send_batch_size.clone());
+        r.register(
+            "send_sets_rewritten",
+            "Batches of plain sends whose set broke a constraint or met a deadlock, written again send by send",
+            m.send_sets_rewritten.clone(),
+        );
         r.register(
             "pushes_handed",
             "Deliveries pushed as the writer in this process handed them over, without reading them back",
@@ -323,6 +330,7 @@ mod tests {
             "deliveries",
             "send_write_duration_seconds",
             "send_batch_size",
+            "send_sets_rewritten",
             "push_lag_seconds",
             "push_streams",
             "connections",

@@ -310,6 +310,7 @@ impl Writer {
             match set(SENDS_PLAIN).await {
                 Err(e) if e.code().is_some_and(sorted_send_by_send) => {
                     tracing::warn!(error = %e, sends = sends.len(), "a set of plain sends failed; written send by send");
+                    metrics().send_sets_rewritten.inc();
                     set(SENDS_NUMBERED).await?
                 }
                 rows => rows?,
