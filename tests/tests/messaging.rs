@@ -832,28 +832,36 @@ async fn a_batch_of_plain_sends_has_the_answers_of_the_numbered_batch() {
 type Rows = Result<Vec<serde_json::Value>, (String, Option<String>)>;
 
 impl WriterScene {
-    /// What the numbered writer and the plain one answer to the same sends from the same state: both
-    /// run in one transaction (so `now()` is the same for both), the first undone before the second
-    /// and the second undone after. `call` names the writer as `{writer}`.
+    /// Runs `first`, then `second`, from the same state: in one transaction (so `now()` is the same
+    /// for both), each undone once it ran.
+    async fn both_from_one_state<A, B>(
+        &self,
+        first: impl AsyncFnOnce() -> A,
+        second: impl AsyncFnOnce() -> B,
+    ) -> (A, B) {
+        self.sql.batch_execute("begin; savepoint before").await.unwrap();
+        let a = first().await;
+        self.sql.batch_execute("rollback to savepoint before").await.unwrap();
+        let b = second().await;
+        self.sql.batch_execute("rollback").await.unwrap();
+        (a, b)
+    }
+
+    /// What the numbered writer and the plain one answer to the same sends from the same state.
+    /// `call` names the writer as `{writer}`.
     async fn numbered_and_plain(&self, call: &str) -> (Rows, Rows) {
-        self.sql.batch_execute("begin").await.unwrap();
-        let mut answers = Vec::new();
-        for writer in ["numbered", "plain"] {
-            self.sql.batch_execute("savepoint before").await.unwrap();
+        let answer = async |writer: &str| -> Rows {
             // In the order the writer answers: a batch's by send.
             let query = format!("select to_jsonb(w) from {} w", call.replace("{writer}", writer));
-            answers.push(match self.sql.query(&query, &[]).await {
+            match self.sql.query(&query, &[]).await {
                 Ok(rows) => Ok(rows.iter().map(|r| r.get(0)).collect()),
                 Err(e) => {
                     let db = e.as_db_error().expect("a database error");
                     Err((db.code().code().to_owned(), db.detail().map(str::to_owned)))
                 }
-            });
-            self.sql.batch_execute("rollback to savepoint before").await.unwrap();
-        }
-        self.sql.batch_execute("rollback").await.unwrap();
-        let plain = answers.pop().unwrap();
-        (answers.pop().unwrap(), plain)
+            }
+        };
+        self.both_from_one_state(async || answer("numbered").await, async || answer("plain").await).await
     }
 }
 
@@ -935,21 +943,18 @@ async fn the_plain_writers_answer_as_the_numbered_ones() {
 impl WriterScene {
     /// What a look at `inbox` answers and leaves, made by `relay_take_unread` (migration 33) and by
     /// the read and the move it replaces (`relay_unread`, then `relay_advance` when it found any),
-    /// each from the same state in one transaction and undone after: the page (each message as
-    /// JSON), the count left unread, and the inbox afterwards (its deliveries' states, unread
-    /// counter and newest shown).
-    async fn looks(
-        &self,
-        inbox: i64,
-        limit: i64,
-        target: i16,
-    ) -> [(Vec<serde_json::Value>, i32, serde_json::Value); 2] {
-        let afterwards = "select jsonb_build_object(
-                'states', (select jsonb_agg(jsonb_build_array(d.seq, d.state) order by d.seq)
-                           from deliveries d where d.recipient_id = e.id),
-                'unread', e.unread, 'last_shown', e.last_shown)
-            from endpoints e where e.id = $1";
-        let take = async || {
+    /// from the same state: the page (each message as JSON), the count left unread, and the inbox
+    /// afterwards (its deliveries' states, unread counter and newest shown).
+    async fn looks(&self, inbox: i64, limit: i64, target: i16) -> (Look, Look) {
+        let afterwards = async || -> serde_json::Value {
+            let inbox_now = "select jsonb_build_object(
+                    'states', (select jsonb_agg(jsonb_build_array(d.seq, d.state) order by d.seq)
+                               from deliveries d where d.recipient_id = e.id),
+                    'unread', e.unread, 'last_shown', e.last_shown)
+                from endpoints e where e.id = $1";
+            self.sql.query_one(inbox_now, &[&inbox]).await.unwrap().get(0)
+        };
+        let take = async || -> Look {
             let rows = self
                 .sql
                 .query(
@@ -959,9 +964,9 @@ impl WriterScene {
                 .await
                 .unwrap();
             let left = rows.first().map_or(0, |r| r.get(1));
-            (rows.iter().map(|r| r.get(0)).collect(), left)
+            (rows.iter().map(|r| r.get(0)).collect(), left, afterwards().await)
         };
-        let read_and_move = async || {
+        let read_and_move = async || -> Look {
             let rows = self
                 .sql
                 .query("select to_jsonb(u), u.seq from relay_unread($1, 0, $2) u", &[&inbox, &limit])
@@ -974,19 +979,14 @@ impl WriterScene {
                 let moved = "select left_unread from relay_advance($1, $2, $3)";
                 self.sql.query_one(moved, &[&inbox, &seqs, &target]).await.unwrap().get(0)
             };
-            (rows.iter().map(|r| r.get(0)).collect(), left)
+            (rows.iter().map(|r| r.get(0)).collect(), left, afterwards().await)
         };
-        self.sql.batch_execute("begin").await.unwrap();
-        self.sql.batch_execute("savepoint before").await.unwrap();
-        let (page, left): (Vec<serde_json::Value>, i32) = take().await;
-        let one = (page, left, self.sql.query_one(afterwards, &[&inbox]).await.unwrap().get(0));
-        self.sql.batch_execute("rollback to savepoint before").await.unwrap();
-        let (page, left): (Vec<serde_json::Value>, i32) = read_and_move().await;
-        let two = (page, left, self.sql.query_one(afterwards, &[&inbox]).await.unwrap().get(0));
-        self.sql.batch_execute("rollback").await.unwrap();
-        [one, two]
+        self.both_from_one_state(take, read_and_move).await
     }
 }
+
+/// A look's page (each message as JSON), the count it left unread, and its inbox afterwards.
+type Look = (Vec<serde_json::Value>, i32, serde_json::Value);
 
 /// One look at the inbox (migration 33) answers and leaves what the read and the move it replaces
 /// did, to the last field: a first look, a look at a page already shown (which moves nothing), one
@@ -997,7 +997,7 @@ async fn one_look_at_the_inbox_answers_as_the_read_and_the_move_it_replaces() {
     let s = WriterScene::new(5).await;
     let (a, b, c) = (s.alice, s.bob, s.carol);
     let same = async |inbox: i64, limit: i64, target: i16, what: &str, seqs: &[i64], left: i32| {
-        let [one, two] = s.looks(inbox, limit, target).await;
+        let (one, two) = s.looks(inbox, limit, target).await;
         assert_eq!(one, two, "{what}: one look answers and leaves what the read and the move did");
         let page: Vec<i64> = one.0.iter().map(|m| m["seq"].as_i64().unwrap()).collect();
         assert_eq!((page.as_slice(), one.1), (seqs, left), "{what}");

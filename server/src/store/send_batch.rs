@@ -1,6 +1,7 @@
 //! Group commit for sends. A send that was resolved and allowed is queued here; the replica's one
-//! writer (see [`Batcher`]) takes whatever has queued meanwhile (up to [`MAX_BATCH`]) and write it with one call: one round trip
-//! and one commit for the whole batch, its messages and deliveries written as sets.
+//! writer (see [`Batcher`]) takes whatever has queued meanwhile (up to [`MAX_BATCH`]) and writes
+//! it with one call: one round trip and one commit for the whole batch, its messages and
+//! deliveries written as sets.
 //!
 //! * A batch of plain sends (each to one inbox, relying on no contact, not a reply), the
 //!   common case, is written by `relay_write_sends_plain` (migration 32), which checks the inboxes
@@ -12,8 +13,8 @@
 //!   by `relay_write_send_plain` (migration 32) when plain and otherwise `relay_write_send_numbered`
 //!   (migrations 26 and 30), one call each. Under load, sends share commits.
 //!
-//! Every writer function answers each recipient's seq, so the recipients' streams in this process are handed
-//! the message as it was stored (see [`Waker`]) instead of reading it back.
+//! Every writer function answers each recipient's seq, so the recipients' streams in this process
+//! are handed the message as it was stored (see [`Waker`]) instead of reading it back.
 //!
 //! Past [`QUEUE`] sends waiting, more are refused at once as overloaded rather than queued for
 //! seconds.
@@ -44,6 +45,12 @@ const MAX_BATCH: usize = 64;
 /// Sends waiting for the writer at most; beyond it sends are refused as overloaded. Two batches'
 /// worth: one being written, the next gathering.
 const QUEUE: usize = 2 * MAX_BATCH;
+/// A lone send's answer, from `relay_write_send_plain` (a plain send) or
+/// `relay_write_send_numbered` (any).
+const SEND_PLAIN: &str =
+    "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_plain($1, $2, $3)";
+const SEND_NUMBERED: &str =
+    "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_numbered($1, $2, $3)";
 /// A batch's answer, one row per send, from `relay_write_sends_plain` (plain sends) or
 /// `relay_write_sends_numbered` (any).
 const SENDS_PLAIN: &str = "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
@@ -275,15 +282,7 @@ impl Writer {
         if let [job] = jobs {
             // Alone, a send is one statement (migration 26) instead of the set's handful; a plain
             // one, three short writes (migration 32).
-            let stmt = client
-                .prepare_cached(if job.send.is_plain() {
-                    "select outcome, offline, offline_seen, seqs, relations, sent_at \
-                     from relay_write_send_plain($1, $2, $3)"
-                } else {
-                    "select outcome, offline, offline_seen, seqs, relations, sent_at \
-                     from relay_write_send_numbered($1, $2, $3)"
-                })
-                .await?;
+            let stmt = client.prepare_cached(if job.send.is_plain() { SEND_PLAIN } else { SEND_NUMBERED }).await?;
             return match client.query_one(&stmt, &[&job.send, &cap, &replica]).await {
                 Ok(row) => Ok(vec![written(&row)]),
                 // Refused: it raises, and says why by SQLSTATE.

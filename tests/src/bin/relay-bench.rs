@@ -438,6 +438,27 @@ async fn throughput(senders: &[Client], recipients: &[String], hot: bool, second
     (ok as f64 / seconds as f64, shed)
 }
 
+/// Up to 1,000 sends from `alice` to ci/bob, one at a time, for at most `seconds`: each timed to
+/// its answer and, given bob's stream, to its push, which it waits for before the next.
+async fn serial_sends(
+    alice: &mut Agent,
+    mut stream: Option<&mut Streaming<Push>>,
+    seconds: u64,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut sent, mut pushed) = (Vec::with_capacity(1000), Vec::new());
+    let phase = Instant::now();
+    while sent.len() < 1000 && phase.elapsed() < Duration::from_secs(seconds) {
+        let start = Instant::now();
+        alice.send(&["ci/bob"], &format!("latency probe {}", sent.len())).await.unwrap();
+        sent.push(start.elapsed());
+        if let Some(stream) = stream.as_deref_mut() {
+            tokio::time::timeout(PHASE_LIMIT, next_message(stream)).await.expect("push").expect("push");
+            pushed.push(start.elapsed());
+        }
+    }
+    (sent, pushed)
+}
+
 /// Health checks for `seconds` from `callers` tasks, each on its own connection; calls per second.
 async fn health_calls(url: &str, callers: usize, seconds: u64) -> f64 {
     let mut clients = Vec::with_capacity(callers);
@@ -600,20 +621,12 @@ async fn main() {
         let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
         let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
         let mut stream = bob.subscribe(0).await;
-        let (mut send_lat, mut push_lat) = (Vec::new(), Vec::new());
         stats.reset_statements().await;
         // WAL flushes are reported by backends up to 10 s late: the setup's are counted before the
         // phase, and the phase's own before its end is read.
         tokio::time::sleep(STATS_SETTLE).await;
         let before = stats.counters().await;
-        let phase = Instant::now();
-        while send_lat.len() < 1000 && phase.elapsed() < Duration::from_secs(args.seconds * 4) {
-            let start = Instant::now();
-            alice.send(&["ci/bob"], &format!("latency probe {}", send_lat.len())).await.unwrap();
-            send_lat.push(start.elapsed());
-            tokio::time::timeout(PHASE_LIMIT, next_message(&mut stream)).await.expect("push").expect("push");
-            push_lat.push(start.elapsed());
-        }
+        let (send_lat, push_lat) = serial_sends(&mut alice, Some(&mut stream), args.seconds * 4).await;
         tokio::time::sleep(STATS_SETTLE).await;
         let after = stats.counters().await;
         let n = send_lat.len() as f64;
@@ -640,14 +653,7 @@ async fn main() {
 
         // The same sends with no stream open for the recipient: above, the push each send waits
         // for is made at the same moment as the send's answer, on the same cores.
-        let mut unwatched = Vec::with_capacity(1000);
-        let phase = Instant::now();
-        while unwatched.len() < 1000 && phase.elapsed() < Duration::from_secs(args.seconds * 4) {
-            let start = Instant::now();
-            alice.send(&["ci/bob"], &format!("unwatched probe {}", unwatched.len())).await.unwrap();
-            unwatched.push(start.elapsed());
-        }
-        let unwatched = quantiles(unwatched);
+        let unwatched = quantiles(serial_sends(&mut alice, None, args.seconds * 4).await.0);
         rows.push(row(
             "serial send p50 (ms), no stream pushing",
             format!("{:.2}", unwatched.p50),

@@ -10,11 +10,22 @@ use crate::domain::ids::EndpointId;
 use crate::domain::message::Message;
 use crate::store::error::Col;
 
+/// The columns of a page of unread messages, as `relay_unread` and `relay_take_unread` answer them
+/// and [`message_from_row`] reads them.
+macro_rules! page_columns {
+    () => {
+        "seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, relation"
+    };
+}
+
 /// The messages of the first `$3` unread deliveries of inbox `$1` above seq `$2`, in seq order:
 /// `relay_unread` (migration 27), whose plan is kept for the connection instead of made again on
 /// every call, and cannot read more than it answers.
-const UNREAD_AFTER: &str = "select seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, \
-     relation from relay_unread($1, $2, $3)";
+const UNREAD_AFTER: &str = concat!("select ", page_columns!(), " from relay_unread($1, $2, $3)");
+
+/// The same page of inbox `$1` (from its first unread, at most `$2`) moved to state `$3` in the
+/// same statement, with the count left unread on every row (`relay_take_unread`, migration 33).
+const TAKE_UNREAD: &str = concat!("select ", page_columns!(), ", left_unread from relay_take_unread($1, $2, $3)");
 
 /// The messages of the first `limit` deliveries of `inbox` above seq `after` that are not read
 /// yet, in seq order. Locks nothing.
@@ -37,12 +48,7 @@ pub(crate) async fn take_unread(
     limit: i64,
     state: State,
 ) -> Result<(Vec<Message>, u64)> {
-    let stmt = c
-        .prepare_cached(
-            "select seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, relation, \
-             left_unread from relay_take_unread($1, $2, $3)",
-        )
-        .await?;
+    let stmt = c.prepare_cached(TAKE_UNREAD).await?;
     let rows = c.query(&stmt, &[&inbox, &limit, &state.to_db()]).await?;
     // Every row carries the same count; an empty look leaves nothing unread.
     let left = match rows.first() {
