@@ -197,6 +197,85 @@ async fn a_contact_drop_does_not_wait_for_a_send_from_an_inbox_it_locks() {
     assert!(inbox.messages.is_empty(), "what alice had not seen was withdrawn: {:?}", inbox.messages);
 }
 
+/// A send may deliver between the two accounts into an inbox the drop has not locked while the
+/// drop waits for those it has. Withdrawing that delivery then waits for its inbox, held by a next
+/// send that waits for the contact the drop holds: Postgres ends the drop, which is made again and
+/// withdraws what both inboxes hold.
+#[tokio::test]
+async fn a_contact_drop_ended_by_a_deadlock_with_a_send_is_made_again() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let globex = server.machine("globex", "box");
+    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut carol = Agent::hello(&server.url, &laptop, "carol").await.unwrap();
+    let mut gus = Agent::hello(&server.url, &globex, "gus").await.unwrap();
+    gus.send(&["acme/laptop/alice"], "unseen").await.unwrap();
+
+    let connect = || async {
+        let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        sql
+    };
+    let (writer, next_send, watch) = (connect().await, connect().await, connect().await);
+    let id_of = |address: String| {
+        let watch = &watch;
+        async move {
+            let row = watch.query_one("select id from endpoint_addresses where address = $1", &[&address]).await;
+            row.unwrap().get::<_, i64>(0)
+        }
+    };
+    let (alice_id, carol_id) = (id_of(alice.address.clone()).await, id_of(carol.address.clone()).await);
+    let drop_waits_on = |statement: &'static str| {
+        let watch = &watch;
+        async move {
+            let waiting: i64 = watch
+                .query_one(
+                    "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query like $1",
+                    &[&format!("{statement}%")],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (waiting > 0).then_some(())
+        }
+    };
+
+    // A writer holds alice's inbox: the drop, having chosen the inboxes it locks, waits for it.
+    writer.batch_execute("begin").await.unwrap();
+    writer.execute("select 1 from endpoints where id = $1 for no key update", &[&alice_id]).await.unwrap();
+    let url = db.url.clone();
+    let dropping =
+        tokio::task::spawn_blocking(move || relay_tests::server::admin(&url, &["contact", "drop", "acme", "globex"]));
+    eventually(WAIT, "the drop waiting for alice's inbox", || drop_waits_on("select 1 from endpoints e")).await;
+
+    // Meanwhile gus reaches carol, whose inbox the drop did not choose, and a next send holds it.
+    gus.send(&["acme/laptop/carol"], "unseen too").await.unwrap();
+    next_send.batch_execute("begin").await.unwrap();
+    next_send.execute("select 1 from endpoints where id = $1 for no key update", &[&carol_id]).await.unwrap();
+    writer.batch_execute("rollback").await.unwrap();
+    eventually(WAIT, "the drop withdrawing from carol's inbox", || drop_waits_on("update deliveries d")).await;
+
+    // The next send reaches for the contact the drop holds: one of the two is ended.
+    let contact = next_send.execute(
+        "select 1 from contacts k join accounts a on a.id in (k.account_a, k.account_b)
+         where a.name = 'globex' for key share of k",
+        &[],
+    );
+    let _ = tokio::time::timeout(WAIT, contact).await.expect("the deadlock is broken");
+    next_send.batch_execute("rollback").await.unwrap();
+
+    let out = tokio::time::timeout(WAIT, dropping).await.expect("the drop finishes").unwrap();
+    assert!(out.status.success(), "contact drop: {}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("2 undelivered messages withdrawn"), "both withdrawn: {said}");
+    for agent in [&mut alice, &mut carol] {
+        let inbox = agent.inbox(0, false).await.unwrap();
+        assert!(inbox.messages.is_empty(), "{} holds what the drop withdrew: {:?}", agent.address, inbox.messages);
+    }
+}
+
 #[tokio::test]
 async fn a_session_ended_or_revoked_anywhere_is_refused_on_every_replica() {
     let db = TestDb::new().await;

@@ -255,9 +255,31 @@ impl App {
 
 // ---- the operator's commands (`relay-server admin`), which hold a store but no server ------------
 
+/// How often a contact's drop is made again after Postgres ended it in a deadlock.
+const DROP_TRIES: usize = 3;
+
 /// Ends a contact (or a request) between two accounts. Reach is cut at once: deliveries between
 /// them that no agent has seen yet are withdrawn, and their senders can see why.
+///
+/// The drop locks the inboxes holding such deliveries before it takes the contact, the order a
+/// send takes them. A send may still deliver into another inbox while the drop waits for those:
+/// withdrawing that delivery then waits for its inbox, whose next send may be waiting for the
+/// contact the drop holds. Postgres ends one of the two; a drop it ended is made again, and then
+/// finds and locks that inbox first.
 pub async fn drop_contact(store: &Store, account: &str, other: &str) -> Result<Contact> {
+    let mut tries = 1;
+    loop {
+        match drop_contact_once(store, account, other).await {
+            Err(Error::Conflict(reason)) if tries < DROP_TRIES => {
+                tracing::info!(account, other, tries, reason, "contact drop met a concurrent send; making it again");
+                tries += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+async fn drop_contact_once(store: &Store, account: &str, other: &str) -> Result<Contact> {
     let mut db = store.client().await?;
     let tx = db.transaction().await?;
     let (me, other_id) = (contacts::account_id(&tx, account).await?, contacts::account_id(&tx, other).await?);

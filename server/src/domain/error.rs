@@ -74,6 +74,10 @@ pub enum Error {
     /// The database could not be reached or is overloaded; the call may be retried.
     #[error("{0}")]
     Unavailable(String),
+    /// A concurrent change met this one (a deadlock, a serialization failure): nothing of it was
+    /// done, and the same call may succeed at once. Told to callers as `Unavailable`.
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     Internal(String),
 }

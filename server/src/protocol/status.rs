@@ -13,7 +13,7 @@ pub fn to_status(err: Error) -> Status {
         Error::PermissionDenied(_) => Code::PermissionDenied,
         Error::FailedPrecondition(_) => Code::FailedPrecondition,
         Error::ResourceExhausted(_) | Error::Overloaded(_) | Error::Throttled { .. } => Code::ResourceExhausted,
-        Error::Unavailable(_) => Code::Unavailable,
+        Error::Unavailable(_) | Error::Conflict(_) => Code::Unavailable,
         Error::Internal(_) => Code::Internal,
     };
     let mut status = Status::new(code, err.to_string());

@@ -31,7 +31,7 @@ fn from_code(code: &SqlState, err: &dyn std::fmt::Display) -> Error {
             Error::Invalid("value refused by the database".into())
         }
         SqlState::T_R_SERIALIZATION_FAILURE | SqlState::T_R_DEADLOCK_DETECTED | SqlState::LOCK_NOT_AVAILABLE => {
-            Error::Unavailable("conflicting update; try again".into())
+            Error::Conflict("conflicting update; try again".into())
         }
         SqlState::TOO_MANY_CONNECTIONS
         | SqlState::CANNOT_CONNECT_NOW

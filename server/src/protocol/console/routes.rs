@@ -112,7 +112,7 @@ fn status_of(err: &Error) -> StatusCode {
         Error::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
         Error::PermissionDenied(_) => StatusCode::FORBIDDEN,
         Error::ResourceExhausted(_) | Error::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
-        Error::Overloaded(_) | Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        Error::Overloaded(_) | Error::Unavailable(_) | Error::Conflict(_) => StatusCode::SERVICE_UNAVAILABLE,
         Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
