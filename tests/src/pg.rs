@@ -146,6 +146,15 @@ impl TestDb {
         client.batch_execute(&format!("create database {name}")).await.expect("create the test database");
         Self { url: with_dbname(&base, &name), name }
     }
+
+    /// A plain connection to this database, for tests that arrange or read state straight through
+    /// SQL.
+    pub async fn sql(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.url, NoTls).await.expect("connect to the test database");
+        tokio::spawn(connection);
+        client
+    }
 }
 
 /// `base` with its database replaced: works for URLs and for key=value strings.

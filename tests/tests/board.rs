@@ -28,10 +28,6 @@ fn refused(result: &Value) -> bool {
     result["isError"] == json!(true)
 }
 
-async fn sql(db: &TestDb) -> tokio_postgres::Client {
-    sql_at(&db.url).await
-}
-
 async fn sql_at(url: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
@@ -88,7 +84,7 @@ async fn an_idle_workers_claims_do_not_rewrite_its_machine() {
     let db = TestDb::new().await;
     let server = Server::start(&db).await;
     let ci = server.machine("acme", "ci");
-    let sql = sql(&db).await;
+    let sql = db.sql().await;
     let mut w = worker_client(channel(&server.url).await, &ci);
     // The row's version (xmin) changes with every write to it.
     let row = async || -> (String, bool) {
@@ -222,7 +218,7 @@ async fn two_replicas_fire_each_due_schedule_exactly_once() {
         ids.push(posted["structuredContent"]["id"].as_str().unwrap().to_owned());
     }
     // All twenty come due at once, and several slots were missed: each must fire once.
-    let db_client = sql(&db).await;
+    let db_client = db.sql().await;
     db_client
         .execute("update jobs set next_run_at = now() - interval '3 hours' where kind = 'schedule'", &[])
         .await

@@ -92,8 +92,7 @@ async fn sends_arriving_together_each_keep_their_own_fate_and_inboxes_stay_gaple
 
 /// Every inbox's unread count, as kept in the database, beside the deliveries it counts.
 async fn unread_counts(db: &TestDb) -> Vec<(String, i32, i64)> {
-    let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let client = db.sql().await;
     let rows = client
         .query(
             "select ea.address, e.unread,
@@ -180,8 +179,7 @@ async fn a_contact_drop_does_not_wait_for_a_send_from_an_inbox_it_locks() {
     gus.send(&["acme/laptop/alice"], "unseen").await.unwrap();
 
     // A send of alice's in progress: its message's foreign key holds a key share of her row.
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     let alice_id: i64 =
         sql.query_one("select id from endpoint_addresses where address = $1", &[&alice.address]).await.unwrap().get(0);
     sql.batch_execute("begin").await.unwrap();
@@ -213,12 +211,7 @@ async fn a_contact_drop_ended_by_a_deadlock_with_a_send_is_made_again() {
     let mut gus = Agent::hello(&server.url, &globex, "gus").await.unwrap();
     gus.send(&["acme/laptop/alice"], "unseen").await.unwrap();
 
-    let connect = || async {
-        let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(conn);
-        sql
-    };
-    let (writer, next_send, watch) = (connect().await, connect().await, connect().await);
+    let (writer, next_send, watch) = (db.sql().await, db.sql().await, db.sql().await);
     let id_of = |address: String| {
         let watch = &watch;
         async move {

@@ -262,8 +262,7 @@ async fn a_live_holder_keeps_its_handle_and_a_refused_claim_says_who_holds_it() 
     let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
     let _alice = live_bridge(&server, &laptop, "alice", &mut bob).await;
     // However long ago its last heartbeat, an open stream holds the handle.
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     sql.execute("update endpoints set last_seen_at = now() - interval '20 seconds' where handle = 'alice'", &[])
         .await
         .unwrap();
@@ -449,8 +448,7 @@ async fn schedules_tell_when_they_fire_hold_off_and_lose_a_run() {
         ..Default::default()
     };
     let schedule = carol.rpc.post_job(posted).await.unwrap().into_inner().id;
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     let due_now = || async {
         sql.execute("update jobs set next_run_at = now() - interval '1 minute' where id = $1", &[&schedule])
             .await

@@ -14,12 +14,6 @@ use relay_tests::server::{Server, human};
 use relay_tests::{bin, eventually, free_port};
 use serde_json::json;
 
-async fn sql(db: &TestDb) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
-    client
-}
-
 #[tokio::test]
 async fn a_bridge_moves_to_the_next_replica_with_its_handle_and_inbox() {
     let db = TestDb::new().await;
@@ -189,7 +183,7 @@ async fn a_worker_keeps_its_card_and_lease_when_its_replica_stops() {
         .unwrap();
 
     // The worker claims the card through the first replica; then that replica stops.
-    let sql = sql(&db).await;
+    let sql = db.sql().await;
     let card_state = |id: String| {
         let sql = &sql;
         async move {

@@ -12,7 +12,6 @@ use relay_tests::free_port;
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
 use tokio::task::JoinHandle;
-use tokio_postgres::NoTls;
 use tonic::codegen::{Body as _, Service as _, http};
 use tonic::{Code, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -133,8 +132,7 @@ async fn a_long_poll_outlives_a_short_rpc_timeout_but_a_stuck_send_is_stopped() 
 
     // A send that cannot finish (messages locked against writes by another session) is stopped
     // after the ordinary budget.
-    let (lock, connection) = tokio_postgres::connect(&db.url, NoTls).await.unwrap();
-    tokio::spawn(connection);
+    let lock = db.sql().await;
     lock.batch_execute("begin; lock table messages in share mode").await.unwrap();
     let request = SendRequest {
         to: vec!["bob".into()],

@@ -379,8 +379,7 @@ impl WriterScene {
         };
         alice.rpc.send(earlier).await.unwrap();
 
-        let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(conn);
+        let sql = db.sql().await;
         let one = async |query: &str, param: &str| -> i64 { sql.query_one(query, &[&param]).await.unwrap().get(0) };
         let endpoint = "select id from endpoint_addresses where address = $1";
         let account = "select id from accounts where name = $1";
@@ -1090,8 +1089,7 @@ async fn looking_again_at_shown_messages_writes_nothing() {
     let first = bob.inbox(0, false).await.unwrap();
     assert_eq!(first.messages.len(), 2);
 
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     let bob_id: i64 =
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
     // What a look answers, and whether its transaction took an id (wrote anything).
@@ -1125,8 +1123,7 @@ async fn looking_again_at_shown_messages_writes_nothing() {
 #[tokio::test]
 async fn a_send_does_not_wait_for_a_look_at_its_senders_inbox() {
     let (db, _server, mut alice, mut bob) = two_machines().await;
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     let bob_id: i64 =
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
     let all = "(select array_agg(seq) from deliveries where recipient_id = $1)";
@@ -1156,8 +1153,7 @@ async fn a_push_moves_its_inboxs_mark_and_rewrites_no_delivery() {
     let (db, _server, mut alice, mut bob) = two_machines().await;
     let first = alice.send(&["ci/bob"], "one").await.unwrap().id;
     let second = alice.send(&["ci/bob"], "two").await.unwrap().id;
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     let versions = async || -> Vec<(String, i16)> {
         let rows = sql
             .query(
@@ -1216,8 +1212,7 @@ async fn a_push_moves_its_inboxs_mark_and_rewrites_no_delivery() {
 async fn a_message_pushed_as_written_is_the_message_the_inbox_reads() {
     let (db, _server, mut alice, mut bob) = two_machines().await;
     // Bob is alice's child, as a spawned worker is.
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     sql.execute(
         "update endpoints set parent_id = (select id from endpoint_addresses where address = $1)
          where id = (select id from endpoint_addresses where address = $2)",
@@ -1258,8 +1253,7 @@ async fn a_message_pushed_as_written_is_the_message_the_inbox_reads() {
 async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
     let (db, _server, mut alice, bob) = two_machines().await;
     alice.send(&["ci/bob"], "first").await.unwrap();
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     let bob_id: i64 =
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
     // Statistics of nearly empty tables, and plans made on them on this connection.
@@ -1318,8 +1312,7 @@ async fn an_inbox_planned_while_empty_reads_a_full_one_by_its_indexes() {
 #[tokio::test]
 async fn pushes_recorded_together_move_each_inboxs_mark_forward_only() {
     let (db, _server, alice, bob) = two_machines().await;
-    let (sql, conn) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let sql = db.sql().await;
     let id = async |address: &str| -> i64 {
         sql.query_one("select id from endpoint_addresses where address = $1", &[&address]).await.unwrap().get(0)
     };

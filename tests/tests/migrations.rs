@@ -12,13 +12,6 @@ use relay_tests::client::{Agent, next_message};
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
 use relay_tests::{bin, free_port};
-use tokio_postgres::NoTls;
-
-async fn sql(db: &TestDb) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(&db.url, NoTls).await.expect("connect to the test database");
-    tokio::spawn(connection);
-    client
-}
 
 /// `relay-server ARGS` on the test database, logging at info without colour.
 async fn relay_server(db: &TestDb, args: &[&str]) -> Output {
@@ -84,7 +77,7 @@ async fn a_fresh_database_gets_every_migration_with_the_checksum_of_its_file() {
     let db = TestDb::new().await;
     let out = relay_server(&db, &["migrate"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    let client = sql(&db).await;
+    let client = db.sql().await;
     assert_eq!(history(&client).await, expected_history(&client).await);
 
     // Again: nothing to do, nothing changes.
@@ -100,7 +93,7 @@ async fn a_fresh_database_gets_every_migration_with_the_checksum_of_its_file() {
 async fn a_database_migrated_before_checksums_gets_them_recorded() {
     let db = TestDb::new().await;
     assert!(relay_server(&db, &["migrate"]).await.status.success());
-    let client = sql(&db).await;
+    let client = db.sql().await;
     client.batch_execute("alter table schema_migrations drop column checksum").await.unwrap();
 
     let out = relay_server(&db, &["migrate"]).await;
@@ -118,7 +111,7 @@ async fn an_edited_migration_is_refused_naming_its_version_and_file() {
     let db = TestDb::new().await;
     assert!(relay_server(&db, &["migrate"]).await.status.success());
     // What the database would hold had 0003 been applied and its file edited since.
-    let client = sql(&db).await;
+    let client = db.sql().await;
     client.execute("update schema_migrations set checksum = repeat('0', 64) where version = 3", &[]).await.unwrap();
 
     let out = relay_server(&db, &["migrate"]).await;
@@ -155,7 +148,7 @@ async fn two_migrations_started_together_both_succeed_and_apply_each_migration_o
     sorted.sort();
     let all: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
     assert_eq!(sorted, all, "each applied once across both processes: {logs:#?}");
-    let client = sql(&db).await;
+    let client = db.sql().await;
     assert_eq!(history(&client).await, expected_history(&client).await);
 }
 
@@ -165,7 +158,7 @@ async fn two_migrations_started_together_both_succeed_and_apply_each_migration_o
 #[tokio::test]
 async fn a_database_with_the_console_applied_as_19_is_brought_up_to_date() {
     let db = TestDb::new().await;
-    let client = sql(&db).await;
+    let client = db.sql().await;
     client
         .batch_execute(
             "create table schema_migrations (version integer primary key, name text not null,
@@ -213,7 +206,7 @@ async fn a_database_with_the_console_applied_as_19_is_brought_up_to_date() {
 async fn this_release_keeps_working_on_the_next_releases_expanded_schema() {
     let db = TestDb::new().await;
     assert!(relay_server(&db, &["migrate"]).await.status.success());
-    let client = sql(&db).await;
+    let client = db.sql().await;
     let tables: Vec<String> = client
         .query(
             "select table_name::text from information_schema.tables
