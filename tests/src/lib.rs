@@ -42,7 +42,24 @@ where
     }
 }
 
-/// A free TCP port on loopback.
+/// A free TCP port on loopback, below the kernel's range of ephemeral ports. A port the kernel
+/// hands out (`bind` to port 0) comes from that range, which every outgoing connection draws its
+/// local port from too: between this check and the server's own bind, one of the many
+/// connections the tests and their servers open could take it, and the server would fail to listen
+/// while another process answered on its address.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
+    use rand::Rng;
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let below = 10_000..first_ephemeral.max(20_000);
+    let mut rng = rand::rng();
+    for _ in 0..1000 {
+        let port = rng.random_range(below.clone());
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {below:?}")
 }

@@ -31,8 +31,8 @@ impl Server {
 
     /// Starts with extra environment (fast scheduler ticks, short leases).
     pub async fn start_with_env(db: &TestDb, port: u16, env: &[(&str, &str)]) -> Self {
-        let server = Self::spawn_with(db, port, &[], format!("http://127.0.0.1:{port}"), env);
-        wait_serving(&server.url).await;
+        let mut server = Self::spawn_with(db, port, &[], format!("http://127.0.0.1:{port}"), env);
+        server.wait_serving(None).await;
         server
     }
 
@@ -45,9 +45,9 @@ impl Server {
     pub async fn start_tls_with_env(db: &TestDb, cert: &Path, key: &Path, env: &[(&str, &str)]) -> Self {
         let port = free_port();
         let tls = ["--tls-cert".as_ref(), cert.as_os_str(), "--tls-key".as_ref(), key.as_os_str()];
-        let server = Self::spawn_with(db, port, &tls, format!("https://localhost:{port}"), env);
+        let mut server = Self::spawn_with(db, port, &tls, format!("https://localhost:{port}"), env);
         let ca = tonic::transport::Certificate::from_pem(std::fs::read(cert).unwrap());
-        wait_serving_with(&server.url, Some(ca)).await;
+        server.wait_serving(Some(ca)).await;
         server
     }
 
@@ -81,6 +81,22 @@ impl Server {
     pub fn machine(&self, account: &str, machine: &str) -> String {
         let _ = self.admin(&["account", "create", account]);
         self.admin_ok(&["machine", "add", &format!("{account}/{machine}")])
+    }
+
+    /// Waits until this server says SERVING. A server that exits first (it could not listen, say)
+    /// fails the test at once, rather than leaving it to talk to whatever else answers there.
+    async fn wait_serving(&mut self, ca: Option<Certificate>) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("relay-server's status") {
+                panic!("relay-server for {} exited before serving ({status}); its stderr is above", self.url);
+            }
+            if serving(&self.url, ca.clone()).await {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "timed out after 30s waiting for {} to serve", self.url);
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     pub fn pid(&self) -> u32 {
@@ -134,25 +150,26 @@ pub async fn wait_serving(url: &str) {
 
 /// [`wait_serving`] over TLS, trusting `ca`.
 pub async fn wait_serving_with(url: &str, ca: Option<Certificate>) {
-    let url = url.to_owned();
     eventually(Duration::from_secs(30), "relay-server to report SERVING", || {
-        let (url, ca) = (url.clone(), ca.clone());
-        async move {
-            let mut endpoint = tonic::transport::Endpoint::from_shared(url).ok()?;
-            if let Some(ca) = ca {
-                endpoint = endpoint.tls_config(ClientTlsConfig::new().ca_certificate(ca)).ok()?;
-            }
-            let channel = endpoint.connect().await.ok()?;
-            let status = HealthClient::new(channel)
-                .check(HealthCheckRequest { service: String::new() })
-                .await
-                .ok()?
-                .into_inner()
-                .status();
-            (status == ServingStatus::Serving).then_some(())
-        }
+        let ca = ca.clone();
+        async move { serving(url, ca).await.then_some(()) }
     })
     .await
+}
+
+/// Whether the gRPC health service at `url` says SERVING now.
+async fn serving(url: &str, ca: Option<Certificate>) -> bool {
+    let check = async {
+        let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned()).ok()?;
+        if let Some(ca) = ca {
+            endpoint = endpoint.tls_config(ClientTlsConfig::new().ca_certificate(ca)).ok()?;
+        }
+        let channel = endpoint.connect().await.ok()?;
+        let status =
+            HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await.ok()?.into_inner();
+        Some(status.status() == ServingStatus::Serving)
+    };
+    check.await == Some(true)
 }
 
 /// Runs `agent-bridge human ARGS` as the person holding the human `token`; returns whether it
