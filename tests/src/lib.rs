@@ -47,19 +47,30 @@ where
 /// local port from too: between this check and the server's own bind, one of the many
 /// connections the tests and their servers open could take it, and the server would fail to listen
 /// while another process answered on its address.
+///
+/// A port is handed out once per process: two tests asking at once may both find it free before
+/// either server binds it.
 pub fn free_port() -> u16 {
     use rand::Rng;
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32768);
-    let below = 10_000..first_ephemeral.max(20_000);
+    // A kernel whose ephemeral range starts low leaves too little below it: take its ports then.
+    let below = 10_000..first_ephemeral;
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     let mut rng = rand::rng();
     for _ in 0..1000 {
-        let port = rng.random_range(below.clone());
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        let port = if below.len() >= 4096 {
+            rng.random_range(below.clone())
+        } else {
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port").port()
+        };
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
             return port;
         }
     }
-    panic!("no free loopback port in {below:?}")
+    panic!("no free loopback port")
 }

@@ -225,8 +225,9 @@ async fn a_contact_drop_ended_by_a_deadlock_with_a_send_is_made_again() {
         async move {
             let waiting: i64 = watch
                 .query_one(
-                    "select count(*) from pg_stat_activity where wait_event_type = 'Lock' and query like $1",
-                    &[&format!("{statement}%")],
+                    "select count(*) from pg_stat_activity
+                     where datname = current_database() and wait_event_type = 'Lock' and starts_with(query, $1)",
+                    &[&statement],
                 )
                 .await
                 .unwrap()
