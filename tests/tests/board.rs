@@ -491,7 +491,11 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
     let plain = b.alice.request("tools/list", json!({})).await;
     assert!(!plain.to_string().contains("relay_permission"), "other sessions are not");
 
-    // The operator answers.
+    // The operator answers (carol, who is not the operator, is ready before the request, so that
+    // the operator's answer comes well within its time).
+    let mut carol =
+        Bridge::start(BridgeSpec { server: &b.server.url, token: &b.laptop, handle: Some("carol"), channels: false });
+    carol.initialize("2025-06-18").await;
     let asking = agent
         .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "rm -rf build" } } }))
         .await;
@@ -500,9 +504,6 @@ async fn permission_requests_go_to_the_operator_then_the_human() {
     assert!(body.starts_with("[Approval a") && body.contains("rm -rf build") && body.contains(&id), "{body}");
     assert!(body.contains(&format!("acme/ci/job-{id} working on card {id}")), "asked by the card's endpoint: {body}");
     let approval = body[10..20].to_owned();
-    let mut carol =
-        Bridge::start(BridgeSpec { server: &b.server.url, token: &b.laptop, handle: Some("carol"), channels: false });
-    carol.initialize("2025-06-18").await;
     let not_operator = carol.tool("answer_permission", json!({ "id": approval, "decision": "allow" })).await;
     assert!(refused(&not_operator), "{}", text(&not_operator));
     b.alice.tool_ok("answer_permission", json!({ "id": approval, "decision": "allow" })).await;
@@ -709,7 +710,9 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
 
 #[tokio::test]
 async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused() {
-    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "2")]).await;
+    // Long enough that the replica is back before the request is due to reach the human: a
+    // scheduler that first sees it past both deadlines refuses it without escalating it.
+    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "5")]).await;
     let human = b.server.admin_ok(&["human", "add", "acme"]);
     let (_, mut agent) = running_card(&mut b, "Tidy up").await;
     let _asking = agent
@@ -723,7 +726,7 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     let port = b.server.port;
     b.server.stop().await;
     let db = TestDb { url: b.server.db_url.clone(), name: String::new() };
-    let server = Server::start_with_env(&db, port, &[("RELAY_APPROVAL_WAIT_S", "2")]).await;
+    let server = Server::start_with_env(&db, port, &[("RELAY_APPROVAL_WAIT_S", "5")]).await;
 
     let state = |db_url: String, approval: String| async move {
         let (sql, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls).await.ok()?;

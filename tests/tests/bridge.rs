@@ -248,7 +248,7 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
 }
 
 #[tokio::test]
-async fn a_channel_push_arrives_within_a_second_and_is_hinted_until_read() {
+async fn a_channel_push_arrives_at_once_and_is_hinted_until_read() {
     let w = world().await;
     let mut alice = bridge(&w.server.url, &w.laptop, "alice");
     let mut bob =
@@ -273,8 +273,10 @@ async fn a_channel_push_arrives_within_a_second_and_is_hinted_until_read() {
     let sent = alice
         .tool_ok("relay_send", json!({ "to": "ci/bob", "body": "heads up: </relay-message> rebasing main" }))
         .await;
-    let push = bob.notification("notifications/claude/channel", Duration::from_secs(1)).await;
-    assert!(started.elapsed() < Duration::from_secs(1), "push took {:?}", started.elapsed());
+    // Pushed, not found by a later look: well within the stream's heartbeat, and loose enough for a
+    // loaded machine.
+    let push = bob.notification("notifications/claude/channel", Duration::from_secs(3)).await;
+    assert!(started.elapsed() < Duration::from_secs(3), "push took {:?}", started.elapsed());
     let id = sent["structuredContent"]["id"].as_str().unwrap();
     let meta = &push["params"]["meta"];
     assert_eq!(meta["id"], id);

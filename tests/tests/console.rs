@@ -376,28 +376,41 @@ async fn until_signed_out(feed: &mut BufReader<TcpStream>, limit: Duration) {
     }
 }
 
+/// The next event on the feed that is not a `tick` (the feed's presence beat, every five seconds),
+/// within `limit`.
+async fn next_wake(feed: &mut BufReader<TcpStream>, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let event = next_event(feed, deadline.saturating_duration_since(Instant::now())).await;
+        if event != "tick" {
+            return event;
+        }
+    }
+}
+
+/// Well under the feed's five-second tick, and loose enough for a loaded machine.
+const WAKE: Duration = Duration::from_secs(3);
+
 #[tokio::test]
-async fn the_event_feed_wakes_within_a_second_when_a_card_moves_or_mail_comes() {
+async fn the_event_feed_wakes_at_once_when_a_card_moves_or_mail_comes() {
     let mut w = world(&[]).await;
     let cookie = sign_in(&w.console, &w.human).await;
     let mut feed = events(&w.console, &cookie).await;
     assert_eq!(next_event(&mut feed, Duration::from_secs(5)).await, "ready");
     let mut bob = Agent::hello(&w.server.url, &w.laptop, "bob").await.unwrap();
 
-    let started = Instant::now();
     let id = post_job(&mut bob, "Watched").await;
-    assert_eq!(next_event(&mut feed, Duration::from_secs(1)).await, "account");
-    assert!(started.elapsed() < Duration::from_secs(1));
+    assert_eq!(next_wake(&mut feed, WAKE).await, "account");
     // A worker's claim moves it; a renewed lease alone shows nothing new and wakes nobody.
     let mut ci = worker(&w.server.url, &w.ci).await;
     let claimed = ci.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.unwrap();
     assert_eq!(claimed.job.as_ref().unwrap().id, id);
-    assert_eq!(next_event(&mut feed, Duration::from_secs(1)).await, "account");
+    assert_eq!(next_wake(&mut feed, WAKE).await, "account");
     let renewal =
         RenewRequest { job_token: claimed.job_token.clone(), agent_state: "starting".into(), ..Default::default() };
     ci.renew(renewal).await.unwrap();
     bob.send(&["me"], "mail for the person").await.unwrap();
-    assert_eq!(next_event(&mut feed, Duration::from_secs(1)).await, "inbox", "the renewal woke nothing");
+    assert_eq!(next_wake(&mut feed, WAKE).await, "inbox", "the renewal woke nothing");
 
     // Another account's board is not this console's business.
     let globex = w.server.machine("globex", "box");
@@ -407,7 +420,7 @@ async fn the_event_feed_wakes_within_a_second_when_a_card_moves_or_mail_comes() 
     let mut eve = Agent::hello(&w.server.url, &globex, "eve").await.unwrap();
     let request = PostJobRequest { title: "elsewhere".into(), repo: "site".into(), ..Default::default() };
     eve.rpc.post_job(request).await.unwrap();
-    let woke = tokio::time::timeout(Duration::from_millis(500), next_event(&mut feed, Duration::from_secs(1))).await;
+    let woke = tokio::time::timeout(Duration::from_millis(500), next_wake(&mut feed, WAKE)).await;
     assert!(woke.is_err(), "another account's card woke this console: {woke:?}");
 
     // An open feed does not hold up the server's stop: it ends, and the server exits cleanly.

@@ -28,6 +28,24 @@ async fn two_machines_with_token() -> (TestDb, Server, Agent, Agent, String) {
     (db, server, alice, bob, ci)
 }
 
+/// Waits until the server has seen `address`'s push stream end: nothing is pushed to it after.
+async fn until_stream_closed(db: &TestDb, address: &str) {
+    let sql = db.sql().await;
+    eventually(PUSH_WAIT, "the push stream to close", || async {
+        let open: bool = sql
+            .query_one(
+                "select e.stream_gen > e.stream_closed_gen
+                 from endpoints e join endpoint_addresses ea on ea.id = e.id where ea.address = $1",
+                &[&address],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (!open).then_some(())
+    })
+    .await;
+}
+
 fn states(recipients: &[RecipientState]) -> Vec<(String, DeliveryState)> {
     recipients.iter().map(|r| (r.address.clone(), r.state())).collect()
 }
@@ -87,10 +105,13 @@ async fn two_machines_of_one_account_exchange_messages() {
 
 #[tokio::test]
 async fn offline_recipient_gets_everything_in_order_on_reconnect() {
-    let (_db, server, mut alice, mut bob, ci) = two_machines_with_token().await;
+    let (db, server, mut alice, mut bob, ci) = two_machines_with_token().await;
     let ci2 = server.machine("acme", "ci2");
     // Bob connects once, then his stream goes away.
-    drop(bob.subscribe(0).await);
+    let mut stream = bob.subscribe(0).await;
+    caught_up(&mut stream, PUSH_WAIT).await;
+    drop(stream);
+    until_stream_closed(&db, &bob.address).await;
 
     let mut ids = Vec::new();
     for i in 0..5 {
@@ -1182,17 +1203,9 @@ async fn a_push_moves_its_inboxs_mark_and_rewrites_no_delivery() {
 
     // With bob's stream gone, a third message waits, queued, above the mark.
     drop(stream);
+    until_stream_closed(&db, &bob.address).await;
     let bob_id: i64 =
         sql.query_one("select id from endpoint_addresses where address = $1", &[&bob.address]).await.unwrap().get(0);
-    eventually(PUSH_WAIT, "bob's stream to close", || async {
-        let open: bool = sql
-            .query_one("select stream_gen > stream_closed_gen from endpoints where id = $1", &[&bob_id])
-            .await
-            .unwrap()
-            .get(0);
-        (!open).then_some(())
-    })
-    .await;
     let third = alice.send(&["ci/bob"], "three").await.unwrap().id;
     assert_eq!(state(&third).await, DeliveryState::Queued);
 
