@@ -105,13 +105,20 @@ async fn unread_counts(db: &TestDb) -> Vec<(String, i32, i64)> {
     rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect()
 }
 
-#[tokio::test]
-async fn unread_counts_stay_exact_and_a_reply_never_deadlocks_with_its_senders_reading() {
+/// A server with two accounts in contact: acme's machine `laptop` and globex's `box`, and their
+/// machine tokens.
+async fn acme_and_globex_in_contact() -> (TestDb, Server, String, String) {
     let db = TestDb::new().await;
     let server = Server::start(&db).await;
     let laptop = server.machine("acme", "laptop");
     let globex = server.machine("globex", "box");
     server.admin_ok(&["contact", "add", "acme", "globex"]);
+    (db, server, laptop, globex)
+}
+
+#[tokio::test]
+async fn unread_counts_stay_exact_and_a_reply_never_deadlocks_with_its_senders_reading() {
+    let (db, server, laptop, globex) = acme_and_globex_in_contact().await;
     let mut asker = Agent::hello(&server.url, &laptop, "asker").await.unwrap();
     let mut other = Agent::hello(&server.url, &laptop, "other").await.unwrap();
     let mut answerer = Agent::hello(&server.url, &globex, "answerer").await.unwrap();
@@ -169,11 +176,7 @@ async fn unread_counts_stay_exact_and_a_reply_never_deadlocks_with_its_senders_r
 /// row): were it to wait, a send that then reached for an inbox the drop holds would deadlock.
 #[tokio::test]
 async fn a_contact_drop_does_not_wait_for_a_send_from_an_inbox_it_locks() {
-    let db = TestDb::new().await;
-    let server = Server::start(&db).await;
-    let laptop = server.machine("acme", "laptop");
-    let globex = server.machine("globex", "box");
-    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    let (db, server, laptop, globex) = acme_and_globex_in_contact().await;
     let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
     let mut gus = Agent::hello(&server.url, &globex, "gus").await.unwrap();
     gus.send(&["acme/laptop/alice"], "unseen").await.unwrap();
@@ -201,11 +204,7 @@ async fn a_contact_drop_does_not_wait_for_a_send_from_an_inbox_it_locks() {
 /// withdraws what both inboxes hold.
 #[tokio::test]
 async fn a_contact_drop_ended_by_a_deadlock_with_a_send_is_made_again() {
-    let db = TestDb::new().await;
-    let server = Server::start(&db).await;
-    let laptop = server.machine("acme", "laptop");
-    let globex = server.machine("globex", "box");
-    server.admin_ok(&["contact", "add", "acme", "globex"]);
+    let (db, server, laptop, globex) = acme_and_globex_in_contact().await;
     let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
     let mut carol = Agent::hello(&server.url, &laptop, "carol").await.unwrap();
     let mut gus = Agent::hello(&server.url, &globex, "gus").await.unwrap();
