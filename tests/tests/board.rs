@@ -710,15 +710,14 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
 
 #[tokio::test]
 async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused() {
-    // Long enough that the replica is back before the request is due to reach the human: a
-    // scheduler that first sees it past both deadlines refuses it without escalating it.
-    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "5")]).await;
+    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "2")]).await;
     let human = b.server.admin_ok(&["human", "add", "acme"]);
     let (_, mut agent) = running_card(&mut b, "Tidy up").await;
     let _asking = agent
         .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "make clean" } } }))
         .await;
-    // The operator is asked; then the asking agent dies and the replica restarts.
+    // The operator is asked; then the asking agent dies and the replica stops, and no replica runs
+    // until both of the request's deadlines have passed.
     let question = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
     let body = question["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
     let approval = body[10..20].to_owned();
@@ -726,32 +725,36 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     let port = b.server.port;
     b.server.stop().await;
     let db = TestDb { url: b.server.db_url.clone(), name: String::new() };
-    let server = Server::start_with_env(&db, port, &[("RELAY_APPROVAL_WAIT_S", "5")]).await;
+    let sql = db.sql().await;
+    let overdue =
+        "update approvals set escalate_at = now() - interval '2 seconds', expire_at = now() - interval '1 second'
+                   where id = $1 and state = 'pending'";
+    assert_eq!(sql.execute(overdue, &[&approval]).await.unwrap(), 1, "the request waits for the operator");
+    let server = Server::start_with_env(&db, port, &[("RELAY_APPROVAL_WAIT_S", "2")]).await;
 
-    let state = |db_url: String, approval: String| async move {
-        let (sql, conn) = tokio_postgres::connect(&db_url, tokio_postgres::NoTls).await.ok()?;
-        tokio::spawn(conn);
-        let row = sql
-            .query_one("select state, coalesce(decided_by, '') from approvals where id = $1", &[&approval])
-            .await
-            .ok()?;
-        Some((row.get::<_, String>(0), row.get::<_, String>(1)))
-    };
-    let (url, token) = (server.url.clone(), human.clone());
-    eventually(Duration::from_secs(20), "the request to reach the human", || {
-        let (url, token) = (url.clone(), token.clone());
-        async move {
-            let listed = relay_tests::server::human(&url, &token, &["approvals"]).await.1;
-            listed.contains("escalated").then_some(())
-        }
+    // The human is still asked, and has the whole wait to answer before it is refused.
+    let asked_human = "select m.created_at from messages m
+                       join deliveries d on d.message_id = m.id
+                       join endpoint_addresses ea on ea.id = d.recipient_id
+                       where ea.address = 'acme/me' and starts_with(m.body, '[Approval ' || $1 || ']')";
+    eventually(Duration::from_secs(20), "the request to reach the human", || async {
+        sql.query_opt(asked_human, &[&approval]).await.unwrap().map(|_| ())
     })
     .await;
-    let decided = eventually(Duration::from_secs(20), "the unanswered request to be refused", || {
-        let (db_url, approval) = (server.db_url.clone(), approval.clone());
-        async move { state(db_url, approval).await.filter(|(state, _)| state == "deny") }
-    })
-    .await;
-    assert_eq!(decided.1, "timeout", "refused for want of an answer, by nobody");
+    let listed = relay_tests::server::human(&server.url, &human, &["approvals"]).await.1;
+    assert!(listed.contains(&approval), "the human's list shows it: {listed}");
+    let decided = format!(
+        "select a.state, coalesce(a.decided_by, ''), extract(epoch from a.decided_at - ({asked_human}))::float8
+         from approvals a where a.id = $1"
+    );
+    let (by, human_had): (String, f64) =
+        eventually(Duration::from_secs(20), "the unanswered request to be refused", || async {
+            let row = sql.query_one(&decided, &[&approval]).await.unwrap();
+            (row.get::<_, String>(0) == "deny").then(|| (row.get(1), row.get(2)))
+        })
+        .await;
+    assert_eq!(by, "timeout", "refused for want of an answer, by nobody");
+    assert!(human_had >= 2.0, "refused {human_had} s after the human was asked");
 }
 
 /// A card posted by alice, claimed by ci's worker, and its agent's bridge, holding the card's job

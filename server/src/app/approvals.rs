@@ -62,7 +62,8 @@ impl App {
     /// the human's are refused and their callers woken. How many it moved.
     pub async fn approval_round(&self) -> Result<usize> {
         let mut db = self.store.client().await?;
-        let due = approvals::due(&db, approval_wait().as_secs_f64(), 100).await?;
+        let wait_s = approval_wait().as_secs_f64();
+        let due = approvals::due(&db, wait_s, 100).await?;
         for request in &due {
             if request.expired {
                 if approvals::expire(&db, request.account_id, &request.id).await? {
@@ -71,7 +72,7 @@ impl App {
                 continue;
             }
             let tx = db.transaction().await?;
-            if let Some((job_id, tool, input)) = approvals::escalate(&tx, &request.id).await? {
+            if let Some((job_id, tool, input)) = approvals::escalate(&tx, &request.id, wait_s).await? {
                 let asker = approvals::requester(&tx, request.requester).await?;
                 let body = rules::approval_escalation(&request.id, &asker.address(), &job_id, &tool, &input);
                 let target = approvals::human_target(&tx, asker.account_id, &asker.account).await?;

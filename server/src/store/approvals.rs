@@ -127,13 +127,23 @@ pub(crate) async fn requester(c: &impl GenericClient, requester: EndpointId) -> 
 }
 
 /// Hands request `id` to the human if it is still with the operator; its card, tool and input
-/// then, `None` when it was not pending.
-pub(crate) async fn escalate(c: &impl GenericClient, id: &str) -> Result<Option<(String, String, String)>> {
+/// then, `None` when it was not pending. The human has at least `wait_s` from now to answer, however
+/// late the request is handed on (no replica may have been running when it fell due).
+pub(crate) async fn escalate(
+    c: &impl GenericClient,
+    id: &str,
+    wait_s: f64,
+) -> Result<Option<(String, String, String)>> {
     c.query_opt(
         &format!(
-            "update approvals set state = '{ESCALATED}' where id = $1 and state = '{PENDING}' returning job_id, tool, input"
+            "update approvals
+             set state = '{ESCALATED}',
+                 expire_at = greatest(coalesce(expire_at, created_at + make_interval(secs => 2 * $2::float8)),
+                                      now() + make_interval(secs => $2::float8))
+             where id = $1 and state = '{PENDING}'
+             returning job_id, tool, input"
         ),
-        &[&id],
+        &[&id, &wait_s],
     )
     .await?
     .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
@@ -176,7 +186,8 @@ pub(crate) struct Due {
     pub id: String,
     pub account_id: AccountId,
     pub requester: EndpointId,
-    /// Past its last deadline (refuse it); otherwise past the operator's (hand it to the human).
+    /// With the human and past its last deadline (refuse it); otherwise still with the operator
+    /// and past its deadline (hand it to the human, even if the last one has passed too).
     pub expired: bool,
 }
 
@@ -198,7 +209,8 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
         .query(
             &format!(
                 "select id, account_id, requester_id,
-                        coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now() as expired
+                        state = '{ESCALATED}'
+                          and coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now() as expired
                  from approvals a
                  where {}
                  order by created_at
