@@ -6,6 +6,7 @@ pub mod console;
 pub mod contacts;
 pub mod due;
 mod error;
+mod heard;
 pub mod identity;
 mod ids;
 pub mod messages;

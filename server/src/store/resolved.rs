@@ -10,13 +10,13 @@
 //! kept. What a concurrent change could still break in the window before a notification arrives,
 //! the batched writer re-checks: a dropped contact and a full inbox under lock, and a revoked machine.
 
-use crate::domain::ids::EndpointId;
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// A safety net only: every change that matters is announced.
-const TTL: Duration = Duration::from_secs(300);
+use super::heard::{Heard, Ticket};
+use crate::domain::ids::EndpointId;
+
 /// Bounds memory whatever the traffic: past it, the oldest half is dropped.
 const MAX_ENTRIES: usize = 50_000;
 
@@ -33,20 +33,13 @@ pub struct ResolvedCache<V> {
 }
 
 struct Inner<V> {
-    /// Whether changes are heard: false until the listener is up, and while it reconnects.
-    trusted: bool,
-    /// Bumped by every forgetting, so a resolve that began before one is not kept after it.
-    epoch: u64,
+    heard: Heard,
     entries: HashMap<Key, (V, Instant)>,
 }
 
-/// Taken before resolving, handed back with the result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ticket(u64);
-
 impl<V> Default for ResolvedCache<V> {
     fn default() -> Self {
-        Self { inner: Mutex::new(Inner { trusted: false, epoch: 0, entries: HashMap::new() }) }
+        Self { inner: Mutex::new(Inner { heard: Heard::default(), entries: HashMap::new() }) }
     }
 }
 
@@ -59,15 +52,15 @@ impl<V: Clone> ResolvedCache<V> {
     pub fn get(&self, key: &Key) -> Result<V, Ticket> {
         let inner = self.lock();
         match inner.entries.get(key) {
-            Some((value, at)) if inner.trusted && at.elapsed() < TTL => Ok(value.clone()),
-            _ => Err(Ticket(inner.epoch)),
+            Some((value, at)) if inner.heard.serves(*at) => Ok(value.clone()),
+            _ => Err(inner.heard.ticket()),
         }
     }
 
     /// Keeps a resolve, unless something was forgotten since it began.
     pub fn put(&self, ticket: Ticket, key: Key, value: V) {
         let mut inner = self.lock();
-        if !inner.trusted || inner.epoch != ticket.0 {
+        if !inner.heard.admits(ticket) {
             return;
         }
         if inner.entries.len() >= MAX_ENTRIES {
@@ -82,24 +75,20 @@ impl<V: Clone> ResolvedCache<V> {
     /// Something that decides who may message whom changed: every entry may be wrong.
     pub fn forget_all(&self) {
         let mut inner = self.lock();
-        inner.epoch += 1;
+        inner.heard.forgot();
         inner.entries.clear();
     }
 
     /// Changes may go unheard from now on (the listener is down): forget everything, keep nothing.
     pub fn distrust(&self) {
         let mut inner = self.lock();
-        inner.trusted = false;
-        inner.epoch += 1;
+        inner.heard.distrust();
         inner.entries.clear();
     }
 
-    /// Every change is heard from now on. A read that began before (while changes went unheard)
-    /// is not kept.
+    /// Every change is heard from now on (see [`Heard::trust`]).
     pub fn trust(&self) {
-        let mut inner = self.lock();
-        inner.trusted = true;
-        inner.epoch += 1;
+        self.lock().heard.trust();
     }
 }
 

@@ -8,13 +8,12 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::heard::{Heard, Ticket};
 use crate::domain::caller::Caller;
 use crate::domain::ids::{EndpointId, MachineId};
 
-/// A safety net only: every change that matters is announced.
-const TTL: Duration = Duration::from_secs(300);
 /// Bounds memory whatever the number of sessions: past it, entries are not added.
 const MAX_ENTRIES: usize = 100_000;
 
@@ -25,17 +24,10 @@ pub struct SessionCache {
 
 #[derive(Default)]
 struct Inner {
-    /// Whether changes are heard: false until the listener is up, and while it reconnects.
-    trusted: bool,
-    /// Bumped by every forgetting, so a read that began before one is not cached after it.
-    epoch: u64,
+    heard: Heard,
     by_hash: HashMap<Vec<u8>, (Caller, Instant)>,
     by_endpoint: HashMap<EndpointId, Vec<u8>>,
 }
-
-/// Taken before a database read, handed back with its result.
-#[derive(Debug, Clone, Copy)]
-pub struct Ticket(u64);
 
 impl SessionCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -51,15 +43,15 @@ impl SessionCache {
     pub fn get(&self, hash: &[u8]) -> Result<Caller, Ticket> {
         let inner = self.lock();
         match inner.by_hash.get(hash) {
-            Some((caller, at)) if inner.trusted && at.elapsed() < TTL => Ok(caller.clone()),
-            _ => Err(Ticket(inner.epoch)),
+            Some((caller, at)) if inner.heard.serves(*at) => Ok(caller.clone()),
+            _ => Err(inner.heard.ticket()),
         }
     }
 
     /// Keeps a caller read from the database, unless something was forgotten since the read began.
     pub fn put(&self, ticket: Ticket, caller: &Caller) {
         let mut inner = self.lock();
-        if !inner.trusted || inner.epoch != ticket.0 || inner.by_hash.len() >= MAX_ENTRIES {
+        if !inner.heard.admits(ticket) || inner.by_hash.len() >= MAX_ENTRIES {
             return;
         }
         if let Some(old) = inner.by_endpoint.insert(caller.endpoint_id, caller.session_hash.clone())
@@ -73,7 +65,7 @@ impl SessionCache {
     /// The endpoint's session ended, changed hands, or its stream changed.
     pub fn forget_endpoint(&self, endpoint: EndpointId) {
         let mut inner = self.lock();
-        inner.epoch += 1;
+        inner.heard.forgot();
         if let Some(hash) = inner.by_endpoint.remove(&endpoint) {
             inner.by_hash.remove(&hash);
         }
@@ -81,49 +73,41 @@ impl SessionCache {
 
     /// The machine was revoked or removed: every session on it.
     pub fn forget_machine(&self, machine: MachineId) {
-        let mut inner = self.lock();
-        inner.epoch += 1;
-        let gone: Vec<EndpointId> =
-            inner.by_hash.values().filter(|(c, _)| c.machine_id == machine).map(|(c, _)| c.endpoint_id).collect();
-        for endpoint in gone {
-            if let Some(hash) = inner.by_endpoint.remove(&endpoint) {
-                inner.by_hash.remove(&hash);
-            }
-        }
+        self.forget_where(|c| c.machine_id == machine);
     }
 
     /// The card's attempt ended: the session of its agent, before the database's word arrives.
     pub fn forget_attempt(&self, card: &str) {
+        self.forget_where(|c| c.attempt.as_ref().is_some_and(|a| a.card == card));
+    }
+
+    /// Every session whose caller `gone` picks.
+    fn forget_where(&self, gone: impl Fn(&Caller) -> bool) {
         let mut inner = self.lock();
-        inner.epoch += 1;
-        let gone: Vec<EndpointId> = inner
-            .by_hash
-            .values()
-            .filter(|(c, _)| c.attempt.as_ref().is_some_and(|a| a.card == card))
-            .map(|(c, _)| c.endpoint_id)
-            .collect();
-        for endpoint in gone {
-            if let Some(hash) = inner.by_endpoint.remove(&endpoint) {
-                inner.by_hash.remove(&hash);
+        inner.heard.forgot();
+        let Inner { by_hash, by_endpoint, .. } = &mut *inner;
+        by_hash.retain(|hash, (caller, _)| {
+            if !gone(caller) {
+                return true;
             }
-        }
+            if by_endpoint.get(&caller.endpoint_id) == Some(hash) {
+                by_endpoint.remove(&caller.endpoint_id);
+            }
+            false
+        });
     }
 
     /// Changes may go unheard from now on (the listener is down): forget everything, keep nothing.
     pub fn distrust(&self) {
         let mut inner = self.lock();
-        inner.trusted = false;
-        inner.epoch += 1;
+        inner.heard.distrust();
         inner.by_hash.clear();
         inner.by_endpoint.clear();
     }
 
-    /// Every change is heard from now on. A read that began before (while changes went unheard)
-    /// is not kept.
+    /// Every change is heard from now on (see [`Heard::trust`]).
     pub fn trust(&self) {
-        let mut inner = self.lock();
-        inner.trusted = true;
-        inner.epoch += 1;
+        self.lock().heard.trust();
     }
 }
 
