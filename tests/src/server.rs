@@ -157,7 +157,8 @@ pub async fn wait_serving_with(url: &str, ca: Option<Certificate>) {
     .await
 }
 
-/// Whether the gRPC health service at `url` says SERVING now.
+/// Whether the gRPC health service at `url` says SERVING now (a listener that never answers is
+/// taken for no).
 async fn serving(url: &str, ca: Option<Certificate>) -> bool {
     let check = async {
         let mut endpoint = tonic::transport::Endpoint::from_shared(url.to_owned()).ok()?;
@@ -169,7 +170,7 @@ async fn serving(url: &str, ca: Option<Certificate>) -> bool {
             HealthClient::new(channel).check(HealthCheckRequest { service: String::new() }).await.ok()?.into_inner();
         Some(status.status() == ServingStatus::Serving)
     };
-    check.await == Some(true)
+    tokio::time::timeout(Duration::from_secs(2), check).await.ok().flatten() == Some(true)
 }
 
 /// Runs `agent-bridge human ARGS` as the person holding the human `token`; returns whether it

@@ -710,7 +710,8 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
 
 #[tokio::test]
 async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused() {
-    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "2")]).await;
+    // The first replica's wait is long: the request stays with the operator until it stops.
+    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "60")]).await;
     let human = b.server.admin_ok(&["human", "add", "acme"]);
     let (_, mut agent) = running_card(&mut b, "Tidy up").await;
     let _asking = agent
@@ -730,9 +731,9 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
         "update approvals set escalate_at = now() - interval '2 seconds', expire_at = now() - interval '1 second'
                    where id = $1 and state = 'pending'";
     assert_eq!(sql.execute(overdue, &[&approval]).await.unwrap(), 1, "the request waits for the operator");
-    let server = Server::start_with_env(&db, port, &[("RELAY_APPROVAL_WAIT_S", "2")]).await;
+    let server = Server::start_with_env(&db, port, &[("RELAY_APPROVAL_WAIT_S", "5")]).await;
 
-    // The human is still asked, and has the whole wait to answer before it is refused.
+    // The human is still asked, and has the whole wait (5 s) to answer before it is refused.
     let asked_human = "select m.created_at from messages m
                        join deliveries d on d.message_id = m.id
                        join endpoint_addresses ea on ea.id = d.recipient_id
@@ -754,7 +755,39 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
         })
         .await;
     assert_eq!(by, "timeout", "refused for want of an answer, by nobody");
-    assert!(human_had >= 2.0, "refused {human_had} s after the human was asked");
+    assert!(human_had >= 5.0, "refused {human_had} s after the human was asked");
+}
+
+#[tokio::test]
+async fn an_operator_handing_a_request_on_late_gives_the_human_the_whole_wait() {
+    let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "5")]).await;
+    b.server.admin_ok(&["human", "add", "acme"]);
+    let (_, mut agent) = running_card(&mut b, "Prune branches").await;
+    let _asking = agent
+        .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "git branch -D old" } } }))
+        .await;
+    let question = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
+    let body = question["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
+    let approval = body[10..20].to_owned();
+    // The operator answers with three seconds of the request's time left.
+    let db = TestDb { url: b.server.db_url.clone(), name: String::new() };
+    let sql = db.sql().await;
+    let late =
+        "update approvals set escalate_at = now() + interval '1 minute', expire_at = now() + interval '3 seconds'
+                where id = $1 and state = 'pending'";
+    assert_eq!(sql.execute(late, &[&approval]).await.unwrap(), 1);
+    b.alice.tool_ok("answer_permission", json!({ "id": approval, "decision": "owner" })).await;
+
+    // The human is asked, with the whole wait from then.
+    let human_has = "select a.state, extract(epoch from a.expire_at - m.created_at)::float8
+                     from approvals a, messages m
+                     join deliveries d on d.message_id = m.id
+                     join endpoint_addresses ea on ea.id = d.recipient_id
+                     where a.id = $1 and ea.address = 'acme/me' and starts_with(m.body, '[Approval ' || $1 || ']')";
+    let row = sql.query_one(human_has, &[&approval]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), "escalated");
+    let window: f64 = row.get(1);
+    assert!(window >= 5.0, "the human has {window} s to answer");
 }
 
 /// A card posted by alice, claimed by ci's worker, and its agent's bridge, holding the card's job

@@ -59,26 +59,16 @@ impl App {
     }
 
     /// One round of the scheduler: requests past the operator's time go to the human, requests past
-    /// the human's are refused and their callers woken. How many it moved.
+    /// the human's are refused and their callers woken. How many were due. One request that cannot
+    /// be moved on does not hold up the others.
     pub async fn approval_round(&self) -> Result<usize> {
         let mut db = self.store.client().await?;
         let wait_s = approval_wait().as_secs_f64();
         let due = approvals::due(&db, wait_s, 100).await?;
         for request in &due {
-            if request.expired {
-                if approvals::expire(&db, request.account_id, &request.id).await? {
-                    approvals::wake(&db, request.requester).await?;
-                }
-                continue;
+            if let Err(e) = settle(&mut db, request, wait_s).await {
+                tracing::warn!(approval = %request.id, error = %e, "cannot move a permission request on");
             }
-            let tx = db.transaction().await?;
-            if let Some((job_id, tool, input)) = approvals::escalate(&tx, &request.id, wait_s).await? {
-                let asker = approvals::requester(&tx, request.requester).await?;
-                let body = rules::approval_escalation(&request.id, &asker.address(), &job_id, &tool, &input);
-                let target = approvals::human_target(&tx, asker.account_id, &asker.account).await?;
-                approvals::ask(&tx, &asker, target, &body).await?;
-            }
-            tx.commit().await?;
         }
         Ok(due.len())
     }
@@ -157,8 +147,39 @@ impl App {
     }
 }
 
+/// Refuses a request with the human that is past its last deadline, and hands one still with the
+/// operator to the human. Should that fail once its last deadline has passed too, it is refused
+/// instead: no request waits forever.
+async fn settle(db: &mut deadpool_postgres::Object, request: &approvals::Due, wait_s: f64) -> Result<()> {
+    if !request.with_human {
+        match hand_to_human(db, request, wait_s).await {
+            Err(e) if request.overdue => {
+                tracing::warn!(approval = %request.id, error = %e, "cannot hand an overdue permission request to the human; refusing it");
+            }
+            handed => return handed,
+        }
+    }
+    if approvals::expire(&*db, request.account_id, &request.id, wait_s).await? {
+        approvals::wake(&*db, request.requester).await?;
+    }
+    Ok(())
+}
+
+/// Hands a request still with the operator to the account's human, with the whole wait to answer.
+async fn hand_to_human(db: &mut deadpool_postgres::Object, request: &approvals::Due, wait_s: f64) -> Result<()> {
+    let tx = db.transaction().await?;
+    if let Some((job_id, tool, input)) = approvals::escalate(&tx, &request.id, wait_s).await? {
+        let asker = approvals::requester(&tx, request.requester).await?;
+        let body = rules::approval_escalation(&request.id, &asker.address(), &job_id, &tool, &input);
+        let target = approvals::human_target(&tx, asker.account_id, &asker.account).await?;
+        approvals::ask(&tx, &asker, target, &body).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
 /// Decides an open request (`human`: pending or escalated; else pending only) and wakes the agent
-/// waiting on it. `Escalated` hands it to the human.
+/// waiting on it. `Escalated` hands it to the human, with the whole wait to answer.
 async fn decide(
     db: &mut deadpool_postgres::Object,
     account_id: AccountId,
@@ -168,9 +189,10 @@ async fn decide(
     by: &str,
     human: bool,
 ) -> Result<Decision> {
+    let wait_s = approval_wait().as_secs_f64();
     let tx = db.transaction().await?;
     let Some(decided) =
-        approvals::decide(&tx, account_id, id, state, reason, by, &approvals::open_states(human)).await?
+        approvals::decide(&tx, account_id, id, state, reason, by, &approvals::open_states(human), wait_s).await?
     else {
         let current = approvals::decision(&tx, account_id, id).await?;
         return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));

@@ -77,7 +77,8 @@ pub enum Kind {
     /// longest wait plus the ordinary budget, so a wait is never cut but a stuck one still ends.
     LongPoll,
     /// Waits for a decision whose deadlines the server keeps in the database (a permission request
-    /// goes to the operator, then the human, up to twice `RELAY_APPROVAL_WAIT_S`): no budget here.
+    /// goes to the operator, then the human, about twice `RELAY_APPROVAL_WAIT_S`, longer when it
+    /// reaches the human late): no budget here.
     ServerTimed,
     Ordinary,
 }

@@ -126,9 +126,19 @@ pub(crate) async fn requester(c: &impl GenericClient, requester: EndpointId) -> 
     super::identity::caller_of(c, requester).await
 }
 
+/// A request's last deadline, `$2` being the wait in seconds: requests of the previous release
+/// carry none and expire twice the wait after they were made.
+const LAST_DEADLINE: &str = "coalesce(expire_at, created_at + make_interval(secs => 2 * $2::float8))";
+
+/// The last deadline of a request that reaches the human now: the human has at least the whole
+/// wait, however late it reaches them (no replica may have run when it fell due, or the operator
+/// handed it on at the last moment).
+fn human_deadline() -> String {
+    format!("greatest({LAST_DEADLINE}, now() + make_interval(secs => $2::float8))")
+}
+
 /// Hands request `id` to the human if it is still with the operator; its card, tool and input
-/// then, `None` when it was not pending. The human has at least `wait_s` from now to answer, however
-/// late the request is handed on (no replica may have been running when it fell due).
+/// then, `None` when it was not pending. The human has at least `wait_s` from now to answer.
 pub(crate) async fn escalate(
     c: &impl GenericClient,
     id: &str,
@@ -136,12 +146,10 @@ pub(crate) async fn escalate(
 ) -> Result<Option<(String, String, String)>> {
     c.query_opt(
         &format!(
-            "update approvals
-             set state = '{ESCALATED}',
-                 expire_at = greatest(coalesce(expire_at, created_at + make_interval(secs => 2 * $2::float8)),
-                                      now() + make_interval(secs => $2::float8))
+            "update approvals set state = '{ESCALATED}', expire_at = {}
              where id = $1 and state = '{PENDING}'
-             returning job_id, tool, input"
+             returning job_id, tool, input",
+            human_deadline()
         ),
         &[&id, &wait_s],
     )
@@ -151,7 +159,8 @@ pub(crate) async fn escalate(
 }
 
 /// Decides request `id` of the account as `state` if it is still in one of the `open` states;
-/// `None` when it was not.
+/// `None` when it was not. Handed to the human (`Escalated`), it gives them the whole `wait_s`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn decide(
     c: &impl GenericClient,
     account_id: AccountId,
@@ -160,15 +169,18 @@ pub(crate) async fn decide(
     reason: &str,
     by: &str,
     open: &[&str],
+    wait_s: f64,
 ) -> Result<Option<Decided>> {
     c.query_opt(
         &format!(
             "update approvals set state = $3, reason = nullif($4, ''), decided_by = $5,
-                                  decided_at = case when $3 in ('{ALLOW}', '{DENY}') then now() end
-             where id = $1 and account_id = $2 and state = any($6)
-             returning requester_id, job_id, tool, input"
+                                  decided_at = case when $3 in ('{ALLOW}', '{DENY}') then now() end,
+                                  expire_at = case when $3 = '{ESCALATED}' then {} else expire_at end
+             where id = $1 and account_id = $7 and state = any($6)
+             returning requester_id, job_id, tool, input",
+            human_deadline()
         ),
-        &[&id.trim(), &account_id, &state.as_db(), &reason.trim(), &by, &open],
+        &[&id.trim(), &wait_s, &state.as_db(), &reason.trim(), &by, &open, &account_id],
     )
     .await?
     .map(|r| Ok(Decided { requester: r.col(0)?, job_id: r.col(1)?, tool: r.col(2)?, input: r.col(3)? }))
@@ -186,9 +198,11 @@ pub(crate) struct Due {
     pub id: String,
     pub account_id: AccountId,
     pub requester: EndpointId,
-    /// With the human and past its last deadline (refuse it); otherwise still with the operator
-    /// and past its deadline (hand it to the human, even if the last one has passed too).
-    pub expired: bool,
+    /// With the human (past its last deadline: refuse it), or still with the operator (past its
+    /// deadline: hand it to the human, even if the last one has passed too).
+    pub with_human: bool,
+    /// Past its last deadline.
+    pub overdue: bool,
 }
 
 /// An open request past a deadline, of `approvals` as `a`, with `$1` the default wait in seconds
@@ -208,9 +222,8 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
     let rows = c
         .query(
             &format!(
-                "select id, account_id, requester_id,
-                        state = '{ESCALATED}'
-                          and coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now() as expired
+                "select id, account_id, requester_id, state = '{ESCALATED}',
+                        coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now()
                  from approvals a
                  where {}
                  order by created_at
@@ -221,7 +234,15 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
         )
         .await?;
     rows.iter()
-        .map(|r| Ok(Due { id: r.col(0)?, account_id: r.col(1)?, requester: r.col(2)?, expired: r.col(3)? }))
+        .map(|r| {
+            Ok(Due {
+                id: r.col(0)?,
+                account_id: r.col(1)?,
+                requester: r.col(2)?,
+                with_human: r.col(3)?,
+                overdue: r.col(4)?,
+            })
+        })
         .collect()
 }
 
@@ -231,15 +252,16 @@ pub(crate) async fn wake(c: &impl GenericClient, requester: EndpointId) -> Resul
     Ok(())
 }
 
-/// Refuses an open request for good: nobody answered in time. Whether it was still open.
-pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<bool> {
+/// Refuses an open request for good: nobody answered in time. Whether it was still open and past its
+/// last deadline (read again here: another replica may have handed it to the human since).
+pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &str, wait_s: f64) -> Result<bool> {
     let refused = c.execute(
         &format!(
             "update approvals set state = '{DENY}', reason = 'nobody answered in time; try another way or ask again later',
                                   decided_by = 'timeout', decided_at = now()
-             where id = $1 and account_id = $2 and state in ('{PENDING}', '{ESCALATED}')"
+             where id = $1 and account_id = $3 and state in ('{PENDING}', '{ESCALATED}') and {LAST_DEADLINE} <= now()"
         ),
-        &[&id, &account_id],
+        &[&id, &wait_s, &account_id],
     )
     .await?;
     Ok(refused == 1)

@@ -86,7 +86,7 @@ impl<V: Clone> ResolvedCache<V> {
         inner.entries.clear();
     }
 
-    /// Every change is heard from now on (see [`Heard::trust`]).
+    /// Every change is heard from now on; a resolve that began before is not kept.
     pub fn trust(&self) {
         self.lock().heard.trust();
     }

@@ -105,7 +105,7 @@ impl SessionCache {
         inner.by_endpoint.clear();
     }
 
-    /// Every change is heard from now on (see [`Heard::trust`]).
+    /// Every change is heard from now on; a read that began before is not kept.
     pub fn trust(&self) {
         self.lock().heard.trust();
     }
