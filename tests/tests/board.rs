@@ -713,15 +713,9 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
     // The first replica's wait is long: the request stays with the operator until it stops.
     let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "60")]).await;
     let human = b.server.admin_ok(&["human", "add", "acme"]);
-    let (_, mut agent) = running_card(&mut b, "Tidy up").await;
-    let _asking = agent
-        .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "make clean" } } }))
-        .await;
     // The operator is asked; then the asking agent dies and the replica stops, and no replica runs
     // until both of the request's deadlines have passed.
-    let question = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
-    let body = question["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
-    let approval = body[10..20].to_owned();
+    let (approval, mut agent) = operator_asked(&mut b, "Tidy up", "make clean").await;
     agent.child.kill().await.unwrap();
     let port = b.server.port;
     b.server.stop().await;
@@ -762,13 +756,7 @@ async fn a_permission_request_whose_call_is_gone_is_still_escalated_then_refused
 async fn an_operator_handing_a_request_on_late_gives_the_human_the_whole_wait() {
     let mut b = board(&[("RELAY_APPROVAL_WAIT_S", "5")]).await;
     b.server.admin_ok(&["human", "add", "acme"]);
-    let (_, mut agent) = running_card(&mut b, "Prune branches").await;
-    let _asking = agent
-        .start_request("tools/call", json!({ "name": "relay_permission", "arguments": { "tool_name": "Bash", "input": { "command": "git branch -D old" } } }))
-        .await;
-    let question = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
-    let body = question["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
-    let approval = body[10..20].to_owned();
+    let (approval, _agent) = operator_asked(&mut b, "Prune branches", "git branch -D old").await;
     // The operator answers with three seconds of the request's time left.
     let db = TestDb { url: b.server.db_url.clone(), name: String::new() };
     let sql = db.sql().await;
@@ -788,6 +776,18 @@ async fn an_operator_handing_a_request_on_late_gives_the_human_the_whole_wait() 
     assert_eq!(row.get::<_, String>(0), "escalated");
     let window: f64 = row.get(1);
     assert!(window >= 5.0, "the human has {window} s to answer");
+}
+
+/// A card's agent asks to run `command` and waits; the operator, alice, reads the question. The
+/// request's id, and the agent's bridge.
+async fn operator_asked(b: &mut Board, title: &str, command: &str) -> (String, Bridge) {
+    let (_, mut agent) = running_card(b, title).await;
+    let arguments = json!({ "tool_name": "Bash", "input": { "command": command } });
+    agent.start_request("tools/call", json!({ "name": "relay_permission", "arguments": arguments })).await;
+    let question = b.alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
+    let body = question["structuredContent"]["messages"][0]["body"].as_str().unwrap().to_owned();
+    assert!(body.starts_with("[Approval ") && body.contains(command), "{body}");
+    (body[10..20].to_owned(), agent)
 }
 
 /// A card posted by alice, claimed by ci's worker, and its agent's bridge, holding the card's job
