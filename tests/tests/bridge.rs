@@ -339,6 +339,12 @@ async fn pushes_survive_a_server_restart_without_duplicates() {
     assert!(text(&down).contains("cannot be reached"), "{}", text(&down));
 
     let _server = Server::start_on(&db, port).await;
+    // Bob's bridge reconnects on its own; until it has, ci/bob is nobody to reach.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !text(&alice.tool_ok("relay_list", json!({})).await).contains("acme/ci/bob") {
+        assert!(tokio::time::Instant::now() < deadline, "bob's bridge never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "after" })).await;
     let next = bob.notification("notifications/claude/channel", Duration::from_secs(20)).await;
     assert_eq!(next["params"]["meta"]["seq"], "2", "the next push is the new message, not a repeat: {next}");
