@@ -126,15 +126,17 @@ pub(crate) async fn requester(c: &impl GenericClient, requester: EndpointId) -> 
     super::identity::caller_of(c, requester).await
 }
 
-/// A request's last deadline, `$2` being the wait in seconds: requests of the previous release
-/// carry none and expire twice the wait after they were made.
-const LAST_DEADLINE: &str = "coalesce(expire_at, created_at + make_interval(secs => 2 * $2::float8))";
+/// A request's last deadline, `wait` being the parameter that holds the wait in seconds (`$2`):
+/// requests of the previous release carry none and expire twice the wait after they were made.
+fn last_deadline(wait: &str) -> String {
+    format!("coalesce(expire_at, created_at + make_interval(secs => 2 * {wait}::float8))")
+}
 
 /// The last deadline of a request that reaches the human now: the human has at least the whole
 /// wait, however late it reaches them (no replica may have run when it fell due, or the operator
 /// handed it on at the last moment).
-fn human_deadline() -> String {
-    format!("greatest({LAST_DEADLINE}, now() + make_interval(secs => $2::float8))")
+fn human_deadline(wait: &str) -> String {
+    format!("greatest({}, now() + make_interval(secs => {wait}::float8))", last_deadline(wait))
 }
 
 /// Hands request `id` to the human if it is still with the operator; its card, tool and input
@@ -149,7 +151,7 @@ pub(crate) async fn escalate(
             "update approvals set state = '{ESCALATED}', expire_at = {}
              where id = $1 and state = '{PENDING}'
              returning job_id, tool, input",
-            human_deadline()
+            human_deadline("$2")
         ),
         &[&id, &wait_s],
     )
@@ -176,11 +178,11 @@ pub(crate) async fn decide(
             "update approvals set state = $3, reason = nullif($4, ''), decided_by = $5,
                                   decided_at = case when $3 in ('{ALLOW}', '{DENY}') then now() end,
                                   expire_at = case when $3 = '{ESCALATED}' then {} else expire_at end
-             where id = $1 and account_id = $7 and state = any($6)
+             where id = $1 and account_id = $2 and state = any($6)
              returning requester_id, job_id, tool, input",
-            human_deadline()
+            human_deadline("$7")
         ),
-        &[&id.trim(), &wait_s, &state.as_db(), &reason.trim(), &by, &open, &account_id],
+        &[&id.trim(), &account_id, &state.as_db(), &reason.trim(), &by, &open, &wait_s],
     )
     .await?
     .map(|r| Ok(Decided { requester: r.col(0)?, job_id: r.col(1)?, tool: r.col(2)?, input: r.col(3)? }))
@@ -210,8 +212,9 @@ pub(crate) struct Due {
 pub(crate) fn request_due() -> String {
     format!(
         "a.state in ('{PENDING}', '{ESCALATED}')
-         and (coalesce(a.expire_at, a.created_at + make_interval(secs => 2 * $1::float8)) <= now()
-              or (a.state = '{PENDING}' and coalesce(a.escalate_at, a.created_at + make_interval(secs => $1::float8)) <= now()))"
+         and ({} <= now()
+              or (a.state = '{PENDING}' and coalesce(a.escalate_at, a.created_at + make_interval(secs => $1::float8)) <= now()))",
+        last_deadline("$1")
     )
 }
 
@@ -222,12 +225,12 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
     let rows = c
         .query(
             &format!(
-                "select id, account_id, requester_id, state = '{ESCALATED}',
-                        coalesce(expire_at, created_at + make_interval(secs => 2 * $1::float8)) <= now()
+                "select id, account_id, requester_id, state = '{ESCALATED}', {} <= now()
                  from approvals a
                  where {}
                  order by created_at
                  limit $2",
+                last_deadline("$1"),
                 request_due()
             ),
             &[&wait_s, &limit],
@@ -259,7 +262,8 @@ pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &s
         &format!(
             "update approvals set state = '{DENY}', reason = 'nobody answered in time; try another way or ask again later',
                                   decided_by = 'timeout', decided_at = now()
-             where id = $1 and account_id = $3 and state in ('{PENDING}', '{ESCALATED}') and {LAST_DEADLINE} <= now()"
+             where id = $1 and account_id = $3 and state in ('{PENDING}', '{ESCALATED}') and {} <= now()",
+            last_deadline("$2")
         ),
         &[&id, &wait_s, &account_id],
     )

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 /// A safety net only: every change that matters is announced.
-pub const TTL: Duration = Duration::from_secs(300);
+const TTL: Duration = Duration::from_secs(300);
 
 #[derive(Debug, Default)]
 pub struct Heard {
