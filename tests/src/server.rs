@@ -86,17 +86,15 @@ impl Server {
     /// Waits until this server says SERVING. A server that exits first (it could not listen, say)
     /// fails the test at once, rather than leaving it to talk to whatever else answers there.
     async fn wait_serving(&mut self, ca: Option<Certificate>) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("relay-server's status") {
-                panic!("relay-server for {} exited before serving ({status}); its stderr is above", self.url);
+        let (child, url) = (&mut self.child, self.url.as_str());
+        eventually(Duration::from_secs(30), "relay-server to report SERVING", || {
+            if let Some(status) = child.try_wait().expect("relay-server's status") {
+                panic!("relay-server for {url} exited before serving ({status}); its stderr is above");
             }
-            if serving(&self.url, ca.clone()).await {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "timed out after 30s waiting for {} to serve", self.url);
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+            let ca = ca.clone();
+            async move { serving(url, ca).await.then_some(()) }
+        })
+        .await
     }
 
     pub fn pid(&self) -> u32 {

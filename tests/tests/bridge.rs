@@ -247,6 +247,15 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
     assert_eq!(answer["structuredContent"]["replies"][0]["from"], "acme/ci/bob");
 }
 
+/// Waits until `looking`'s `relay_list` shows `address` online: its bridge's stream is open.
+async fn until_listed(looking: &mut Bridge, address: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !text(&looking.tool_ok("relay_list", json!({})).await).contains(address) {
+        assert!(tokio::time::Instant::now() < deadline, "{address} never came online");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_channel_push_arrives_at_once_and_is_hinted_until_read() {
     let w = world().await;
@@ -262,12 +271,7 @@ async fn a_channel_push_arrives_at_once_and_is_hinted_until_read() {
         }))
         .await;
     assert_eq!(init["result"]["capabilities"]["experimental"]["claude/channel"], json!({}));
-    // Bob is online once his bridge's stream is open.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !text(&alice.tool_ok("relay_list", json!({})).await).contains("acme/ci/bob") {
-        assert!(tokio::time::Instant::now() < deadline, "bob never came online");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_listed(&mut alice, "acme/ci/bob").await;
 
     let started = tokio::time::Instant::now();
     let sent = alice
@@ -340,11 +344,7 @@ async fn pushes_survive_a_server_restart_without_duplicates() {
 
     let _server = Server::start_on(&db, port).await;
     // Bob's bridge reconnects on its own; until it has, ci/bob is nobody to reach.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !text(&alice.tool_ok("relay_list", json!({})).await).contains("acme/ci/bob") {
-        assert!(tokio::time::Instant::now() < deadline, "bob's bridge never came back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_listed(&mut alice, "acme/ci/bob").await;
     alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "after" })).await;
     let next = bob.notification("notifications/claude/channel", Duration::from_secs(20)).await;
     assert_eq!(next["params"]["meta"]["seq"], "2", "the next push is the new message, not a repeat: {next}");
