@@ -13,7 +13,7 @@ use crate::domain::ids::{self, AccountId};
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{self as rules, Approval, ApprovalState, Decision};
 use crate::domain::{Error, Result};
-use crate::store::approvals::{self, NewApproval};
+use crate::store::approvals::{self, NewApproval, Verdict};
 use crate::store::identity::Caller;
 
 /// How long the operator, then the human, has to answer a permission request
@@ -128,7 +128,8 @@ impl App {
         let mut db = self.store.client().await?;
         is_operator(&db, caller).await?;
         let state = rules::decision(decision, false)?;
-        decide(&mut db, caller.account_id, id, state, reason.as_str(), &caller.address(), false).await
+        let verdict = Verdict { state, reason: reason.as_str(), by: &caller.address() };
+        decide(&mut db, caller.account_id, id, &verdict, false).await
     }
 
     /// The human's answer, to a request pending or escalated.
@@ -137,7 +138,7 @@ impl App {
         let state = rules::decision(decision, true)?;
         let by = format!("{}/me ({})", person.account, person.name);
         let mut db = self.store.client().await?;
-        decide(&mut db, person.account_id, id, state, reason.as_str(), &by, true).await
+        decide(&mut db, person.account_id, id, &Verdict { state, reason: reason.as_str(), by: &by }, true).await
     }
 
     /// The account's open requests, oldest first.
@@ -184,20 +185,17 @@ async fn decide(
     db: &mut deadpool_postgres::Object,
     account_id: AccountId,
     id: &str,
-    state: ApprovalState,
-    reason: &str,
-    by: &str,
+    verdict: &Verdict<'_>,
     human: bool,
 ) -> Result<Decision> {
     let wait_s = approval_wait().as_secs_f64();
     let tx = db.transaction().await?;
-    let Some(decided) =
-        approvals::decide(&tx, account_id, id, state, reason, by, &approvals::open_states(human), wait_s).await?
+    let Some(decided) = approvals::decide(&tx, account_id, id, verdict, &approvals::open_states(human), wait_s).await?
     else {
         let current = approvals::decision(&tx, account_id, id).await?;
         return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
     };
-    if state == ApprovalState::Escalated {
+    if verdict.state == ApprovalState::Escalated {
         let asker = approvals::requester(&tx, decided.requester).await?;
         let body =
             rules::approval_escalation(id.trim(), &asker.address(), &decided.job_id, &decided.tool, &decided.input);

@@ -28,6 +28,14 @@ pub(crate) struct WorkedCard {
     pub operator: Option<String>,
 }
 
+/// A decision on a permission request, as its decider gives it.
+pub(crate) struct Verdict<'a> {
+    pub state: ApprovalState,
+    pub reason: &'a str,
+    /// Who decided: the operator's address, or the account's human.
+    pub by: &'a str,
+}
+
 /// A request just decided, as its asker sent it.
 pub(crate) struct Decided {
     pub requester: EndpointId,
@@ -160,19 +168,18 @@ pub(crate) async fn escalate(
     .transpose()
 }
 
-/// Decides request `id` of the account as `state` if it is still in one of the `open` states;
-/// `None` when it was not. Handed to the human (`Escalated`), it gives them the whole `wait_s`.
-#[allow(clippy::too_many_arguments)]
+/// Decides request `id` of the account as `verdict` says if it is still in one of the `open`
+/// states; `None` when it was not. Handed to the human (`Escalated`), it gives them the whole
+/// `wait_s`.
 pub(crate) async fn decide(
     c: &impl GenericClient,
     account_id: AccountId,
     id: &str,
-    state: ApprovalState,
-    reason: &str,
-    by: &str,
+    verdict: &Verdict<'_>,
     open: &[&str],
     wait_s: f64,
 ) -> Result<Option<Decided>> {
+    let Verdict { state, reason, by } = verdict;
     c.query_opt(
         &format!(
             "update approvals set state = $3, reason = nullif($4, ''), decided_by = $5,
