@@ -1,8 +1,10 @@
 //! What lets a replica keep database reads in memory: it may keep one only while it hears every
 //! change that could make it wrong (its listener is connected), and only a read that began after
 //! the last thing it forgot. [`sessions`](super::sessions) and [`resolved`](super::resolved) each
-//! hold one of these beside their entries.
+//! hold one of these beside their entries, and bound their entries alike ([`make_room`]).
 
+use std::collections::HashMap;
+use std::hash::Hash;
 use std::time::{Duration, Instant};
 
 /// A safety net only: every change that matters is announced.
@@ -55,9 +57,37 @@ impl Heard {
     }
 }
 
+/// Bounds a cache's memory whatever the traffic: once `entries` (each kept with when it was kept)
+/// holds `max`, its older half is dropped and what was dropped is answered, for the caller's other
+/// indexes. A dropped entry is only read again from the database.
+pub fn make_room<K: Eq + Hash, V>(entries: &mut HashMap<K, (V, Instant)>, max: usize) -> Vec<V> {
+    if entries.len() < max.max(1) {
+        return Vec::new();
+    }
+    let mut ages: Vec<Instant> = entries.values().map(|(_, at)| *at).collect();
+    let half = ages.len() / 2;
+    let (_, median, _) = ages.select_nth_unstable(half);
+    let median = *median;
+    entries.extract_if(|_, (_, at)| *at <= median).map(|(_, (v, _))| v).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_cache_drops_its_older_half_and_says_what() {
+        let start = Instant::now();
+        let mut entries: HashMap<u32, (u32, Instant)> =
+            (0..10).map(|i| (i, (i * 10, start + Duration::from_millis(u64::from(i))))).collect();
+        assert!(make_room(&mut entries, 11).is_empty(), "room left: nothing dropped");
+        let mut dropped = make_room(&mut entries, 10);
+        dropped.sort_unstable();
+        assert_eq!(dropped, [0, 10, 20, 30, 40, 50], "the older half, the median among them");
+        let mut kept: Vec<u32> = entries.into_keys().collect();
+        kept.sort_unstable();
+        assert_eq!(kept, [6, 7, 8, 9]);
+    }
 
     #[test]
     fn a_read_is_kept_only_while_heard_and_if_nothing_was_forgotten_since_it_began() {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::heard::{Heard, Ticket};
+use super::heard::{self, Heard, Ticket};
 use crate::domain::ids::EndpointId;
 
 /// Bounds memory whatever the traffic: past it, the oldest half is dropped.
@@ -63,12 +63,7 @@ impl<V: Clone> ResolvedCache<V> {
         if !inner.heard.admits(ticket) {
             return;
         }
-        if inner.entries.len() >= MAX_ENTRIES {
-            let mut ages: Vec<Instant> = inner.entries.values().map(|(_, at)| *at).collect();
-            let (_, median, _) = ages.select_nth_unstable(MAX_ENTRIES / 2);
-            let median = *median;
-            inner.entries.retain(|_, (_, at)| *at > median);
-        }
+        heard::make_room(&mut inner.entries, MAX_ENTRIES);
         inner.entries.insert(key, (value, Instant::now()));
     }
 

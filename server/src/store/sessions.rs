@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::heard::{Heard, Ticket};
+use super::heard::{self, Heard, Ticket};
 use crate::domain::caller::Caller;
 use crate::domain::ids::{EndpointId, MachineId};
 
-/// Bounds memory whatever the number of sessions: past it, entries are not added.
+/// Bounds memory whatever the number of sessions: past it, the oldest half is dropped.
 const MAX_ENTRIES: usize = 100_000;
 
 #[derive(Default)]
@@ -51,15 +51,21 @@ impl SessionCache {
     /// Keeps a caller read from the database, unless something was forgotten since the read began.
     pub fn put(&self, ticket: Ticket, caller: &Caller) {
         let mut inner = self.lock();
-        if !inner.heard.admits(ticket) || inner.by_hash.len() >= MAX_ENTRIES {
+        if !inner.heard.admits(ticket) {
             return;
         }
-        if let Some(old) = inner.by_endpoint.insert(caller.endpoint_id, caller.session_hash.clone())
+        let Inner { by_hash, by_endpoint, .. } = &mut *inner;
+        for dropped in heard::make_room(by_hash, MAX_ENTRIES) {
+            if by_endpoint.get(&dropped.endpoint_id) == Some(&dropped.session_hash) {
+                by_endpoint.remove(&dropped.endpoint_id);
+            }
+        }
+        if let Some(old) = by_endpoint.insert(caller.endpoint_id, caller.session_hash.clone())
             && old != caller.session_hash
         {
-            inner.by_hash.remove(&old);
+            by_hash.remove(&old);
         }
-        inner.by_hash.insert(caller.session_hash.clone(), (caller.clone(), Instant::now()));
+        by_hash.insert(caller.session_hash.clone(), (caller.clone(), Instant::now()));
     }
 
     /// The endpoint's session ended, changed hands, or its stream changed.
@@ -178,6 +184,24 @@ mod tests {
         cache.forget_endpoint(EndpointId(1));
         cache.put(ticket, &caller(1, 10, 1));
         assert!(cache.get(&[1]).is_err());
+    }
+
+    #[test]
+    fn a_full_cache_drops_its_older_half_and_keeps_taking_new_sessions() {
+        let cache = SessionCache::default();
+        cache.trust();
+        for i in 0..MAX_ENTRIES as i64 {
+            let mut c = caller(i, 10, 0);
+            c.session_hash = i.to_be_bytes().to_vec();
+            cached(&cache, &c);
+        }
+        let newest = caller(-1, 10, 1);
+        cached(&cache, &newest);
+        let inner = cache.lock();
+        assert!(inner.by_hash.len() <= MAX_ENTRIES / 2 + 1, "{} sessions held", inner.by_hash.len());
+        assert_eq!(inner.by_endpoint.len(), inner.by_hash.len(), "the endpoint index dropped them too");
+        drop(inner);
+        assert_eq!(cache.get(&[1]).map(|c| c.endpoint_id), Ok(EndpointId(-1)), "the new session is held");
     }
 
     #[test]
