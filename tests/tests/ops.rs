@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use relay_proto::v1::*;
 use relay_tests::client::{Agent, caught_up, next_message};
 use relay_tests::http::{get, sample};
 use relay_tests::pg::TestDb;
@@ -110,4 +111,82 @@ async fn readiness_and_grpc_health_follow_the_database() {
     })
     .await;
     assert!(sample(&metrics(&ops).await, "relay_listen_reconnects_total").unwrap() >= 1.0);
+}
+
+/// Sends `n` messages to `acme/laptop/inbox` at once, one from each sender, each retried with its
+/// client id (as a bridge does) while the server says the database is away.
+async fn send_together(senders: &[Agent], round: &str) {
+    let mut sends = tokio::task::JoinSet::new();
+    for (i, sender) in senders.iter().enumerate() {
+        let rpc = sender.rpc.clone();
+        let request = SendRequest {
+            to: vec!["laptop/inbox".into()],
+            body: format!("{round} {i}"),
+            client_id: format!("{round}-{i}"),
+            ..Default::default()
+        };
+        sends.spawn(async move {
+            eventually(Duration::from_secs(20), "a send to be stored", || {
+                let (mut rpc, request) = (rpc.clone(), request.clone());
+                async move {
+                    match rpc.send(request).await {
+                        Ok(_) => Some(()),
+                        Err(status) if status.code() == Code::Unavailable => None,
+                        Err(status) => panic!("a send failed otherwise than as unavailable: {status:?}"),
+                    }
+                }
+            })
+            .await
+        });
+    }
+    sends.join_all().await;
+}
+
+#[tokio::test]
+async fn sends_written_together_go_on_once_the_database_has_cut_every_connection() {
+    let db = TestDb::new().await;
+    let (server, ops) = with_ops(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let mut inbox = Agent::hello(&server.url, &laptop, "inbox").await.unwrap();
+    let mut senders = Vec::new();
+    for i in 0..32 {
+        senders.push(Agent::hello(&server.url, &laptop, &format!("s{i}")).await.unwrap());
+    }
+    // Batches of more than one send, which the writer writes through its own connection.
+    let batches = |text: &str| {
+        sample(text, "relay_send_batch_size_count").unwrap()
+            - sample(text, r#"relay_send_batch_size_bucket{le="1.0"}"#).unwrap()
+    };
+    send_together(&senders, "before").await;
+    assert!(batches(&metrics(&ops).await) > 0.0, "sends arriving together were written together");
+    assert_eq!(
+        inbox.rpc.inbox(InboxRequest { wait_s: 0, ack: true, limit: 100 }).await.unwrap().into_inner().messages.len(),
+        32
+    );
+
+    // The database ends every session of this server: the pool's, the listener's and the writer's.
+    let sql = db.sql().await;
+    let ended: i64 = sql
+        .query_one(
+            "select count(*) filter (where pg_terminate_backend(pid)) from pg_stat_activity \
+             where datname = current_database() and pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ended >= 3, "the listener, the writer and a pooled connection at least: {ended} ended");
+    let before = batches(&metrics(&ops).await);
+    send_together(&senders, "after").await;
+    assert!(batches(&metrics(&ops).await) > before, "sends arriving together were written together after the cut");
+
+    // Each stored once, numbered on from the first round without a gap.
+    let page = inbox.rpc.inbox(InboxRequest { wait_s: 0, ack: true, limit: 100 }).await.unwrap().into_inner();
+    let seqs: Vec<u64> = page.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(seqs, (33..=64).collect::<Vec<_>>());
+    let mut bodies: Vec<String> = page.messages.into_iter().map(|m| m.body).collect();
+    bodies.sort();
+    let mut wanted: Vec<String> = (0..32).map(|i| format!("after {i}")).collect();
+    wanted.sort();
+    assert_eq!(bodies, wanted);
 }

@@ -116,24 +116,32 @@ pub struct Store {
     heard: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
+/// A pool of at most `size` connections to the configured database. Connections are made when
+/// first wanted, their tasks on the runtime of the caller that wanted them.
+fn build_pool(config: &DbConfig, size: usize) -> Result<Pool> {
+    let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+    let manager = match &config.tls {
+        DbTls::None => Manager::from_config(config.pg.clone(), NoTls, recycling),
+        DbTls::Rustls(tls) => Manager::from_config(config.pg.clone(), tls.clone(), recycling),
+    };
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .recycle_timeout(Some(Duration::from_secs(5)))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| Error::Internal(format!("cannot build the database pool: {e}")))
+}
+
 impl Store {
     /// Builds the pool and checks that the database answers.
     pub async fn connect(config: DbConfig) -> Result<Self> {
-        let recycling = ManagerConfig { recycling_method: RecyclingMethod::Fast };
-        let manager = match &config.tls {
-            DbTls::None => Manager::from_config(config.pg.clone(), NoTls, recycling),
-            DbTls::Rustls(tls) => Manager::from_config(config.pg.clone(), tls.clone(), recycling),
-        };
-        let pool = Pool::builder(manager)
-            .max_size(config.pool_size)
-            .wait_timeout(Some(Duration::from_secs(5)))
-            .create_timeout(Some(Duration::from_secs(5)))
-            .recycle_timeout(Some(Duration::from_secs(5)))
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| Error::Internal(format!("cannot build the database pool: {e}")))?;
+        let pool = build_pool(&config, config.pool_size)?;
         let replica: Arc<std::sync::atomic::AtomicI64> = Arc::default();
-        let batcher = Arc::new(send_batch::Batcher::start(pool.clone(), replica.clone()));
+        // The send writer's own connection, beside the pool (see `send_batch::Batcher`).
+        let writer_connection = build_pool(&config, 1)?;
+        let batcher = Arc::new(send_batch::Batcher::start(pool.clone(), writer_connection, replica.clone())?);
         let push_marks = push_marks::PushMarks::start(pool.clone());
         let store = Self {
             push_marks,
