@@ -21,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -28,6 +29,7 @@ use std::task::{Context, Poll, ready};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
+use futures_util::FutureExt;
 use postgres_types::ToSql;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -267,7 +269,11 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.finish(&self.connection, jobs).await;
+            // A batch that panics ends alone: its senders are told to retry with their client ids,
+            // and the writer goes on with the next, rather than every later send being refused.
+            if AssertUnwindSafe(self.finish(&self.connection, jobs)).catch_unwind().await.is_err() {
+                tracing::error!("writing a batch of sends panicked; its senders were told to retry");
+            }
         }
     }
 
