@@ -209,6 +209,17 @@ fn renew_every(lease: Duration) -> Duration {
 }
 
 impl Worker {
+    /// Asks for a card (`follow_only`: only the pull requests to check). Only a claim for pull
+    /// requests alone is repeated on the next replica after a lost answer: a card claim may have
+    /// taken a card, which goes back to To do when its lease runs out.
+    async fn claim(&self, follow_only: bool) -> Result<ClaimResponse, tonic::Status> {
+        let claimed = self.replicas.call(follow_only, |channel| {
+            let request = authed(ClaimRequest { follow_only }, &self.config.token);
+            async move { WorkerClient::new(channel).claim(request).await }
+        });
+        Ok(claimed.await?.into_inner())
+    }
+
     async fn renew(&self, token: &str, state: &str, worktree: &Path, branch: &str) -> Option<RenewResponse> {
         let request = RenewRequest {
             job_token: token.to_owned(),
@@ -554,12 +565,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let (worker, poll) = (worker.clone(), options.poll);
         tokio::spawn(async move {
             loop {
-                let asked = worker.replicas.call(true, |channel| {
-                    let request = authed(ClaimRequest { follow_only: true }, &worker.config.token);
-                    async move { WorkerClient::new(channel).claim(request).await }
-                });
-                if let Ok(reply) = asked.await {
-                    worker.follow(reply.into_inner().follow).await;
+                if let Ok(reply) = worker.claim(true).await {
+                    worker.follow(reply.follow).await;
                 }
                 tokio::time::sleep(poll).await;
             }
@@ -572,18 +579,9 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let mut running = tokio::task::JoinSet::new();
     loop {
         let place = places.clone().acquire_owned().await.context("the worker's places closed")?;
-        // Not repeated after a lost answer: that claim may have taken a card, which goes back to To
-        // do when its lease runs out; a claim that never left goes to the next replica.
-        let claim = worker
-            .replicas
-            .call(false, |channel| {
-                let request = authed(ClaimRequest { follow_only: false }, &worker.config.token);
-                async move { WorkerClient::new(channel).claim(request).await }
-            })
-            .await;
-        match claim {
+        // A claim that never left goes to the next replica (see `Worker::claim`).
+        match worker.claim(false).await {
             Ok(reply) => {
-                let reply = reply.into_inner();
                 worker.cleanup(reply.cleanup).await;
                 if let Some(claimed) = reply.claimed
                     && let Some(job) = claimed.job
