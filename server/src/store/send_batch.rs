@@ -125,8 +125,8 @@ struct Job {
 /// The writer runs on a thread of its own, with a connection of its own whose socket that thread
 /// also drives: each batch is one round trip, and on the server's shared runtime its answer waited
 /// behind the calls in flight twice (the connection's task, then the writer's) before the next
-/// batch could start. Measured on two cores in two interleaved pairs: 11,078-11,115 against
-/// 9,005-9,238 sends/s at 32 senders, 4,903-4,907 against 4,198-4,279 at 8.
+/// batch could start. Measured on two cores in four interleaved pairs: 10,250-11,115 against
+/// 7,886-9,238 sends/s at 32 senders, 4,700-4,949 against 3,955-4,279 at 8.
 pub(super) struct Batcher {
     writer: Arc<Writer>,
     /// What the writer's task takes batches from.
