@@ -58,8 +58,9 @@ impl Heard {
 }
 
 /// Bounds a cache's memory whatever the traffic: once `entries` (each kept with when it was kept)
-/// holds `max`, its older half is dropped and what was dropped is answered, for the caller's other
-/// indexes. A dropped entry is only read again from the database.
+/// holds `max`, its older half is dropped (the median entry, and any kept at the same instant,
+/// with it) and what was dropped is answered, for the caller's other indexes. A dropped entry is
+/// only read again from the database.
 pub fn make_room<K: Eq + Hash, V>(entries: &mut HashMap<K, (V, Instant)>, max: usize) -> Vec<V> {
     if entries.len() < max.max(1) {
         return Vec::new();

@@ -23,12 +23,12 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Object, Pool};
 use futures_util::FutureExt;
 use postgres_types::ToSql;
 use tokio::sync::{mpsc, oneshot};
@@ -146,21 +146,32 @@ impl Batcher {
         let writer = Arc::new(Writer {
             pool,
             connection,
+            borrowing: AtomicBool::new(false),
             cap: cap.clone(),
             replica,
             waker: waker.clone(),
             turn: Arc::default(),
         });
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| Error::Internal(format!("cannot start the send writer's runtime: {e}")))?;
         let run = writer.clone().run(rx);
+        // The runtime is made on its thread, which says whether it could be.
+        let (started, start) = std::sync::mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("relay-send-writer".into())
-            .spawn(move || runtime.block_on(run))
+            .spawn(move || match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(runtime) => {
+                    let _ = started.send(Ok(()));
+                    runtime.block_on(run);
+                }
+                Err(e) => {
+                    let _ = started.send(Err(e));
+                }
+            })
             .map_err(|e| Error::Internal(format!("cannot start the send writer's thread: {e}")))?;
-        Ok(Self { writer, queue, waker, cap })
+        match start.recv() {
+            Ok(Ok(())) => Ok(Self { writer, queue, waker, cap }),
+            Ok(Err(e)) => Err(Error::Internal(format!("cannot start the send writer's runtime: {e}"))),
+            Err(_) => Err(Error::Internal("the send writer's thread ended as it started".into())),
+        }
     }
 
     /// The most unread messages one inbox holds.
@@ -191,7 +202,7 @@ impl Batcher {
                 let writer = writer.clone();
                 Finished::new(async move {
                     let _turn = turn;
-                    writer.finish(&writer.pool, vec![job]).await;
+                    writer.finish(Via::Pool, vec![job]).await;
                 })
                 .await;
             }
@@ -246,6 +257,8 @@ struct Writer {
     pool: Pool,
     /// The writer's own connection, driven by the writer's thread.
     connection: Pool,
+    /// Whether the writer last failed to have its own connection and took one of the pool's.
+    borrowing: AtomicBool,
     cap: Arc<AtomicU32>,
     replica: Arc<AtomicI64>,
     waker: Arc<OnceLock<Waker>>,
@@ -255,6 +268,8 @@ struct Writer {
 
 impl Writer {
     async fn run(self: Arc<Self>, mut rx: mpsc::Receiver<Job>) {
+        // Made at once, so that a database refusing it is told as the replica starts.
+        drop(self.own_connection().await);
         loop {
             let mut jobs = Vec::with_capacity(MAX_BATCH);
             match rx.recv().await {
@@ -271,19 +286,19 @@ impl Writer {
             }
             // A batch that panics ends alone: its senders are told to retry with their client ids,
             // and the writer goes on with the next, rather than every later send being refused.
-            if AssertUnwindSafe(self.finish(&self.connection, jobs)).catch_unwind().await.is_err() {
-                tracing::error!("writing a batch of sends panicked; its senders were told to retry");
+            if AssertUnwindSafe(self.finish(Via::Own, jobs)).catch_unwind().await.is_err() {
+                tracing::error!("writing a batch of sends panicked; senders not yet answered were told to retry");
             }
         }
     }
 
-    /// Writes a batch through a connection of `pool`, answers each of its sends and wakes their
+    /// Writes a batch on the connection `via` says, answers each of its sends and wakes their
     /// recipients here.
-    async fn finish(&self, pool: &Pool, jobs: Vec<Job>) {
+    async fn finish(&self, via: Via, jobs: Vec<Job>) {
         let m = metrics();
-        m.send_batch_size.observe(jobs.len() as f64);
-        match self.write(pool, &jobs).await {
+        match self.write(via, &jobs).await {
             Ok(answers) => {
+                m.send_batch_size.observe(jobs.len() as f64);
                 let mut delivered = Delivered::default();
                 for (job, answer) in jobs.into_iter().zip(answers) {
                     let Job { send, from, done, queued } = job;
@@ -308,8 +323,34 @@ impl Writer {
         }
     }
 
-    async fn write(&self, pool: &Pool, jobs: &[Job]) -> Result<Vec<Result<Written>>> {
-        let client = pool.get().await?;
+    /// The writer's own connection; while the database refuses it one more connection, one of the
+    /// pool's (the batch then waits on the shared runtime, as every call does).
+    async fn own_connection(&self) -> Result<Object> {
+        match self.connection.get().await {
+            Ok(client) => {
+                if self.borrowing.swap(false, Ordering::Relaxed) {
+                    tracing::info!("the send writer has its own connection again");
+                }
+                Ok(client)
+            }
+            Err(e) => {
+                if !self.borrowing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        error = %e,
+                        "the send writer cannot open a connection of its own; batches of sends take the pool's meanwhile \
+                         (allow each replica RELAY_DB_POOL_SIZE + 3 connections)"
+                    );
+                }
+                Ok(self.pool.get().await?)
+            }
+        }
+    }
+
+    async fn write(&self, via: Via, jobs: &[Job]) -> Result<Vec<Result<Written>>> {
+        let client = match via {
+            Via::Pool => self.pool.get().await?,
+            Via::Own => self.own_connection().await?,
+        };
         let cap = i32::try_from(self.cap.load(Ordering::Relaxed)).unwrap_or(i32::MAX);
         let replica = self.replica.load(Ordering::Relaxed);
         if let [job] = jobs {
@@ -355,6 +396,15 @@ impl Writer {
         }
         rows.iter().map(|row| written(row).map(Ok)).collect()
     }
+}
+
+/// Which connection a write takes.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// One of the replica's pool: a send written alone by its calling task.
+    Pool,
+    /// The writer's own, on the writer's thread.
+    Own,
 }
 
 /// Whether a set of plain sends that failed with `code` is written again send by send: a broken
