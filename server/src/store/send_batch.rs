@@ -1,6 +1,6 @@
 //! Group commit for sends. A send that was resolved and allowed is queued here; the replica's one
-//! writer (see [`Batcher`]) takes whatever has queued meanwhile (up to [`MAX_BATCH`]) and writes
-//! it with one call: one round trip and one commit for the whole batch, its messages and
+//! writer, on a thread of its own (see [`Batcher`]), takes whatever has queued meanwhile (up to
+//! [`MAX_BATCH`]) and writes it with one call: one round trip and one commit for the whole batch, its messages and
 //! deliveries written as sets.
 //!
 //! * A batch of plain sends (each to one inbox, relying on no contact, not a reply), the
@@ -129,7 +129,7 @@ struct Job {
 /// 7,886-9,238 sends/s at 32 senders, 4,700-4,949 against 3,955-4,279 at 8.
 pub(super) struct Batcher {
     writer: Arc<Writer>,
-    /// What the writer's task takes batches from.
+    /// What the writer takes batches from.
     queue: mpsc::Sender<Job>,
     waker: Arc<OnceLock<Waker>>,
     cap: Arc<AtomicU32>,
