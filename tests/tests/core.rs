@@ -357,6 +357,52 @@ async fn a_send_allowed_from_memory_is_refused_once_scope_changes_anywhere() {
 }
 
 #[tokio::test]
+async fn a_look_at_an_unchanged_inbox_answers_as_before_and_a_change_made_anywhere_shows_at_once() {
+    let db = TestDb::new().await;
+    let one = Server::start(&db).await;
+    let two = Server::start(&db).await;
+    let laptop = one.machine("acme", "laptop");
+    let globex = one.machine("globex", "box");
+    one.admin_ok(&["contact", "add", "acme", "globex"]);
+    let bob = Agent::hello(&one.url, &laptop, "bob").await.unwrap();
+    let mut alice = Agent::hello(&two.url, &laptop, "alice").await.unwrap();
+    let mut gina = Agent::hello(&two.url, &globex, "gina").await.unwrap();
+    // Bob's session, through the other replica.
+    let mut bob_on_two = relay_tests::client::client(relay_tests::client::channel(&two.url).await, &bob.session_token);
+    // A look of one message on the first replica, which holds its last page.
+    let look = || {
+        let mut rpc = bob.rpc.clone();
+        async move {
+            let page = rpc.inbox(InboxRequest { wait_s: 0, ack: false, limit: 1 }).await.unwrap().into_inner();
+            (page.messages.iter().map(|m| m.body.clone()).collect::<Vec<_>>(), page.remaining)
+        }
+    };
+
+    alice.send(&["laptop/bob"], "a1").await.unwrap();
+    gina.send(&["acme/laptop/bob"], "g1").await.unwrap();
+    assert_eq!(look().await, (vec!["a1".to_owned()], 2));
+    assert_eq!(look().await, (vec!["a1".to_owned()], 2), "unchanged, the same answer");
+
+    // Gina's message, beyond the page and not yet seen, is withdrawn as the contact is dropped.
+    two.admin_ok(&["contact", "drop", "acme", "globex"]);
+    assert_eq!(look().await, (vec!["a1".to_owned()], 1));
+
+    // Read through the other replica: gone from the next look here.
+    let seq =
+        bob.rpc.clone().inbox(InboxRequest { wait_s: 0, ack: false, limit: 1 }).await.unwrap().into_inner().messages[0]
+            .seq;
+    let read = ConfirmRequest { seqs: vec![seq], state: DeliveryState::Read as i32 };
+    assert_eq!(bob_on_two.confirm(read).await.unwrap().into_inner().updated, 1);
+    assert_eq!(look().await, (Vec::<String>::new(), 0));
+
+    // A new delivery, written by the other replica.
+    alice.send(&["laptop/bob"], "a2").await.unwrap();
+    assert_eq!(look().await, (vec!["a2".to_owned()], 1));
+    alice.send(&["laptop/bob"], "a3").await.unwrap();
+    assert_eq!(look().await, (vec!["a2".to_owned()], 2), "the page is the same, what is left is not");
+}
+
+#[tokio::test]
 async fn a_stream_opened_on_another_replica_ends_the_first_and_carries_the_mail() {
     let db = TestDb::new().await;
     let one = Server::start(&db).await;

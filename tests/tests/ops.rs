@@ -142,6 +142,25 @@ async fn send_together(senders: &[Agent], round: &str) {
     sends.join_all().await;
 }
 
+/// Batches of more than one send committed so far.
+fn batches(metrics: &str) -> f64 {
+    sample(metrics, "relay_send_batch_size_count").unwrap()
+        - sample(metrics, r#"relay_send_batch_size_bucket{le="1.0"}"#).unwrap()
+}
+
+/// Rounds of sends arriving together (`prefix-0`, `prefix-1`, …) until the writer has committed
+/// one as a batch; answers how many rounds that took.
+async fn sent_until_batched(senders: &[Agent], ops: &str, prefix: &str) -> usize {
+    let before = batches(&metrics(ops).await);
+    let mut rounds = 0;
+    while batches(&metrics(ops).await) <= before {
+        assert!(rounds < 10, "no batch written in {rounds} rounds of sends arriving together");
+        send_together(senders, &format!("{prefix}-{rounds}")).await;
+        rounds += 1;
+    }
+    rounds
+}
+
 #[tokio::test]
 async fn sends_written_together_go_on_once_the_database_has_cut_every_connection() {
     let db = TestDb::new().await;
@@ -152,14 +171,10 @@ async fn sends_written_together_go_on_once_the_database_has_cut_every_connection
     for i in 0..32 {
         senders.push(Agent::hello(&server.url, &laptop, &format!("s{i}")).await.unwrap());
     }
-    // Batches of more than one send, committed.
-    let batches = |text: &str| {
-        sample(text, "relay_send_batch_size_count").unwrap()
-            - sample(text, r#"relay_send_batch_size_bucket{le="1.0"}"#).unwrap()
-    };
+    // The writer has its connection once it has written a batch.
+    let before = sent_until_batched(&senders, &ops, "before").await;
 
-    // The database ends every session of this server: the pool's, the listener's and the one the
-    // send writer made as it started.
+    // The database ends every session of this server: the pool's, the listener's and the writer's.
     let sql = db.sql().await;
     let ended: i64 = sql
         .query_one(
@@ -171,15 +186,7 @@ async fn sends_written_together_go_on_once_the_database_has_cut_every_connection
         .unwrap()
         .get(0);
     assert!(ended >= 3, "the listener, the writer and a pooled connection at least: {ended} ended");
-
-    // Rounds of sends arriving together, until the writer has committed a batch of them.
-    let before = batches(&metrics(&ops).await);
-    let mut rounds = 0;
-    while batches(&metrics(&ops).await) <= before {
-        assert!(rounds < 10, "no batch written in {rounds} rounds of 32 sends arriving together");
-        send_together(&senders, &format!("round-{rounds}")).await;
-        rounds += 1;
-    }
+    let after = sent_until_batched(&senders, &ops, "after").await;
 
     // Each send stored once, every one numbered without a gap.
     let (mut seqs, mut bodies) = (Vec::new(), Vec::new());
@@ -193,10 +200,11 @@ async fn sends_written_together_go_on_once_the_database_has_cut_every_connection
             bodies.push(m.body);
         }
     }
-    let sent = 32 * rounds as u64;
+    let sent = (32 * (before + after)) as u64;
     assert_eq!(seqs, (1..=sent).collect::<Vec<_>>());
     bodies.sort();
-    let mut wanted: Vec<String> = (0..rounds).flat_map(|r| (0..32).map(move |i| format!("round-{r} {i}"))).collect();
+    let rounds = (0..before).map(|r| format!("before-{r}")).chain((0..after).map(|r| format!("after-{r}")));
+    let mut wanted: Vec<String> = rounds.flat_map(|r| (0..32).map(move |i| format!("{r} {i}"))).collect();
     wanted.sort();
     assert_eq!(bodies, wanted);
 }

@@ -10,7 +10,8 @@ use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
 use crate::domain::{Error, Result, limits};
 use crate::push::stream::{self, PushStream};
-use crate::store::messages::{self, Outgoing, Sent};
+use crate::store::messages::{self, Look, Outgoing, Sent};
+use crate::store::pages::Page;
 
 /// A message to send, as the caller gave it.
 pub struct NewMessage<'a> {
@@ -128,9 +129,26 @@ impl App {
 
     /// One look at the inbox: unread messages in seq order, which become surfaced (read when `ack`)
     /// in the same call that answers the count left unread; an empty look leaves nothing unread.
+    /// A look that moves nothing to read, at an inbox unchanged since the last such look here, is
+    /// answered with that look's page: the database is asked only whether the inbox changed.
     async fn take_unread(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
-        let state = if ack { State::Read } else { State::Surfaced };
-        messages::take_unread(&self.store.client().await?, caller.endpoint_id, i64::from(limit), state).await
+        let (db, inbox, limit) = (self.store.client().await?, caller.endpoint_id, i64::from(limit));
+        if ack {
+            return messages::take_unread(&db, inbox, limit, State::Read).await;
+        }
+        let held = self.store.pages().get(inbox, limit);
+        match messages::look(&db, inbox, limit, held.as_ref().map(|p| p.version)).await? {
+            // Only a held page's version can be found unchanged.
+            Look::Unchanged => {
+                let page = held.ok_or_else(|| Error::Internal("a look found unchanged a page not held".into()))?;
+                Ok((page.messages, page.left))
+            }
+            Look::Page { messages, left, version } => {
+                let page = version.map(|version| Page { version, messages: messages.clone(), left });
+                self.store.pages().keep(inbox, limit, page);
+                Ok((messages, left))
+            }
+        }
     }
 
     /// One look for replies the caller received to a message it sent; those returned become read.

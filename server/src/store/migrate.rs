@@ -180,6 +180,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "inbox_look_in_one_statement",
         sql: include_str!("../../migrations/0033_inbox_look_in_one_statement.sql"),
     },
+    Migration {
+        version: 34,
+        name: "inbox_look_again_when_changed",
+        sql: include_str!("../../migrations/0034_inbox_look_again_when_changed.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -13,6 +13,7 @@ pub mod messages;
 pub mod migrate;
 pub mod notices;
 pub mod observe;
+pub(crate) mod pages;
 mod push_marks;
 mod replicas;
 mod resolved;
@@ -105,6 +106,8 @@ pub struct Store {
     sessions: Arc<sessions::SessionCache>,
     /// Sends' allowed recipients, resolved from memory while their changes are heard.
     resolved: Arc<resolved::ResolvedCache<messages::Resolved>>,
+    /// Each inbox's last page, answered again while its inbox is unchanged.
+    pages: Arc<pages::PageCache>,
     /// Writes resolved sends together, a batch per commit.
     batcher: Arc<send_batch::Batcher>,
     /// Records what streams pushed, many inboxes a statement.
@@ -150,6 +153,7 @@ impl Store {
             replica,
             sessions: Arc::default(),
             resolved: Arc::default(),
+            pages: Arc::default(),
             batcher,
             send_limit: Arc::default(),
             heard: Arc::new(tokio::sync::watch::Sender::new(false)),
@@ -196,6 +200,11 @@ impl Store {
     }
 
     /// The in-memory sessions, for the listener that keeps them true.
+    /// Each inbox's last page (see [`pages`]).
+    pub(crate) fn pages(&self) -> &pages::PageCache {
+        &self.pages
+    }
+
     pub fn sessions(&self) -> &sessions::SessionCache {
         &self.sessions
     }

@@ -268,8 +268,6 @@ struct Writer {
 
 impl Writer {
     async fn run(self: Arc<Self>, mut rx: mpsc::Receiver<Job>) {
-        // Made at once, so that a database refusing it is told as the replica starts.
-        drop(self.own_connection().await);
         loop {
             let mut jobs = Vec::with_capacity(MAX_BATCH);
             match rx.recv().await {

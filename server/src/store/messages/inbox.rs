@@ -27,6 +27,29 @@ const UNREAD_AFTER: &str = concat!("select ", page_columns!(), " from relay_unre
 /// same statement, with the count left unread on every row (`relay_take_unread`, migration 33).
 const TAKE_UNREAD: &str = concat!("select ", page_columns!(), ", left_unread from relay_take_unread($1, $2, $3)");
 
+/// A look at inbox `$1` for a page of at most `$2` moved to state `$3`, given the version `$4`, `$5`
+/// of the page the caller holds (`relay_look`, migration 34).
+const LOOK: &str =
+    concat!("select ", page_columns!(), ", left_unread, head, unread, unchanged from relay_look($1, $2, $3, $4, $5)");
+
+/// What every answer of a look at an inbox depends on: its head seq and its unread count, which
+/// every change to that answer moves and no change brings back (migration 34).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Version {
+    pub head: i64,
+    pub unread: i32,
+}
+
+/// What a look found.
+#[derive(Debug)]
+pub(crate) enum Look {
+    /// The inbox is at the version whose page the caller holds.
+    Unchanged,
+    /// Its page, the count left unread after it, and the version read before it (none for an empty
+    /// page).
+    Page { messages: Vec<Message>, left: u64, version: Option<Version> },
+}
+
 /// The messages of the first `limit` deliveries of `inbox` above seq `after` that are not read
 /// yet, in seq order. Locks nothing.
 pub(crate) async fn unread_after(
@@ -56,6 +79,25 @@ pub(crate) async fn take_unread(
         None => 0,
     };
     Ok((rows.iter().map(message_from_row).collect::<Result<_>>()?, left))
+}
+
+/// One look at `inbox` that moves its page to surfaced, unless it is still at version `seen`
+/// (`relay_look`, migration 34): then only the version is read.
+pub(crate) async fn look(c: &impl GenericClient, inbox: EndpointId, limit: i64, seen: Option<Version>) -> Result<Look> {
+    let stmt = c.prepare_cached(LOOK).await?;
+    let (head, unread) = (seen.map(|v| v.head), seen.map(|v| v.unread));
+    let rows = c.query(&stmt, &[&inbox, &limit, &State::Surfaced.to_db(), &head, &unread]).await?;
+    let Some(first) = rows.first() else {
+        return Ok(Look::Page { messages: Vec::new(), left: 0, version: None });
+    };
+    if first.col::<bool>("unchanged")? {
+        return Ok(Look::Unchanged);
+    }
+    let version = Version { head: first.col("head")?, unread: first.col("unread")? };
+    // Every row carries the same count left unread.
+    let left = first.col::<Option<i32>>("left_unread")?.unwrap_or_default().max(0) as u64;
+    let messages = rows.iter().map(message_from_row).collect::<Result<_>>()?;
+    Ok(Look::Page { messages, left, version: Some(version) })
 }
 
 /// The newest `limit` messages delivered to `inbox` (withdrawn ones left out), newest first, each
