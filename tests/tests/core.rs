@@ -400,6 +400,14 @@ async fn a_look_at_an_unchanged_inbox_answers_as_before_and_a_change_made_anywhe
     assert_eq!(look().await, (vec!["a2".to_owned()], 1));
     alice.send(&["laptop/bob"], "a3").await.unwrap();
     assert_eq!(look().await, (vec!["a2".to_owned()], 2), "the page is the same, what is left is not");
+
+    // A wider look shows a3 last; a look of one again shows a2 last, which `reply last` answers.
+    let wider = bob.rpc.clone().inbox(InboxRequest { wait_s: 0, ack: false, limit: 2 }).await.unwrap().into_inner();
+    assert_eq!(wider.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["a2", "a3"]);
+    assert_eq!(look().await, (vec!["a2".to_owned()], 2));
+    let reply = ReplyRequest { id: "last".into(), body: "re".into(), client_id: String::new() };
+    let replied = bob.rpc.clone().reply(reply).await.unwrap().into_inner();
+    assert_eq!(replied.reply_to, wider.messages[0].id, "the reply answers what the last look showed");
 }
 
 #[tokio::test]

@@ -137,7 +137,8 @@ impl App {
             return messages::take_unread(&db, inbox, limit, State::Read).await;
         }
         let held = self.store.pages().get(inbox, limit);
-        match messages::look(&db, inbox, limit, held.as_ref().map(|p| p.version)).await? {
+        let seen = held.as_ref().and_then(|p| Some((p.version, p.messages.last()?.id.as_str())));
+        match messages::look(&db, inbox, limit, seen).await? {
             // Only a held page's version can be found unchanged.
             Look::Unchanged => {
                 let page = held.ok_or_else(|| Error::Internal("a look found unchanged a page not held".into()))?;

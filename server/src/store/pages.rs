@@ -38,9 +38,13 @@ impl PageCache {
         self.entries.lock().expect("page cache lock poisoned")
     }
 
-    /// The page last answered for `inbox` by a look of at most `limit`, if held.
+    /// The page last answered for `inbox` by a look of at most `limit`, if held. Asked for, it
+    /// counts as kept now: the inboxes looked at most are the last dropped.
     pub(crate) fn get(&self, inbox: EndpointId, limit: i64) -> Option<Page> {
-        self.lock().get(&(inbox, limit)).map(|(page, _)| page.clone())
+        self.lock().get_mut(&(inbox, limit)).map(|(page, at)| {
+            *at = Instant::now();
+            page.clone()
+        })
     }
 
     /// Holds the page a look just answered, if small enough; a page not held is forgotten.

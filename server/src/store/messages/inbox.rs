@@ -28,9 +28,12 @@ const UNREAD_AFTER: &str = concat!("select ", page_columns!(), " from relay_unre
 const TAKE_UNREAD: &str = concat!("select ", page_columns!(), ", left_unread from relay_take_unread($1, $2, $3)");
 
 /// A look at inbox `$1` for a page of at most `$2` moved to state `$3`, given the version `$4`, `$5`
-/// of the page the caller holds (`relay_look`, migration 34).
-const LOOK: &str =
-    concat!("select ", page_columns!(), ", left_unread, head, unread, unchanged from relay_look($1, $2, $3, $4, $5)");
+/// and last message `$6` of the page the caller holds (`relay_look`, migration 34).
+const LOOK: &str = concat!(
+    "select ",
+    page_columns!(),
+    ", left_unread, head, unread, unchanged from relay_look($1, $2, $3, $4, $5, $6)"
+);
 
 /// What every answer of a look at an inbox depends on: its head seq and its unread count, which
 /// every change to that answer moves and no change brings back (migration 34).
@@ -81,12 +84,18 @@ pub(crate) async fn take_unread(
     Ok((rows.iter().map(message_from_row).collect::<Result<_>>()?, left))
 }
 
-/// One look at `inbox` that moves its page to surfaced, unless it is still at version `seen`
-/// (`relay_look`, migration 34): then only the version is read.
-pub(crate) async fn look(c: &impl GenericClient, inbox: EndpointId, limit: i64, seen: Option<Version>) -> Result<Look> {
+/// One look at `inbox` that moves its page to surfaced, unless it is still at version `seen` with
+/// the page's last message (its id) the newest shown (`relay_look`, migration 34): then only the
+/// version is read.
+pub(crate) async fn look(
+    c: &impl GenericClient,
+    inbox: EndpointId,
+    limit: i64,
+    seen: Option<(Version, &str)>,
+) -> Result<Look> {
     let stmt = c.prepare_cached(LOOK).await?;
-    let (head, unread) = (seen.map(|v| v.head), seen.map(|v| v.unread));
-    let rows = c.query(&stmt, &[&inbox, &limit, &State::Surfaced.to_db(), &head, &unread]).await?;
+    let (head, unread, last) = (seen.map(|s| s.0.head), seen.map(|s| s.0.unread), seen.map(|s| s.1));
+    let rows = c.query(&stmt, &[&inbox, &limit, &State::Surfaced.to_db(), &head, &unread, &last]).await?;
     let Some(first) = rows.first() else {
         return Ok(Look::Page { messages: Vec::new(), left: 0, version: None });
     };
