@@ -309,12 +309,8 @@ async fn a_session_ended_or_revoked_anywhere_is_refused_on_every_replica() {
 
 #[tokio::test]
 async fn a_send_allowed_from_memory_is_refused_once_scope_changes_anywhere() {
-    let db = TestDb::new().await;
-    let one = Server::start(&db).await;
+    let (db, one, laptop, globex) = acme_and_globex_in_contact().await;
     let two = Server::start(&db).await;
-    let laptop = one.machine("acme", "laptop");
-    let globex = one.machine("globex", "box");
-    one.admin_ok(&["contact", "add", "acme", "globex"]);
     let mut sender = Agent::hello(&two.url, &laptop, "sender").await.unwrap();
     let mut guarded = Agent::hello(&one.url, &laptop, "guarded").await.unwrap();
     let _outside = Agent::hello(&one.url, &globex, "outside").await.unwrap();
@@ -358,12 +354,8 @@ async fn a_send_allowed_from_memory_is_refused_once_scope_changes_anywhere() {
 
 #[tokio::test]
 async fn a_look_at_an_unchanged_inbox_answers_as_before_and_a_change_made_anywhere_shows_at_once() {
-    let db = TestDb::new().await;
-    let one = Server::start(&db).await;
+    let (db, one, laptop, globex) = acme_and_globex_in_contact().await;
     let two = Server::start(&db).await;
-    let laptop = one.machine("acme", "laptop");
-    let globex = one.machine("globex", "box");
-    one.admin_ok(&["contact", "add", "acme", "globex"]);
     let bob = Agent::hello(&one.url, &laptop, "bob").await.unwrap();
     let mut alice = Agent::hello(&two.url, &laptop, "alice").await.unwrap();
     let mut gina = Agent::hello(&two.url, &globex, "gina").await.unwrap();
