@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use deadpool_postgres::Transaction;
 use tokio::time::Instant;
 
 use super::App;
@@ -169,14 +170,19 @@ async fn settle(db: &mut deadpool_postgres::Object, request: &approvals::Due, wa
 /// Hands a request still with the operator to the account's human, with the whole wait to answer.
 async fn hand_to_human(db: &mut deadpool_postgres::Object, request: &approvals::Due, wait_s: f64) -> Result<()> {
     let tx = db.transaction().await?;
-    if let Some((job_id, tool, input)) = approvals::escalate(&tx, &request.id, wait_s).await? {
-        let asker = approvals::requester(&tx, request.requester).await?;
-        let body = rules::approval_escalation(&request.id, &asker.address(), &job_id, &tool, &input);
-        let target = approvals::human_target(&tx, asker.account_id, &asker.account).await?;
-        approvals::ask(&tx, &asker, target, &body).await?;
+    if let Some(handed) = approvals::escalate(&tx, &request.id, wait_s).await? {
+        ask_the_human(&tx, &request.id, &handed).await?;
     }
     tx.commit().await?;
     Ok(())
+}
+
+/// Puts request `id`, just handed on, before the account's human, in its asker's name.
+async fn ask_the_human(tx: &Transaction<'_>, id: &str, handed: &approvals::Decided) -> Result<()> {
+    let asker = approvals::requester(tx, handed.requester).await?;
+    let body = rules::approval_escalation(id, &asker.address(), &handed.job_id, &handed.tool, &handed.input);
+    let target = approvals::human_target(tx, asker.account_id, &asker.account).await?;
+    approvals::ask(tx, &asker, target, &body).await
 }
 
 /// Decides an open request (`human`: pending or escalated; else pending only) and wakes the agent
@@ -196,11 +202,7 @@ async fn decide(
         return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
     };
     if verdict.state == ApprovalState::Escalated {
-        let asker = approvals::requester(&tx, decided.requester).await?;
-        let body =
-            rules::approval_escalation(id.trim(), &asker.address(), &decided.job_id, &decided.tool, &decided.input);
-        let target = approvals::human_target(&tx, account_id, &asker.account).await?;
-        approvals::ask(&tx, &asker, target, &body).await?;
+        ask_the_human(&tx, id.trim(), &decided).await?;
     }
     approvals::wake(&tx, decided.requester).await?;
     let decision = approvals::decision(&tx, account_id, id).await?;

@@ -36,12 +36,17 @@ pub(crate) struct Verdict<'a> {
     pub by: &'a str,
 }
 
-/// A request just decided, as its asker sent it.
+/// A request just decided or handed on, as its asker sent it.
 pub(crate) struct Decided {
     pub requester: EndpointId,
     pub job_id: String,
     pub tool: String,
     pub input: String,
+}
+
+/// A [`Decided`] from a row of `requester_id, job_id, tool, input`.
+fn decided(row: &tokio_postgres::Row) -> Result<Decided> {
+    Ok(Decided { requester: row.col(0)?, job_id: row.col(1)?, tool: row.col(2)?, input: row.col(3)? })
 }
 
 /// The account's in-progress card worked under job token `token_hash`, with the account's operator.
@@ -147,24 +152,20 @@ fn human_deadline(wait: &str) -> String {
     format!("greatest({}, now() + make_interval(secs => {wait}::float8))", last_deadline(wait))
 }
 
-/// Hands request `id` to the human if it is still with the operator; its card, tool and input
-/// then, `None` when it was not pending. The human has at least `wait_s` from now to answer.
-pub(crate) async fn escalate(
-    c: &impl GenericClient,
-    id: &str,
-    wait_s: f64,
-) -> Result<Option<(String, String, String)>> {
+/// Hands request `id` to the human if it is still with the operator; as its asker sent it then,
+/// `None` when it was not pending. The human has at least `wait_s` from now to answer.
+pub(crate) async fn escalate(c: &impl GenericClient, id: &str, wait_s: f64) -> Result<Option<Decided>> {
     c.query_opt(
         &format!(
             "update approvals set state = '{ESCALATED}', expire_at = {}
              where id = $1 and state = '{PENDING}'
-             returning job_id, tool, input",
+             returning requester_id, job_id, tool, input",
             human_deadline("$2")
         ),
         &[&id, &wait_s],
     )
     .await?
-    .map(|r| Ok((r.col(0)?, r.col(1)?, r.col(2)?)))
+    .map(|r| decided(&r))
     .transpose()
 }
 
@@ -192,7 +193,7 @@ pub(crate) async fn decide(
         &[&id.trim(), &account_id, &state.as_db(), &reason.trim(), &by, &open, &wait_s],
     )
     .await?
-    .map(|r| Ok(Decided { requester: r.col(0)?, job_id: r.col(1)?, tool: r.col(2)?, input: r.col(3)? }))
+    .map(|r| decided(&r))
     .transpose()
 }
 
