@@ -1,6 +1,8 @@
 //! Messages: sending and replying (limits checked, bodies redacted before they are stored), the
 //! inbox and the wait for replies, what a sender tracks, and the push stream.
 
+use std::sync::Arc;
+
 use deadpool_postgres::GenericClient;
 
 use super::{App, optional};
@@ -142,10 +144,10 @@ impl App {
             // Only a held page's version can be found unchanged.
             Look::Unchanged => {
                 let page = held.ok_or_else(|| Error::Internal("a look found unchanged a page not held".into()))?;
-                Ok((page.messages, page.left))
+                Ok((page.messages.clone(), page.left))
             }
             Look::Page { messages, left, version } => {
-                let page = version.map(|version| Page { version, messages: messages.clone(), left });
+                let page = version.map(|version| Arc::new(Page { version, messages: messages.clone(), left }));
                 self.store.pages().keep(inbox, limit, page);
                 Ok((messages, left))
             }

@@ -199,12 +199,12 @@ impl Store {
         self.push_marks.write_waiting(&self.pool).await;
     }
 
-    /// The in-memory sessions, for the listener that keeps them true.
     /// Each inbox's last page (see [`pages`]).
     pub(crate) fn pages(&self) -> &pages::PageCache {
         &self.pages
     }
 
+    /// The in-memory sessions, for the listener that keeps them true.
     pub fn sessions(&self) -> &sessions::SessionCache {
         &self.sessions
     }

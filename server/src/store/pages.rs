@@ -6,7 +6,7 @@
 //! would otherwise read the page. A replica that misses a change, or holds nothing, reads as before.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::heard;
@@ -28,19 +28,23 @@ pub(crate) struct Page {
     pub left: u64,
 }
 
+/// Pages by inbox and look size, each with when it was last kept or asked for. Shared, so that
+/// asking for a page costs no copy of it until it is answered.
+type Entries = HashMap<(EndpointId, i64), (Arc<Page>, Instant)>;
+
 #[derive(Default)]
 pub(crate) struct PageCache {
-    entries: Mutex<HashMap<(EndpointId, i64), (Page, Instant)>>,
+    entries: Mutex<Entries>,
 }
 
 impl PageCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(EndpointId, i64), (Page, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().expect("page cache lock poisoned")
     }
 
     /// The page last answered for `inbox` by a look of at most `limit`, if held. Asked for, it
     /// counts as kept now: the inboxes looked at most are the last dropped.
-    pub(crate) fn get(&self, inbox: EndpointId, limit: i64) -> Option<Page> {
+    pub(crate) fn get(&self, inbox: EndpointId, limit: i64) -> Option<Arc<Page>> {
         self.lock().get_mut(&(inbox, limit)).map(|(page, at)| {
             *at = Instant::now();
             page.clone()
@@ -48,7 +52,7 @@ impl PageCache {
     }
 
     /// Holds the page a look just answered, if small enough; a page not held is forgotten.
-    pub(crate) fn keep(&self, inbox: EndpointId, limit: i64, page: Option<Page>) {
+    pub(crate) fn keep(&self, inbox: EndpointId, limit: i64, page: Option<Arc<Page>>) {
         let mut entries = self.lock();
         match page.filter(|p| text_bytes(&p.messages) <= MAX_PAGE_BYTES) {
             Some(page) => {
@@ -76,10 +80,10 @@ fn text_bytes(messages: &[Message]) -> usize {
 mod tests {
     use super::*;
 
-    fn page(unread: i32, body: &str) -> Page {
+    fn page(unread: i32, body: &str) -> Arc<Page> {
         let mut m = Message::at_seq(1);
         m.body = body.to_owned();
-        Page { version: Version { head: 1, unread }, messages: vec![m], left: 1 }
+        Arc::new(Page { version: Version { head: 1, unread }, messages: vec![m], left: 1 })
     }
 
     #[test]

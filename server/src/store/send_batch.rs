@@ -1,7 +1,7 @@
 //! Group commit for sends. A send that was resolved and allowed is queued here; the replica's one
 //! writer, on a thread of its own (see [`Batcher`]), takes whatever has queued meanwhile (up to
-//! [`MAX_BATCH`]) and writes it with one call: one round trip and one commit for the whole batch, its messages and
-//! deliveries written as sets.
+//! [`MAX_BATCH`]) and writes it with one call: one round trip and one commit for the whole batch,
+//! its messages and deliveries written as sets.
 //!
 //! * A batch of plain sends (each to one inbox, relying on no contact, not a reply), the
 //!   common case, is written by `relay_write_sends_plain` (migration 32), which checks the inboxes
