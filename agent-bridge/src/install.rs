@@ -29,57 +29,101 @@ const PROGRAM: &str = "agent-bridge";
 pub fn run(client: Client) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let home = || dirs::home_dir().context("cannot find the home directory");
-    let (path, changed) = match client {
+    let said = |changed: bool, what: &str, path: &Path| {
+        let verb = if changed { "set" } else { "kept" };
+        eprintln!("{verb} {what} in {}", path.display());
+    };
+    match client {
         // Project-scoped, and committed: the agent of this repository gets the relay.
         Client::Claude => {
             let command = project_command();
+            let program = shell_word(&command);
             let path = cwd.join(".mcp.json");
-            let mcp = install_json(&path, &command, &["mcp", "--harness", "claude", "--channels"])?;
+            said(
+                install_json(&path, &command, &["mcp", "--harness", "claude", "--channels"], &[])?,
+                "the relay MCP server",
+                &path,
+            );
             let settings = cwd.join(".claude").join("settings.json");
-            if install_stop_hook(&settings, &format!("{} hook stop", shell_word(&command)))? {
-                eprintln!("set the relay Stop hook in {}", settings.display());
-            }
-            (path, mcp)
+            let stop = HookSpec::claude("Stop", "stop", &program, json!({}));
+            said(install_hook(&settings, &stop)?, "the relay Stop hook", &settings);
+            // In the background after each turn; the hook ends itself before Claude Code would.
+            let timeout = crate::hook::WAKE_LIFETIME.as_secs() + 60;
+            let wake = HookSpec::claude("Stop", "wake", &program, json!({ "asyncRewake": true, "timeout": timeout }));
+            said(install_hook(&settings, &wake)?, "the relay wake hook (asyncRewake)", &settings);
+            eprintln!("{CLAUDE_NOTES}");
         }
         Client::Cursor => {
+            let command = project_command();
             let path = cwd.join(".cursor").join("mcp.json");
-            let changed = install_json(&path, &project_command(), &["mcp", "--harness", "cursor"])?;
-            (path, changed)
+            said(install_json(&path, &command, &["mcp", "--harness", "cursor"], &[])?, "the relay MCP server", &path);
+            let hooks = cwd.join(".cursor").join("hooks.json");
+            let stop = format!("{} hook cursor-stop", shell_word(&command));
+            said(install_cursor_stop_hook(&hooks, &stop)?, "the relay stop hook", &hooks);
+            eprintln!("{CURSOR_NOTES}");
         }
         // User-scoped: these clients keep MCP servers in the user's config.
         Client::Gemini => {
+            let command = user_command();
             let path = home()?.join(".gemini").join("settings.json");
-            let changed = install_json(&path, &user_command(), &["mcp", "--harness", "gemini"])?;
-            (path, changed)
+            // `trust` lets `gemini -p` call the relay tools without a confirmation per call.
+            let trust = [("trust", json!(true))];
+            said(
+                install_json(&path, &command, &["mcp", "--harness", "gemini"], &trust)?,
+                "the relay MCP server",
+                &path,
+            );
+            let after = HookSpec::claude("AfterAgent", "gemini-after-agent", &shell_word(&command), json!({}));
+            said(install_hook(&path, &after)?, "the relay AfterAgent hook", &path);
+            eprintln!("{GEMINI_NOTES}");
         }
         Client::Codex => {
             let command = user_command();
-            let path = home()?.join(".codex").join("config.toml");
-            let server = install_codex(&path, &command)?;
-            let notify = install_codex_notify(&path, &command)?;
-            (path, server || notify)
+            let codex_home = match std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()) {
+                Some(dir) => PathBuf::from(dir),
+                None => home()?.join(".codex"),
+            };
+            let path = codex_home.join("config.toml");
+            said(install_codex(&path, &command)?, "the relay MCP server (tools approved without a prompt)", &path);
+            said(install_codex_notify(&path, &command)?, "the relay notify program", &path);
+            let hooks = codex_home.join("hooks.json");
+            let stop = HookSpec::claude("Stop", "codex-stop", &shell_word(&command), json!({}));
+            said(install_hook(&hooks, &stop)?, "the relay Stop hook", &hooks);
+            eprintln!("{CODEX_NOTES}");
         }
-    };
-    if changed {
-        eprintln!("set the relay MCP server in {}", path.display());
-    } else {
-        eprintln!("{} already has the relay MCP server", path.display());
-    }
-    if matches!(client, Client::Claude) {
-        eprintln!("{CLAUDE_CHANNELS}");
     }
     Ok(())
 }
 
-/// How new messages reach a Claude Code session, with channels and without.
-const CLAUDE_CHANNELS: &str = "\
-New relay messages can reach Claude Code the moment they arrive, as channel messages. Channels are a
-research preview: they need Claude Code 2.1.80 or later and a claude.ai login (not an API key), Team and
-Enterprise organisations must enable them, and a channel not on Anthropic's allowlist is loaded only when
-Claude Code starts with:
+/// How new messages reach a Claude Code session, and what the person approves once.
+const CLAUDE_NOTES: &str = "\
+An idle Claude Code session is woken when relay mail arrives: the wake hook runs in the background
+after each turn and hands the model a short notice (who wrote, and to read it with relay_inbox).
+In print mode (claude -p) it ends at once and holds nothing. Claude Code asks once to trust this
+folder and to use the project's MCP server `relay` from .mcp.json.
+New messages can also arrive as channel messages. Channels are a research preview: they need Claude
+Code 2.1.80 or later and a claude.ai login (not an API key), Team and Enterprise organisations must
+enable them, and a channel not on Anthropic's allowlist is loaded only when Claude Code starts with:
     claude --dangerously-load-development-channels server:relay
-Without channels nothing is lost: every relay tool result says how many messages wait unread and from
-whom, and relay_inbox reads them.";
+Whatever the client does, every relay tool result says how many messages wait unread and from whom.";
+
+const CODEX_NOTES: &str = "\
+The relay tools run without an approval prompt per call (default_tools_approval_mode = \"approve\" in
+[mcp_servers.relay]), so `codex exec` can use them too. An idle interactive session is woken through
+`codex queue` when relay mail arrives, by a waiter the notify program starts after each turn. The
+Stop hook delivers mail the model has not seen at the end of a turn, once per message. Codex runs a
+new hook only once you trust it: start `codex` in a terminal and choose \"Trust all and continue\" (or
+review it under /hooks); until then `codex exec` skips it.";
+
+const GEMINI_NOTES: &str = "\
+The relay server is trusted (\"trust\": true), so `gemini -p` offers its tools and calls them without
+a confirmation per call. The AfterAgent hook gives the model one more turn for mail it has not seen,
+once per message. Gemini CLI cannot be woken from outside: an idle session learns of mail at its next
+turn, from the hook or from any relay tool's result.";
+
+const CURSOR_NOTES: &str = "\
+The stop hook (.cursor/hooks.json) sends a follow-up message for mail the model has not seen, once
+per message. Cursor cannot be woken from outside: an idle agent learns of mail at its next turn.";
 
 /// The `agent-bridge` found on PATH, if any.
 fn on_path() -> Option<PathBuf> {
@@ -120,10 +164,10 @@ fn is_bridge(program: &str) -> bool {
     Path::new(program).file_name().is_some_and(|n| n == PROGRAM)
 }
 
-/// Whether a hook command is Relay's Stop hook, whatever path (quoted or not) it was written with.
-fn is_relay_stop_hook(command: &str) -> bool {
+/// Whether a hook command is Relay's `hook SUB`, whatever path (quoted or not) it was written with.
+fn is_relay_hook(command: &str, sub: &str) -> bool {
     command
-        .strip_suffix(" hook stop")
+        .strip_suffix(&format!(" hook {sub}"))
         .is_some_and(|program| is_bridge(program.trim().trim_matches(|c| c == '\'' || c == '"')))
 }
 
@@ -195,58 +239,90 @@ fn edit_json(path: &Path, edit: impl FnOnce(&CstObject) -> anyhow::Result<bool>)
     Ok(true)
 }
 
-/// Sets `mcpServers.relay` in a JSON config. Returns whether the file changed.
-fn install_json(path: &Path, command: &str, args: &[&str]) -> anyhow::Result<bool> {
+/// Sets `mcpServers.relay` in a JSON config: its command, arguments and the `extra` fields. Returns
+/// whether the file changed.
+fn install_json(path: &Path, command: &str, args: &[&str], extra: &[(&str, Value)]) -> anyhow::Result<bool> {
     edit_json(path, |root| {
         let servers = root
             .object_value_or_create("mcpServers")
             .ok_or_else(|| anyhow!("mcpServers in {} is not an object", path.display()))?;
+        let mut fields = vec![("command", json!(command)), ("args", json!(args))];
+        fields.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
         // An entry of ours is updated field by field: what a user added to it (env, timeouts) stays.
         let Some(entry) = servers.object_value(ENTRY) else {
             if servers.get(ENTRY).is_some() {
                 bail!("mcpServers.{ENTRY} in {} is not an object", path.display());
             }
-            servers.append(ENTRY, input(&json!({ "command": command, "args": args })));
+            let entry: serde_json::Map<String, Value> = fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+            servers.append(ENTRY, input(&Value::Object(entry)));
             return Ok(true);
         };
-        let mut changed = false;
-        for (key, value) in [("command", json!(command)), ("args", json!(args))] {
-            match entry.get(key) {
-                Some(prop) if prop.value().and_then(|v| v.to_serde_value()).as_ref() == Some(&value) => {}
-                Some(prop) => {
-                    prop.set_value(input(&value));
-                    changed = true;
-                }
-                None => {
-                    entry.append(key, input(&value));
-                    changed = true;
-                }
-            }
-        }
-        Ok(changed)
+        Ok(set_fields(&entry, fields))
     })
 }
 
-/// Makes Claude Code settings hold exactly one Relay Stop hook, running `command`: a hook written
-/// from another path is updated, extra ones removed, other hooks kept. Returns whether the file
+/// Sets each field of `object` to its value, keeping its place when it is there; whether any
 /// changed.
-fn install_stop_hook(path: &Path, command: &str) -> anyhow::Result<bool> {
+fn set_fields<'a>(object: &CstObject, fields: impl IntoIterator<Item = (&'a str, Value)>) -> bool {
+    let mut changed = false;
+    for (key, value) in fields {
+        match object.get(key) {
+            Some(prop) if prop.value().and_then(|v| v.to_serde_value()).as_ref() == Some(&value) => {}
+            Some(prop) => {
+                prop.set_value(input(&value));
+                changed = true;
+            }
+            None => {
+                object.append(key, input(&value));
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+/// One of Relay's hooks in a settings file laid out as Claude Code's (Claude Code's settings,
+/// Codex's hooks.json, Gemini CLI's settings): `{"hooks": {EVENT: [{"hooks": [HOOK, …]}, …]}}`.
+struct HookSpec<'a> {
+    event: &'a str,
+    /// The hook's subcommand: Relay's hooks are recognised by it, from whatever path.
+    sub: &'a str,
+    /// The hook's fields, `command` among them.
+    fields: serde_json::Map<String, Value>,
+}
+
+impl<'a> HookSpec<'a> {
+    /// `program hook SUB` as a command hook of `event`, with `extra` fields.
+    fn claude(event: &'a str, sub: &'a str, program: &str, extra: Value) -> Self {
+        let mut fields = serde_json::Map::new();
+        fields.insert("type".into(), json!("command"));
+        fields.insert("command".into(), json!(format!("{program} hook {sub}")));
+        if let Value::Object(extra) = extra {
+            fields.extend(extra);
+        }
+        Self { event, sub, fields }
+    }
+}
+
+/// Makes a settings file hold exactly one of Relay's hooks `spec`: one written from another path
+/// is updated, extra ones removed, every other hook kept. Returns whether the file changed.
+fn install_hook(path: &Path, spec: &HookSpec<'_>) -> anyhow::Result<bool> {
     edit_json(path, |root| {
         let hooks = root
             .object_value_or_create("hooks")
             .ok_or_else(|| anyhow!("hooks in {} is not an object", path.display()))?;
-        let stop = hooks
-            .array_value_or_create("Stop")
-            .ok_or_else(|| anyhow!("hooks.Stop in {} is not a list", path.display()))?;
+        let groups = hooks
+            .array_value_or_create(spec.event)
+            .ok_or_else(|| anyhow!("hooks.{} in {} is not a list", spec.event, path.display()))?;
         let mut changed = false;
         let mut kept = false;
-        for group in stop.elements() {
+        for group in groups.elements() {
             let Some(list) = group.as_object().and_then(|g| g.array_value("hooks")) else { continue };
             let mut emptied = false;
             for hook in list.elements() {
-                let Some(prop) = hook.as_object().and_then(|h| h.get("command")) else { continue };
-                let current = prop.value().and_then(|v| v.to_serde_value());
-                if !current.as_ref().and_then(Value::as_str).is_some_and(is_relay_stop_hook) {
+                let Some(object) = hook.as_object() else { continue };
+                let command = object.get("command").and_then(|p| p.value()).and_then(|v| v.to_serde_value());
+                if !command.as_ref().and_then(Value::as_str).is_some_and(|c| is_relay_hook(c, spec.sub)) {
                     continue;
                 }
                 if kept {
@@ -254,10 +330,7 @@ fn install_stop_hook(path: &Path, command: &str) -> anyhow::Result<bool> {
                     (changed, emptied) = (true, true);
                 } else {
                     kept = true;
-                    if current.as_ref().and_then(Value::as_str) != Some(command) {
-                        prop.set_value(CstInputValue::String(command.to_owned()));
-                        changed = true;
-                    }
+                    changed |= set_fields(&object, spec.fields.iter().map(|(k, v)| (k.as_str(), v.clone())));
                 }
             }
             if emptied && list.elements().is_empty() {
@@ -265,14 +338,53 @@ fn install_stop_hook(path: &Path, command: &str) -> anyhow::Result<bool> {
             }
         }
         if !kept {
-            stop.append(input(&json!({ "hooks": [{ "type": "command", "command": command }] })));
+            groups.append(input(&json!({ "hooks": [Value::Object(spec.fields.clone())] })));
             changed = true;
         }
         Ok(changed)
     })
 }
 
-/// Sets `[mcp_servers.relay]` in Codex's TOML config, keeping its comments and layout. An entry of
+/// Makes Cursor's hooks file hold exactly one Relay stop hook running `command`:
+/// `{"version": 1, "hooks": {"stop": [{"command": …}, …]}}`. Returns whether the file changed.
+fn install_cursor_stop_hook(path: &Path, command: &str) -> anyhow::Result<bool> {
+    edit_json(path, |root| {
+        let mut changed = false;
+        if root.get("version").is_none() {
+            root.append("version", input(&json!(1)));
+            changed = true;
+        }
+        let hooks = root
+            .object_value_or_create("hooks")
+            .ok_or_else(|| anyhow!("hooks in {} is not an object", path.display()))?;
+        let stop = hooks
+            .array_value_or_create("stop")
+            .ok_or_else(|| anyhow!("hooks.stop in {} is not a list", path.display()))?;
+        let mut kept = false;
+        for hook in stop.elements() {
+            let Some(object) = hook.as_object() else { continue };
+            let current = object.get("command").and_then(|p| p.value()).and_then(|v| v.to_serde_value());
+            if !current.as_ref().and_then(Value::as_str).is_some_and(|c| is_relay_hook(c, "cursor-stop")) {
+                continue;
+            }
+            if kept {
+                hook.remove();
+                changed = true;
+            } else {
+                kept = true;
+                changed |= set_fields(&object, [("command", json!(command))]);
+            }
+        }
+        if !kept {
+            stop.append(input(&json!({ "command": command })));
+            changed = true;
+        }
+        Ok(changed)
+    })
+}
+
+/// Sets `[mcp_servers.relay]` in Codex's TOML config (its command and arguments, and its tools
+/// approved), keeping its comments and layout. An entry of
 /// ours is updated field by field, so what a user added to it (an `env` table, timeouts, comments)
 /// stays.
 fn install_codex(path: &Path, command: &str) -> anyhow::Result<bool> {
@@ -304,11 +416,20 @@ fn install_codex(path: &Path, command: &str) -> anyhow::Result<bool> {
         set_keeping_decor(entry, "args", toml_edit::Value::Array(ARGS.into_iter().collect()));
         changed = true;
     }
+    // Codex asks before each call of a tool that is not read-only, and `codex exec` (which cannot
+    // ask) refuses it: the relay's tools are approved for this server instead.
+    if entry.get(APPROVAL_KEY).and_then(|c| c.as_str()) != Some(APPROVAL) {
+        set_keeping_decor(entry, APPROVAL_KEY, toml_edit::Value::from(APPROVAL));
+        changed = true;
+    }
     if changed {
         write_atomically(path, &doc.to_string())?;
     }
     Ok(changed)
 }
+
+const APPROVAL_KEY: &str = "default_tools_approval_mode";
+const APPROVAL: &str = "approve";
 
 /// Sets `key` in a TOML table in place: the key keeps its place and the comments around it.
 fn set_keeping_decor(table: &mut dyn toml_edit::TableLike, key: &str, mut value: toml_edit::Value) {
@@ -366,8 +487,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(".mcp.json");
         std::fs::write(&path, r#"{"mcpServers":{"other":{"command":"x"}},"keep":1}"#).unwrap();
-        assert!(install_json(&path, "agent-bridge", &["mcp"]).unwrap());
-        assert!(!install_json(&path, "agent-bridge", &["mcp"]).unwrap());
+        assert!(install_json(&path, "agent-bridge", &["mcp"], &[]).unwrap());
+        assert!(!install_json(&path, "agent-bridge", &["mcp"], &[]).unwrap());
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(doc["keep"], 1);
         assert_eq!(doc["mcpServers"]["other"]["command"], "x");
@@ -386,25 +507,98 @@ mod tests {
         .unwrap();
         let link = dir.path().join(".mcp.json");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        assert!(install_json(&link, "agent-bridge", &["mcp", "--harness", "claude"]).unwrap());
+        assert!(install_json(&link, "agent-bridge", &["mcp", "--harness", "claude"], &[]).unwrap());
         assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link stays a link");
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&real).unwrap()).unwrap();
         assert_eq!(doc["mcpServers"]["relay"]["command"], "agent-bridge");
         assert_eq!(doc["mcpServers"]["relay"]["env"]["RELAY_HANDLE"], "x", "the user's env stays");
     }
 
+    fn stop_hook(program: &str) -> HookSpec<'static> {
+        HookSpec::claude("Stop", "stop", program, json!({}))
+    }
+
     #[test]
     fn a_stop_hook_from_a_path_with_spaces_is_quoted_and_recognised() {
-        let command = format!("{} hook stop", shell_word("/opt/my tools/agent-bridge"));
-        assert_eq!(command, "'/opt/my tools/agent-bridge' hook stop");
-        assert!(is_relay_stop_hook(&command) && is_relay_stop_hook("agent-bridge hook stop"));
-        assert!(!is_relay_stop_hook("other-tool hook stop") && !is_relay_stop_hook("agent-bridge hook stopper"));
+        let program = shell_word("/opt/my tools/agent-bridge");
+        assert_eq!(program, "'/opt/my tools/agent-bridge'");
+        let command = format!("{program} hook stop");
+        assert!(is_relay_hook(&command, "stop") && is_relay_hook("agent-bridge hook stop", "stop"));
+        assert!(!is_relay_hook("other-tool hook stop", "stop") && !is_relay_hook("agent-bridge hook stopper", "stop"));
+        assert!(!is_relay_hook("agent-bridge hook wake", "stop"), "each hook is told apart by its subcommand");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.json");
-        assert!(install_stop_hook(&path, &command).unwrap());
-        assert!(install_stop_hook(&path, "agent-bridge hook stop").unwrap());
+        assert!(install_hook(&path, &stop_hook(&program)).unwrap());
+        assert!(install_hook(&path, &stop_hook("agent-bridge")).unwrap());
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(doc["hooks"]["Stop"].as_array().unwrap().len(), 1, "{doc}");
+    }
+
+    #[test]
+    fn the_wake_hook_sits_beside_the_stop_hook_and_keeps_its_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        let wake =
+            |program| HookSpec::claude("Stop", "wake", program, json!({ "asyncRewake": true, "timeout": 86460 }));
+        assert!(install_hook(&path, &stop_hook("agent-bridge")).unwrap());
+        assert!(install_hook(&path, &wake("/old/agent-bridge")).unwrap());
+        assert!(install_hook(&path, &wake("agent-bridge")).unwrap(), "a moved binary updates the hook");
+        assert!(
+            !install_hook(&path, &wake("agent-bridge")).unwrap()
+                && !install_hook(&path, &stop_hook("agent-bridge")).unwrap()
+        );
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let hooks: Vec<&Value> = doc["hooks"]["Stop"].as_array().unwrap().iter().map(|g| &g["hooks"][0]).collect();
+        assert_eq!(hooks.len(), 2, "{doc}");
+        assert_eq!(hooks[0]["command"], "agent-bridge hook stop");
+        assert_eq!(
+            *hooks[1],
+            json!({ "type": "command", "command": "agent-bridge hook wake", "asyncRewake": true, "timeout": 86460 })
+        );
+        // A wake hook someone made synchronous gets its background mode back.
+        let text = std::fs::read_to_string(&path).unwrap().replace("\"asyncRewake\": true", "\"asyncRewake\": false");
+        std::fs::write(&path, text).unwrap();
+        assert!(install_hook(&path, &wake("agent-bridge")).unwrap());
+        assert!(std::fs::read_to_string(&path).unwrap().contains("\"asyncRewake\": true"));
+    }
+
+    #[test]
+    fn cursors_stop_hook_is_set_once_beside_the_users_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hooks.json");
+        std::fs::write(&path, r#"{"version":1,"hooks":{"stop":[{"command":"./mine.sh"}],"afterFileEdit":[]}}"#)
+            .unwrap();
+        assert!(install_cursor_stop_hook(&path, "/old/agent-bridge hook cursor-stop").unwrap());
+        assert!(install_cursor_stop_hook(&path, "agent-bridge hook cursor-stop").unwrap());
+        assert!(!install_cursor_stop_hook(&path, "agent-bridge hook cursor-stop").unwrap());
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            doc,
+            json!({"version":1,"hooks":{"stop":[{"command":"./mine.sh"},{"command":"agent-bridge hook cursor-stop"}],"afterFileEdit":[]}})
+        );
+        let fresh = dir.path().join("new.json");
+        assert!(install_cursor_stop_hook(&fresh, "agent-bridge hook cursor-stop").unwrap());
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&fresh).unwrap()).unwrap();
+        assert_eq!(doc, json!({"version":1,"hooks":{"stop":[{"command":"agent-bridge hook cursor-stop"}]}}));
+    }
+
+    #[test]
+    fn gemini_trusts_the_relay_server_and_keeps_what_the_user_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("settings.json");
+        std::fs::write(
+            &path,
+            r#"{"mcpServers":{"relay":{"command":"/old/agent-bridge","args":["mcp"],"timeout":5000}}}"#,
+        )
+        .unwrap();
+        let trust = [("trust", json!(true))];
+        assert!(install_json(&path, "agent-bridge", &["mcp", "--harness", "gemini"], &trust).unwrap());
+        assert!(!install_json(&path, "agent-bridge", &["mcp", "--harness", "gemini"], &trust).unwrap());
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            doc["mcpServers"]["relay"],
+            json!({"command":"agent-bridge","args":["mcp","--harness","gemini"],"timeout":5000,"trust":true})
+        );
     }
 
     #[test]
@@ -412,7 +606,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(".mcp.json");
         std::fs::write(&path, "{ not json").unwrap();
-        assert!(install_json(&path, "agent-bridge", &["mcp"]).is_err());
+        assert!(install_json(&path, "agent-bridge", &["mcp"], &[]).is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{ not json");
     }
 
@@ -422,8 +616,8 @@ mod tests {
         let path = dir.path().join("settings.json");
         std::fs::write(&path, r#"{"hooks":{"Stop":[{"hooks":[{"type":"command","command":"other"}]}]},"model":"x"}"#)
             .unwrap();
-        assert!(install_stop_hook(&path, "agent-bridge hook stop").unwrap());
-        assert!(!install_stop_hook(&path, "agent-bridge hook stop").unwrap());
+        assert!(install_hook(&path, &stop_hook("agent-bridge")).unwrap());
+        assert!(!install_hook(&path, &stop_hook("agent-bridge")).unwrap());
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(doc["model"], "x");
         let stop = doc["hooks"]["Stop"].as_array().unwrap();
@@ -456,7 +650,11 @@ mod tests {
         assert!(install_codex(&path, "/new/agent-bridge").unwrap());
         assert!(!install_codex(&path, "/new/agent-bridge").unwrap());
         let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text, before.replace("/old/agent-bridge", "/new/agent-bridge"), "only the command changed");
+        let after = before.replace("/old/agent-bridge", "/new/agent-bridge").replace(
+            "startup_timeout_sec = 20\n",
+            "startup_timeout_sec = 20\ndefault_tools_approval_mode = \"approve\"\n",
+        );
+        assert_eq!(text, after, "only the command changed, and the tools were approved");
     }
 
     #[test]
@@ -471,7 +669,7 @@ mod tests {
         assert!(text.contains("[mcp_servers.other]"));
         assert!(
             text.contains(
-                "[mcp_servers.relay]\ncommand = \"agent-bridge\"\nargs = [\"mcp\", \"--harness\", \"codex\"]"
+                "[mcp_servers.relay]\ncommand = \"agent-bridge\"\nargs = [\"mcp\", \"--harness\", \"codex\"]\ndefault_tools_approval_mode = \"approve\""
             ),
             "{text}"
         );

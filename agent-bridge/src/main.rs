@@ -115,14 +115,9 @@ enum Command {
         #[arg(long = "forge")]
         forges: Vec<String>,
     },
-    /// Hooks an agent client calls: `hook stop` (Claude Code's Stop hook), `hook codex-notify JSON`
-    /// (Codex's notify program).
-    Hook {
-        #[arg(value_parser = ["stop", "codex-notify"])]
-        event: String,
-        /// The event Codex passes to its notify program.
-        payload: Option<String>,
-    },
+    /// Hooks an agent client runs at the end of a turn (`install` sets them up).
+    #[command(subcommand)]
+    Hook(hook::Event),
     /// Runs a spawned worker and reports its end (started by spawn).
     #[command(hide = true)]
     Supervise {
@@ -166,13 +161,11 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let tools = Arc::new(tools::Tools::new(relay));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
-    let ended = mcp::session::run(tools, options, stdin, tokio::io::stdout(), stop).await.context("stdio failed")?;
-    if ended == mcp::session::Ended::Stopped {
-        // The session said goodbye and removed its file; a read of stdin may still be blocked in
-        // the runtime's thread pool, which would hold up a normal return.
-        std::process::exit(0);
-    }
-    Ok(())
+    mcp::session::run(tools, options, stdin, tokio::io::stdout(), stop).await.context("stdio failed")?;
+    // The session said goodbye (or gave up on it) and removed its file. Ended here rather than by
+    // returning: a read of stdin may still be blocked in the runtime's thread pool, and calls to a
+    // frozen relay may still be pending, either of which would hold up the runtime's shutdown.
+    std::process::exit(0);
 }
 
 /// Resolves on SIGTERM, SIGINT or SIGHUP: a client ending, a terminal closing or an operator
@@ -238,9 +231,10 @@ async fn main() -> ExitCode {
         Command::Install { client } => install::run(client),
         Command::Spawn { harness, scope, command } => spawn::spawn(harness.name().to_owned(), scope, command).await,
         Command::Human(command) => human::run(command).await,
-        Command::Hook { event, payload } => match event.as_str() {
-            "codex-notify" => hook::codex_notify(payload).await,
-            _ => hook::stop().await,
+        Command::Hook(event) => match hook::run(event).await {
+            // Ended here: a hook's stdin may still be read by a thread of its own.
+            Ok(code) => std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 2 }),
+            Err(e) => Err(e),
         },
         Command::Worker { repos, worktrees, agents, poll_ms, once, concurrency, forges } => {
             let poll = std::time::Duration::from_millis(poll_ms.max(50));

@@ -35,6 +35,11 @@ const PUSH_MARKS_LIMIT: Duration = Duration::from_secs(5);
 /// How long a client keeps one connection before it is asked to open another for new calls; calls
 /// in flight, push streams included, finish on the old one.
 const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
+/// A connection the server has heard nothing on for this long is pinged; one that does not answer
+/// within [`KEEPALIVE_TIMEOUT`] is closed. A bridge that froze or vanished without closing its
+/// connection thus gives up its push stream, and with it its handle, within 15 s.
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Raises the soft limit of open files to the hard limit: every connection takes a descriptor, and
 /// the usual soft limit of 1,024 is below the connections a replica takes.
@@ -234,8 +239,8 @@ pub async fn serve_with(
     let incoming = connections::admit(socket, options.max_connections, acceptor);
 
     let builder = Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .http2_keepalive_interval(Some(KEEPALIVE_EVERY))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         // Clients are asked (GOAWAY) to open new connections now and then, so load spreads again
         // after a restart. No grace is set: with one, tonic cuts the connection at age + grace
         // without asking first, killing calls in flight.

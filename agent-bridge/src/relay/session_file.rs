@@ -41,26 +41,32 @@ pub fn session_path(agent: u32) -> PathBuf {
 }
 
 /// The session files of the bridges the agent process `agent` runs and that are still alive,
-/// newest first. A file whose bridge died without removing it is skipped (and removed).
-fn live_sessions(agent: u32) -> Vec<PathBuf> {
+/// newest first, each with its bridge's process id. A file whose bridge died without removing it
+/// is skipped (and removed).
+fn live_sessions(agent: u32) -> Vec<(PathBuf, u32)> {
     let dir = session_dir();
     let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
     let prefix = format!("{agent}-");
-    let mut found: Vec<(std::time::SystemTime, PathBuf)> = entries
+    let mut found: Vec<(std::time::SystemTime, PathBuf, u32)> = entries
         .filter_map(Result::ok)
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
             let bridge: u32 = name.strip_prefix(&prefix)?.strip_suffix(".toml")?.parse().ok()?;
             let path = entry.path();
-            if !std::path::Path::new(&format!("/proc/{bridge}")).exists() {
+            if !alive(bridge) {
                 let _ = std::fs::remove_file(&path);
                 return None;
             }
-            Some((entry.metadata().and_then(|m| m.modified()).ok()?, path))
+            Some((entry.metadata().and_then(|m| m.modified()).ok()?, path, bridge))
         })
         .collect();
-    found.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
-    found.into_iter().map(|(_, path)| path).collect()
+    found.sort_by_key(|(modified, ..)| std::cmp::Reverse(*modified));
+    found.into_iter().map(|(_, path, bridge)| (path, bridge)).collect()
+}
+
+/// Whether process `pid` is still running.
+pub fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// Whether `dir` is a real directory of ours that nobody else can write: a shared temp dir could
@@ -100,12 +106,46 @@ fn parent_of(pid: u32) -> Option<u32> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// A session a program started by an agent found, and where: the agent process whose bridge
+/// keeps it and that bridge (both `None` when `RELAY_SESSION_FILE` named the file).
+#[derive(Debug)]
+pub struct Found {
+    pub session: SessionFile,
+    pub path: PathBuf,
+    pub agent: Option<u32>,
+    pub bridge: Option<u32>,
+}
+
+impl Found {
+    /// The session as its file says now: a bridge that had to claim its endpoint again has
+    /// written a new token there. `None` once the file is gone (the bridge left).
+    pub fn reread(&self) -> Option<SessionFile> {
+        toml::from_str(&std::fs::read_to_string(&self.path).ok()?).ok()
+    }
+}
+
+/// Where a program's own session files go: beside the bridges' (private to this user), named
+/// after the agent process they belong to, so they never pass for a bridge's session file.
+pub fn agent_file(agent: u32, what: &str) -> anyhow::Result<PathBuf> {
+    let dir = session_dir();
+    if !private_dir(&dir) {
+        bail!("{} is not a private directory of this user", dir.display());
+    }
+    Ok(dir.join(format!("{what}-{agent}")))
+}
+
 /// The session of the nearest ancestor process that runs a bridge-connected agent.
 pub fn find_session() -> anyhow::Result<SessionFile> {
+    Ok(find()?.session)
+}
+
+/// [`find_session`], telling where it was found.
+pub fn find() -> anyhow::Result<Found> {
     if let Some(path) = std::env::var_os("RELAY_SESSION_FILE").filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-        return toml::from_str(&text).context("malformed session file");
+        let session = toml::from_str(&text).context("malformed session file")?;
+        return Ok(Found { session, path, agent: None, bridge: None });
     }
     if !private_dir(&session_dir()) {
         bail!("no relay session found: {} is not a private directory of this user", session_dir().display());
@@ -114,8 +154,10 @@ pub fn find_session() -> anyhow::Result<SessionFile> {
     for _ in 0..64 {
         let Some(parent) = parent_of(pid).filter(|p| *p > 1) else { break };
         // An agent with two relay bridges: the one that connected last speaks for it.
-        if let Some(text) = live_sessions(parent).iter().find_map(|path| std::fs::read_to_string(path).ok()) {
-            return toml::from_str(&text).context("malformed session file");
+        for (path, bridge) in live_sessions(parent) {
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            let session = toml::from_str(&text).context("malformed session file")?;
+            return Ok(Found { session, path, agent: Some(parent), bridge: Some(bridge) });
         }
         pid = parent;
     }

@@ -45,10 +45,13 @@ fn recipients_text(recipients: &[RecipientState]) -> String {
     recipients
         .iter()
         .map(|r| {
-            if r.reason.is_empty() {
-                format!("{} ({})", r.address, state_name(r.state()))
-            } else {
+            if !r.reason.is_empty() {
                 format!("{} ({}: {})", r.address, state_name(r.state()), r.reason)
+            } else if r.online && r.state() == DeliveryState::Queued {
+                // Queued for an online recipient means on its way, not waiting for it to connect.
+                format!("{} (queued, online: being pushed)", r.address)
+            } else {
+                format!("{} ({})", r.address, state_name(r.state()))
             }
         })
         .collect::<Vec<_>>()

@@ -27,6 +27,7 @@ pub fn schema<T: JsonSchema>() -> Value {
         })
         .into_generator();
     let mut schema = generator.into_root_schema_for::<T>().to_value();
+    plain_numbers(&mut schema);
     if let Some(object) = schema.as_object_mut() {
         object.remove("title");
         object.remove("description");
@@ -42,6 +43,29 @@ pub fn schema<T: JsonSchema>() -> Value {
     );
     properties.insert(HINT.into(), json!({ "type": "string", "description": "unread relay messages waiting" }));
     schema
+}
+
+/// Drops the Rust-sized number formats (`uint32`, `int64`, …) the derivation writes: they are not
+/// formats JSON Schema knows, and clients warn about them at every start. An unsigned field keeps
+/// its `minimum: 0`.
+fn plain_numbers(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            if object.get("format").and_then(Value::as_str).is_some_and(|f| {
+                f.strip_prefix('u')
+                    .unwrap_or(f)
+                    .strip_prefix("int")
+                    .is_some_and(|bits| bits.chars().all(|c| c.is_ascii_digit()))
+                    || f == "double"
+                    || f == "float"
+            }) {
+                object.remove("format");
+            }
+            object.values_mut().for_each(plain_numbers);
+        }
+        Value::Array(items) => items.iter_mut().for_each(plain_numbers),
+        _ => {}
+    }
 }
 
 pub fn state_name(state: relay_proto::v1::DeliveryState) -> &'static str {
@@ -61,6 +85,8 @@ pub struct Recipient {
     pub address: String,
     /// queued, pushed, surfaced, read, withdrawn, or not sent
     pub state: String,
+    /// whether the recipient is connected now (queued for an online recipient: being pushed)
+    pub online: bool,
     #[serde(skip_serializing_if = "String::is_empty", default)]
     pub reason: String,
 }
@@ -70,6 +96,7 @@ pub fn recipients(list: &[RecipientState]) -> Vec<Recipient> {
         .map(|r| Recipient {
             address: r.address.clone(),
             state: state_name(r.state()).into(),
+            online: r.online,
             reason: r.reason.clone(),
         })
         .collect()
@@ -413,5 +440,15 @@ mod tests {
             .map(|v| v.as_str().unwrap())
             .collect();
         assert!(required.contains(&"body") && !required.contains(&"reply_to"), "{required:?}");
+        let seq = &s["properties"]["messages"]["items"]["properties"]["seq"];
+        assert_eq!(*seq, json!({ "type": "integer", "minimum": 0 }), "no format a client warns about: {seq}");
+    }
+
+    #[test]
+    fn no_output_schema_names_a_number_format() {
+        for tool in crate::tools::catalog::all() {
+            let listed = tool.listing(crate::mcp::Version::parse("2025-06-18").unwrap()).to_string();
+            assert!(!listed.contains("\"format\""), "{listed}");
+        }
     }
 }

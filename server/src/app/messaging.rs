@@ -11,6 +11,7 @@ use crate::domain::delivery::{self, Kind, State};
 use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
 use crate::domain::{Error, Result, limits};
+use crate::push::announce::{self, AnnounceStream};
 use crate::push::stream::{self, PushStream};
 use crate::store::messages::{self, Look, Outgoing, Sent};
 use crate::store::pages::Page;
@@ -168,6 +169,18 @@ impl App {
         let recipients = messages::recipient_states(&tx, &id).await?;
         tx.commit().await?;
         Ok((id, replies, recipients))
+    }
+
+    /// Names the mail the caller's model has not been shown and marks it surfaced, once; with
+    /// `wait`, first waits for some (reading nothing meanwhile). `token` is the caller's session
+    /// token: a wait ends when its session does.
+    pub fn announce(&self, caller: Caller, token: &str, wait: bool) -> AnnounceStream {
+        let (app, token) = (self.clone(), token.to_owned());
+        let session: announce::SessionCheck = Box::new(move || {
+            let (app, token) = (app.clone(), token.clone());
+            Box::pin(async move { app.caller(&token).await.map(drop) })
+        });
+        announce::open(self.store.clone(), self.hub.clone(), caller, wait, self.shutdown.clone(), session)
     }
 
     /// The caller's push stream: everything unread above `after_seq`, then each new delivery.

@@ -21,6 +21,24 @@ pub struct Message {
     pub private: bool,
 }
 
+/// A message named to its recipient's model without its body: a hook's notice that mail waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announced {
+    pub id: String,
+    /// The recipient's sequence number of this delivery.
+    pub seq: u64,
+    pub from: String,
+    pub kind: Kind,
+    pub require_reply: bool,
+}
+
+/// What one announcement names, and how many messages wait unread in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Announcement {
+    pub messages: Vec<Announced>,
+    pub unread: u64,
+}
+
 #[cfg(test)]
 impl Message {
     /// A plain message at `seq` of an inbox, for tests of what carries messages.
@@ -48,6 +66,9 @@ pub struct Recipient {
     /// `None` when it was not sent to this recipient (held for the human, or refused by its rules).
     pub state: Option<State>,
     pub reason: String,
+    /// Whether it held a push stream when this was read (the human inbox always counts as
+    /// present): a queued delivery to an online recipient is on its way.
+    pub online: bool,
 }
 
 /// What a send or a reply stored: the message's id and thread, and each recipient's delivery.

@@ -9,7 +9,6 @@
 //! The shapes follow gitleaks' rule set (own expressions, fitted to what agents paste): tokens with
 //! a known prefix anywhere, and generic `name = value` assignments only where the name says secret.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::LazyLock;
@@ -232,11 +231,16 @@ fn placeholder(value: &str) -> bool {
 /// Zero-width characters that can hide inside a token to split it from its shape.
 const INVISIBLE: [char; 6] = ['\u{200B}', '\u{200C}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{00AD}'];
 
-/// Drops invisible characters that sit between two visible ASCII characters: there they can only
-/// split a word (a token), while between emoji a zero-width joiner still joins them.
-fn see_through_invisible(text: &str) -> Cow<'_, str> {
+/// Invisible characters taken out of a text for scanning: each with the byte offset in what is
+/// left where it stood, in order.
+type Hidden = Vec<(usize, char)>;
+
+/// Takes out the invisible characters that sit between two visible ASCII characters: there they
+/// can only split a word (a token), while between emoji a zero-width joiner still joins them.
+fn see_through_invisible(text: &str) -> (String, Hidden) {
+    let mut hidden = Hidden::new();
     if !text.contains(INVISIBLE) {
-        return Cow::Borrowed(text);
+        return (text.to_owned(), hidden);
     }
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
@@ -245,39 +249,73 @@ fn see_through_invisible(text: &str) -> Cow<'_, str> {
             let before = out.chars().next_back();
             let after = chars[i + 1..].iter().find(|c| !INVISIBLE.contains(c));
             if before.is_some_and(|b| b.is_ascii_graphic()) && after.is_some_and(char::is_ascii_graphic) {
+                hidden.push((out.len(), c));
                 continue;
             }
         }
         out.push(c);
     }
-    Cow::Owned(out)
+    (out, hidden)
 }
 
-/// Replaces every credential in `body` and counts them by kind.
+/// `text` with each span of `edits` (in order, apart) replaced, and the hidden characters moved
+/// along: those inside a replaced span were part of the credential and go with it.
+fn apply(text: &str, hidden: &[(usize, char)], edits: &[(std::ops::Range<usize>, String)]) -> (String, Hidden) {
+    let mut out = String::with_capacity(text.len());
+    let mut kept = Hidden::with_capacity(hidden.len());
+    let mut hidden = hidden.iter().copied().peekable();
+    let mut last = 0;
+    for (span, replacement) in edits {
+        while let Some((at, c)) = hidden.next_if(|&(at, _)| at <= span.start) {
+            kept.push((out.len() + at - last, c));
+        }
+        while hidden.next_if(|&(at, _)| at < span.end).is_some() {}
+        out.push_str(&text[last..span.start]);
+        out.push_str(replacement);
+        last = span.end;
+    }
+    kept.extend(hidden.map(|(at, c)| (out.len() + at - last, c)));
+    out.push_str(&text[last..]);
+    (out, kept)
+}
+
+/// `text` with the hidden characters back where they stood.
+fn restore(text: &str, hidden: &[(usize, char)]) -> String {
+    let mut out = String::with_capacity(text.len() + hidden.len() * 3);
+    let mut last = 0;
+    for &(at, c) in hidden {
+        out.push_str(&text[last..at]);
+        out.push(c);
+        last = at;
+    }
+    out.push_str(&text[last..]);
+    out
+}
+
+/// Replaces every credential in `body` and counts them by kind. Invisible characters that split a
+/// credential do not hide it (it is looked for without them, and they go with it); everywhere else
+/// they stay, for readers to see that something was there (they are shown as `[U+200B]`).
 pub fn redact(body: &str) -> Redacted {
-    let mut text = see_through_invisible(body).into_owned();
+    let (mut text, mut hidden) = see_through_invisible(body);
     let mut counts = Counts::new();
     for rule in RULES.iter() {
         if !rule.pattern.is_match(&text) {
             continue;
         }
-        let mut found = 0;
-        let replaced = rule.pattern.replace_all(&text, |caps: &Captures<'_>| {
-            let whole = caps.get(0).expect("a match has group 0");
-            let Some(secret) = caps.get(rule.group) else { return whole.as_str().to_owned() };
-            if (rule.group != 0 && placeholder(secret.as_str())) || !(rule.accept)(caps) {
-                return whole.as_str().to_owned();
+        let mut edits = Vec::new();
+        for caps in rule.pattern.captures_iter(&text) {
+            let Some(secret) = caps.get(rule.group) else { continue };
+            if (rule.group != 0 && placeholder(secret.as_str())) || !(rule.accept)(&caps) {
+                continue;
             }
-            found += 1;
-            let (start, end) = (secret.start() - whole.start(), secret.end() - whole.start());
-            format!("{}[REDACTED:{}]{}", &whole.as_str()[..start], rule.kind, &whole.as_str()[end..])
-        });
-        if found > 0 {
-            text = replaced.into_owned();
-            *counts.entry(rule.kind).or_insert(0) += found;
+            edits.push((secret.range(), format!("[REDACTED:{}]", rule.kind)));
+        }
+        if !edits.is_empty() {
+            *counts.entry(rule.kind).or_insert(0) += edits.len() as u32;
+            (text, hidden) = apply(&text, &hidden, &edits);
         }
     }
-    Redacted { text: RedactedText(text), counts }
+    Redacted { text: RedactedText(restore(&text, &hidden)), counts }
 }
 
 #[cfg(test)]
@@ -512,6 +550,23 @@ mod tests {
         assert_eq!(out.counts.get("aws-access-key"), Some(&1));
         assert!(!out.text.as_str().contains("ghp_1") && !out.text.as_str().contains("AKIA"));
         assert_eq!(redact(out.text.as_str()).total(), 0, "markers are not redacted again");
+    }
+
+    #[test]
+    fn invisible_characters_outside_a_credential_are_kept_for_readers_to_see() {
+        for text in ["a\u{200B}b", "pass\u{200B}word=x is how it reads", "x\u{2060}y\u{FEFF}z and ok"] {
+            assert_eq!(redact(text).text.as_str(), text, "nothing redacted, nothing taken out");
+        }
+        // Around a credential they stay; inside it they go with it.
+        let out = redact("x\u{200B}y ghp_1234567890abcdef\u{200B}ghijklmnopqrstuvwxyzAB z\u{200B}z ok\u{2060}k");
+        assert_eq!(out.text.as_str(), "x\u{200B}y [REDACTED:github-token] z\u{200B}z ok\u{2060}k");
+        let out =
+            redact("a\u{200B}b AKIAIOSFODNN7EXAMPLE c\u{200D}d ghp_1234567890abcdefghijklmnopqrstuvwxyzAB e\u{FEFF}f");
+        assert_eq!(
+            out.text.as_str(),
+            "a\u{200B}b [REDACTED:aws-access-key] c\u{200D}d [REDACTED:github-token] e\u{FEFF}f",
+            "hidden characters follow the text through several rules' edits"
+        );
     }
 
     #[test]

@@ -8,11 +8,11 @@ use crate::domain::board::{Cleanup, Job, Repo};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::message::Sent;
-use crate::domain::message::{Message, Recipient};
+use crate::domain::message::{Announcement, Message, Recipient};
 use crate::domain::redact::Counts;
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use crate::domain::trust::{Approval, Contact, Decision, Hold, Peek, PeekTurn, Peeker};
-use crate::push::stream::Event;
+use crate::push::{announce, stream::Event};
 
 pub fn delivery_state(state: Option<State>) -> wire::DeliveryState {
     match state {
@@ -63,6 +63,32 @@ pub fn push(event: Event) -> wire::Push {
         }
     };
     wire::Push { event: Some(event) }
+}
+
+/// One event of an `Announce` stream.
+pub fn announce_event(event: announce::Event) -> wire::AnnounceEvent {
+    let event = match event {
+        announce::Event::Waiting => wire::announce_event::Event::Waiting(wire::Waiting {}),
+        announce::Event::Announced(a) => wire::announce_event::Event::Announcement(a.into()),
+    };
+    wire::AnnounceEvent { event: Some(event) }
+}
+
+impl From<Announcement> for wire::Announcement {
+    fn from(a: Announcement) -> Self {
+        let messages = a
+            .messages
+            .into_iter()
+            .map(|m| wire::Announced {
+                id: m.id,
+                seq: m.seq,
+                from: m.from,
+                kind: kind(m.kind) as i32,
+                require_reply: m.require_reply,
+            })
+            .collect();
+        Self { messages, unread: a.unread }
+    }
 }
 
 /// A send's answer, telling the sender what was redacted from its body.
@@ -142,7 +168,7 @@ impl From<Message> for wire::Message {
 
 impl From<Recipient> for wire::RecipientState {
     fn from(r: Recipient) -> Self {
-        Self { address: r.address, state: delivery_state(r.state) as i32, reason: r.reason }
+        Self { address: r.address, state: delivery_state(r.state) as i32, reason: r.reason, online: r.online }
     }
 }
 

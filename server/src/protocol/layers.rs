@@ -90,7 +90,7 @@ impl Kind {
             ("grpc.health.v1.Health", _)
             | ("grpc.reflection.v1.ServerReflection", _)
             | ("grpc.reflection.v1alpha.ServerReflection", _) => Self::Infrastructure,
-            ("relay.v1.Relay", "Subscribe") => Self::Stream,
+            ("relay.v1.Relay", "Subscribe" | "Announce") => Self::Stream,
             ("relay.v1.Relay", "Inbox" | "AskWait") | ("relay.v1.Human", "Inbox") => Self::LongPoll,
             ("relay.v1.Relay", "RequestPermission") => Self::ServerTimed,
             _ => Self::Ordinary,
@@ -421,6 +421,7 @@ mod tests {
         assert_eq!(Kind::of("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"), Kind::Infrastructure);
         assert_eq!(Kind::of("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"), Kind::Infrastructure);
         assert_eq!(Kind::of("/relay.v1.Relay/Subscribe"), Kind::Stream);
+        assert_eq!(Kind::of("/relay.v1.Relay/Announce"), Kind::Stream);
         assert_eq!(Kind::of("/relay.v1.Relay/Inbox"), Kind::LongPoll);
         assert_eq!(Kind::of("/relay.v1.Relay/AskWait"), Kind::LongPoll);
         assert_eq!(Kind::of("/relay.v1.Human/Inbox"), Kind::LongPoll);

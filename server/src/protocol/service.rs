@@ -30,6 +30,7 @@ impl RelayService {
 #[tonic::async_trait]
 impl Relay for RelayService {
     type SubscribeStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Push, Status>> + Send>>;
+    type AnnounceStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<AnnounceEvent, Status>> + Send>>;
 
     async fn check_machine(
         &self,
@@ -136,6 +137,13 @@ impl Relay for RelayService {
         let caller = auth::caller(&request)?;
         let stream = self.app.subscribe(caller, request.get_ref().after_seq);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(Status::from));
+        Ok(Response::new(Box::pin(wire)))
+    }
+
+    async fn announce(&self, request: Request<AnnounceRequest>) -> Result<Response<Self::AnnounceStream>, Status> {
+        let caller = auth::caller(&request)?;
+        let stream = self.app.announce(caller, bearer(&request)?, request.get_ref().wait);
+        let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::announce_event).map_err(Status::from));
         Ok(Response::new(Box::pin(wire)))
     }
 

@@ -5,6 +5,7 @@
 //! re-reads the database above the last seq it handled ([`stream`]), so a lost notification costs
 //! latency, never a message.
 
+pub mod announce;
 pub mod hub;
 pub mod listener;
 pub mod liveness;

@@ -185,6 +185,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "inbox_look_again_when_changed",
         sql: include_str!("../../migrations/0034_inbox_look_again_when_changed.sql"),
     },
+    Migration {
+        version: 35,
+        name: "mail_announced_once",
+        sql: include_str!("../../migrations/0035_mail_announced_once.sql"),
+    },
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -5,9 +5,9 @@ use deadpool_postgres::GenericClient;
 
 use super::{MESSAGE_COLUMNS, READ, WITHDRAWN, message_from_row};
 use crate::domain::Result;
-use crate::domain::delivery::State;
+use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::EndpointId;
-use crate::domain::message::Message;
+use crate::domain::message::{Announced, Announcement, Message};
 use crate::store::error::Col;
 
 /// The columns of a page of unread messages, as `relay_unread` and `relay_take_unread` answer them
@@ -107,6 +107,28 @@ pub(crate) async fn look(
     let left = first.col::<Option<i32>>("left_unread")?.unwrap_or_default().max(0) as u64;
     let messages = rows.iter().map(message_from_row).collect::<Result<_>>()?;
     Ok(Look::Page { messages, left, version: Some(version) })
+}
+
+/// The first `limit` deliveries of `inbox` its model has not been shown (queued or pushed), moved
+/// to surfaced in the same statement, with how many it holds unread (`relay_announce`, migration
+/// 35). Only what this call moved is answered, so each message is announced once whoever asks;
+/// finding nothing writes nothing.
+pub(crate) async fn announce(c: &impl GenericClient, inbox: EndpointId, limit: i64) -> Result<Announcement> {
+    let stmt =
+        c.prepare_cached("select seq, id, sender, kind, require_reply, unread from relay_announce($1, $2)").await?;
+    let rows = c.query(&stmt, &[&inbox, &limit]).await?;
+    let mut announcement = Announcement::default();
+    for row in &rows {
+        announcement.unread = row.col::<i32>("unread")?.max(0) as u64;
+        announcement.messages.push(Announced {
+            id: row.col("id")?,
+            seq: row.col::<i64>("seq")? as u64,
+            from: row.col::<Option<String>>("sender")?.unwrap_or_default(),
+            kind: Kind::from_db(row.col("kind")?)?,
+            require_reply: row.col("require_reply")?,
+        });
+    }
+    Ok(announcement)
 }
 
 /// The newest `limit` messages delivered to `inbox` (withdrawn ones left out), newest first, each

@@ -36,7 +36,7 @@ mod send;
 mod sent;
 mod write;
 
-pub(crate) use inbox::{Look, Version, advance, look, recent, take_unread, unread_after, unread_count};
+pub(crate) use inbox::{Look, Version, advance, announce, look, recent, take_unread, unread_after, unread_count};
 pub(crate) use resolve::unknown_addresses;
 pub(crate) use sent::{recipient_states, replies_to, sent_like, thread_of};
 pub(crate) use write::{check_room, deliver, lock_inboxes, store_message};

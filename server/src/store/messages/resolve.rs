@@ -169,7 +169,7 @@ pub(super) async fn resolve_addresses(
     for member in members {
         match refusal(&member) {
             None => targets.push(member),
-            Some(reason) => skipped.push(Recipient { address: member.address, state: None, reason }),
+            Some(reason) => skipped.push(Recipient { address: member.address, state: None, reason, online: false }),
         }
     }
     if targets.is_empty() {

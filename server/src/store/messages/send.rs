@@ -296,6 +296,7 @@ impl Write<'_> {
                     address: t.address.clone(),
                     state: Some(State::Queued),
                     reason: offline.get(&t.id).cloned().unwrap_or_default(),
+                    online: !offline.contains_key(&t.id),
                 })
                 .collect(),
             duplicate: false,

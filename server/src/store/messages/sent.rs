@@ -52,10 +52,11 @@ pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &str) -
         .map(|r| {
             let state = State::from_db(r.col("state")?)?;
             let mut reason: String = r.col("reason")?;
-            if state == State::Queued && reason.is_empty() && !r.col::<bool>("present")? {
+            let online: bool = r.col("present")?;
+            if state == State::Queued && reason.is_empty() && !online {
                 reason = presence::offline_reason(r.col("last_seen_at")?);
             }
-            Ok(Recipient { address: r.col("address")?, state: Some(state), reason })
+            Ok(Recipient { address: r.col("address")?, state: Some(state), reason, online })
         })
         .collect()
 }

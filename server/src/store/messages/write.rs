@@ -109,13 +109,17 @@ pub(crate) async fn store_message(
     let recipients = targets
         .iter()
         .map(|t| match hold {
-            Some(_) => {
-                Recipient { address: t.address.clone(), state: None, reason: "held for the account's human".to_owned() }
-            }
+            Some(_) => Recipient {
+                address: t.address.clone(),
+                state: None,
+                reason: "held for the account's human".to_owned(),
+                online: false,
+            },
             None => Recipient {
                 address: t.address.clone(),
                 state: Some(State::Queued),
                 reason: offline.get(&t.id).cloned().unwrap_or_default(),
+                online: !offline.contains_key(&t.id),
             },
         })
         .collect();

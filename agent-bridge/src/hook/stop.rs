@@ -1,18 +1,20 @@
-//! `agent-bridge hook stop`: Claude Code's Stop hook. It holds the agent's stop while a request
-//! that requires a reply is unanswered, and (when the agent allows peeking) shares its last turns.
-//! It finds the agent's relay session the way `spawn` does, through the process ancestry.
+//! Claude Code's two Stop hooks. `hook stop` holds the agent's stop while a request that requires
+//! a reply is unanswered, and (when the agent allows peeking) shares its last turns. `hook wake`,
+//! run in the background (`asyncRewake`), waits for mail the model has not been shown and wakes
+//! the idle session with a notice.
 
-use std::io::Read;
 use std::path::Path;
+use std::process::ExitCode;
 
 use relay_proto::v1::relay_client::RelayClient;
 use relay_proto::v1::{Message, PeekTurn, PendingRepliesRequest, PutPeekTurnsRequest, WhoAmIRequest};
 use serde_json::{Value, json};
 
+use super::Agent;
+use super::notice::{self, Client};
+use super::wake::{self, Woken};
 use crate::frame;
-use crate::relay::replicas::Replicas;
 use crate::relay::session::authed;
-use crate::relay::session_file;
 
 /// Most turns read from the end of a transcript.
 const TURNS: usize = 10;
@@ -63,15 +65,11 @@ pub fn claude_turns(transcript: &str) -> Vec<PeekTurn> {
     turns.split_off(start)
 }
 
-pub async fn stop() -> anyhow::Result<()> {
-    let mut input = String::new();
-    let _ = std::io::stdin().read_to_string(&mut input);
-    let event: Value = serde_json::from_str(&input).unwrap_or(Value::Null);
+pub async fn stop(event: Value) -> anyhow::Result<()> {
     // Not an agent on the relay: nothing to hold.
-    let Ok(session) = session_file::find_session() else { return Ok(()) };
-    let replicas = Replicas::new(&session.server, session.ca.as_deref())?;
-    let mut client = RelayClient::new(replicas.reachable().await);
-    let token = &session.session_token;
+    let Some(agent) = Agent::find() else { return Ok(()) };
+    let mut client = RelayClient::new(agent.replicas.reachable().await);
+    let token = agent.token();
 
     if let Some(path) = event["transcript_path"].as_str()
         && let Ok(me) = client.who_am_i(authed(WhoAmIRequest {}, token)).await
@@ -116,44 +114,42 @@ fn hold_reason(pending: &[Message]) -> Option<String> {
     ))
 }
 
-/// The turn a Codex `notify` event describes: the prompt(s) it answered and its last reply.
-pub fn codex_turns(event: &Value) -> Vec<PeekTurn> {
-    let mut turns = Vec::new();
-    let prompts: Vec<String> = event["input-messages"]
-        .as_array()
-        .map(|m| m.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
-        .unwrap_or_default();
-    if !prompts.is_empty() {
-        turns.push(PeekTurn { role: "user".into(), text: prompts.join("\n"), tools: Vec::new() });
-    }
-    if let Some(reply) = event["last-assistant-message"].as_str().filter(|r| !r.is_empty()) {
-        turns.push(PeekTurn { role: "assistant".into(), text: reply.to_owned(), tools: Vec::new() });
-    }
-    turns
-}
+/// Entry points that are a person's interactive session, where an idle session can be woken; in
+/// any other (`sdk-cli` for `claude -p`, the SDKs, a board worker's run) the hook runs in the
+/// foreground and would hold the run for as long as it waited.
+const INTERACTIVE: [&str; 2] = ["cli", "claude-vscode"];
 
-/// `agent-bridge hook codex-notify JSON`: Codex's `notify` program, run after each turn. Codex has
-/// no stop hook, so it only shares the turn for peek (required replies are marked in its inbox).
-pub async fn codex_notify(payload: Option<String>) -> anyhow::Result<()> {
-    let event: Value = payload.as_deref().and_then(|p| serde_json::from_str(p).ok()).unwrap_or(Value::Null);
-    if event["type"].as_str() != Some("agent-turn-complete") {
-        return Ok(());
+/// `agent-bridge hook wake`: waits for mail the model has not been shown and exits 2 with a notice
+/// on stderr, which Claude Code hands the model as a new turn. Exits 0 at once when the session is
+/// not interactive, when another waiter of the agent's is still waiting, or when there is no agent
+/// on the relay; later with 0 when the wait ends without mail.
+pub async fn wake() -> ExitCode {
+    let entry = std::env::var("CLAUDE_CODE_ENTRYPOINT").unwrap_or_default();
+    if !INTERACTIVE.contains(&entry.as_str()) {
+        return ExitCode::SUCCESS;
     }
-    let Ok(session) = session_file::find_session() else { return Ok(()) };
-    let replicas = Replicas::new(&session.server, session.ca.as_deref())?;
-    let mut client = RelayClient::new(replicas.reachable().await);
-    let token = &session.session_token;
-    let peek_on = client
-        .who_am_i(authed(WhoAmIRequest {}, token))
-        .await
-        .ok()
-        .and_then(|r| r.into_inner().endpoint)
-        .is_some_and(|e| e.peek);
-    if peek_on {
-        let turns = codex_turns(&event);
-        client.put_peek_turns(authed(PutPeekTurnsRequest { turns, append: true }, token)).await?;
+    let Some(agent) = Agent::find() else { return ExitCode::SUCCESS };
+    // One waiter per agent: a stop while one waits (the person typed meanwhile) adds none.
+    let _held = match agent.found.agent.map(|pid| wake::lock_path(pid, "wake")) {
+        Some(Ok(path)) => match wake::WaiterLock::take(&path) {
+            Some(lock) => Some(lock),
+            None => return ExitCode::SUCCESS,
+        },
+        _ => None,
+    };
+    match wake::until_mail(&agent).await {
+        Woken::Mail(announcement) => match notice::text(Client::Claude, agent.address(), &announcement) {
+            Some(text) => {
+                eprintln!("{text}");
+                ExitCode::from(2)
+            }
+            None => ExitCode::SUCCESS,
+        },
+        Woken::Ended(why) => {
+            tracing::info!(reason = %why, "no longer waiting for mail");
+            ExitCode::SUCCESS
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -178,19 +174,6 @@ mod tests {
         );
         assert!(reason.contains("decline") && reason.contains("relay_reply {id: \"abcdefgh\""), "{reason}");
         assert!(!reason.contains('\x1b'), "{reason}");
-    }
-
-    #[test]
-    fn codex_notify_events_become_turns() {
-        let event = json!({
-            "type": "agent-turn-complete",
-            "input-messages": ["rename the crate"],
-            "last-assistant-message": "Renamed it."
-        });
-        let turns = codex_turns(&event);
-        assert_eq!(turns.len(), 2);
-        assert_eq!((turns[0].role.as_str(), turns[1].text.as_str()), ("user", "Renamed it."));
-        assert!(codex_turns(&json!({})).is_empty());
     }
 
     #[test]

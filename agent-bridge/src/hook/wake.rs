@@ -1,0 +1,168 @@
+//! Waiting for mail an agent's model has not been shown, for as long as the agent runs: Claude
+//! Code's `hook wake` (which exits 2 to wake the idle session) and the waiter `hook codex-notify`
+//! arms (which queues a notice into the idle Codex thread).
+//!
+//! A waiter holds one `Announce` stream open on the server, which reads nothing while it waits, and
+//! reopens it (on the next replica when one fails) until mail comes. It ends when its agent or that
+//! agent's bridge ends, when the session token is refused, or after [`LIFETIME`]; the agent's next
+//! turn arms a new one. One waiter per agent (per Codex thread) at a time: a lock file says which.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use relay_proto::v1::relay_client::RelayClient;
+use relay_proto::v1::{AnnounceRequest, Announcement, announce_event};
+use tonic::{Code, Status};
+
+use super::Agent;
+use crate::relay::replicas::Replicas;
+use crate::relay::session::authed;
+use crate::relay::session_file::{self, Found};
+
+/// Longest a waiter waits; the agent's next turn arms a new one. Claude Code's hook timeout that
+/// `install claude` writes is a little longer, so the waiter ends first, cleanly.
+pub const LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
+/// Longest the server may take to answer the call at all.
+const OPENING: Duration = Duration::from_secs(10);
+/// The server says it is alive every 10 s while it waits: this much silence means it is not.
+const SILENCE: Duration = Duration::from_secs(35);
+const FIRST_RETRY: Duration = Duration::from_millis(200);
+const MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// How a wait ended.
+#[derive(Debug)]
+pub enum Woken {
+    /// Mail the model had not been shown, now marked surfaced: it must be told.
+    Mail(Announcement),
+    /// Nothing more to wait for, and why.
+    Ended(String),
+}
+
+/// One announcement from the replica in use: with `wait`, once there is mail (`None` when the
+/// stream ended without one, as a server stopping ends it); else at once, possibly naming nothing.
+pub async fn announce(replicas: &Replicas, token: &str, wait: bool) -> Result<Option<Announcement>, Status> {
+    let (index, channel) = replicas.current();
+    let outcome = async {
+        let request = authed(AnnounceRequest { wait }, token);
+        let opened = tokio::time::timeout(OPENING, RelayClient::new(channel).announce(request))
+            .await
+            .map_err(|_| Status::deadline_exceeded("the relay server did not answer in time"))??;
+        let mut stream = opened.into_inner();
+        loop {
+            let next = tokio::time::timeout(SILENCE, stream.message())
+                .await
+                .map_err(|_| Status::deadline_exceeded("the relay server went silent"))??;
+            match next.and_then(|e| e.event) {
+                None => return Ok(None),
+                Some(announce_event::Event::Waiting(_)) => {}
+                Some(announce_event::Event::Announcement(a)) => return Ok(Some(a)),
+            }
+        }
+    }
+    .await;
+    if let Err(status) = &outcome {
+        replicas.failed(index, status);
+    }
+    outcome
+}
+
+/// Waits until the agent has mail its model was not shown, or until there is nothing more to wait
+/// for. Survives a server restart or a replica failover by opening the stream again.
+pub async fn until_mail(agent: &Agent) -> Woken {
+    let found = &agent.found;
+    let ended = async {
+        tokio::select! {
+            () = process_end(found.agent) => "the agent ended".to_owned(),
+            () = process_end(found.bridge) => "the agent's bridge ended".to_owned(),
+            () = tokio::time::sleep(LIFETIME) => format!("no mail within {} hours", LIFETIME.as_secs() / 3600),
+        }
+    };
+    tokio::select! {
+        woken = watch(found, &agent.replicas) => woken,
+        why = ended => Woken::Ended(why),
+    }
+}
+
+async fn watch(found: &Found, replicas: &Replicas) -> Woken {
+    let mut retry = FIRST_RETRY;
+    loop {
+        // A bridge that had to claim its endpoint again wrote its new token to the file.
+        let Some(session) = found.reread() else { return Woken::Ended("the agent's relay session ended".into()) };
+        match announce(replicas, &session.session_token, true).await {
+            Ok(Some(announcement)) if !announcement.messages.is_empty() => return Woken::Mail(announcement),
+            Ok(_) => retry = FIRST_RETRY,
+            Err(status) if status.code() == Code::Unauthenticated => {
+                let renewed = found.reread().is_some_and(|now| now.session_token != session.session_token);
+                if !renewed {
+                    return Woken::Ended(format!("the relay refused the session: {}", status.message()));
+                }
+                continue;
+            }
+            Err(status) => {
+                tracing::info!(error = %status.message(), retry_ms = retry.as_millis() as u64, "waiting for mail again")
+            }
+        }
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(MAX_RETRY);
+    }
+}
+
+/// Resolves when process `pid` ends; never for `None`. Uses a pidfd where the kernel has them
+/// (woken at once, nothing polled), else looks every two seconds.
+async fn process_end(pid: Option<u32>) {
+    let Some(pid) = pid else { return std::future::pending().await };
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd >= 0 {
+        // SAFETY: the descriptor was just returned to us and is owned by nothing else, and it is
+        // registered once, here, for as long as the AsyncFd that owns it lives.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        if let Ok(readable) = unsafe { tokio::io::unix::AsyncFd::register(owned) } {
+            // A pidfd becomes readable when its process ends.
+            let _ = readable.readable().await;
+            return;
+        }
+    }
+    while session_file::alive(pid) {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Held by the one waiter of an agent (or of a Codex thread); released when the process ends.
+pub struct WaiterLock {
+    _file: std::fs::File,
+}
+
+impl WaiterLock {
+    /// Takes the lock at `path`; `None` when another live waiter holds it.
+    pub fn take(path: &Path) -> Option<Self> {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()?;
+        // SAFETY: flock on a descriptor we own; LOCK_NB makes it answer at once.
+        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        taken.then_some(Self { _file: file })
+    }
+}
+
+/// The lock file of `agent`'s waiter (`name` tells waiters apart), after removing those of agents
+/// that ended.
+pub fn lock_path(agent: u32, name: &str) -> anyhow::Result<PathBuf> {
+    let path = session_file::agent_file(agent, name)?;
+    if let Some(dir) = path.parent() {
+        sweep(dir);
+    }
+    Ok(path)
+}
+
+/// Removes waiter lock files whose agent process is gone.
+fn sweep(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str().filter(|n| n.starts_with("wake-")) else { continue };
+        let Some(pid) = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !session_file::alive(pid) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! One announcement of the mail an agent's model has not been shown, waited for when asked: what
+//! the hooks that wake an idle agent, or hold the end of its turn, stand on.
+//!
+//! While it waits it reads nothing: it looks again only when the inbox's wake-up says something
+//! changed (a delivery from this replica or, through `LISTEN`, from another), and between wake-ups
+//! it only tells its client it is alive and checks the session from memory.
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, interval_at};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use futures_util::future::BoxFuture;
+
+use super::Hub;
+use crate::domain::message::Announcement;
+use crate::domain::{Result, presence};
+use crate::store::Store;
+use crate::store::identity::Caller;
+use crate::store::messages;
+
+/// Most messages one announcement names (and moves to surfaced); more wait for the next.
+const MOST: i64 = 100;
+
+/// What the stream carries: heartbeats while it waits, then its one announcement.
+#[derive(Debug)]
+pub enum Event {
+    Waiting,
+    Announced(Announcement),
+}
+
+pub type AnnounceStream = ReceiverStream<Result<Event>>;
+
+/// Checks that the caller's session still stands (from memory while it is known).
+pub type SessionCheck = Box<dyn Fn() -> BoxFuture<'static, Result<()>> + Send + Sync>;
+
+/// Starts the task that answers one `Announce` call. While the stream waits, `session` is asked at
+/// each heartbeat, so a session that ends (its bridge left, its machine was revoked) ends the wait.
+pub fn open(
+    store: Store,
+    hub: Hub,
+    caller: Caller,
+    wait: bool,
+    shutdown: CancellationToken,
+    session: SessionCheck,
+) -> AnnounceStream {
+    let (tx, rx) = mpsc::channel(2);
+    let task = async move {
+        if let Err(err) = feed(&store, &hub, &caller, wait, &session, &tx, &shutdown).await {
+            tracing::debug!(endpoint = %caller.address(), error = %err, "announcement ended");
+            let _ = tx.send(Err(err)).await;
+        }
+    };
+    tokio::spawn(task.instrument(tracing::Span::current()));
+    ReceiverStream::new(rx)
+}
+
+async fn feed(
+    store: &Store,
+    hub: &Hub,
+    caller: &Caller,
+    wait: bool,
+    session: &SessionCheck,
+    tx: &mpsc::Sender<Result<Event>>,
+    shutdown: &CancellationToken,
+) -> Result<()> {
+    // Taken before the first look, so nothing delivered after it goes unnoticed.
+    let mut waiter = hub.waiter(caller.endpoint_id);
+    if wait && tx.send(Ok(Event::Waiting)).await.is_err() {
+        return Ok(());
+    }
+    let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
+    loop {
+        waiter.seen();
+        let found = Box::pin(look(store, caller)).await?;
+        if !found.messages.is_empty() || !wait {
+            let _ = tx.send(Ok(Event::Announced(found))).await;
+            return Ok(());
+        }
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tx.closed() => return Ok(()),
+                () = waiter.changed() => break,
+                _ = beats.tick() => {
+                    // From memory while the session is known: a wait costs the database nothing.
+                    session().await?;
+                    if tx.send(Ok(Event::Waiting)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn look(store: &Store, caller: &Caller) -> Result<Announcement> {
+    messages::announce(&store.client().await?, caller.endpoint_id, MOST).await
+}
