@@ -5,10 +5,13 @@
 
 pub mod agent;
 pub mod client;
+pub mod clients;
 pub mod http;
 pub mod mcp;
+pub mod model_api;
 pub mod pg;
 pub mod server;
+pub mod terminal;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +27,12 @@ pub fn bin(name: &str) -> PathBuf {
         .flatten()
         .find(|p| p.exists())
         .unwrap_or_else(|| panic!("{name} is not built next to {}: run `cargo build --workspace` first", exe.display()))
+}
+
+/// Sends signal `signal` (`libc::SIGTERM`, …) to process `pid`; whether it was delivered.
+pub fn signal(pid: u32, signal: i32) -> bool {
+    // SAFETY: kill takes a pid and a signal number and touches no memory of ours.
+    unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
 }
 
 /// Polls `check` until it yields a value or `limit` passes: for conditions with no event to wait on.

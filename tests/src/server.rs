@@ -122,7 +122,7 @@ impl Drop for Server {
 
 /// Sends SIGTERM and waits for the process without blocking the async runtime.
 pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
-    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    crate::signal(child.id(), libc::SIGTERM);
     loop {
         if let Some(status) = child.try_wait().expect("wait for child") {
             return status;

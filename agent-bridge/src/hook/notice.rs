@@ -25,7 +25,9 @@ impl Client {
     /// `relay_inbox` as this client lists it to its model (the MCP server installed as `relay`).
     pub fn inbox_tool(self) -> &'static str {
         match self {
-            Self::Claude | Self::Codex => "mcp__relay__relay_inbox",
+            Self::Claude => "mcp__relay__relay_inbox",
+            // Codex lists an MCP server's tools in a namespace of their own.
+            Self::Codex => "the relay_inbox tool of mcp__relay",
             Self::Gemini => "mcp_relay_relay_inbox",
             Self::Cursor => "relay_inbox",
         }
@@ -114,7 +116,7 @@ mod tests {
         };
         for (client, tool) in [
             (Client::Claude, "mcp__relay__relay_inbox"),
-            (Client::Codex, "mcp__relay__relay_inbox"),
+            (Client::Codex, "the relay_inbox tool of mcp__relay"),
             (Client::Gemini, "mcp_relay_relay_inbox"),
             (Client::Cursor, "relay_inbox"),
         ] {

@@ -1,0 +1,168 @@
+//! The real agent CLIs the tests drive: Claude Code, Codex and Gemini CLI at the versions
+//! `tests/clients/package.json` pins (`package-lock.json` beside it), installed with `npm ci` into
+//! `target/clients` the first time a test asks for one, and not again while the lock file is
+//! unchanged. Without npm the test fails and says what to install: it is never skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::bin;
+
+/// Where the clients are installed: `target/clients`.
+fn dir() -> PathBuf {
+    // bin() is target/<profile>/agent-bridge.
+    let profile = bin("agent-bridge").parent().expect("profile directory").to_path_buf();
+    profile.parent().expect("target directory").join("clients")
+}
+
+fn source() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
+}
+
+/// The installed CLIs' directory of programs (`node_modules/.bin`), installing them first when
+/// they are missing or older than the lock file says. One test binary installs at a time (a lock
+/// file), and tests in one binary share the answer.
+pub fn bin_dir() -> PathBuf {
+    static READY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    READY.get_or_init(provision).clone()
+}
+
+fn provision() -> PathBuf {
+    let dir = dir();
+    std::fs::create_dir_all(&dir).expect("create target/clients");
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(".lock")).unwrap();
+    // SAFETY: flock on a descriptor we own; released when the file closes.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0, "lock target/clients");
+    let wanted = std::fs::read(source().join("package-lock.json")).expect("tests/clients/package-lock.json");
+    let marker = dir.join("node_modules").join(".relay-installed-lock.json");
+    if std::fs::read(&marker).ok().as_deref() != Some(wanted.as_slice()) {
+        for file in ["package.json", "package-lock.json"] {
+            std::fs::copy(source().join(file), dir.join(file)).expect("copy the clients' package files");
+        }
+        eprintln!(
+            "installing the pinned agent CLIs (Claude Code, Codex, Gemini CLI) from npm into {} for the real-client tests; once per lock file",
+            dir.display()
+        );
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| {
+                panic!("cannot run npm ({e}): the real-client tests need Node.js 20 or later and npm (apt-get install nodejs npm)")
+            });
+        assert!(status.success(), "npm ci in {} failed: see its output above", dir.display());
+        // Install scripts stay off (Gemini CLI's would build a terminal library from source);
+        // Claude Code's own one only links its native binary into place, so it is run by name.
+        let linked = Command::new("node")
+            .arg(dir.join("node_modules/@anthropic-ai/claude-code/install.cjs"))
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .status()
+            .expect("run node");
+        assert!(linked.success(), "Claude Code's install script failed: see its output above");
+        std::fs::write(&marker, &wanted).expect("record the installed lock file");
+    }
+    dir.join("node_modules").join(".bin")
+}
+
+/// One client's program.
+pub fn program(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(path.exists(), "{} is missing after npm ci", path.display());
+    path
+}
+
+/// A program the tests need from the system: its path, or a failure naming the package.
+pub fn system(program: &str, package: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file()).unwrap_or_else(|| {
+        panic!("{program} is not on PATH: the real-client tests need it (apt-get install {package})")
+    })
+}
+
+/// A home directory logged in to the relay as a machine (`agent-bridge login`, the token on its
+/// environment), as a person sets one up before starting an agent.
+pub fn logged_in_home(server: &str, token: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("agent-bridge"))
+        .args(["login", "--server", server])
+        .env("HOME", home.path())
+        .env("RELAY_TOKEN", token)
+        .env_remove("RELAY_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agent-bridge login");
+    assert!(out.status.success(), "login failed: {}", String::from_utf8_lossy(&out.stderr));
+    home
+}
+
+/// PATH for an agent: the bridge's directory first (so `install` names it bare, as for a person who
+/// installed it), then the system's.
+pub fn agent_path() -> String {
+    format!("{}:/usr/local/bin:/usr/bin:/bin", bin("agent-bridge").parent().unwrap().display())
+}
+
+/// Runs `agent-bridge install CLIENT` in `cwd` for the person whose home is `home`.
+pub fn install(client: &str, home: &Path, cwd: &Path) -> String {
+    let out = Command::new(bin("agent-bridge"))
+        .args(["install", client])
+        .current_dir(cwd)
+        .env("HOME", home)
+        .env("PATH", agent_path())
+        .env_remove("CODEX_HOME")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run agent-bridge install");
+    assert!(out.status.success(), "install {client} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The API key Claude Code is given: a made-up one, which the scripted Messages API accepts.
+const CLAUDE_KEY: &str = "sk-ant-api03-relaytestrelaytestrelaytestrelaytestrelaytestrelaytestrelaytest-AA";
+
+/// A project set up for Claude Code as a person would: logged in, `agent-bridge install claude`
+/// run in it, and the once-only approvals given (onboarding done, the API key and the folder
+/// trusted, the project's MCP server `relay` enabled).
+pub struct ClaudeProject {
+    pub home: tempfile::TempDir,
+    pub project: tempfile::TempDir,
+    api: String,
+}
+
+impl ClaudeProject {
+    pub fn new(server: &str, token: &str, api: &str) -> Self {
+        let home = logged_in_home(server, token);
+        let project = tempfile::tempdir().unwrap();
+        let dir = project.path().canonicalize().unwrap();
+        install("claude", home.path(), &dir);
+        let approvals = serde_json::json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            "customApiKeyResponses": { "approved": [&CLAUDE_KEY[CLAUDE_KEY.len() - 20..]], "rejected": [] },
+            "projects": { dir.display().to_string(): { "hasTrustDialogAccepted": true, "allowedTools": [] } },
+        });
+        std::fs::write(home.path().join(".claude.json"), approvals.to_string()).unwrap();
+        let local = serde_json::json!({ "enableAllProjectMcpServers": true });
+        std::fs::write(dir.join(".claude").join("settings.local.json"), local.to_string()).unwrap();
+        Self { home, project, api: api.to_owned() }
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.project.path().canonicalize().unwrap()
+    }
+
+    /// The environment Claude Code runs with; `handle` is the relay handle its bridge claims.
+    pub fn env(&self, handle: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("HOME", self.home.path().display().to_string()),
+            ("PATH", agent_path()),
+            ("LANG", "C.UTF-8".into()),
+            ("ANTHROPIC_API_KEY", CLAUDE_KEY.into()),
+            ("ANTHROPIC_BASE_URL", self.api.clone()),
+            ("DISABLE_AUTOUPDATER", "1".into()),
+            ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".into()),
+            ("RELAY_HANDLE", handle.into()),
+        ]
+    }
+}

@@ -1,0 +1,165 @@
+//! The real agent CLIs (Claude Code, Codex, Gemini CLI at pinned versions, from npm), installed
+//! with `agent-bridge install` and nothing else, against a scripted model API: an idle session
+//! acts on mail from another machine, once per message; a print-mode run is never held; every
+//! relay tool works non-interactively; a frozen relay does not hang a run.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use relay_tests::clients::{self, ClaudeProject};
+use relay_tests::mcp::{Bridge, bridge, text};
+use relay_tests::model_api::{Api, ModelApi, Reply};
+use relay_tests::server::TwoMachines;
+use relay_tests::terminal::Terminal;
+use serde_json::json;
+
+/// Long enough for a CLI to start, ask its model and run its hooks on a loaded machine.
+const TURN: Duration = Duration::from_secs(90);
+
+/// bob, on the other machine, ready to send.
+async fn bob(w: &TwoMachines) -> Bridge {
+    let mut bob = bridge(&w.server.url, &w.ci, "bob");
+    bob.initialize("2025-06-18").await;
+    bob
+}
+
+/// Sends `body` from bob to `to`; the message's id.
+async fn send(bob: &mut Bridge, to: &str, body: &str) -> String {
+    let sent = bob.tool_ok("relay_send", json!({ "to": to, "body": body })).await;
+    sent["structuredContent"]["id"].as_str().unwrap().to_owned()
+}
+
+/// The state of bob's message `id` for its one recipient.
+async fn state_of(bob: &mut Bridge, id: &str) -> String {
+    let sent = bob.tool_ok("relay_ask_wait", json!({ "id": id, "wait_s": 0 })).await;
+    sent["structuredContent"]["recipients"][0]["state"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Waits until `address` is online, as bob sees it.
+async fn online(bob: &mut Bridge, address: &str) {
+    let deadline = tokio::time::Instant::now() + TURN;
+    loop {
+        let listed = text(&bob.tool_ok("relay_list", json!({})).await);
+        if listed.lines().any(|l| l.starts_with(&format!("{address} ")) && l.contains(" online ")) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{address} never came online: {listed}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn short(id: &str) -> &str {
+    &id[..8]
+}
+
+#[tokio::test]
+async fn an_idle_claude_code_session_is_woken_by_mail_from_another_machine_once_per_message() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let mut bob = bob(&w).await;
+    let project = ClaudeProject::new(&w.server.url, &w.laptop, &api.url);
+    let env = project.env("alice");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let term = Terminal::start(&project.dir(), &env, &clients::program("claude"), &[]);
+    online(&mut bob, "acme/laptop/alice").await;
+
+    // A first turn, then the session sits idle at its prompt.
+    term.type_line("say hello");
+    let (first, _) = api
+        .wait_for("the first turn", 0, TURN, |r| r.api == Api::Anthropic && r.last_turn().contains("say hello"))
+        .await;
+
+    let one = send(&mut bob, "laptop/alice", "the first build is green").await;
+    let (woken, request) = api
+        .wait_for("a turn woken by the first message", first + 1, TURN, |r| r.last_turn().contains("<relay-mail>"))
+        .await;
+    let notice = request.last_turn();
+    assert!(notice.contains(short(&one)) && notice.contains("from acme/ci/bob"), "{notice}");
+    assert!(notice.contains("mcp__relay__relay_inbox"), "the tool as Claude Code lists it: {notice}");
+    assert!(!notice.contains("the first build is green"), "never the body in a user-role notice: {notice}");
+    assert_eq!(state_of(&mut bob, &one).await, "surfaced", "named to the model: surfaced");
+
+    // The woken turn did not read its inbox; it ended, and the hook waits again without
+    // announcing the first message a second time: the next woken turn names the second only.
+    let two = send(&mut bob, "laptop/alice", "the second build is green").await;
+    let (_, request) = api
+        .wait_for("a turn woken by the second message", woken + 1, TURN, |r| r.last_turn().contains("<relay-mail>"))
+        .await;
+    let notice = request.last_turn();
+    assert!(notice.contains(short(&two)), "{notice}");
+    assert!(!notice.contains(short(&one)), "each message is announced once: {notice}");
+}
+
+#[tokio::test]
+async fn claude_code_in_print_mode_is_not_held_by_the_wake_hook() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let mut bob = bob(&w).await;
+    // alice exists and has mail waiting before the run starts.
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    alice.close();
+    alice.child.wait().await.unwrap();
+    let waiting = send(&mut bob, "laptop/alice", "read me when you can").await;
+
+    let project = ClaudeProject::new(&w.server.url, &w.laptop, &api.url);
+    let run = tokio::process::Command::new(clients::program("claude"))
+        .args(["-p", "say hello"])
+        .current_dir(project.dir())
+        .env_clear()
+        .envs(project.env("alice"))
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(TURN, run).await.expect("claude -p was held").unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(api.requests().iter().any(|r| r.last_turn().contains("say hello")), "{}", api.summary());
+    assert!(!api.requests().iter().any(|r| r.contains("<relay-mail>")), "no wake in print mode: {}", api.summary());
+    let state = state_of(&mut bob, &waiting).await;
+    assert!(state == "queued" || state == "pushed", "the wake hook claimed nothing it did not show: {state}");
+}
+
+#[tokio::test]
+async fn claude_code_in_print_mode_ends_soon_after_its_last_turn_when_the_relay_freezes() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let mut bob = bob(&w).await;
+    let project = ClaudeProject::new(&w.server.url, &w.laptop, &api.url);
+    let gate = api.on_held(Api::Anthropic, "say hello", Reply::text("hello"));
+    let run = tokio::process::Command::new(clients::program("claude"))
+        .args(["-p", "say hello"])
+        .current_dir(project.dir())
+        .env_clear()
+        .envs(project.env("alice"))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let run = tokio::spawn(run);
+    api.wait_for("the model request", 0, TURN, |r| r.last_turn().contains("say hello")).await;
+    online(&mut bob, "acme/laptop/alice").await;
+
+    // The relay accepts connections and answers nothing from here on.
+    let _frozen = Frozen::new(w.server.pid());
+    gate.open();
+    let answered = tokio::time::Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("claude -p hung").unwrap().unwrap();
+    let took = answered.elapsed();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(took < Duration::from_secs(15), "claude -p ended {took:?} after the model's last turn");
+}
+
+/// A process stopped (SIGSTOP) until dropped: a server that takes connections and never answers.
+struct Frozen(u32);
+
+impl Frozen {
+    fn new(pid: u32) -> Self {
+        assert!(relay_tests::signal(pid, libc::SIGSTOP));
+        Self(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        relay_tests::signal(self.0, libc::SIGCONT);
+    }
+}
