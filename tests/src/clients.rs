@@ -166,3 +166,95 @@ impl ClaudeProject {
         ]
     }
 }
+
+/// A home set up for Codex as a person would: logged in, its model provider configured (here the
+/// scripted Responses API at `api`), and `agent-bridge install codex` run.
+pub struct CodexHome {
+    pub home: tempfile::TempDir,
+    pub project: tempfile::TempDir,
+}
+
+impl CodexHome {
+    pub fn new(server: &str, token: &str, api: &str) -> Self {
+        let home = logged_in_home(server, token);
+        let codex = home.path().join(".codex");
+        std::fs::create_dir_all(&codex).unwrap();
+        let config = format!(
+            "model = \"gpt-5\"\nmodel_provider = \"scripted\"\ncheck_for_update_on_startup = false\n\
+             disable_paste_burst = true\n\n[model_providers.scripted]\nname = \"scripted\"\n\
+             base_url = \"{api}/v1\"\nwire_api = \"responses\"\nenv_key = \"SCRIPTED_API_KEY\"\n"
+        );
+        std::fs::write(codex.join("config.toml"), config).unwrap();
+        let project = tempfile::tempdir().unwrap();
+        install("codex", home.path(), project.path());
+        Self { home, project }
+    }
+
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("HOME", self.home.path().display().to_string()),
+            ("PATH", agent_path()),
+            ("LANG", "C.UTF-8".into()),
+            ("SCRIPTED_API_KEY", "scripted".into()),
+        ]
+    }
+}
+
+impl Drop for CodexHome {
+    /// Codex's interactive UI leaves a daemon of its own running, from a copy of itself it keeps
+    /// under the home (its threads, their MCP servers and hooks live there): it ends with the test.
+    fn drop(&mut self) {
+        let home = self.home.path().to_path_buf();
+        let Ok(procs) = std::fs::read_dir("/proc") else { return };
+        for entry in procs.filter_map(Result::ok) {
+            let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
+            if std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| exe.starts_with(&home)) {
+                crate::signal(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// A home set up for Gemini CLI as a person would: logged in, an API key chosen as its way to
+/// sign in, and `agent-bridge install gemini` run.
+pub struct GeminiHome {
+    pub home: tempfile::TempDir,
+    pub project: tempfile::TempDir,
+    api: String,
+}
+
+impl GeminiHome {
+    pub fn new(server: &str, token: &str, api: &str) -> Self {
+        let home = logged_in_home(server, token);
+        let gemini = home.path().join(".gemini");
+        std::fs::create_dir_all(&gemini).unwrap();
+        let settings = serde_json::json!({ "security": { "auth": { "selectedType": "gemini-api-key" } } });
+        std::fs::write(gemini.join("settings.json"), settings.to_string()).unwrap();
+        let project = tempfile::tempdir().unwrap();
+        install("gemini", home.path(), project.path());
+        Self { home, project, api: api.to_owned() }
+    }
+
+    /// Gemini CLI's environment; the project folder is trusted as a person trusts it once.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("HOME", self.home.path().display().to_string()),
+            ("PATH", agent_path()),
+            ("LANG", "C.UTF-8".into()),
+            ("GEMINI_API_KEY", "scripted".into()),
+            ("GOOGLE_GEMINI_BASE_URL", self.api.clone()),
+            ("GEMINI_CLI_TRUST_WORKSPACE", "true".into()),
+        ]
+    }
+}
+
+/// Whether a process runs whose arguments hold `arg` and whose environment holds `env` (a
+/// `NAME=value` pair): how a test sees a waiter of one agent's.
+pub fn running(arg: &str, env: &str) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return false };
+    procs.filter_map(Result::ok).any(|p| {
+        let read = |what: &str| std::fs::read(p.path().join(what)).unwrap_or_default();
+        let has = |bytes: Vec<u8>, needle: &str| bytes.split(|b| *b == 0).any(|w| w == needle.as_bytes());
+        has(read("cmdline"), arg) && has(read("environ"), env)
+    })
+}

@@ -76,6 +76,21 @@ impl Terminal {
     }
 }
 
+impl Terminal {
+    /// Waits until the screen no longer shows `needle` (a dialog answered).
+    pub async fn wait_until_gone(&self, needle: &str, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let screen = self.screen();
+            if !screen.contains(needle) {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the terminal still shows {needle:?}:\n{screen}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 impl Drop for Terminal {
     fn drop(&mut self) {
         self.run(&["kill-server"], None);

@@ -6,7 +6,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use relay_tests::clients::{self, ClaudeProject};
+use relay_tests::clients::{self, ClaudeProject, CodexHome, GeminiHome};
 use relay_tests::mcp::{Bridge, bridge, text};
 use relay_tests::model_api::{Api, ModelApi, Reply};
 use relay_tests::server::TwoMachines;
@@ -162,4 +162,132 @@ impl Drop for Frozen {
     fn drop(&mut self) {
         relay_tests::signal(self.0, libc::SIGCONT);
     }
+}
+
+#[tokio::test]
+async fn codex_exec_uses_the_relay_tools_as_installed() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let mut bob = bob(&w).await;
+    let codex = CodexHome::new(&w.server.url, &w.laptop, &api.url);
+    // relay_send is neither read-only nor idempotent: without the install's approval mode,
+    // `codex exec` (which cannot ask) refuses it.
+    let call = Reply::Tool {
+        name: "relay_send".into(),
+        namespace: Some("mcp__relay".into()),
+        input: json!({ "to": "ci/bob", "body": "hello from codex exec" }),
+    };
+    api.on(Api::OpenAi, "tell bob hello", call);
+    let run = tokio::process::Command::new(clients::program("codex"))
+        .args(["exec", "--skip-git-repo-check", "tell bob hello"])
+        .current_dir(codex.project.path())
+        .env_clear()
+        .envs(codex.env())
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(TURN, run).await.expect("codex exec hung").unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let offered = api.requests().first().map(|r| r.tools()).unwrap_or_default();
+    assert!(offered.iter().any(|t| t == "mcp__relay.relay_inbox"), "the relay tools are offered: {offered:?}");
+    let (_, answered) =
+        api.wait_for("the tool's answer", 0, TURN, |r| r.last_turn().contains("function_call_output")).await;
+    assert!(answered.last_turn().contains("acme/ci/bob"), "the send went through: {}", answered.last_turn());
+    let inbox = bob.tool_ok("relay_inbox", json!({})).await;
+    let messages = inbox["structuredContent"]["messages"].as_array().cloned().unwrap_or_default();
+    assert!(
+        messages.iter().any(|m| m["body"] == "hello from codex exec" && m["from"] == "acme/laptop/codex-1"),
+        "{inbox}"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_codex_session_is_woken_through_codex_queue() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let mut bob = bob(&w).await;
+    let codex = CodexHome::new(&w.server.url, &w.laptop, &api.url);
+    let env = codex.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let term = Terminal::start(codex.project.path(), &env, &clients::program("codex"), &[]);
+    // What a person approves once: the folder (Codex asks in a repository), then the hook install
+    // added, which Codex asks about once it has loaded its hooks.
+    let deadline = tokio::time::Instant::now() + TURN;
+    loop {
+        let screen = term.screen();
+        if screen.contains("Trust this folder?") {
+            term.keys(&["Enter"]);
+            term.wait_until_gone("Trust this folder?", TURN).await;
+        } else if screen.contains("Trust all and continue") {
+            term.keys(&["Down", "Enter"]);
+            term.wait_until_gone("Trust all and continue", TURN).await;
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "Codex never asked to trust the relay hook:\n{screen}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    term.wait_for("Ask Codex", TURN).await;
+
+    term.type_line("say hello");
+    term.wait_for("Worked for", TURN).await;
+    let (first, _) =
+        api.wait_for("the first turn", 0, TURN, |r| r.api == Api::OpenAi && r.last_turn().contains("say hello")).await;
+    // The turn ended and its notify program armed the waiter: the session is idle.
+    let home = format!("HOME={}", codex.home.path().display());
+    relay_tests::eventually(TURN, "the waiter the notify program arms", || {
+        let armed = clients::running("codex-wake", &home);
+        async move { armed.then_some(()) }
+    })
+    .await;
+
+    let id = send(&mut bob, "laptop/codex-1", "the deploy finished").await;
+    let (_, request) =
+        api.wait_for("a turn queued by the waiter", first + 1, TURN, |r| r.last_turn().contains("<relay-mail>")).await;
+    let notice = request.last_turn();
+    assert!(notice.contains(short(&id)) && notice.contains("from acme/ci/bob"), "{notice}");
+    assert!(notice.contains("relay_inbox tool of mcp__relay"), "{notice}");
+    assert!(!notice.contains("the deploy finished"), "{notice}");
+}
+
+#[tokio::test]
+async fn gemini_cli_offers_the_relay_tools_and_hands_unseen_mail_over_once_at_the_end_of_a_turn() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let mut bob = bob(&w).await;
+    // gemini-1 exists (its agent ran before) and has mail waiting.
+    let mut earlier = bridge(&w.server.url, &w.laptop, "gemini-1");
+    earlier.initialize("2025-06-18").await;
+    earlier.tool_ok("relay_whoami", json!({})).await;
+    earlier.close();
+    earlier.child.wait().await.unwrap();
+    let id = send(&mut bob, "laptop/gemini-1", "the review is ready").await;
+
+    let gemini = GeminiHome::new(&w.server.url, &w.laptop, &api.url);
+    // Told of the mail at the end of its turn, the model reads it.
+    api.on(Api::Gemini, "<relay-mail>", Reply::tool("mcp_relay_relay_inbox", json!({})));
+    let run = tokio::process::Command::new(clients::program("gemini"))
+        .args(["-p", "say hello"])
+        .current_dir(gemini.project.path())
+        .env_clear()
+        .envs(gemini.env())
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(TURN, run).await.expect("gemini -p hung").unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let requests = api.requests();
+    let offered = requests.first().map(|r| r.tools()).unwrap_or_default();
+    for tool in ["mcp_relay_relay_inbox", "mcp_relay_relay_send", "mcp_relay_post_job"] {
+        assert!(offered.iter().any(|t| t == tool), "{tool} offered to gemini -p: {offered:?}");
+    }
+    let told: Vec<_> = requests.iter().filter(|r| r.last_turn().contains("<relay-mail>")).collect();
+    assert_eq!(told.len(), 1, "told once: {}", api.summary());
+    assert!(told[0].last_turn().contains(short(&id)), "{}", told[0].last_turn());
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.last_turn().contains("functionResponse") && r.last_turn().contains("the review is ready")),
+        "the model read it with the tool: {}",
+        api.summary()
+    );
+    assert_eq!(state_of(&mut bob, &id).await, "read", "read through relay_inbox");
 }
