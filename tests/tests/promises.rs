@@ -579,9 +579,20 @@ async fn a_sender_learns_its_message_waits_for_an_offline_agent() {
     assert!(shown.contains("acme/ci/bob will get it when it next connects"), "{shown}");
     let recipient = &sent["structuredContent"]["recipients"][0];
     assert_eq!(recipient["state"], "queued");
+    assert_eq!(recipient["online"], false);
     assert!(recipient["reason"].as_str().unwrap().starts_with("offline since "), "{recipient}");
     let next = sent["structuredContent"]["next"][0].as_str().unwrap();
     assert!(shown.contains(next), "the same advice in both channels: {next}");
+
+    // Queued for an agent that is online means on its way, and the sender is told so.
+    let mut bob = bridge(&w.server.url, &w.ci, "bob");
+    bob.initialize("2025-06-18").await;
+    bob.tool_ok("relay_whoami", json!({})).await;
+    let sent = alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "and now you are here" })).await;
+    let recipient = &sent["structuredContent"]["recipients"][0];
+    assert_eq!((&recipient["online"], recipient.get("reason")), (&json!(true), None), "{recipient}");
+    assert!(text(&sent).contains("acme/ci/bob (queued, online: being pushed)"), "{}", text(&sent));
+    assert!(sent["structuredContent"].get("next").is_none(), "no advice to wait for it: {sent}");
 }
 
 #[tokio::test]

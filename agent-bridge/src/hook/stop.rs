@@ -126,17 +126,25 @@ const INTERACTIVE: [&str; 2] = ["cli", "claude-vscode"];
 pub async fn wake() -> ExitCode {
     let entry = std::env::var("CLAUDE_CODE_ENTRYPOINT").unwrap_or_default();
     if !INTERACTIVE.contains(&entry.as_str()) {
+        tracing::debug!(entry, "not an interactive session: nothing to wake");
         return ExitCode::SUCCESS;
     }
-    let Some(agent) = Agent::find() else { return ExitCode::SUCCESS };
+    let Some(agent) = Agent::find() else {
+        tracing::debug!("no relay session in this process's ancestry");
+        return ExitCode::SUCCESS;
+    };
     // One waiter per agent: a stop while one waits (the person typed meanwhile) adds none.
     let _held = match agent.found.agent.map(|pid| wake::lock_path(pid, "wake")) {
         Some(Ok(path)) => match wake::WaiterLock::take(&path) {
             Some(lock) => Some(lock),
-            None => return ExitCode::SUCCESS,
+            None => {
+                tracing::debug!(agent = agent.found.agent, "another waiter of this agent's is waiting");
+                return ExitCode::SUCCESS;
+            }
         },
         _ => None,
     };
+    tracing::debug!(agent = agent.found.agent, bridge = agent.found.bridge, "waiting for mail");
     match wake::until_mail(&agent).await {
         Woken::Mail(announcement) => match notice::text(Client::Claude, agent.address(), &announcement) {
             Some(text) => {
