@@ -229,7 +229,7 @@ impl HookRun {
         let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
         let deadline = tokio::time::Instant::now() + limit;
         let rc = loop {
-            if let Some(rc) = read(&self.rc).trim().parse::<i32>().ok() {
+            if let Ok(rc) = read(&self.rc).trim().parse::<i32>() {
                 break rc;
             }
             assert!(
