@@ -264,6 +264,12 @@ fn install_writes_client_configs_idempotently_without_the_token() {
     }
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(home.path().join(".mcp.json")).unwrap()).unwrap();
     assert_eq!(doc["mcpServers"]["other"]["command"], "x", "other servers are kept");
+    let settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join(".claude/settings.json")).unwrap()).unwrap();
+    let wake = &settings["hooks"]["Stop"][1]["hooks"][0];
+    assert!(wake["command"].as_str().unwrap().ends_with("agent-bridge hook wake"), "{settings}");
+    assert_eq!(wake["asyncRewake"], true, "it runs in the background and wakes the session: {settings}");
+    assert!(wake["timeout"].as_u64().unwrap() > 24 * 3600, "Claude Code does not end it first: {settings}");
     let relay = &doc["mcpServers"]["relay"];
     assert!(relay["command"].as_str().unwrap().ends_with("agent-bridge"), "{relay}");
     assert_eq!(relay["args"], serde_json::json!(["mcp", "--harness", "claude", "--channels"]));
@@ -275,11 +281,28 @@ fn install_writes_client_configs_idempotently_without_the_token() {
     assert!(codex.contains("[mcp_servers.relay]") && codex.contains("\"--harness\", \"codex\""), "{codex}");
     assert!(!codex.contains("rlm_"));
 
+    assert!(codex.contains("default_tools_approval_mode = \"approve\""), "codex exec may call every tool: {codex}");
+    assert!(said(&out).contains("Trust all and continue"), "how to trust the hook: {}", said(&out));
+    let hooks: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join(".codex/hooks.json")).unwrap()).unwrap();
+    assert!(
+        hooks["hooks"]["Stop"][0]["hooks"][0]["command"].as_str().unwrap().ends_with("agent-bridge hook codex-stop")
+    );
+
     for client in ["gemini", "cursor"] {
-        assert!(bridge_cmd(home.path(), &["install", client]).status.success());
+        let out = bridge_cmd(home.path(), &["install", client]);
+        assert!(out.status.success(), "{}", said(&out));
+        assert!(said(&out).contains("cannot be woken"), "what {client} cannot do is said: {}", said(&out));
     }
-    assert!(home.path().join(".gemini/settings.json").exists());
+    let gemini: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join(".gemini/settings.json")).unwrap()).unwrap();
+    assert_eq!(gemini["mcpServers"]["relay"]["trust"], true, "gemini -p may call the relay tools: {gemini}");
+    let after = gemini["hooks"]["AfterAgent"][0]["hooks"][0]["command"].as_str().unwrap();
+    assert!(after.ends_with("agent-bridge hook gemini-after-agent"), "{gemini}");
     assert!(home.path().join(".cursor/mcp.json").exists());
+    let cursor: Value =
+        serde_json::from_str(&std::fs::read_to_string(home.path().join(".cursor/hooks.json")).unwrap()).unwrap();
+    assert!(cursor["hooks"]["stop"][0]["command"].as_str().unwrap().ends_with("agent-bridge hook cursor-stop"));
 
     let unknown = bridge_cmd(home.path(), &["install", "vim"]);
     assert!(!unknown.status.success());
@@ -311,12 +334,13 @@ fn install_keeps_comments_and_key_order_and_follows_a_moved_binary() {
     assert!(said(&out).contains("only valid on this computer"), "{}", said(&out));
     run_install(&second, home.path(), "claude", "/usr/bin:/bin");
     let settings = std::fs::read_to_string(home.path().join(".claude/settings.json")).unwrap();
-    assert_eq!(stop_hooks(&settings), [format!("{} hook stop", second.display())], "one hook, updated: {settings}");
+    let (stop, wake) = (format!("{} hook stop", second.display()), format!("{} hook wake", second.display()));
+    assert_eq!(stop_hooks(&settings), [stop, wake], "one hook of each, updated: {settings}");
     // With agent-bridge on PATH, files a project commits name it bare.
     let path_env = format!("{}:/usr/bin:/bin", second.parent().unwrap().display());
     run_install(&second, home.path(), "claude", &path_env);
     let settings = std::fs::read_to_string(home.path().join(".claude/settings.json")).unwrap();
-    assert_eq!(stop_hooks(&settings), ["agent-bridge hook stop"], "{settings}");
+    assert_eq!(stop_hooks(&settings), ["agent-bridge hook stop", "agent-bridge hook wake"], "{settings}");
     let mcp: Value = serde_json::from_str(&std::fs::read_to_string(home.path().join(".mcp.json")).unwrap()).unwrap();
     assert_eq!(mcp["mcpServers"]["relay"]["command"], "agent-bridge");
 
@@ -402,7 +426,7 @@ fn install_keeps_every_clients_file_and_follows_a_moved_binary() {
     assert_eq!(doc["mcpServers"]["relay"]["command"], "agent-bridge");
     let text = std::fs::read_to_string(&settings).unwrap();
     in_order(&text, &["permissions", "deny", "allow", "hooks", "Stop", "PreToolUse", "model"]);
-    assert_eq!(stop_hooks(&text), ["other", "agent-bridge hook stop"], "{text}");
+    assert_eq!(stop_hooks(&text), ["other", "agent-bridge hook stop", "agent-bridge hook wake"], "{text}");
 
     // Codex: comments and an env table the user added to Relay's entry survive a reinstall from the new place.
     let codex = write(
