@@ -104,6 +104,7 @@ pub struct Metrics {
     pub push_lag_seconds: Histogram,
     pub pushes_handed: Counter,
     pub streams: Gauge,
+    pub announcing: Gauge,
     pub connections: Gauge,
     pub shed: Family<ShedLabel, Counter>,
     pub listening: Gauge,
@@ -137,6 +138,7 @@ impl Metrics {
             push_lag_seconds: latency(),
             pushes_handed: Counter::default(),
             streams: Gauge::default(),
+            announcing: Gauge::default(),
             connections: Gauge::default(),
             shed: Family::default(),
             listening: Gauge::default(),
@@ -191,6 +193,11 @@ impl Metrics {
             m.push_lag_seconds.clone(),
         );
         r.register("push_streams", "Push streams open on this replica", m.streams.clone());
+        r.register(
+            "mail_waiters",
+            "Hooks waiting on this replica for mail an agent's model has not been shown (Announce)",
+            m.announcing.clone(),
+        );
         r.register("connections", "Client connections held by this replica", m.connections.clone());
         r.register("shed", "Work refused at once under load, by reason", m.shed.clone());
         r.register("listen_connected", "1 while the notification connection listens", m.listening.clone());
@@ -333,6 +340,7 @@ mod tests {
             "send_sets_rewritten",
             "push_lag_seconds",
             "push_streams",
+            "mail_waiters",
             "connections",
             "shed",
             "listen_connected",

@@ -226,6 +226,19 @@ impl Bridge {
         result
     }
 
+    /// Waits until `address` is listed online to this bridge's agent.
+    pub async fn wait_online(&mut self, address: &str, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let listed = text(&self.tool_ok("relay_list", json!({})).await);
+            if listed.lines().any(|l| l.starts_with(&format!("{address} ")) && l.contains(" online ")) {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{address} was not online within {limit:?}: {listed}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     pub async fn notification(&mut self, method: &str, limit: Duration) -> Value {
         self.wait_for(method, limit, |v| v["method"] == method).await
     }

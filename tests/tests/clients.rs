@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use relay_tests::clients::{self, ClaudeProject, CodexHome, GeminiHome};
-use relay_tests::mcp::{Bridge, bridge, text};
+use relay_tests::mcp::{Bridge, bridge};
 use relay_tests::model_api::{Api, ModelApi, Reply};
 use relay_tests::server::TwoMachines;
 use relay_tests::terminal::Terminal;
@@ -37,15 +37,7 @@ async fn state_of(bob: &mut Bridge, id: &str) -> String {
 
 /// Waits until `address` is online, as bob sees it.
 async fn online(bob: &mut Bridge, address: &str) {
-    let deadline = tokio::time::Instant::now() + TURN;
-    loop {
-        let listed = text(&bob.tool_ok("relay_list", json!({})).await);
-        if listed.lines().any(|l| l.starts_with(&format!("{address} ")) && l.contains(" online ")) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{address} never came online: {listed}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    bob.wait_online(address, TURN).await
 }
 
 fn short(id: &str) -> &str {
@@ -62,6 +54,7 @@ async fn an_idle_claude_code_session_is_woken_by_mail_from_another_machine_once_
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let term = Terminal::start(&project.dir(), &env, &clients::program("claude"), &[]);
     online(&mut bob, "acme/laptop/alice").await;
+    term.wait_for("\u{276f}", TURN).await;
 
     // A first turn, then the session sits idle at its prompt.
     term.type_line("say hello");

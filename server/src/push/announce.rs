@@ -16,6 +16,7 @@ use futures_util::future::BoxFuture;
 use super::Hub;
 use crate::domain::message::Announcement;
 use crate::domain::{Result, presence};
+use crate::metrics::metrics;
 use crate::store::Store;
 use crate::store::identity::Caller;
 use crate::store::messages;
@@ -71,6 +72,7 @@ async fn feed(
         return Ok(());
     }
     let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
+    let _counted = wait.then(Waiting::new);
     loop {
         waiter.seen();
         let found = Box::pin(look(store, caller)).await?;
@@ -92,6 +94,22 @@ async fn feed(
                 }
             }
         }
+    }
+}
+
+/// Counts a waiting hook in `relay_mail_waiters` while it waits.
+struct Waiting;
+
+impl Waiting {
+    fn new() -> Self {
+        metrics().announcing.inc();
+        Self
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        metrics().announcing.dec();
     }
 }
 
