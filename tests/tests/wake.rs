@@ -315,6 +315,28 @@ async fn the_wake_hook_tells_an_idle_interactive_agent_of_its_mail_once_and_ends
 }
 
 #[tokio::test]
+async fn a_waiter_outlives_a_restart_of_the_relay() {
+    let db = TestDb::new().await;
+    let port = relay_tests::free_port();
+    let mut server = Server::start_on(&db, port).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    let mut agent = StandIn::start(&server.url, &laptop, "alice").await;
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    online(&mut bob, "acme/laptop/alice").await;
+    let waiter = agent.hook("wake", WAITER, STOP_EVENT).await;
+    waiter.waiting().await;
+
+    server.stop().await;
+    let _server = Server::start_on(&db, port).await;
+    // bob's session lives in the database: its client reconnects to the new process.
+    online(&mut bob, "acme/laptop/alice").await;
+    let id = bob.send(&["laptop/alice"], "after the restart").await.unwrap().id;
+    let (rc, _, notice) = waiter.finished(Duration::from_secs(30)).await;
+    assert_eq!(rc, 2, "{notice}");
+    assert!(notice.contains(&id[..8]), "{notice}");
+}
+
+#[tokio::test]
 async fn end_of_turn_hooks_hand_unseen_mail_over_once_in_each_clients_words() {
     let w = TwoMachines::start().await;
     let mut bob = Agent::hello(&w.server.url, &w.ci, "bob").await.unwrap();

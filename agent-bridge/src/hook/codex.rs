@@ -50,7 +50,7 @@ pub async fn notify(payload: Option<String>) -> anyhow::Result<()> {
     let Some(agent) = Agent::find() else { return Ok(()) };
     if let Some(thread) = event["thread-id"].as_str()
         && event["client"].as_str() == Some(INTERACTIVE_CLIENT)
-        && persistent_thread(thread)
+        && codex_home().is_some_and(|home| persistent_thread(&home, thread))
     {
         arm_waiter(&agent.found, thread);
     }
@@ -69,26 +69,34 @@ pub async fn notify(payload: Option<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Whether `thread` is one a person works in: Codex keeps a rollout file of each, and none of the
-/// side threads it runs for itself (a title for the session, say), which also notify.
-fn persistent_thread(thread: &str) -> bool {
-    let home = std::env::var_os("CODEX_HOME").map(PathBuf::from).or_else(|| dirs::home_dir().map(|h| h.join(".codex")));
-    let Some(sessions) = home.map(|h| h.join("sessions")) else { return false };
+/// Codex's home: `CODEX_HOME`, else `~/.codex`.
+fn codex_home() -> Option<PathBuf> {
+    std::env::var_os("CODEX_HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| dirs::home_dir().map(|h| h.join(".codex")))
+}
+
+/// Whether `thread` is one a person works in: Codex keeps a rollout file of each under its home's
+/// `sessions/YYYY/MM/DD/`, and none of the side threads it runs for itself (a title for the
+/// session, say), which also notify.
+fn persistent_thread(codex_home: &Path, thread: &str) -> bool {
     let suffix = format!("-{thread}.jsonl");
-    // sessions/YYYY/MM/DD/rollout-…-<thread>.jsonl, newest days first: a turn just ended is there.
+    // Newest days first: a turn that just ended is there.
     let newest_first = |dir: &Path| -> Vec<PathBuf> {
         let mut entries: Vec<PathBuf> =
             std::fs::read_dir(dir).map(|e| e.filter_map(Result::ok).map(|e| e.path()).collect()).unwrap_or_default();
         entries.sort_unstable_by(|a, b| b.cmp(a));
         entries
     };
-    newest_first(&sessions).iter().flat_map(|year| newest_first(year)).flat_map(|month| newest_first(&month)).any(
-        |day| {
-            std::fs::read_dir(day).is_ok_and(|files| {
-                files.filter_map(Result::ok).any(|f| f.file_name().to_string_lossy().ends_with(&suffix))
-            })
-        },
-    )
+    let days = newest_first(&codex_home.join("sessions"))
+        .into_iter()
+        .flat_map(|year| newest_first(&year))
+        .flat_map(|month| newest_first(&month));
+    days.into_iter().any(|day| {
+        std::fs::read_dir(day)
+            .is_ok_and(|files| files.filter_map(Result::ok).any(|f| f.file_name().to_string_lossy().ends_with(&suffix)))
+    })
 }
 
 /// Starts the waiter in a session of its own, so it outlives this notify program (Codex does not
@@ -164,5 +172,16 @@ mod tests {
         assert_eq!(turns.len(), 2);
         assert_eq!((turns[0].role.as_str(), turns[1].text.as_str()), ("user", "Renamed it."));
         assert!(codex_turns(&serde_json::json!({})).is_empty());
+    }
+
+    #[test]
+    fn only_threads_codex_keeps_are_woken() {
+        let home = tempfile::tempdir().unwrap();
+        let day = home.path().join("sessions/2026/12/02");
+        std::fs::create_dir_all(&day).unwrap();
+        std::fs::write(day.join("rollout-2026-12-02T15-20-07-01a23757-714d.jsonl"), "{}").unwrap();
+        assert!(persistent_thread(home.path(), "01a23757-714d"));
+        assert!(!persistent_thread(home.path(), "01a23757-a0e7"), "a side thread (a title) has no rollout");
+        assert!(!persistent_thread(&home.path().join("absent"), "01a23757-714d"));
     }
 }
