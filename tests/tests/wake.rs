@@ -337,6 +337,21 @@ async fn a_waiter_outlives_a_restart_of_the_relay() {
 }
 
 #[tokio::test]
+async fn a_waiter_ends_when_the_relay_refuses_its_session() {
+    let w = TwoMachines::start().await;
+    let mut bob = Agent::hello(&w.server.url, &w.ci, "bob").await.unwrap();
+    let mut agent = StandIn::start(&w.server.url, &w.laptop, "alice").await;
+    online(&mut bob, "acme/laptop/alice").await;
+    let waiter = agent.hook("wake", WAITER, STOP_EVENT).await;
+    waiter.waiting().await;
+    // The machine is revoked: its sessions end, the bridge's too, and it cannot claim another.
+    w.server.admin_ok(&["machine", "revoke", "acme/laptop"]);
+    let (rc, _, log) = waiter.finished(Duration::from_secs(30)).await;
+    assert_eq!(rc, 0, "{log}");
+    assert!(log.contains("the relay refused the session"), "{log}");
+}
+
+#[tokio::test]
 async fn end_of_turn_hooks_hand_unseen_mail_over_once_in_each_clients_words() {
     let w = TwoMachines::start().await;
     let mut bob = Agent::hello(&w.server.url, &w.ci, "bob").await.unwrap();
