@@ -7,9 +7,9 @@
 //! if Relay were not there. Only the waiters (`wake`, and the one `codex-notify` arms) wait long,
 //! and only where the client does not wait for them.
 
+mod claude;
 mod codex;
 mod notice;
-mod stop;
 mod turn_end;
 mod wake;
 
@@ -65,7 +65,7 @@ pub enum Event {
 
 pub async fn run(event: Event) -> anyhow::Result<ExitCode> {
     match event {
-        Event::Wake => Ok(stop::wake().await),
+        Event::Wake => Ok(claude::wake().await),
         Event::CodexWake { thread, agent, bridge } => codex::wake(&thread, agent, bridge).await,
         other => {
             // Within the deadline, or not at all: the client is waiting for us to end its turn.
@@ -86,7 +86,7 @@ pub async fn run(event: Event) -> anyhow::Result<ExitCode> {
 
 async fn at_turn_end(event: Event) -> anyhow::Result<()> {
     match event {
-        Event::Stop => stop::stop(read_event().await).await,
+        Event::Stop => claude::stop(read_event().await).await,
         Event::CodexNotify { payload } => codex::notify(payload).await,
         Event::CodexStop => turn_end::run(turn_end::Client::Codex, read_event().await).await,
         Event::GeminiAfterAgent => turn_end::run(turn_end::Client::Gemini, read_event().await).await,

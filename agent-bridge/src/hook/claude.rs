@@ -83,8 +83,9 @@ pub async fn stop(event: Value) -> anyhow::Result<()> {
     }
 
     // Claude Code sets stop_hook_active when the agent is already going on because a Stop hook held
-    // it: the requests were named then, and holding again would trap an agent that cannot or will
-    // not answer. They stay marked in its inbox.
+    // it (this one, naming the requests, or the wake hook, whose notice says which need a reply):
+    // holding again would trap an agent that cannot or will not answer. They stay marked in its
+    // inbox.
     if event["stop_hook_active"].as_bool() == Some(true) {
         return Ok(());
     }
