@@ -4,13 +4,21 @@
 //! client: it starts the card's run, and turns each question into a permission request for the
 //! card, which the operator and then the account's human answer as they do for Claude Code.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
+
+/// Codex's home, where it keeps its config, hooks and sessions: `CODEX_HOME`, else `~/.codex`.
+pub fn home() -> Option<PathBuf> {
+    match std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()) {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => dirs::home_dir().map(|h| h.join(".codex")),
+    }
+}
 
 /// What the run needs from the worker: a decision for each question Codex asks.
 pub trait Approver {

@@ -79,10 +79,7 @@ pub fn run(client: Client) -> anyhow::Result<()> {
         }
         Client::Codex => {
             let command = user_command();
-            let codex_home = match std::env::var_os("CODEX_HOME").filter(|h| !h.is_empty()) {
-                Some(dir) => PathBuf::from(dir),
-                None => home()?.join(".codex"),
-            };
+            let codex_home = crate::codex::home().context("cannot find the home directory")?;
             let path = codex_home.join("config.toml");
             said(install_codex(&path, &command)?, "the relay MCP server (tools approved without a prompt)", &path);
             said(install_codex_notify(&path, &command)?, "the relay notify program", &path);

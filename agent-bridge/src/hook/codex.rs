@@ -50,7 +50,7 @@ pub async fn notify(payload: Option<String>) -> anyhow::Result<()> {
     let Some(agent) = Agent::find() else { return Ok(()) };
     if let Some(thread) = event["thread-id"].as_str()
         && event["client"].as_str() == Some(INTERACTIVE_CLIENT)
-        && codex_home().is_some_and(|home| persistent_thread(&home, thread))
+        && crate::codex::home().is_some_and(|home| persistent_thread(&home, thread))
     {
         arm_waiter(&agent.found, thread);
     }
@@ -67,14 +67,6 @@ pub async fn notify(payload: Option<String>) -> anyhow::Result<()> {
         client.put_peek_turns(authed(PutPeekTurnsRequest { turns, append: true }, token)).await?;
     }
     Ok(())
-}
-
-/// Codex's home: `CODEX_HOME`, else `~/.codex`.
-fn codex_home() -> Option<PathBuf> {
-    std::env::var_os("CODEX_HOME")
-        .filter(|h| !h.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| dirs::home_dir().map(|h| h.join(".codex")))
 }
 
 /// Whether `thread` is one a person works in: Codex keeps a rollout file of each under its home's
