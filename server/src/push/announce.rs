@@ -5,13 +5,14 @@
 //! changed (a delivery from this replica or, through `LISTEN`, from another), and between wake-ups
 //! it only tells its client it is alive and checks the session from memory.
 
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, interval_at};
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-
-use futures_util::future::BoxFuture;
 
 use super::Hub;
 use crate::domain::message::Announcement;
@@ -23,6 +24,8 @@ use crate::store::messages;
 
 /// Most messages one announcement names (and moves to surfaced); more wait for the next.
 const MOST: i64 = 100;
+/// A client that stops reading for this long is treated as gone rather than holding the task.
+const STALLED: Duration = Duration::from_secs(60);
 
 /// What the stream carries: heartbeats while it waits, then its one announcement.
 #[derive(Debug)]
@@ -50,7 +53,7 @@ pub fn open(
     let task = async move {
         if let Err(err) = feed(&store, &hub, &caller, wait, &session, &tx, &shutdown).await {
             tracing::debug!(endpoint = %caller.address(), error = %err, "announcement ended");
-            let _ = tx.send(Err(err)).await;
+            let _ = tokio::time::timeout(STALLED, tx.send(Err(err))).await;
         }
     };
     tokio::spawn(task.instrument(tracing::Span::current()));
@@ -68,7 +71,7 @@ async fn feed(
 ) -> Result<()> {
     // Taken before the first look, so nothing delivered after it goes unnoticed.
     let mut waiter = hub.waiter(caller.endpoint_id);
-    if wait && tx.send(Ok(Event::Waiting)).await.is_err() {
+    if wait && !send_timely(tx, Event::Waiting).await {
         return Ok(());
     }
     let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
@@ -77,7 +80,7 @@ async fn feed(
         waiter.seen();
         let found = Box::pin(look(store, caller)).await?;
         if !found.messages.is_empty() || !wait {
-            let _ = tx.send(Ok(Event::Announced(found))).await;
+            send_timely(tx, Event::Announced(found)).await;
             return Ok(());
         }
         loop {
@@ -88,13 +91,17 @@ async fn feed(
                 _ = beats.tick() => {
                     // From memory while the session is known: a wait costs the database nothing.
                     session().await?;
-                    if tx.send(Ok(Event::Waiting)).await.is_err() {
+                    if !send_timely(tx, Event::Waiting).await {
                         return Ok(());
                     }
                 }
             }
         }
     }
+}
+
+async fn send_timely(tx: &mpsc::Sender<Result<Event>>, event: Event) -> bool {
+    matches!(tokio::time::timeout(STALLED, tx.send(Ok(event))).await, Ok(Ok(())))
 }
 
 /// Counts a waiting hook in `relay_mail_waiters` while it waits.
