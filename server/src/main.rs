@@ -10,9 +10,9 @@ use relay_server::dev::{self, DevOptions};
 use relay_server::domain::limits::Quotas;
 use relay_server::domain::rate::Rate;
 use relay_server::domain::retention::Retention;
+use relay_server::protocol::admission::{self, RpcLimits};
 use relay_server::protocol::connections;
 use relay_server::protocol::console;
-use relay_server::protocol::layers::{self, RpcLimits};
 use relay_server::protocol::listen::Listen;
 use relay_server::protocol::ops;
 use relay_server::serve::{self, ListenOptions, Settings, SideListeners};
@@ -159,19 +159,45 @@ struct LimitArgs {
 struct RpcArgs {
     /// Most calls in flight at once; beyond it a call is refused with RESOURCE_EXHAUSTED rather than
     /// queued. Health and reflection are not counted.
-    #[arg(long, env = "RELAY_MAX_CONCURRENT_RPCS", default_value_t = layers::DEFAULT_MAX_CONCURRENT_RPCS,
+    #[arg(long, env = "RELAY_MAX_CONCURRENT_RPCS", default_value_t = admission::DEFAULT_MAX_CONCURRENT_RPCS,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_concurrent_rpcs: u32,
     /// Seconds an ordinary call may take before it is stopped with DEADLINE_EXCEEDED. Long polls get
     /// their longest wait on top; streams and permission requests are not timed.
-    #[arg(long, env = "RELAY_RPC_TIMEOUT_S", default_value_t = layers::DEFAULT_RPC_TIMEOUT.as_secs(),
+    #[arg(long, env = "RELAY_RPC_TIMEOUT_S", default_value_t = admission::DEFAULT_RPC_TIMEOUT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..))]
     rpc_timeout_s: u64,
-    /// Most calls waiting at once (long polls and permission requests), apart from the calls in
-    /// flight, so clients waiting for mail never take the places of calls doing work.
-    #[arg(long, env = "RELAY_MAX_WAITING_CALLS", default_value_t = layers::DEFAULT_MAX_WAITING_CALLS,
+    /// Most calls waiting and streams open at once (long polls, permission requests, push streams,
+    /// hooks waiting for mail), apart from the calls in flight, so clients waiting for mail never
+    /// take the places of calls doing work.
+    #[arg(long, env = "RELAY_MAX_WAITING_CALLS", default_value_t = admission::DEFAULT_MAX_WAITING_CALLS,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_waiting_calls: u32,
+    /// One account's share of the calls in flight: its calls beyond it are refused, nobody else's.
+    #[arg(long, env = "RELAY_MAX_CALLS_PER_ACCOUNT", default_value_t = admission::DEFAULT_MAX_CALLS_PER_ACCOUNT,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_calls_per_account: u32,
+    /// One credential's share (an agent's session, a machine's or a person's token).
+    #[arg(long, env = "RELAY_MAX_CALLS_PER_CREDENTIAL", default_value_t = admission::DEFAULT_MAX_CALLS_PER_CREDENTIAL,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_calls_per_credential: u32,
+    /// Calls of one address being authenticated at once (behind a load balancer, raise it).
+    #[arg(long, env = "RELAY_MAX_CALLS_PER_ADDRESS", default_value_t = admission::DEFAULT_MAX_CALLS_PER_ADDRESS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_calls_per_address: u32,
+    /// Waiting calls and streams one account holds open.
+    #[arg(long, env = "RELAY_MAX_STREAMS_PER_ACCOUNT", default_value_t = admission::DEFAULT_MAX_STREAMS_PER_ACCOUNT,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams_per_account: u32,
+    /// Waiting calls and streams one credential holds open.
+    #[arg(long, env = "RELAY_MAX_STREAMS_PER_CREDENTIAL",
+          default_value_t = admission::DEFAULT_MAX_STREAMS_PER_CREDENTIAL,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_streams_per_credential: u32,
+    /// Seconds a call's request message may take to arrive after its headers.
+    #[arg(long, env = "RELAY_REQUEST_WAIT_S", default_value_t = admission::DEFAULT_REQUEST_WAIT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=300))]
+    request_wait_s: u64,
 }
 
 impl From<RpcArgs> for RpcLimits {
@@ -180,6 +206,12 @@ impl From<RpcArgs> for RpcLimits {
             timeout: std::time::Duration::from_secs(a.rpc_timeout_s),
             max_concurrent: a.max_concurrent_rpcs as usize,
             max_waiting: a.max_waiting_calls as usize,
+            per_account: a.max_calls_per_account as usize,
+            per_credential: a.max_calls_per_credential as usize,
+            per_address: a.max_calls_per_address as usize,
+            streams_per_account: a.max_streams_per_account as usize,
+            streams_per_credential: a.max_streams_per_credential as usize,
+            request_wait: std::time::Duration::from_secs(a.request_wait_s),
         }
     }
 }
@@ -209,6 +241,30 @@ struct QuotaArgs {
     #[arg(long, env = "RELAY_MAX_ENDPOINTS", default_value_t = Quotas::default().max_endpoints,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_endpoints: u32,
+    /// Of those, the endpoints one machine's agents may hold (cards' endpoints apart), so one
+    /// machine cannot take its whole account's.
+    #[arg(long, env = "RELAY_MAX_ENDPOINTS_PER_MACHINE", default_value_t = Quotas::default().max_endpoints_per_machine,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_endpoints_per_machine: u32,
+    /// Sessions (Hello) one machine may open a second, sustained (0: no limit).
+    #[arg(long, env = "RELAY_HELLO_RATE_PER_MACHINE", default_value_t = Quotas::default().machine_hellos.per_s)]
+    hello_rate_per_machine: f64,
+    /// Sessions one machine may open at once above its rate.
+    #[arg(long, env = "RELAY_HELLO_BURST_PER_MACHINE", default_value_t = Quotas::default().machine_hellos.burst)]
+    hello_burst_per_machine: f64,
+    /// Calls one credential (an agent's session, a machine's or a person's token) may make a second,
+    /// sustained, reads included (0: no limit).
+    #[arg(long, env = "RELAY_CALL_RATE_PER_CREDENTIAL", default_value_t = Quotas::default().credential_calls.per_s)]
+    call_rate_per_credential: f64,
+    /// Calls one credential may make at once above its rate.
+    #[arg(long, env = "RELAY_CALL_BURST_PER_CREDENTIAL", default_value_t = Quotas::default().credential_calls.burst)]
+    call_burst_per_credential: f64,
+    /// Calls all of an account's credentials may make a second together, sustained (0: no limit).
+    #[arg(long, env = "RELAY_CALL_RATE_PER_ACCOUNT", default_value_t = Quotas::default().account_calls.per_s)]
+    call_rate_per_account: f64,
+    /// Calls one account may make at once above its rate.
+    #[arg(long, env = "RELAY_CALL_BURST_PER_ACCOUNT", default_value_t = Quotas::default().account_calls.burst)]
+    call_burst_per_account: f64,
     /// Groups one account may hold.
     #[arg(long, env = "RELAY_MAX_GROUPS", default_value_t = Quotas::default().max_groups,
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -222,6 +278,10 @@ impl From<QuotaArgs> for Quotas {
             account_sends: Rate::new(a.send_rate_per_account, a.send_burst_per_account),
             account_deliveries: Rate::new(a.delivery_rate_per_account, a.delivery_burst_per_account),
             max_endpoints: a.max_endpoints,
+            max_endpoints_per_machine: a.max_endpoints_per_machine,
+            machine_hellos: Rate::new(a.hello_rate_per_machine, a.hello_burst_per_machine),
+            credential_calls: Rate::new(a.call_rate_per_credential, a.call_burst_per_credential),
+            account_calls: Rate::new(a.call_rate_per_account, a.call_burst_per_account),
             max_groups: a.max_groups,
         }
     }
@@ -268,11 +328,18 @@ struct ListenArgs {
     /// Allow plaintext on a non-loopback address (only behind a proxy that terminates TLS).
     #[arg(long)]
     insecure_plaintext: bool,
-    /// Most connections this replica holds at once; more are closed as they arrive. A connection
-    /// that says nothing for 5 s is closed too.
+    /// Most connections this replica holds at once. When all are taken, a new one takes the place
+    /// of the oldest that has not authenticated a call, or is closed. A connection that has not
+    /// finished its setup (TLS, the HTTP/2 preface) within 5 s is closed too.
     #[arg(long, env = "RELAY_MAX_CONNECTIONS", default_value_t = connections::DEFAULT_MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
+    /// Most connections of one address that have not authenticated a call yet (behind a load
+    /// balancer, every client has its address: raise it there).
+    #[arg(long, env = "RELAY_MAX_CONNECTIONS_PER_ADDRESS",
+          default_value_t = connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_address: u32,
 }
 
 impl From<ListenArgs> for ListenOptions {
@@ -283,6 +350,7 @@ impl From<ListenArgs> for ListenOptions {
             tls_key: a.tls_key,
             insecure_plaintext: a.insecure_plaintext,
             max_connections: a.max_connections as usize,
+            max_connections_per_address: a.max_connections_per_address as usize,
         }
     }
 }

@@ -57,6 +57,10 @@ pub enum Shed {
     calls,
     /// The sends under way exceeded what the writer keeps pace with.
     sends,
+    /// An address whose credentials kept failing.
+    authentication,
+    /// A call rate of a credential or an account.
+    rates,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -18,10 +18,10 @@ use tonic::transport::Server;
 use crate::app::App;
 use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
-use crate::protocol::auth::AuthLayer;
+use crate::protocol::admission::{AdmissionLayer, RpcLimits};
 use crate::protocol::connections;
 use crate::protocol::human::HumanService;
-use crate::protocol::layers::{RpcLayers, RpcLimits};
+use crate::protocol::layers::RpcLayers;
 use crate::protocol::service::RelayService;
 use crate::protocol::tls::ReloadingCert;
 use crate::protocol::worker::WorkerService;
@@ -86,6 +86,7 @@ pub struct ListenOptions {
     pub insecure_plaintext: bool,
     /// Connections held at once (see `protocol::connections`).
     pub max_connections: usize,
+    pub max_connections_per_address: usize,
 }
 
 impl ListenOptions {
@@ -236,7 +237,7 @@ pub async fn serve_with(
         }
         None => None,
     };
-    let incoming = connections::admit(socket, options.max_connections, acceptor);
+    let incoming = connections::admit(socket, options.max_connections, options.max_connections_per_address, acceptor);
 
     let builder = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_EVERY))
@@ -245,9 +246,10 @@ pub async fn serve_with(
         // after a restart. No grace is set: with one, tonic cuts the connection at age + grace
         // without asking first, killing calls in flight.
         .max_connection_age(MAX_CONNECTION_AGE);
-    // Spans, caught panics, the concurrency limit and time budgets for every call; health and
-    // reflection pass the limit and the budgets untouched.
-    let mut builder = builder.layer(RpcLayers::new(rpc)).layer(AuthLayer::new(app.clone()));
+    // Spans, caught panics, and admission (budgets, authentication, rates, time budgets) for every
+    // call; health and reflection pass admission untouched.
+    let admission = AdmissionLayer::new(Arc::new(app.clone()), rpc);
+    let mut builder = builder.layer(RpcLayers::new(admission));
     tracing::info!(
         addr = %local,
         tls = options.tls_cert.is_some(),
@@ -364,6 +366,7 @@ mod tests {
             tls_key: None,
             insecure_plaintext: false,
             max_connections: 16,
+            max_connections_per_address: 16,
         }
     }
 

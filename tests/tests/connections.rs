@@ -1,6 +1,7 @@
-//! Connections nobody can hoard: sockets that never speak are closed after the preface time, so
-//! they free their places for others, and past the replica's cap new connections are refused while
-//! the ones it holds keep working.
+//! Connections nobody can hoard: a socket that does not finish its setup (silent, or dribbling its
+//! preface) is closed after the setup time; an address holds only so many that never authenticate;
+//! at the replica's cap a newcomer takes the place of the oldest that never authenticated, and
+//! connections of agents that work keep theirs.
 
 use std::time::{Duration, Instant};
 
@@ -9,42 +10,117 @@ use relay_tests::client::Agent;
 use relay_tests::eventually;
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
 
-/// How long the server lets a connection stay silent (`protocol::connections::PREFACE`).
-const PREFACE: Duration = Duration::from_secs(5);
+/// How long the server gives a connection to finish its setup (`protocol::connections::SETUP`).
+const SETUP: Duration = Duration::from_secs(5);
+
+/// Whether the server has closed `socket` (its end read, or an error) within `limit`; what it
+/// sends meanwhile (its own HTTP/2 settings) is skipped.
+async fn closed(socket: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = [0u8; 256];
+    let read_to_end = async {
+        loop {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(limit, read_to_end).await.is_ok()
+}
+
+/// A socket to `addr` from the loopback address `from` (127.0.0.x: one machine, several addresses).
+async fn connect_from(addr: &str, from: &str) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    socket.connect(addr.parse().unwrap()).await.unwrap()
+}
 
 #[tokio::test]
-async fn sockets_that_never_speak_are_closed_and_free_their_places() {
+async fn sockets_that_never_finish_their_setup_are_closed_after_the_setup_time() {
     let db = TestDb::new().await;
-    let server = Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_MAX_CONNECTIONS", "100")]).await;
+    let server = Server::start(&db).await;
     let laptop = server.machine("acme", "laptop");
-    let addr = server.url.trim_start_matches("http://").to_owned();
+    let addr = server.url.trim_start_matches("http://").replace("localhost", "127.0.0.1");
 
-    // As many silent sockets as the replica takes: they hold every place.
     let opened = Instant::now();
     let mut silent = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..20 {
         silent.push(TcpStream::connect(&addr).await.unwrap());
     }
-    // The first is closed by the server once the preface time has passed, not before.
-    let mut byte = [0u8; 1];
-    let read = tokio::time::timeout(PREFACE * 3, silent[0].read(&mut byte)).await;
-    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a silent socket stayed open {:?}", opened.elapsed());
-    assert!(opened.elapsed() >= PREFACE - Duration::from_millis(500), "closed early: {:?}", opened.elapsed());
+    // One byte, then nothing: a started preface is no excuse.
+    silent[1].write_all(b"P").await.unwrap();
+    // The preface a byte at a time, slower than the setup time allows for it.
+    let mut dribbling = TcpStream::connect(&addr).await.unwrap();
+    let dribble = tokio::spawn(async move {
+        for byte in b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" {
+            if dribbling.write_all(&[*byte]).await.is_err() {
+                return (dribbling, true);
+            }
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+        (dribbling, false)
+    });
 
-    // Their places are free again: an agent gets in and works.
-    let mut agent = eventually(PREFACE * 2, "an agent to get a place the silent sockets held", || {
+    assert!(closed(&mut silent[0], SETUP * 3).await, "a silent socket stayed open {:?}", opened.elapsed());
+    assert!(opened.elapsed() >= SETUP - Duration::from_millis(500), "closed early: {:?}", opened.elapsed());
+    for socket in &mut silent[1..] {
+        assert!(closed(socket, SETUP).await, "every silent socket is closed");
+    }
+    let (mut dribbling, cut_while_writing) = dribble.await.unwrap();
+    assert!(cut_while_writing || closed(&mut dribbling, SETUP).await, "a dribbled preface is cut");
+    // Meanwhile, and after, agents get in and work.
+    let mut agent = Agent::hello(&server.url, &laptop, "busy").await.unwrap();
+    agent.rpc.who_am_i(WhoAmIRequest {}).await.unwrap();
+}
+
+#[tokio::test]
+async fn at_the_cap_a_newcomer_takes_the_place_of_a_socket_that_never_authenticated() {
+    let db = TestDb::new().await;
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_MAX_CONNECTIONS", "3")]).await;
+    let laptop = server.machine("acme", "laptop");
+    let addr = server.url.trim_start_matches("http://").replace("localhost", "127.0.0.1");
+    let mut working = Vec::new();
+    for i in 0..2 {
+        let agent = eventually(Duration::from_secs(10), "a place for an agent", || {
+            let (url, token) = (server.url.clone(), laptop.clone());
+            async move { Agent::hello(&url, &token, &format!("a{i}")).await.ok() }
+        })
+        .await;
+        working.push(agent);
+    }
+    // The third place goes to a socket that will never authenticate.
+    let mut idle = TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await.unwrap();
+    // A newcomer still gets in: the idle socket gives up its place, the working agents keep theirs.
+    let mut newcomer = eventually(Duration::from_secs(10), "the newcomer to get in", || {
         let (url, token) = (server.url.clone(), laptop.clone());
-        async move { Agent::hello(&url, &token, "busy").await.ok() }
+        async move { Agent::hello(&url, &token, "newcomer").await.ok() }
     })
     .await;
-    agent.rpc.who_am_i(WhoAmIRequest {}).await.unwrap();
-    for socket in &mut silent[1..] {
-        let read = tokio::time::timeout(PREFACE, socket.read(&mut byte)).await;
-        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "every silent socket is closed");
+    newcomer.rpc.who_am_i(WhoAmIRequest {}).await.unwrap();
+    assert!(closed(&mut idle, Duration::from_secs(2)).await, "the socket that never authenticated was closed");
+    for agent in &mut working {
+        agent.rpc.who_am_i(WhoAmIRequest {}).await.expect("the working agents keep their connections");
     }
+}
+
+#[tokio::test]
+async fn one_address_holds_only_so_many_connections_that_never_authenticate() {
+    let db = TestDb::new().await;
+    let env = [("RELAY_MAX_CONNECTIONS_PER_ADDRESS", "5")];
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &env).await;
+    let addr = server.url.trim_start_matches("http://").replace("localhost", "127.0.0.1");
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(connect_from(&addr, "127.0.0.2").await);
+    }
+    let mut sixth = connect_from(&addr, "127.0.0.2").await;
+    assert!(closed(&mut sixth, Duration::from_secs(2)).await, "a sixth from the same address is closed at once");
+    let mut elsewhere = connect_from(&addr, "127.0.0.3").await;
+    assert!(!closed(&mut elsewhere, Duration::from_secs(1)).await, "another address still gets in");
 }
 
 #[tokio::test]
@@ -124,11 +200,11 @@ async fn a_tls_handshake_that_stalls_is_cut() {
     let db = TestDb::new().await;
     let server = Server::start_tls(&db, &cert, &key).await;
     let addr = server.url.trim_start_matches("https://").replace("localhost", "127.0.0.1");
-    // One byte passes the preface check; the handshake then waits for a hello that never comes.
+    // One byte of a hello, then nothing: the handshake never finishes.
     let mut stalled = TcpStream::connect(&addr).await.unwrap();
     tokio::io::AsyncWriteExt::write_all(&mut stalled, &[0x16]).await.unwrap();
     let opened = Instant::now();
     let mut byte = [0u8; 1];
-    let read = tokio::time::timeout(PREFACE * 4, stalled.read(&mut byte)).await;
+    let read = tokio::time::timeout(SETUP * 4, stalled.read(&mut byte)).await;
     assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "a stalled handshake stayed open {:?}", opened.elapsed());
 }

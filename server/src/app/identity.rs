@@ -192,15 +192,15 @@ impl App {
             let endpoint = identity::endpoint_on(db, id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
-        let cap = self.quotas.max_endpoints;
+        let caps = self.endpoint_caps();
         let id = match handle {
             Some(handle) => {
-                match identity::claim_handle(db, machine.machine_id, handle, harness, &hash, attempt, cap).await? {
+                match identity::claim_handle(db, machine.machine_id, handle, harness, &hash, attempt, caps).await? {
                     Some(id) => id,
-                    None if identity::no_room_for(db, machine.machine_id, handle, cap).await? => {
-                        return Err(limits::no_room_for_endpoints(&machine.account, cap));
-                    }
-                    None => return Err(held(db, machine, handle).await?),
+                    None => match identity::no_room_for(db, machine.machine_id, handle, caps).await? {
+                        Some(full) => return Err(self.no_room(&machine.account, &machine.machine, full)),
+                        None => return Err(held(db, machine, handle).await?),
+                    },
                 }
             }
             None => {
@@ -212,13 +212,13 @@ impl App {
                     let live = identity::live_handles(db, machine.machine_id).await?;
                     let candidate = names::free_handle(harness, &live);
                     if let Some(id) =
-                        identity::claim_handle(db, machine.machine_id, &candidate, harness, &hash, None, cap).await?
+                        identity::claim_handle(db, machine.machine_id, &candidate, harness, &hash, None, caps).await?
                     {
                         found = Some(id);
                         break;
                     }
-                    if identity::no_room_for(db, machine.machine_id, &candidate, cap).await? {
-                        return Err(limits::no_room_for_endpoints(&machine.account, cap));
+                    if let Some(full) = identity::no_room_for(db, machine.machine_id, &candidate, caps).await? {
+                        return Err(self.no_room(&machine.account, &machine.machine, full));
                     }
                 }
                 found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?
@@ -229,6 +229,21 @@ impl App {
         identity::clear_peek_turns(db, id).await?;
         let endpoint = identity::endpoint_on(db, id).await?;
         Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
+    }
+
+    /// How many endpoints an account, and one machine's agents, may hold.
+    pub(crate) fn endpoint_caps(&self) -> identity::EndpointCaps {
+        identity::EndpointCaps { account: self.quotas.max_endpoints, machine: self.quotas.max_endpoints_per_machine }
+    }
+
+    /// Why a new endpoint of `account`'s `machine` was refused.
+    pub(crate) fn no_room(&self, account: &str, machine: &str, full: identity::NoRoom) -> Error {
+        match full {
+            identity::NoRoom::Account => limits::no_room_for_endpoints(account, self.quotas.max_endpoints),
+            identity::NoRoom::Machine => {
+                limits::no_room_on_machine(&format!("{account}/{machine}"), self.quotas.max_endpoints_per_machine)
+            }
+        }
     }
 
     /// Ends a session: the endpoint goes offline at once and its handle is free.

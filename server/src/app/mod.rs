@@ -42,6 +42,11 @@ pub struct App {
 }
 
 impl App {
+    /// Takes one call from its credential's and account's call rates; see [`SendRates::admit_call`].
+    pub fn admit_call(&self, call: &quotas::Call<'_>) -> Result<()> {
+        self.rates.admit_call(call)
+    }
+
     pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
         let quotas = Quotas::default();
         Self { store, hub, shutdown, retention: Retention::default(), quotas, rates: Arc::new(SendRates::new(quotas)) }

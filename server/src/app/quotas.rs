@@ -1,5 +1,7 @@
-//! Send rates per endpoint and per account, kept in this replica's memory: a token bucket each,
-//! checked before anything is read or written, so a flood costs the server nothing but the check.
+//! Rates kept in this replica's memory: a token bucket each, checked before anything is read or
+//! written, so a flood costs the server nothing but the check. Sends per endpoint and per account
+//! ([`SendRates`]); every call per credential and per account, and new sessions per machine
+//! ([`App::admit_call`]).
 //! The deliveries a send makes are known only once it is written: they are counted then, and the
 //! account's next send waits while it is past its delivery rate.
 //! An agent talks to one replica at a time; with several replicas, each allows the rate.
@@ -10,18 +12,25 @@ use std::time::Instant;
 
 use crate::domain::Result;
 use crate::domain::caller::Caller;
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::caller::Holder;
+use crate::domain::ids::{AccountId, EndpointId, MachineId};
 use crate::domain::limits::{self, Quotas};
 use crate::domain::rate::{Bucket, Rate};
 
 /// Buckets kept at most; past it, full ones are forgotten (forgetting a full bucket changes nothing).
 const MAX_BUCKETS: usize = 100_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Key {
     Endpoint(EndpointId),
     Account(AccountId),
     Deliveries(AccountId),
+    /// Calls with one credential.
+    Calls(Holder),
+    /// Calls of one account's credentials.
+    AccountCalls(AccountId),
+    /// Sessions a machine opens.
+    Hellos(MachineId),
 }
 
 pub struct SendRates {
@@ -54,7 +63,7 @@ impl SendRates {
             return Err(limits::delivering_too_much(&caller.account, deliveries_rate, wait));
         }
         let endpoint = Key::Endpoint(caller.endpoint_id);
-        let mine = buckets.entry(endpoint).or_insert_with(|| Bucket::full(endpoint_rate, now));
+        let mine = buckets.entry(endpoint.clone()).or_insert_with(|| Bucket::full(endpoint_rate, now));
         if let Err(wait) = mine.take(endpoint_rate, now) {
             return Err(limits::sending_too_fast(&caller.address(), endpoint_rate, wait));
         }
@@ -86,5 +95,53 @@ fn rate_of(quotas: &Quotas, key: &Key) -> Rate {
         Key::Endpoint(_) => quotas.endpoint_sends,
         Key::Account(_) => quotas.account_sends,
         Key::Deliveries(_) => quotas.account_deliveries,
+        Key::Calls(_) => quotas.credential_calls,
+        Key::AccountCalls(_) => quotas.account_calls,
+        Key::Hellos(_) => quotas.machine_hellos,
+    }
+}
+
+/// A call admission counts: whose credential, which account, and whether it opens a session of a
+/// machine (`Hello` with a machine's or a card's token).
+pub struct Call<'a> {
+    pub account: AccountId,
+    pub holder: Holder,
+    /// The credential as a refusal names it.
+    pub who: &'a str,
+    pub opens_session: Option<MachineId>,
+}
+
+impl SendRates {
+    /// Takes one call from the credential's and its account's call rates (and, for a `Hello`, from
+    /// its machine's rate of new sessions), or refuses it with when to retry; a refusal takes
+    /// nothing.
+    pub fn admit_call(&self, call: &Call<'_>) -> Result<()> {
+        let q = self.quotas;
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("send rates lock poisoned");
+        if buckets.len() >= MAX_BUCKETS {
+            buckets.retain(|key, bucket| !bucket.is_full(rate_of(&q, key), now));
+        }
+        let mut taken: Vec<(Key, Rate)> = Vec::with_capacity(3);
+        let mut wanted = vec![
+            (Key::Calls(call.holder.clone()), q.credential_calls, call.who.to_owned()),
+            (Key::AccountCalls(call.account), q.account_calls, "the account".to_owned()),
+        ];
+        if let Some(machine) = call.opens_session {
+            wanted.push((Key::Hellos(machine), q.machine_hellos, format!("{} (new sessions)", call.who)));
+        }
+        for (key, rate, who) in wanted {
+            let bucket = buckets.entry(key.clone()).or_insert_with(|| Bucket::full(rate, now));
+            if let Err(wait) = bucket.take(rate, now) {
+                for (key, rate) in taken {
+                    if let Some(bucket) = buckets.get_mut(&key) {
+                        bucket.give_back(rate);
+                    }
+                }
+                return Err(limits::calling_too_fast(&who, rate, wait));
+            }
+            taken.push((key, rate));
+        }
+        Ok(())
     }
 }

@@ -334,8 +334,8 @@ impl App {
         let tx = db.transaction().await?;
         let taken = spawn::child_handles(&tx, caller.machine_id, &caller.handle).await?;
         let handle = names::child_handle(&caller.handle, &taken);
-        if identity::no_room_for(&tx, caller.machine_id, &handle, self.quotas.max_endpoints).await? {
-            return Err(limits::no_room_for_endpoints(&caller.account, self.quotas.max_endpoints));
+        if let Some(full) = identity::no_room_for(&tx, caller.machine_id, &handle, self.endpoint_caps()).await? {
+            return Err(self.no_room(&caller.account, &caller.machine, full));
         }
         let child =
             spawn::insert_child(&tx, caller.machine_id, &handle, harness, caller.endpoint_id, &ids::token_hash(&grant))

@@ -250,6 +250,7 @@ mod tests {
             tls_key: None,
             insecure_plaintext: false,
             max_connections: 16,
+            max_connections_per_address: 16,
         }
     }
 

@@ -87,6 +87,14 @@ impl Caller {
 }
 
 /// A person of an account, as authenticated by a human token.
+/// Whose credential a call presents: what its budgets and call rates belong to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Holder {
+    Endpoint(EndpointId),
+    Machine(MachineId),
+    Person(AccountId, String),
+}
+
 #[derive(Debug, Clone)]
 pub struct Human {
     pub account_id: AccountId,

@@ -1,7 +1,7 @@
 //! Input limits and the validation of free-form fields.
 
 use super::{Error, Result};
-use crate::domain::rate::Rate;
+use crate::domain::rate::{Rate, whole_seconds};
 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_RECIPIENTS: usize = 32;
@@ -29,6 +29,16 @@ pub struct Quotas {
     pub account_deliveries: Rate,
     /// Endpoints an account holds (handles on all its machines, spawned workers included).
     pub max_endpoints: u32,
+    /// Of those, the endpoints of one machine's agents (cards' endpoints apart): its share, so one
+    /// machine cannot take its whole account's.
+    pub max_endpoints_per_machine: u32,
+    /// New sessions (`Hello`) one machine opens: a machine cannot make handles as fast as it can.
+    pub machine_hellos: Rate,
+    /// Calls one credential makes (an agent's session, a machine's token, a person's), reads
+    /// included; sends count against their own rates too.
+    pub credential_calls: Rate,
+    /// Calls all of an account's credentials make together.
+    pub account_calls: Rate,
     /// Groups an account holds.
     pub max_groups: u32,
 }
@@ -41,6 +51,11 @@ impl Default for Quotas {
             account_sends: Rate::new(200.0, 1000.0),
             account_deliveries: Rate::new(2000.0, 10_000.0),
             max_endpoints: 1000,
+            max_endpoints_per_machine: 250,
+            machine_hellos: Rate::new(5.0, 50.0),
+            // A busy agent makes a few calls per tool call; a worker asks every few seconds.
+            credential_calls: Rate::new(100.0, 1000.0),
+            account_calls: Rate::new(2000.0, 10_000.0),
             max_groups: 200,
         }
     }
@@ -53,6 +68,13 @@ pub fn no_room_for_endpoints(account: &str, cap: u32) -> Error {
     ))
 }
 
+/// A new endpoint refused because `machine` holds its share of its account's endpoints already.
+pub fn no_room_on_machine(machine: &str, cap: u32) -> Error {
+    Error::ResourceExhausted(format!(
+        "machine {machine} holds {cap} endpoints of its agents, its share of its account's: no new handle was made; claim one of its existing handles, or ask the operator to raise the share (RELAY_MAX_ENDPOINTS_PER_MACHINE)"
+    ))
+}
+
 /// A new group refused because `account` holds `cap` already.
 pub fn no_room_for_groups(account: &str, cap: u32) -> Error {
     Error::ResourceExhausted(format!(
@@ -62,10 +84,10 @@ pub fn no_room_for_groups(account: &str, cap: u32) -> Error {
 
 /// A send refused because `account`'s sends made more deliveries than its rate allows.
 pub fn delivering_too_much(account: &str, rate: Rate, retry_after: std::time::Duration) -> Error {
-    let wait = retry_after.as_secs_f64().max(0.001);
+    let wait = whole_seconds(retry_after);
     Error::Throttled {
         message: format!(
-            "account {account} delivers more than the {} messages a second it is allowed (a message counts once per recipient, bursts of {}): nothing was sent; try again in {wait:.1} s",
+            "account {account} delivers more than the {} messages a second it is allowed (a message counts once per recipient, bursts of {}): nothing was sent; try again in {wait} s",
             rate.per_s, rate.burst
         ),
         retry_after,
@@ -74,15 +96,46 @@ pub fn delivering_too_much(account: &str, rate: Rate, retry_after: std::time::Du
 
 /// A send refused because `who` went past its send rate.
 pub fn sending_too_fast(who: &str, rate: Rate, retry_after: std::time::Duration) -> Error {
-    let wait = retry_after.as_secs_f64().max(0.001);
+    let wait = whole_seconds(retry_after);
     Error::Throttled {
         message: format!(
-            "{who} sends faster than the {} messages a second it is allowed (bursts of {}): nothing was sent; try again in {wait:.1} s",
+            "{who} sends faster than the {} messages a second it is allowed (bursts of {}): nothing was sent; try again in {wait} s",
             rate.per_s, rate.burst
         ),
         retry_after,
     }
 }
+
+/// A call refused because `who` went past its call rate.
+pub fn calling_too_fast(who: &str, rate: Rate, retry_after: std::time::Duration) -> Error {
+    let wait = whole_seconds(retry_after);
+    Error::Throttled {
+        message: format!(
+            "{who} makes more than the {} calls a second it is allowed (bursts of {}): this one was refused; try again in {wait} s",
+            rate.per_s, rate.burst
+        ),
+        retry_after,
+    }
+}
+
+/// The most bytes a request of the method at `path` may take (its gRPC frame included): its
+/// largest text fields, with room for the rest. Anything larger is refused before it is read.
+pub fn request_bytes(path: &str) -> usize {
+    const SMALL: usize = 16 * 1024;
+    let method = path.rsplit('/').next().unwrap_or_default();
+    match method {
+        "Send" | "Reply" | "SpawnResult" => MAX_BODY_BYTES + SMALL,
+        "PostJob" | "EditJob" | "FinishJob" | "CloseJob" => super::board::MAX_DETAIL_BYTES + SMALL,
+        "PutPeekTurns" => super::trust::MAX_PEEK_TURNS * (PEEK_TURN_BYTES + 1024) + SMALL,
+        "RequestPermission" => PERMISSION_INPUT_BYTES + SMALL,
+        _ => SMALL,
+    }
+}
+
+/// The most text of one turn a client sends for peek (the server keeps less).
+pub const PEEK_TURN_BYTES: usize = 8 * 1024;
+/// The most of a permission request's tool input a client sends (the server keeps an excerpt).
+pub const PERMISSION_INPUT_BYTES: usize = 64 * 1024;
 
 pub const STATUS_STATES: [&str; 4] = ["idle", "busy", "blocked", "away"];
 pub const HARNESSES: [&str; 5] = ["claude", "codex", "gemini", "cursor", "other"];

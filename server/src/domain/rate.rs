@@ -22,6 +22,13 @@ impl Rate {
     }
 }
 
+/// A wait as a person reads it: whole seconds, rounded up, at least one ("try again in 2 s", never
+/// "0.0 s").
+pub fn whole_seconds(wait: Duration) -> u64 {
+    let rounded_up = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    rounded_up.max(1)
+}
+
 /// One bucket's state: the tokens it held at `at`.
 #[derive(Debug, Clone, Copy)]
 pub struct Bucket {
@@ -89,6 +96,14 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_reads_in_whole_seconds_and_never_as_nothing() {
+        assert_eq!(whole_seconds(Duration::ZERO), 1);
+        assert_eq!(whole_seconds(Duration::from_millis(30)), 1);
+        assert_eq!(whole_seconds(Duration::from_millis(1200)), 2);
+        assert_eq!(whole_seconds(Duration::from_secs(2)), 2);
+    }
 
     #[test]
     fn a_burst_passes_then_the_rate_holds_with_the_wait_said() {

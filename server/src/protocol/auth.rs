@@ -6,14 +6,11 @@
 //! never reaches a handler, and a job token reaches nothing but `Hello`.
 
 use futures_util::future::BoxFuture;
-use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use http::{Request, Response};
-use tower::{BoxError, Layer, Service, ServiceExt};
-
+use super::admission::Gatekeeper;
 use super::layers;
 use crate::app::App;
+use crate::app::quotas::Call;
 use crate::domain::caller::{Caller, CardAgent, Human, MachineIdentity};
 use crate::domain::ids::TokenKind;
 use crate::domain::{Error, Result};
@@ -157,74 +154,43 @@ pub fn person<T>(request: &tonic::Request<T>) -> Result<Human> {
     }
 }
 
-/// Authenticates every call by the credential its method takes; see the module.
-#[derive(Clone)]
-pub struct AuthLayer {
-    app: Arc<App>,
-}
-
-impl AuthLayer {
-    pub fn new(app: App) -> Self {
-        Self { app: Arc::new(app) }
-    }
-}
-
-impl<S> Layer<S> for AuthLayer {
-    type Service = Authenticate<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Authenticate { inner, app: self.app.clone() }
-    }
-}
-
-/// Cloned for every call, with the service it wraps: the application is shared, not copied.
-#[derive(Clone)]
-pub struct Authenticate<S> {
-    inner: S,
-    app: Arc<App>,
-}
-
-impl<S, B, ResBody> Service<Request<B>> for Authenticate<S>
-where
-    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Send + 'static,
-    ResBody: Default + Send + 'static,
-{
-    type Response = Response<ResBody>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, std::result::Result<Self::Response, BoxError>>;
-
-    /// Always ready: the inner service is driven by `oneshot` in `call`.
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut request: Request<B>) -> Self::Future {
-        let needs = Needs::of(request.uri().path());
-        let inner = self.inner.clone();
-        let app = self.app.clone();
+/// What admission asks of the application: who a credential is, and whether its rates allow one
+/// more call.
+impl Gatekeeper for App {
+    fn authenticate<'a>(
+        &'a self,
+        path: &'a str,
+        headers: &'a http::HeaderMap,
+    ) -> BoxFuture<'a, Result<Option<Credential>>> {
         Box::pin(async move {
-            if !matches!(needs, Needs::Own | Needs::Nothing) {
-                let header = request.headers().get(http::header::AUTHORIZATION).map(|v| v.as_bytes());
-                let outcome = match token(header) {
-                    Ok(token) => match misplaced_job_token(needs, token, request.uri().path()) {
-                        Some(refused) => Err(refused),
-                        None => authenticate(&app, needs, token).await,
-                    },
-                    Err(e) => Err(e),
-                };
-                match outcome {
-                    Ok(Some(credential)) => {
-                        request.extensions_mut().insert(credential);
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Ok(tonic::Status::from(e).into_http()),
-                }
+            let needs = Needs::of(path);
+            if matches!(needs, Needs::Own | Needs::Nothing) {
+                return Ok(None);
             }
-            inner.oneshot(request).await.map_err(Into::into)
+            let token = token(headers.get(http::header::AUTHORIZATION).map(|v| v.as_bytes()))?;
+            if let Some(refused) = misplaced_job_token(needs, token, path) {
+                return Err(refused);
+            }
+            authenticate(self, needs, token).await
         })
+    }
+
+    fn admit_rate(&self, credential: &Credential, path: &str) -> Result<()> {
+        let who = match credential {
+            Credential::Session(caller) => caller.address(),
+            Credential::Machine(m) => format!("machine {}/{}", m.account, m.machine),
+            Credential::Card(agent) => format!("card {}'s agent", agent.attempt.card),
+            Credential::Person(p) => format!("{}/me ({})", p.account, p.name),
+        };
+        // A Hello with a machine's (or a card's) token opens a session of that machine.
+        let opens_session = match credential {
+            Credential::Machine(m) | Credential::Card(CardAgent { machine: m, .. }) if path.ends_with("/Hello") => {
+                Some(m.machine_id)
+            }
+            _ => None,
+        };
+        let call = Call { account: credential.account_id(), holder: credential.holder(), who: &who, opens_session };
+        self.admit_call(&call)
     }
 }
 

@@ -1,36 +1,155 @@
-//! Who may hold a connection. At most `max` at once per replica. A connection must start talking
-//! (the HTTP/2 preface, or a TLS hello) within [`PREFACE`], and finish its TLS handshake within as
-//! long again, or it is closed. So nobody can exhaust the server's file descriptors, or the
-//! database's, by holding sockets open without speaking. A refused or silent connection costs one
-//! accept and one close. TLS is done here, with the certificate of `protocol::tls`.
+//! Who may hold a connection. At most `max` at once per replica, and at most `per_address` not yet
+//! authenticated from one address. A connection must finish its setup — its TLS handshake, then the
+//! HTTP/2 preface and the header of its first frame — within [`SETUP`] of being accepted, however
+//! it spends that time (silent, or dribbling a byte at a time), or it is closed. When every place is
+//! taken, a new connection takes the place of the oldest one that has not authenticated a call yet
+//! (agents authenticate within milliseconds of connecting; a socket that never does is nobody's),
+//! and is refused only when all of them have. So nobody can exhaust the server's descriptors, or
+//! the places of agents that work, by holding sockets open. TLS is done here, with the certificate
+//! of `protocol::tls`.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::mpsc;
+use tokio::time::Sleep;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tonic::transport::server::Connected;
 
 use crate::metrics::{Shed, metrics};
 
-/// How long a new connection may stay silent before it is closed.
-pub const PREFACE: Duration = Duration::from_secs(5);
+/// How long a new connection has to finish its setup (TLS handshake, HTTP/2 preface).
+pub const SETUP: Duration = Duration::from_secs(5);
 /// Connections per replica by default; each holds a file descriptor.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+/// Connections of one address that have not authenticated a call yet, by default.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
+/// The HTTP/2 client preface (24 bytes) and the header of the SETTINGS frame that must follow it.
+const SETUP_BYTES: usize = 24 + 9;
 /// Refusals are logged at most this often, so a flood does not flood the log too.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// An accepted connection that spoke in time, holding its place among the `max`.
+/// What the calls of a connection know of it (in their extensions): where it comes from, and a way
+/// to say it has authenticated a call.
+#[derive(Clone)]
+pub struct Info {
+    pub peer: Option<SocketAddr>,
+    state: Arc<Held>,
+}
+
+impl Info {
+    /// The information of a connection from `peer` that no registry holds.
+    #[cfg(test)]
+    pub fn for_test(peer: SocketAddr) -> Self {
+        let state = Arc::new(Held {
+            id: 0,
+            ip: Some(peer.ip()),
+            opened: Instant::now(),
+            authenticated: AtomicBool::new(false),
+            close: CancellationToken::new(),
+        });
+        Self { peer: Some(peer), state }
+    }
+
+    /// A call on this connection was authenticated: it is someone's now, and is not shed for a
+    /// newcomer.
+    pub fn authenticated(&self) {
+        self.state.authenticated.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One connection the replica holds.
+struct Held {
+    id: u64,
+    ip: Option<IpAddr>,
+    opened: Instant,
+    authenticated: AtomicBool,
+    /// Cancelled to close the connection (shed for a newcomer).
+    close: CancellationToken,
+}
+
+/// The connections held, for the limits.
+struct Registry {
+    held: Mutex<HashMap<u64, Arc<Held>>>,
+    next: AtomicU64,
+    max: usize,
+    per_address: usize,
+}
+
+/// Why a new connection was not taken.
+enum Full {
+    /// Its address holds `per_address` unauthenticated ones.
+    Address,
+    /// Every place is taken by a connection that authenticated.
+    Everyone,
+}
+
+impl Registry {
+    /// A place for a connection from `ip`, taking the oldest unauthenticated connection's when all
+    /// are taken.
+    fn admit(self: &Arc<Self>, ip: Option<IpAddr>) -> Result<Place, Full> {
+        let mut held = self.held.lock().expect("connections lock poisoned");
+        let unauthenticated = |h: &&Arc<Held>| !h.authenticated.load(Ordering::Relaxed);
+        if let Some(ip) = ip
+            && held.values().filter(unauthenticated).filter(|h| h.ip == Some(ip)).count() >= self.per_address
+        {
+            return Err(Full::Address);
+        }
+        if held.len() >= self.max {
+            let oldest = held.values().filter(unauthenticated).min_by_key(|h| h.opened).cloned();
+            let Some(oldest) = oldest else { return Err(Full::Everyone) };
+            held.remove(&oldest.id);
+            oldest.close.cancel();
+            metrics().shed(Shed::connections);
+            tracing::debug!(peer = ?oldest.ip, "unauthenticated connection closed for a newcomer: every place was taken");
+        }
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(Held {
+            id,
+            ip,
+            opened: Instant::now(),
+            authenticated: AtomicBool::new(false),
+            close: CancellationToken::new(),
+        });
+        held.insert(id, state.clone());
+        metrics().connections.set(held.len() as i64);
+        Ok(Place { registry: self.clone(), state })
+    }
+}
+
+/// A connection's place; given back when the connection ends.
+struct Place {
+    registry: Arc<Registry>,
+    state: Arc<Held>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut held = self.registry.held.lock().expect("connections lock poisoned");
+        held.remove(&self.state.id);
+        metrics().connections.set(held.len() as i64);
+    }
+}
+
+/// An accepted connection that finished its TLS handshake in time, holding its place.
 pub struct Admitted {
     stream: Stream,
-    _place: Place,
+    peer: Option<SocketAddr>,
+    place: Place,
+    closed: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Until the preface is read: the deadline, and the bytes read so far.
+    setup: Option<(Pin<Box<Sleep>>, usize)>,
 }
 
 enum Stream {
@@ -38,31 +157,21 @@ enum Stream {
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// A place among the `max`, counted in the `relay_connections` gauge while held.
-struct Place(#[allow(dead_code)] OwnedSemaphorePermit);
-
-impl Place {
-    fn new(permit: OwnedSemaphorePermit) -> Self {
-        metrics().connections.inc();
-        Self(permit)
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        metrics().connections.dec();
-    }
-}
-
 /// The connections the server serves, from `listener`. The accepting runs in a task of its own and
 /// ends when the server stops taking connections.
 pub fn admit(
     listener: TcpListener,
     max: usize,
+    per_address: usize,
     tls: Option<TlsAcceptor>,
 ) -> impl tokio_stream::Stream<Item = io::Result<Admitted>> {
     let (tx, rx) = mpsc::channel(64);
-    let places = Arc::new(Semaphore::new(max));
+    let registry = Arc::new(Registry {
+        held: Mutex::default(),
+        next: AtomicU64::new(0),
+        max: max.max(1),
+        per_address: per_address.max(1),
+    });
     tokio::spawn(async move {
         let mut warned: Option<Instant> = None;
         loop {
@@ -78,41 +187,46 @@ pub fn admit(
                 },
                 () = tx.closed() => return,
             };
-            let Ok(place) = places.clone().try_acquire_owned() else {
-                metrics().shed(Shed::connections);
-                if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
-                    warned = Some(Instant::now());
-                    tracing::warn!(%peer, max, "connection refused: the replica holds as many as it takes");
+            let place = match registry.admit(Some(peer.ip())) {
+                Ok(place) => place,
+                Err(full) => {
+                    metrics().shed(Shed::connections);
+                    if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                        warned = Some(Instant::now());
+                        match full {
+                            Full::Address => tracing::warn!(
+                                %peer, per_address, "connection refused: its address holds as many unauthenticated ones as it may"
+                            ),
+                            Full::Everyone => {
+                                tracing::warn!(%peer, max, "connection refused: the replica holds as many as it takes")
+                            }
+                        }
+                    }
+                    continue;
                 }
-                continue;
             };
             // A batched answer must not wait out delayed ACKs.
             let _ = stream.set_nodelay(true);
             let (tx, tls) = (tx.clone(), tls.clone());
             tokio::spawn(async move {
-                let mut first = [0u8; 1];
-                match tokio::time::timeout(PREFACE, stream.peek(&mut first)).await {
-                    Ok(Ok(n)) if n > 0 => {}
-                    _ => {
-                        tracing::debug!(%peer, "connection closed: nothing said within the preface time");
-                        return;
-                    }
-                }
+                let deadline = tokio::time::Instant::now() + SETUP;
                 let stream = match tls {
                     None => Stream::Plain(stream),
-                    Some(tls) => match tokio::time::timeout(PREFACE, tls.accept(stream)).await {
+                    Some(tls) => match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
                         Ok(Ok(stream)) => Stream::Tls(Box::new(stream)),
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "connection closed: tls handshake failed");
                             return;
                         }
                         Err(_) => {
-                            tracing::debug!(%peer, "connection closed: tls handshake too slow");
+                            tracing::debug!(%peer, "connection closed: tls handshake not done in time");
                             return;
                         }
                     },
                 };
-                let _ = tx.send(Ok(Admitted { stream, _place: Place::new(place) })).await;
+                let closed = Box::pin(place.state.close.clone().cancelled_owned());
+                let setup = Some((Box::pin(tokio::time::sleep_until(deadline)), 0));
+                let _ = tx.send(Ok(Admitted { stream, peer: Some(peer), place, closed, setup })).await;
             });
         }
     });
@@ -120,27 +234,47 @@ pub fn admit(
 }
 
 impl Connected for Admitted {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = Info;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        match &self.stream {
-            Stream::Plain(s) => s.connect_info(),
-            Stream::Tls(s) => s.get_ref().0.connect_info(),
-        }
+        Info { peer: self.peer, state: self.place.state.clone() }
     }
+}
+
+fn shed() -> io::Error {
+    io::Error::new(io::ErrorKind::ConnectionAborted, "closed: its place was given to a newcomer")
 }
 
 impl AsyncRead for Admitted {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match &mut self.stream {
+        if self.closed.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(shed()));
+        }
+        if let Some((deadline, _)) = &mut self.setup
+            && deadline.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, "setup not done in time")));
+        }
+        let before = buf.filled().len();
+        let read = match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        };
+        if let (Poll::Ready(Ok(())), Some((_, seen))) = (&read, &mut self.setup) {
+            *seen += buf.filled().len() - before;
+            if *seen >= SETUP_BYTES {
+                self.setup = None;
+            }
         }
+        read
     }
 }
 
 impl AsyncWrite for Admitted {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.closed.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(shed()));
+        }
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
@@ -166,6 +300,9 @@ impl AsyncWrite for Admitted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
+        if self.closed.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(shed()));
+        }
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),

@@ -5,66 +5,33 @@
 //!    `relay_rpc_duration_seconds`);
 //! 2. a span per call (`rpc`, with service, method, caller, code, latency) and one event when it ends;
 //! 3. catch-panic: a handler that panics answers INTERNAL and is logged; the server keeps serving;
-//! 4. admission: a global limit on calls in flight that refuses at once with RESOURCE_EXHAUSTED
-//!    rather than queueing, and a time budget per call that answers DEADLINE_EXCEEDED.
+//! 4. admission (`admission`): budgets per address, credential, account and server, the request
+//!    message's size and arrival, authentication, call rates and a time budget per call.
 //!
 //! Health and reflection pass admission untouched, so readiness probes answer however busy the
-//! server is. Calls that wait (long polls, permission requests) have a limit of their own, so
-//! clients waiting for mail never take the places of calls doing work. Long polls get their longest wait plus the ordinary budget; streams and calls whose
-//! wait the server itself bounds get no budget here (see [`Kind`]).
+//! server is.
 
-use futures_util::future::BoxFuture;
 use std::any::Any;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use http::{HeaderMap, Request, Response};
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
-use tower::limit::ConcurrencyLimit;
-use tower::load_shed::LoadShed;
-use tower::load_shed::error::Overloaded;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 use tower_http::catch_panic::{CatchPanic, ResponseForPanic};
 use tower_http::classify::{GrpcErrorsAsFailures, SharedClassifier};
 use tower_http::trace::{MakeSpan, OnEos, OnResponse, Trace, TraceLayer};
 use tracing::Span;
 use tracing::field::Empty;
 
+use super::admission::{Admission, AdmissionLayer};
 use crate::domain::limits::MAX_WAIT_S;
-use crate::metrics::{Shed, metrics};
+use crate::metrics::metrics;
 
-/// The time budget of an ordinary call.
-pub const DEFAULT_RPC_TIMEOUT: Duration = Duration::from_secs(30);
-/// The most calls in flight at once (streams count only until their first response).
-pub const DEFAULT_MAX_CONCURRENT_RPCS: u32 = 1024;
 /// What a refused caller is told to wait before retrying (`grpc-retry-pushback-ms`, gRFC A6).
 const RETRY_PUSHBACK_MS: &str = "250";
-
-/// The most calls waiting at once (long polls, permission requests): they cost a task and no
-/// work while they wait, so they have their own limit and never take ordinary calls' places.
-pub const DEFAULT_MAX_WAITING_CALLS: u32 = 8192;
-
-/// The limits the layers enforce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RpcLimits {
-    /// Budget of an ordinary call; a long poll gets its longest wait on top.
-    pub timeout: Duration,
-    /// Calls in flight at once beyond which a call is refused.
-    pub max_concurrent: usize,
-    /// Calls that wait (long polls and permission requests) at once, beside `max_concurrent`.
-    pub max_waiting: usize,
-}
-
-impl Default for RpcLimits {
-    fn default() -> Self {
-        Self {
-            timeout: DEFAULT_RPC_TIMEOUT,
-            max_concurrent: DEFAULT_MAX_CONCURRENT_RPCS as usize,
-            max_waiting: DEFAULT_MAX_WAITING_CALLS as usize,
-        }
-    }
-}
 
 /// How the layers treat a method, by its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,15 +85,15 @@ pub fn record_caller(caller: &dyn std::fmt::Display) {
     Span::current().record("caller", tracing::field::display(caller));
 }
 
-/// All of the layers, for `Server::builder().layer(RpcLayers::new(limits))`.
-#[derive(Debug, Clone, Copy)]
+/// All of the layers, for `Server::builder().layer(RpcLayers::new(admission))`.
+#[derive(Clone)]
 pub struct RpcLayers {
-    limits: RpcLimits,
+    admission: AdmissionLayer,
 }
 
 impl RpcLayers {
-    pub fn new(limits: RpcLimits) -> Self {
-        Self { limits }
+    pub fn new(admission: AdmissionLayer) -> Self {
+        Self { admission }
     }
 }
 
@@ -137,7 +104,7 @@ impl<S: Clone> Layer<S> for RpcLayers {
     type Service = Measured<RpcTrace<CatchPanic<Admission<S>, PanicToStatus>>>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let admitted = Admission::new(inner, self.limits);
+        let admitted = self.admission.layer(inner);
         let guarded = CatchPanic::custom(admitted, PanicToStatus);
         let traced = TraceLayer::new_for_grpc()
             .make_span_with(RpcSpan)
@@ -271,24 +238,6 @@ pub fn panicked() -> Status {
     )
 }
 
-/// The status of a call refused because `limit` calls are in flight.
-pub fn overloaded(limit: usize) -> Status {
-    let mut status = Status::resource_exhausted(format!(
-        "the server is at its limit of {limit} calls in flight and refused this one: retry after a short backoff"
-    ));
-    advise_retry(&mut status);
-    status
-}
-
-/// The status of a waiting call refused because `limit` calls wait already.
-pub fn too_many_waiting(limit: usize) -> Status {
-    let mut status = Status::resource_exhausted(format!(
-        "the server is at its limit of {limit} waiting calls and refused this one: retry after a short backoff"
-    ));
-    advise_retry(&mut status);
-    status
-}
-
 /// Tells a refused caller when to retry (`grpc-retry-pushback-ms`), which the bridge passes on.
 pub fn advise_retry(status: &mut Status) {
     status.metadata_mut().insert("grpc-retry-pushback-ms", MetadataValue::from_static(RETRY_PUSHBACK_MS));
@@ -309,110 +258,9 @@ pub fn ran_too_long(path: &str, budget: Duration) -> Status {
     ))
 }
 
-/// The global concurrency limit and the time budgets. Refusals and timeouts are answered here as
-/// gRPC statuses, never as transport errors (which would reset the connection).
-#[derive(Debug, Clone)]
-pub struct Admission<S> {
-    /// For health and reflection, which bypass the limit.
-    inner: S,
-    /// Shares one semaphore among all clones: tonic clones the service for every call.
-    limited: LoadShed<ConcurrencyLimit<S>>,
-    /// The same for calls that wait, with a semaphore of their own.
-    waiting: LoadShed<ConcurrencyLimit<S>>,
-    limits: RpcLimits,
-}
-
-impl<S: Clone> Admission<S> {
-    pub fn new(inner: S, limits: RpcLimits) -> Self {
-        let limited = LoadShed::new(ConcurrencyLimit::new(inner.clone(), limits.max_concurrent.max(1)));
-        let waiting = LoadShed::new(ConcurrencyLimit::new(inner.clone(), limits.max_waiting.max(1)));
-        Self { inner, limited, waiting, limits }
-    }
-}
-
-impl<S, B, ResBody> Service<Request<B>> for Admission<S>
-where
-    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Send + 'static,
-    ResBody: Default + Send + 'static,
-{
-    type Response = Response<ResBody>;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<Self::Response, BoxError>>;
-
-    /// Always ready: whether a call may run is decided per call, by its path, in `call`.
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<B>) -> Self::Future {
-        let path = request.uri().path().to_owned();
-        let kind = Kind::of(&path);
-        if kind == Kind::Infrastructure {
-            let inner = self.inner.clone();
-            return Box::pin(async move { inner.oneshot(request).await.map_err(Into::into) });
-        }
-        let waits = matches!(kind, Kind::LongPoll | Kind::ServerTimed);
-        let limited = if waits { self.waiting.clone() } else { self.limited.clone() };
-        let limits = self.limits;
-        Box::pin(async move {
-            let call = limited.oneshot(request);
-            let outcome = match kind.budget(limits.timeout) {
-                None => call.await,
-                Some(budget) => match tokio::time::timeout(budget, call).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => {
-                        // Dropping the handler's future rolls back whatever it had not committed.
-                        tracing::warn!(budget_s = budget.as_secs_f64(), "rpc ran past its time budget; stopped");
-                        return Ok(ran_too_long(&path, budget).into_http());
-                    }
-                },
-            };
-            match outcome {
-                Err(e) if e.is::<Overloaded>() => {
-                    metrics().shed(Shed::calls);
-                    let refusal =
-                        if waits { too_many_waiting(limits.max_waiting) } else { overloaded(limits.max_concurrent) };
-                    Ok(refusal.into_http())
-                }
-                other => other,
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::convert::Infallible;
-    use std::sync::Arc;
-
-    use tokio::sync::Notify;
-
     use super::*;
-
-    type Body = tonic::body::Body;
-
-    fn request(path: &str) -> Request<Body> {
-        Request::builder().uri(format!("http://relay{path}")).body(Body::default()).unwrap()
-    }
-
-    fn ok() -> Response<Body> {
-        Status::ok("").into_http()
-    }
-
-    fn status_of<B>(response: &Response<B>) -> Code {
-        Status::from_header_map(response.headers()).map_or(Code::Ok, |s| s.code())
-    }
-
-    fn message_of<B>(response: &Response<B>) -> String {
-        Status::from_header_map(response.headers()).map(|s| s.message().to_owned()).unwrap_or_default()
-    }
-
-    fn limits(timeout: Duration, max_concurrent: usize) -> RpcLimits {
-        RpcLimits { timeout, max_concurrent, max_waiting: max_concurrent }
-    }
 
     #[test]
     fn methods_are_classified_by_path() {
@@ -448,138 +296,5 @@ mod tests {
         for kind in [Kind::Stream, Kind::ServerTimed, Kind::Infrastructure] {
             assert_eq!(kind.budget(ordinary), None, "{kind:?}");
         }
-    }
-
-    /// Panics on `/Boom`, answers anything else.
-    fn panicky()
-    -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone + Send {
-        tower::service_fn(|req: Request<Body>| async move {
-            if req.uri().path().ends_with("/Boom") {
-                panic!("handler bug");
-            }
-            Ok::<_, Infallible>(ok())
-        })
-    }
-
-    #[tokio::test]
-    async fn a_panicking_handler_answers_internal_and_the_service_keeps_serving() {
-        let service = RpcLayers::new(RpcLimits::default()).layer(panicky());
-
-        let boom = service.clone().oneshot(request("/relay.v1.Relay/Boom")).await.unwrap();
-        assert_eq!(status_of(&boom), Code::Internal);
-        assert_eq!(message_of(&boom), panicked().message());
-        assert_eq!(boom.headers()["content-type"], "application/grpc");
-        let fine = service.clone().oneshot(request("/relay.v1.Relay/WhoAmI")).await.unwrap();
-        assert_eq!(status_of(&fine), Code::Ok);
-
-        // The panicked call gave its slot back: with a limit of one, the next call still runs.
-        let single = RpcLayers::new(limits(DEFAULT_RPC_TIMEOUT, 1)).layer(panicky());
-        assert_eq!(status_of(&single.clone().oneshot(request("/relay.v1.Relay/Boom")).await.unwrap()), Code::Internal);
-        assert_eq!(status_of(&single.oneshot(request("/relay.v1.Relay/Send")).await.unwrap()), Code::Ok);
-    }
-
-    // The clock is paused and jumps ahead whenever every task waits, so the real defaults are tested
-    // without the test taking minutes.
-    #[tokio::test(start_paused = true)]
-    async fn a_stuck_ordinary_call_is_stopped_but_a_long_poll_is_not() {
-        // Send is stuck for good; Inbox waits as long as a request may ask, then answers.
-        let handler = tower::service_fn(|req: Request<Body>| async move {
-            match req.uri().path() {
-                "/relay.v1.Relay/Send" => std::future::pending::<()>().await,
-                _ => tokio::time::sleep(Duration::from_secs(u64::from(MAX_WAIT_S))).await,
-            }
-            Ok::<_, Infallible>(ok())
-        });
-        let service = Admission::new(handler, RpcLimits::default());
-
-        let started = tokio::time::Instant::now();
-        let stuck = service.clone().oneshot(request("/relay.v1.Relay/Send")).await.unwrap();
-        assert_eq!(status_of(&stuck), Code::DeadlineExceeded);
-        assert_eq!(started.elapsed(), DEFAULT_RPC_TIMEOUT);
-        assert!(
-            message_of(&stuck).starts_with("relay.v1.Relay/Send took longer than the server allows (30 s)"),
-            "{}",
-            message_of(&stuck)
-        );
-
-        let started = tokio::time::Instant::now();
-        let waited = service.clone().oneshot(request("/relay.v1.Relay/Inbox")).await.unwrap();
-        assert_eq!(status_of(&waited), Code::Ok, "a long poll is not cut while it waits");
-        assert_eq!(started.elapsed(), Duration::from_secs(u64::from(MAX_WAIT_S)));
-
-        // A stream's setup is not timed either: its body lives as long as the client wants.
-        let started = tokio::time::Instant::now();
-        let stream = service.oneshot(request("/relay.v1.Relay/Subscribe")).await.unwrap();
-        assert_eq!(status_of(&stream), Code::Ok);
-        assert!(started.elapsed() > DEFAULT_RPC_TIMEOUT);
-    }
-
-    /// A handler that holds calls to `held` until released (saying when one entered), and answers
-    /// anything else at once.
-    fn gated(
-        held: &'static str,
-    ) -> (
-        Arc<Notify>,
-        Arc<Notify>,
-        impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone + Send,
-    ) {
-        let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-        let handler = {
-            let (entered, release) = (entered.clone(), release.clone());
-            tower::service_fn(move |req: Request<Body>| {
-                let (entered, release) = (entered.clone(), release.clone());
-                async move {
-                    if req.uri().path() == held {
-                        entered.notify_one();
-                        release.notified().await;
-                    }
-                    Ok::<_, Infallible>(ok())
-                }
-            })
-        };
-        (entered, release, handler)
-    }
-
-    #[tokio::test]
-    async fn beyond_the_limit_calls_are_refused_at_once_but_health_still_answers() {
-        let (entered, release, handler) = gated("/relay.v1.Relay/Send");
-        let service = Admission::new(handler, limits(DEFAULT_RPC_TIMEOUT, 1));
-
-        let held = tokio::spawn(service.clone().oneshot(request("/relay.v1.Relay/Send")));
-        entered.notified().await;
-        let refused = service.clone().oneshot(request("/relay.v1.Relay/WhoAmI")).await.unwrap();
-        assert_eq!(status_of(&refused), Code::ResourceExhausted);
-        assert_eq!(
-            message_of(&refused),
-            "the server is at its limit of 1 calls in flight and refused this one: retry after a short backoff"
-        );
-        assert_eq!(refused.headers()["grpc-retry-pushback-ms"], RETRY_PUSHBACK_MS);
-
-        let health = service.clone().oneshot(request("/grpc.health.v1.Health/Check")).await.unwrap();
-        assert_eq!(status_of(&health), Code::Ok, "health bypasses the limit");
-
-        release.notify_one();
-        assert_eq!(status_of(&held.await.unwrap().unwrap()), Code::Ok);
-        let after = service.oneshot(request("/relay.v1.Relay/WhoAmI")).await.unwrap();
-        assert_eq!(status_of(&after), Code::Ok, "the slot is free again");
-    }
-
-    #[tokio::test]
-    async fn waiting_calls_have_their_own_limit_and_never_take_ordinary_places() {
-        let (entered, release, handler) = gated("/relay.v1.Relay/Inbox");
-        let service = Admission::new(handler, limits(DEFAULT_RPC_TIMEOUT, 1));
-
-        let waiting = tokio::spawn(service.clone().oneshot(request("/relay.v1.Relay/Inbox")));
-        entered.notified().await;
-        let ordinary = service.clone().oneshot(request("/relay.v1.Relay/WhoAmI")).await.unwrap();
-        assert_eq!(status_of(&ordinary), Code::Ok, "a waiting call holds no ordinary place");
-        let second = service.clone().oneshot(request("/relay.v1.Relay/AskWait")).await.unwrap();
-        assert_eq!(status_of(&second), Code::ResourceExhausted);
-        assert_eq!(
-            message_of(&second),
-            "the server is at its limit of 1 waiting calls and refused this one: retry after a short backoff"
-        );
-        release.notify_one();
-        assert_eq!(status_of(&waiting.await.unwrap().unwrap()), Code::Ok);
     }
 }

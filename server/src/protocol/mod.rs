@@ -1,7 +1,9 @@
-//! The gRPC surface: one layer authenticates every call (`auth`), thin handlers validate and call the
+//! The gRPC surface: admission (`admission`) authenticates every call (`auth`) and holds it to the
+//! budgets of its address, credential and account; thin handlers validate and call the
 //! application. Beside it, the plaintext ops port (`ops`) for probes and metrics, and the web
 //! console (`console`) a person signs in to.
 
+pub mod admission;
 pub mod auth;
 pub mod connections;
 pub mod console;

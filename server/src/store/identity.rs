@@ -310,10 +310,25 @@ pub(crate) async fn claim_granted(
     Ok(claimed > 0)
 }
 
+/// How many endpoints an account holds at most, and how many of them one machine's agents
+/// (cards' endpoints, `job-…`, apart: they come and go with the board).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EndpointCaps {
+    pub account: u32,
+    pub machine: u32,
+}
+
+/// Which cap a new endpoint would pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoRoom {
+    Account,
+    Machine,
+}
+
 /// Claims `handle` on the machine for a new session: a new endpoint, or one whose handle is free
 /// (see [`presence::UNSTREAMED_HOLD`]), which starts its profile afresh. `attempt` (a job token's
 /// hash) makes the session a card's agent's; without it the session is a machine's agent's. Its
-/// id, or `None` when another session holds the handle.
+/// id, or `None` when another session holds the handle (or a new one has no room: [`no_room_for`]).
 pub(crate) async fn claim_handle(
     c: &impl GenericClient,
     machine_id: MachineId,
@@ -321,17 +336,21 @@ pub(crate) async fn claim_handle(
     harness: &str,
     session_hash: &[u8],
     attempt: Option<&[u8]>,
-    max_endpoints: u32,
+    caps: EndpointCaps,
 ) -> Result<Option<EndpointId>> {
     let claim = c
         .prepare_cached(
             "insert into endpoints (machine_id, handle, harness, session_hash, online_until, last_seen_at, claimed_at,
                                     job_token_hash)
              select $1, $2, $3, $4, now() + $5 * interval '1 second', now(), now(), $8
-             -- a new handle only while the account holds fewer endpoints than it may
+             -- a new handle only while the account holds fewer endpoints than it may, and the
+             -- machine fewer of its agents' (cards' apart)
              where exists (select 1 from endpoints where machine_id = $1 and handle = $2)
-                or (select count(*) from endpoints e join machines m on m.id = e.machine_id
-                    where m.account_id = (select account_id from machines where id = $1)) < $7
+                or ((select count(*) from endpoints e join machines m on m.id = e.machine_id
+                     where m.account_id = (select account_id from machines where id = $1)) < $7
+                    and ($2 like 'job-%'
+                         or (select count(*) from endpoints
+                             where machine_id = $1 and handle not like 'job-%') < $9))
              on conflict (machine_id, handle) do update
                  set harness = excluded.harness, session_hash = excluded.session_hash,
                      online_until = excluded.online_until, last_seen_at = now(), ended_at = null,
@@ -350,28 +369,38 @@ pub(crate) async fn claim_handle(
         )
         .await?;
     let (lease, hold) = (presence::secs(presence::CLAIM_LEASE), presence::secs(presence::UNSTREAMED_HOLD));
-    let max_endpoints = i64::from(max_endpoints);
-    let params: [&(dyn ToSql + Sync); 8] =
-        [&machine_id, &handle, &harness, &session_hash, &lease, &hold, &max_endpoints, &attempt];
+    let (account_cap, machine_cap) = (i64::from(caps.account), i64::from(caps.machine));
+    let params: [&(dyn ToSql + Sync); 9] =
+        [&machine_id, &handle, &harness, &session_hash, &lease, &hold, &account_cap, &attempt, &machine_cap];
     c.query_opt(&claim, &params).await?.map(|r| r.col(0)).transpose()
 }
 
-/// Whether `handle` would be a new endpoint of an account that holds `max_endpoints` already,
-/// counting them all (ended ones keep their inbox and can be claimed again).
+/// Which cap `handle` would pass as a new endpoint of the machine: its account's (counting every
+/// endpoint, ended ones too: they keep their inbox and can be claimed again) or the machine's share
+/// of it; `None` when it has room, or is not new.
 pub(crate) async fn no_room_for(
     c: &impl GenericClient,
     machine_id: MachineId,
     handle: &str,
-    max_endpoints: u32,
-) -> Result<bool> {
-    c.query_one(
-        "select count(*) >= $2 and not coalesce(bool_or(e.machine_id = $1 and e.handle = $3), false)
-         from endpoints e join machines m on m.id = e.machine_id
-         where m.account_id = (select account_id from machines where id = $1)",
-        &[&machine_id, &i64::from(max_endpoints), &handle],
-    )
-    .await?
-    .col(0)
+    caps: EndpointCaps,
+) -> Result<Option<NoRoom>> {
+    let row = c
+        .query_one(
+            "select coalesce(bool_or(e.machine_id = $1 and e.handle = $3), false),
+                    count(*) >= $2,
+                    count(*) filter (where e.machine_id = $1 and e.handle not like 'job-%') >= $4 and $3 not like 'job-%'
+             from endpoints e join machines m on m.id = e.machine_id
+             where m.account_id = (select account_id from machines where id = $1)",
+            &[&machine_id, &i64::from(caps.account), &handle, &i64::from(caps.machine)],
+        )
+        .await?;
+    let (exists, account_full, machine_full): (bool, bool, bool) = (row.col(0)?, row.col(1)?, row.col(2)?);
+    Ok(match (exists, account_full, machine_full) {
+        (true, _, _) => None,
+        (false, true, _) => Some(NoRoom::Account),
+        (false, false, true) => Some(NoRoom::Machine),
+        (false, false, false) => None,
+    })
 }
 
 /// Handles of the machine's endpoints whose session has not ended.

@@ -584,8 +584,17 @@ async fn main() {
         ("RELAY_SEND_RATE_PER_ACCOUNT", "0"),
         ("RELAY_DELIVERY_RATE_PER_ACCOUNT", "0"),
         ("RELAY_MAX_ENDPOINTS", "1000000"),
-        // Every idle stream is a connection of its own.
+        ("RELAY_MAX_ENDPOINTS_PER_MACHINE", "1000000"),
+        ("RELAY_HELLO_RATE_PER_MACHINE", "0"),
+        ("RELAY_CALL_RATE_PER_CREDENTIAL", "0"),
+        ("RELAY_CALL_RATE_PER_ACCOUNT", "0"),
+        ("RELAY_MAX_CALLS_PER_ACCOUNT", "1024"),
+        ("RELAY_MAX_CALLS_PER_ADDRESS", "20000"),
+        ("RELAY_MAX_STREAMS_PER_ACCOUNT", "40000"),
+        // Every idle stream is a connection of its own, all from this one address.
         ("RELAY_MAX_CONNECTIONS", "20000"),
+        ("RELAY_MAX_CONNECTIONS_PER_ADDRESS", "20000"),
+        ("RELAY_MAX_WAITING_CALLS", "40000"),
     ];
     let server = Server::start_with_env(&db, port, &unlimited).await;
     let pid = server.pid();
