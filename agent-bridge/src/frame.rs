@@ -77,6 +77,20 @@ pub fn quote(text: &str) -> String {
     format!("\"{}\"", flat.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
+/// `text` cut to at most `max` bytes at a character boundary, the cut marked; a text that fits is
+/// returned whole.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mark = "…";
+    let mut end = max.saturating_sub(mark.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{mark}", &text[..end])
+}
+
 pub fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }
@@ -229,6 +243,14 @@ mod tests {
         let text = message(&m);
         assert!(text.contains("require_reply=\"true\""), "{text}");
         assert!(reply_required(&m).unwrap().contains("answer it with relay_reply abcdefgh"));
+    }
+
+    #[test]
+    fn a_clipped_text_fits_and_cuts_between_characters() {
+        assert_eq!(clip("short", 10), "short");
+        let cut = clip("ééééé", 6);
+        assert!(cut.len() <= 6 && cut.ends_with('…'), "{cut:?}");
+        assert_eq!(cut, "é…");
     }
 
     #[test]

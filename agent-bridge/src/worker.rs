@@ -296,6 +296,7 @@ impl Worker {
     /// handle taken over by another worker of the machine) is opened anew and the question asked
     /// once more: a refused call never reached the operator.
     async fn ask_permission(&self, job_token: &str, tool: String, input: String) -> anyhow::Result<bool> {
+        let input = crate::frame::clip(&input, crate::tools::PERMISSION_INPUT_BYTES);
         let request = PermissionRequest { job_token: job_token.to_owned(), tool, input };
         let mut fresh = false;
         loop {

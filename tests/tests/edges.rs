@@ -628,3 +628,22 @@ async fn a_second_stream_on_one_session_ends_the_first_at_once() {
     let got = relay_tests::client::next_message(&mut second, WAIT).await;
     assert_eq!(got.body, "to the newest stream");
 }
+
+#[tokio::test]
+async fn a_send_whose_answers_are_lost_is_tried_again_with_its_id_and_stored_once() {
+    let (_db, server, laptop, ci) = acme(&[]).await;
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let proxy = relay_tests::proxy::LossyProxy::start(&server.url, Duration::from_secs(2)).await;
+    let mut alice =
+        Bridge::start(BridgeSpec { server: &proxy.url, token: &laptop, handle: Some("alice"), channels: false });
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    // From here, two connections in a row carry the send to the server and lose its answer.
+    proxy.lose(2);
+    let sent = alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "exactly once, please" })).await;
+    assert_eq!(sent["structuredContent"]["recipients"][0]["address"], "acme/ci/bob", "{sent}");
+    assert_eq!(proxy.lost.load(std::sync::atomic::Ordering::SeqCst), 2, "answers were lost on the way");
+    let inbox = bob.inbox(0, true).await.unwrap();
+    let copies = inbox.messages.iter().filter(|m| m.body == "exactly once, please").count();
+    assert_eq!(copies, 1, "one copy, whatever the retries: {:?}", inbox.messages);
+}

@@ -16,8 +16,12 @@ use super::wake::{self, Woken};
 use crate::frame;
 use crate::relay::session::authed;
 
-/// Most turns read from the end of a transcript.
+/// Most turns read from the end of a transcript (the server keeps as many).
 const TURNS: usize = 10;
+/// Most text of one turn sent for peek: the server takes no more (and keeps less).
+pub const TURN_BYTES: usize = 8 * 1024;
+/// Most tools of one turn sent for peek.
+pub const MAX_TOOLS: usize = 64;
 
 /// The last turns of a Claude Code JSONL transcript: prompts, replies, and the tools a reply used.
 pub fn claude_turns(transcript: &str) -> Vec<PeekTurn> {
@@ -62,7 +66,12 @@ pub fn claude_turns(transcript: &str) -> Vec<PeekTurn> {
         }
     }
     let start = turns.len().saturating_sub(TURNS);
-    turns.split_off(start)
+    let mut last = turns.split_off(start);
+    for turn in &mut last {
+        turn.text = frame::clip(&turn.text, TURN_BYTES);
+        turn.tools.truncate(MAX_TOOLS);
+    }
+    last
 }
 
 pub async fn stop(event: Value) -> anyhow::Result<()> {

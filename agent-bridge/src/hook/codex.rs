@@ -32,11 +32,12 @@ pub fn codex_turns(event: &Value) -> Vec<PeekTurn> {
         .as_array()
         .map(|m| m.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
+    let clip = |text: &str| crate::frame::clip(text, super::claude::TURN_BYTES);
     if !prompts.is_empty() {
-        turns.push(PeekTurn { role: "user".into(), text: prompts.join("\n"), tools: Vec::new() });
+        turns.push(PeekTurn { role: "user".into(), text: clip(&prompts.join("\n")), tools: Vec::new() });
     }
     if let Some(reply) = event["last-assistant-message"].as_str().filter(|r| !r.is_empty()) {
-        turns.push(PeekTurn { role: "assistant".into(), text: reply.to_owned(), tools: Vec::new() });
+        turns.push(PeekTurn { role: "assistant".into(), text: clip(reply), tools: Vec::new() });
     }
     turns
 }

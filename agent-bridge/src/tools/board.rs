@@ -298,6 +298,10 @@ async fn answer_permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(Outcome::data(text, &output::Decision { id: d.id, state: d.state }))
 }
 
+/// Most of a tool's input a permission request carries: whoever decides sees an excerpt, and the
+/// server takes no more.
+pub const PERMISSION_INPUT_BYTES: usize = 64 * 1024;
+
 /// Claude Code's permission prompt tool for a board agent: the answer is the JSON it expects.
 async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let tool = args.str("tool_name")?.to_owned();
@@ -305,7 +309,7 @@ async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let request = PermissionRequest {
         job_token: std::env::var("RELAY_JOB_TOKEN").unwrap_or_default(),
         tool,
-        input: input.to_string(),
+        input: frame::clip(&input.to_string(), PERMISSION_INPUT_BYTES),
     };
     // Someone has to answer: the operator, then the human, each with their time.
     let d = tools

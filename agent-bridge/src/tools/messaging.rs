@@ -12,6 +12,7 @@ use super::{
     ASK_WAIT_DEFAULT_S, MAX_RECIPIENTS, MAX_WAIT_S, NOTE_CHARS, Outcome, STATUS_STATES, TITLE_CHARS, ToolError, Tools,
 };
 use crate::frame;
+use crate::relay::RelayError;
 
 type Result<T> = std::result::Result<T, ToolError>;
 
@@ -36,9 +37,56 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
 }
 
 /// A fresh idempotency key: a retried call after a lost answer returns the first result.
-fn client_id() -> String {
+pub(super) fn client_id() -> String {
     let bytes: [u8; 12] = rand::rng().random();
     format!("b_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+}
+
+/// How long a send whose answer was lost is tried again, with its id, before the model is told.
+const PATIENCE: Duration = Duration::from_secs(60);
+const FIRST_RETRY: Duration = Duration::from_millis(500);
+const MAX_RETRY: Duration = Duration::from_secs(8);
+
+/// Makes a send (or a reply) with the client id `what` was given before, when an earlier call of
+/// the same send never learned its outcome, and tries it again with that id until the server
+/// answers or [`PATIENCE`] runs out: so a lost answer makes no second copy, whether the bridge
+/// retries or the model sends again.
+async fn send_once<Req, F, Fut>(
+    tools: &Tools,
+    what: &str,
+    mut request: Req,
+    set_id: impl Fn(&mut Req, String),
+    call: F,
+) -> Result<SendResponse>
+where
+    Req: Clone,
+    F: Fn(crate::relay::session::Client, tonic::Request<Req>) -> Fut + Clone,
+    Fut: Future<Output = std::result::Result<tonic::Response<SendResponse>, tonic::Status>>,
+{
+    let key = Tools::send_key(what);
+    set_id(&mut request, tools.client_id_for(key).await);
+    let started = tokio::time::Instant::now();
+    let mut retry = FIRST_RETRY;
+    loop {
+        match tools.relay().call(Duration::ZERO, request.clone(), call.clone()).await {
+            Ok(sent) => {
+                tools.settled(key).await;
+                return Ok(sent);
+            }
+            Err(err @ (RelayError::Unreachable(_) | RelayError::Unanswered(_))) => {
+                if started.elapsed() + retry > PATIENCE {
+                    return Err(ToolError::Undetermined(err.to_string()));
+                }
+                tracing::info!(error = %err, retry_ms = retry.as_millis() as u64, "send not answered; trying it again with its id");
+            }
+            Err(err) => {
+                tools.settled(key).await;
+                return Err(err.into());
+            }
+        }
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(MAX_RETRY);
+    }
 }
 
 fn recipients_text(recipients: &[RecipientState]) -> String {
@@ -204,16 +252,18 @@ async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let body = args.str("body")?.to_owned();
     let thread = args.opt_str("thread")?.unwrap_or_default().trim().to_owned();
     let private = args.opt_bool("private")?.unwrap_or(false);
+    let what = format!("send\0{to:?}\0{thread}\0{private}\0{body}");
     let request = SendRequest {
         to,
         body,
         thread,
         kind: MessageKind::Message as i32,
-        client_id: client_id(),
+        client_id: String::new(),
         private,
         require_reply: false,
     };
-    let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
+    let sent =
+        send_once(tools, &what, request, |r, id| r.client_id = id, |mut c, r| async move { c.send(r).await }).await?;
     if !sent.hold.is_empty() {
         let text = format!(
             "held {} (id {}) for your account's human to review (hold {})",
@@ -240,9 +290,11 @@ async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let request = ReplyRequest {
         id: args.str("id")?.trim().to_owned(),
         body: args.str("body")?.to_owned(),
-        client_id: client_id(),
+        client_id: String::new(),
     };
-    let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.reply(r).await }).await?;
+    let what = format!("reply\0{}\0{}", request.id, request.body);
+    let sent =
+        send_once(tools, &what, request, |r, id| r.client_id = id, |mut c, r| async move { c.reply(r).await }).await?;
     tools.mark_seen_id(&sent.reply_to).await;
     let text = format!(
         "replied {} (id {}) to {}, answering {} in thread {}",
@@ -294,6 +346,7 @@ async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     let body = args.str("body")?.to_owned();
     let wait_s = args.seconds("wait_s", ASK_WAIT_DEFAULT_S, MAX_WAIT_S)?;
     let require_reply = args.opt_bool("require_reply")?.unwrap_or(false);
+    let what = format!("ask\0{to}\0{require_reply}\0{body}");
     let request = SendRequest {
         require_reply,
         private: false,
@@ -301,9 +354,10 @@ async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         body,
         thread: String::new(),
         kind: MessageKind::Ask as i32,
-        client_id: client_id(),
+        client_id: String::new(),
     };
-    let sent = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.send(r).await }).await?;
+    let sent =
+        send_once(tools, &what, request, |r, id| r.client_id = id, |mut c, r| async move { c.send(r).await }).await?;
     match wait_for_replies(tools, sent.id.clone(), &sent.thread, wait_s).await {
         Ok(outcome) => Ok(outcome),
         // The request went out: the model needs its id to keep waiting, not a failure that invites a second ask.

@@ -14,7 +14,7 @@ pub mod output;
 mod peek;
 mod scope;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -31,6 +31,7 @@ use crate::relay::push::Progress;
 use catalog::Audience;
 
 pub use args::ArgError;
+pub use board::PERMISSION_INPUT_BYTES;
 
 /// Limits the server enforces, repeated in the schemas so a model sees them before it calls.
 pub const MAX_RECIPIENTS: usize = 32;
@@ -144,7 +145,13 @@ pub struct Tools {
     /// Whether this endpoint is its account's operator (`None` until the server said); the session
     /// relists tools when it changes.
     operator: watch::Sender<Option<bool>>,
+    /// The client ids of sends whose outcome the bridge never learned, by what they asked: the
+    /// same send made again reuses its id, and the server does not store it twice.
+    undetermined: Mutex<HashMap<u64, String>>,
 }
+
+/// Sends remembered without an outcome at most; past it the oldest are forgotten.
+const MAX_UNDETERMINED: usize = 256;
 
 impl Tools {
     pub fn new(relay: Arc<Relay>) -> Self {
@@ -154,7 +161,31 @@ impl Tools {
             taken: AtomicU64::new(0),
             stream: Arc::default(),
             operator: watch::channel(None).0,
+            undetermined: Mutex::default(),
         }
+    }
+
+    /// What identifies a send among the ones a model might make again: its tool and arguments.
+    pub(crate) fn send_key(what: &str) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut hasher = DefaultHasher::new();
+        what.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    /// The client id for the send `key`: the one it had when its outcome was lost, else a new one
+    /// (remembered until the send is settled).
+    pub(crate) async fn client_id_for(&self, key: u64) -> String {
+        let mut undetermined = self.undetermined.lock().await;
+        if undetermined.len() >= MAX_UNDETERMINED && !undetermined.contains_key(&key) {
+            undetermined.clear();
+        }
+        undetermined.entry(key).or_insert_with(messaging::client_id).clone()
+    }
+
+    /// The send `key` got an answer: its id is no longer needed.
+    pub(crate) async fn settled(&self, key: u64) {
+        self.undetermined.lock().await.remove(&key);
     }
 
     pub fn relay(&self) -> &Arc<Relay> {
@@ -330,6 +361,11 @@ pub enum ToolError {
     Busy { reason: String, retry_after_s: u64 },
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A send whose answer never came, though it was tried again with its id for a minute.
+    #[error(
+        "not confirmed: {0}. The send may have reached the server. It was tried again with the same id for a minute; calling this tool again with the same arguments reuses that id, so it cannot make a second copy"
+    )]
+    Undetermined(String),
 }
 
 /// How long a refused call should wait: the server's `grpc-retry-pushback-ms`, else a few seconds.
@@ -406,6 +442,21 @@ mod tests {
             "3 unread relay messages: abcdefgh from acme/ci/bob and 2 more; read them with relay_inbox"
         );
         assert_eq!(hint_text(2, &[]), "2 unread relay messages waiting; read them with relay_inbox");
+    }
+
+    #[tokio::test]
+    async fn a_send_whose_outcome_was_lost_keeps_its_id_for_the_same_send() {
+        use crate::relay::replicas::Replicas;
+        use crate::relay::session::Claim;
+        let replicas = Arc::new(Replicas::new("http://127.0.0.1:1", None).unwrap());
+        let claim = Claim { handle: None, harness: "other".into(), spawn_grant: None };
+        let tools = Tools::new(Arc::new(Relay::new(replicas, None, "token".into(), claim)));
+        let key = Tools::send_key("send\0[\"bob\"]\0hello");
+        let first = tools.client_id_for(key).await;
+        assert_eq!(tools.client_id_for(key).await, first, "the same send again reuses the id");
+        assert_ne!(tools.client_id_for(Tools::send_key("send\0[\"bob\"]\0bye")).await, first);
+        tools.settled(key).await;
+        assert_ne!(tools.client_id_for(key).await, first, "once answered, the same words are a new send");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::domain::caller::Human;
 use crate::domain::ids::{self, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error, Result, limits};
 use crate::store::board::{self, NewJob};
 use crate::store::identity::{Caller, MachineIdentity};
 use crate::store::notices::notify_board;
@@ -405,6 +405,7 @@ impl App {
     }
 
     pub async fn cleaned(&self, machine: &MachineIdentity, ids: &[String]) -> Result<()> {
+        limits::count("card ids", ids.len(), limits::MAX_CLEANED_IDS)?;
         let db = self.store.client().await?;
         board::mark_cleaned(&db, machine.machine_id, ids).await
     }

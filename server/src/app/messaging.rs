@@ -122,6 +122,7 @@ impl App {
     /// them (read); a bridge cannot claim less.
     pub async fn confirm(&self, caller: &Caller, seqs: &[u64], state: Option<State>) -> Result<u64> {
         let state = State::confirmable(state)?;
+        limits::count("seqs", seqs.len(), limits::MAX_CONFIRM_SEQS)?;
         let seqs = delivery::seqs_to_db(seqs)?;
         if seqs.is_empty() {
             return Ok(0);

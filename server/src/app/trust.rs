@@ -9,8 +9,9 @@ use crate::domain::ids::{self, TokenKind};
 use crate::domain::message::Message;
 use crate::domain::names::{NameKind, validate};
 use crate::domain::redact::{RedactedText, redact};
+use crate::domain::trust::MAX_PEEK_TURNS;
 use crate::domain::trust::{self as rules, Contact, Hold, HoldState, Peek, PeekTurn, Peeker};
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error, Result, limits};
 use crate::store::identity::{Caller, contact_accounts};
 use crate::store::messages::{self, Outgoing, Target};
 use crate::store::trust::{self, KeptTurn};
@@ -32,6 +33,10 @@ impl App {
 
     /// Keeps the caller's last turns for peek (or adds to them); whether they were kept (peek is on).
     pub async fn put_peek_turns(&self, caller: &Caller, turns: Vec<PeekTurn>, append: bool) -> Result<bool> {
+        limits::count("turns", turns.len(), MAX_PEEK_TURNS)?;
+        for turn in &turns {
+            limits::count("tools of one turn", turn.tools.len(), limits::MAX_TURN_TOOLS)?;
+        }
         // Turns are another agent's data to be: redacted like message bodies before they are kept,
         // and cut only after, so that a cut cannot hide a secret's shape from the redactor.
         let turns: Vec<KeptTurn> = turns

@@ -13,6 +13,12 @@ pub const MAX_THREAD_LEN: usize = 64;
 pub const MAX_CLIENT_ID_LEN: usize = 64;
 pub const DEFAULT_INBOX_BATCH: u32 = 50;
 pub const MAX_INBOX_BATCH: u32 = 200;
+/// Deliveries one confirmation names: a bridge confirms what one look showed.
+pub const MAX_CONFIRM_SEQS: usize = 1000;
+/// Worktrees one report of a worker names.
+pub const MAX_CLEANED_IDS: usize = 1000;
+/// Tools one peeked turn names.
+pub const MAX_TURN_TOOLS: usize = 64;
 /// Most unread messages one inbox holds (`RELAY_MAX_UNREAD`): a send beyond it is refused, so an
 /// agent that never reads cannot grow the database without bound.
 pub const DEFAULT_MAX_UNREAD: u32 = 10_000;
@@ -164,6 +170,14 @@ pub fn recipients(count: usize) -> Result<()> {
         }
         _ => Ok(()),
     }
+}
+
+/// A list a request gives, refused with its count when longer than `max`.
+pub fn count(what: &str, given: usize, max: usize) -> Result<()> {
+    if given > max {
+        return Err(Error::invalid(format!("{given} {what} in one request; the limit is {max}: nothing was done")));
+    }
+    Ok(())
 }
 
 pub fn wait_s(wait_s: u32) -> Result<u32> {

@@ -12,6 +12,7 @@ use crate::domain::message::{Announcement, Message, Recipient};
 use crate::domain::redact::Counts;
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
 use crate::domain::trust::{Approval, Contact, Decision, Hold, Peek, PeekTurn, Peeker};
+use crate::domain::{Error, Result};
 use crate::push::{announce, stream::Event};
 
 pub fn delivery_state(state: Option<State>) -> wire::DeliveryState {
@@ -45,13 +46,21 @@ pub fn kind(kind: Kind) -> wire::MessageKind {
     }
 }
 
-/// The kind a sender asks for; unspecified is a plain message.
-pub fn kind_from_wire(kind: wire::MessageKind) -> Kind {
-    match kind {
+/// The kind a sender asks for; unspecified is a plain message, and a number `relay.v1` does not
+/// know is refused.
+pub fn kind_from_wire(kind: i32) -> Result<Kind> {
+    Ok(match known::<wire::MessageKind>("kind", kind)? {
         wire::MessageKind::Unspecified | wire::MessageKind::Message => Kind::Message,
         wire::MessageKind::Ask => Kind::Ask,
         wire::MessageKind::Reply => Kind::Reply,
-    }
+    })
+}
+
+/// An enum field's value, refused when `relay.v1` has no such value (a client built against
+/// another contract, or a forged message): nothing unknown is taken for a default.
+pub fn known<E: TryFrom<i32>>(field: &str, value: i32) -> Result<E> {
+    E::try_from(value)
+        .map_err(|_| Error::invalid(format!("{field} {value} is not a value relay.v1 knows: nothing was done")))
 }
 
 /// One event of a push stream, as the bridge receives it.

@@ -87,7 +87,7 @@ impl Relay for RelayService {
             to: &req.to,
             body: &req.body,
             thread: &req.thread,
-            kind: convert::kind_from_wire(req.kind()),
+            kind: convert::kind_from_wire(req.kind)?,
             client_id: &req.client_id,
             private: req.private,
             require_reply: req.require_reply,
@@ -195,7 +195,7 @@ impl Relay for RelayService {
         let req = request.get_ref();
         let (name, rules_in, rules_out) = (&req.name, selectors(&req.rules_in), selectors(&req.rules_out));
         let one = |g: GroupView| GroupResponse { groups: vec![g.into()], note: String::new() };
-        let response = match req.action() {
+        let response = match convert::known::<GroupAction>("action", req.action)? {
             GroupAction::Create => one(self.app.group_create(&caller, name, rules_in, rules_out).await?),
             action @ (GroupAction::Add | GroupAction::Remove) => {
                 one(self.app.group_member(&caller, name, &req.endpoint, action == GroupAction::Add).await?)
@@ -347,7 +347,8 @@ impl Relay for RelayService {
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        let updated = self.app.confirm(&caller, &req.seqs, convert::state_from_wire(req.state())).await?;
+        let state = convert::known::<DeliveryState>("state", req.state)?;
+        let updated = self.app.confirm(&caller, &req.seqs, convert::state_from_wire(state)).await?;
         Ok(Response::new(ConfirmResponse { updated: updated as u32 }))
     }
 }
