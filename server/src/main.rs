@@ -431,13 +431,30 @@ fn say(format: LogFormat, line: &str) {
     }
 }
 
+/// Crates whose debug output carries what agents and people sent (the database client logs every
+/// statement's parameters: bodies, token hashes): held at info, whatever RELAY_LOG asks.
+const KEPT_QUIET: [&str; 2] = ["tokio_postgres", "postgres_protocol"];
+
 fn init_logging(format: LogFormat, default: &str) {
-    let filter = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let lines = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{Layer, fmt, registry};
+    let asked = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // A filter of its own, so that no directive of RELAY_LOG's can lift it.
+    let quiet =
+        Targets::new().with_default(LevelFilter::TRACE).with_targets(KEPT_QUIET.map(|t| (t, LevelFilter::INFO)));
+    let filter = asked.and(quiet);
+    let lines = fmt::layer().with_writer(std::io::stderr);
     match format {
-        LogFormat::Json => lines.json().with_current_span(true).with_span_list(true).init(),
+        LogFormat::Json => {
+            registry().with(lines.json().with_current_span(true).with_span_list(true).with_filter(filter)).init()
+        }
         // Colour only for a person at a terminal: journald and kubectl logs get plain lines.
-        LogFormat::Text => lines.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        LogFormat::Text => {
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+            registry().with(lines.with_ansi(ansi).with_filter(filter)).init()
+        }
     }
 }
 

@@ -28,6 +28,14 @@ impl Interceptor for Bearer {
 
 pub type Client = RelayClient<InterceptedService<Channel, Bearer>>;
 
+/// A client of the worker service, with the machine's token.
+pub fn worker_client(
+    channel: Channel,
+    token: &str,
+) -> relay_proto::v1::worker_client::WorkerClient<InterceptedService<Channel, Bearer>> {
+    relay_proto::v1::worker_client::WorkerClient::with_interceptor(channel, Bearer::new(token))
+}
+
 pub async fn channel(url: &str) -> Channel {
     tonic::transport::Endpoint::from_shared(url.to_owned())
         .unwrap()

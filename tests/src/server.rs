@@ -51,15 +51,36 @@ impl Server {
         server
     }
 
+    /// Starts with extra environment, its log (stderr) written to `log`.
+    pub async fn start_logging_to(db: &TestDb, env: &[(&str, &str)], log: &Path) -> Self {
+        let port = free_port();
+        let file = std::fs::File::create(log).expect("create the server's log file");
+        let mut server = Self::spawn_to(db, port, &[], format!("http://127.0.0.1:{port}"), env, Stdio::from(file));
+        server.wait_serving(None).await;
+        server
+    }
+
     fn spawn_with(db: &TestDb, port: u16, extra: &[&std::ffi::OsStr], url: String, env: &[(&str, &str)]) -> Self {
+        Self::spawn_to(db, port, extra, url, env, Stdio::inherit())
+    }
+
+    fn spawn_to(
+        db: &TestDb,
+        port: u16,
+        extra: &[&std::ffi::OsStr],
+        url: String,
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Self {
         let child = Command::new(bin("relay-server"))
+            .env("RELAY_LOG", std::env::var("RELAY_LOG").unwrap_or_else(|_| "warn".into()))
             .envs(env.iter().copied())
             .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--db-pool-size", "8"])
             .args(extra)
             .env("DATABASE_URL", &db.url)
-            .env("RELAY_LOG", std::env::var("RELAY_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .expect("start relay-server");
         Self { child, url, db_url: db.url.clone(), port }
