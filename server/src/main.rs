@@ -283,6 +283,8 @@ impl From<QuotaArgs> for Quotas {
             credential_calls: Rate::new(a.call_rate_per_credential, a.call_burst_per_credential),
             account_calls: Rate::new(a.call_rate_per_account, a.call_burst_per_account),
             max_groups: a.max_groups,
+            // Sign-in limits are not a setting: a person needs no more, a guesser gets no more.
+            ..Quotas::default()
         }
     }
 }

@@ -538,6 +538,7 @@ async fn the_console_speaks_https_with_the_servers_certificate() {
     let pair = cookie.split(';').next().unwrap();
     let board = request_on(tls().await, &host, "GET", "/board", &[("Cookie", pair)], "").await;
     assert_eq!(board.status, 200);
+    assert_eq!(board.header("strict-transport-security"), Some("max-age=31536000"), "browsers keep to HTTPS");
     // A form from the plain-http origin of the same host is another origin.
     let csrf = csrf_of(&board.body);
     let headers = [FORM, ("Cookie", pair), ("Origin", "http://localhost")];
@@ -546,6 +547,33 @@ async fn the_console_speaks_https_with_the_servers_certificate() {
     // Plaintext is not served there.
     let plain = relay_tests::http::get(&console, "/sign-in").await;
     assert!(plain.as_ref().is_none_or(|(status, _)| *status != 200), "{plain:?}");
+}
+
+#[tokio::test]
+async fn guessing_a_human_token_is_slowed_to_a_crawl_for_that_address_alone() {
+    let w = world(&[]).await;
+    let guess = |n: usize| form(&[("token", &format!("rlh_{n:064}"))]);
+    let mut slowed = None;
+    for n in 0..40 {
+        let answer = request(&w.console, "POST", "/sign-in", &[FORM], &guess(n)).await;
+        if answer.status == 429 {
+            slowed = Some(answer);
+            break;
+        }
+        assert_eq!(answer.status, 401, "{answer:?}");
+    }
+    let slowed = slowed.expect("guesses are refused once they pass the address's budget");
+    let wait: u64 = slowed.header("retry-after").and_then(|s| s.parse().ok()).expect("Retry-After in seconds");
+    assert!(wait >= 1, "a real wait: {wait}");
+    assert!(slowed.body.contains("too many failed sign-ins from your address: try again in"), "{}", slowed.body);
+    // From that address even the right token waits; the person at another address signs in.
+    let right = request(&w.console, "POST", "/sign-in", &[FORM], &form(&[("token", &w.human)])).await;
+    assert_eq!(right.status, 429);
+    let elsewhere = tokio::net::TcpSocket::new_v4().unwrap();
+    elsewhere.bind("127.0.0.5:0".parse().unwrap()).unwrap();
+    let stream = elsewhere.connect(w.console.parse().unwrap()).await.unwrap();
+    let answer = request_on(stream, &w.console, "POST", "/sign-in", &[FORM], &form(&[("token", &w.human)])).await;
+    assert_eq!(answer.status, 303, "{answer:?}");
 }
 
 #[test]

@@ -25,8 +25,20 @@ pub struct Watch {
 impl App {
     /// Signs a person in with the account's human token, checked as the Human service checks it:
     /// a new session's token (for the cookie, shown only now) and the person.
-    pub async fn console_sign_in(&self, human_token: &str) -> Result<(String, Human)> {
-        let person = self.person(human_token.trim()).await?;
+    /// Signs a person in from `address`: an address that keeps failing waits, and so does an
+    /// account that opens sessions faster than people do.
+    pub async fn console_sign_in(&self, human_token: &str, address: std::net::IpAddr) -> Result<(String, Human)> {
+        self.rates.may_sign_in(address)?;
+        let person = match self.person(human_token.trim()).await {
+            Ok(person) => person,
+            Err(e) => {
+                if matches!(e, Error::Unauthenticated(_)) {
+                    self.rates.failed_sign_in(address);
+                }
+                return Err(e);
+            }
+        };
+        self.rates.sign_in(person.account_id, &person.account)?;
         let session = ids::new_token(TokenKind::Console);
         let db = self.store.client().await?;
         let ttl = rules::SESSION_TTL.as_secs_f64();

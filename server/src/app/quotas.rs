@@ -7,6 +7,7 @@
 //! An agent talks to one replica at a time; with several replicas, each allows the rate.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -31,6 +32,10 @@ enum Key {
     AccountCalls(AccountId),
     /// Sessions a machine opens.
     Hellos(MachineId),
+    /// Failed console sign-ins from one address.
+    FailedSignIns(IpAddr),
+    /// Console sessions an account's people open.
+    SignIns(AccountId),
 }
 
 pub struct SendRates {
@@ -98,6 +103,8 @@ fn rate_of(quotas: &Quotas, key: &Key) -> Rate {
         Key::Calls(_) => quotas.credential_calls,
         Key::AccountCalls(_) => quotas.account_calls,
         Key::Hellos(_) => quotas.machine_hellos,
+        Key::FailedSignIns(_) => quotas.failed_sign_ins,
+        Key::SignIns(_) => quotas.account_sign_ins,
     }
 }
 
@@ -112,6 +119,37 @@ pub struct Call<'a> {
 }
 
 impl SendRates {
+    /// Whether `address` may try to sign in now: refused while its failed sign-ins are past their
+    /// rate, with when to try again.
+    pub fn may_sign_in(&self, address: IpAddr) -> Result<()> {
+        let rate = self.quotas.failed_sign_ins;
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("send rates lock poisoned");
+        let bucket = buckets.entry(Key::FailedSignIns(address)).or_insert_with(|| Bucket::full(rate, now));
+        bucket
+            .ready(rate, now)
+            .map_err(|wait| limits::signing_in_too_fast("too many failed sign-ins from your address", wait))
+    }
+
+    /// Counts a failed sign-in from `address`.
+    pub fn failed_sign_in(&self, address: IpAddr) {
+        let rate = self.quotas.failed_sign_ins;
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("send rates lock poisoned");
+        buckets.entry(Key::FailedSignIns(address)).or_insert_with(|| Bucket::full(rate, now)).spend(rate, 1.0, now);
+    }
+
+    /// Takes one console session from `account`'s rate.
+    pub fn sign_in(&self, account: AccountId, name: &str) -> Result<()> {
+        let rate = self.quotas.account_sign_ins;
+        let now = Instant::now();
+        let mut buckets = self.buckets.lock().expect("send rates lock poisoned");
+        let bucket = buckets.entry(Key::SignIns(account)).or_insert_with(|| Bucket::full(rate, now));
+        bucket.take(rate, now).map_err(|wait| {
+            limits::signing_in_too_fast(&format!("account {name} opened more console sessions than it may"), wait)
+        })
+    }
+
     /// Takes one call from the credential's and its account's call rates (and, for a `Hello`, from
     /// its machine's rate of new sessions), or refuses it with when to retry; a refusal takes
     /// nothing.

@@ -45,6 +45,10 @@ pub struct Quotas {
     pub credential_calls: Rate,
     /// Calls all of an account's credentials make together.
     pub account_calls: Rate,
+    /// Console sign-ins one client address may fail: past it, its sign-ins wait.
+    pub failed_sign_ins: Rate,
+    /// Console sessions one account's people may open.
+    pub account_sign_ins: Rate,
     /// Groups an account holds.
     pub max_groups: u32,
 }
@@ -62,6 +66,9 @@ impl Default for Quotas {
             // A busy agent makes a few calls per tool call; a worker asks every few seconds.
             credential_calls: Rate::new(100.0, 1000.0),
             account_calls: Rate::new(2000.0, 10_000.0),
+            // A person mistypes a token now and then; a guesser tries thousands.
+            failed_sign_ins: Rate::new(0.1, 10.0),
+            account_sign_ins: Rate::new(0.5, 30.0),
             max_groups: 200,
         }
     }
@@ -110,6 +117,13 @@ pub fn sending_too_fast(who: &str, rate: Rate, retry_after: std::time::Duration)
         ),
         retry_after,
     }
+}
+
+/// A console sign-in refused because its address failed too often, or its account signed in too
+/// often.
+pub fn signing_in_too_fast(who: &str, retry_after: std::time::Duration) -> Error {
+    let wait = whole_seconds(retry_after);
+    Error::Throttled { message: format!("{who}: try again in {wait} s"), retry_after }
 }
 
 /// A call refused because `who` went past its call rate.

@@ -84,11 +84,13 @@ pub fn serve(
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
         let stopped = stop.clone().cancelled_owned();
+        // Each request knows its client's address: failed sign-ins are counted by it.
+        let service = router.into_make_service_with_connect_info::<Peer>();
         let served = match acceptor {
-            None => axum::serve(listener, router).with_graceful_shutdown(stopped).await,
+            None => axum::serve(listener, service).with_graceful_shutdown(stopped).await,
             Some(acceptor) => {
                 let listener = TlsListener::start(listener, acceptor, stop);
-                axum::serve(listener, router).with_graceful_shutdown(stopped).await
+                axum::serve(listener, service).with_graceful_shutdown(stopped).await
             }
         };
         if let Err(e) = served {
@@ -108,6 +110,22 @@ fn drain(task: JoinHandle<()>, shutdown: CancellationToken) -> JoinHandle<()> {
             () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_LIMIT).await } => abort.abort(),
         }
     })
+}
+
+/// The address of a console request's client.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
+        Self(*stream.remote_addr())
+    }
 }
 
 /// Connections whose TLS handshake finished, handed to axum one at a time. Handshakes run in

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Form, Query, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Form, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -72,12 +72,18 @@ pub(super) fn router(app: App, secure: bool, shutdown: CancellationToken) -> Rou
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
-        .layer(middleware::map_response(security_headers))
+        .layer(middleware::map_response(move |response| security_headers(response, secure)))
         .with_state(Console { app, secure, shutdown })
 }
 
-async fn security_headers(mut response: Response) -> Response {
+/// Browsers that reached the console over HTTPS keep to HTTPS for it for a year.
+const HSTS: &str = "max-age=31536000";
+
+async fn security_headers(mut response: Response, secure: bool) -> Response {
     let headers = response.headers_mut();
+    if secure {
+        headers.insert(header::STRICT_TRANSPORT_SECURITY, HeaderValue::from_static(HSTS));
+    }
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
@@ -329,11 +335,16 @@ async fn sign_in_page(State(c): State<Console>, headers: HeaderMap) -> Response 
     page_response(StatusCode::OK, pages::sign_in(None))
 }
 
-async fn sign_in(State(c): State<Console>, headers: HeaderMap, Form(fields): Form<Fields>) -> Response {
+async fn sign_in(
+    State(c): State<Console>,
+    ConnectInfo(super::Peer(peer)): ConnectInfo<super::Peer>,
+    headers: HeaderMap,
+    Form(fields): Form<Fields>,
+) -> Response {
     if !c.same_origin(&headers) {
         return refused_cross_site();
     }
-    match c.app.console_sign_in(fields.get("token")).await {
+    match c.app.console_sign_in(fields.get("token"), peer.ip()).await {
         Ok((session, _)) => {
             let mut response = see_other("/board");
             response.headers_mut().insert(header::SET_COOKIE, c.session_cookie(&session));
@@ -344,7 +355,12 @@ async fn sign_in(State(c): State<Console>, headers: HeaderMap, Form(fields): For
                 Error::Unauthenticated(why) => format!("sign-in refused: {why}"),
                 other => reason(other),
             };
-            page_response(status_of(&e), pages::sign_in(Some(&why)))
+            let mut response = page_response(status_of(&e), pages::sign_in(Some(&why)));
+            if let Error::Throttled { retry_after, .. } = &e {
+                let seconds = crate::domain::rate::whole_seconds(*retry_after);
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            response
         }
     }
 }

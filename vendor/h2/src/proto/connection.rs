@@ -57,6 +57,9 @@ where
     /// Stream state handler
     streams: Streams<B, P>,
 
+    /// RELAY PATCH: the control frames the peer may still send.
+    control: ControlFrames,
+
     /// A `tracing` span tracking the lifetime of the connection.
     span: tracing::Span,
 
@@ -74,6 +77,41 @@ struct DynConnection<'a, B: Buf = Bytes> {
     error: &'a mut Option<frame::GoAway>,
 
     ping_pong: &'a mut PingPong,
+
+    control: &'a mut ControlFrames,
+}
+
+/// RELAY PATCH: a budget of the control frames a peer sends (PING, SETTINGS, PRIORITY,
+/// RST_STREAM, WINDOW_UPDATE). Each costs work, some an answer, and none carries a request: a
+/// flood of them costs CPU without end. A peer past its budget is sent GOAWAY ENHANCE_YOUR_CALM.
+/// A client at work sends a handful a minute.
+#[derive(Debug)]
+struct ControlFrames {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl ControlFrames {
+    const BURST: f64 = 200.0;
+    const PER_SECOND: f64 = 50.0;
+
+    fn new() -> Self {
+        Self { tokens: Self::BURST, at: std::time::Instant::now() }
+    }
+
+    /// Takes one frame from the budget; an error once it is spent.
+    fn take(&mut self) -> Result<(), Error> {
+        let now = std::time::Instant::now();
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * Self::PER_SECOND).min(Self::BURST);
+        self.at = now;
+        if self.tokens < 1.0 {
+            tracing::debug!("too many control frames");
+            return Err(Error::library_go_away_data(Reason::ENHANCE_YOUR_CALM, "too_many_control_frames"));
+        }
+        self.tokens -= 1.0;
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +205,7 @@ where
                 ping_pong: PingPong::new(),
                 settings: Settings::new(config.settings),
                 streams,
+                control: ControlFrames::new(),
                 span,
                 _phantom: PhantomData,
             },
@@ -425,6 +464,7 @@ where
             streams,
             error,
             ping_pong,
+            control,
             ..
         } = self;
         let streams = streams.as_dyn();
@@ -434,6 +474,7 @@ where
             streams,
             error,
             ping_pong,
+            control,
         }
     }
 }
@@ -573,6 +614,7 @@ where
             }
             Some(Reset(frame)) => {
                 tracing::trace!(?frame, "recv RST_STREAM");
+                self.control.take()?;
                 self.streams.recv_reset(frame)?;
             }
             Some(PushPromise(frame)) => {
@@ -584,6 +626,7 @@ where
             }
             Some(Settings(frame)) => {
                 tracing::trace!(?frame, "recv SETTINGS");
+                self.control.take()?;
                 return Ok(ReceivedFrame::Settings(frame));
             }
             Some(GoAway(frame)) => {
@@ -597,6 +640,7 @@ where
             }
             Some(Ping(frame)) => {
                 tracing::trace!(?frame, "recv PING");
+                self.control.take()?;
                 let status = self.ping_pong.recv_ping(frame);
                 if status.is_shutdown() {
                     assert!(
@@ -610,10 +654,12 @@ where
             }
             Some(WindowUpdate(frame)) => {
                 tracing::trace!(?frame, "recv WINDOW_UPDATE");
+                self.control.take()?;
                 self.streams.recv_window_update(frame)?;
             }
             Some(Priority(frame)) => {
                 tracing::trace!(?frame, "recv PRIORITY");
+                self.control.take()?;
                 // TODO: handle
             }
             None => {
