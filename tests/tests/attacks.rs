@@ -1,0 +1,468 @@
+//! One hostile client against a server at its defaults, while another account's agent sends: the
+//! attacks a client on the open internet can make with a token of its own or none (half-open calls,
+//! silent and preface-only sockets, huge requests, read floods, PING and SETTINGS floods, endpoints
+//! made as fast as it can). Each test measures the other agent's sends before and during the attack:
+//! none may fail, and they stay within a few times their own latency (the figures are printed).
+//! The attacker speaks from 127.0.0.2, the agent from 127.0.0.1: two clients, two addresses.
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use relay_proto::v1::relay_client::RelayClient;
+use relay_proto::v1::{ConfirmRequest, DeliveryState, HelloRequest, ListRequest, SendRequest};
+use relay_tests::client::{Agent, Bearer};
+use relay_tests::free_port;
+use relay_tests::http::{get, sample};
+use relay_tests::pg::TestDb;
+use relay_tests::server::Server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::Instant;
+use tonic::Code;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Channel;
+
+const ATTACKER: &str = "127.0.0.2";
+
+/// A server at its defaults (with an ops port, to read what it refused); acme is the attacker's
+/// account, globex the other agent's.
+struct World {
+    server: Server,
+    ops: String,
+    acme: String,
+    globex: String,
+    _db: TestDb,
+}
+
+async fn world() -> World {
+    let db = TestDb::new().await;
+    let ops = format!("127.0.0.1:{}", free_port());
+    let server = Server::start_with_env(&db, free_port(), &[("RELAY_OPS_LISTEN", &ops)]).await;
+    let acme = server.machine("acme", "laptop");
+    let globex = server.machine("globex", "box");
+    World { server, ops, acme, globex, _db: db }
+}
+
+impl World {
+    /// A series of the server's metrics, 0 when it has none yet.
+    async fn metric(&self, series: &str) -> f64 {
+        let (status, text) = get(&self.ops, "/metrics").await.expect("the ops port answers");
+        assert_eq!(status, 200);
+        sample(&text, series).unwrap_or(0.0)
+    }
+}
+
+/// What the other agent's sends saw.
+#[derive(Debug)]
+struct Sends {
+    made: usize,
+    failed: Vec<String>,
+    p50: Duration,
+    p99: Duration,
+}
+
+/// globex's agent sends to its colleague for `length`, ten a second: a busy agent, well within
+/// its send rate.
+async fn sends(w: &World, length: Duration, handle: &str) -> Sends {
+    let mut agent = Agent::hello(&w.server.url, &w.globex, handle).await.expect("the agent connects");
+    let _colleague = Agent::hello(&w.server.url, &w.globex, &format!("{handle}-peer")).await.unwrap();
+    let to = format!("box/{handle}-peer");
+    // The first send, which opens the connection, is not one of those measured.
+    agent.send(&[&to], "starting").await.expect("the first send");
+    let (mut times, mut failed) = (Vec::new(), Vec::new());
+    let until = Instant::now() + length;
+    while Instant::now() < until {
+        let started = Instant::now();
+        match tokio::time::timeout(Duration::from_secs(10), agent.send(&[&to], "still working")).await {
+            Ok(Ok(_)) => times.push(started.elapsed()),
+            Ok(Err(status)) => failed.push(format!("{:?}: {}", status.code(), status.message())),
+            Err(_) => failed.push("no answer in 10 s".into()),
+        }
+        tokio::time::sleep_until(started + Duration::from_millis(100)).await;
+    }
+    times.sort();
+    let at = |q: f64| times.get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1))).copied();
+    Sends {
+        made: times.len() + failed.len(),
+        p50: at(0.5).unwrap_or_default(),
+        p99: at(0.99).unwrap_or_default(),
+        failed,
+    }
+}
+
+/// Runs `attack` while the other agent sends, after measuring the agent alone; asserts the agent
+/// saw no failure and stayed within a few times its own latency.
+async fn under_attack<F: Future<Output = ()> + Send + 'static>(w: &World, name: &str, attack: F) {
+    let alone = sends(w, Duration::from_secs(2), "alone").await;
+    let attacking = tokio::spawn(attack);
+    // The attack takes hold first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = sends(w, Duration::from_secs(4), "during").await;
+    attacking.abort();
+    eprintln!(
+        "{name}: the other agent's sends alone p50 {:?} p99 {:?} ({} sends); under attack p50 {:?} p99 {:?} ({} sends)",
+        alone.p50, alone.p99, alone.made, during.p50, during.p99, during.made
+    );
+    assert!(
+        during.failed.is_empty(),
+        "{name}: {} of the other agent's {} sends failed, the first: {:?}",
+        during.failed.len(),
+        during.made,
+        during.failed.first()
+    );
+    assert!(during.made > 10, "{name}: the other agent made only {} sends", during.made);
+    // Three times its own latency is the aim; the bound leaves room for a loaded test machine.
+    let bound = (alone.p99 * 10).max(alone.p99 + Duration::from_millis(150));
+    assert!(during.p99 <= bound, "{name}: p99 {:?} against {:?} alone", during.p99, alone.p99);
+}
+
+/// A TCP connection to the server at `url` from the attacker's address.
+async fn attacker_socket(url: &str) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{ATTACKER}:0").parse().unwrap()).unwrap();
+    socket.connect(url.trim_start_matches("http://").parse().unwrap()).await.unwrap()
+}
+
+/// A gRPC client of the attacker's, speaking from its address with `token`.
+async fn attacker_client(w: &World, token: &str) -> RelayClient<InterceptedService<Channel, Bearer>> {
+    let channel = tonic::transport::Endpoint::from_shared(w.server.url.clone())
+        .unwrap()
+        .local_address(Some(ATTACKER.parse::<IpAddr>().unwrap()))
+        .connect()
+        .await
+        .unwrap();
+    RelayClient::with_interceptor(channel, Bearer::new(token))
+}
+
+/// Opens `calls` Send calls with `token` that send their headers and never their message, a
+/// hundred to a connection, and holds them open; every second it opens as many again, on new
+/// connections, keeping the last five rounds, so calls the server ends are replaced.
+async fn half_open_calls(url: String, token: String, calls: usize) {
+    let mut rounds = VecDeque::new();
+    loop {
+        let mut held = Vec::new();
+        let mut opened = 0;
+        while opened < calls {
+            let Ok((client, connection)) = h2::client::handshake(attacker_socket(&url).await).await else { continue };
+            tokio::spawn(connection);
+            let Ok(mut client) = client.ready().await else { continue };
+            for _ in 0..100 {
+                let request = http::Request::post(format!("{url}/relay.v1.Relay/Send"))
+                    .header("content-type", "application/grpc")
+                    .header("te", "trailers")
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(())
+                    .unwrap();
+                let Ok(call) = client.send_request(request, false) else { break };
+                held.push(call);
+                opened += 1;
+                client = match client.ready().await {
+                    Ok(client) => client,
+                    Err(_) => break,
+                };
+            }
+        }
+        rounds.push_back(held);
+        if rounds.len() > 5 {
+            rounds.pop_front();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_calls_with_a_valid_token_take_nothing_from_another_account() {
+    let w = world().await;
+    let agent = Agent::hello(&w.server.url, &w.acme, "attacker").await.unwrap();
+    under_attack(&w, "half-open calls, valid token", half_open_calls(w.server.url.clone(), agent.session_token, 1100))
+        .await;
+    // The attacker was held to its share: past it, its calls were refused.
+    assert!(w.metric(r#"relay_shed_total{reason="calls"}"#).await > 0.0, "the attacker's calls were refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_open_calls_with_an_unknown_token_take_nothing_either() {
+    let w = world().await;
+    let unknown = format!("rls_{}", "a".repeat(43));
+    under_attack(&w, "half-open calls, unknown token", half_open_calls(w.server.url.clone(), unknown, 1100)).await;
+    // Refused as it authenticated, and its address held to its share while it did.
+    let refused = w.metric(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="UNAUTHENTICATED"}"#).await;
+    assert!(refused > 0.0, "the unknown token was refused");
+    assert!(w.metric(r#"relay_shed_total{reason="authentication"}"#).await > 0.0, "its address was held back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_preface_only_sockets_take_no_place_from_agents() {
+    let w = world().await;
+    let url = w.server.url.clone();
+    let attack = async move {
+        let target: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+        // Always 200 more every 200 ms, the oldest let go past 2,000: the server sheds them
+        // long before.
+        let mut held = VecDeque::new();
+        loop {
+            for n in 0..200 {
+                let socket = TcpSocket::new_v4().unwrap();
+                socket.bind(format!("{ATTACKER}:0").parse().unwrap()).unwrap();
+                let Ok(mut stream) = socket.connect(target).await else { continue };
+                let said: &[u8] = if n % 2 == 0 { b"P" } else { b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" };
+                let _ = stream.write_all(said).await;
+                held.push_back(stream);
+            }
+            while held.len() > 2000 {
+                held.pop_front();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    under_attack(&w, "silent and preface-only sockets", attack).await;
+    assert!(w.metric(r#"relay_shed_total{reason="connections"}"#).await > 0.0, "the attacker's sockets were shed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_requests_are_refused_unread_and_memory_stays_bounded() {
+    let w = world().await;
+    let agent = Agent::hello(&w.server.url, &w.acme, "attacker").await.unwrap();
+    let mut client = attacker_client(&w, &agent.session_token).await;
+    // A Confirm of a million seqs: refused for its size, before anything is decoded.
+    let huge = ConfirmRequest { seqs: (0..1_000_000).collect(), state: DeliveryState::Surfaced as i32 };
+    let refused = client.confirm(huge.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{}", refused.message());
+    assert!(refused.message().contains("larger than the 16384 bytes this method takes"), "{}", refused.message());
+    // Of a size the method takes, but too many seqs: refused by count.
+    let many = ConfirmRequest { seqs: (1..=2000).collect(), state: DeliveryState::Surfaced as i32 };
+    let refused = client.confirm(many).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(refused.message().contains("2000 seqs in one request; the limit is 1000"), "{}", refused.message());
+
+    // Sixteen at a time, over and over, made by hand so the attacker's encoding costs nothing.
+    let pid = w.server.pid();
+    let (url, token) = (w.server.url.clone(), agent.session_token.clone());
+    let huge = framed(&prost::Message::encode_to_vec(&huge));
+    let attack = async move {
+        let mut connection = h2_connection(&url).await;
+        loop {
+            let calls: Vec<_> = (0..16)
+                .map(|_| {
+                    let (mut connection, url, token, huge) =
+                        (connection.clone(), url.clone(), token.clone(), huge.clone());
+                    tokio::spawn(async move { raw_call(&mut connection, &url, &token, "Confirm", huge).await })
+                })
+                .collect();
+            for call in calls {
+                if call.await.is_err() {
+                    connection = h2_connection(&url).await;
+                }
+            }
+        }
+    };
+    under_attack(&w, "huge Confirm calls", attack).await;
+    let refused = w.metric(r#"relay_rpcs_total{method="/relay.v1.Relay/Confirm",code="INVALID_ARGUMENT"}"#).await;
+    assert!(refused > 16.0, "the huge calls were made and refused: {refused}");
+    let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap();
+    assert!(rss_kib < 512 * 1024, "the server's memory peaked at {} MiB", rss_kib / 1024);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_flood_is_held_to_its_rate_and_told_when_to_retry() {
+    let w = world().await;
+    let agent = Agent::hello(&w.server.url, &w.acme, "attacker").await.unwrap();
+    let client = attacker_client(&w, &agent.session_token).await;
+    let flood = client.clone();
+    let attack = async move {
+        loop {
+            let calls: Vec<_> = (0..16)
+                .map(|_| {
+                    let mut c = flood.clone();
+                    tokio::spawn(async move { c.list(ListRequest::default()).await })
+                })
+                .collect();
+            for call in calls {
+                let _ = call.await;
+            }
+        }
+    };
+    under_attack(&w, "a read flood", attack).await;
+    // Past its burst, the flooding credential is refused with a real wait.
+    let mut client = client;
+    let refused = loop {
+        if let Err(status) = client.list(ListRequest::default()).await {
+            break status;
+        }
+    };
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(refused.message().contains("calls a second it is allowed") && refused.message().contains("try again in"));
+    let pushback = refused.metadata().get("grpc-retry-pushback-ms").and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    assert!(pushback.is_some_and(|ms| ms > 0), "{refused:?}");
+}
+
+/// An HTTP/2 connection of the attacker's.
+async fn h2_connection(url: &str) -> h2::client::SendRequest<Bytes> {
+    let (client, connection) = h2::client::handshake(attacker_socket(url).await).await.expect("an HTTP/2 connection");
+    tokio::spawn(connection);
+    client
+}
+
+/// `message` as one gRPC frame: uncompressed, its length, itself.
+fn framed(message: &[u8]) -> Bytes {
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(message);
+    Bytes::from(framed)
+}
+
+/// A unary relay.v1 call made by hand with `token`, its request `framed` as given; the status the
+/// server answered with.
+async fn raw_call(
+    connection: &mut h2::client::SendRequest<Bytes>,
+    url: &str,
+    token: &str,
+    method: &str,
+    framed: Bytes,
+) -> tonic::Status {
+    let mut client = connection.clone().ready().await.expect("room for a call");
+    let request = http::Request::post(format!("{url}/relay.v1.Relay/{method}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).expect("the call opens");
+    // The server may answer before it has read it all; what it did not read is of no matter.
+    let _ = body.send_data(framed, true);
+    let (head, mut rest) = response.await.expect("an answer").into_parts();
+    let trailers = match rest.trailers().await {
+        Ok(Some(trailers)) => trailers,
+        _ => head.headers,
+    };
+    tonic::Status::from_header_map(&trailers).expect("a gRPC status")
+}
+
+/// An HTTP/2 frame header: length, type, flags, stream 0.
+fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags, 0, 0, 0, 0];
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Floods one connection with `kind` frames until the server ends it; whether it ended it with
+/// GOAWAY ENHANCE_YOUR_CALM (error code 11).
+async fn flood_frames(url: &str, kind: u8, payload: &[u8]) -> bool {
+    let mut stream = attacker_socket(url).await;
+    stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    stream.write_all(&frame(4, 0, &[])).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    let flooding = frame(kind, 0, payload).repeat(100);
+    let writer = tokio::spawn(async move { while write.write_all(&flooding).await.is_ok() {} });
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let calmed = loop {
+        match tokio::time::timeout(Duration::from_secs(10), read.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buf[..n]),
+            _ => break false,
+        }
+        // Walk the frames read so far for a GOAWAY (type 7) with ENHANCE_YOUR_CALM.
+        let mut at = 0;
+        let mut found = false;
+        while at + 9 <= seen.len() {
+            let len = ((seen[at] as usize) << 16) | ((seen[at + 1] as usize) << 8) | seen[at + 2] as usize;
+            if at + 9 + len > seen.len() {
+                break;
+            }
+            if seen[at + 3] == 7 && len >= 8 && seen[at + 9 + 4..at + 9 + 8] == [0, 0, 0, 11] {
+                found = true;
+            }
+            at += 9 + len;
+        }
+        if found {
+            break true;
+        }
+    };
+    writer.abort();
+    calmed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_and_settings_floods_end_their_connection_and_nobody_elses() {
+    let w = world().await;
+    let url = w.server.url.clone();
+    assert!(flood_frames(&url, 6, &[0; 8]).await, "a PING flood ends with GOAWAY ENHANCE_YOUR_CALM");
+    assert!(flood_frames(&url, 4, &[]).await, "a SETTINGS flood too");
+    let attack = async move {
+        loop {
+            flood_frames(&url, 6, &[0; 8]).await;
+        }
+    };
+    under_attack(&w, "PING floods", attack).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_machine_cannot_take_its_accounts_endpoints() {
+    let w = world().await;
+    let other = w.server.machine("acme", "desk");
+    let mut client = attacker_client(&w, &w.acme).await;
+    let (mut made, mut refusal) = (0, None);
+    for n in 0..400 {
+        let request = HelloRequest { handle: format!("grab-{n}"), harness: "other".into(), ..Default::default() };
+        match client.hello(request).await {
+            Ok(_) => made += 1,
+            Err(status) => {
+                refusal = Some(status);
+                break;
+            }
+        }
+    }
+    let refusal = refusal.expect("a machine making handles as fast as it can is stopped");
+    assert_eq!(refusal.code(), Code::ResourceExhausted, "{refusal:?}");
+    assert!(made < 250, "made {made} handles before it was stopped");
+    assert!(
+        refusal.message().contains("try again in") || refusal.message().contains("its share"),
+        "{}",
+        refusal.message()
+    );
+    // The account's other machine still has room.
+    let desk =
+        Agent::hello(&w.server.url, &other, "working").await.expect("another machine of the account claims a handle");
+    assert_eq!(desk.address, "acme/desk/working");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_are_refused_as_invalid_and_change_nothing() {
+    let w = world().await;
+    let agent = Agent::hello(&w.server.url, &w.acme, "sender").await.unwrap();
+    let bob = Agent::hello(&w.server.url, &w.acme, "bob").await.unwrap();
+    // Raw gRPC frames: a protobuf that does not parse, a string that is not UTF-8, an unknown enum.
+    let malformed: [(&str, Vec<u8>); 3] = [
+        ("not protobuf", vec![0xff, 0xff, 0xff, 0xff]),
+        ("not utf-8", {
+            let mut m = vec![0x0a, 3];
+            m.extend_from_slice(b"bob");
+            m.extend_from_slice(&[0x12, 2, 0xc3, 0x28]);
+            m
+        }),
+        (
+            "unknown kind",
+            prost::Message::encode_to_vec(&SendRequest {
+                to: vec!["bob".into()],
+                body: "odd kind".into(),
+                kind: 42,
+                ..Default::default()
+            }),
+        ),
+    ];
+    for (what, message) in malformed {
+        let mut connection = h2_connection(&w.server.url).await;
+        let status = raw_call(&mut connection, &w.server.url, &agent.session_token, "Send", framed(&message)).await;
+        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+    }
+    // Nothing was stored: bob's inbox is empty.
+    let mut bob = bob;
+    assert!(bob.inbox(0, true).await.unwrap().messages.is_empty());
+}
