@@ -1,7 +1,9 @@
 //! Everything agents and people write is stored redacted, not only message bodies: a card's review
 //! note, a worker's error and agent state, a summary, a permission request and its answer, a hold's
-//! reason and a repository's path; a thread id holding one is refused. Each is read back through the
-//! API, and no table holds the secret.
+//! reason, an agent's profile; a credential wrapped in escapes or split by invisible characters
+//! too. Identifiers kept as written (a repository path, a branch or worktree, a client id, a thread
+//! id) are refused when they hold one. Each is read back through the API, and no table holds the
+//! secret.
 
 use std::time::Duration;
 
@@ -96,8 +98,9 @@ async fn agent_written_text_is_stored_redacted() {
 
     // A permission request's input, and the operator's reason for its answer.
     let claimed = w.claim(ClaimRequest::default()).await.unwrap().into_inner().claimed.expect("claimed a third time");
+    let job_token = claimed.job_token;
     let ask = PermissionRequest {
-        job_token: claimed.job_token,
+        job_token: job_token.clone(),
         tool: "Bash".into(),
         input: format!("curl -u me:{} https://api.example.com", secret(5)),
     };
@@ -142,10 +145,48 @@ async fn agent_written_text_is_stored_redacted() {
         redacted(&m.body, 7);
     }
 
-    // Identifiers an agent picks: a repository path is redacted, and a thread id holding a token
-    // (it fits a thread's 64 characters of [A-Za-z0-9_.:-]) is refused rather than stored.
-    let repo = alice.rpc.add_repo(AddRepoRequest { path: format!("/srv/{}/app", secret(8)) }).await.unwrap();
-    redacted(&repo.into_inner().path, 8);
+    // What an agent shows of itself: its note, what it is doing now, its title.
+    let profile = UpdateProfileRequest {
+        note: Some(format!("deploys with {}", secret(10))),
+        now: Some(format!("testing {}", secret(10))),
+        title: Some(format!("holder of {}", secret(10))),
+        ..Default::default()
+    };
+    let me = alice.rpc.update_profile(profile).await.unwrap().into_inner();
+    for text in [&me.note, &me.now, &me.title] {
+        redacted(text, 10);
+    }
+
+    // A credential wrapped to slip past: URL-encoded, escaped in a JSON string, split by a
+    // zero-width space. Each arrives as a marker, and the text around it as written.
+    let token = secret(11);
+    let wrapped = [
+        token.replacen('_', "%5F", 1),
+        token.replacen('_', r"\u005f", 1),
+        format!("{}\u{200B}{}", &token[..10], &token[10..]),
+    ];
+    for text in &wrapped {
+        alice.send(&["ci/bob"], &format!("try {text} now")).await.unwrap();
+    }
+    let got = bob.inbox(10, true).await.unwrap().messages;
+    let bodies: Vec<&str> = got.iter().map(|m| m.body.as_str()).filter(|b| b.starts_with("try ")).collect();
+    assert_eq!(bodies, vec!["try [REDACTED:github-token] now"; 3], "{got:?}");
+
+    // Identifiers kept as written are refused when they hold a token (each fits its field's
+    // characters): a repository path, a branch, a client id, a thread id.
+    let refused = alice.rpc.add_repo(AddRepoRequest { path: format!("/srv/{}/app", secret(8)) }).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("a repository path must not contain a credential"), "{refused:?}");
+    let renew = RenewRequest { job_token, branch: secret(12), ..Default::default() };
+    let refused = w.renew(renew).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("a branch name must not contain a credential"), "{refused:?}");
+    let request =
+        SendRequest { to: vec!["ci/bob".into()], body: "hello".into(), client_id: secret(13), ..Default::default() };
+    let refused = alice.rpc.send(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(refused.message().contains("a client id must not contain a credential"), "{refused:?}");
+    assert!(!refused.message().contains(&secret(13)), "the refusal does not repeat it: {refused:?}");
     let request = SendRequest {
         to: vec!["ci/bob".into()],
         body: "about the key".into(),

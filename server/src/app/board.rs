@@ -265,10 +265,8 @@ impl App {
         self.close(&me, id, accept, note, &by, false).await
     }
 
-    /// The operator adds a repository of its own machine. Its path is agent text like any other: a
-    /// credential in it is not stored.
+    /// The operator adds a repository of its own machine.
     pub async fn add_repo(&self, caller: &Caller, path: &str) -> Result<Repo> {
-        let path = RedactedText::from_agent(path);
         let db = self.store.client().await?;
         is_operator(&db, caller).await?;
         let machine = MachineIdentity {
@@ -277,7 +275,7 @@ impl App {
             machine_id: caller.machine_id,
             machine: caller.machine.clone(),
         };
-        add_repo(&db, &machine, path.as_str(), &caller.address()).await
+        add_repo(&db, &machine, path, &caller.address()).await
     }
 
     pub async fn register_repo(&self, machine: &MachineIdentity, path: &str) -> Result<Repo> {
@@ -359,6 +357,9 @@ impl App {
         branch: &str,
     ) -> Result<(bool, String)> {
         let agent_state = RedactedText::from_agent(agent_state);
+        // Both name things on the worker's disk, which redacting would change: refused instead.
+        limits::no_credential("a worktree path", worktree, "name it by the card")?;
+        limits::no_credential("a branch name", branch, "name it by the card")?;
         ids::check_token(TokenKind::JobToken, job_token)?;
         let token_hash = ids::token_hash(job_token);
         let db = self.store.client().await?;
@@ -471,8 +472,10 @@ impl App {
     }
 }
 
-/// Adds a repository of `machine` at `path` (absolute), recorded as added `by`.
+/// Adds a repository of `machine` at `path` (absolute), recorded as added `by`. The path is kept
+/// as written, for the worker to find the repository by: one holding a credential is refused.
 async fn add_repo(c: &impl GenericClient, machine: &MachineIdentity, path: &str, by: &str) -> Result<Repo> {
+    limits::no_credential("a repository path", path, "give the path without it")?;
     let path = rules::repo_path(path)?;
     let name = rules::repo_name(&path);
     board::insert_repo(c, machine, &path, &name, by).await?;

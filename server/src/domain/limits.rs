@@ -235,19 +235,26 @@ fn token_like(what: &str, value: &str, max: usize) -> Result<()> {
 /// one the redactor would change is refused rather than stored or passed on.
 pub fn thread(thread: &str) -> Result<()> {
     token_like("thread", thread, MAX_THREAD_LEN)?;
-    let found = super::redact::redact(thread);
-    if found.total() > 0 {
-        let kinds: Vec<&str> = found.counts.keys().copied().collect();
-        return Err(Error::invalid(format!(
-            "a thread id must not contain a credential (it looks like a {} to the redactor): name the thread by its topic",
-            kinds.join(", ")
-        )));
-    }
-    Ok(())
+    no_credential("a thread id", thread, "name the thread by its topic")
 }
 
+/// A client id is stored as written (a retry must find it again), so, like a thread id, it may
+/// not carry a credential.
 pub fn client_id(client_id: &str) -> Result<()> {
-    token_like("client id", client_id, MAX_CLIENT_ID_LEN)
+    token_like("client id", client_id, MAX_CLIENT_ID_LEN)?;
+    no_credential("a client id", client_id, "use a random id, such as a UUID")
+}
+
+/// Refuses an identifier that must stay as written (redacting it would change what it names)
+/// when it holds a credential: `what` names it, `instead` says what to use.
+pub fn no_credential(what: &str, value: &str, instead: &str) -> Result<()> {
+    match super::redact::holds_credential(value) {
+        None => Ok(()),
+        Some(kinds) => Err(Error::invalid(format!(
+            "{what} must not contain a credential (it looks like a {} to the redactor): {instead}",
+            kinds.join(", ")
+        ))),
+    }
 }
 
 /// Short free text shown to other agents: one line, bounded.
@@ -317,6 +324,10 @@ mod tests {
         assert!(err.contains("a thread id must not contain a credential") && !err.contains(&token), "{err}");
         assert!(thread(&format!("review:{token}")).is_err());
         assert!(client_id(&"a".repeat(65)).is_err());
+        let forge = format!("ghp_{}", "Ab1".repeat(12));
+        let refused = client_id(&forge).unwrap_err().to_string();
+        assert!(refused.contains("must not contain a credential") && refused.contains("github-token"), "{refused}");
+        assert!(!refused.contains(&forge), "the refusal does not repeat the credential: {refused}");
         short_text("note", "reading the diff", MAX_NOTE_CHARS).unwrap();
         assert!(short_text("note", "two\nlines", MAX_NOTE_CHARS).is_err());
         assert!(short_text("note", &"é".repeat(MAX_NOTE_CHARS + 1), MAX_NOTE_CHARS).is_err());

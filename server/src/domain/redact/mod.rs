@@ -6,14 +6,25 @@
 //! The store takes such text only as a [`RedactedText`], which nothing but [`redact`] makes: a new
 //! write path that forgets to redact does not compile.
 //!
-//! The shapes follow gitleaks' rule set (own expressions, fitted to what agents paste): tokens with
-//! a known prefix anywhere, and generic `name = value` assignments only where the name says secret.
+//! What is looked for is data, in [`rules`]. Wrapping a credential does not hide it: the rules
+//! read the text with escapes decoded (`%5F`, `\u005f`, `\x5f`, `&#95;`, `\/`, `\"`) and with the
+//! invisible characters that split a word left out, and what they find is replaced in the text as
+//! written, escapes and all.
 
+mod rules;
+#[cfg(test)]
+mod shapes;
+
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 use std::sync::LazyLock;
 
-use regex::{Captures, Regex};
+use aho_corasick::AhoCorasick;
+use regex::Regex;
+
+use rules::{RULES, placeholder};
 
 /// Spans replaced, by kind.
 pub type Counts = BTreeMap<&'static str, u32>;
@@ -77,245 +88,172 @@ impl Redacted {
     }
 }
 
-struct Rule {
-    kind: &'static str,
-    pattern: Regex,
-    /// The capture group holding the secret; 0 is the whole match.
-    group: usize,
-    /// Whether a match is a secret after all, for what a pattern without look-around cannot say.
-    accept: fn(&Captures<'_>) -> bool,
+/// Whether `text` holds anything the redactor would replace: for identifiers that must stay as
+/// written (thread ids, client ids, paths), which are refused rather than changed.
+pub fn holds_credential(text: &str) -> Option<Vec<&'static str>> {
+    let found = redact(text);
+    (found.total() > 0).then(|| found.counts.into_keys().collect())
 }
 
-fn rule(kind: &'static str, pattern: &str, group: usize) -> Rule {
-    checked(kind, pattern, group, |_| true)
+/// The rules compiled, and one automaton for all their keywords.
+struct Compiled {
+    patterns: Vec<Regex>,
+    keywords: AhoCorasick,
+    /// For each keyword of `keywords`, the rule it belongs to.
+    keyword_rule: Vec<usize>,
 }
 
-fn checked(kind: &'static str, pattern: &str, group: usize, accept: fn(&Captures<'_>) -> bool) -> Rule {
-    Rule { kind, pattern: Regex::new(pattern).expect("redaction patterns are valid"), group, accept }
-}
-
-/// `name = value` where the name ends in one of `keywords`: `DB_PASSWORD=…`, `"api_key": "…"`,
-/// `export PGPASSWORD=…`. The name may carry any prefix but must end at the keyword, so
-/// `password_file` or `max_tokens` are not secrets. Group 1 is the separator with its spaces,
-/// group 2 the value (quotes included).
-fn assignment(keywords: &str) -> String {
-    format!(
-        r#"(?i)\b[\w.-]{{0,40}}?(?:{keywords})["'`]?([ \t]*(?:=>|==?|:=?)[ \t]*)("[^"\n]*"|'[^'\n]*'|`[^`\n]*`|[^\s"'`,;]+)"#
-    )
-}
-
-/// Order matters: whole blocks and specific token shapes first, generic assignments last, so a
-/// known token inside an assignment is named by its kind (the assignment then sees a marker).
-static RULES: LazyLock<Vec<Rule>> = LazyLock::new(|| {
-    vec![
-        rule(
-            "private-key",
-            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\z)",
-            0,
-        ),
-        rule("relay-token", r"\brl[mshgj]_[0-9a-f]{64}\b", 0),
-        rule("aws-access-key", r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ABIA|ACCA)[0-9A-Z]{16}\b", 0),
-        // The secret has no prefix: it is known by its name, `aws…secret…` or AWS JSON's `SecretAccessKey`.
-        rule(
-            "aws-secret-key",
-            r#"(?i)(?:aws.{0,20}?(?:secret|private)|secret_?access_?key).{0,20}?["']?\s*[:=]\s*["']?([A-Za-z0-9/+=]{40})(?:[^A-Za-z0-9/+=]|$)"#,
-            1,
-        ),
-        rule("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b", 0),
-        // A classic token is 40 hex digits, like a commit hash: only a name saying GitHub and token
-        // (or key, secret, …) right before it makes it one.
-        rule(
-            "github-token",
-            r#"(?i-u)(?:\b(?:[\w.-]{0,30}?[_.-])?gh|\b[\w.-]{0,30}?github)[\w .-]{0,20}?(?:token|pat|secret|key|auth|oauth|password|credentials?)[\w.-]{0,10}?["']?[ \t]*(?:=>|[:=])?[ \t]*["']?([0-9a-f]{40})\b"#,
-            1,
-        ),
-        rule("gitlab-token", r"\bglpat-[A-Za-z0-9_-]{20,}\b", 0),
-        rule("slack-token", r"\b(?:xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,})", 0),
-        rule("slack-webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9/]{20,}", 0),
-        rule("anthropic-key", r"\bsk-ant-[A-Za-z0-9_-]{20,}", 0),
-        checked("openai-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", 0, |c| random_looking(&c[0][3..])),
-        rule("stripe-key", r"\b(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,99}\b", 0),
-        rule("google-api-key", r"\bAIza[0-9A-Za-z_-]{35}", 0),
-        rule("jwt", r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}", 0),
-        // The password runs to the last `@` that a host follows, so it may hold `/`, `@` or `!`.
-        checked(
-            "connection-password",
-            r#"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@'"]*:([^\s'"<>]+)@[A-Za-z0-9._~%\[\]-]+(?::\d+)?(?:[/?#\s'"<>,;)]|$)"#,
-            1,
-            |c| !port_and_path(&c[1]),
-        ),
-        rule("bearer-token", r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{16,})", 1),
-        checked("password", &assignment("password|passwd|passphrase|pwd"), 2, |c| assigned(c, 1)),
-        checked(
-            "secret",
-            &assignment(
-                "secret|client[_-]?secret|secret[_-]?key|token|api[_-]?key|access[_-]?key|private[_-]?key|auth[_-]?key|credentials?",
-            ),
-            2,
-            |c| assigned(c, 8),
-        ),
-    ]
+static COMPILED: LazyLock<Compiled> = LazyLock::new(|| {
+    // Word boundaries in ASCII: a Unicode one would send the regex engine to its slow path on
+    // any text with a non-ASCII character in it.
+    let patterns = RULES
+        .iter()
+        .map(|rule| Regex::new(&rule.pattern.replace(r"\b", r"(?-u:\b)")).expect("redaction patterns are valid"))
+        .collect();
+    let (mut words, mut keyword_rule) = (Vec::new(), Vec::new());
+    for (at, rule) in RULES.iter().enumerate() {
+        for word in rule.keywords {
+            words.push(*word);
+            keyword_rule.push(at);
+        }
+    }
+    let keywords = AhoCorasick::builder()
+        .ascii_case_insensitive(true)
+        .build(&words)
+        .expect("redaction keywords build an automaton");
+    Compiled { patterns, keywords, keyword_rule }
 });
-
-/// Mixed letters and digits, as generated keys are; `sk-` followed by words is not a key.
-fn random_looking(s: &str) -> bool {
-    s.chars().any(|c| c.is_ascii_digit()) && s.chars().any(|c| c.is_ascii_alphabetic())
-}
-
-/// `host:8443/path@…` is a port and a path before an `@` in the path, not a password.
-fn port_and_path(password: &str) -> bool {
-    let digits = password.chars().take_while(char::is_ascii_digit).count();
-    (1..=5).contains(&digits) && password[digits..].starts_with('/')
-}
-
-/// Whether the value of an assignment (`c[2]`, after separator `c[1]`) is a secret of at least
-/// `min` characters. In quotes any value counts; unquoted it must not be an expression
-/// (`other.password`, `read()`), and after a space it must not read as prose or a type
-/// (`password: is required`, `password: String`), so there it needs 6 characters and a mix that
-/// words lack. Right after the separator (`password=abc`) it may be short.
-fn assigned(c: &Captures<'_>, min: usize) -> bool {
-    let (separator, raw) = (&c[1], &c[2]);
-    let quoted = raw.len() >= 2 && raw.starts_with(['"', '\'', '`']);
-    let value = if quoted { &raw[1..raw.len() - 1] } else { raw };
-    let chars = value.chars().count();
-    if chars < min || path(value) {
-        return false;
-    }
-    if quoted {
-        return true;
-    }
-    if expression(value) {
-        return false;
-    }
-    if !separator.ends_with([' ', '\t']) {
-        return true;
-    }
-    let word = value.chars().all(char::is_alphabetic) && chars < 12;
-    let typed = value.starts_with('&') || value.contains(['<', '>']);
-    chars >= 6 && !word && !typed
-}
-
-/// A file name rather than a secret: `PWD=/home/me`, `secret=./key.pem`.
-fn path(value: &str) -> bool {
-    value.starts_with('/') || value.starts_with("~/") || value.starts_with("./") || value.starts_with("../")
-}
-
-/// Code rather than a literal: a call, or a dotted name like `other.password`.
-fn expression(value: &str) -> bool {
-    if value.contains(['(', ')']) {
-        return true;
-    }
-    let parts: Vec<&str> = value.trim_end_matches([',', '.', ';']).split('.').collect();
-    parts.len() > 1
-        && parts.iter().all(|p| {
-            p.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
-                && p.chars().all(|c| c.is_alphanumeric() || c == '_')
-        })
-}
-
-/// Values that only look like secrets: placeholders, variables, empty values and earlier markers.
-fn placeholder(value: &str) -> bool {
-    let v = value.trim_matches(|c| c == '"' || c == '\'' || c == '`');
-    let lower = v.to_ascii_lowercase();
-    v.is_empty()
-        || v.starts_with(['$', '<', '{', '%', '*', '?', ':'])
-        || v.starts_with("[REDACTED")
-        || v.chars().all(|c| matches!(c, 'x' | 'X' | '*' | '.' | '•' | '#'))
-        || ["changeme", "example", "redacted", "process.env", "os.environ", "os.getenv"]
-            .iter()
-            .any(|p| lower.starts_with(p))
-        || ["password", "none", "null", "nil", "true", "false", "undefined", "required", "optional", "empty"]
-            .contains(&lower.as_str())
-}
 
 /// Zero-width characters that can hide inside a token to split it from its shape.
 const INVISIBLE: [char; 6] = ['\u{200B}', '\u{200C}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{00AD}'];
 
-/// Invisible characters taken out of a text for scanning: each with the byte offset in what is
-/// left where it stood, in order.
-type Hidden = Vec<(usize, char)>;
+/// The text as the rules read it, and where each of its bytes came from in the text as written.
+struct View<'a> {
+    text: Cow<'a, str>,
+    /// For each byte of `text`, the span of the written text it was read from; empty when `text`
+    /// is the written text itself.
+    origin: Vec<(u32, u32)>,
+}
 
-/// Takes out the invisible characters that sit between two visible ASCII characters: there they
-/// can only split a word (a token), while between emoji a zero-width joiner still joins them.
-fn see_through_invisible(text: &str) -> (String, Hidden) {
-    let mut hidden = Hidden::new();
-    if !text.contains(INVISIBLE) {
-        return (text.to_owned(), hidden);
-    }
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    for (i, &c) in chars.iter().enumerate() {
-        if INVISIBLE.contains(&c) {
-            let before = out.chars().next_back();
-            let after = chars[i + 1..].iter().find(|c| !INVISIBLE.contains(c));
-            if before.is_some_and(|b| b.is_ascii_graphic()) && after.is_some_and(char::is_ascii_graphic) {
-                hidden.push((out.len(), c));
+impl<'a> View<'a> {
+    /// Decodes the escapes a credential may hide behind and leaves out the invisible characters
+    /// that sit between two visible ASCII characters: there they can only split a word (a token),
+    /// while between emoji a zero-width joiner still joins them.
+    fn of(written: &'a str) -> Self {
+        let escaped = written.bytes().any(|b| matches!(b, b'%' | b'\\' | b'&')) || written.contains(INVISIBLE);
+        if !escaped {
+            return Self { text: Cow::Borrowed(written), origin: Vec::new() };
+        }
+        let mut text = String::with_capacity(written.len());
+        let mut origin = Vec::with_capacity(written.len());
+        let mut at = 0;
+        while at < written.len() {
+            let rest = &written[at..];
+            let c = rest.chars().next().expect("not at the end");
+            if let Some((decoded, len)) = escape(rest) {
+                text.push(decoded);
+                origin.push((at as u32, (at + len) as u32));
+                at += len;
                 continue;
             }
+            if INVISIBLE.contains(&c) {
+                let before = text.chars().next_back();
+                let after = written[at..].chars().find(|c| !INVISIBLE.contains(c));
+                if before.is_some_and(|b| b.is_ascii_graphic()) && after.is_some_and(|a| a.is_ascii_graphic()) {
+                    at += c.len_utf8();
+                    continue;
+                }
+            }
+            text.push(c);
+            let span = (at as u32, (at + c.len_utf8()) as u32);
+            origin.extend(std::iter::repeat_n(span, c.len_utf8()));
+            at += c.len_utf8();
         }
-        out.push(c);
+        Self { text: Cow::Owned(text), origin }
     }
-    (out, hidden)
-}
 
-/// `text` with each span of `edits` (in order, apart) replaced, and the hidden characters moved
-/// along: those inside a replaced span were part of the credential and go with it.
-fn apply(text: &str, hidden: &[(usize, char)], edits: &[(std::ops::Range<usize>, String)]) -> (String, Hidden) {
-    let mut out = String::with_capacity(text.len());
-    let mut kept = Hidden::with_capacity(hidden.len());
-    let mut hidden = hidden.iter().copied().peekable();
-    let mut last = 0;
-    for (span, replacement) in edits {
-        while let Some((at, c)) = hidden.next_if(|&(at, _)| at <= span.start) {
-            kept.push((out.len() + at - last, c));
+    /// The span of the written text that `span` of the view was read from.
+    fn written(&self, span: Range<usize>) -> Range<usize> {
+        if self.origin.is_empty() {
+            return span;
         }
-        while hidden.next_if(|&(at, _)| at < span.end).is_some() {}
-        out.push_str(&text[last..span.start]);
-        out.push_str(replacement);
-        last = span.end;
+        self.origin[span.start].0 as usize..self.origin[span.end - 1].1 as usize
     }
-    kept.extend(hidden.map(|(at, c)| (out.len() + at - last, c)));
-    out.push_str(&text[last..]);
-    (out, kept)
 }
 
-/// `text` with the hidden characters back where they stood.
-fn restore(text: &str, hidden: &[(usize, char)]) -> String {
-    let mut out = String::with_capacity(text.len() + hidden.len() * 3);
-    let mut last = 0;
-    for &(at, c) in hidden {
-        out.push_str(&text[last..at]);
-        out.push(c);
-        last = at;
-    }
-    out.push_str(&text[last..]);
-    out
+/// The visible ASCII character an escape at the start of `s` stands for, and the escape's
+/// length: `%5F`, `\u005f`, `\x5f`, `&#95;`, `&#x5f;`, `&quot;`, `\/` and `\"`.
+fn escape(s: &str) -> Option<(char, usize)> {
+    let hex = |digits: &str| u32::from_str_radix(digits, 16).ok();
+    let (value, len) = match s.as_bytes() {
+        [b'%', a, b, ..] if a.is_ascii_hexdigit() && b.is_ascii_hexdigit() => (hex(&s[1..3])?, 3),
+        [b'\\', b'u', ..] if s.len() >= 6 && s.as_bytes()[2..6].iter().all(u8::is_ascii_hexdigit) => {
+            (hex(&s[2..6])?, 6)
+        }
+        [b'\\', b'x', a, b, ..] if a.is_ascii_hexdigit() && b.is_ascii_hexdigit() => (hex(&s[2..4])?, 4),
+        [b'\\', b'/', ..] => ('/' as u32, 2),
+        [b'\\', b'"', ..] => ('"' as u32, 2),
+        [b'&', b'#', ..] => {
+            let end = s.as_bytes().iter().take(10).position(|&b| b == b';')?;
+            let number = &s[2..end];
+            let value = match number.strip_prefix(['x', 'X']) {
+                Some(digits) => hex(digits)?,
+                None => number.parse().ok()?,
+            };
+            (value, end + 1)
+        }
+        _ if s.starts_with("&quot;") => ('"' as u32, 6),
+        _ => return None,
+    };
+    let c = char::from_u32(value)?;
+    c.is_ascii_graphic().then_some((c, len))
 }
 
-/// Replaces every credential in `body` and counts them by kind. Invisible characters that split a
-/// credential do not hide it (it is looked for without them, and they go with it); everywhere else
-/// they stay, for readers to see that something was there (they are shown as `[U+200B]`).
+/// Replaces every credential in `body` and counts them by kind. A credential behind escapes or
+/// split by invisible characters is found all the same and replaced whole, escapes and invisible
+/// characters with it; everywhere else the text stays as written (invisible characters are shown
+/// to readers as `[U+200B]`).
 pub fn redact(body: &str) -> Redacted {
-    let (mut text, mut hidden) = see_through_invisible(body);
-    let mut counts = Counts::new();
-    for rule in RULES.iter() {
-        if !rule.pattern.is_match(&text) {
+    let view = View::of(body);
+    let compiled = &*COMPILED;
+    let mut tried = vec![false; RULES.len()];
+    for found in compiled.keywords.find_overlapping_iter(view.text.as_ref()) {
+        tried[compiled.keyword_rule[found.pattern().as_usize()]] = true;
+    }
+    // Spans of the view, each claimed by the first rule that found it.
+    let mut claimed: Vec<(Range<usize>, &'static str)> = Vec::new();
+    for (at, rule) in RULES.iter().enumerate() {
+        if !rule.keywords.is_empty() && !tried[at] {
             continue;
         }
-        let mut edits = Vec::new();
-        for caps in rule.pattern.captures_iter(&text) {
-            let Some(secret) = caps.get(rule.group) else { continue };
-            if (rule.group != 0 && placeholder(secret.as_str())) || !(rule.accept)(&caps) {
+        for caps in compiled.patterns[at].captures_iter(&view.text) {
+            let Some(secret) = caps.get(rule.group).filter(|s| !s.is_empty()) else { continue };
+            if (rule.group != 0 && placeholder(secret.as_str())) || !rule.check.accepts(&caps, secret.as_str()) {
                 continue;
             }
-            edits.push((secret.range(), format!("[REDACTED:{}]", rule.kind)));
-        }
-        if !edits.is_empty() {
-            *counts.entry(rule.kind).or_insert(0) += edits.len() as u32;
-            (text, hidden) = apply(&text, &hidden, &edits);
+            let span = secret.range();
+            if claimed.iter().any(|(taken, _)| taken.start < span.end && span.start < taken.end) {
+                continue;
+            }
+            claimed.push((span, rule.kind));
         }
     }
-    Redacted { text: RedactedText(restore(&text, &hidden)), counts }
+    let mut counts = Counts::new();
+    if claimed.is_empty() {
+        return Redacted { text: RedactedText(body.to_owned()), counts };
+    }
+    claimed.sort_by_key(|(span, _)| span.start);
+    let mut text = String::with_capacity(body.len());
+    let mut last = 0;
+    for (span, kind) in claimed {
+        let written = view.written(span);
+        text.push_str(&body[last..written.start]);
+        text.push_str(&format!("[REDACTED:{kind}]"));
+        last = written.end;
+        *counts.entry(kind).or_insert(0) += 1;
+    }
+    text.push_str(&body[last..]);
+    Redacted { text: RedactedText(text), counts }
 }
 
 #[cfg(test)]
@@ -567,6 +505,46 @@ mod tests {
             "a\u{200B}b [REDACTED:aws-access-key] c\u{200D}d [REDACTED:github-token] e\u{FEFF}f",
             "hidden characters follow the text through several rules' edits"
         );
+    }
+
+    #[test]
+    fn relay_tokens_of_every_kind_are_caught() {
+        use crate::domain::ids::{TokenKind, new_token};
+        let kinds = [
+            TokenKind::Machine,
+            TokenKind::Session,
+            TokenKind::Human,
+            TokenKind::SpawnGrant,
+            TokenKind::JobToken,
+            TokenKind::Console,
+        ];
+        for kind in kinds {
+            let token = new_token(kind);
+            let out = redact(&format!("the token is {token}."));
+            assert_eq!(out.text.as_str(), "the token is [REDACTED:relay-token].", "{token}");
+        }
+        // A kind added later is caught by its shape: `rl`, a letter, `_`, 64 hex digits.
+        assert_eq!(redact(&format!("rlz_{}", "0a".repeat(32))).text.as_str(), "[REDACTED:relay-token]");
+    }
+
+    #[test]
+    fn escapes_hide_nothing_and_stay_where_nothing_was_found() {
+        let token = "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB";
+        for wrapped in [
+            token.replacen('_', "%5F", 1),
+            token.replacen('_', r"\u005f", 1),
+            token.replacen('_', r"\x5f", 1),
+            token.replacen('_', "&#95;", 1),
+            token.replacen('_', "&#x5F;", 1),
+        ] {
+            assert_eq!(
+                redact(&format!("a%20b {wrapped} c&amp;d")).text.as_str(),
+                "a%20b [REDACTED:github-token] c&amp;d"
+            );
+        }
+        for text in ["100%25 done", r#"{\"path\": \"C:\\temp\"}"#, "a &#38; b", r"\u00e9t\u00e9"] {
+            assert_eq!(redact(text).text.as_str(), text, "nothing found, nothing changed");
+        }
     }
 
     #[test]
