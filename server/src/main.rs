@@ -198,6 +198,14 @@ struct RpcArgs {
     #[arg(long, env = "RELAY_REQUEST_WAIT_S", default_value_t = admission::DEFAULT_REQUEST_WAIT.as_secs(),
           value_parser = clap::value_parser!(u64).range(1..=300))]
     request_wait_s: u64,
+    /// Failed authentications one address may make a second, sustained, before its calls are
+    /// refused unasked for a while (0: no limit; behind a proxy that hides clients' addresses,
+    /// set 0 and limit at the proxy).
+    #[arg(long, env = "RELAY_AUTH_FAILURE_RATE_PER_ADDRESS", default_value_t = admission::DEFAULT_FAILED_AUTH.per_s)]
+    auth_failure_rate_per_address: f64,
+    /// Failed authentications one address may make at once above its rate.
+    #[arg(long, env = "RELAY_AUTH_FAILURE_BURST_PER_ADDRESS", default_value_t = admission::DEFAULT_FAILED_AUTH.burst)]
+    auth_failure_burst_per_address: f64,
 }
 
 impl From<RpcArgs> for RpcLimits {
@@ -212,6 +220,7 @@ impl From<RpcArgs> for RpcLimits {
             streams_per_account: a.max_streams_per_account as usize,
             streams_per_credential: a.max_streams_per_credential as usize,
             request_wait: std::time::Duration::from_secs(a.request_wait_s),
+            failed_auth: Rate::new(a.auth_failure_rate_per_address, a.auth_failure_burst_per_address),
         }
     }
 }

@@ -53,8 +53,11 @@ pub struct StepLabel {
 pub enum Shed {
     /// The replica's cap on connections.
     connections,
-    /// The cap on calls in flight.
+    /// The replica's cap on calls in flight, or on waiting calls and streams.
     calls,
+    /// One client's share: the calls or streams of one credential, one account or one address, or
+    /// the unauthenticated connections of one address. Others are not held back.
+    shares,
     /// The sends under way exceeded what the writer keeps pace with.
     sends,
     /// An address whose credentials kept failing.

@@ -40,6 +40,9 @@ const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
 /// connection thus gives up its push stream, and with it its handle, within 15 s.
 const KEEPALIVE_EVERY: Duration = Duration::from_secs(10);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Calls one connection may have open at once. A bridge needs a few; without a cap (tonic sets
+/// none) one connection could open streams without end, each held until admission answers it.
+const MAX_STREAMS_PER_CONNECTION: u32 = 256;
 
 /// Raises the soft limit of open files to the hard limit: every connection takes a descriptor, and
 /// the usual soft limit of 1,024 is below the connections a replica takes.
@@ -242,6 +245,7 @@ pub async fn serve_with(
     let builder = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_EVERY))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION))
         // Clients are asked (GOAWAY) to open new connections now and then, so load spreads again
         // after a restart. No grace is set: with one, tonic cuts the connection at age + grace
         // without asking first, killing calls in flight.

@@ -179,7 +179,7 @@ async fn half_open_calls_with_a_valid_token_take_nothing_from_another_account() 
     under_attack(&w, "half-open calls, valid token", half_open_calls(w.server.url.clone(), agent.session_token, 1100))
         .await;
     // The attacker was held to its share: past it, its calls were refused.
-    assert!(w.metric(r#"relay_shed_total{reason="calls"}"#).await > 0.0, "the attacker's calls were refused");
+    assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's calls were refused");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,7 +218,7 @@ async fn silent_and_preface_only_sockets_take_no_place_from_agents() {
         }
     };
     under_attack(&w, "silent and preface-only sockets", attack).await;
-    assert!(w.metric(r#"relay_shed_total{reason="connections"}"#).await > 0.0, "the attacker's sockets were shed");
+    assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's sockets were refused");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,10 +68,10 @@ pub const DEFAULT_MAX_STREAMS_PER_CREDENTIAL: u32 = 16;
 pub const DEFAULT_REQUEST_WAIT: Duration = Duration::from_secs(5);
 /// Failed authentications one address may make, sustained and at once, before its calls are
 /// refused without asking the database.
-const FAILED_AUTH: Rate = Rate { per_s: 5.0, burst: 50.0 };
+pub const DEFAULT_FAILED_AUTH: Rate = Rate { per_s: 5.0, burst: 50.0 };
 
 /// The limits admission enforces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RpcLimits {
     /// Budget of an ordinary call; a long poll gets its longest wait on top.
     pub timeout: Duration,
@@ -85,6 +85,9 @@ pub struct RpcLimits {
     pub streams_per_account: usize,
     pub streams_per_credential: usize,
     pub request_wait: Duration,
+    /// Failed authentications per address (behind a proxy that hides clients' addresses, turn it
+    /// off and limit at the proxy).
+    pub failed_auth: Rate,
 }
 
 impl Default for RpcLimits {
@@ -99,6 +102,7 @@ impl Default for RpcLimits {
             streams_per_account: DEFAULT_MAX_STREAMS_PER_ACCOUNT as usize,
             streams_per_credential: DEFAULT_MAX_STREAMS_PER_CREDENTIAL as usize,
             request_wait: DEFAULT_REQUEST_WAIT,
+            failed_auth: DEFAULT_FAILED_AUTH,
         }
     }
 }
@@ -212,19 +216,23 @@ impl Budgets {
         }
     }
 
-    /// Refuses an address whose credentials failed past [`FAILED_AUTH`]; counts a new failure.
+    /// Refuses an address whose credentials failed past its rate; counts a new failure.
     fn auth_refused(&self, ip: IpAddr, failed_now: bool) -> Option<Duration> {
+        let rate = self.limits.failed_auth;
+        if rate.is_unlimited() {
+            return None;
+        }
         let now = Instant::now();
         let mut buckets = self.failed_auth.lock().expect("admission lock poisoned");
         if buckets.len() >= MAX_FAILURE_BUCKETS {
-            buckets.retain(|_, bucket| !bucket.is_full(FAILED_AUTH, now));
+            buckets.retain(|_, bucket| !bucket.is_full(rate, now));
         }
-        let bucket = buckets.entry(ip).or_insert_with(|| Bucket::full(FAILED_AUTH, now));
+        let bucket = buckets.entry(ip).or_insert_with(|| Bucket::full(rate, now));
         if failed_now {
-            bucket.spend(FAILED_AUTH, 1.0, now);
+            bucket.spend(rate, 1.0, now);
             return None;
         }
-        bucket.ready(FAILED_AUTH, now).err()
+        bucket.ready(rate, now).err()
     }
 }
 
@@ -337,7 +345,7 @@ where
             }
             Some(budgets.addresses.take(ip).ok_or_else(|| {
                 refused(
-                    Shed::calls,
+                    Shed::shares,
                     format!(
                         "your address has {} calls being authenticated, its limit: this one was refused; retry after a short backoff",
                         limits.per_address
@@ -372,7 +380,7 @@ where
     if let Some(holder) = &holder {
         held.push(budgets.credentials.take(holder.clone()).ok_or_else(|| {
             refused(
-                Shed::calls,
+                Shed::shares,
                 format!(
                     "this credential has {} calls in flight, its share of the server: this one was refused; wait for answers before sending more",
                     limits.per_credential
@@ -394,7 +402,7 @@ where
         if let Some(holder) = &holder {
             streaming.push(budgets.credential_streams.take(holder.clone()).ok_or_else(|| {
                 refused(
-                    Shed::calls,
+                    Shed::shares,
                     format!(
                         "this credential has {} streams and waiting calls open, its share: close one before opening another",
                         limits.streams_per_credential
@@ -406,7 +414,7 @@ where
         if let Some(account) = account {
             streaming.push(budgets.account_streams.take(account).ok_or_else(|| {
                 refused(
-                    Shed::calls,
+                    Shed::shares,
                     format!(
                         "the account has {} streams and waiting calls open, its share of the server: this one was refused; retry after a short backoff",
                         limits.streams_per_account
@@ -430,7 +438,7 @@ where
         if let Some(account) = account {
             held.push(budgets.accounts.take(account).ok_or_else(|| {
                 refused(
-                    Shed::calls,
+                    Shed::shares,
                     format!(
                         "the account has {} calls in flight, its share of the server: this one was refused; retry after a short backoff",
                         limits.per_account
@@ -829,7 +837,7 @@ mod tests {
         let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), RpcLimits::default());
         let bad = || call_from("/relay.v1.Relay/WhoAmI", "Bearer bad", "10.0.0.7:1", Body::empty());
         let mut refused_early = None;
-        for _ in 0..FAILED_AUTH.burst as usize + 5 {
+        for _ in 0..DEFAULT_FAILED_AUTH.burst as usize + 5 {
             let answer = service.clone().oneshot(bad()).await.unwrap();
             if status_of(&answer) == Code::ResourceExhausted {
                 refused_early = Some(message_of(&answer));
@@ -844,6 +852,18 @@ mod tests {
         );
         let elsewhere = call_from("/relay.v1.Relay/WhoAmI", "Bearer 1:1", "10.0.0.8:1", Body::empty());
         assert_eq!(status_of(&service.oneshot(elsewhere).await.unwrap()), Code::Ok, "other addresses are not");
+    }
+
+    #[tokio::test]
+    async fn behind_a_proxy_failed_authentications_can_be_left_to_it() {
+        let limits = RpcLimits { failed_auth: Rate::UNLIMITED, ..RpcLimits::default() };
+        let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), limits);
+        for _ in 0..DEFAULT_FAILED_AUTH.burst as usize * 2 {
+            let bad = call_from("/relay.v1.Relay/WhoAmI", "Bearer bad", "10.0.0.7:1", Body::empty());
+            assert_eq!(status_of(&service.clone().oneshot(bad).await.unwrap()), Code::Unauthenticated);
+        }
+        let good = call_from("/relay.v1.Relay/WhoAmI", "Bearer 1:1", "10.0.0.7:1", Body::empty());
+        assert_eq!(status_of(&service.oneshot(good).await.unwrap()), Code::Ok, "the proxy's address is not refused");
     }
 
     #[tokio::test]

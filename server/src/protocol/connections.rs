@@ -190,7 +190,10 @@ pub fn admit(
             let place = match registry.admit(Some(peer.ip())) {
                 Ok(place) => place,
                 Err(full) => {
-                    metrics().shed(Shed::connections);
+                    metrics().shed(match full {
+                        Full::Address => Shed::shares,
+                        Full::Everyone => Shed::connections,
+                    });
                     if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                         warned = Some(Instant::now());
                         match full {
