@@ -48,9 +48,11 @@ const FIRST_RETRY: Duration = Duration::from_millis(500);
 const MAX_RETRY: Duration = Duration::from_secs(8);
 
 /// Makes a send (or a reply) with the client id `what` was given before, when an earlier call of
-/// the same send never learned its outcome, and tries it again with that id until the server
+/// the same send never learned its outcome. Once its outcome is in doubt (a request that left and
+/// got no answer, now or in that earlier call) it is tried again with that id until the server
 /// answers or [`PATIENCE`] runs out: so a lost answer makes no second copy, whether the bridge
-/// retries or the model sends again.
+/// retries or the model sends again. A send that never left (the server cannot be reached) is in
+/// no doubt, and says so at once.
 async fn send_once<Req, F, Fut>(
     tools: &Tools,
     what: &str,
@@ -64,16 +66,23 @@ where
     Fut: Future<Output = std::result::Result<tonic::Response<SendResponse>, tonic::Status>>,
 {
     let key = Tools::send_key(what);
-    set_id(&mut request, tools.client_id_for(key).await);
+    let (id, mut in_doubt) = tools.client_id_for(key).await;
+    set_id(&mut request, id);
     let started = tokio::time::Instant::now();
     let mut retry = FIRST_RETRY;
     loop {
-        match tools.relay().call(Duration::ZERO, request.clone(), call.clone()).await {
+        // Once: a lost answer comes back as such (not as "unreachable"), and this loop retries.
+        match tools.relay().call_once(Duration::ZERO, request.clone(), call.clone()).await {
             Ok(sent) => {
                 tools.settled(key).await;
                 return Ok(sent);
             }
             Err(err @ (RelayError::Unreachable(_) | RelayError::Unanswered(_))) => {
+                in_doubt |= matches!(err, RelayError::Unanswered(_));
+                if !in_doubt {
+                    tools.settled(key).await;
+                    return Err(err.into());
+                }
                 if started.elapsed() + retry > PATIENCE {
                     return Err(ToolError::Undetermined(err.to_string()));
                 }

@@ -174,13 +174,16 @@ impl Tools {
     }
 
     /// The client id for the send `key`: the one it had when its outcome was lost, else a new one
-    /// (remembered until the send is settled).
-    pub(crate) async fn client_id_for(&self, key: u64) -> String {
+    /// (remembered until the send is settled); and whether it is that earlier one.
+    pub(crate) async fn client_id_for(&self, key: u64) -> (String, bool) {
         let mut undetermined = self.undetermined.lock().await;
-        if undetermined.len() >= MAX_UNDETERMINED && !undetermined.contains_key(&key) {
+        if let Some(id) = undetermined.get(&key) {
+            return (id.clone(), true);
+        }
+        if undetermined.len() >= MAX_UNDETERMINED {
             undetermined.clear();
         }
-        undetermined.entry(key).or_insert_with(messaging::client_id).clone()
+        (undetermined.entry(key).or_insert_with(messaging::client_id).clone(), false)
     }
 
     /// The send `key` got an answer: its id is no longer needed.
@@ -452,11 +455,12 @@ mod tests {
         let claim = Claim { handle: None, harness: "other".into(), spawn_grant: None };
         let tools = Tools::new(Arc::new(Relay::new(replicas, None, "token".into(), claim)));
         let key = Tools::send_key("send\0[\"bob\"]\0hello");
-        let first = tools.client_id_for(key).await;
-        assert_eq!(tools.client_id_for(key).await, first, "the same send again reuses the id");
-        assert_ne!(tools.client_id_for(Tools::send_key("send\0[\"bob\"]\0bye")).await, first);
+        let (first, earlier) = tools.client_id_for(key).await;
+        assert!(!earlier, "a new send has a new id");
+        assert_eq!(tools.client_id_for(key).await, (first.clone(), true), "the same send again reuses the id");
+        assert_ne!(tools.client_id_for(Tools::send_key("send\0[\"bob\"]\0bye")).await.0, first);
         tools.settled(key).await;
-        assert_ne!(tools.client_id_for(key).await, first, "once answered, the same words are a new send");
+        assert_ne!(tools.client_id_for(key).await.0, first, "once answered, the same words are a new send");
     }
 
     #[test]
