@@ -351,6 +351,15 @@ struct ListenArgs {
           default_value_t = connections::DEFAULT_MAX_CONNECTIONS_PER_ADDRESS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_connections_per_address: u32,
+    /// Most connections one account's calls hold (each agent holds one, a hook waiting for mail
+    /// another); past it a connection's first call is refused. By default half the replica's.
+    #[arg(long, env = "RELAY_MAX_CONNECTIONS_PER_ACCOUNT", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_account: Option<u32>,
+    /// Most connections one credential holds (a machine's token opens its agents' sessions).
+    #[arg(long, env = "RELAY_MAX_CONNECTIONS_PER_CREDENTIAL",
+          default_value_t = connections::DEFAULT_MAX_CONNECTIONS_PER_CREDENTIAL as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections_per_credential: u32,
 }
 
 impl From<ListenArgs> for ListenOptions {
@@ -360,8 +369,12 @@ impl From<ListenArgs> for ListenOptions {
             tls_cert: a.tls_cert,
             tls_key: a.tls_key,
             insecure_plaintext: a.insecure_plaintext,
-            max_connections: a.max_connections as usize,
-            max_connections_per_address: a.max_connections_per_address as usize,
+            connections: connections::Limits {
+                max: a.max_connections as usize,
+                per_address: a.max_connections_per_address as usize,
+                per_account: a.max_connections_per_account.map_or(a.max_connections as usize / 2, |n| n as usize),
+                per_credential: a.max_connections_per_credential as usize,
+            },
         }
     }
 }

@@ -87,9 +87,8 @@ pub struct ListenOptions {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub insecure_plaintext: bool,
-    /// Connections held at once (see `protocol::connections`).
-    pub max_connections: usize,
-    pub max_connections_per_address: usize,
+    /// Connections held at once, and whose they may be (see `protocol::connections`).
+    pub connections: connections::Limits,
 }
 
 impl ListenOptions {
@@ -231,7 +230,7 @@ pub async fn serve_with(
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
     let local = socket.local_addr()?;
-    raise_open_files_limit(options.max_connections);
+    raise_open_files_limit(options.connections.max);
     // A dead peer is noticed by the HTTP/2 keepalive pings below.
     let acceptor = match &tls {
         Some(cert) => {
@@ -240,7 +239,7 @@ pub async fn serve_with(
         }
         None => None,
     };
-    let incoming = connections::admit(socket, options.max_connections, options.max_connections_per_address, acceptor);
+    let incoming = connections::admit(socket, options.connections, acceptor);
 
     let builder = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_EVERY))
@@ -369,8 +368,7 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             insecure_plaintext: false,
-            max_connections: 16,
-            max_connections_per_address: 16,
+            connections: connections::Limits { max: 16, per_address: 16, ..Default::default() },
         }
     }
 

@@ -113,8 +113,10 @@ async fn under_attack<F: Future<Output = ()> + Send + 'static>(w: &World, name: 
         during.failed.first()
     );
     assert!(during.made > 10, "{name}: the other agent made only {} sends", during.made);
-    // Three times its own latency is the aim; the bound leaves room for a loaded test machine.
-    let bound = (alone.p99 * 10).max(alone.p99 + Duration::from_millis(150));
+    // Three times its own latency is the aim (the printed figures, from a release build run
+    // alone); the bound leaves room for a test machine of two cores that also runs the attacker,
+    // and still fails a denial, which costs seconds.
+    let bound = (alone.p99 * 10).max(alone.p99 + Duration::from_millis(250));
     assert!(during.p99 <= bound, "{name}: p99 {:?} against {:?} alone", during.p99, alone.p99);
 }
 

@@ -1,7 +1,8 @@
 //! Connections nobody can hoard: a socket that does not finish its setup (silent, or dribbling its
 //! preface) is closed after the setup time; an address holds only so many that never authenticate;
 //! at the replica's cap a newcomer takes the place of the oldest that never authenticated, and
-//! connections of agents that work keep theirs.
+//! connections of agents that work keep theirs; one account, and one credential, hold only their
+//! share.
 
 use std::time::{Duration, Instant};
 
@@ -79,7 +80,8 @@ async fn sockets_that_never_finish_their_setup_are_closed_after_the_setup_time()
 #[tokio::test]
 async fn at_the_cap_a_newcomer_takes_the_place_of_a_socket_that_never_authenticated() {
     let db = TestDb::new().await;
-    let server = Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_MAX_CONNECTIONS", "3")]).await;
+    let env = [("RELAY_MAX_CONNECTIONS", "3"), ("RELAY_MAX_CONNECTIONS_PER_ACCOUNT", "3")];
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &env).await;
     let laptop = server.machine("acme", "laptop");
     let addr = server.url.trim_start_matches("http://").replace("localhost", "127.0.0.1");
     let mut working = Vec::new();
@@ -124,9 +126,51 @@ async fn one_address_holds_only_so_many_connections_that_never_authenticate() {
 }
 
 #[tokio::test]
+async fn one_account_and_one_credential_hold_only_their_share_of_connections() {
+    let db = TestDb::new().await;
+    let env = [("RELAY_MAX_CONNECTIONS_PER_ACCOUNT", "3"), ("RELAY_MAX_CONNECTIONS_PER_CREDENTIAL", "2")];
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &env).await;
+    let laptop = server.machine("acme", "laptop");
+    let desk = server.machine("acme", "desk");
+    let globex = server.machine("globex", "box");
+    let over_share = |status: tonic::Status, whose: &str| {
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status.message().contains(&format!("{whose} holds"))
+                && status.message().contains("connections to this server, its share"),
+            "{status:?}"
+        );
+    };
+
+    // One machine's token opens two connections (each Hello is a connection's first call); a third is refused.
+    let mut held = vec![
+        Agent::hello(&server.url, &laptop, "a1").await.unwrap(),
+        Agent::hello(&server.url, &laptop, "a2").await.unwrap(),
+    ];
+    over_share(Agent::hello(&server.url, &laptop, "a3").await.err().expect("a third for one token"), "this credential");
+    // The account's third connection, by another machine, fits; its fourth does not.
+    held.push(Agent::hello(&server.url, &desk, "d1").await.unwrap());
+    over_share(Agent::hello(&server.url, &desk, "d2").await.err().expect("a fourth for one account"), "the account");
+    // Another account is not held back, and the held connections keep working.
+    let mut other = Agent::hello(&server.url, &globex, "g1").await.expect("another account connects");
+    other.rpc.who_am_i(WhoAmIRequest {}).await.unwrap();
+    for agent in &mut held {
+        agent.rpc.who_am_i(WhoAmIRequest {}).await.expect("held connections keep working");
+    }
+    // A connection that closes gives its share back.
+    held.remove(0);
+    eventually(Duration::from_secs(10), "the freed share taken by a new connection", || {
+        let (url, token) = (server.url.clone(), laptop.clone());
+        async move { Agent::hello(&url, &token, "a3").await.ok() }
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn past_the_cap_new_connections_are_refused_and_held_ones_keep_working() {
     let db = TestDb::new().await;
-    let server = Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_MAX_CONNECTIONS", "3")]).await;
+    let env = [("RELAY_MAX_CONNECTIONS", "3"), ("RELAY_MAX_CONNECTIONS_PER_ACCOUNT", "3")];
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &env).await;
     let laptop = server.machine("acme", "laptop");
     let mut held = Vec::new();
     for i in 0..3 {

@@ -249,8 +249,7 @@ mod tests {
             tls_cert: None,
             tls_key: None,
             insecure_plaintext: false,
-            max_connections: 16,
-            max_connections_per_address: 16,
+            connections: crate::protocol::connections::Limits { max: 16, per_address: 16, ..Default::default() },
         }
     }
 

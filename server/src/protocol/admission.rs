@@ -368,8 +368,20 @@ where
         }
     };
     drop(unknown);
-    if let (Some(connection), Some(_)) = (&connection, &credential) {
-        connection.authenticated();
+    if let (Some(connection), Some(credential)) = (&connection, &credential) {
+        connection.authenticated(credential.account_id(), &credential.holder()).map_err(|over| {
+            let (whose, share) = match over {
+                connections::OverShare::Account(share) => ("the account", share),
+                connections::OverShare::Credential(share) => ("this credential", share),
+            };
+            refused(
+                Shed::shares,
+                format!(
+                    "{whose} holds {share} connections to this server, its share: this call was refused; make calls on a connection already open, or close some"
+                ),
+                None,
+            )
+        })?;
     }
 
     // 3. Its credential's share, then the request message, whole, in time.

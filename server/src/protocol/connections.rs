@@ -27,6 +27,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::transport::server::Connected;
 
+use crate::domain::caller::Holder;
+use crate::domain::ids::AccountId;
 use crate::metrics::{Shed, metrics};
 
 /// How long a new connection has to finish its setup (TLS handshake, HTTP/2 preface).
@@ -35,6 +37,44 @@ pub const SETUP: Duration = Duration::from_secs(5);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 /// Connections of one address that have not authenticated a call yet, by default.
 pub const DEFAULT_MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
+/// Connections one account's calls hold, by default: half the replica's, so one account cannot
+/// take every place. Each of its agents holds one, and a hook waiting for mail another.
+pub const DEFAULT_MAX_CONNECTIONS_PER_ACCOUNT: usize = DEFAULT_MAX_CONNECTIONS / 2;
+/// Connections one credential holds, by default: a machine's token opens each of its agents'
+/// sessions (up to its 250 endpoints), a session needs one or two.
+pub const DEFAULT_MAX_CONNECTIONS_PER_CREDENTIAL: usize = 512;
+
+/// How many connections a replica holds, and whose they may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections held at once.
+    pub max: usize,
+    /// Of one address, not yet authenticated.
+    pub per_address: usize,
+    /// Charged to one account (by the first call each authenticates).
+    pub per_account: usize,
+    /// Charged to one credential.
+    pub per_credential: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max: DEFAULT_MAX_CONNECTIONS,
+            per_address: DEFAULT_MAX_CONNECTIONS_PER_ADDRESS,
+            per_account: DEFAULT_MAX_CONNECTIONS_PER_ACCOUNT,
+            per_credential: DEFAULT_MAX_CONNECTIONS_PER_CREDENTIAL,
+        }
+    }
+}
+
+/// A connection whose first authenticated call would take its account or credential past its
+/// share; the call is refused and the connection stays nobody's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverShare {
+    Account(usize),
+    Credential(usize),
+}
 /// The HTTP/2 client preface (24 bytes) and the header of the SETTINGS frame that must follow it.
 const SETUP_BYTES: usize = 24 + 9;
 /// Refusals are logged at most this often, so a flood does not flood the log too.
@@ -46,6 +86,7 @@ const WARN_EVERY: Duration = Duration::from_secs(10);
 pub struct Info {
     pub peer: Option<SocketAddr>,
     state: Arc<Held>,
+    registry: Option<Arc<Registry>>,
 }
 
 impl Info {
@@ -57,15 +98,41 @@ impl Info {
             ip: Some(peer.ip()),
             opened: Instant::now(),
             authenticated: AtomicBool::new(false),
+            owner: Mutex::default(),
             close: CancellationToken::new(),
         });
-        Self { peer: Some(peer), state }
+        Self { peer: Some(peer), state, registry: None }
     }
 
-    /// A call on this connection was authenticated: it is someone's now, and is not shed for a
-    /// newcomer.
-    pub fn authenticated(&self) {
+    /// A call on this connection was authenticated, by `holder` of `account`: the first makes the
+    /// connection theirs, charged to their shares, and no longer shed for a newcomer. Refused when
+    /// it would take either past its share.
+    pub fn authenticated(&self, account: AccountId, holder: &Holder) -> Result<(), OverShare> {
+        if self.state.authenticated.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let Some(registry) = &self.registry else {
+            self.state.authenticated.store(true, Ordering::Relaxed);
+            return Ok(());
+        };
+        let mut owners = registry.owners.lock().expect("connections lock poisoned");
+        // Checked again under the lock: two calls of one connection may authenticate at once.
+        if self.state.authenticated.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let of_account = owners.accounts.get(&account).copied().unwrap_or(0);
+        if of_account >= registry.limits.per_account {
+            return Err(OverShare::Account(registry.limits.per_account));
+        }
+        let of_holder = owners.holders.get(holder).copied().unwrap_or(0);
+        if of_holder >= registry.limits.per_credential {
+            return Err(OverShare::Credential(registry.limits.per_credential));
+        }
+        *owners.accounts.entry(account).or_insert(0) += 1;
+        *owners.holders.entry(holder.clone()).or_insert(0) += 1;
+        *self.state.owner.lock().expect("connections lock poisoned") = Some((account, holder.clone()));
         self.state.authenticated.store(true, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -75,6 +142,8 @@ struct Held {
     ip: Option<IpAddr>,
     opened: Instant,
     authenticated: AtomicBool,
+    /// Whom it is charged to, from its first authenticated call.
+    owner: Mutex<Option<(AccountId, Holder)>>,
     /// Cancelled to close the connection (shed for a newcomer).
     close: CancellationToken,
 }
@@ -82,9 +151,26 @@ struct Held {
 /// The connections held, for the limits.
 struct Registry {
     held: Mutex<HashMap<u64, Arc<Held>>>,
+    owners: Mutex<Owners>,
     next: AtomicU64,
-    max: usize,
-    per_address: usize,
+    limits: Limits,
+}
+
+/// How many connections each account and each credential holds.
+#[derive(Default)]
+struct Owners {
+    accounts: HashMap<AccountId, usize>,
+    holders: HashMap<Holder, usize>,
+}
+
+/// Takes one from `key`'s count, forgetting it at 0.
+fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(count) = counts.get_mut(key) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(key);
+        }
+    }
 }
 
 /// Why a new connection was not taken.
@@ -102,11 +188,11 @@ impl Registry {
         let mut held = self.held.lock().expect("connections lock poisoned");
         let unauthenticated = |h: &&Arc<Held>| !h.authenticated.load(Ordering::Relaxed);
         if let Some(ip) = ip
-            && held.values().filter(unauthenticated).filter(|h| h.ip == Some(ip)).count() >= self.per_address
+            && held.values().filter(unauthenticated).filter(|h| h.ip == Some(ip)).count() >= self.limits.per_address
         {
             return Err(Full::Address);
         }
-        if held.len() >= self.max {
+        if held.len() >= self.limits.max {
             let oldest = held.values().filter(unauthenticated).min_by_key(|h| h.opened).cloned();
             let Some(oldest) = oldest else { return Err(Full::Everyone) };
             held.remove(&oldest.id);
@@ -120,6 +206,7 @@ impl Registry {
             ip,
             opened: Instant::now(),
             authenticated: AtomicBool::new(false),
+            owner: Mutex::default(),
             close: CancellationToken::new(),
         });
         held.insert(id, state.clone());
@@ -136,6 +223,15 @@ struct Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
+        {
+            // The shares' lock first, as `Info::authenticated` takes them.
+            let mut owners = self.registry.owners.lock().expect("connections lock poisoned");
+            let owner = self.state.owner.lock().expect("connections lock poisoned").take();
+            if let Some((account, holder)) = owner {
+                release(&mut owners.accounts, &account);
+                release(&mut owners.holders, &holder);
+            }
+        }
         let mut held = self.registry.held.lock().expect("connections lock poisoned");
         held.remove(&self.state.id);
         metrics().connections.set(held.len() as i64);
@@ -161,17 +257,19 @@ enum Stream {
 /// ends when the server stops taking connections.
 pub fn admit(
     listener: TcpListener,
-    max: usize,
-    per_address: usize,
+    limits: Limits,
     tls: Option<TlsAcceptor>,
 ) -> impl tokio_stream::Stream<Item = io::Result<Admitted>> {
     let (tx, rx) = mpsc::channel(64);
-    let registry = Arc::new(Registry {
-        held: Mutex::default(),
-        next: AtomicU64::new(0),
-        max: max.max(1),
-        per_address: per_address.max(1),
-    });
+    let limits = Limits {
+        max: limits.max.max(1),
+        per_address: limits.per_address.max(1),
+        per_account: limits.per_account.max(1),
+        per_credential: limits.per_credential.max(1),
+    };
+    let (max, per_address) = (limits.max, limits.per_address);
+    let registry =
+        Arc::new(Registry { held: Mutex::default(), owners: Mutex::default(), next: AtomicU64::new(0), limits });
     tokio::spawn(async move {
         let mut warned: Option<Instant> = None;
         loop {
@@ -240,7 +338,7 @@ impl Connected for Admitted {
     type ConnectInfo = Info;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        Info { peer: self.peer, state: self.place.state.clone() }
+        Info { peer: self.peer, state: self.place.state.clone(), registry: Some(self.place.registry.clone()) }
     }
 }
 

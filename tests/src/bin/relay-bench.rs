@@ -594,6 +594,8 @@ async fn main() {
         // Every idle stream is a connection of its own, all from this one address.
         ("RELAY_MAX_CONNECTIONS", "20000"),
         ("RELAY_MAX_CONNECTIONS_PER_ADDRESS", "20000"),
+        ("RELAY_MAX_CONNECTIONS_PER_ACCOUNT", "20000"),
+        ("RELAY_MAX_CONNECTIONS_PER_CREDENTIAL", "20000"),
         ("RELAY_MAX_WAITING_CALLS", "40000"),
     ];
     let server = Server::start_with_env(&db, port, &unlimited).await;
