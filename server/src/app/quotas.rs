@@ -183,3 +183,37 @@ impl SendRates {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Error;
+    use crate::domain::ids::AccountId;
+
+    #[test]
+    fn console_sessions_past_an_accounts_rate_are_refused_with_a_real_wait() {
+        let rates = SendRates::new(Quotas::default());
+        let burst = Quotas::default().account_sign_ins.burst as usize;
+        for _ in 0..burst {
+            rates.sign_in(AccountId(1), "acme").expect("within the account's burst");
+        }
+        let refused = rates.sign_in(AccountId(1), "acme").unwrap_err();
+        let Error::Throttled { message, retry_after } = refused else { panic!("{refused:?}") };
+        assert_eq!(message, "account acme opened more console sessions than it may: try again in 2 s");
+        assert!(retry_after > std::time::Duration::ZERO);
+        rates.sign_in(AccountId(2), "globex").expect("another account signs in");
+    }
+
+    #[test]
+    fn failed_sign_ins_hold_back_their_address_alone() {
+        let rates = SendRates::new(Quotas::default());
+        let (guesser, person): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for _ in 0..Quotas::default().failed_sign_ins.burst as usize {
+            rates.may_sign_in(guesser).expect("within the address's burst");
+            rates.failed_sign_in(guesser);
+        }
+        let refused = rates.may_sign_in(guesser).unwrap_err().to_string();
+        assert!(refused.starts_with("too many failed sign-ins from your address: try again in"), "{refused}");
+        rates.may_sign_in(person).expect("another address is not held back");
+    }
+}
