@@ -268,6 +268,7 @@ async fn huge_requests_are_refused_unread_and_memory_stays_bounded() {
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:")?.trim().strip_suffix("kB")?.trim().parse().ok())
         .unwrap();
+    eprintln!("huge Confirm calls: the server's memory peaked at {} MiB", rss_kib / 1024);
     assert!(rss_kib < 512 * 1024, "the server's memory peaked at {} MiB", rss_kib / 1024);
 }
 
