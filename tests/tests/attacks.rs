@@ -26,6 +26,11 @@ use tonic::transport::Channel;
 
 const ATTACKER: &str = "127.0.0.2";
 
+/// Each attack runs alone, as the figures are meant: two at once on a small machine would measure
+/// each other. (`cargo test` runs this file's tests as threads of one process; nextest, which runs
+/// each in a process of its own, keeps them apart by the test group in `.config/nextest.toml`.)
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A server at its defaults (with an ops port, to read what it refused); acme is the attacker's
 /// account, globex the other agent's.
 struct World {
@@ -34,15 +39,18 @@ struct World {
     acme: String,
     globex: String,
     _db: TestDb,
+    /// Last, so it is let go once the server and its database are gone.
+    _alone: tokio::sync::MutexGuard<'static, ()>,
 }
 
 async fn world() -> World {
+    let alone = ONE_AT_A_TIME.lock().await;
     let db = TestDb::new().await;
     let ops = format!("127.0.0.1:{}", free_port());
     let server = Server::start_with_env(&db, free_port(), &[("RELAY_OPS_LISTEN", &ops)]).await;
     let acme = server.machine("acme", "laptop");
     let globex = server.machine("globex", "box");
-    World { server, ops, acme, globex, _db: db }
+    World { _alone: alone, server, ops, acme, globex, _db: db }
 }
 
 impl World {

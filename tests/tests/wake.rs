@@ -242,12 +242,22 @@ impl HookRun {
         (rc, read(&self.out), read(&self.err))
     }
 
-    /// Waits until the hook (a wake hook run as [`WAITER`]) says it waits for mail.
+    /// Waits until the hook (a wake hook run as [`WAITER`]) says it waits for mail; fails with what
+    /// it said if it ends first or says nothing in time.
     async fn waiting(&self) {
-        eventually(WAIT, "the waiter to wait", || async {
-            std::fs::read_to_string(&self.err).ok().filter(|e| e.contains("waiting for mail")).map(drop)
-        })
-        .await
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let said = std::fs::read_to_string(&self.err).unwrap_or_default();
+            if said.contains("waiting for mail") {
+                return;
+            }
+            assert!(!self.ended(), "the waiter ended before it waited; its stderr:\n{said}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the waiter did not wait within {WAIT:?}; its stderr:\n{said}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     fn ended(&self) -> bool {
