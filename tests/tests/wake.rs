@@ -162,6 +162,9 @@ impl StandIn {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", dir.path())
+            // Session files of its own: a hook then finds only this agent's bridge, never one that
+            // another test's process started (all of `cargo test`'s tests share one process).
+            .env("XDG_RUNTIME_DIR", dir.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .process_group(0)
