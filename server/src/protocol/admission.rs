@@ -197,6 +197,9 @@ struct Budgets {
     server_streams: Arc<Counts<()>>,
 }
 
+/// The longest a call refused for its rate is held before the refusal is sent.
+const MAX_RATE_HOLD: Duration = Duration::from_secs(1);
+
 /// Most addresses whose failed authentications are remembered; past it the full ones are
 /// forgotten (a full bucket is what a new one starts as).
 const MAX_FAILURE_BUCKETS: usize = 100_000;
@@ -471,9 +474,19 @@ where
         })?);
     }
 
-    // 5. Its rates.
-    if let Some(credential) = &credential {
-        gatekeeper.admit_rate(credential, path)?;
+    // 5. Its rates. A call past them waits out what its caller is told to wait (up to
+    // `MAX_RATE_HOLD`) before it is answered, holding only its credential's place: a client that
+    // ignores the wait and calls on gets no more refusals a second than that place allows, where
+    // answering at once would let it spend the server's CPU on refusals.
+    if let Some(credential) = &credential
+        && let Err(refusal) = gatekeeper.admit_rate(credential, path)
+    {
+        if let Error::Throttled { retry_after, .. } = &refusal {
+            held.truncate(1);
+            drop(streaming);
+            tokio::time::sleep((*retry_after).min(MAX_RATE_HOLD)).await;
+        }
+        return Err(refusal.into());
     }
 
     // 6. The time budget.
@@ -517,10 +530,31 @@ async fn read_message(body: Body, wait: Duration, max: usize) -> std::result::Re
     }
 }
 
+/// Refusals are logged at info at most this often (each is counted in `relay_shed`): a client
+/// flooding refused calls would otherwise cost a log line each, and fill the log.
+const LOG_REFUSALS_EVERY: Duration = Duration::from_secs(10);
+
+/// When a refusal was last logged at info, in milliseconds since [`started`].
+static REFUSAL_LOGGED_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn started() -> Instant {
+    static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *STARTED.get_or_init(Instant::now)
+}
+
 /// A refusal at a budget, counted in `relay_shed`, with when to retry when that is known.
 fn refused(shed: Shed, message: String, retry_after: Option<Duration>) -> Refusal {
+    use std::sync::atomic::Ordering;
     metrics().shed(shed);
-    tracing::info!(reason = %message, "call refused at admission");
+    let now_ms = started().elapsed().as_millis() as u64 + LOG_REFUSALS_EVERY.as_millis() as u64;
+    let last = REFUSAL_LOGGED_MS.load(Ordering::Relaxed);
+    let due = now_ms >= last + LOG_REFUSALS_EVERY.as_millis() as u64
+        && REFUSAL_LOGGED_MS.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+    if due {
+        tracing::info!(reason = %message, ?shed, "call refused at admission (more are counted in relay_shed_total, not logged, for 10 s)");
+    } else {
+        tracing::debug!(reason = %message, "call refused at admission");
+    }
     let mut status = Status::resource_exhausted(message);
     match retry_after {
         Some(wait) => advise_retry_after(&mut status, wait),
@@ -878,10 +912,13 @@ mod tests {
         assert_eq!(status_of(&service.oneshot(good).await.unwrap()), Code::Ok, "the proxy's address is not refused");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_call_past_its_rate_is_refused_with_a_real_wait() {
         let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), RpcLimits::default());
+        let started = tokio::time::Instant::now();
         let refused = service.oneshot(call("/relay.v1.Relay/List", 1, 99)).await.unwrap();
+        // Held for the wait it names, so a caller that ignores it floods no faster than its places.
+        assert_eq!(started.elapsed(), Duration::from_millis(300));
         assert_eq!(status_of(&refused), Code::ResourceExhausted);
         assert!(message_of(&refused).ends_with("try again in 1 s"), "{}", message_of(&refused));
         assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "300");

@@ -208,7 +208,9 @@ fn ended(span: &Span, code: Code, body: Option<Duration>) {
         | Code::Internal
         | Code::Unavailable
         | Code::DataLoss => tracing::warn!(?code, body_ms, "rpc failed"),
-        Code::ResourceExhausted => tracing::info!(?code, body_ms, "rpc refused"),
+        // Refusals are counted (`relay_rpcs`, `relay_shed`) and admission logs them sampled: one
+        // line each would let a flooding client fill the log.
+        Code::ResourceExhausted => tracing::debug!(?code, body_ms, "rpc refused"),
         _ => tracing::debug!(?code, body_ms, "rpc ended"),
     }
 }
