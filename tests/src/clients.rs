@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::bin;
+use crate::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
 
 /// Where the clients are installed: `target/clients`.
 fn dir() -> PathBuf {
@@ -47,7 +48,7 @@ fn provision() -> PathBuf {
             .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
             .current_dir(&dir)
             .stdin(Stdio::null())
-            .status()
+            .status_within(INSTALL_LIMIT)
             .unwrap_or_else(|e| {
                 panic!("cannot run npm ({e}): the real-client tests need Node.js 20 or later and npm (apt-get install nodejs npm)")
             });
@@ -58,7 +59,7 @@ fn provision() -> PathBuf {
             .arg(dir.join("node_modules/@anthropic-ai/claude-code/install.cjs"))
             .current_dir(&dir)
             .stdin(Stdio::null())
-            .status()
+            .status_within(INSTALL_LIMIT)
             .expect("run node");
         assert!(linked.success(), "Claude Code's install script failed: see its output above");
         std::fs::write(&marker, &wanted).expect("record the installed lock file");
@@ -91,7 +92,7 @@ pub fn logged_in_home(server: &str, token: &str) -> tempfile::TempDir {
         .env("RELAY_TOKEN", token)
         .env_remove("RELAY_CONFIG")
         .stdin(Stdio::null())
-        .output()
+        .output_within(COMMAND_LIMIT)
         .expect("run agent-bridge login");
     assert!(out.status.success(), "login failed: {}", String::from_utf8_lossy(&out.stderr));
     home
@@ -112,7 +113,7 @@ pub fn install(client: &str, home: &Path, cwd: &Path) -> String {
         .env("PATH", agent_path())
         .env_remove("CODEX_HOME")
         .stdin(Stdio::null())
-        .output()
+        .output_within(COMMAND_LIMIT)
         .expect("run agent-bridge install");
     assert!(out.status.success(), "install {client} failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stderr).into_owned()

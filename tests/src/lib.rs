@@ -10,6 +10,7 @@ pub mod http;
 pub mod mcp;
 pub mod model_api;
 pub mod pg;
+pub mod process;
 pub mod proxy;
 pub mod server;
 pub mod terminal;

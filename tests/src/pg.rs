@@ -1,4 +1,8 @@
-//! Postgres for tests: `DATABASE_URL`, or a throwaway cluster (`initdb -A trust -N`, `fsync=off`).
+//! Postgres for tests: `DATABASE_URL`; with `RELAY_TEST_POSTGRES=container` a Postgres container of
+//! the test run ([`container`]); otherwise a throwaway cluster (`initdb -A trust -N`, `fsync=off`) per
+//! test binary.
+
+pub mod container;
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -48,6 +52,15 @@ kill -INT "$pid"; wait "$pid"; rm -rf "$dir"
 fn start_cluster() -> Cluster {
     if let Ok(url) = std::env::var("DATABASE_URL") {
         return Cluster { base: url, tls_ca: None, _watchdog: None };
+    }
+    match std::env::var("RELAY_TEST_POSTGRES").as_deref() {
+        Err(_) | Ok("" | "local") => {}
+        Ok("container") => {
+            let base = container::start();
+            wait_ready(&base, None, "the test run's postgres container");
+            return Cluster { base, tls_ca: None, _watchdog: None };
+        }
+        Ok(other) => panic!("RELAY_TEST_POSTGRES={other}: expected `container` or `local`"),
     }
     let bin = postgres::bin_dir().expect("postgres binaries");
     let owner = postgres::owner().expect("postgres owner");
@@ -103,21 +116,34 @@ fn start_cluster() -> Cluster {
     let stdin = child.stdin.take().expect("watchdog stdin");
     let base = format!("host=127.0.0.1 port={port} user=postgres");
 
+    wait_ready(&base, Some(&mut child), "the test postgres cluster");
+    Cluster { base, tls_ca: Some(ca), _watchdog: Some(Mutex::new((child, stdin))) }
+}
+
+/// Waits up to a minute for Postgres at `base` to accept connections; a starter that exits first
+/// fails at once with what it said.
+fn wait_ready(base: &str, mut starter: Option<&mut Child>, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
+        if let Some(child) = starter.as_deref_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
             let mut err = String::new();
             child.stderr.take().map(|mut s| s.read_to_string(&mut err));
-            panic!("the test postgres cluster failed to start ({status}): {err}");
+            panic!("{what} failed to start ({status}): {err}");
         }
-        if runtime.block_on(tokio_postgres::connect(&format!("{base} dbname=postgres"), NoTls)).is_ok() {
-            break;
+        let url = format!("{base} dbname=postgres");
+        let connect = tokio_postgres::connect(&url, NoTls);
+        if runtime
+            .block_on(async { tokio::time::timeout(Duration::from_secs(5), connect).await })
+            .is_ok_and(|c| c.is_ok())
+        {
+            return;
         }
-        assert!(Instant::now() < deadline, "the test postgres cluster did not accept connections within 60s");
+        assert!(Instant::now() < deadline, "{what} did not accept connections within 60s ({base})");
         std::thread::sleep(Duration::from_millis(50));
     }
-    Cluster { base, tls_ca: Some(ca), _watchdog: Some(Mutex::new((child, stdin))) }
 }
 
 /// For TLS tests: the test database's URL through `localhost` with `sslmode=require`, and the CA to

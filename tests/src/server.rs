@@ -9,6 +9,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 use crate::pg::TestDb;
+use crate::process::{COMMAND_LIMIT, EXIT_LIMIT, RunWithin, RunWithinAsync};
 use crate::{bin, eventually, free_port};
 
 pub struct Server {
@@ -141,12 +142,19 @@ impl Drop for Server {
     }
 }
 
-/// Sends SIGTERM and waits for the process without blocking the async runtime.
+/// Sends SIGTERM and waits for the process without blocking the async runtime; one still running
+/// after [`EXIT_LIMIT`] is killed and fails the test.
 pub async fn terminate(child: &mut Child) -> std::process::ExitStatus {
     crate::signal(child.id(), libc::SIGTERM);
+    let deadline = tokio::time::Instant::now() + EXIT_LIMIT;
     loop {
         if let Some(status) = child.try_wait().expect("wait for child") {
             return status;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("process {} did not exit within {EXIT_LIMIT:?} of SIGTERM: killed", child.id());
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -158,7 +166,7 @@ pub fn admin(db_url: &str, args: &[&str]) -> Output {
         .args(args)
         .env("DATABASE_URL", db_url)
         .stdin(Stdio::null())
-        .output()
+        .output_within(COMMAND_LIMIT)
         .expect("run relay-server admin")
 }
 
@@ -202,7 +210,7 @@ pub async fn human(url: &str, token: &str, args: &[&str]) -> (bool, String) {
         .env_remove("RELAY_TOKEN")
         .env("RELAY_HUMAN_TOKEN", token)
         .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
-        .output()
+        .output_within(COMMAND_LIMIT)
         .await
         .expect("run agent-bridge human");
     (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use crate::clients;
+use crate::process::{COMMAND_LIMIT, RunWithin};
 
 pub struct Terminal {
     socket: String,
@@ -38,7 +39,7 @@ impl Terminal {
         if let Some((cwd, line)) = session {
             command.arg(cwd).arg(line);
         }
-        command.stdin(Stdio::null()).output().expect("run tmux")
+        command.stdin(Stdio::null()).output_within(COMMAND_LIMIT).expect("run tmux")
     }
 
     /// Sends keys as tmux names them (`Enter`, `Down`, `C-c`).

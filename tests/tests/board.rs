@@ -11,6 +11,7 @@ use relay_tests::agent::{StandIn, executable};
 use relay_tests::client::{Agent, Bearer, channel, client};
 use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::server::Server;
 use relay_tests::{bin, eventually, free_port};
 use serde_json::{Value, json};
@@ -41,7 +42,12 @@ fn worker_client(ch: Channel, token: &str) -> WorkerClient<InterceptedService<Ch
 /// A git repository with one commit.
 fn git_repo(dir: &Path) {
     let run = |args: &[&str]| {
-        let ok = std::process::Command::new("git").args(args).current_dir(dir).status().unwrap().success();
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .status_within(COMMAND_LIMIT)
+            .unwrap()
+            .success();
         assert!(ok, "git {args:?}");
     };
     std::fs::create_dir_all(dir).unwrap();
@@ -432,7 +438,7 @@ async fn a_card_posted_on_one_machine_is_done_by_a_worker_on_another() {
     let log = std::process::Command::new("git")
         .args(["log", "--oneline", &format!("relay/{id}")])
         .current_dir(b.repo.path().join("app"))
-        .output()
+        .output_within(COMMAND_LIMIT)
         .unwrap();
     assert!(String::from_utf8_lossy(&log.stdout).contains("the work"));
 
@@ -897,10 +903,7 @@ async fn a_worker_that_cannot_renew_for_a_whole_lease_stops_the_agent() {
         std::fs::read_to_string(&pid_file).ok().filter(|p| p.ends_with('\n')).map(|p| p.trim().to_owned())
     })
     .await;
-    let alive = |pid: &str| {
-        let probe = std::process::Command::new("kill").args(["-0", pid]).stderr(Stdio::null()).status();
-        probe.unwrap().success()
-    };
+    let alive = |pid: &str| relay_tests::signal(pid.parse().expect("a pid"), 0);
     assert!(alive(&pid));
     // The server goes away: the worker cannot renew, and after a whole lease stops the agent.
     b.server.stop().await;

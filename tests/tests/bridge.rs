@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::{Server, TwoMachines};
 use serde_json::{Value, json};
 
@@ -32,7 +33,10 @@ async fn handshake_negotiates_versions_and_lists_tools() {
         assert!(init["result"]["capabilities"]["tools"].is_object());
         assert!(init["result"]["capabilities"].get("experimental").is_none(), "no channels unless offered");
         b.close();
-        assert!(b.child.wait().await.unwrap().success(), "end of input ends the session cleanly");
+        assert!(
+            exit_within(&mut b.child, EXIT_LIMIT, "the bridge to exit").await.success(),
+            "end of input ends the session cleanly"
+        );
     }
 
     let mut b = Bridge::start(BridgeSpec { server: &w.server.url, token: &w.laptop, handle: None, channels: true });
@@ -453,7 +457,7 @@ async fn two_bridges_of_one_agent_keep_their_own_session_files_until_they_exit()
 
     let bob_file = expected(&bob);
     alice.close();
-    alice.child.wait().await.unwrap();
+    exit_within(&mut alice.child, EXIT_LIMIT, "the bridge to exit").await;
     assert_eq!(files(), [bob_file], "a bridge that exits removes its file, and only its own");
 }
 
@@ -464,7 +468,7 @@ async fn a_bridge_stopped_by_a_signal_leaves_and_removes_its_session_file() {
     let dir = runtime.path().join("agent-relay").join("sessions");
     let mut alice = bridge(&w.server.url, &w.laptop, "alice");
     alice.initialize("2025-06-18").await;
-    for signal in ["TERM", "INT", "HUP"] {
+    for (signal, number) in [("TERM", libc::SIGTERM), ("INT", libc::SIGINT), ("HUP", libc::SIGHUP)] {
         let spec = BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("bob"), channels: false };
         let mut bob = Bridge::start_with_env(spec, &[("XDG_RUNTIME_DIR", runtime.path().as_os_str())]);
         bob.initialize("2025-06-18").await;
@@ -473,8 +477,7 @@ async fn a_bridge_stopped_by_a_signal_leaves_and_removes_its_session_file() {
         let file = dir.join(format!("{}-{pid}.toml", std::process::id()));
         assert!(std::fs::read_to_string(&file).unwrap().contains("acme/ci/bob"), "the session file is written");
 
-        let killed = std::process::Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status();
-        assert!(killed.unwrap().success());
+        assert!(relay_tests::signal(pid, number), "SIG{signal} reaches the bridge");
         let status = tokio::time::timeout(WAIT, bob.child.wait())
             .await
             .unwrap_or_else(|_| panic!("the bridge exits on SIG{signal}"))

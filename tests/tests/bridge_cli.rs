@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 use relay_tests::bin;
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::server::Server;
 use serde_json::Value;
 
@@ -237,7 +238,7 @@ fn run_install(program: &std::path::Path, home: &std::path::Path, client: &str, 
         .current_dir(home)
         .env("HOME", home)
         .env("PATH", path_env)
-        .output()
+        .output_within(COMMAND_LIMIT)
         .unwrap();
     assert!(out.status.success(), "{}", said(&out));
     out

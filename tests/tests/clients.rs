@@ -9,6 +9,7 @@ use std::time::Duration;
 use relay_tests::clients::{self, ClaudeProject, CodexHome, GeminiHome};
 use relay_tests::mcp::{Bridge, bridge};
 use relay_tests::model_api::{Api, ModelApi, Reply};
+use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::TwoMachines;
 use relay_tests::terminal::Terminal;
 use serde_json::json;
@@ -93,7 +94,7 @@ async fn claude_code_in_print_mode_is_not_held_by_the_wake_hook() {
     alice.initialize("2025-06-18").await;
     alice.tool_ok("relay_whoami", json!({})).await;
     alice.close();
-    alice.child.wait().await.unwrap();
+    exit_within(&mut alice.child, EXIT_LIMIT, "the bridge to exit").await;
     let waiting = send(&mut bob, "laptop/alice", "read me when you can").await;
 
     let project = ClaudeProject::new(&w.server.url, &w.laptop, &api.url);
@@ -251,7 +252,7 @@ async fn gemini_cli_offers_the_relay_tools_and_hands_unseen_mail_over_once_at_th
     earlier.initialize("2025-06-18").await;
     earlier.tool_ok("relay_whoami", json!({})).await;
     earlier.close();
-    earlier.child.wait().await.unwrap();
+    exit_within(&mut earlier.child, EXIT_LIMIT, "the bridge to exit").await;
     let id = send(&mut bob, "laptop/gemini-1", "the review is ready").await;
 
     let gemini = GeminiHome::new(&w.server.url, &w.laptop, &api.url);

@@ -14,6 +14,7 @@ use relay_proto::v1::*;
 use relay_tests::client::{Agent, Bearer, channel};
 use relay_tests::http::{Answer, form, request, request_on};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, EXIT_LIMIT, INSTALL_LIMIT, RunWithin, exit_within};
 use relay_tests::server::Server;
 use relay_tests::{bin, free_port};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -582,7 +583,7 @@ fn a_plaintext_console_on_a_public_address_is_refused() {
         .args(["serve", "--console-listen", &format!("0.0.0.0:{}", free_port())])
         .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
         .stdin(Stdio::null())
-        .output()
+        .output_within(COMMAND_LIMIT)
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -601,16 +602,23 @@ fn python() -> PathBuf {
     let venv = target.join("console-venv");
     let python = venv.join("bin").join("python");
     let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("console").join("requirements.txt");
-    let ready =
-        python.exists() && Command::new(&python).args(["-c", "import playwright"]).status().is_ok_and(|s| s.success());
+    let ready = python.exists()
+        && Command::new(&python)
+            .args(["-c", "import playwright"])
+            .status_within(COMMAND_LIMIT)
+            .is_ok_and(|s| s.success());
     if !ready {
-        let made =
-            Command::new("python3").arg("-m").arg("venv").arg(&venv).status().expect("python3 for the console venv");
+        let made = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status_within(INSTALL_LIMIT)
+            .expect("python3 for the console venv");
         assert!(made.success(), "cannot create {}", venv.display());
         let installed = Command::new(&python)
             .args(["-m", "pip", "install", "-q", "-r"])
             .arg(&requirements)
-            .status()
+            .status_within(INSTALL_LIMIT)
             .expect("pip for the console venv");
         assert!(installed.success(), "cannot install Playwright into {}", venv.display());
     }
@@ -803,7 +811,8 @@ async fn a_person_drives_the_console_in_a_real_browser() {
         }
     };
     let finished = tokio::time::timeout(Duration::from_secs(240), run).await.is_ok();
-    let status = if finished { Some(child.wait().await.unwrap()) } else { None };
+    let status =
+        if finished { Some(exit_within(&mut child, EXIT_LIMIT, "the browser test to exit").await) } else { None };
     let _ = child.kill().await;
     let errors = errors.await.unwrap_or_default();
     let taken: Vec<String> = std::fs::read_dir(&shots)

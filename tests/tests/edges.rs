@@ -209,7 +209,7 @@ async fn a_killed_bridge_frees_its_handle_within_two_seconds() {
     })
     .await;
     assert!(freed_at < limit, "alice's handle was free only {freed_at:?} after the kill");
-    let _ = alice.child.wait().await;
+    exit_within(&mut alice.child, EXIT_LIMIT, "the bridge to exit").await;
 
     // The same endpoint: its inbox came along.
     assert_eq!(back.address, "acme/laptop/alice");
@@ -258,7 +258,7 @@ async fn a_bridge_killed_right_after_initialize_frees_its_handle_within_two_seco
     })
     .await;
     assert!(claimed_at < limit, "alice was claimed again only {claimed_at:?} after the kill");
-    let _ = alice.child.wait().await;
+    exit_within(&mut alice.child, EXIT_LIMIT, "the bridge to exit").await;
 }
 
 #[tokio::test]
@@ -340,6 +340,7 @@ type Worker = relay_proto::v1::worker_client::WorkerClient<
     tonic::service::interceptor::InterceptedService<tonic::transport::Channel, relay_tests::client::Bearer>,
 >;
 use relay_proto::v1::worker_client::WorkerClient;
+use relay_tests::process::{EXIT_LIMIT, exit_within};
 
 /// The worker API of a machine, as `agent-bridge worker` uses it, with a repository registered.
 async fn worker_with_repo(server: &Server, token: &str) -> (Worker, tempfile::TempDir) {

@@ -10,6 +10,7 @@ use relay_tests::agent::StandIn;
 use relay_tests::client::{Bearer, channel};
 use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithin, RunWithinAsync};
 use relay_tests::server::{Server, human};
 use relay_tests::{bin, eventually, free_port};
 use serde_json::json;
@@ -90,7 +91,7 @@ async fn a_replica_down_from_the_start_is_passed_over_and_a_bad_url_refused() {
         .env("RELAY_TOKEN", &laptop)
         .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
         .stdin(Stdio::null())
-        .output()
+        .output_within(COMMAND_LIMIT)
         .await
         .unwrap();
     let said = String::from_utf8_lossy(&refused.stderr);
@@ -113,7 +114,7 @@ async fn a_replica_down_from_the_start_is_passed_over_and_a_bad_url_refused() {
         .env_remove("RELAY_SERVER")
         .env_remove("RELAY_TOKEN")
         .stdin(Stdio::null())
-        .output()
+        .output_within(COMMAND_LIMIT)
         .await
         .unwrap();
     assert!(login.status.success(), "{}", String::from_utf8_lossy(&login.stderr));
@@ -143,7 +144,12 @@ async fn a_worker_keeps_its_card_and_lease_when_its_replica_stops() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("app");
     let git = |args: &[&str]| {
-        let ok = std::process::Command::new("git").args(args).current_dir(&repo).status().unwrap().success();
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .status_within(COMMAND_LIMIT)
+            .unwrap()
+            .success();
         assert!(ok, "git {args:?}");
     };
     std::fs::create_dir_all(&repo).unwrap();

@@ -7,6 +7,7 @@ use relay_proto::v1::ReplyRequest;
 use relay_tests::bin;
 use relay_tests::client::Agent;
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin, RunWithinAsync};
 use relay_tests::server::Server;
 use serde_json::Value;
 
@@ -19,15 +20,20 @@ fn python() -> PathBuf {
     let venv = target.join("mcp-venv");
     let python = venv.join("bin").join("python");
     let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("interop").join("requirements.txt");
-    let ready = python.exists() && Command::new(&python).args(["-c", "import mcp"]).status().is_ok_and(|s| s.success());
+    let ready = python.exists()
+        && Command::new(&python).args(["-c", "import mcp"]).status_within(COMMAND_LIMIT).is_ok_and(|s| s.success());
     if !ready {
-        let made =
-            Command::new("python3").arg("-m").arg("venv").arg(&venv).status().expect("python3 for the interop venv");
+        let made = Command::new("python3")
+            .arg("-m")
+            .arg("venv")
+            .arg(&venv)
+            .status_within(INSTALL_LIMIT)
+            .expect("python3 for the interop venv");
         assert!(made.success(), "cannot create {}", venv.display());
         let installed = Command::new(&python)
             .args(["-m", "pip", "install", "-q", "-r"])
             .arg(&requirements)
-            .status()
+            .status_within(INSTALL_LIMIT)
             .expect("pip for the interop venv");
         assert!(installed.success(), "cannot install the MCP Python SDK into {}", venv.display());
     }
@@ -67,7 +73,7 @@ async fn the_official_python_sdk_lists_tools_and_sends_a_message() {
         .env("RELAY_TOKEN", &laptop)
         .env("RELAY_CONFIG", home.path().join("absent.toml"))
         .env("HOME", home.path())
-        .output()
+        .output_within(COMMAND_LIMIT)
         .await
         .unwrap();
     assert!(out.status.success(), "python client failed: {}", String::from_utf8_lossy(&out.stderr));

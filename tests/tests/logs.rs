@@ -6,6 +6,7 @@ use relay_proto::v1::{ClaimRequest, RegisterRepoRequest};
 use relay_tests::client::{Agent, channel};
 use relay_tests::mcp::{Bridge, BridgeSpec};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::server::{Server, human};
 use serde_json::json;
 
@@ -49,7 +50,8 @@ async fn a_server_logging_everything_logs_no_body_text_or_token() {
     let repo = tempfile::tempdir().unwrap();
     let path = repo.path().join("app");
     std::fs::create_dir_all(&path).unwrap();
-    let status = std::process::Command::new("git").args(["init", "-q"]).current_dir(&path).status().unwrap();
+    let status =
+        std::process::Command::new("git").args(["init", "-q"]).current_dir(&path).status_within(COMMAND_LIMIT).unwrap();
     assert!(status.success());
     let mut worker = relay_tests::client::worker_client(channel(&server.url).await, &ci);
     worker.register_repo(RegisterRepoRequest { path: path.display().to_string() }).await.unwrap();

@@ -12,6 +12,7 @@ use relay_proto::v1::{
 };
 use relay_tests::client::{Agent, Bearer, channel};
 use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
+use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::TwoMachines;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
@@ -455,7 +456,7 @@ async fn tools_are_listed_as_each_protocol_version_defines_them() {
         let whoami = b.tool_ok("relay_whoami", json!({})).await;
         assert_eq!(whoami.get("structuredContent").is_some(), schemas, "{version}: {whoami}");
         b.close();
-        b.child.wait().await.unwrap();
+        exit_within(&mut b.child, EXIT_LIMIT, "the bridge to exit").await;
     }
 }
 
@@ -569,7 +570,7 @@ async fn a_sender_learns_its_message_waits_for_an_offline_agent() {
     bob.initialize("2025-06-18").await;
     bob.tool_ok("relay_whoami", json!({})).await;
     bob.close();
-    bob.child.wait().await.unwrap();
+    exit_within(&mut bob.child, EXIT_LIMIT, "the bridge to exit").await;
 
     let mut alice = bridge(&w.server.url, &w.laptop, "alice");
     alice.initialize("2025-06-18").await;

@@ -8,6 +8,7 @@ use relay_proto::v1::*;
 use relay_tests::client::Agent;
 use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithinAsync};
 use relay_tests::server::{Server, human};
 use serde_json::{Value, json};
 
@@ -377,7 +378,7 @@ async fn spawned_workers_are_children_bound_by_their_parents_caps() {
         .env("RELAY_SERVER", &w.server.url)
         .env("RELAY_TOKEN", &laptop)
         .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
-        .output()
+        .output_within(COMMAND_LIMIT)
         .await
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use relay_proto::v1::*;
 use relay_tests::client::{Agent, next_message};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::server::{Server, admin, terminate, wait_serving};
 use relay_tests::{bin, free_port};
 use tonic::Code;
@@ -113,7 +114,7 @@ async fn admin_commands_report_errors_and_print_only_the_token() {
     let no_db = Command::new(bin("relay-server"))
         .args(["admin", "account", "create", "x"])
         .env_remove("DATABASE_URL")
-        .output()
+        .output_within(COMMAND_LIMIT)
         .unwrap();
     assert!(!no_db.status.success());
     assert!(String::from_utf8_lossy(&no_db.stderr).contains("DATABASE_URL"));
@@ -129,7 +130,7 @@ async fn serve_refuses_plaintext_off_loopback_and_stops_gracefully() {
     let refused = Command::new(bin("relay-server"))
         .args(["serve", "--listen", "0.0.0.0:0"])
         .env("DATABASE_URL", &db.url)
-        .output()
+        .output_within(COMMAND_LIMIT)
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("refusing plaintext"));
@@ -149,7 +150,11 @@ async fn serve_refuses_plaintext_off_loopback_and_stops_gracefully() {
 async fn migrate_is_idempotent() {
     let db = TestDb::new().await;
     for _ in 0..2 {
-        let out = Command::new(bin("relay-server")).arg("migrate").env("DATABASE_URL", &db.url).output().unwrap();
+        let out = Command::new(bin("relay-server"))
+            .arg("migrate")
+            .env("DATABASE_URL", &db.url)
+            .output_within(COMMAND_LIMIT)
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
@@ -218,7 +223,7 @@ async fn the_database_connection_takes_libpq_sslmodes_with_their_meaning() {
         if let Some(ca) = ca {
             cmd.env("RELAY_DB_CA", ca);
         }
-        let out = cmd.output().unwrap();
+        let out = cmd.output_within(COMMAND_LIMIT).unwrap();
         (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     // The test certificate names localhost and is signed by a CA the system does not know.
@@ -276,7 +281,7 @@ async fn the_database_url_can_come_from_a_file() {
             .env_remove("DATABASE_URL")
             .env("DATABASE_URL_FILE", path)
             .stdin(Stdio::null())
-            .output()
+            .output_within(COMMAND_LIMIT)
             .unwrap()
     };
     let ran = migrate(&file);

@@ -44,7 +44,7 @@ impl Drop for Running {
         if let Ok(Some(_)) = self.0.try_wait() {
             return;
         }
-        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+        relay_tests::signal(self.0.id(), libc::SIGTERM);
         for _ in 0..200 {
             if let Ok(Some(_)) = self.0.try_wait() {
                 return;
@@ -210,6 +210,9 @@ async fn a_password_on_the_command_line_draws_a_warning_that_does_not_repeat_it(
 struct Newcomer {
     ids: Option<(u32, u32)>,
     home: PathBuf,
+    /// The relay-server it runs: for another user, a copy beside its home, as the build's own may
+    /// lie in a checkout only its owner can enter (a home directory of mode 0700).
+    program: PathBuf,
 }
 
 impl Newcomer {
@@ -222,10 +225,16 @@ impl Newcomer {
             let fields: Vec<&str> = entry.split(':').collect();
             (fields[2].parse().unwrap(), fields[3].parse().unwrap())
         });
+        let mut program = bin("relay-server");
         if let Some((uid, gid)) = ids {
             std::os::unix::fs::chown(&dirs.home, Some(uid), Some(gid)).unwrap();
+            let copy = dirs.home.parent().expect("the test's directory").join("relay-server");
+            std::fs::copy(&program, &copy).expect("copy relay-server for the postgres user");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+            program = copy;
         }
-        Self { ids, home: dirs.home.clone() }
+        Self { ids, home: dirs.home.clone(), program }
     }
 
     /// Where `relay-server dev` keeps its cluster by default, for this user.
@@ -236,7 +245,7 @@ impl Newcomer {
     /// `relay-server ARGS` as this user, with no database settings and no RELAY_CONFIG.
     fn relay_server(&self, args: &[&str]) -> Command {
         use std::os::unix::process::CommandExt;
-        let mut cmd = Command::new(bin("relay-server"));
+        let mut cmd = Command::new(&self.program);
         cmd.args(args)
             .env_remove("DATABASE_URL")
             .env_remove("RELAY_DATA_DIR")

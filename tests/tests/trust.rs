@@ -7,6 +7,7 @@ use relay_proto::v1::*;
 use relay_tests::client::Agent;
 use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithinAsync};
 use relay_tests::server::{Server, human};
 use relay_tests::{bin, free_port};
 use serde_json::{Value, json};
@@ -265,7 +266,7 @@ async fn peek_shows_redacted_turns_only_when_allowed_and_records_who_looked() {
     let out = tokio::process::Command::new(bin("agent-bridge"))
         .args(["hook", "codex-notify", &notify.to_string()])
         .env("RELAY_SESSION_FILE", &w.alice_session)
-        .output()
+        .output_within(COMMAND_LIMIT)
         .await
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

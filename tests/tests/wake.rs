@@ -10,6 +10,7 @@ use relay_proto::v1::{AnnounceRequest, Announcement, ConfirmRequest, DeliverySta
 use relay_tests::client::Agent;
 use relay_tests::mcp::WAIT;
 use relay_tests::pg::TestDb;
+use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::{Server, TwoMachines};
 use relay_tests::{bin, eventually, signal};
 use serde_json::Value;
@@ -429,7 +430,7 @@ async fn claimable(w: &TwoMachines, handle: &str, limit: Duration) {
         }
         assert!(tokio::time::Instant::now() < deadline, "{handle} was not free again within {limit:?}: {me}");
         b.close();
-        let _ = b.child.wait().await;
+        exit_within(&mut b.child, EXIT_LIMIT, "the bridge to exit").await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
