@@ -39,6 +39,31 @@ impl Bridge {
 
     /// [`Bridge::start`] with extra environment variables.
     pub fn start_with_env(spec: BridgeSpec<'_>, env: &[(&str, &std::ffi::OsStr)]) -> Self {
+        let (cmd, home) = Self::command(spec, env);
+        Self::spawn(cmd, home)
+    }
+
+    /// [`Bridge::start`] in the network namespace at `netns` (`/run/netns/NAME`): the bridge sees only
+    /// that namespace's network.
+    pub fn start_in_netns(spec: BridgeSpec<'_>, netns: &Path) -> Self {
+        let (mut cmd, home) = Self::command(spec, &[]);
+        let namespace = std::fs::File::open(netns).unwrap_or_else(|e| panic!("open {}: {e}", netns.display()));
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&namespace);
+        // SAFETY: setns is async-signal-safe; the descriptor stays open until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let bridge = Self::spawn(cmd, home);
+        drop(namespace);
+        bridge
+    }
+
+    fn command(spec: BridgeSpec<'_>, env: &[(&str, &std::ffi::OsStr)]) -> (Command, tempfile::TempDir) {
         let home = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(bin("agent-bridge"));
         cmd.arg("mcp").args(["--harness", "claude"]);
@@ -60,7 +85,7 @@ impl Bridge {
         for (name, value) in env {
             cmd.env(name, value);
         }
-        Self::spawn(cmd, home)
+        (cmd, home)
     }
 
     /// A card's agent's bridge, as the worker starts it: the card's job token is its only
@@ -170,6 +195,26 @@ impl Bridge {
             }
             self.held.push_back(next);
         }
+    }
+
+    /// A message already read or waiting, without waiting for one.
+    pub fn try_next(&mut self) -> Option<Value> {
+        self.held.pop_front().or_else(|| self.lines.try_recv().ok())
+    }
+
+    /// The next message within `limit`, or `None` when none came (or the bridge ended).
+    pub async fn next_within(&mut self, limit: Duration) -> Option<Value> {
+        if let Some(held) = self.held.pop_front() {
+            return Some(held);
+        }
+        tokio::time::timeout(limit, self.lines.recv()).await.ok().flatten()
+    }
+
+    /// A tool call answered within `limit` (the result, error or not).
+    pub async fn tool_within(&mut self, name: &str, arguments: Value, limit: Duration) -> Value {
+        let id = self.start_request("tools/call", json!({ "name": name, "arguments": arguments })).await;
+        let answer = self.wait_for(&format!("the answer to {name}"), limit, |v| v["id"] == json!(id)).await;
+        answer["result"].clone()
     }
 
     /// The next message of any kind.

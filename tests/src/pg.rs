@@ -3,6 +3,7 @@
 //! test binary.
 
 pub mod container;
+pub mod controlled;
 
 use std::io::Read;
 use std::path::PathBuf;
