@@ -27,8 +27,10 @@ const SEND_LIMIT: Duration = Duration::from_secs(60);
 const SETTLE_LIMIT: Duration = Duration::from_secs(90);
 /// How long sending goes on before the fault, and after the first acknowledgement that follows it.
 const STEADY: Duration = Duration::from_secs(1);
-/// The longest a fault may keep sends from being acknowledged.
+/// The longest a fault may keep sends from being acknowledged once it has ended.
 const RESUME_LIMIT: Duration = Duration::from_secs(60);
+/// How long the server or the database stays down.
+const OUTAGE: Duration = Duration::from_secs(2);
 
 const PUSH: &str = "notifications/claude/channel";
 
@@ -92,6 +94,30 @@ impl Probe {
         }
     }
 
+    /// Sends steadily while `fault` runs (a send may wait in the sender's bridge, which tries it
+    /// again while the server or its database is away), then until sends are acknowledged again.
+    /// Returns what `fault` gave, how long it lasted, and how long after its end the first
+    /// acknowledgement came.
+    async fn through<T>(&mut self, fault: impl Future<Output = T>) -> (T, Duration, Duration) {
+        let struck = Instant::now();
+        let ended = std::cell::Cell::new(None);
+        let sends = async {
+            while ended.get().is_none() {
+                self.send_one().await;
+                tokio::time::sleep(PACE).await;
+            }
+        };
+        let fault = async {
+            let given = fault.await;
+            ended.set(Some(Instant::now()));
+            given
+        };
+        let ((), given) = tokio::join!(sends, fault);
+        let ended = ended.get().expect("set as the fault ended");
+        let resumed = self.send_until_resumed(ended).await;
+        (given, ended - struck, resumed)
+    }
+
     /// Sends until a send made after `since` is acknowledged, then for [`STEADY`] more; how long
     /// after `since` the first acknowledgement came.
     async fn send_until_resumed(&mut self, since: Instant) -> Duration {
@@ -131,8 +157,9 @@ impl Probe {
     }
 
     /// Prints the figures of the sends numbered from `from` on and fails on any loss, duplicate or
-    /// reordering. `resumed`: how long the fault kept sends (or pushes) from going through.
-    fn report(&self, fault: &str, from: u64, resumed: Duration) {
+    /// reordering. `lasted`: how long the fault lasted; `resumed`: how long after it ended sends (or
+    /// pushes) went through again.
+    fn report(&self, fault: &str, from: u64, lasted: Duration, resumed: Duration) {
         let acked: Vec<u64> = self.acked.iter().map(|(s, _)| *s).filter(|s| *s >= from).collect();
         let refused = self.refused.iter().filter(|(s, _)| *s >= from).count();
         let seen: Vec<u64> = self.seen.iter().map(|(s, _)| *s).filter(|s| *s >= from).collect();
@@ -148,13 +175,14 @@ impl Probe {
         let seen_unacked = times.keys().filter(|s| !acked_set.contains(s)).count();
         println!(
             "fault: {fault}: sent {} (acknowledged {}, refused {refused}); seen {} ({} of them refused sends that \
-             went through); lost {}; duplicated {}; out of order {out_of_order}; resumed after {} ms",
+             went through); lost {}; duplicated {}; out of order {out_of_order}; down {} ms, resumed {} ms after",
             acked.len() + refused,
             acked.len(),
             seen.len(),
             seen_unacked,
             lost.len(),
             duplicated.len(),
+            lasted.as_millis(),
             resumed.as_millis(),
         );
         let mut said: Vec<&str> = self.refused.iter().filter(|(s, _)| *s >= from).map(|(_, t)| t.as_str()).collect();
@@ -182,16 +210,17 @@ async fn the_server_killed_under_steady_sends_and_restarted_loses_nothing() {
         Probe::new(bridge(&server.url, &laptop, "alice", false), bridge(&server.url, &ci, "bob", true), "ci/bob").await;
 
     probe.send_for(STEADY).await;
-    let from = 1;
-    let struck = Instant::now();
-    server.crash();
-    probe.send_for(STEADY).await;
     let port = server.port;
-    drop(server);
-    let _restarted = Server::start_on(&db, port).await;
-    let resumed = probe.send_until_resumed(struck).await;
-    probe.settle(from).await;
-    probe.report("relay-server killed (SIGKILL) and restarted", from, resumed);
+    let (_restarted, lasted, resumed) = probe
+        .through(async {
+            server.crash();
+            tokio::time::sleep(OUTAGE).await;
+            drop(server);
+            Server::start_on(&db, port).await
+        })
+        .await;
+    probe.settle(1).await;
+    probe.report("relay-server killed (SIGKILL) and restarted", 1, lasted, resumed);
 }
 
 #[tokio::test]
@@ -210,13 +239,15 @@ async fn postgres_restarted_fast_or_immediate_or_killed_outright_loses_nothing()
     ] {
         let from = probe.next + 1;
         probe.send_for(STEADY).await;
-        let struck = Instant::now();
-        cluster.down(how);
-        probe.send_for(STEADY).await;
-        cluster.up().await;
-        let resumed = probe.send_until_resumed(struck).await;
+        let ((), lasted, resumed) = probe
+            .through(async {
+                cluster.down(how);
+                tokio::time::sleep(OUTAGE).await;
+                cluster.up().await;
+            })
+            .await;
         probe.settle(from).await;
-        probe.report(fault, from, resumed);
+        probe.report(fault, from, lasted, resumed);
     }
 }
 
@@ -231,11 +262,9 @@ async fn a_bridge_whose_replica_is_killed_resumes_on_the_other_without_a_gap() {
         Probe::new(bridge(&replicas, &laptop, "alice", false), bridge(&replicas, &ci, "bob", true), "ci/bob").await;
 
     probe.send_for(STEADY).await;
-    let struck = Instant::now();
-    a.crash();
-    let resumed = probe.send_until_resumed(struck).await;
+    let ((), lasted, resumed) = probe.through(async { a.crash() }).await;
     probe.settle(1).await;
-    probe.report("the bridges' replica killed (SIGKILL), the other one up", 1, resumed);
+    probe.report("the bridges' replica killed (SIGKILL), the other one up", 1, lasted, resumed);
     let me = probe.recipient.tool_ok("relay_whoami", json!({})).await;
     assert_eq!(me["structuredContent"]["address"], "acme/ci/bob", "{}", text(&me));
 }
@@ -326,6 +355,7 @@ async fn a_bridge_cut_off_for_30s_drains_its_queue_in_order_and_keeps_its_handle
 
     probe.send_for(STEADY).await;
     probe.settle(1).await;
+    let cut = Instant::now();
     partition.cut();
     probe.send_for(Duration::from_secs(30)).await;
     let healed = Instant::now();
@@ -334,7 +364,8 @@ async fn a_bridge_cut_off_for_30s_drains_its_queue_in_order_and_keeps_its_handle
     probe.send_for(STEADY).await;
     probe.settle(1).await;
     let resumed = probe.seen.get(before).map_or(Duration::ZERO, |(_, at)| at.saturating_duration_since(healed));
-    probe.report("the recipient's bridge cut off for 30 s (network namespace), then healed", 1, resumed);
+    let lasted = healed - cut;
+    probe.report("the recipient's bridge cut off for 30 s (network namespace), then healed", 1, lasted, resumed);
     let me = probe.recipient.tool_ok("relay_whoami", json!({})).await;
     assert_eq!(me["structuredContent"]["address"], "acme/ci/bob", "the handle is kept: {}", text(&me));
 }
