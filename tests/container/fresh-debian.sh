@@ -23,8 +23,11 @@ mkdir -p "$work/src" "$work/containers"
 git archive --format=tar HEAD | tar -C "$work/src" -x
 echo "fresh Debian check: $(git rev-parse --short HEAD) in $name, from $base, Rust $(rustc --version | cut -d' ' -f2)" >&2
 # The nested engine keeps its images on a volume: overlay cannot stack on the container's overlay.
+# The limits are this shell's: the engine's defaults are more than a runtime may set without
+# CAP_SYS_RESOURCE.
+files="$(ulimit -Hn)" processes="$(ulimit -Hu)"
 "$engine" run --rm --name "$name" --privileged \
-  --ulimit nofile=65536:65536 --ulimit nproc=65536:65536 \
+  --ulimit "nofile=$files:$files" --ulimit "nproc=$processes:$processes" \
   -v "$toolchain:/opt/rust:ro" \
   -v "$work/src:/src" \
   -v "$work/containers:/var/lib/containers" \
