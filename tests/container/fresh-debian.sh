@@ -23,9 +23,9 @@ mkdir -p "$work/src" "$work/containers"
 git archive --format=tar HEAD | tar -C "$work/src" -x
 echo "fresh Debian check: $(git rev-parse --short HEAD) in $name, from $base, Rust $(rustc --version | cut -d' ' -f2)" >&2
 # The nested engine keeps its images on a volume: overlay cannot stack on the container's overlay.
-# The limits are this shell's: the engine's defaults are more than a runtime may set without
-# CAP_SYS_RESOURCE.
-files="$(ulimit -Hn)" processes="$(ulimit -Hu)"
+# The engine's default limits are more than a runtime may set without CAP_SYS_RESOURCE: ask for
+# this shell's open files and ample processes.
+files="$(ulimit -Hn)" processes=32768
 "$engine" run --rm --name "$name" --privileged \
   --ulimit "nofile=$files:$files" --ulimit "nproc=$processes:$processes" \
   -v "$toolchain:/opt/rust:ro" \
