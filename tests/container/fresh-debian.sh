@@ -26,7 +26,18 @@ echo "fresh Debian check: $(git rev-parse --short HEAD) in $name, from $base, Ru
 # The engine's default limits are more than a runtime may set without CAP_SYS_RESOURCE: ask for
 # this shell's open files and ample processes.
 files="$(ulimit -Hn)" processes=32768
-"$engine" run --rm --name "$name" --privileged \
+# The machine's network goes in as a machine on it has it: its own certificate authorities (an
+# egress proxy's, say), which Debian's ca-certificates adds to the system bundle when ./test installs
+# it, and the variables that point npm, pip and git at that bundle.
+network=()
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  network+=(-v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro)
+fi
+for var in SSL_CERT_FILE NODE_EXTRA_CA_CERTS PIP_CERT REQUESTS_CA_BUNDLE GIT_SSL_CAINFO CURL_CA_BUNDLE \
+  http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+  [[ -n ${!var:-} ]] && network+=(-e "$var")
+done
+"$engine" run --rm --name "$name" --privileged "${network[@]}" \
   --ulimit "nofile=$files:$files" --ulimit "nproc=$processes:$processes" \
   -v "$toolchain:/opt/rust:ro" \
   -v "$work/src:/src" \
