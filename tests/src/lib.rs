@@ -1,7 +1,9 @@
 //! The integration harness: a real Postgres, the real `relay-server` binary, and gRPC clients.
 //!
-//! With `DATABASE_URL` set, tests use that server; otherwise one throwaway cluster per test binary is
-//! started from the local Postgres binaries. Each test gets its own database either way.
+//! With `DATABASE_URL` set, tests use that server; with `RELAY_TEST_POSTGRES=container`, one Postgres
+//! container of the test run ([`pg::container`]); otherwise one throwaway cluster per test binary is
+//! started from the local Postgres binaries. Each test gets its own database either way. Every wait
+//! has a deadline ([`process`], [`eventually`]).
 
 pub mod agent;
 pub mod client;

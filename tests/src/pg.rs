@@ -50,7 +50,21 @@ cat >/dev/null
 kill -INT "$pid"; wait "$pid"; rm -rf "$dir"
 "#;
 
+/// Set before the first database is made: this process's databases live on the test run's Postgres
+/// container whatever the environment says; for tests of what runs in containers.
+static CONTAINER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Puts this process's databases on the test run's Postgres container (see [`CONTAINER`]).
+pub fn container_cluster() {
+    CONTAINER.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 fn start_cluster() -> Cluster {
+    if CONTAINER.load(std::sync::atomic::Ordering::SeqCst) {
+        let base = container::start();
+        wait_ready(&base, None, "the test run's postgres container");
+        return Cluster { base, tls_ca: None, _watchdog: None };
+    }
     if let Ok(url) = std::env::var("DATABASE_URL") {
         return Cluster { base: url, tls_ca: None, _watchdog: None };
     }

@@ -334,7 +334,8 @@ impl Drop for Partition {
 }
 
 fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).stdin(Stdio::null()).output_within(COMMAND_LIMIT).expect("run ip (iproute2)");
+    let out =
+        Command::new("ip").args(args).stdin(Stdio::null()).output_within(COMMAND_LIMIT).expect("run ip (iproute2)");
     assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 

@@ -16,7 +16,7 @@ use crate::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
 /// The image the container runs: built locally from `tests/container/postgres.Containerfile`.
 pub const IMAGE: &str = "localhost/relay-test-postgres:15";
 /// The label every test container carries: the run's process as `PID:START`.
-const RUN_LABEL: &str = "relay-test-run";
+pub const RUN_LABEL: &str = "relay-test-run";
 
 /// podman or docker, whichever answers (a docker client without a daemon does not).
 pub fn engine() -> &'static str {

@@ -89,10 +89,17 @@ impl ControlledCluster {
                 panic!("postgres exited at start ({status}): {}", self.log_tail());
             }
             let url = format!("{} dbname=postgres", self.base());
-            if tokio::time::timeout(Duration::from_secs(5), tokio_postgres::connect(&url, NoTls)).await.is_ok_and(|c| c.is_ok()) {
+            if tokio::time::timeout(Duration::from_secs(5), tokio_postgres::connect(&url, NoTls))
+                .await
+                .is_ok_and(|c| c.is_ok())
+            {
                 return;
             }
-            assert!(tokio::time::Instant::now() < deadline, "postgres did not take connections within 60s: {}", self.log_tail());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "postgres did not take connections within 60s: {}",
+                self.log_tail()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -116,7 +123,10 @@ impl ControlledCluster {
         // Backends left behind would hold the shared memory and refuse the next start.
         let deadline = std::time::Instant::now() + EXIT_LIMIT;
         while children.iter().any(|c| std::path::Path::new(&format!("/proc/{c}")).exists() && !zombie(*c)) {
-            assert!(std::time::Instant::now() < deadline, "postgres's processes {children:?} outlived it by {EXIT_LIMIT:?}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "postgres's processes {children:?} outlived it by {EXIT_LIMIT:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -124,8 +134,9 @@ impl ControlledCluster {
     /// A new database on this cluster.
     pub async fn database(&self) -> TestDb {
         let name = format!("relay_fault_{:016x}", rand::rng().random::<u64>());
-        let (client, connection) =
-            tokio_postgres::connect(&format!("{} dbname=postgres", self.base()), NoTls).await.expect("connect to the cluster");
+        let (client, connection) = tokio_postgres::connect(&format!("{} dbname=postgres", self.base()), NoTls)
+            .await
+            .expect("connect to the cluster");
         tokio::spawn(connection);
         client.batch_execute(&format!("create database {name}")).await.expect("create the database");
         TestDb { url: format!("{} dbname={name}", self.base()), name }
