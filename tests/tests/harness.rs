@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use relay_tests::pg::TestDb;
 use relay_tests::pg::container::{self, gone_within, name_of, run_key, test_containers};
+use relay_tests::process::RunWithin;
 use relay_tests::signal;
 
 /// How long a container may outlive its run.
@@ -79,7 +80,10 @@ impl Drop for Run {
         // SAFETY: as above; the group may be gone already.
         unsafe { libc::killpg(self.shell.id() as i32, libc::SIGKILL) };
         let _ = self.shell.wait();
-        let _ = Command::new(container::engine()).args(["rm", "-f", "-t", "0", &self.container]).output();
+        let _ = Command::new(container::engine())
+            .args(["rm", "-f", "-t", "0", &self.container])
+            .stdin(Stdio::null())
+            .output_within(relay_tests::process::COMMAND_LIMIT);
     }
 }
 

@@ -152,6 +152,12 @@ impl Drop for ControlledCluster {
     fn drop(&mut self) {
         if let Some(mut postmaster) = self.postmaster.take() {
             crate::signal(postmaster.id(), libc::SIGQUIT);
+            // No panic in a drop: a postmaster that outlives the deadline is killed instead.
+            let deadline = std::time::Instant::now() + EXIT_LIMIT;
+            while postmaster.try_wait().is_ok_and(|s| s.is_none()) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = postmaster.kill();
             let _ = postmaster.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
