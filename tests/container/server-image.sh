@@ -17,7 +17,8 @@ if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
 fi
 podman build -q -t "$builder" --build-arg BASE="$base" "${local_cas[@]}" \
   -f tests/container/rust-builder.Containerfile tests/container >/dev/null
-podman build -t "$image" -f deploy/Dockerfile \
+# --format docker: an OCI image (podman's default) drops the HEALTHCHECK.
+podman build --format docker -t "$image" -f deploy/Dockerfile \
   --build-arg RUST_IMAGE="$builder" --build-arg RUNTIME_IMAGE="$base" \
   -v "$(rustc --print sysroot):/opt/rust:ro" . >&2
 echo "$image"
