@@ -1,29 +1,29 @@
-//! HTML written by hand. Every value from outside goes through [`escape`] (or its `Display`
-//! wrapper [`E`]): agents' text is hostile, and nothing they wrote may become markup.
+//! Text from outside, as the console shows it. The templates (maud) escape markup in every value;
+//! [`Shown`] also makes visible what would hide or reorder what a person reads, so every value
+//! agents or people wrote goes in as `(shown(&value))`.
 
-use std::fmt::{self, Write};
+use std::fmt::Write;
 
-/// `text` made safe as HTML text or a quoted attribute value: markup characters become entities,
-/// and characters that hide or reorder what a person reads (controls, bidi overrides, zero-width
-/// characters) are shown as `[U+XXXX]`.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + text.len() / 8);
-    push_escaped(&mut out, text);
-    out
+use maud::{Escaper, Render};
+
+/// `text` as the console shows it: controls, bidi overrides and zero-width characters as
+/// `[U+XXXX]`, and markup escaped by the template.
+pub struct Shown<'a>(&'a str);
+
+pub fn shown(text: &str) -> Shown<'_> {
+    Shown(text)
 }
 
-fn push_escaped(out: &mut impl Write, text: &str) {
-    for c in text.chars() {
-        let _ = match c {
-            '&' => out.write_str("&amp;"),
-            '<' => out.write_str("&lt;"),
-            '>' => out.write_str("&gt;"),
-            '"' => out.write_str("&quot;"),
-            '\'' => out.write_str("&#39;"),
-            '\n' | '\t' => out.write_char(c),
-            c if hidden(c) => write!(out, "[U+{:04X}]", c as u32),
-            c => out.write_char(c),
-        };
+impl Render for Shown<'_> {
+    fn render_to(&self, buffer: &mut String) {
+        let mut out = Escaper::new(buffer);
+        for c in self.0.chars() {
+            let _ = match c {
+                '\n' | '\t' => out.write_char(c),
+                c if hidden(c) => write!(out, "[U+{:04X}]", c as u32),
+                c => out.write_char(c),
+            };
+        }
     }
 }
 
@@ -38,17 +38,6 @@ fn hidden(c: char) -> bool {
             | '\u{061C}' | '\u{FEFF}')
 }
 
-/// A value written escaped by `format!`: `format!("<td>{}</td>", E(&name))`.
-pub struct E<'a>(pub &'a str);
-
-impl fmt::Display for E<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut out = String::new();
-        push_escaped(&mut out, self.0);
-        f.write_str(&out)
-    }
-}
-
 /// A link target from agents' text: only a plain web address becomes a link.
 pub fn web_link(url: &str) -> Option<&str> {
     let url = url.trim();
@@ -59,25 +48,34 @@ pub fn web_link(url: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+    use maud::html;
+
     use super::*;
+
+    fn show(text: &str) -> String {
+        html! { (shown(text)) }.into_string()
+    }
 
     #[test]
     fn markup_becomes_text() {
-        assert_eq!(escape("<script>alert(1)</script>"), "&lt;script&gt;alert(1)&lt;/script&gt;");
-        assert_eq!(escape(r#"" onmouseover='x' a&b"#), "&quot; onmouseover=&#39;x&#39; a&amp;b");
-        assert_eq!(escape("&lt;"), "&amp;lt;", "an entity in the text stays text");
-        assert_eq!(format!("<td>{}</td>", E("<b>")), "<td>&lt;b&gt;</td>");
-        assert_eq!(escape("plain text, ünïcode ✓"), "plain text, ünïcode ✓");
+        assert_eq!(show("<script>alert(1)</script>"), "&lt;script&gt;alert(1)&lt;/script&gt;");
+        assert_eq!(show(r#"" onmouseover=x a&b"#), "&quot; onmouseover=x a&amp;b");
+        assert_eq!(show("&lt;"), "&amp;lt;", "an entity in the text stays text");
+        assert_eq!(
+            html! { td title=(shown("\"><b>")) { (shown("<b>")) } }.into_string(),
+            r#"<td title="&quot;&gt;&lt;b&gt;">&lt;b&gt;</td>"#
+        );
+        assert_eq!(show("plain text, ünïcode ✓"), "plain text, ünïcode ✓");
     }
 
     #[test]
     fn hidden_characters_are_shown() {
-        assert_eq!(escape("a\u{1b}[31mb"), "a[U+001B][31mb");
-        assert_eq!(escape("file\u{202E}txt.exe"), "file[U+202E]txt.exe");
-        assert_eq!(escape("zero\u{200B}width\u{FEFF}"), "zero[U+200B]width[U+FEFF]");
-        assert_eq!(escape("nul\0"), "nul[U+0000]");
-        assert_eq!(escape("two\nlines\tand a tab"), "two\nlines\tand a tab");
-        assert_eq!(escape("\r\u{85}"), "[U+000D][U+0085]");
+        assert_eq!(show("a\u{1b}[31mb"), "a[U+001B][31mb");
+        assert_eq!(show("file\u{202E}txt.exe"), "file[U+202E]txt.exe");
+        assert_eq!(show("zero\u{200B}width\u{FEFF}"), "zero[U+200B]width[U+FEFF]");
+        assert_eq!(show("nul\0"), "nul[U+0000]");
+        assert_eq!(show("two\nlines\tand a tab"), "two\nlines\tand a tab");
+        assert_eq!(show("\r\u{85}"), "[U+000D][U+0085]");
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! A person signs in with the account's human token, checked as the Human gRPC service checks it;
 //! the console then keeps a session in the database (see `app::console`) named by an HttpOnly,
 //! SameSite=Strict cookie, Secure under TLS. Every form carries the session's CSRF token and every
-//! POST must come from the console's own origin. Pages are rendered on the server with every value
-//! escaped; the one script is a file (the Content-Security-Policy allows no inline script), and it
-//! only fetches a page's live part again when `/events` says something changed.
+//! POST must come from the console's own origin. Pages are rendered on the server by templates
+//! that escape every value (maud); the one script is a file (the Content-Security-Policy allows no
+//! inline script), and it only fetches a page's live part again when `/events` says something
+//! changed.
 
 mod html;
 mod pages;
@@ -28,8 +29,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::tls::ReloadingCert;
 use crate::app::App;
-
-pub use html::escape;
 
 /// Where `dev` serves the console unless told otherwise.
 pub const DEV_CONSOLE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7449);

@@ -1,17 +1,16 @@
 //! The console's pages and the fragments its live pages fetch again, rendered from the
-//! application's views. Every value is escaped on its way in (see `html`).
+//! application's views by maud templates, which escape every value; text agents or people wrote
+//! goes in through `shown` (see `html`).
 
-use std::fmt::Write;
+use maud::{DOCTYPE, Markup, Render, html};
 
-use super::html::{E, web_link};
+use super::html::{shown, web_link};
 use crate::domain::board::{Job, MAX_ATTEMPTS};
 use crate::domain::caller::Human;
-use crate::domain::console::{Agents, Board, ContactRow, Inbox};
+use crate::domain::console::{Agents, Board, ContactRow, Inbox, Received};
 use crate::domain::delivery::Kind;
 use crate::domain::endpoint::Endpoint;
 use crate::domain::trust::ApprovalState;
-
-const LAYOUT: &str = include_str!("layout.html");
 
 /// The pages a signed-in person moves between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,16 +96,23 @@ pub enum Notice<'a> {
     Refused(&'a str),
 }
 
-fn notice_html(notice: Option<Notice<'_>>) -> String {
-    match notice {
-        Some(Notice::Done(text)) => format!(r#"<p class="notice done" role="status">{}</p>"#, E(text)),
-        Some(Notice::Refused(text)) => format!(r#"<p class="notice refused" role="alert">{}</p>"#, E(text)),
-        None => String::new(),
+fn notice_html(notice: Option<Notice<'_>>) -> Markup {
+    html! {
+        @match notice {
+            Some(Notice::Done(text)) => { p class="notice done" role="status" { (shown(text)) } }
+            Some(Notice::Refused(text)) => { p class="notice refused" role="alert" { (shown(text)) } }
+            None => {}
+        }
     }
 }
 
-fn csrf_field(csrf: &str) -> String {
-    format!(r#"<input type="hidden" name="csrf" value="{}">"#, E(csrf))
+fn csrf_field(csrf: &str) -> Markup {
+    html! { input type="hidden" name="csrf" value=(shown(csrf)); }
+}
+
+/// A hidden form field.
+fn hidden(name: &str, value: impl Render) -> Markup {
+    html! { input type="hidden" name=(name) value=(value); }
 }
 
 /// A whole page around `body`. `person` is absent on the sign-in page.
@@ -115,260 +121,302 @@ fn layout(
     page: Option<Page>,
     person: Option<(&Human, &str)>,
     notice: Option<Notice<'_>>,
-    body: &str,
+    body: Markup,
 ) -> String {
-    let mut nav = String::new();
-    if let Some((person, csrf)) = person {
-        nav.push_str(r#"<nav><span class="brand">Relay</span>"#);
-        for p in Page::ALL {
-            let current = if Some(p) == page { r#" aria-current="page""# } else { "" };
-            let _ = write!(nav, r#"<a href="{}"{current}>{}</a>"#, p.path(), p.title());
-        }
-        let _ = write!(
-            nav,
-            r#"<span class="who">{}/me ({})</span><form method="post" action="/sign-out" class="inline">{}<button type="submit">Sign out</button></form></nav>"#,
-            E(&person.account),
-            E(&person.name),
-            csrf_field(csrf)
-        );
-    }
     let (live, fragment) = page.map_or(("", ""), |p| (p.live(), p.fragment()));
-    let title = E(title).to_string();
-    let notice = notice_html(notice);
-    fill(LAYOUT, |marker| match marker {
-        "title" => &title,
-        "live" => live,
-        "fragment" => fragment,
-        "nav" => &nav,
-        "notice" => &notice,
-        "main" => body,
-        _ => "",
-    })
-}
-
-/// `template` with each `{{marker}}` replaced by its value. The template is read once, so a value
-/// is never read for markers, whatever it holds.
-fn fill<'a>(template: &str, value: impl Fn(&str) -> &'a str) -> String {
-    let mut out = String::with_capacity(template.len() * 2);
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        let Some(len) = rest[start..].find("}}") else { break };
-        out.push_str(&rest[..start]);
-        out.push_str(value(&rest[start + 2..start + len]));
-        rest = &rest[start + len + 2..];
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (shown(title)) " · Relay" }
+                link rel="stylesheet" href="/static/console.css";
+                script src="/static/console.js" defer {}
+            }
+            body data-live=(live) data-fragment=(fragment) {
+                header {
+                    @if let Some((person, csrf)) = person {
+                        nav {
+                            span class="brand" { "Relay" }
+                            @for p in Page::ALL {
+                                a href=(p.path()) aria-current=[(Some(p) == page).then_some("page")] { (p.title()) }
+                            }
+                            span class="who" { (shown(&person.account)) "/me (" (shown(&person.name)) ")" }
+                            form method="post" action="/sign-out" class="inline" {
+                                (csrf_field(csrf))
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main {
+                    (notice_html(notice))
+                    (body)
+                }
+            }
+        }
     }
-    out.push_str(rest);
-    out
+    .into_string()
 }
 
 /// A signed-in page.
-pub fn page(page: Page, person: &Human, csrf: &str, notice: Option<Notice<'_>>, body: &str) -> String {
+pub fn page(page: Page, person: &Human, csrf: &str, notice: Option<Notice<'_>>, body: Markup) -> String {
     layout(page.title(), Some(page), Some((person, csrf)), notice, body)
 }
 
 /// The sign-in page, with the reason the last try was refused.
 pub fn sign_in(refused: Option<&str>) -> String {
-    let body = r#"<section class="sign-in">
-<h1>Sign in to Relay</h1>
-<p>Sign in with your account's human token (<code>relay-server admin human add ACCOUNT</code> issues one).</p>
-<form method="post" action="/sign-in">
-<label>Human token <input type="password" name="token" autocomplete="current-password" required autofocus></label>
-<button type="submit">Sign in</button>
-</form>
-</section>"#;
+    let body = html! {
+        section class="sign-in" {
+            h1 { "Sign in to Relay" }
+            p {
+                "Sign in with your account's human token ("
+                code { "relay-server admin human add ACCOUNT" }
+                " issues one)."
+            }
+            form method="post" action="/sign-in" {
+                label {
+                    "Human token "
+                    input type="password" name="token" autocomplete="current-password" required autofocus;
+                }
+                button type="submit" { "Sign in" }
+            }
+        }
+    };
     layout("Sign in", None, None, refused.map(Notice::Refused), body)
 }
 
 /// A page that cannot be shown (the database is away, …), with the reason.
 pub fn unavailable(reason: &str) -> String {
-    layout("Unavailable", None, None, Some(Notice::Refused(reason)), r#"<p><a href="/board">Try again</a></p>"#)
+    let body = html! { p { a href="/board" { "Try again" } } };
+    layout("Unavailable", None, None, Some(Notice::Refused(reason)), body)
 }
 
 // ---- the board ---------------------------------------------------------------------------------
 
 /// The board page: the post form, and the columns that follow the server.
-pub fn board(board: &Board, csrf: &str) -> String {
-    let mut repos = String::new();
-    for repo in &board.repos {
-        let _ = write!(
-            repos,
-            r#"<option value="{}">{} ({} on {})</option>"#,
-            E(&repo.path),
-            E(&repo.name),
-            E(&repo.path),
-            E(&repo.machine)
-        );
+pub fn board(board: &Board, csrf: &str) -> Markup {
+    html! {
+        h1 { "Board" }
+        @if board.repos.is_empty() {
+            p class="hint" {
+                "No repository is on the board yet: a machine's worker adds its repositories (agent-bridge \
+                 worker), or the operator adds one with add_repo."
+            }
+        } @else {
+            details class="post" id="post-card" {
+                summary { "Post a card" }
+                form method="post" action="/board/post" {
+                    (csrf_field(csrf))
+                    label { "Title " input name="title" maxlength="200" required; }
+                    label { "Detail " textarea name="detail" rows="4" {} }
+                    label {
+                        "Repository "
+                        select name="repo" {
+                            @for repo in &board.repos {
+                                option value=(shown(&repo.path)) {
+                                    (shown(&repo.name)) " (" (shown(&repo.path)) " on " (shown(&repo.machine)) ")"
+                                }
+                            }
+                        }
+                    }
+                    label {
+                        "Agent "
+                        select name="agent" {
+                            option value="claude" { "claude" }
+                            option value="codex" { "codex" }
+                        }
+                    }
+                    label {
+                        "Schedule "
+                        input name="schedule" placeholder="empty: run once; or cron like 0 9 * * 1-5, @daily";
+                    }
+                    input type="hidden" name="time_zone" value="UTC";
+                    label {
+                        "Pull request "
+                        select name="requires_pr" {
+                            option value="" { "as the board decides (required unless scheduled)" }
+                            option value="yes" { "required" }
+                            option value="no" { "not required" }
+                        }
+                    }
+                    button type="submit" { "Post" }
+                }
+            }
+        }
+        section id="live" aria-live="polite" { (board_live(board, csrf)) }
     }
-    let post = if board.repos.is_empty() {
-        r#"<p class="hint">No repository is on the board yet: a machine's worker adds its repositories (agent-bridge worker), or the operator adds one with add_repo.</p>"#.to_owned()
-    } else {
-        format!(
-            r#"<details class="post" id="post-card"><summary>Post a card</summary>
-<form method="post" action="/board/post">{csrf}
-<label>Title <input name="title" maxlength="200" required></label>
-<label>Detail <textarea name="detail" rows="4"></textarea></label>
-<label>Repository <select name="repo">{repos}</select></label>
-<label>Agent <select name="agent"><option value="claude">claude</option><option value="codex">codex</option></select></label>
-<label>Schedule <input name="schedule" placeholder="empty: run once; or cron like 0 9 * * 1-5, @daily"></label>
-<input type="hidden" name="time_zone" value="UTC">
-<label>Pull request <select name="requires_pr"><option value="">as the board decides (required unless scheduled)</option><option value="yes">required</option><option value="no">not required</option></select></label>
-<button type="submit">Post</button>
-</form></details>"#,
-            csrf = csrf_field(csrf)
-        )
-    };
-    format!(r#"<h1>Board</h1>{post}<section id="live" aria-live="polite">{}</section>"#, board_live(board, csrf))
 }
 
 /// The four columns.
-pub fn board_live(board: &Board, csrf: &str) -> String {
-    let mut out = String::from(r#"<div class="columns">"#);
-    for (state, title) in [("todo", "To do"), ("in-progress", "In progress"), ("review", "Review")] {
-        let cards: Vec<&Job> = board.open.iter().filter(|j| j.state == state).collect();
-        column(&mut out, state, title, cards.len() as u32, &cards, csrf);
-    }
+pub fn board_live(board: &Board, csrf: &str) -> Markup {
     let done: Vec<&Job> = board.done.iter().collect();
-    column(&mut out, "done", "Done", board.archived, &done, csrf);
-    out.push_str("</div>");
-    out
-}
-
-fn column(out: &mut String, state: &str, title: &str, count: u32, cards: &[&Job], csrf: &str) {
-    let _ = write!(
-        out,
-        r#"<section class="column" data-column="{state}"><h2>{title} <span class="count">{count}</span></h2>"#
-    );
-    if cards.is_empty() {
-        out.push_str(r#"<p class="empty">No cards.</p>"#);
-    }
-    for job in cards {
-        card(out, job, csrf);
-    }
-    if state == "done" && (cards.len() as u32) < count {
-        let _ = write!(out, r#"<p class="hint">The newest {} of {count} are shown.</p>"#, cards.len());
-    }
-    out.push_str("</section>");
-}
-
-fn card(out: &mut String, job: &Job, csrf: &str) {
-    let id = E(&job.id);
-    let _ = write!(out, r#"<article class="card" id="card-{id}" data-card="{id}" data-state="{}">"#, E(&job.state));
-    let _ = write!(out, r#"<h3 class="title">{}</h3><dl>"#, E(&job.title));
-    let mut field = |name: &str, value: &str| {
-        if !value.is_empty() {
-            let _ = write!(out, "<dt>{name}</dt><dd>{}</dd>", E(value));
-        }
-    };
-    field("card", &job.id);
-    field("repository", &format!("{} on {}", job.repo.name, job.repo.machine));
-    field("agent", &job.agent);
-    field("posted by", &job.posted_by);
-    field("branch", &job.branch);
-    if job.attempts > 0 {
-        field("attempts", &format!("{} of {MAX_ATTEMPTS}", job.attempts));
-    }
-    if !job.schedule.is_empty() {
-        field("schedule", &format!("{} ({})", job.schedule, job.time_zone));
-        let next = if job.next_run_local.is_empty() { &job.next_run_at } else { &job.next_run_local };
-        field("next run", next);
-        field("held off", &job.last_skip_reason);
-    }
-    field("now", &job.agent_state);
-    if !job.pr_url.is_empty() {
-        match web_link(&job.pr_url) {
-            Some(url) => {
-                let _ = write!(
-                    out,
-                    r#"<dt>pull request</dt><dd><a href="{}" rel="noreferrer noopener">{}</a></dd>"#,
-                    E(url),
-                    E(url)
-                );
+    html! {
+        div class="columns" {
+            @for (state, title) in [("todo", "To do"), ("in-progress", "In progress"), ("review", "Review")] {
+                @let cards: Vec<&Job> = board.open.iter().filter(|j| j.state == state).collect();
+                (column(state, title, cards.len() as u32, &cards, csrf))
             }
-            None => {
-                let _ = write!(out, "<dt>pull request</dt><dd>{}</dd>", E(&job.pr_url));
+            (column("done", "Done", board.archived, &done, csrf))
+        }
+    }
+}
+
+fn column(state: &str, title: &str, count: u32, cards: &[&Job], csrf: &str) -> Markup {
+    html! {
+        section class="column" data-column=(state) {
+            h2 { (title) " " span class="count" { (count) } }
+            @if cards.is_empty() {
+                p class="empty" { "No cards." }
+            }
+            @for job in cards {
+                (card(job, csrf))
+            }
+            @if state == "done" && (cards.len() as u32) < count {
+                p class="hint" { "The newest " (cards.len()) " of " (count) " are shown." }
             }
         }
     }
-    out.push_str("</dl>");
-    if !job.last_error.is_empty() {
-        let _ = write!(out, r#"<p class="error">{}</p>"#, E(&job.last_error));
-    }
-    if !job.summary.is_empty() {
-        let _ = write!(out, r#"<p class="summary">{}</p>"#, E(&job.summary));
-    }
-    if !job.detail.trim().is_empty() {
-        let _ = write!(
-            out,
-            r#"<details id="detail-{id}"><summary>Detail</summary><pre>{}</pre></details>"#,
-            E(&job.detail)
-        );
-    }
-    let csrf = csrf_field(csrf);
-    match job.state.as_str() {
-        "todo" => {
-            let _ = write!(
-                out,
-                r#"<details id="edit-{id}"><summary>Edit</summary><form method="post" action="/board/edit">{csrf}<input type="hidden" name="id" value="{id}">
-<label>Title <input name="title" maxlength="200" value="{}" required></label>
-<label>Detail <textarea name="detail" rows="4">{}</textarea></label>
-<button type="submit">Save</button></form></details>"#,
-                E(&job.title),
-                E(&job.detail)
-            );
+}
+
+fn card(job: &Job, csrf: &str) -> Markup {
+    let id = shown(&job.id);
+    let attempts = (job.attempts > 0).then(|| format!("{} of {MAX_ATTEMPTS}", job.attempts));
+    let scheduled = !job.schedule.is_empty();
+    let schedule = format!("{} ({})", job.schedule, job.time_zone);
+    let next = if job.next_run_local.is_empty() { &job.next_run_at } else { &job.next_run_local };
+    let fields: [(&str, &str); 10] = [
+        ("card", &job.id),
+        ("repository", &format!("{} on {}", job.repo.name, job.repo.machine)),
+        ("agent", &job.agent),
+        ("posted by", &job.posted_by),
+        ("branch", &job.branch),
+        ("attempts", attempts.as_deref().unwrap_or_default()),
+        ("schedule", if scheduled { &schedule } else { "" }),
+        ("next run", if scheduled { next } else { "" }),
+        ("held off", if scheduled { &job.last_skip_reason } else { "" }),
+        ("now", &job.agent_state),
+    ];
+    html! {
+        article class="card" id={ "card-" (id) } data-card=(id) data-state=(shown(&job.state)) {
+            h3 class="title" { (shown(&job.title)) }
+            dl {
+                @for (name, value) in fields {
+                    @if !value.is_empty() {
+                        dt { (name) }
+                        dd { (shown(value)) }
+                    }
+                }
+                @if !job.pr_url.is_empty() {
+                    dt { "pull request" }
+                    dd {
+                        @match web_link(&job.pr_url) {
+                            Some(url) => { a href=(shown(url)) rel="noreferrer noopener" { (shown(url)) } }
+                            None => { (shown(&job.pr_url)) }
+                        }
+                    }
+                }
+            }
+            @if !job.last_error.is_empty() {
+                p class="error" { (shown(&job.last_error)) }
+            }
+            @if !job.summary.is_empty() {
+                p class="summary" { (shown(&job.summary)) }
+            }
+            @if !job.detail.trim().is_empty() {
+                details id={ "detail-" (id) } {
+                    summary { "Detail" }
+                    pre { (shown(&job.detail)) }
+                }
+            }
+            @match job.state.as_str() {
+                "todo" => { details id={ "edit-" (id) } {
+                    summary { "Edit" }
+                    form method="post" action="/board/edit" {
+                        (csrf_field(csrf))
+                        (hidden("id", &id))
+                        label { "Title " input name="title" maxlength="200" value=(shown(&job.title)) required; }
+                        label { "Detail " textarea name="detail" rows="4" { (shown(&job.detail)) } }
+                        button type="submit" { "Save" }
+                    }
+                } }
+                "review" => { div class="actions" {
+                    form method="post" action="/board/close" class="inline" {
+                        (csrf_field(csrf))
+                        (hidden("id", &id))
+                        (hidden("accept", "yes"))
+                        button type="submit" class="accept" { "Accept" }
+                    }
+                    details id={ "back-" (id) } {
+                        summary { "Send back" }
+                        form method="post" action="/board/close" {
+                            (csrf_field(csrf))
+                            (hidden("id", &id))
+                            (hidden("accept", "no"))
+                            label { "Note for the next attempt " textarea name="note" rows="3" required {} }
+                            button type="submit" { "Send back" }
+                        }
+                    }
+                } }
+                _ => {}
+            }
         }
-        "review" => {
-            let _ = write!(
-                out,
-                r#"<div class="actions"><form method="post" action="/board/close" class="inline">{csrf}<input type="hidden" name="id" value="{id}"><input type="hidden" name="accept" value="yes"><button type="submit" class="accept">Accept</button></form>
-<details id="back-{id}"><summary>Send back</summary><form method="post" action="/board/close">{csrf}<input type="hidden" name="id" value="{id}"><input type="hidden" name="accept" value="no">
-<label>Note for the next attempt <textarea name="note" rows="3" required></textarea></label>
-<button type="submit">Send back</button></form></details></div>"#
-            );
-        }
-        _ => {}
     }
-    out.push_str("</article>");
 }
 
 // ---- agents ------------------------------------------------------------------------------------
 
-pub fn agents(agents: &Agents, now_ms: i64) -> String {
-    format!(r#"<h1>Agents</h1><section id="live" aria-live="polite">{}</section>"#, agents_live(agents, now_ms))
+pub fn agents(agents: &Agents, now_ms: i64) -> Markup {
+    html! {
+        h1 { "Agents" }
+        section id="live" aria-live="polite" { (agents_live(agents, now_ms)) }
+    }
 }
 
-pub fn agents_live(agents: &Agents, now_ms: i64) -> String {
-    let mut out = String::from("<h2>This account</h2>");
-    endpoints(&mut out, &agents.own, now_ms, "No agent has connected yet.");
-    out.push_str("<h2>Contacts' agents online</h2>");
-    endpoints(&mut out, &agents.contacts, now_ms, "None online.");
-    out
+pub fn agents_live(agents: &Agents, now_ms: i64) -> Markup {
+    html! {
+        h2 { "This account" }
+        (endpoints(&agents.own, now_ms, "No agent has connected yet."))
+        h2 { "Contacts' agents online" }
+        (endpoints(&agents.contacts, now_ms, "None online."))
+    }
 }
 
-fn endpoints(out: &mut String, list: &[Endpoint], now_ms: i64, none: &str) {
-    if list.is_empty() {
-        let _ = write!(out, r#"<p class="empty">{none}</p>"#);
-        return;
+fn endpoints(list: &[Endpoint], now_ms: i64, none: &str) -> Markup {
+    html! {
+        @if list.is_empty() {
+            p class="empty" { (none) }
+        } @else {
+            table {
+                thead {
+                    tr {
+                        @for heading in ["agent", "harness", "presence", "status", "title", "now", "last seen"] {
+                            th { (heading) }
+                        }
+                    }
+                }
+                tbody {
+                    @for e in list {
+                        @let presence = if e.online { "online" } else { "offline" };
+                        @let status = if e.note.is_empty() { e.status.clone() } else { format!("{}: {}", e.status, e.note) };
+                        tr data-agent=(shown(&e.address)) class=(presence) {
+                            td {
+                                (shown(&e.address))
+                                @if e.operator { " " span class="badge" { "operator" } }
+                            }
+                            td { (shown(&e.harness)) }
+                            td { (presence) }
+                            td { (shown(&status)) }
+                            td { (shown(&e.title)) }
+                            td { (shown(&e.now)) }
+                            td { (ago(now_ms, e.last_seen_ms)) }
+                        }
+                    }
+                }
+            }
+        }
     }
-    out.push_str(
-        "<table><thead><tr><th>agent</th><th>harness</th><th>presence</th><th>status</th><th>title</th><th>now</th><th>last seen</th></tr></thead><tbody>",
-    );
-    for e in list {
-        let presence = if e.online { "online" } else { "offline" };
-        let role = if e.operator { r#" <span class="badge">operator</span>"# } else { "" };
-        let status = if e.note.is_empty() { e.status.clone() } else { format!("{}: {}", e.status, e.note) };
-        let _ = write!(
-            out,
-            r#"<tr data-agent="{}" class="{presence}"><td>{}{role}</td><td>{}</td><td>{presence}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
-            E(&e.address),
-            E(&e.address),
-            E(&e.harness),
-            E(&status),
-            E(&e.title),
-            E(&e.now),
-            ago(now_ms, e.last_seen_ms)
-        );
-    }
-    out.push_str("</tbody></table>");
 }
 
 /// How long ago `then_ms` was, as a person reads it.
@@ -389,173 +437,234 @@ pub fn ago(now_ms: i64, then_ms: i64) -> String {
 
 /// The inbox page: the send form, and what waits on the human, following the server. `nonce`,
 /// fresh for each rendering, names its forms' sends, so that a form sent twice sends once.
-pub fn inbox(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> String {
-    format!(
-        r#"<h1>Inbox of me</h1>
-<details class="send" id="send-message"><summary>Send a message</summary>
-<form method="post" action="/inbox/send">{}<input type="hidden" name="client_id" value="{}">
-<label>To <input name="to" placeholder="machine/handle, account/machine/handle, or several separated by commas" required></label>
-<label>Message <textarea name="body" rows="4" required></textarea></label>
-<label class="check"><input type="checkbox" name="private" value="yes"> private data</label>
-<button type="submit">Send</button></form></details>
-<section id="live" aria-live="polite">{}</section>"#,
-        csrf_field(csrf),
-        E(nonce),
-        inbox_live(inbox, csrf, nonce, now_ms)
-    )
+pub fn inbox(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
+    html! {
+        h1 { "Inbox of me" }
+        details class="send" id="send-message" {
+            summary { "Send a message" }
+            form method="post" action="/inbox/send" {
+                (csrf_field(csrf))
+                (hidden("client_id", shown(nonce)))
+                label {
+                    "To "
+                    input name="to" placeholder="machine/handle, account/machine/handle, or several separated by commas" required;
+                }
+                label { "Message " textarea name="body" rows="4" required {} }
+                label class="check" { input type="checkbox" name="private" value="yes"; " private data" }
+                button type="submit" { "Send" }
+            }
+        }
+        section id="live" aria-live="polite" { (inbox_live(inbox, csrf, nonce, now_ms)) }
+    }
 }
 
-pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> String {
-    let csrf = csrf_field(csrf);
-    let mut out = String::new();
-    if !inbox.approvals.is_empty() {
-        out.push_str("<h2>Permission requests</h2>");
-        for a in &inbox.approvals {
-            let waiting = match a.state {
-                ApprovalState::Escalated => "waiting on you",
-                _ => "with the operator",
-            };
-            let _ = write!(
-                out,
-                r#"<article class="approval" data-approval="{id}"><p><strong>{}</strong> working on card {} asks to use <strong>{}</strong> <span class="badge">{waiting}</span></p><pre class="body">{}</pre>
-<form method="post" action="/inbox/approval" class="decide">{csrf}<input type="hidden" name="id" value="{id}">
-<label>Reason <input name="reason" placeholder="optional"></label>
-<button type="submit" name="decision" value="allow" class="accept">Allow</button> <button type="submit" name="decision" value="deny">Deny</button></form></article>"#,
-                E(&a.requester),
-                E(&a.job_id),
-                E(&a.tool),
-                E(&a.input),
-                id = E(&a.id)
-            );
+pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
+    let unread: Vec<u64> = inbox.messages.iter().filter(|m| !m.read).map(|m| m.message.seq).collect();
+    html! {
+        @if !inbox.approvals.is_empty() {
+            h2 { "Permission requests" }
+            @for a in &inbox.approvals {
+                @let waiting = match a.state {
+                    ApprovalState::Escalated => "waiting on you",
+                    _ => "with the operator",
+                };
+                article class="approval" data-approval=(shown(&a.id)) {
+                    p {
+                        strong { (shown(&a.requester)) }
+                        " working on card " (shown(&a.job_id)) " asks to use "
+                        strong { (shown(&a.tool)) }
+                        " " span class="badge" { (waiting) }
+                    }
+                    pre class="body" { (shown(&a.input)) }
+                    form method="post" action="/inbox/approval" class="decide" {
+                        (csrf_field(csrf))
+                        (hidden("id", shown(&a.id)))
+                        label { "Reason " input name="reason" placeholder="optional"; }
+                        button type="submit" name="decision" value="allow" class="accept" { "Allow" }
+                        " "
+                        button type="submit" name="decision" value="deny" { "Deny" }
+                    }
+                }
+            }
+        }
+        @if !inbox.holds.is_empty() {
+            h2 { "Held messages" }
+            @for h in &inbox.holds {
+                article class="hold" data-hold=(shown(&h.id)) {
+                    p {
+                        "From " strong { (shown(&h.from)) } " to " (shown(&h.to.join(", ")))
+                        " " span class="badge" { (shown(&h.class)) }
+                    }
+                    pre class="body" { (shown(&h.body)) }
+                    form method="post" action="/inbox/hold" class="inline" {
+                        (csrf_field(csrf))
+                        (hidden("id", shown(&h.id)))
+                        (hidden("release", "yes"))
+                        button type="submit" class="accept" { "Release" }
+                    }
+                    details id={ "reject-" (shown(&h.id)) } {
+                        summary { "Reject" }
+                        form method="post" action="/inbox/hold" {
+                            (csrf_field(csrf))
+                            (hidden("id", shown(&h.id)))
+                            (hidden("release", "no"))
+                            label { "Reason (the sender reads it) " input name="reason" required; }
+                            button type="submit" { "Reject" }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Messages " span class="count" { (inbox.unread) " unread" } }
+        @if !unread.is_empty() {
+            form method="post" action="/inbox/read" class="inline" {
+                (csrf_field(csrf))
+                @for seq in &unread {
+                    (hidden("seq", seq))
+                }
+                button type="submit" { "Mark all read" }
+            }
+        }
+        @if inbox.messages.is_empty() {
+            p class="empty" { "No messages." }
+        }
+        @for r in &inbox.messages {
+            (message(r, csrf, nonce, now_ms))
         }
     }
-    if !inbox.holds.is_empty() {
-        out.push_str("<h2>Held messages</h2>");
-        for h in &inbox.holds {
-            let _ = write!(
-                out,
-                r#"<article class="hold" data-hold="{id}"><p>From <strong>{}</strong> to {} <span class="badge">{}</span></p><pre class="body">{}</pre>
-<form method="post" action="/inbox/hold" class="inline">{csrf}<input type="hidden" name="id" value="{id}"><input type="hidden" name="release" value="yes"><button type="submit" class="accept">Release</button></form>
-<details id="reject-{id}"><summary>Reject</summary><form method="post" action="/inbox/hold">{csrf}<input type="hidden" name="id" value="{id}"><input type="hidden" name="release" value="no">
-<label>Reason (the sender reads it) <input name="reason" required></label><button type="submit">Reject</button></form></details></article>"#,
-                E(&h.from),
-                E(&h.to.join(", ")),
-                E(&h.class),
-                E(&h.body),
-                id = E(&h.id)
-            );
+}
+
+fn message(r: &Received, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
+    let m = &r.message;
+    let id = shown(&m.id);
+    let state = if r.read { "read" } else { "unread" };
+    let kind = match m.kind {
+        Kind::Ask if m.require_reply => "asks, reply required",
+        Kind::Ask => "asks",
+        Kind::Reply => "reply",
+        Kind::Message => "",
+    };
+    html! {
+        article class={ "message " (state) } data-message=(id) {
+            p class="meta" {
+                strong class="from" { (shown(&m.from)) }
+                " " span { (ago(now_ms, m.sent_at_ms)) }
+                " " span class="badge" { (state) }
+                @if !kind.is_empty() { " " span class="badge" { (kind) } }
+                @if m.private { " " span class="badge" { "private" } }
+                // A message that starts a thread names it by its own id: only a thread it joined is news.
+                @if !m.thread.is_empty() && m.thread != m.id {
+                    " " span class="thread" { "thread " (shown(&m.thread)) }
+                }
+            }
+            pre class="body" { (shown(&m.body)) }
+            div class="actions" {
+                @if !r.read {
+                    form method="post" action="/inbox/read" class="inline" {
+                        (csrf_field(csrf))
+                        (hidden("seq", m.seq))
+                        button type="submit" { "Mark read" }
+                    }
+                }
+                details id={ "reply-" (id) } {
+                    summary { "Reply" }
+                    form method="post" action="/inbox/reply" {
+                        (csrf_field(csrf))
+                        (hidden("id", &id))
+                        input type="hidden" name="client_id" value={ (shown(nonce)) "-" (m.seq) };
+                        label { "Reply " textarea name="body" rows="3" required {} }
+                        button type="submit" { "Send reply" }
+                    }
+                }
+            }
         }
     }
-    let _ = write!(out, r#"<h2>Messages <span class="count">{} unread</span></h2>"#, inbox.unread);
-    let unread: Vec<String> = inbox.messages.iter().filter(|m| !m.read).map(|m| m.message.seq.to_string()).collect();
-    if !unread.is_empty() {
-        let _ = write!(out, r#"<form method="post" action="/inbox/read" class="inline">{csrf}"#);
-        for seq in &unread {
-            let _ = write!(out, r#"<input type="hidden" name="seq" value="{seq}">"#);
-        }
-        out.push_str(r#"<button type="submit">Mark all read</button></form>"#);
-    }
-    if inbox.messages.is_empty() {
-        out.push_str(r#"<p class="empty">No messages.</p>"#);
-    }
-    for r in &inbox.messages {
-        let m = &r.message;
-        let id = E(&m.id);
-        let state = if r.read { "read" } else { "unread" };
-        let kind = match m.kind {
-            Kind::Ask if m.require_reply => "asks, reply required",
-            Kind::Ask => "asks",
-            Kind::Reply => "reply",
-            Kind::Message => "",
-        };
-        let _ = write!(
-            out,
-            r#"<article class="message {state}" data-message="{id}"><p class="meta"><strong class="from">{}</strong> <span>{}</span> <span class="badge">{state}</span>"#,
-            E(&m.from),
-            ago(now_ms, m.sent_at_ms)
-        );
-        if !kind.is_empty() {
-            let _ = write!(out, r#" <span class="badge">{kind}</span>"#);
-        }
-        if m.private {
-            out.push_str(r#" <span class="badge">private</span>"#);
-        }
-        // A message that starts a thread names it by its own id: only a thread it joined is news.
-        if !m.thread.is_empty() && m.thread != m.id {
-            let _ = write!(out, r#" <span class="thread">thread {}</span>"#, E(&m.thread));
-        }
-        let _ = write!(out, r#"</p><pre class="body">{}</pre><div class="actions">"#, E(&m.body));
-        if !r.read {
-            let _ = write!(
-                out,
-                r#"<form method="post" action="/inbox/read" class="inline">{csrf}<input type="hidden" name="seq" value="{}"><button type="submit">Mark read</button></form>"#,
-                m.seq
-            );
-        }
-        let _ = write!(
-            out,
-            r#"<details id="reply-{id}"><summary>Reply</summary><form method="post" action="/inbox/reply">{csrf}<input type="hidden" name="id" value="{id}"><input type="hidden" name="client_id" value="{}-{}">
-<label>Reply <textarea name="body" rows="3" required></textarea></label><button type="submit">Send reply</button></form></details></div></article>"#,
-            E(nonce),
-            m.seq
-        );
-    }
-    out
 }
 
 // ---- contacts ----------------------------------------------------------------------------------
 
-pub fn contacts(rows: &[ContactRow], csrf: &str) -> String {
-    let csrf = csrf_field(csrf);
-    let mut out = format!(
-        r#"<h1>Contacts</h1>
-<form method="post" action="/contacts/request" class="row">{csrf}<label>Account <input name="account" placeholder="account name" required></label><button type="submit">Request a contact</button></form>
-<p class="hint">Agents of two accounts reach each other once both accounts' people accepted the contact. Dropping it cuts reach at once and withdraws what no agent has seen yet.</p>"#
-    );
-    if rows.is_empty() {
-        out.push_str(r#"<p class="empty">No contacts or requests.</p>"#);
-        return out;
-    }
-    out.push_str("<table><thead><tr><th>account</th><th>state</th><th>private data</th><th></th></tr></thead><tbody>");
-    for row in rows {
-        let c = &row.contact;
-        let account = E(&c.account);
-        let state = match c.state.as_str() {
-            "contact" => "contact",
-            "requested" => "you asked; waiting for them",
-            "pending" => "they asked; waiting for you",
-            other => other,
-        };
-        let _ = write!(out, r#"<tr data-contact="{account}"><td>{account}</td><td>{}</td><td>"#, E(state));
-        if c.state == "contact" {
-            let (now, flip, label) =
-                if row.private_data { ("allowed", "no", "Forbid") } else { ("not allowed", "yes", "Allow") };
-            let _ = write!(
-                out,
-                r#"{now} <form method="post" action="/contacts/private" class="inline">{csrf}<input type="hidden" name="account" value="{account}"><input type="hidden" name="allow" value="{flip}"><button type="submit">{label}</button></form>"#
-            );
+pub fn contacts(rows: &[ContactRow], csrf: &str) -> Markup {
+    html! {
+        h1 { "Contacts" }
+        form method="post" action="/contacts/request" class="row" {
+            (csrf_field(csrf))
+            label { "Account " input name="account" placeholder="account name" required; }
+            button type="submit" { "Request a contact" }
         }
-        out.push_str("</td><td>");
-        if c.state == "pending" {
-            let _ = write!(
-                out,
-                r#"<form method="post" action="/contacts/accept" class="inline">{csrf}<input type="hidden" name="account" value="{account}"><button type="submit" class="accept">Accept</button></form> "#
-            );
+        p class="hint" {
+            "Agents of two accounts reach each other once both accounts' people accepted the contact. \
+             Dropping it cuts reach at once and withdraws what no agent has seen yet."
         }
-        let _ = write!(
-            out,
-            r#"<details id="drop-{account}"><summary>Drop</summary><form method="post" action="/contacts/drop">{csrf}<input type="hidden" name="account" value="{account}"><p class="hint">Reach ends at once; messages between the accounts that no agent has seen yet are withdrawn.</p><button type="submit">Drop {account}</button></form></details></td></tr>"#
-        );
+        @if rows.is_empty() {
+            p class="empty" { "No contacts or requests." }
+        } @else {
+            table {
+                thead { tr { th { "account" } th { "state" } th { "private data" } th {} } }
+                tbody {
+                    @for row in rows {
+                        (contact(row, csrf))
+                    }
+                }
+            }
+        }
     }
-    out.push_str("</tbody></table>");
-    out
+}
+
+fn contact(row: &ContactRow, csrf: &str) -> Markup {
+    let c = &row.contact;
+    let account = shown(&c.account);
+    let state = match c.state.as_str() {
+        "contact" => "contact",
+        "requested" => "you asked; waiting for them",
+        "pending" => "they asked; waiting for you",
+        other => other,
+    };
+    let (now, flip, label) =
+        if row.private_data { ("allowed", "no", "Forbid") } else { ("not allowed", "yes", "Allow") };
+    html! {
+        tr data-contact=(account) {
+            td { (account) }
+            td { (shown(state)) }
+            td {
+                @if c.state == "contact" {
+                    (now) " "
+                    form method="post" action="/contacts/private" class="inline" {
+                        (csrf_field(csrf))
+                        (hidden("account", &account))
+                        (hidden("allow", flip))
+                        button type="submit" { (label) }
+                    }
+                }
+            }
+            td {
+                @if c.state == "pending" {
+                    form method="post" action="/contacts/accept" class="inline" {
+                        (csrf_field(csrf))
+                        (hidden("account", &account))
+                        button type="submit" class="accept" { "Accept" }
+                    }
+                    " "
+                }
+                details id={ "drop-" (account) } {
+                    summary { "Drop" }
+                    form method="post" action="/contacts/drop" {
+                        (csrf_field(csrf))
+                        (hidden("account", &account))
+                        p class="hint" {
+                            "Reach ends at once; messages between the accounts that no agent has seen yet are withdrawn."
+                        }
+                        button type="submit" { "Drop " (account) }
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::board::Repo;
-    use crate::domain::console::Received;
     use crate::domain::ids::AccountId;
     use crate::domain::message::Message;
 
@@ -598,12 +707,12 @@ mod tests {
             archived: 5,
             repos: vec![Repo { name: "<app>".into(), path: "/src/<app>".into(), machine: "ci".into() }],
         };
-        let html = board_live(&board, "tok");
+        let html = board_live(&board, "tok").into_string();
         assert_inert(&html);
         assert!(html.contains(r#"action="/board/edit""#) && html.contains(r#"action="/board/close""#));
         assert!(html.contains(r#"name="csrf" value="tok""#));
         assert!(html.contains("The newest 1 of 5 are shown."), "{html}");
-        let whole = page(Page::Board, &person(), "tok", None, &super::board(&board, "tok"));
+        let whole = page(Page::Board, &person(), "tok", None, super::board(&board, "tok"));
         assert_inert(&whole);
         assert!(whole.contains(r#"data-live="ready account" data-fragment="/board/live""#), "{whole}");
         assert!(whole.contains("&lt;app&gt;") && !whole.contains("<app>"));
@@ -613,8 +722,7 @@ mod tests {
     fn a_pull_request_is_a_link_only_when_it_is_a_web_address() {
         let mut job = card("review");
         job.pr_url = "https://forge.example/acme/app/pull/7".into();
-        let mut out = String::new();
-        super::card(&mut out, &job, "t");
+        let out = super::card(&job, "t").into_string();
         assert!(out.contains(r#"<a href="https://forge.example/acme/app/pull/7" rel="noreferrer noopener">"#), "{out}");
     }
 
@@ -655,7 +763,7 @@ mod tests {
                 input: hostile().into(),
             }],
         };
-        let html = inbox_live(&inbox, "tok", "n0nce", 61_000);
+        let html = inbox_live(&inbox, "tok", "n0nce", 61_000).into_string();
         assert_inert(&html);
         assert!(html.contains("1 min ago") && html.contains("asks, reply required"), "{html}");
         assert!(html.contains(r#"<input type="hidden" name="seq" value="4">"#));
@@ -674,14 +782,14 @@ mod tests {
             last_seen_ms: 5_000,
             ..Endpoint::default()
         };
-        let html = agents_live(&Agents { own: vec![agent], contacts: vec![] }, 10_000);
+        let html = agents_live(&Agents { own: vec![agent], contacts: vec![] }, 10_000).into_string();
         assert_inert(&html);
         assert!(html.contains("5 s ago") && html.contains("None online."), "{html}");
         let row = ContactRow {
             contact: crate::domain::trust::Contact { account: "<x>".into(), state: "pending".into(), withdrawn: 0 },
             private_data: false,
         };
-        let html = contacts(&[row], "tok");
+        let html = contacts(&[row], "tok").into_string();
         assert!(html.contains("&lt;x&gt;") && !html.contains("<x>") && html.contains("/contacts/accept"), "{html}");
     }
 
@@ -693,12 +801,13 @@ mod tests {
     }
 
     #[test]
-    fn markers_are_filled_once_and_values_are_never_read_for_markers() {
-        let filled = fill("<t>{{a}}</t><m>{{b}}</m>", |m| if m == "a" { "{{b}}" } else { "B" });
-        assert_eq!(filled, "<t>{{b}}</t><m>B</m>");
-        let html = page(Page::Inbox, &person(), "t", Some(Notice::Refused("no account \"{{main}}\"")), "<p>body</p>");
+    fn a_notice_is_text_wherever_it_lands() {
+        let html =
+            page(Page::Inbox, &person(), "t", Some(Notice::Refused("no account \"<main>\"")), html! { p { "body" } });
         assert_eq!(html.matches("<p>body</p>").count(), 1, "{html}");
-        assert!(html.contains("{{main}}") && html.contains("data-fragment=\"/inbox/live\""), "{html}");
+        assert!(html.contains("no account &quot;&lt;main&gt;&quot;"), "{html}");
+        assert!(html.contains(r#"data-fragment="/inbox/live""#) && html.starts_with("<!DOCTYPE html>"), "{html}");
+        assert!(html.contains(r#"<a href="/inbox" aria-current="page">Inbox</a>"#), "{html}");
     }
 
     #[test]

@@ -281,7 +281,7 @@ impl Console {
             Page::Contacts => self.app.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
         };
         match body {
-            Ok(body) => page_response(status, pages::page(page, person, &csrf, notice, &body)),
+            Ok(body) => page_response(status, pages::page(page, person, &csrf, notice, body)),
             Err(e) => page_response(status_of(&e), pages::unavailable(&reason(&e))),
         }
     }
@@ -294,11 +294,15 @@ impl Console {
         };
         let csrf = csrf_token(&session);
         let html = match page {
-            Page::Board => self.app.console_board(&person).await.map(|b| pages::board_live(&b, &csrf)),
-            Page::Agents => self.app.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms())),
-            Page::Inbox => {
-                self.app.console_inbox(&person).await.map(|i| pages::inbox_live(&i, &csrf, &new_message_id(), now_ms()))
+            Page::Board => self.app.console_board(&person).await.map(|b| pages::board_live(&b, &csrf).into_string()),
+            Page::Agents => {
+                self.app.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms()).into_string())
             }
+            Page::Inbox => self
+                .app
+                .console_inbox(&person)
+                .await
+                .map(|i| pages::inbox_live(&i, &csrf, &new_message_id(), now_ms()).into_string()),
             Page::Contacts => Ok(String::new()),
         };
         match html {
