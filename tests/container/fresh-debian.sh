@@ -19,6 +19,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# A signal ends the script through its exit, so the cleanup runs then too.
+trap 'exit 130' INT TERM HUP
 mkdir -p "$work/src" "$work/containers"
 git archive --format=tar HEAD | tar -C "$work/src" -x
 echo "fresh Debian check: $(git rev-parse --short HEAD) in $name, from $base, Rust $(rustc --version | cut -d' ' -f2)" >&2

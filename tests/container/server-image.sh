@@ -15,10 +15,11 @@ local_cas=()
 if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
   local_cas=(-v /usr/local/share/ca-certificates:/usr/local/share/ca-certificates:ro)
 fi
-podman build -q -t "$builder" --build-arg BASE="$base" "${local_cas[@]}" \
+podman build -q --network host -t "$builder" --build-arg BASE="$base" "${local_cas[@]}" \
   -f tests/container/rust-builder.Containerfile tests/container >/dev/null
-# --format docker: an OCI image (podman's default) drops the HEALTHCHECK.
-podman build --format docker -t "$image" -f deploy/Dockerfile \
+# --format docker: an OCI image (podman's default) drops the HEALTHCHECK. The host's network, as
+# an engine inside a container may have none of its own that reaches the registries.
+podman build --format docker --network host -t "$image" -f deploy/Dockerfile \
   --build-arg RUST_IMAGE="$builder" --build-arg RUNTIME_IMAGE="$base" \
   -v "$(rustc --print sysroot):/opt/rust:ro" . >&2
 echo "$image"

@@ -50,7 +50,7 @@ fn provision() -> PathBuf {
             .stdin(Stdio::null())
             .status_within(INSTALL_LIMIT)
             .unwrap_or_else(|e| {
-                panic!("cannot run npm ({e}): the real-client tests need Node.js 20 or later and npm (apt-get install nodejs npm)")
+                panic!("cannot run npm ({e}): the real-client tests need Node.js 22 or later and npm (./test installs them)")
             });
         assert!(status.success(), "npm ci in {} failed: see its output above", dir.display());
         // Install scripts stay off (Gemini CLI's would build a terminal library from source);
@@ -99,9 +99,15 @@ pub fn logged_in_home(server: &str, token: &str) -> tempfile::TempDir {
 }
 
 /// PATH for an agent: the bridge's directory first (so `install` names it bare, as for a person who
-/// installed it), then the system's.
+/// installed it), then the Node.js the tests run with (`./test` may have brought one newer than the
+/// system's), then the system's.
 pub fn agent_path() -> String {
-    format!("{}:/usr/local/bin:/usr/bin:/bin", bin("agent-bridge").parent().unwrap().display())
+    let node = system("node", "nodejs");
+    format!(
+        "{}:{}:/usr/local/bin:/usr/bin:/bin",
+        bin("agent-bridge").parent().unwrap().display(),
+        node.parent().unwrap().display()
+    )
 }
 
 /// Runs `agent-bridge install CLIENT` in `cwd` for the person whose home is `home`.

@@ -17,6 +17,26 @@ use crate::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
 pub const IMAGE: &str = "localhost/relay-test-postgres:15";
 /// The label every test container carries: the run's process as `PID:START`.
 pub const RUN_LABEL: &str = "relay-test-run";
+/// The label naming the loopback port the run's Postgres listens on.
+const PORT_LABEL: &str = "relay-test-port";
+/// The server the container runs, on the host's network and its loopback only: no published port
+/// and no network of the engine's own, which nested engines (a container in a container) and
+/// rootless ones do not all provide. Trust is then open to this machine's users alone.
+const POSTGRES: [&str; 13] = [
+    "/usr/lib/postgresql/15/bin/postgres",
+    "-D",
+    "/var/lib/postgresql/relay",
+    "-c",
+    "listen_addresses=127.0.0.1",
+    "-c",
+    "fsync=off",
+    "-c",
+    "synchronous_commit=off",
+    "-c",
+    "full_page_writes=off",
+    "-c",
+    "max_connections=400",
+];
 
 /// podman or docker, whichever answers (a docker client without a daemon does not).
 pub fn engine() -> &'static str {
@@ -94,18 +114,18 @@ pub fn start() -> String {
         // The engine's default limits (a million files, as many processes) are more than a
         // runtime without CAP_SYS_RESOURCE may set: ask for what Postgres needs here.
         args.extend(["--ulimit", "nofile=8192:8192", "--ulimit", "nproc=16384:16384"]);
-        args.extend(["-p", "127.0.0.1::5432", IMAGE]);
+        let port = crate::free_port().to_string();
+        let (port_label, port_setting) = (format!("{PORT_LABEL}={port}"), format!("port={port}"));
+        args.extend(["--label", &port_label, "--network", "host", IMAGE]);
+        args.extend(POSTGRES);
+        args.extend(["-c", &port_setting]);
         run(&args);
         reap_when_gone(&run_id, &name, &lock_path);
-        eprintln!("postgres for this test run: container {name} ({} {IMAGE})", engine());
+        eprintln!("postgres for this test run: container {name} ({} {IMAGE}) on 127.0.0.1:{port}", engine());
     }
-    let published = run(&["port", &name, "5432/tcp"]);
-    let port = published
-        .lines()
-        .next()
-        .and_then(|l| l.rsplit_once(':'))
-        .map(|(_, p)| p.to_owned())
-        .expect("the published port");
+    let port =
+        run(&["container", "inspect", "--format", &format!("{{{{index .Config.Labels \"{PORT_LABEL}\"}}}}"), &name]);
+    assert!(port.parse::<u16>().is_ok(), "container {name} names no port: {port:?}");
     format!("host=127.0.0.1 port={port} user=postgres")
 }
 
@@ -186,7 +206,8 @@ fn ensure_image() {
         .expect("run tests/container/debian-base.sh");
     assert!(base.status.success(), "the Debian base image: {}", String::from_utf8_lossy(&base.stderr));
     let built = Command::new(engine())
-        .args(["build", "-q", "-t", IMAGE, "-f"])
+        // The host's network: an engine inside a container may have none of its own that reaches the mirror.
+        .args(["build", "-q", "--network", "host", "-t", IMAGE, "-f"])
         .arg(dir.join("postgres.Containerfile"))
         .arg(&dir)
         .stdin(Stdio::null())
