@@ -163,6 +163,7 @@ pub fn name_of(run_id: &str) -> String {
 
 /// A process in a session of its own that removes `name` (and the run's lock file) once the run's
 /// process `run_id` ends.
+#[expect(clippy::zombie_processes, reason = "the reaper outlives this process on purpose; init reaps it")]
 fn reap_when_gone(run_id: &str, name: &str, lock: &Path) {
     use std::os::unix::process::CommandExt;
     let pid = run_id.split(':').next().unwrap();
