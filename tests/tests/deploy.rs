@@ -2,7 +2,8 @@
 //! manifests, Docker Compose's own `config` on the compose file, and systemd-analyze on the units
 //! (verify, and an exposure of at most 2.5). Then what the validators cannot see: the compose
 //! secrets script quotes any password, the healthchecks pass on a ready server and fail without
-//! one, and the alerts read only metrics the server exports.
+//! one, and the alerts read only metrics the server exports. And what the image is built from: the
+//! patched h2 of vendor/, not the release.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -353,4 +354,40 @@ fn metric_names(expr: &str) -> Vec<String> {
         rest = &tail[end..];
     }
     names
+}
+
+/// vendor/h2 is the h2 the workspace builds (the idle-memory figure and the control-frame budget
+/// rest on it: vendor/README.md), it is the release the patch was made against, and it carries every
+/// line the patch adds.
+#[test]
+fn the_build_uses_the_patched_h2() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = run(Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .current_dir(repo()));
+    assert!(out.status.success(), "cargo metadata: {}", text(&out));
+    let metadata: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let h2: Vec<&Value> = metadata["packages"].as_array().unwrap().iter().filter(|p| p["name"] == "h2").collect();
+    assert_eq!(h2.len(), 1, "one h2 in the build: {h2:?}");
+    let manifest = PathBuf::from(h2[0]["manifest_path"].as_str().unwrap());
+    assert_eq!(manifest, repo().join("vendor/h2/Cargo.toml"), "the build takes h2 from vendor/ ([patch.crates-io])");
+
+    let patch = std::fs::read_to_string(repo().join("vendor/h2.patch")).unwrap();
+    let version = h2[0]["version"].as_str().unwrap();
+    let mut files = 0;
+    for section in patch.split("\n--- ").skip(1) {
+        let header = section.lines().next().unwrap();
+        assert!(header.starts_with(&format!("h2-{version}/")), "the patch is for h2 {version}: {header}");
+        let path = section.lines().nth(1).and_then(|l| l.strip_prefix("+++ patched/")).expect("+++ patched/PATH");
+        let vendored = std::fs::read_to_string(repo().join("vendor/h2").join(path.trim())).unwrap();
+        let mut at = 0;
+        for added in section.lines().skip(2).filter_map(|l| l.strip_prefix('+')) {
+            let found = vendored[at..]
+                .find(added)
+                .unwrap_or_else(|| panic!("vendor/h2/{path} lacks the patch's line {added:?}"));
+            at += found + added.len();
+        }
+        files += 1;
+    }
+    assert!(files > 0, "vendor/h2.patch names no file");
 }
