@@ -7,9 +7,11 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
+use relay_server::domain::board::{LEASE_S, PR_CHECK_S};
 use relay_server::domain::limits::Quotas;
 use relay_server::domain::rate::Rate;
 use relay_server::domain::retention::Retention;
+use relay_server::domain::timings::Timings;
 use relay_server::protocol::admission::{self, RpcLimits};
 use relay_server::protocol::connections;
 use relay_server::protocol::console;
@@ -52,6 +54,8 @@ enum Command {
         #[command(flatten)]
         retention: RetentionArgs,
         #[command(flatten)]
+        timings: TimingArgs,
+        #[command(flatten)]
         quotas: QuotaArgs,
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (off by default).
         #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
@@ -78,6 +82,8 @@ enum Command {
         rpc: RpcArgs,
         #[command(flatten)]
         retention: RetentionArgs,
+        #[command(flatten)]
+        timings: TimingArgs,
         #[command(flatten)]
         quotas: QuotaArgs,
         /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address [default:
@@ -327,6 +333,53 @@ impl From<RetentionArgs> for Retention {
 }
 
 #[derive(Args)]
+struct TimingArgs {
+    /// Seconds the operator endpoint has to answer a permission request, and then the human as
+    /// long again, before it is refused (1 to 3600).
+    #[arg(long, env = "RELAY_APPROVAL_WAIT_S", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    approval_wait_s: u64,
+    /// Seconds a worker's claim on a card lasts unless renewed; a worker that goes quiet loses its
+    /// cards after it (at least 1).
+    #[arg(long, env = "RELAY_LEASE_S", default_value_t = LEASE_S, value_parser = one_second_or_more)]
+    lease_s: f64,
+    /// Seconds between a worker's questions to the forge about one open pull request (at least 0.1).
+    #[arg(long, env = "RELAY_PR_CHECK_S", default_value_t = PR_CHECK_S, value_parser = a_tenth_or_more)]
+    pr_check_s: f64,
+    /// Milliseconds between the scheduler's rounds on each replica: due schedules, permission
+    /// requests, expired leases and purges (10 to 60000).
+    #[arg(long, env = "RELAY_SCHEDULER_TICK_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    scheduler_tick_ms: u64,
+}
+
+fn one_second_or_more(value: &str) -> Result<f64, String> {
+    at_least(value, 1.0)
+}
+
+fn a_tenth_or_more(value: &str) -> Result<f64, String> {
+    at_least(value, 0.1)
+}
+
+/// A number of seconds, at least `min`.
+fn at_least(value: &str, min: f64) -> Result<f64, String> {
+    let seconds: f64 = value.parse().map_err(|_| format!("{value:?} is not a number of seconds"))?;
+    if !seconds.is_finite() || seconds < min {
+        return Err(format!("at least {min} s"));
+    }
+    Ok(seconds)
+}
+
+impl From<TimingArgs> for Timings {
+    fn from(a: TimingArgs) -> Self {
+        Self {
+            approval_wait: std::time::Duration::from_secs(a.approval_wait_s),
+            lease: std::time::Duration::from_secs_f64(a.lease_s),
+            pr_check: std::time::Duration::from_secs_f64(a.pr_check_s),
+            scheduler_tick: std::time::Duration::from_millis(a.scheduler_tick_ms),
+        }
+    }
+}
+
+#[derive(Args)]
 struct ListenArgs {
     #[arg(long, env = "RELAY_LISTEN", default_value = "127.0.0.1:7447")]
     listen: SocketAddr,
@@ -484,7 +537,7 @@ fn init_logging(format: LogFormat, default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, limits, rpc, retention, quotas, ops_listen, console_listen } => {
+        Command::Serve { db, listen, limits, rpc, retention, timings, quotas, ops_listen, console_listen } => {
             init_logging(cli.log_format, "info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
@@ -500,7 +553,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(Listen::Off) | None => None,
             };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
-            let settings = Settings { rpc: rpc.into(), retention: retention.into(), quotas: quotas.into() };
+            let settings = Settings {
+                rpc: rpc.into(),
+                retention: retention.into(),
+                quotas: quotas.into(),
+                timings: timings.into(),
+            };
             let side = SideListeners { ops, console };
             serve::serve(store, &listen, settings, side, serve::termination()).await
         }
@@ -510,7 +568,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             say(cli.log_format, "database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, limits, rpc, retention, quotas, ops_listen, console_listen, data_dir } => {
+        Command::Dev { db, listen, limits, rpc, retention, timings, quotas, ops_listen, console_listen, data_dir } => {
             init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
@@ -518,7 +576,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 data_dir,
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
-                settings: Settings { rpc: rpc.into(), retention: retention.into(), quotas: quotas.into() },
+                settings: Settings {
+                    rpc: rpc.into(),
+                    retention: retention.into(),
+                    quotas: quotas.into(),
+                    timings: timings.into(),
+                },
                 ops_listen,
                 console_listen,
             })

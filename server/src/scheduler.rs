@@ -3,26 +3,18 @@
 //! what outlived its retention. Rows are taken with `skip locked`, so
 //! replicas share the work and never do it twice.
 
-use std::time::Duration;
-
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
 use crate::metrics::{Purged, metrics};
 
-/// How often a replica looks; `RELAY_SCHEDULER_TICK_MS` changes it (tests run it fast).
-fn tick() -> Duration {
-    let ms = std::env::var("RELAY_SCHEDULER_TICK_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000u64);
-    Duration::from_millis(ms.clamp(10, 60_000))
-}
-
 /// Rounds between purges: a backlog drains in bounded batches, and an idle server seldom asks.
 const PURGE_EVERY_ROUNDS: u64 = 60;
 
 pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(tick());
+        let mut every = tokio::time::interval(app.timings().scheduler_tick);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for round in 0u64.. {
             tokio::select! {

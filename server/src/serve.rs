@@ -18,6 +18,7 @@ use tonic::transport::Server;
 use crate::app::App;
 use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
+use crate::domain::timings::Timings;
 use crate::protocol::admission::{AdmissionLayer, RpcLimits};
 use crate::protocol::connections;
 use crate::protocol::human::HumanService;
@@ -64,12 +65,13 @@ fn raise_open_files_limit(max_connections: usize) {
     }
 }
 
-/// What the operator sets beside where to listen: call limits, retention and quotas.
+/// What the operator sets beside where to listen: call limits, retention, quotas and the board's periods.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Settings {
     pub rpc: RpcLimits,
     pub retention: Retention,
     pub quotas: Quotas,
+    pub timings: Timings,
 }
 
 /// The listeners beside gRPC, bound before anything starts so that a taken port is reported first:
@@ -209,8 +211,10 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let app =
-        App::new(store.clone(), hub, shutdown.clone()).with_retention(settings.retention).with_quotas(settings.quotas);
+    let app = App::new(store.clone(), hub, shutdown.clone())
+        .with_retention(settings.retention)
+        .with_quotas(settings.quotas)
+        .with_timings(settings.timings);
     let ops = side.ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");

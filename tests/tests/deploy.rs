@@ -362,9 +362,7 @@ fn metric_names(expr: &str) -> Vec<String> {
 #[test]
 fn the_build_uses_the_patched_h2() {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = run(Command::new(cargo)
-        .args(["metadata", "--format-version", "1", "--locked"])
-        .current_dir(repo()));
+    let out = run(Command::new(cargo).args(["metadata", "--format-version", "1", "--locked"]).current_dir(repo()));
     assert!(out.status.success(), "cargo metadata: {}", text(&out));
     let metadata: Value = serde_json::from_slice(&out.stdout).unwrap();
     let h2: Vec<&Value> = metadata["packages"].as_array().unwrap().iter().filter(|p| p["name"] == "h2").collect();

@@ -146,6 +146,42 @@ async fn serve_refuses_plaintext_off_loopback_and_stops_gracefully() {
     assert!(end.is_ok(), "open streams are closed at shutdown");
 }
 
+/// The board's and the scheduler's periods are settings like the others: on `--help` with their
+/// environment variables, and a value out of range is refused before anything starts.
+#[test]
+fn the_periods_are_on_the_help_and_a_bad_one_is_refused() {
+    let help = Command::new(bin("relay-server")).args(["serve", "--help"]).output_within(COMMAND_LIMIT).unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    for (flag, env) in [
+        ("--approval-wait-s", "RELAY_APPROVAL_WAIT_S"),
+        ("--lease-s", "RELAY_LEASE_S"),
+        ("--pr-check-s", "RELAY_PR_CHECK_S"),
+        ("--scheduler-tick-ms", "RELAY_SCHEDULER_TICK_MS"),
+    ] {
+        assert!(
+            help.contains(flag) && help.contains(&format!("env: {env}=")),
+            "{flag} ({env}) on serve --help:\n{help}"
+        );
+    }
+    for (setting, value, why) in [
+        ("RELAY_LEASE_S", "0.5", "at least 1 s"),
+        ("RELAY_PR_CHECK_S", "soon", "is not a number of seconds"),
+        ("RELAY_SCHEDULER_TICK_MS", "5", "10..=60000"),
+        ("RELAY_APPROVAL_WAIT_S", "0", "1..=3600"),
+    ] {
+        let refused = Command::new(bin("relay-server"))
+            .arg("serve")
+            .env(setting, value)
+            .env("DATABASE_URL", "host=127.0.0.1 port=1")
+            .stdin(Stdio::null())
+            .output_within(COMMAND_LIMIT)
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{setting}={value} is refused");
+        assert!(stderr.contains(why), "{setting}={value}: {stderr}");
+    }
+}
+
 #[tokio::test]
 async fn migrate_is_idempotent() {
     let db = TestDb::new().await;

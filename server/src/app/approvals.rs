@@ -17,13 +17,6 @@ use crate::domain::{Error, Result};
 use crate::store::approvals::{self, NewApproval, Verdict};
 use crate::store::identity::Caller;
 
-/// How long the operator, then the human, has to answer a permission request
-/// (`RELAY_APPROVAL_WAIT_S`, default 5 minutes each).
-pub(super) fn approval_wait() -> Duration {
-    let secs = std::env::var("RELAY_APPROVAL_WAIT_S").ok().and_then(|v| v.parse().ok()).unwrap_or(300u64);
-    Duration::from_secs(secs.clamp(1, 3600))
-}
-
 impl App {
     /// Asks for a tool on behalf of the card the caller works, and waits for the decision.
     pub async fn request_permission(
@@ -34,7 +27,7 @@ impl App {
         input: &str,
     ) -> Result<Decision> {
         let (tool_text, input) = (RedactedText::from_agent(tool), RedactedText::from_agent(input));
-        let wait = approval_wait();
+        let wait = self.timings.approval_wait;
         let id = self.ask_permission(caller, job_token, tool_text.as_str(), input.as_str(), wait).await?;
         tracing::info!(approval = %id, by = %caller.address(), tool, "permission requested");
         // The deadlines are the database's: the scheduler of any replica escalates and refuses the
@@ -64,7 +57,7 @@ impl App {
     /// be moved on does not hold up the others.
     pub async fn approval_round(&self) -> Result<usize> {
         let mut db = self.store.client().await?;
-        let wait_s = approval_wait().as_secs_f64();
+        let wait_s = self.timings.approval_wait.as_secs_f64();
         let due = approvals::due(&db, wait_s, 100).await?;
         for request in &due {
             if let Err(e) = settle(&mut db, request, wait_s).await {
@@ -130,7 +123,7 @@ impl App {
         is_operator(&db, caller).await?;
         let state = rules::decision(decision, false)?;
         let verdict = Verdict { state, reason: reason.as_str(), by: &caller.address() };
-        decide(&mut db, caller.account_id, id, &verdict, false).await
+        decide(&mut db, caller.account_id, id, &verdict, false, self.timings.approval_wait).await
     }
 
     /// The human's answer, to a request pending or escalated.
@@ -139,7 +132,15 @@ impl App {
         let state = rules::decision(decision, true)?;
         let by = format!("{}/me ({})", person.account, person.name);
         let mut db = self.store.client().await?;
-        decide(&mut db, person.account_id, id, &Verdict { state, reason: reason.as_str(), by: &by }, true).await
+        decide(
+            &mut db,
+            person.account_id,
+            id,
+            &Verdict { state, reason: reason.as_str(), by: &by },
+            true,
+            self.timings.approval_wait,
+        )
+        .await
     }
 
     /// The account's open requests, oldest first.
@@ -193,8 +194,9 @@ async fn decide(
     id: &str,
     verdict: &Verdict<'_>,
     human: bool,
+    wait: Duration,
 ) -> Result<Decision> {
-    let wait_s = approval_wait().as_secs_f64();
+    let wait_s = wait.as_secs_f64();
     let tx = db.transaction().await?;
     let Some(decided) = approvals::decide(&tx, account_id, id, verdict, &approvals::open_states(human), wait_s).await?
     else {

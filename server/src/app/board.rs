@@ -24,24 +24,6 @@ fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
     Schedule::parse(expr, if zone.trim().is_empty() { "UTC" } else { zone.trim() }).map(Some)
 }
 
-/// How often an open pull request is asked about; `RELAY_PR_CHECK_S` changes it.
-fn pr_check_s() -> f64 {
-    std::env::var("RELAY_PR_CHECK_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| *s >= 0.1)
-        .unwrap_or(rules::PR_CHECK_S)
-}
-
-/// The worker lease; `RELAY_LEASE_S` shortens it (tests of lost workers).
-pub fn lease_s() -> f64 {
-    std::env::var("RELAY_LEASE_S")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| *s >= 1.0)
-        .unwrap_or(rules::LEASE_S)
-}
-
 /// Refuses a caller that is not the account's operator endpoint. A card's agent never is: it
 /// would review its own card and answer its own permission requests.
 pub(super) async fn is_operator(c: &impl GenericClient, caller: &Caller) -> Result<()> {
@@ -290,7 +272,8 @@ impl App {
         let mut db = self.store.client().await?;
         let tx = db.transaction().await?;
         board::worker_seen(&tx, machine.machine_id).await?;
-        let claimed = match board::claim_next(&tx, machine.machine_id, lease_s(), &ids::token_hash(&token)).await? {
+        let claimed = match board::claim_next(&tx, machine.machine_id, self.lease_s(), &ids::token_hash(&token)).await?
+        {
             Some(id) => Some((board::job(&tx, machine.account_id, &id).await?, token)),
             None => None,
         };
@@ -303,10 +286,10 @@ impl App {
     }
 
     /// Pull requests of the machine's cards in Review to ask the forge about now: each open one
-    /// every `RELAY_PR_CHECK_S` (60 s).
+    /// every `--pr-check-s` (60 s).
     pub async fn prs_to_follow(&self, machine: &MachineIdentity) -> Result<Vec<rules::FollowPr>> {
         let db = self.store.client().await?;
-        board::prs_to_follow(&db, machine.machine_id, pr_check_s()).await
+        board::prs_to_follow(&db, machine.machine_id, self.timings.pr_check.as_secs_f64()).await
     }
 
     /// What the forge said of a card's pull request (`state` empty when the check failed with
@@ -364,9 +347,16 @@ impl App {
         let token_hash = ids::token_hash(job_token);
         let db = self.store.client().await?;
         board::worker_seen(&db, machine.machine_id).await?;
-        let renewed =
-            board::renew_lease(&db, machine.machine_id, &token_hash, lease_s(), agent_state.as_str(), worktree, branch)
-                .await?;
+        let renewed = board::renew_lease(
+            &db,
+            machine.machine_id,
+            &token_hash,
+            self.lease_s(),
+            agent_state.as_str(),
+            worktree,
+            branch,
+        )
+        .await?;
         let column = board::column_of_token(&db, &token_hash).await?.unwrap_or(Column::Todo);
         Ok((renewed, column.name().to_owned()))
     }

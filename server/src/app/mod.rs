@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
+use crate::domain::timings::Timings;
 use crate::domain::{Result, limits};
 use crate::push::Hub;
 use crate::store::Store;
@@ -37,6 +38,7 @@ pub struct App {
     hub: Hub,
     shutdown: CancellationToken,
     retention: Retention,
+    timings: Timings,
     quotas: Quotas,
     rates: Arc<SendRates>,
 }
@@ -49,7 +51,15 @@ impl App {
 
     pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
         let quotas = Quotas::default();
-        Self { store, hub, shutdown, retention: Retention::default(), quotas, rates: Arc::new(SendRates::new(quotas)) }
+        Self {
+            store,
+            hub,
+            shutdown,
+            retention: Retention::default(),
+            timings: Timings::default(),
+            quotas,
+            rates: Arc::new(SendRates::new(quotas)),
+        }
     }
 
     /// Holds every endpoint and account to `quotas`.
@@ -65,10 +75,25 @@ impl App {
         self
     }
 
+    /// Keeps the board's and the scheduler's periods at `timings`.
+    pub fn with_timings(mut self, timings: Timings) -> Self {
+        self.timings = timings;
+        self
+    }
+
+    pub fn timings(&self) -> Timings {
+        self.timings
+    }
+
+    /// A worker's lease on a card, in seconds.
+    pub fn lease_s(&self) -> f64 {
+        self.timings.lease.as_secs_f64()
+    }
+
     /// What the scheduler's round has to do now (one read).
     pub async fn due_work(&self) -> Result<crate::store::due::DueWork> {
         let db = self.store.client().await?;
-        crate::store::due::probe(&db, approvals::approval_wait().as_secs_f64()).await
+        crate::store::due::probe(&db, self.timings.approval_wait.as_secs_f64()).await
     }
 
     /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever

@@ -18,6 +18,7 @@ pub mod redact;
 pub mod retention;
 pub mod schedule;
 pub mod scope;
+pub mod timings;
 pub mod trust;
 
 pub use error::{EntityKind, Error};

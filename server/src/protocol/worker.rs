@@ -43,7 +43,7 @@ impl Worker for WorkerService {
             return Ok(Response::new(ClaimResponse { claimed: None, cleanup: Vec::new(), follow }));
         }
         let (claimed, cleanup) = self.app.claim(&machine).await?;
-        let lease_s = crate::app::board::lease_s();
+        let lease_s = self.app.lease_s();
         let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token, lease_s });
         // Pull requests are asked for apart (`follow_only`), on the worker's own beat.
         Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup), follow: Vec::new() }))
@@ -60,7 +60,7 @@ impl Worker for WorkerService {
         let r = request.get_ref();
         let (in_progress, state) =
             self.app.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
-        Ok(Response::new(RenewResponse { in_progress, state, lease_s: crate::app::board::lease_s() }))
+        Ok(Response::new(RenewResponse { in_progress, state, lease_s: self.app.lease_s() }))
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
