@@ -18,10 +18,8 @@ pub enum ConnectError {
         "no relay server known for human commands: set RELAY_SERVER, or run `agent-bridge human login --server URL`"
     )]
     NoHumanServer,
-    #[error("invalid server url {url:?}: {reason}")]
-    BadUrl { url: String, reason: String },
-    #[error("cannot read the CA certificate {path}: {source}")]
-    Ca { path: String, source: std::io::Error },
+    #[error(transparent)]
+    Address(#[from] super::replicas::AddressError),
     #[error("no {what}: {hint}")]
     NoSecret { what: &'static str, hint: &'static str },
     #[error(

@@ -10,11 +10,18 @@ use tonic::codegen::http::Uri;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
-use super::connection::ConnectError;
+/// A server list that cannot be used: a bad address, or a CA file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AddressError {
+    #[error("invalid server url {url:?}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("cannot read the CA certificate {path}: {source}")]
+    Ca { path: String, source: std::io::Error },
+}
 
 /// The URLs `list` names, in order of preference: separated by commas, whitespace around each
 /// ignored, a URL named twice kept once. Each must be an http:// or https:// URL of a host.
-pub fn parse_list(list: &str) -> Result<Vec<String>, ConnectError> {
+pub fn parse_list(list: &str) -> Result<Vec<String>, AddressError> {
     let mut urls: Vec<(String, Uri)> = Vec::new();
     for url in list.split(',').map(str::trim).filter(|u| !u.is_empty()) {
         let uri = parse_url(url)?;
@@ -23,21 +30,21 @@ pub fn parse_list(list: &str) -> Result<Vec<String>, ConnectError> {
         }
     }
     if urls.is_empty() {
-        return Err(ConnectError::BadUrl { url: list.to_owned(), reason: "it names no server".into() });
+        return Err(AddressError::BadUrl { url: list.to_owned(), reason: "it names no server".into() });
     }
     Ok(urls.into_iter().map(|(url, _)| url).collect())
 }
 
 /// Whether every replica `asked` names is one of `known`'s (in any order): a credential stored for
 /// `known` may go to them.
-pub fn within(asked: &str, known: &str) -> Result<bool, ConnectError> {
+pub fn within(asked: &str, known: &str) -> Result<bool, AddressError> {
     let known = parse_list(known)?.iter().map(|u| parse_url(u)).collect::<Result<Vec<_>, _>>()?;
     let asked = parse_list(asked)?.iter().map(|u| parse_url(u)).collect::<Result<Vec<_>, _>>()?;
     Ok(asked.iter().all(|uri| known.contains(uri)))
 }
 
-fn parse_url(url: &str) -> Result<Uri, ConnectError> {
-    let bad = |reason: String| ConnectError::BadUrl { url: url.to_owned(), reason };
+fn parse_url(url: &str) -> Result<Uri, AddressError> {
+    let bad = |reason: String| AddressError::BadUrl { url: url.to_owned(), reason };
     let lower = url.to_ascii_lowercase();
     let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://")) else {
         return Err(bad("use http:// or https://".into()));
@@ -110,11 +117,11 @@ pub struct Replicas {
 
 impl Replicas {
     /// Every URL of `list` checked, and set up to trust the CA file `ca` beside the system's roots.
-    pub fn new(list: &str, ca: Option<&str>) -> Result<Self, ConnectError> {
+    pub fn new(list: &str, ca: Option<&str>) -> Result<Self, AddressError> {
         let urls = parse_list(list)?;
         let pem = match ca {
             Some(path) => {
-                Some(std::fs::read(path).map_err(|source| ConnectError::Ca { path: path.to_owned(), source })?)
+                Some(std::fs::read(path).map_err(|source| AddressError::Ca { path: path.to_owned(), source })?)
             }
             None => None,
         };
@@ -227,8 +234,8 @@ impl Replicas {
     }
 }
 
-fn endpoint(url: &str, ca: Option<&[u8]>) -> Result<Endpoint, ConnectError> {
-    let bad = |reason: String| ConnectError::BadUrl { url: url.to_owned(), reason };
+fn endpoint(url: &str, ca: Option<&[u8]>) -> Result<Endpoint, AddressError> {
+    let bad = |reason: String| AddressError::BadUrl { url: url.to_owned(), reason };
     let mut endpoint = Endpoint::from_shared(url.to_owned())
         .map_err(|e| bad(e.to_string()))?
         .connect_timeout(Duration::from_secs(5))
