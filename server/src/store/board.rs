@@ -14,6 +14,7 @@ use crate::domain::caller::{Caller, MachineIdentity};
 use crate::domain::ids::{AccountId, EndpointId, MachineId};
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result};
+use crate::store::Tx;
 
 /// Card columns and kinds as SQL text spells them: literals in the text, where the partial indexes
 /// `jobs_todo`, `jobs_due` and `jobs_leases` (migration 3) need them.
@@ -120,7 +121,7 @@ fn no_card(id: &str) -> Error {
 }
 
 /// Locks card `id` of the account (`for update`) and reads its column.
-pub(crate) async fn lock_card(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<Column> {
+pub(crate) async fn lock_card(c: &Tx<'_>, account_id: AccountId, id: &str) -> Result<Column> {
     let row = c
         .query_opt(
             "select state, kind from jobs where id = $1 and account_id = $2 for update",
@@ -298,7 +299,7 @@ pub(crate) async fn mark_edited(c: &impl GenericClient, id: &str, by: &str) -> R
 
 /// Locks (`for update`) the account's card whose current attempt holds the job token `token_hash`.
 pub(crate) async fn lock_dispatched(
-    c: &impl GenericClient,
+    c: &Tx<'_>,
     account_id: AccountId,
     token_hash: &[u8],
 ) -> Result<Option<DispatchedCard>> {
@@ -360,11 +361,7 @@ pub(crate) async fn prs_to_follow(
 
 /// A card in Review with a pull request on one of the machine's repositories, locked: its account
 /// and pull request.
-pub(crate) async fn lock_followed(
-    c: &impl GenericClient,
-    machine_id: MachineId,
-    id: &str,
-) -> Result<Option<(AccountId, String)>> {
+pub(crate) async fn lock_followed(c: &Tx<'_>, machine_id: MachineId, id: &str) -> Result<Option<(AccountId, String)>> {
     c.query_opt(
         &format!(
             "select j.account_id, j.pr_url from jobs j join repos r on r.id = j.repo_id
@@ -574,11 +571,7 @@ pub(crate) async fn hold_attempt(c: &impl GenericClient, token_hash: &[u8]) -> R
 }
 
 /// Locks (`for update`) the card the machine leased under `token_hash`.
-pub(crate) async fn lock_leased(
-    c: &impl GenericClient,
-    machine_id: MachineId,
-    token_hash: &[u8],
-) -> Result<Option<LeasedCard>> {
+pub(crate) async fn lock_leased(c: &Tx<'_>, machine_id: MachineId, token_hash: &[u8]) -> Result<Option<LeasedCard>> {
     c.query_opt(
         "select id, state, attempts from jobs where job_token_hash = $1 and lease_machine = $2 for update",
         &[&token_hash, &machine_id],
@@ -655,7 +648,7 @@ pub(crate) fn lease_lapsed() -> String {
 
 /// Locks (`for update skip locked`) up to 50 schedules that came due, the longest due first; a
 /// schedule another replica is firing is skipped.
-pub(crate) async fn lock_due_schedules(c: &impl GenericClient) -> Result<Vec<DueSchedule>> {
+pub(crate) async fn lock_due_schedules(c: &Tx<'_>) -> Result<Vec<DueSchedule>> {
     c.query(
         &format!(
             "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, ''), next_run_at, now() from jobs j

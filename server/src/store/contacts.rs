@@ -11,6 +11,7 @@ use crate::domain::ids::AccountId;
 use crate::domain::names::{NameKind, validate};
 use crate::domain::trust::Contact as ContactView;
 use crate::domain::{EntityKind, Error, Result};
+use crate::store::Tx;
 
 /// The id of the account named `name`.
 pub(crate) async fn account_id(c: &impl GenericClient, name: &str) -> Result<AccountId> {
@@ -86,7 +87,7 @@ pub(crate) async fn human_by_token(c: &impl GenericClient, token_hash: &[u8]) ->
 // ---- contacts ----------------------------------------------------------------------------------
 
 /// Locks both accounts' rows, in id order.
-pub(crate) async fn lock_accounts(c: &impl GenericClient, a: AccountId, b: AccountId) -> Result<()> {
+pub(crate) async fn lock_accounts(c: &Tx<'_>, a: AccountId, b: AccountId) -> Result<()> {
     c.execute("select id from accounts where id in ($1, $2) order by id for update", &[&a, &b]).await?;
     Ok(())
 }
@@ -143,7 +144,7 @@ pub(crate) async fn private_ok(c: &impl GenericClient, account_id: AccountId) ->
 /// seen yet. `no key update`, as a send's writer locks an inbox: the drop waits for the writers of
 /// those inboxes, but not for a send whose foreign key holds a `key share` of one of them (its
 /// sender's row), which would otherwise wait for an inbox the drop holds.
-pub(crate) async fn lock_inboxes_between(c: &impl GenericClient, a: AccountId, b: AccountId) -> Result<()> {
+pub(crate) async fn lock_inboxes_between(c: &Tx<'_>, a: AccountId, b: AccountId) -> Result<()> {
     c.execute(
         &format!(
             "select 1 from endpoints e

@@ -37,6 +37,10 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use error::is_unique_violation;
 
+/// An open transaction. Repository functions that lock rows take one, so a lock is never taken on
+/// a connection in autocommit, where it would end with its statement.
+pub type Tx<'a> = deadpool_postgres::Transaction<'a>;
+
 use crate::domain::ids::EndpointId;
 use crate::domain::message::Message;
 use crate::domain::{Error, Result};
@@ -262,7 +266,8 @@ impl Store {
     }
 
     /// A pooled connection. The application layer opens its transactions on it and passes the
-    /// connection or transaction to the repository functions, which take `&impl GenericClient`.
+    /// connection or transaction to the repository functions, which take `&impl GenericClient`
+    /// (or a [`Tx`], where they lock rows).
     pub async fn client(&self) -> Result<Object> {
         Ok(self.pool.get().await?)
     }

@@ -16,6 +16,7 @@ use crate::domain::trust::{
     HeldMessage, Hold as HoldView, HoldState, MAX_PEEK_TURNS, PeekState, PeekTurn, Peeker as PeekerView,
 };
 use crate::domain::{Error, Result};
+use crate::store::Tx;
 
 /// One turn of an agent's conversation, kept for peeking.
 pub struct KeptTurn {
@@ -73,7 +74,7 @@ pub(crate) async fn set_private_ok(
 
 /// The account's hold `id` with its message's sender, locking the hold's row; `None` when the
 /// account has no such hold.
-pub(crate) async fn lock_hold(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<Option<HeldMessage>> {
+pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &str) -> Result<Option<HeldMessage>> {
     let Some(row) = c
         .query_opt(
             "select h.message_id, h.recipients, h.state, m.sender_id, s.address

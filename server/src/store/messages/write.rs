@@ -14,6 +14,7 @@ use crate::domain::delivery::State;
 use crate::domain::ids::{self, AccountId, EndpointId};
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::{EntityKind, Error, Result, limits, presence};
+use crate::store::Tx;
 use crate::store::error::Col;
 use crate::store::identity::ONLINE;
 use crate::store::messages::DELIVERY_CHANNEL;
@@ -57,7 +58,7 @@ pub(super) async fn hold_contacts(tx: &impl GenericClient, caller: &Caller, targ
 /// Locks every inbox a transaction is about to write, in id order and before any of their
 /// deliveries: the order a send's batch takes them, so the two never wait on each other in
 /// opposite orders (a writer that locked one inbox, then another, could deadlock with a batch).
-pub(crate) async fn lock_inboxes(tx: &impl GenericClient, mut inboxes: Vec<EndpointId>) -> Result<()> {
+pub(crate) async fn lock_inboxes(tx: &Tx<'_>, mut inboxes: Vec<EndpointId>) -> Result<()> {
     inboxes.sort_unstable();
     inboxes.dedup();
     let stmt = tx.prepare_cached("select 1 from endpoints where id = any($1) order by id for no key update").await?;
