@@ -441,7 +441,7 @@ pub(crate) async fn worker_seen(c: &impl GenericClient, machine_id: MachineId) -
 /// Takes the oldest runnable To do card of the machine's repositories for an attempt leased for
 /// `lease_s` under job token `token_hash`; its id. Rows locked by another claim are skipped.
 pub(crate) async fn claim_next(
-    c: &impl GenericClient,
+    c: &Tx<'_>,
     machine_id: MachineId,
     lease_s: f64,
     token_hash: &[u8],
@@ -557,7 +557,7 @@ pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &[u8]) ->
 /// Holds the attempt `token_hash` in progress under a live lease until the transaction ends
 /// (`for share`): a claim of its agent's endpoint commits before anything ends the attempt, which
 /// then ends that session too. Whether the attempt is still running.
-pub(crate) async fn hold_attempt(c: &impl GenericClient, token_hash: &[u8]) -> Result<bool> {
+pub(crate) async fn hold_attempt(c: &Tx<'_>, token_hash: &[u8]) -> Result<bool> {
     let held = c
         .query_opt(
             &format!(

@@ -1,6 +1,6 @@
 //! Trust: the human inbox, private data, holds for the human, required replies and peek.
 
-use deadpool_postgres::{GenericClient, Transaction};
+use deadpool_postgres::GenericClient;
 
 use super::error::Col;
 use super::identity::{Caller, caller_of};
@@ -169,7 +169,7 @@ pub(crate) async fn delete_peek_turns(c: &impl GenericClient, endpoint_id: Endpo
 /// locked first) when `append`, else `turns` alone. Written only while the endpoint allows
 /// peeking; whether they were.
 pub(crate) async fn keep_peek_turns(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     endpoint_id: EndpointId,
     turns: &[KeptTurn],
     append: bool,

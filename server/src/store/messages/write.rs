@@ -24,7 +24,7 @@ use crate::store::trust;
 /// drop conflicts with), so a contact dropped while the send is under way cannot let it through:
 /// the drop waits for the send, or the send sees the contact gone and is refused like an unknown
 /// address.
-pub(super) async fn hold_contacts(tx: &impl GenericClient, caller: &Caller, targets: &[Target]) -> Result<()> {
+pub(super) async fn hold_contacts(tx: &Tx<'_>, caller: &Caller, targets: &[Target]) -> Result<()> {
     let mut others: Vec<AccountId> = targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
     if others.is_empty() {
         return Ok(());
@@ -137,11 +137,7 @@ pub(crate) async fn store_message(
 
 /// Gives each target a delivery of the message with the next seq of its inbox, and announces it.
 /// Returns, for each recipient that is offline, what its sender is told about that.
-pub(crate) async fn deliver(
-    tx: &impl GenericClient,
-    message_id: &str,
-    targets: &[Target],
-) -> Result<HashMap<EndpointId, String>> {
+pub(crate) async fn deliver(tx: &Tx<'_>, message_id: &str, targets: &[Target]) -> Result<HashMap<EndpointId, String>> {
     // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
     // then take the next seq of each. The same read says who is offline.
     let mut ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
