@@ -97,6 +97,10 @@ enum Command {
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
+        /// The directory of the Postgres server programs (initdb, pg_ctl, postgres) for the private
+        /// cluster [default: the newest /usr/lib/postgresql/*/bin, else where pg_ctl is on PATH].
+        #[arg(long, env = "RELAY_PG_BIN")]
+        pg_bin: Option<PathBuf>,
     },
     /// Operator commands straight against the database: --database-url/DATABASE_URL, else the
     /// database of the running dev server under --data-dir/RELAY_DATA_DIR (default: dev's own).
@@ -568,12 +572,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             say(cli.log_format, "database schema is up to date");
             Ok(())
         }
-        Command::Dev { db, listen, limits, rpc, retention, timings, quotas, ops_listen, console_listen, data_dir } => {
+        Command::Dev {
+            db,
+            listen,
+            limits,
+            rpc,
+            retention,
+            timings,
+            quotas,
+            ops_listen,
+            console_listen,
+            data_dir,
+            pg_bin,
+        } => {
             init_logging(cli.log_format, "info");
             dev::run(DevOptions {
                 listen: listen.into(),
                 database_url: db.url()?,
                 data_dir,
+                pg_bin,
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
                 settings: Settings {

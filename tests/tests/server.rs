@@ -149,7 +149,7 @@ async fn serve_refuses_plaintext_off_loopback_and_stops_gracefully() {
 /// The board's and the scheduler's periods are settings like the others: on `--help` with their
 /// environment variables, and a value out of range is refused before anything starts.
 #[test]
-fn the_periods_are_on_the_help_and_a_bad_one_is_refused() {
+fn the_periods_and_devs_postgres_are_settings_and_bad_values_are_refused() {
     let help = Command::new(bin("relay-server")).args(["serve", "--help"]).output_within(COMMAND_LIMIT).unwrap();
     let help = String::from_utf8_lossy(&help.stdout).into_owned();
     for (flag, env) in [
@@ -180,6 +180,24 @@ fn the_periods_are_on_the_help_and_a_bad_one_is_refused() {
         assert!(!refused.status.success(), "{setting}={value} is refused");
         assert!(stderr.contains(why), "{setting}={value}: {stderr}");
     }
+
+    // dev's Postgres programs are a setting too: a directory without them is refused, and nothing
+    // is made.
+    let empty = tempfile::tempdir().unwrap();
+    let data = empty.path().join("data");
+    let help = Command::new(bin("relay-server")).args(["dev", "--help"]).output_within(COMMAND_LIMIT).unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("env: RELAY_PG_BIN="), "dev --help names --pg-bin");
+    let refused = Command::new(bin("relay-server"))
+        .args(["dev", "--pg-bin"])
+        .arg(empty.path())
+        .arg("--data-dir")
+        .arg(&data)
+        .stdin(Stdio::null())
+        .output_within(COMMAND_LIMIT)
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && stderr.contains("holds no pg_ctl"), "{stderr}");
+    assert!(!data.exists(), "a refused dev makes no data dir");
 }
 
 #[tokio::test]

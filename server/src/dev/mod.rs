@@ -24,6 +24,8 @@ pub struct DevOptions {
     /// Use this database instead of a private cluster.
     pub database_url: Option<String>,
     pub data_dir: Option<PathBuf>,
+    /// Where the Postgres server programs are; found by [`postgres::bin_dir`] when absent.
+    pub pg_bin: Option<PathBuf>,
     pub pool_size: usize,
     /// Most unread messages one inbox holds.
     pub max_unread: u32,
@@ -107,8 +109,9 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
                 None => default_data_dir()?,
             };
             data_dir = Some(dir.clone());
+            let pg_bin = options.pg_bin.clone();
             let started = tokio::task::spawn_blocking(move || -> anyhow::Result<postgres::DevCluster> {
-                let mut c = postgres::DevCluster::prepare(&dir)?;
+                let mut c = postgres::DevCluster::prepare(&dir, pg_bin)?;
                 c.start()?;
                 Ok(c)
             })

@@ -17,12 +17,9 @@ pub struct Owner {
     pub gid: u32,
 }
 
-/// Where the Postgres server programs are: `RELAY_PG_BIN`, else the newest
+/// Where the Postgres server programs are when `dev --pg-bin` does not say: the newest
 /// `/usr/lib/postgresql/*/bin`, else wherever `pg_ctl` is on `PATH`.
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("RELAY_PG_BIN").filter(|d| !d.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -43,7 +40,9 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
             return Ok(real.parent().map(Path::to_path_buf).unwrap_or(dir));
         }
     }
-    bail!("cannot find the Postgres server programs (initdb, pg_ctl, postgres): install Postgres or set RELAY_PG_BIN")
+    bail!(
+        "cannot find the Postgres server programs (initdb, pg_ctl, postgres): install Postgres or name their directory with --pg-bin (RELAY_PG_BIN)"
+    )
 }
 
 /// `Some(postgres user)` when this process is root.
@@ -115,9 +114,16 @@ pub const DEV_USER: &str = "relay";
 pub const DEV_DATABASE: &str = "relay";
 
 impl DevCluster {
-    /// Creates the cluster under `data_dir` unless it exists already.
-    pub fn prepare(data_dir: &Path) -> anyhow::Result<Self> {
-        let bin = bin_dir()?;
+    /// Creates the cluster under `data_dir` unless it exists already, with the server programs in
+    /// `bin` (found by [`bin_dir`] when absent).
+    pub fn prepare(data_dir: &Path, bin: Option<PathBuf>) -> anyhow::Result<Self> {
+        let bin = match bin {
+            Some(bin) if !bin.join("pg_ctl").is_file() => {
+                bail!("--pg-bin {} holds no pg_ctl: name the directory of initdb, pg_ctl and postgres", bin.display())
+            }
+            Some(bin) => bin,
+            None => bin_dir()?,
+        };
         let owner = owner()?;
         make_private_dir(data_dir, owner)?;
         let cluster = Self {
