@@ -7,11 +7,10 @@ use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use relay_server::admin::{self, AdminCommand};
 use relay_server::dev::{self, DevOptions};
-use relay_server::domain::board::{LEASE_S, PR_CHECK_S};
 use relay_server::domain::limits::Quotas;
 use relay_server::domain::rate::Rate;
 use relay_server::domain::retention::Retention;
-use relay_server::domain::timings::Timings;
+use relay_server::domain::timings::{APPROVAL_WAIT_S, LEASE_S, PR_CHECK_S, SCHEDULER_TICK_MS, Timings};
 use relay_server::protocol::admission::{self, RpcLimits};
 use relay_server::protocol::connections;
 use relay_server::protocol::console;
@@ -340,7 +339,7 @@ impl From<RetentionArgs> for Retention {
 struct TimingArgs {
     /// Seconds the operator endpoint has to answer a permission request, and then the human as
     /// long again, before it is refused (1 to 3600).
-    #[arg(long, env = "RELAY_APPROVAL_WAIT_S", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long, env = "RELAY_APPROVAL_WAIT_S", default_value_t = APPROVAL_WAIT_S, value_parser = clap::value_parser!(u64).range(1..=3600))]
     approval_wait_s: u64,
     /// Seconds a worker's claim on a card lasts unless renewed; a worker that goes quiet loses its
     /// cards after it (at least 1).
@@ -351,7 +350,7 @@ struct TimingArgs {
     pr_check_s: f64,
     /// Milliseconds between the scheduler's rounds on each replica: due schedules, permission
     /// requests, expired leases and purges (10 to 60000).
-    #[arg(long, env = "RELAY_SCHEDULER_TICK_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    #[arg(long, env = "RELAY_SCHEDULER_TICK_MS", default_value_t = SCHEDULER_TICK_MS, value_parser = clap::value_parser!(u64).range(10..=60_000))]
     scheduler_tick_ms: u64,
 }
 

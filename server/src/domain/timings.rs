@@ -2,7 +2,12 @@
 
 use std::time::Duration;
 
-use super::board::{LEASE_S, PR_CHECK_S};
+pub use super::board::{LEASE_S, PR_CHECK_S};
+
+/// Seconds the operator, then the human, has to answer a permission request, by default.
+pub const APPROVAL_WAIT_S: u64 = 300;
+/// Milliseconds between the scheduler's rounds, by default.
+pub const SCHEDULER_TICK_MS: u64 = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timings {
@@ -19,10 +24,10 @@ pub struct Timings {
 impl Default for Timings {
     fn default() -> Self {
         Self {
-            approval_wait: Duration::from_secs(300),
+            approval_wait: Duration::from_secs(APPROVAL_WAIT_S),
             lease: Duration::from_secs_f64(LEASE_S),
             pr_check: Duration::from_secs_f64(PR_CHECK_S),
-            scheduler_tick: Duration::from_secs(1),
+            scheduler_tick: Duration::from_millis(SCHEDULER_TICK_MS),
         }
     }
 }
