@@ -13,30 +13,22 @@ use std::time::Duration;
 
 use crate::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
 
-/// The image the container runs: built locally from `tests/container/postgres.Containerfile`.
-pub const IMAGE: &str = "localhost/relay-test-postgres:15";
+/// The image the container runs, built locally from `tests/container/postgres.Containerfile` and
+/// tagged by its content, so a changed file makes a new image rather than running a stale one.
+pub fn image() -> &'static str {
+    static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
+        let file = std::fs::read(source_dir().join("postgres.Containerfile")).expect("postgres.Containerfile");
+        let mut hash = std::collections::hash_map::DefaultHasher::new();
+        file.hash(&mut hash);
+        format!("localhost/relay-test-postgres:15-{:016x}", hash.finish())
+    })
+}
 /// The label every test container carries: the run's process as `PID:START`.
 pub const RUN_LABEL: &str = "relay-test-run";
 /// The label naming the loopback port the run's Postgres listens on.
 const PORT_LABEL: &str = "relay-test-port";
-/// The server the container runs, on the host's network and its loopback only: no published port
-/// and no network of the engine's own, which nested engines (a container in a container) and
-/// rootless ones do not all provide. Trust is then open to this machine's users alone.
-const POSTGRES: [&str; 13] = [
-    "/usr/lib/postgresql/15/bin/postgres",
-    "-D",
-    "/var/lib/postgresql/relay",
-    "-c",
-    "listen_addresses=127.0.0.1",
-    "-c",
-    "fsync=off",
-    "-c",
-    "synchronous_commit=off",
-    "-c",
-    "full_page_writes=off",
-    "-c",
-    "max_connections=400",
-];
 
 /// podman or docker, whichever answers (a docker client without a daemon does not).
 pub fn engine() -> &'static str {
@@ -114,14 +106,16 @@ pub fn start() -> String {
         // The engine's default limits (a million files, as many processes) are more than a
         // runtime without CAP_SYS_RESOURCE may set: ask for what Postgres needs here.
         args.extend(["--ulimit", "nofile=8192:8192", "--ulimit", "nproc=16384:16384"]);
+        // The host's network and its loopback only: no published port and no network of the
+        // engine's own, which nested engines (a container in a container) and rootless ones do not
+        // all provide. Trust is then open to this machine's users alone.
         let port = crate::free_port().to_string();
         let (port_label, port_setting) = (format!("{PORT_LABEL}={port}"), format!("port={port}"));
-        args.extend(["--label", &port_label, "--network", "host", IMAGE]);
-        args.extend(POSTGRES);
-        args.extend(["-c", &port_setting]);
+        args.extend(["--label", &port_label, "--network", "host", image()]);
+        args.extend(["-c", "listen_addresses=127.0.0.1", "-c", &port_setting]);
         run(&args);
         reap_when_gone(&run_id, &name, &lock_path);
-        eprintln!("postgres for this test run: container {name} ({} {IMAGE}) on 127.0.0.1:{port}", engine());
+        eprintln!("postgres for this test run: container {name} ({} {}) on 127.0.0.1:{port}", engine(), image());
     }
     let port =
         run(&["container", "inspect", "--format", &format!("{{{{index .Config.Labels \"{PORT_LABEL}\"}}}}"), &name]);
@@ -185,19 +179,20 @@ fn reap_when_gone(run_id: &str, name: &str, lock: &Path) {
     reaper.spawn().expect("start the container's reaper");
 }
 
-/// Builds [`IMAGE`] (and the Debian base under it) when it is not there yet, saying so.
+/// Builds [`image`] (and the Debian base under it) when it is not there yet, saying so.
 fn ensure_image() {
     let lock =
         std::fs::File::create(std::env::temp_dir().join("relay-test-pg-image.lock")).expect("the image lock file");
     flock(&lock);
     let present =
-        Command::new(engine()).args(["image", "inspect", IMAGE]).stdin(Stdio::null()).output_within(COMMAND_LIMIT);
+        Command::new(engine()).args(["image", "inspect", image()]).stdin(Stdio::null()).output_within(COMMAND_LIMIT);
     if present.is_ok_and(|o| o.status.success()) {
         return;
     }
     let dir = source_dir();
     eprintln!(
-        "building {IMAGE} from Debian's postgresql package ({}), once",
+        "building {} from Debian's postgresql package ({}), once",
+        image(),
         dir.join("postgres.Containerfile").display()
     );
     let base = Command::new(dir.join("debian-base.sh"))
@@ -208,13 +203,13 @@ fn ensure_image() {
     assert!(base.status.success(), "the Debian base image: {}", String::from_utf8_lossy(&base.stderr));
     let built = Command::new(engine())
         // The host's network: an engine inside a container may have none of its own that reaches the mirror.
-        .args(["build", "-q", "--network", "host", "-t", IMAGE, "-f"])
+        .args(["build", "-q", "--network", "host", "-t", image(), "-f"])
         .arg(dir.join("postgres.Containerfile"))
         .arg(&dir)
         .stdin(Stdio::null())
         .output_within(INSTALL_LIMIT)
         .expect("run the image build");
-    assert!(built.status.success(), "building {IMAGE}: {}", String::from_utf8_lossy(&built.stderr));
+    assert!(built.status.success(), "building {}: {}", image(), String::from_utf8_lossy(&built.stderr));
 }
 
 /// tests/container in the source tree.
