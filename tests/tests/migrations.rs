@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::process::Output;
 use std::time::Duration;
 
-use ::relay_server::store::migrate::MIGRATIONS;
+use ::relay_server::domain::delivery::State;
+use ::relay_server::store::migrate::{FUNCTIONS, MIGRATIONS};
 use relay_proto::v1::*;
 use relay_tests::client::{Agent, next_message};
 use relay_tests::pg::TestDb;
@@ -127,6 +128,111 @@ async fn an_edited_migration_is_refused_naming_its_version_and_file() {
     assert!(stderr(&serve).contains("migration 3 (0003_board.sql) was changed"), "{}", stderr(&serve));
 }
 
+/// Name, revision, checksum per recorded function, by name.
+async fn functions(client: &tokio_postgres::Client) -> Vec<(String, i32, String)> {
+    let rows = client.query("select name, revision, checksum from schema_functions order by name", &[]).await.unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect()
+}
+
+/// Each function's file as it is on disk at its revision, hashed by Postgres.
+async fn expected_functions(client: &tokio_postgres::Client) -> Vec<(String, i32, String)> {
+    let mut expected = Vec::new();
+    for f in FUNCTIONS {
+        let text = std::fs::read_to_string(migrations_dir().join(f.file())).expect("function file");
+        let row = client.query_one("select encode(sha256(convert_to($1, 'UTF8')), 'hex')", &[&text]).await.unwrap();
+        expected.push((f.name.to_owned(), f.revision, row.get(0)));
+    }
+    expected.sort();
+    expected
+}
+
+/// The body Postgres holds for function `name`.
+async fn body(client: &tokio_postgres::Client, name: &str) -> String {
+    client.query_one("select prosrc from pg_proc where proname = $1", &[&name]).await.unwrap().get(0)
+}
+
+#[tokio::test]
+async fn every_function_is_applied_from_its_file_and_a_newer_revision_is_never_put_back() {
+    let db = TestDb::new().await;
+    let out = relay_server(&db, &["migrate"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let client = db.sql().await;
+    assert_eq!(functions(&client).await, expected_functions(&client).await);
+    // The file's body, not a migration's: the states are named.
+    assert!(body(&client, "relay_take_unread").await.contains("relay_state('read')"));
+    // What no release calls is gone.
+    let dropped = "select count(*) from pg_proc where proname in
+                   ('relay_send_batch', 'relay_write_send', 'relay_write_sends', 'relay_console_session_ended')";
+    assert_eq!(client.query_one(dropped, &[]).await.unwrap().get::<_, i64>(0), 0);
+
+    // Again: nothing to apply.
+    let again = relay_server(&db, &["migrate"]).await;
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(!stderr(&again).contains("applied functions"), "{}", stderr(&again));
+
+    // A newer release gave relay_look a new body at revision 99: this binary, older, keeps it.
+    let newer = body(&client, "relay_look").await + "\n-- the next release's body\n";
+    let definition: String =
+        client.query_one("select pg_get_functiondef('relay_look'::regproc)", &[]).await.unwrap().get(0);
+    let old_body = body(&client, "relay_look").await;
+    client.batch_execute(&definition.replace(&old_body, &newer)).await.unwrap();
+    client
+        .execute("update schema_functions set revision = 99, checksum = 'next' where name = 'relay_look'", &[])
+        .await
+        .unwrap();
+    let older = relay_server(&db, &["migrate"]).await;
+    assert!(older.status.success(), "{}", stderr(&older));
+    assert!(stderr(&older).contains("holds newer bodies of functions"), "{}", stderr(&older));
+    assert_eq!(body(&client, "relay_look").await, newer, "the newer body stays");
+
+    // A database at an older revision gets this one's body.
+    client.execute("update schema_functions set revision = 0 where name = 'relay_look'", &[]).await.unwrap();
+    let upgrade = relay_server(&db, &["migrate"]).await;
+    assert!(upgrade.status.success(), "{}", stderr(&upgrade));
+    assert!(stderr(&upgrade).contains(r#"applied functions functions=["relay_look"]"#), "{}", stderr(&upgrade));
+    assert_eq!(body(&client, "relay_look").await, old_body);
+    assert_eq!(functions(&client).await, expected_functions(&client).await);
+}
+
+#[tokio::test]
+async fn a_function_changed_without_a_new_revision_is_refused_naming_it() {
+    let db = TestDb::new().await;
+    assert!(relay_server(&db, &["migrate"]).await.status.success());
+    let client = db.sql().await;
+    // What the database would hold had the file been edited at the same revision.
+    client
+        .execute("update schema_functions set checksum = repeat('0', 64) where name = 'relay_advance'", &[])
+        .await
+        .unwrap();
+    let out = relay_server(&db, &["migrate"]).await;
+    assert!(!out.status.success(), "a function changed at the same revision must stop migrate");
+    let err = stderr(&out);
+    assert!(err.contains("function relay_advance (functions/relay_advance.sql) differs from the body the database holds at the same revision 1"), "{err}");
+    assert!(err.contains("a changed function needs a new revision"), "{err}");
+}
+
+/// SQL names delivery states with `relay_state`; the server spells them from its own enum. The
+/// two must agree, and a misspelt name is an error, never a silent null.
+#[tokio::test]
+async fn the_delivery_states_are_the_same_numbers_in_sql_and_in_the_server() {
+    let db = TestDb::new().await;
+    assert!(relay_server(&db, &["migrate"]).await.status.success());
+    let client = db.sql().await;
+    let states = [
+        ("queued", State::Queued),
+        ("pushed", State::Pushed),
+        ("surfaced", State::Surfaced),
+        ("read", State::Read),
+        ("withdrawn", State::Withdrawn),
+    ];
+    for (name, state) in states {
+        let n: i32 = client.query_one("select relay_state($1)", &[&name]).await.unwrap().get(0);
+        assert_eq!(n, i32::from(state.to_db()), "{name}");
+    }
+    let misspelt = client.query_one("select relay_state('raed')", &[]).await.expect_err("an unknown state is an error");
+    assert!(misspelt.as_db_error().unwrap().message().contains("no delivery state is called raed"), "{misspelt}");
+}
+
 #[tokio::test]
 async fn two_migrations_started_together_both_succeed_and_apply_each_migration_once() {
     let db = TestDb::new().await;
@@ -148,6 +254,8 @@ async fn two_migrations_started_together_both_succeed_and_apply_each_migration_o
     sorted.sort();
     let all: Vec<i32> = MIGRATIONS.iter().map(|m| m.version).collect();
     assert_eq!(sorted, all, "each applied once across both processes: {logs:#?}");
+    let functions_applied = logs.iter().flat_map(|log| log.lines()).filter(|l| l.contains("applied functions")).count();
+    assert_eq!(functions_applied, 1, "the functions are applied by one of the two: {logs:#?}");
     let client = db.sql().await;
     assert_eq!(history(&client).await, expected_history(&client).await);
 }

@@ -3,6 +3,11 @@
 //! between databases. They run under an advisory lock held on a connection of their own, so that
 //! replicas starting together apply each one exactly once.
 //!
+//! SQL functions are not written in numbered migrations: each one's current body lives in
+//! `server/migrations/functions/NAME.sql` ([`FUNCTIONS`]), applied after the migrations whenever
+//! its revision is newer than the one the database records, so an older binary never puts its
+//! bodies back over a newer one's.
+//!
 //! The rule that keeps rolling upgrades and rollbacks safe (expand, then contract) is in
 //! `server/migrations/README.md`; the lint in this module's tests enforces the part of it a program
 //! can see.
@@ -190,6 +195,81 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "mail_announced_once",
         sql: include_str!("../../migrations/0035_mail_announced_once.sql"),
     },
+    Migration {
+        version: 36,
+        name: "functions_defined_once",
+        sql: include_str!("../../migrations/0036_functions_defined_once.sql"),
+    },
+];
+
+/// A SQL function whose current body is the file `server/migrations/functions/NAME.sql` (a
+/// `create or replace function`, with its settings).
+#[derive(Debug, Clone, Copy)]
+pub struct Function {
+    pub name: &'static str,
+    /// Raised with every change to the file. A database keeps the body of the highest revision it
+    /// was given: a binary holding a lower one (rolled back) leaves the newer body in place.
+    pub revision: i32,
+    /// The start of the file's checksum at this revision. A test compares it with the file, so a
+    /// change to the file cannot land without a new revision.
+    pub released: &'static str,
+    pub sql: &'static str,
+}
+
+impl Function {
+    /// The file it was embedded from.
+    pub fn file(&self) -> String {
+        format!("functions/{}.sql", self.name)
+    }
+
+    /// Hex SHA-256 of the SQL, line endings normalised as for migrations.
+    pub fn checksum(&self) -> String {
+        hex::encode(Sha256::digest(self.sql.replace("\r\n", "\n").as_bytes()))
+    }
+}
+
+macro_rules! function {
+    ($name:literal, $revision:literal, $released:literal) => {
+        Function {
+            name: $name,
+            revision: $revision,
+            released: $released,
+            sql: include_str!(concat!("../../migrations/functions/", $name, ".sql")),
+        }
+    };
+}
+
+/// Every SQL function of the schema, in the order they are applied: a SQL-language function's body
+/// is checked when it is made, so what it calls comes first. To change one, edit its file, raise its
+/// revision and put the new checksum's start in `released`; the body must answer the release before
+/// it as the old one did (the same rule as migrations). A function whose signature changes is
+/// dropped by a numbered migration first (`create or replace` cannot change it).
+pub const FUNCTIONS: &[Function] = &[
+    function!("relay_state", 1, "6024f2743ec77953"),
+    function!("relay_replica_alive", 1, "595007b37751baae"),
+    function!("relay_endpoint_lease", 1, "903e748184c42da9"),
+    function!("relay_endpoint_online", 1, "39a38ea24441b910"),
+    function!("relay_delivery_state", 1, "1ea7c3db9bd99911"),
+    function!("relay_count_unread", 1, "0411dc6d368e73a0"),
+    function!("relay_endpoint_changed", 1, "c3d4df4cc3ef900b"),
+    function!("relay_machine_changed", 1, "cd37b408e257928e"),
+    function!("relay_scope_changed", 1, "bb392aaac4f1afee"),
+    function!("relay_operator_changed", 1, "d2e6d57461768839"),
+    function!("relay_attempt_ended", 1, "35416852799637f2"),
+    function!("relay_account_changed", 1, "f3821743e1e805bc"),
+    function!("relay_console_sessions_ended", 1, "449e66fcbe586b7d"),
+    function!("relay_announce_delivered", 1, "cebf45f20a40b44c"),
+    function!("relay_write_send_set", 1, "34bdfcee50728b84"),
+    function!("relay_write_send_numbered", 1, "3545921ab59d311d"),
+    function!("relay_write_sends_numbered", 1, "aa09b224dca55625"),
+    function!("relay_write_send_plain", 1, "068782fda79cc5ab"),
+    function!("relay_write_sends_plain", 1, "4aa8de2b363122ce"),
+    function!("relay_unread", 1, "abc7943ddc4dfc81"),
+    function!("relay_advance", 1, "31b3d10f9f1f0c11"),
+    function!("relay_take_unread", 1, "761588528b9e860e"),
+    function!("relay_look", 1, "bd5da9621244fbb4"),
+    function!("relay_announce", 1, "ca35f6ae79c21f6b"),
+    function!("relay_mark_pushed", 1, "de6a75c25cefeb8e"),
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
@@ -212,6 +292,12 @@ pub enum MigrateError {
     Edited { version: i32, file: String, recorded: String, embedded: String },
     #[error("migration {version} ({file}) failed: {error}")]
     Failed { version: i32, file: String, error: tokio_postgres::Error },
+    #[error(
+        "function {name} ({file}) differs from the body the database holds at the same revision {revision}: the database recorded checksum {recorded}, the file built into this relay-server hashes to {embedded}; a changed function needs a new revision"
+    )]
+    FunctionEdited { name: String, file: String, revision: i32, recorded: String, embedded: String },
+    #[error("function {name} ({file}) failed: {error}")]
+    FunctionFailed { name: String, file: String, error: tokio_postgres::Error },
     #[error("cannot read or write the schema history: {0}")]
     History(#[from] tokio_postgres::Error),
 }
@@ -220,8 +306,12 @@ impl From<MigrateError> for Error {
     fn from(e: MigrateError) -> Self {
         match e {
             MigrateError::Connect(_) => Error::Unavailable(e.to_string()),
-            MigrateError::Edited { .. } => Error::FailedPrecondition(e.to_string()),
-            MigrateError::Failed { .. } | MigrateError::History(_) => Error::Internal(e.to_string()),
+            MigrateError::Edited { .. } | MigrateError::FunctionEdited { .. } => {
+                Error::FailedPrecondition(e.to_string())
+            }
+            MigrateError::Failed { .. } | MigrateError::FunctionFailed { .. } | MigrateError::History(_) => {
+                Error::Internal(e.to_string())
+            }
         }
     }
 }
@@ -235,6 +325,10 @@ pub struct Report {
     pub backfilled: Vec<i32>,
     /// The database's newest version when it is newer than this binary knows (a rolled-back binary).
     pub database_ahead: Option<i32>,
+    /// Functions whose body this run applied.
+    pub functions: Vec<&'static str>,
+    /// Functions the database holds at a newer revision than this binary's, left as they are.
+    pub functions_ahead: Vec<&'static str>,
 }
 
 /// Applies pending migrations over a connection opened for this alone and closed afterwards: the
@@ -277,8 +371,13 @@ async fn locked(client: &mut Client) -> Result<Report, MigrateError> {
         tokio::time::sleep(LOCK_POLL).await;
     }
     // Set after the advisory lock is taken: waiting for another replica to finish is expected.
-    let outcome = match client.batch_execute(&format!("set lock_timeout = '{LOCK_TIMEOUT}'")).await {
-        Ok(()) => apply_pending(client, MIGRATIONS).await,
+    // Notices (`… already exists, skipping`) say nothing an operator needs at every start.
+    let settings = format!("set lock_timeout = '{LOCK_TIMEOUT}'; set client_min_messages = warning");
+    let outcome = match client.batch_execute(&settings).await {
+        Ok(()) => match apply_pending(client, MIGRATIONS).await {
+            Ok(report) => apply_functions(client, FUNCTIONS, report).await,
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e.into()),
     };
     // Unlock even on failure; should this fail too, closing the connection releases the lock.
@@ -390,6 +489,76 @@ async fn apply_pending(client: &mut Client, migrations: &[Migration]) -> Result<
     Ok(report)
 }
 
+/// Applies the functions whose revision is newer than the database's, all in one transaction, and
+/// records each one's revision and checksum.
+async fn apply_functions(
+    client: &mut Client,
+    functions: &[Function],
+    mut report: Report,
+) -> Result<Report, MigrateError> {
+    client
+        .batch_execute(
+            "create table if not exists schema_functions (
+                 name       text primary key,
+                 revision   integer not null,
+                 checksum   text not null,
+                 applied_at timestamptz not null default now()
+             )",
+        )
+        .await?;
+    let recorded: Vec<(String, i32, String)> = client
+        .query("select name, revision, checksum from schema_functions", &[])
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect::<Result<_, tokio_postgres::Error>>()?;
+
+    let mut pending = Vec::new();
+    for function in functions {
+        let embedded = function.checksum();
+        match recorded.iter().find(|(name, ..)| name == function.name) {
+            Some((_, revision, _)) if *revision > function.revision => report.functions_ahead.push(function.name),
+            Some((_, revision, checksum)) if *revision == function.revision => {
+                if *checksum != embedded {
+                    return Err(MigrateError::FunctionEdited {
+                        name: function.name.to_owned(),
+                        file: function.file(),
+                        revision: *revision,
+                        recorded: checksum.clone(),
+                        embedded,
+                    });
+                }
+            }
+            _ => pending.push((function, embedded)),
+        }
+    }
+    if !report.functions_ahead.is_empty() {
+        tracing::warn!(
+            functions = ?report.functions_ahead,
+            "the database holds newer bodies of functions than this relay-server knows; keeping them, as each keeps the previous release working"
+        );
+    }
+    if pending.is_empty() {
+        return Ok(report);
+    }
+    let tx = client.transaction().await?;
+    for (function, checksum) in pending {
+        let failed =
+            |error| MigrateError::FunctionFailed { name: function.name.to_owned(), file: function.file(), error };
+        tx.batch_execute(function.sql).await.map_err(failed)?;
+        tx.execute(
+            "insert into schema_functions (name, revision, checksum) values ($1, $2, $3)
+             on conflict (name) do update set revision = excluded.revision, checksum = excluded.checksum, applied_at = now()",
+            &[&function.name, &function.revision, &checksum],
+        )
+        .await?;
+        report.functions.push(function.name);
+    }
+    tx.commit().await?;
+    tracing::info!(functions = ?report.functions, "applied functions");
+    Ok(report)
+}
+
 #[cfg(test)]
 mod tests {
     //! The expand/contract rule, as far as a program can read it from the SQL.
@@ -399,6 +568,9 @@ mod tests {
     /// Versions released before the lock rule that build a plain index on a table an earlier
     /// migration created. They ran once per database; the rule binds every migration after them.
     const PLAIN_INDEX_BEFORE_THE_RULE: &[i32] = &[2, 8];
+
+    /// Versions that dropped triggers to make them again at once, before drops were linted.
+    const TRIGGERS_REMADE_BEFORE_THE_RULE: &[i32] = &[10];
 
     /// The statements of a file, each with the comments that lead into it.
     fn statements(sql: &str) -> Vec<&str> {
@@ -422,7 +594,9 @@ mod tests {
 
     /// What in a statement would break the release before it, unless marked as a contract.
     fn contract_steps(code: &str) -> Vec<&'static str> {
-        let rules: [(&str, &str); 6] = [
+        let rules: [(&str, &str); 8] = [
+            (r"\bdrop\s+function\b", "drop function"),
+            (r"\bdrop\s+trigger\b", "drop trigger"),
             (r"\bdrop\s+column\b", "drop column"),
             (r"\bdrop\s+table\b", "drop table"),
             (r"\brename\b", "rename"),
@@ -468,7 +642,10 @@ mod tests {
         let mut found = Vec::new();
         for statement in statements(sql) {
             let code = code(statement);
-            let steps = contract_steps(&code);
+            let mut steps = contract_steps(&code);
+            if TRIGGERS_REMADE_BEFORE_THE_RULE.contains(&version) {
+                steps.retain(|step| *step != "drop trigger");
+            }
             if !steps.is_empty() && contract_reason(statement).is_none() {
                 found.push(format!("{file}: {} in `{code}`", steps.join(", ")));
             }
@@ -513,6 +690,8 @@ mod tests {
         let lint = |sql: &str| violations(99, "0099_probe.sql", sql);
         assert_eq!(lint("alter table endpoints drop column note;").len(), 1);
         assert_eq!(lint("drop table peeks;").len(), 1);
+        assert_eq!(lint("drop function relay_look(bigint);").len(), 1);
+        assert_eq!(lint("drop trigger jobs_shown on jobs;").len(), 1);
         assert_eq!(lint("alter table endpoints rename column note to status_note;").len(), 1);
         assert_eq!(lint("alter table jobs rename to cards;").len(), 1);
         assert_eq!(lint("alter table jobs alter column title type varchar(80);").len(), 1);
@@ -537,6 +716,40 @@ mod tests {
             "a contract gives its reason"
         );
         assert_eq!(lint(&format!("{marked}\nalter table endpoints drop column other;")).len(), 1);
+    }
+
+    #[test]
+    fn every_function_file_is_applied_once_at_the_revision_of_its_text() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/functions");
+        let mut files: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        files.sort();
+        let mut listed: Vec<String> = FUNCTIONS.iter().map(|f| format!("{}.sql", f.name)).collect();
+        listed.sort();
+        assert_eq!(files, listed, "every file in server/migrations/functions is listed in FUNCTIONS, once");
+
+        let define = regex::Regex::new(r"(?i)\bcreate\s+or\s+replace\s+function\s+([a-z_][a-z0-9_]*)\s*\(").unwrap();
+        for f in FUNCTIONS {
+            let defined: Vec<&str> = define.captures_iter(f.sql).map(|c| c.get(1).unwrap().as_str()).collect();
+            assert_eq!(defined, [f.name], "{} defines its function, and only it, with create or replace", f.file());
+            assert!(
+                f.checksum().starts_with(f.released),
+                "{} changed at revision {}: raise the revision to {} and set its checksum to \"{}\"",
+                f.file(),
+                f.revision,
+                f.revision + 1,
+                &f.checksum()[..16]
+            );
+            assert!(f.revision >= 1, "{}: revisions start at 1", f.file());
+        }
+    }
+
+    #[test]
+    fn no_function_body_is_written_in_a_migration_after_the_files_took_over() {
+        let define = regex::Regex::new(r"(?i)\bcreate\s+(or\s+replace\s+)?function\b").unwrap();
+        for m in MIGRATIONS.iter().filter(|m| m.version >= 36) {
+            assert!(!define.is_match(m.sql), "{} writes a function: its body goes in migrations/functions", m.file());
+        }
     }
 
     #[test]

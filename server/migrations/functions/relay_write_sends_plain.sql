@@ -1,0 +1,89 @@
+-- Writes a batch of plain sends without subtransactions; falls back to the numbered writer when
+-- an inbox would refuse one.
+create or replace function relay_write_sends_plain(sends relay_outgoing[], cap integer, replica bigint)
+ returns table(n bigint, outcome text, code text, message text, detail text, offline bigint[], offline_seen timestamp with time zone[], seqs bigint[], relations text[], sent_at timestamp with time zone)
+ language plpgsql
+ set plan_cache_mode to 'force_generic_plan'
+ set enable_seqscan to 'off'
+ set enable_bitmapscan to 'off'
+ set jit to 'off'
+as $function$
+declare
+    inboxes bigint[];
+begin
+    if exists (select 1 from unnest(sends) s
+               where cardinality(s.recipients) <> 1 or s.read_by is not null or cardinality(s.contacts) > 0) then
+        raise exception 'not a set of plain sends: one recipient each, no contact, nothing read' using errcode = '22023';
+    end if;
+
+    -- Every inbox, locked in id order as every writer locks them (see migration 10).
+    inboxes := array(select distinct s.recipients[1] from unnest(sends) s order by 1);
+    perform 1 from endpoints where id = any(inboxes) order by id for no key update;
+
+    -- Counted as if no send were a duplicate, so that no check refuses one once written. An inbox
+    -- that would refuse (full, its machine revoked, gone) sends the batch to the writer that sorts
+    -- the refused sends from the rest, before anything is written here.
+    if exists (select 1
+               from (select s.recipients[1] as inbox, count(*) as k from unnest(sends) s group by 1) w
+               left join endpoints e on e.id = w.inbox
+               left join machines ma on ma.id = e.machine_id
+               where e.id is null or ma.revoked_at is not null or e.unread + w.k > cap) then
+        return query select * from relay_write_sends_numbered(sends, cap, replica);
+        return;
+    end if;
+
+    -- The heads and unread counts are kept here; the deliveries' counting triggers stand aside.
+    perform set_config('relay.counted', 'on', true);
+    return query
+    with written as (
+        -- A retry is answered with the first result whatever has changed since.
+        insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
+        select s.id, s.sender, s.client_id, s.thread, s.kind, s.body, s.reply_to, s.private, s.require_reply
+        from unnest(sends) with ordinality s
+        order by s.ordinality
+        on conflict (sender_id, client_id) do nothing
+        returning id
+    ), wanted as (
+        select s.ordinality as n, s.id, s.recipients[1] as inbox
+        from unnest(sends) with ordinality s
+        where s.id in (select w.id from written w)
+    ), heads as (
+        -- Each inbox's head moves once by its count of new deliveries.
+        update endpoints e set head_seq = e.head_seq + c.k, unread = e.unread + c.k
+        from (select w.inbox, count(*) as k from wanted w group by w.inbox) c
+        where e.id = c.inbox
+        returning e.id, e.head_seq - c.k as base, e.parent_id, e.machine_id, e.last_seen_at,
+                  relay_endpoint_online(e) as online
+    ), numbered as (
+        -- The new deliveries take the seqs above the old head in batch order: gapless and ordered.
+        select w.n, w.id, w.inbox, h.base + row_number() over (partition by w.inbox order by w.n) as seq,
+               h.parent_id, h.machine_id, h.last_seen_at, h.online
+        from wanted w join heads h on h.id = w.inbox
+    ), delivered as (
+        insert into deliveries (recipient_id, seq, message_id)
+        select nb.inbox, nb.seq, nb.id from numbered nb
+    ), answered as (
+        select s.ordinality as n, s.sender, nb.inbox, nb.seq, nb.parent_id, nb.last_seen_at,
+               -- away: not online, where a human's inbox ('me') never is
+               nb.inbox is not null and ma.name <> 'me' and not nb.online as away
+        from unnest(sends) with ordinality s
+        left join numbered nb on nb.n = s.ordinality
+        left join machines ma on ma.id = nb.machine_id
+    )
+    select a.n, case when a.inbox is null then 'duplicate' else 'stored' end, null::text, null::text, null::text,
+           case when a.away then array[a.inbox] end,
+           case when a.away then array[a.last_seen_at] end,
+           case when a.inbox is not null then array[a.seq] end,
+           case when a.inbox is not null
+                then array[case when a.parent_id = a.sender then 'parent'
+                                when a.inbox = (select se.parent_id from endpoints se where se.id = a.sender) then 'child'
+                                else '' end] end,
+           now()
+    from answered a
+    order by a.n;
+
+    -- One notification names every inbox, for the other replicas (a batch holds at most 64 sends,
+    -- well within a payload). A duplicate's inbox is named too: a wake that finds nothing new costs
+    -- a read, and duplicates are retries.
+    perform pg_notify('relay_delivery', 'r' || replica || ':' || array_to_string(inboxes, ','));
+end $function$;
