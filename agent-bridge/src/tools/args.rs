@@ -1,140 +1,471 @@
-//! Reading tool arguments: every wrong type or missing value names the argument.
+//! Reading tool arguments into the types of `input.rs`. The input schema a tool lists is derived
+//! from its argument type, and a call is read with the same type, so the two cannot differ. Every
+//! wrong type or missing value names the argument and says what it must be.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde_json::{Map, Value, json};
 
 /// A bad argument; the text tells the model exactly what to change.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ArgError(pub String);
 
-pub struct Args<'a> {
-    map: &'a Map<String, Value>,
+/// A tool's `inputSchema`: the schema derived from its argument type, inlined, without the
+/// Rust-sized number formats.
+pub fn input_schema<T: JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft07()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    super::output::plain_numbers(&mut schema);
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("title");
+        object.remove("description");
+        object.entry("properties").or_insert_with(|| Value::Object(Map::new()));
+        object.entry("required").or_insert_with(|| Value::Array(Vec::new()));
+    }
+    if let Some(properties) = schema["properties"].as_object_mut() {
+        properties.values_mut().for_each(not_null);
+    }
+    schema
 }
 
-impl<'a> Args<'a> {
-    /// Checks that only `known` arguments were given.
-    pub fn new(map: &'a Map<String, Value>, known: &[&str]) -> Result<Self, ArgError> {
-        if let Some(unknown) = map.keys().find(|k| !known.contains(&k.as_str())) {
-            let expected = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
-            return Err(ArgError(format!("unknown argument {unknown:?}; this tool takes: {expected}")));
-        }
-        Ok(Self { map })
-    }
-
-    pub fn opt_str(&self, key: &str) -> Result<Option<&'a str>, ArgError> {
-        match self.map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(other) => Err(ArgError(format!("{key} must be a string, not {}", kind(other)))),
-        }
-    }
-
-    pub fn str(&self, key: &str) -> Result<&'a str, ArgError> {
-        match self.opt_str(key)? {
-            Some(s) if !s.trim().is_empty() => Ok(s),
-            _ => Err(ArgError(format!("{key} is required"))),
-        }
-    }
-
-    /// A string that may be empty (clearing a title, say) but must be present.
-    pub fn str_allow_empty(&self, key: &str) -> Result<&'a str, ArgError> {
-        self.opt_str(key)?.ok_or_else(|| ArgError(format!("{key} is required")))
-    }
-
-    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>, ArgError> {
-        match self.map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(ArgError(format!("{key} must be true or false, not {}", kind(other)))),
-        }
-    }
-
-    /// Whole seconds from 0 to `max`; fractions round up so a short wait is never zero.
-    pub fn seconds(&self, key: &str, default: u32, max: u32) -> Result<u32, ArgError> {
-        match self.map.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(Value::Number(n)) => match n.as_f64() {
-                Some(v) if (0.0..=f64::from(max)).contains(&v) => Ok(v.ceil() as u32),
-                _ => Err(ArgError(format!("{key} must be a number of seconds from 0 to {max}"))),
-            },
-            Some(other) => {
-                Err(ArgError(format!("{key} must be a number of seconds from 0 to {max}, not {}", kind(other))))
+/// An optional argument's schema without the `null` its `Option` adds: left out is how a call
+/// says "not given" (null is read the same way, but need not be offered).
+fn not_null(property: &mut Value) {
+    let Some(object) = property.as_object_mut() else { return };
+    if let Some(Value::Array(any)) = object.get("anyOf")
+        && let [a, b] = any.as_slice()
+    {
+        let null = json!({ "type": "null" });
+        let kept = if *a == null {
+            Some(b.clone())
+        } else if *b == null {
+            Some(a.clone())
+        } else {
+            None
+        };
+        if let Some(Value::Object(kept)) = kept {
+            object.remove("anyOf");
+            for (key, value) in kept {
+                object.entry(key).or_insert(value);
             }
         }
     }
-
-    /// A whole number from `min` to `max`.
-    pub fn count(&self, key: &str, default: u32, min: u32, max: u32) -> Result<u32, ArgError> {
-        let wrong = |v: &Value| ArgError(format!("{key} must be a whole number from {min} to {max}, not {}", shown(v)));
-        match self.map.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(v @ Value::Number(n)) => match n.as_f64() {
-                Some(x) if x.fract() == 0.0 && (f64::from(min)..=f64::from(max)).contains(&x) => Ok(x as u32),
-                _ => Err(wrong(v)),
-            },
-            Some(other) => Err(wrong(other)),
+    if let Some(Value::Array(types)) = object.get_mut("type") {
+        types.retain(|t| t != "null");
+        if let [only] = types.as_slice() {
+            let only = only.clone();
+            object.insert("type".into(), only);
         }
     }
+    if let Some(Value::Array(words)) = object.get_mut("enum") {
+        words.retain(|w| !w.is_null());
+    }
+}
 
-    /// One address or a list of 1 to `max` addresses.
-    pub fn addresses(&self, key: &str, max: usize) -> Result<Vec<String>, ArgError> {
-        let wrong = || ArgError(format!("{key} must be an address or a list of 1 to {max} addresses"));
-        match self.map.get(key) {
-            Some(Value::String(s)) if !s.trim().is_empty() => Ok(vec![s.trim().to_owned()]),
-            Some(Value::Array(items)) if (1..=max).contains(&items.len()) => items
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
-                    _ => Err(wrong()),
-                })
-                .collect(),
-            None | Some(Value::Null) => Err(ArgError(format!("{key} is required"))),
-            Some(_) => Err(wrong()),
+/// Reads a call's arguments as `T`. Unknown and missing arguments are found from `T`'s schema
+/// first, so their errors name every argument the tool takes or what a missing one must be.
+pub fn parse<T: DeserializeOwned + JsonSchema>(arguments: &Map<String, Value>) -> Result<T, ArgError> {
+    let schema = input_schema::<T>();
+    let properties = schema["properties"].as_object().expect("an input is an object");
+    if let Some(unknown) = arguments.keys().find(|k| !properties.contains_key(k.as_str())) {
+        let known: Vec<&str> = properties.keys().map(String::as_str).collect();
+        let expected = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        return Err(ArgError(format!("unknown argument {unknown:?}; this tool takes: {expected}")));
+    }
+    let required = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str);
+    for key in required {
+        if arguments.get(key).is_none_or(Value::is_null) {
+            return Err(ArgError(missing(key, &properties[key])));
+        }
+    }
+    serde_path_to_error::deserialize(&Value::Object(arguments.clone())).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        ArgError(if path.is_empty() || path == "." { inner } else { format!("{path} {inner}") })
+    })
+}
+
+/// What a missing argument must be, from its schema.
+fn missing(key: &str, property: &Value) -> String {
+    if let Some(values) = property["enum"].as_array() {
+        let values: Vec<&str> = values.iter().filter_map(Value::as_str).collect();
+        format!("{key} is required: one of {}", values.join(", "))
+    } else if property["type"] == "boolean" {
+        format!("{key} is required: true or false")
+    } else {
+        format!("{key} is required")
+    }
+}
+
+/// What a wrong value is, as an error quotes it.
+fn kind(unexpected: &de::Unexpected) -> &'static str {
+    match unexpected {
+        de::Unexpected::Unit | de::Unexpected::Option => "null",
+        de::Unexpected::Bool(_) => "a boolean",
+        de::Unexpected::Unsigned(_) | de::Unexpected::Signed(_) | de::Unexpected::Float(_) => "a number",
+        de::Unexpected::Str(_) | de::Unexpected::Char(_) => "a string",
+        de::Unexpected::Seq => "a list",
+        de::Unexpected::Map => "an object",
+        _ => "something else",
+    }
+}
+
+/// The error of a value of the wrong kind: `must <be what>, not <kind>`.
+fn wrong<E: de::Error>(must: &str, unexpected: de::Unexpected) -> E {
+    E::custom(format!("must {must}, not {}", kind(&unexpected)))
+}
+
+/// Implements the visitor methods of every JSON kind a type refuses, each with its message.
+macro_rules! refuse_other_kinds {
+    ($must:expr; $($method:ident($t:ty) => $unexpected:expr),* $(,)?) => {
+        $(fn $method<E: de::Error>(self, v: $t) -> Result<Self::Value, E> {
+            let _ = &v;
+            Err(wrong($must, $unexpected(v)))
+        })*
+    };
+}
+
+/// A string, which may be empty.
+#[derive(Debug, Clone, Default)]
+pub struct Text(pub String);
+
+/// A string with something in it besides blanks; an empty one is as good as missing.
+#[derive(Debug, Clone)]
+pub struct NonBlank(pub String);
+
+/// `true` or `false`.
+#[derive(Debug, Clone, Copy)]
+pub struct Flag(pub bool);
+
+impl Flag {
+    /// The flag's value, or `default` when it was not given.
+    pub fn or(flag: Option<Flag>, default: bool) -> bool {
+        flag.map_or(default, |f| f.0)
+    }
+}
+
+struct StringVisitor;
+
+impl<'de> Visitor<'de> for StringVisitor {
+    type Value = String;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+        Ok(v.to_owned())
+    }
+    refuse_other_kinds!("be a string";
+        visit_bool(bool) => de::Unexpected::Bool,
+        visit_i64(i64) => de::Unexpected::Signed,
+        visit_u64(u64) => de::Unexpected::Unsigned,
+        visit_f64(f64) => de::Unexpected::Float,
+    );
+    fn visit_unit<E: de::Error>(self) -> Result<String, E> {
+        Err(wrong("be a string", de::Unexpected::Unit))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<String, A::Error> {
+        Err(wrong("be a string", de::Unexpected::Seq))
+    }
+    fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<String, A::Error> {
+        Err(wrong("be a string", de::Unexpected::Map))
+    }
+}
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StringVisitor).map(Text)
+    }
+}
+
+impl<'de> Deserialize<'de> for NonBlank {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = d.deserialize_any(StringVisitor)?;
+        if text.trim().is_empty() {
+            return Err(de::Error::custom("is required"));
+        }
+        Ok(NonBlank(text))
+    }
+}
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FlagVisitor;
+        impl<'de> Visitor<'de> for FlagVisitor {
+            type Value = bool;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("true or false")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
+                Ok(v)
+            }
+            refuse_other_kinds!("be true or false";
+                visit_str(&str) => de::Unexpected::Str,
+                visit_i64(i64) => de::Unexpected::Signed,
+                visit_u64(u64) => de::Unexpected::Unsigned,
+                visit_f64(f64) => de::Unexpected::Float,
+            );
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<bool, A::Error> {
+                Err(wrong("be true or false", de::Unexpected::Seq))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<bool, A::Error> {
+                Err(wrong("be true or false", de::Unexpected::Map))
+            }
+        }
+        d.deserialize_any(FlagVisitor).map(Flag)
+    }
+}
+
+macro_rules! plain_schema {
+    ($t:ty, $name:literal, $schema:tt) => {
+        impl JsonSchema for $t {
+            fn schema_name() -> Cow<'static, str> {
+                $name.into()
+            }
+            fn inline_schema() -> bool {
+                true
+            }
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                json_schema!($schema)
+            }
+        }
+    };
+}
+
+plain_schema!(Text, "Text", { "type": "string" });
+plain_schema!(NonBlank, "NonBlank", { "type": "string", "minLength": 1 });
+plain_schema!(Flag, "Flag", { "type": "boolean" });
+
+/// A JSON number read as a whole number of seconds; `None` when it is no number.
+fn number(value: &Value) -> Option<f64> {
+    value.as_number().and_then(serde_json::Number::as_f64)
+}
+
+/// Whole seconds from 0 to `MAX`, `DEFAULT` when not given; fractions round up so a short wait is
+/// never zero.
+#[derive(Debug, Clone, Copy)]
+pub struct Seconds<const DEFAULT: u32, const MAX: u32>(pub u32);
+
+impl<const DEFAULT: u32, const MAX: u32> Default for Seconds<DEFAULT, MAX> {
+    fn default() -> Self {
+        Self(DEFAULT)
+    }
+}
+
+impl<'de, const DEFAULT: u32, const MAX: u32> Deserialize<'de> for Seconds<DEFAULT, MAX> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let must = format!("be a number of seconds from 0 to {MAX}");
+        match Value::deserialize(d)? {
+            Value::Null => Ok(Self(DEFAULT)),
+            v @ Value::Number(_) => match number(&v) {
+                Some(s) if (0.0..=f64::from(MAX)).contains(&s) => Ok(Self(s.ceil() as u32)),
+                _ => Err(de::Error::custom(format!("must {must}"))),
+            },
+            other => Err(de::Error::custom(format!("must {must}, not {}", kind_of(&other)))),
         }
     }
 }
 
-impl<'a> Args<'a> {
-    /// A selector list: a list of strings or one comma-separated string; absent stays absent.
-    pub fn selectors(&self, key: &str) -> Result<Option<Vec<String>>, ArgError> {
-        let split = |s: &str| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
-        match self.map.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(split(s))),
-            Some(Value::Array(items)) => items
+impl<const DEFAULT: u32, const MAX: u32> JsonSchema for Seconds<DEFAULT, MAX> {
+    fn schema_name() -> Cow<'static, str> {
+        format!("Seconds{DEFAULT}to{MAX}").into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "number", "minimum": 0, "maximum": MAX, "default": DEFAULT })
+    }
+}
+
+/// A whole number from `MIN` to `MAX`.
+#[derive(Debug, Clone, Copy)]
+pub struct Count<const MIN: u32, const MAX: u32>(pub u32);
+
+impl<'de, const MIN: u32, const MAX: u32> Deserialize<'de> for Count<MIN, MAX> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(d)?;
+        match number(&value) {
+            Some(x) if x.fract() == 0.0 && (f64::from(MIN)..=f64::from(MAX)).contains(&x) => Ok(Self(x as u32)),
+            _ => {
+                let shown = match &value {
+                    Value::Number(n) => n.to_string(),
+                    other => kind_of(other).to_owned(),
+                };
+                Err(de::Error::custom(format!("must be a whole number from {MIN} to {MAX}, not {shown}")))
+            }
+        }
+    }
+}
+
+impl<const MIN: u32, const MAX: u32> JsonSchema for Count<MIN, MAX> {
+    fn schema_name() -> Cow<'static, str> {
+        format!("Count{MIN}to{MAX}").into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer", "minimum": MIN, "maximum": MAX })
+    }
+}
+
+/// One address or a list of 1 to `MAX` addresses, trimmed.
+#[derive(Debug, Clone)]
+pub struct Addresses<const MAX: usize>(pub Vec<String>);
+
+impl<'de, const MAX: usize> Deserialize<'de> for Addresses<MAX> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wrong = || de::Error::custom(format!("must be an address or a list of 1 to {MAX} addresses"));
+        let address = |v: &Value| match v {
+            Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+            _ => None,
+        };
+        match Value::deserialize(d)? {
+            Value::Array(items) if (1..=MAX).contains(&items.len()) => {
+                items.iter().map(address).collect::<Option<Vec<_>>>().map(Self).ok_or_else(wrong)
+            }
+            one => address(&one).map(|a| Self(vec![a])).ok_or_else(wrong),
+        }
+    }
+}
+
+impl<const MAX: usize> JsonSchema for Addresses<MAX> {
+    fn schema_name() -> Cow<'static, str> {
+        format!("Addresses{MAX}").into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "oneOf": [
+                { "type": "string" },
+                { "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": MAX },
+            ],
+            "description": "an address or a list of addresses",
+        })
+    }
+}
+
+/// A selector list: a list of strings or one comma-separated string.
+#[derive(Debug, Clone)]
+pub struct Selectors(pub Vec<String>);
+
+impl From<Selectors> for Vec<String> {
+    fn from(selectors: Selectors) -> Self {
+        selectors.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Selectors {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match Value::deserialize(d)? {
+            Value::String(s) => {
+                Ok(Self(s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()))
+            }
+            Value::Array(items) => items
                 .iter()
                 .map(|v| v.as_str().map(|s| s.trim().to_owned()))
                 .collect::<Option<Vec<_>>>()
-                .map(Some)
-                .ok_or_else(|| ArgError(format!("{key} must be a list of selectors"))),
-            Some(other) => Err(ArgError(format!("{key} must be a list of selectors, not {}", kind(other)))),
-        }
-    }
-
-    /// The value as given, whatever its type.
-    pub fn raw(&self, key: &str) -> Option<&Value> {
-        self.map.get(key)
-    }
-
-    /// One of a fixed set of words.
-    pub fn one_of(&self, key: &str, values: &[&str]) -> Result<&'a str, ArgError> {
-        match self.opt_str(key)? {
-            Some(v) if values.contains(&v) => Ok(v),
-            Some(v) => Err(ArgError(format!("{key} must be one of {}, not {v:?}", values.join(", ")))),
-            None => Err(ArgError(format!("{key} is required: one of {}", values.join(", ")))),
+                .map(Self)
+                .ok_or_else(|| de::Error::custom("must be a list of selectors")),
+            other => Err(de::Error::custom(format!("must be a list of selectors, not {}", kind_of(&other)))),
         }
     }
 }
 
-/// A value as a message quotes it: short values whole, others by kind.
-fn shown(value: &Value) -> String {
-    match value {
-        Value::Number(n) => n.to_string(),
-        other => kind(other).to_owned(),
+plain_schema!(Selectors, "Selectors", {
+    "oneOf": [{ "type": "array", "items": { "type": "string" } }, { "type": "string" }],
+    "description": "selectors, as a list or comma-separated: *, ep:<address>, handle:<glob>, group:<name>, tree:parent|children|siblings|self|descendants, fleet:<root>",
+});
+
+/// One of a fixed set of words, named by a [`Words`] type.
+#[derive(Debug, Clone)]
+pub struct OneOf<W: Words>(pub String, PhantomData<W>);
+
+/// A fixed set of words an argument may take.
+pub trait Words {
+    const NAME: &'static str;
+    const WORDS: &'static [&'static str];
+}
+
+impl<W: Words> OneOf<W> {
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 
-fn kind(value: &Value) -> &'static str {
+impl<'de, W: Words> Deserialize<'de> for OneOf<W> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let word = d.deserialize_any(StringVisitor)?;
+        if W::WORDS.contains(&word.as_str()) {
+            Ok(Self(word, PhantomData))
+        } else {
+            Err(de::Error::custom(format!("must be one of {}, not {word:?}", W::WORDS.join(", "))))
+        }
+    }
+}
+
+impl<W: Words> JsonSchema for OneOf<W> {
+    fn schema_name() -> Cow<'static, str> {
+        W::NAME.into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "enum": W::WORDS })
+    }
+}
+
+/// A word the schema offers from a fixed set, passed on as given: the server checks it and says
+/// what was meant (`in_progress` → `in-progress`).
+#[derive(Debug, Clone)]
+pub struct Word<W: Words>(pub String, PhantomData<W>);
+
+impl<'de, W: Words> Deserialize<'de> for Word<W> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(StringVisitor).map(|word| Self(word, PhantomData))
+    }
+}
+
+impl<W: Words> JsonSchema for Word<W> {
+    fn schema_name() -> Cow<'static, str> {
+        W::NAME.into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "string", "enum": W::WORDS })
+    }
+}
+
+/// Declares a [`Words`] type: `words!(Decision: "allow", "deny", "owner");`.
+macro_rules! words {
+    ($name:ident: $($word:literal),+ $(,)?) => {
+        #[derive(Debug, Clone)]
+        pub struct $name;
+        impl $crate::tools::args::Words for $name {
+            const NAME: &'static str = stringify!($name);
+            const WORDS: &'static [&'static str] = &[$($word),+];
+        }
+    };
+}
+pub(crate) use words;
+
+fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -145,54 +476,133 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// An argument a tool needs only for some of its actions.
+pub fn needed<T>(value: Option<T>, key: &str) -> Result<T, ArgError> {
+    value.ok_or_else(|| ArgError(format!("{key} is required")))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
 
-    fn map(v: Value) -> Map<String, Value> {
-        v.as_object().unwrap().clone()
+    words!(State: "todo", "in-progress");
+
+    #[derive(Debug, Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Probe {
+        body: NonBlank,
+        title: Option<Text>,
+        ack: Option<Flag>,
+        #[serde(default)]
+        wait_s: Seconds<30, 300>,
+        to: Option<Addresses<32>>,
+        turns: Option<Count<1, 10>>,
+        state: Option<OneOf<State>>,
+        rules: Option<Selectors>,
+    }
+
+    fn parse_probe(v: Value) -> Result<Probe, String> {
+        parse::<Probe>(v.as_object().unwrap()).map_err(|e| e.0)
     }
 
     #[test]
     fn type_errors_name_the_argument() {
-        let m = map(json!({"body": 5, "ack": "yes", "wait_s": -1, "to": []}));
-        let a = Args::new(&m, &["body", "ack", "wait_s", "to"]).unwrap();
-        assert_eq!(a.str("body").unwrap_err().0, "body must be a string, not a number");
-        assert_eq!(a.opt_bool("ack").unwrap_err().0, "ack must be true or false, not a string");
-        assert!(a.seconds("wait_s", 0, 300).unwrap_err().0.starts_with("wait_s must be"));
-        assert!(a.addresses("to", 32).unwrap_err().0.starts_with("to must be"));
-        assert_eq!(a.str("missing").unwrap_err().0, "missing is required");
+        assert_eq!(parse_probe(json!({"body": 5})).unwrap_err(), "body must be a string, not a number");
+        assert_eq!(
+            parse_probe(json!({"body": "x", "ack": "yes"})).unwrap_err(),
+            "ack must be true or false, not a string"
+        );
+        assert_eq!(
+            parse_probe(json!({"body": "x", "wait_s": -1})).unwrap_err(),
+            "wait_s must be a number of seconds from 0 to 300"
+        );
+        assert_eq!(
+            parse_probe(json!({"body": "x", "wait_s": "soon"})).unwrap_err(),
+            "wait_s must be a number of seconds from 0 to 300, not a string"
+        );
+        assert_eq!(
+            parse_probe(json!({"body": "x", "to": []})).unwrap_err(),
+            "to must be an address or a list of 1 to 32 addresses"
+        );
+        assert_eq!(parse_probe(json!({})).unwrap_err(), "body is required");
+        assert_eq!(parse_probe(json!({"body": null})).unwrap_err(), "body is required");
+        assert_eq!(parse_probe(json!({"body": "  "})).unwrap_err(), "body is required");
+        assert_eq!(
+            parse_probe(json!({"body": "x", "rules": 3})).unwrap_err(),
+            "rules must be a list of selectors, not a number"
+        );
     }
 
     #[test]
-    fn unknown_arguments_are_refused() {
-        let m = map(json!({"bdy": "x"}));
-        let err = Args::new(&m, &["to", "body"]).err().unwrap().0;
-        assert!(err.contains("\"bdy\"") && err.contains("to, body"), "{err}");
+    fn unknown_arguments_are_refused_naming_what_the_tool_takes() {
+        let err = parse_probe(json!({"bdy": "x"})).unwrap_err();
+        assert!(err.starts_with("unknown argument \"bdy\"; this tool takes: body, title, ack, wait_s"), "{err}");
     }
 
     #[test]
     fn values_are_read() {
-        let m = map(json!({"to": ["a", " b "], "wait_s": 1.2, "title": ""}));
-        let a = Args::new(&m, &["to", "wait_s", "title"]).unwrap();
-        assert_eq!(a.addresses("to", 32).unwrap(), ["a", "b"]);
-        assert_eq!(a.seconds("wait_s", 30, 300).unwrap(), 2);
-        assert_eq!(a.seconds("absent", 30, 300).unwrap(), 30);
-        assert_eq!(a.str_allow_empty("title").unwrap(), "");
-        assert!(a.str("title").is_err());
+        let p = parse_probe(json!({"body": "b", "to": ["a", " b "], "wait_s": 1.2, "title": "", "rules": "a, b,"}))
+            .unwrap();
+        assert_eq!(p.to.unwrap().0, ["a", "b"]);
+        assert_eq!(p.wait_s.0, 2);
+        assert_eq!(p.title.unwrap().0, "");
+        assert_eq!(p.rules.unwrap().0, ["a", "b"]);
+        let defaults = parse_probe(json!({"body": "b", "wait_s": null})).unwrap();
+        assert_eq!(defaults.wait_s.0, 30);
+        assert!(!Flag::or(defaults.ack, false) && Flag::or(defaults.ack, true));
+        assert_eq!(parse_probe(json!({"body": "b", "to": "x/y"})).unwrap().to.unwrap().0, ["x/y"]);
     }
 
     #[test]
     fn counts_and_words_name_what_is_allowed() {
-        let m = map(json!({"turns": 0, "half": 2.5, "state": "in_progress"}));
-        let a = Args::new(&m, &["turns", "half", "state"]).unwrap();
-        assert_eq!(a.count("turns", 3, 1, 10).unwrap_err().0, "turns must be a whole number from 1 to 10, not 0");
-        assert!(a.count("half", 3, 1, 10).is_err());
-        assert_eq!(a.count("absent", 3, 1, 10).unwrap(), 3);
-        let err = a.one_of("state", &["todo", "in-progress"]).unwrap_err().0;
-        assert_eq!(err, "state must be one of todo, in-progress, not \"in_progress\"");
-        assert_eq!(a.one_of("absent", &["todo"]).unwrap_err().0, "absent is required: one of todo");
+        assert_eq!(
+            parse_probe(json!({"body": "b", "turns": 0})).unwrap_err(),
+            "turns must be a whole number from 1 to 10, not 0"
+        );
+        assert!(parse_probe(json!({"body": "b", "turns": 2.5})).is_err());
+        assert_eq!(parse_probe(json!({"body": "b", "turns": 4})).unwrap().turns.unwrap().0, 4);
+        assert_eq!(
+            parse_probe(json!({"body": "b", "state": "in_progress"})).unwrap_err(),
+            "state must be one of todo, in-progress, not \"in_progress\""
+        );
+        assert_eq!(parse_probe(json!({"body": "b", "state": "todo"})).unwrap().state.unwrap().as_str(), "todo");
+    }
+
+    #[test]
+    fn the_schema_is_the_type() {
+        let schema = input_schema::<Probe>();
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["additionalProperties"], false);
+        assert_eq!(schema["required"], json!(["body"]), "optional and defaulted arguments are not required");
+        assert_eq!(
+            schema["properties"]["wait_s"],
+            json!({"type": "number", "minimum": 0, "maximum": 300, "default": 30})
+        );
+        assert_eq!(schema["properties"]["state"]["enum"], json!(["todo", "in-progress"]));
+        assert_eq!(schema["properties"]["to"]["oneOf"][1]["maxItems"], 32);
+        assert_eq!(
+            schema["properties"]["title"],
+            json!({"type": "string"}),
+            "an optional argument is not offered as null"
+        );
+        assert_eq!(schema["properties"]["state"], json!({"type": "string", "enum": ["todo", "in-progress"]}));
+        assert!(schema["properties"]["rules"]["oneOf"].is_array(), "{}", schema["properties"]["rules"]);
+    }
+
+    #[test]
+    fn a_required_word_or_flag_says_what_it_takes() {
+        #[derive(Deserialize, JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Needs {
+            state: OneOf<State>,
+            on: Flag,
+        }
+        let needs = |v: Value| parse::<Needs>(v.as_object().unwrap()).err().unwrap().0;
+        assert_eq!(needs(json!({"on": true})), "state is required: one of todo, in-progress");
+        assert_eq!(needs(json!({"state": "todo"})), "on is required: true or false");
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use relay_proto::v1::*;
 use serde_json::{Map, Value, json};
 
-use super::args::Args;
+use super::args::parse;
+use super::input::{self, text, word};
 use super::output;
 use super::{Outcome, ToolError, Tools};
 use crate::frame;
@@ -15,20 +16,15 @@ type Result<T> = std::result::Result<T, ToolError>;
 
 pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> Result<Outcome> {
     match name {
-        "post_job" => {
-            post_job(tools, Args::new(arguments, &["title", "detail", "repo", "schedule", "agent", "requires_pr"])?)
-                .await
-        }
-        "list_jobs" => list_jobs(tools, Args::new(arguments, &["state", "repo"])?).await,
-        "read_job" => read_job(tools, Args::new(arguments, &["id"])?).await,
-        "edit_job" => {
-            edit_job(tools, Args::new(arguments, &["id", "title", "detail", "repo", "schedule", "requires_pr"])?).await
-        }
-        "finish_job" => finish_job(tools, Args::new(arguments, &["pr_url", "summary"])?).await,
-        "close_job" => close_job(tools, Args::new(arguments, &["id", "accept", "note"])?).await,
-        "add_repo" => add_repo(tools, Args::new(arguments, &["path"])?).await,
-        "answer_permission" => answer_permission(tools, Args::new(arguments, &["id", "decision", "reason"])?).await,
-        "relay_permission" => permission(tools, Args::new(arguments, &["tool_name", "input", "tool_use_id"])?).await,
+        "post_job" => post_job(tools, parse(arguments)?).await,
+        "list_jobs" => list_jobs(tools, parse(arguments)?).await,
+        "read_job" => read_job(tools, parse(arguments)?).await,
+        "edit_job" => edit_job(tools, parse(arguments)?).await,
+        "finish_job" => finish_job(tools, parse(arguments)?).await,
+        "close_job" => close_job(tools, parse(arguments)?).await,
+        "add_repo" => add_repo(tools, parse(arguments)?).await,
+        "answer_permission" => answer_permission(tools, parse(arguments)?).await,
+        "relay_permission" => permission(tools, parse(arguments)?).await,
         other => Err(ToolError::Refused(format!("no tool {other}"))),
     }
 }
@@ -84,14 +80,14 @@ fn dispatcher_note(j: &JobView) -> Option<String> {
     })
 }
 
-async fn post_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+async fn post_job(tools: &Tools, args: input::PostJob) -> Result<Outcome> {
     let request = PostJobRequest {
-        title: args.str("title")?.to_owned(),
-        detail: args.opt_str("detail")?.unwrap_or_default().to_owned(),
-        repo: args.opt_str("repo")?.unwrap_or_default().to_owned(),
-        schedule: args.opt_str("schedule")?.unwrap_or_default().to_owned(),
-        agent: args.opt_str("agent")?.unwrap_or_default().to_owned(),
-        requires_pr: args.opt_bool("requires_pr")?,
+        title: args.title.0,
+        detail: text(args.detail),
+        repo: text(args.repo),
+        schedule: text(args.schedule),
+        agent: word(args.agent),
+        requires_pr: args.requires_pr.map(|f| f.0),
         cwd: cwd(),
         time_zone: local_zone(),
     };
@@ -138,12 +134,8 @@ fn summary_line(j: &JobView) -> String {
     format!("  {}  {}\n    {}", j.id, frame::quote(&j.title), bits.join(" · "))
 }
 
-async fn list_jobs(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let request = ListJobsRequest {
-        state: args.opt_str("state")?.unwrap_or_default().to_owned(),
-        repo: args.opt_str("repo")?.unwrap_or_default().to_owned(),
-        cwd: cwd(),
-    };
+async fn list_jobs(tools: &Tools, args: input::ListJobs) -> Result<Outcome> {
+    let request = ListJobsRequest { state: word(args.state), repo: text(args.repo), cwd: cwd() };
     let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.list_jobs(r).await }).await?;
     let data = output::Jobs { jobs: reply.jobs.iter().map(output::Job::from).collect(), archived: reply.archived };
     let archive = (reply.archived > 0)
@@ -213,8 +205,8 @@ fn full_text(j: &JobView) -> String {
     lines.join("\n")
 }
 
-async fn read_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let request = ReadJobRequest { id: args.str("id")?.to_owned() };
+async fn read_job(tools: &Tools, args: input::ReadJob) -> Result<Outcome> {
+    let request = ReadJobRequest { id: args.id.0 };
     let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.read_job(r).await }).await?;
     let outcome = card(full_text(&job), &job);
     Ok(if job.state == "todo" {
@@ -224,14 +216,14 @@ async fn read_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     })
 }
 
-async fn edit_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+async fn edit_job(tools: &Tools, args: input::EditJob) -> Result<Outcome> {
     let request = EditJobRequest {
-        id: args.str("id")?.to_owned(),
-        title: args.opt_str("title")?.map(str::to_owned),
-        detail: args.opt_str("detail")?.map(str::to_owned),
-        repo: args.opt_str("repo")?.map(str::to_owned),
-        schedule: args.opt_str("schedule")?.map(str::to_owned),
-        requires_pr: args.opt_bool("requires_pr")?,
+        id: args.id.0,
+        title: args.title.map(|t| t.0),
+        detail: args.detail.map(|t| t.0),
+        repo: args.repo.map(|t| t.0),
+        schedule: args.schedule.map(|t| t.0),
+        requires_pr: args.requires_pr.map(|f| f.0),
         cwd: cwd(),
         time_zone: local_zone(),
     };
@@ -241,24 +233,20 @@ async fn edit_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(card(text, &job))
 }
 
-async fn finish_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+async fn finish_job(tools: &Tools, args: input::FinishJob) -> Result<Outcome> {
     let request = FinishJobRequest {
         job_token: std::env::var("RELAY_JOB_TOKEN").unwrap_or_default(),
-        pr_url: args.opt_str("pr_url")?.unwrap_or_default().to_owned(),
-        summary: args.opt_str("summary")?.unwrap_or_default().to_owned(),
+        pr_url: text(args.pr_url),
+        summary: text(args.summary),
     };
     // Done twice, the second would be refused as if the first had failed.
     let job = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.finish_job(r).await }).await?;
     Ok(card(format!("{} is in Review.", frame::quote(&job.title)), &job).then("You are done: end your turn here."))
 }
 
-async fn close_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let accept = args.opt_bool("accept")?.ok_or_else(|| super::ArgError("accept is required: true or false".into()))?;
-    let request = CloseJobRequest {
-        id: args.str("id")?.to_owned(),
-        accept,
-        note: args.opt_str("note")?.unwrap_or_default().to_owned(),
-    };
+async fn close_job(tools: &Tools, args: input::CloseJob) -> Result<Outcome> {
+    let accept = args.accept.0;
+    let request = CloseJobRequest { id: args.id.0, accept, note: text(args.note) };
     let job = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.close_job(r).await }).await?;
     let text = if accept {
         format!("{} is Done; its worktree is removed on the worker's next round.", frame::quote(&job.title))
@@ -268,8 +256,8 @@ async fn close_job(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(card(text, &job))
 }
 
-async fn add_repo(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let raw = args.str("path")?;
+async fn add_repo(tools: &Tools, args: input::AddRepo) -> Result<Outcome> {
+    let raw = args.path.0.as_str();
     let path = match raw.strip_prefix("~/") {
         Some(rest) => dirs::home_dir().map(|h| h.join(rest).display().to_string()).unwrap_or_else(|| raw.to_owned()),
         None => raw.to_owned(),
@@ -281,11 +269,11 @@ async fn add_repo(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(Outcome::data(text, &output::Repo { name: repo.name, path: repo.path, machine: repo.machine }))
 }
 
-async fn answer_permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
+async fn answer_permission(tools: &Tools, args: input::AnswerPermission) -> Result<Outcome> {
     let request = AnswerPermissionRequest {
-        id: args.str("id")?.trim().to_owned(),
-        decision: args.one_of("decision", &["allow", "deny", "owner"])?.to_owned(),
-        reason: args.opt_str("reason")?.unwrap_or_default().to_owned(),
+        id: args.id.0.trim().to_owned(),
+        decision: args.decision.as_str().to_owned(),
+        reason: text(args.reason),
     };
     let d = tools
         .relay()
@@ -303,9 +291,9 @@ async fn answer_permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
 pub const PERMISSION_INPUT_BYTES: usize = 64 * 1024;
 
 /// Claude Code's permission prompt tool for a board agent: the answer is the JSON it expects.
-async fn permission(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let tool = args.str("tool_name")?.to_owned();
-    let input = args.raw("input").cloned().unwrap_or(Value::Null);
+async fn permission(tools: &Tools, args: input::Permission) -> Result<Outcome> {
+    let tool = args.tool_name.0;
+    let input = args.input.unwrap_or(Value::Null);
     let request = PermissionRequest {
         job_token: std::env::var("RELAY_JOB_TOKEN").unwrap_or_default(),
         tool,

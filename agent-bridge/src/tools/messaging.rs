@@ -6,11 +6,10 @@ use rand::Rng;
 use relay_proto::v1::*;
 use serde_json::{Map, Value};
 
-use super::args::{ArgError, Args};
+use super::args::{ArgError, Flag, parse};
+use super::input::{self, text};
 use super::output::{self, state_name};
-use super::{
-    ASK_WAIT_DEFAULT_S, MAX_RECIPIENTS, MAX_WAIT_S, NOTE_CHARS, Outcome, STATUS_STATES, TITLE_CHARS, ToolError, Tools,
-};
+use super::{NOTE_CHARS, Outcome, TITLE_CHARS, ToolError, Tools};
 use crate::frame;
 use crate::relay::RelayError;
 
@@ -18,16 +17,16 @@ type Result<T> = std::result::Result<T, ToolError>;
 
 pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> Result<Outcome> {
     match name {
-        "relay_whoami" => whoami(tools, Args::new(arguments, &[])?).await,
-        "relay_list" => list(tools, Args::new(arguments, &["all", "contacts"])?).await,
-        "relay_send" => send(tools, Args::new(arguments, &["to", "body", "thread", "private"])?).await,
-        "relay_reply" => reply(tools, Args::new(arguments, &["id", "body"])?).await,
-        "relay_inbox" => inbox(tools, Args::new(arguments, &["wait_s", "ack"])?).await,
-        "relay_ask" => ask(tools, Args::new(arguments, &["to", "body", "wait_s", "require_reply"])?).await,
-        "relay_ask_wait" => ask_wait(tools, Args::new(arguments, &["id", "wait_s"])?).await,
-        "relay_set_status" => set_status(tools, Args::new(arguments, &["state", "note"])?).await,
-        "relay_set_now" => set_now(tools, Args::new(arguments, &["now"])?).await,
-        "relay_set_title" => set_title(tools, Args::new(arguments, &["title"])?).await,
+        "relay_whoami" => whoami(tools, parse(arguments)?).await,
+        "relay_list" => list(tools, parse(arguments)?).await,
+        "relay_send" => send(tools, parse(arguments)?).await,
+        "relay_reply" => reply(tools, parse(arguments)?).await,
+        "relay_inbox" => inbox(tools, parse(arguments)?).await,
+        "relay_ask" => ask(tools, parse(arguments)?).await,
+        "relay_ask_wait" => ask_wait(tools, parse(arguments)?).await,
+        "relay_set_status" => set_status(tools, parse(arguments)?).await,
+        "relay_set_now" => set_now(tools, parse(arguments)?).await,
+        "relay_set_title" => set_title(tools, parse(arguments)?).await,
         "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
         "relay_peek" | "relay_set_peek" => super::peek::call(tools, name, arguments).await,
         "post_job" | "list_jobs" | "read_job" | "edit_job" | "finish_job" | "close_job" | "add_repo"
@@ -173,7 +172,7 @@ fn check_chars(what: &str, value: &str, max: usize) -> std::result::Result<(), A
     Ok(())
 }
 
-async fn whoami(tools: &Tools, _: Args<'_>) -> Result<Outcome> {
+async fn whoami(tools: &Tools, _: input::Whoami) -> Result<Outcome> {
     let reply =
         tools.relay().call(Duration::ZERO, WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await }).await?;
     let e = reply.endpoint.unwrap_or_default();
@@ -199,11 +198,8 @@ async fn whoami(tools: &Tools, _: Args<'_>) -> Result<Outcome> {
     Ok(if e.note.is_empty() && e.title.is_empty() && e.now.is_empty() { outcome } else { outcome.untrusted() })
 }
 
-async fn list(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let request = ListRequest {
-        all: args.opt_bool("all")?.unwrap_or(false),
-        contacts: args.opt_bool("contacts")?.unwrap_or(false),
-    };
+async fn list(tools: &Tools, args: input::List) -> Result<Outcome> {
+    let request = ListRequest { all: Flag::or(args.all, false), contacts: Flag::or(args.contacts, false) };
     let me = tools.relay().session().await?.endpoint.address;
     let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.list(r).await }).await?;
     if reply.endpoints.is_empty() {
@@ -256,11 +252,11 @@ fn offline_note(recipients: &[RecipientState]) -> Option<String> {
     })
 }
 
-async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let to = args.addresses("to", MAX_RECIPIENTS)?;
-    let body = args.str("body")?.to_owned();
-    let thread = args.opt_str("thread")?.unwrap_or_default().trim().to_owned();
-    let private = args.opt_bool("private")?.unwrap_or(false);
+async fn send(tools: &Tools, args: input::Send) -> Result<Outcome> {
+    let to = args.to.0;
+    let body = args.body.0;
+    let thread = text(args.thread).trim().to_owned();
+    let private = Flag::or(args.private, false);
     let what = format!("send\0{to:?}\0{thread}\0{private}\0{body}");
     let request = SendRequest {
         to,
@@ -295,12 +291,8 @@ async fn send(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(sender_advice(Outcome::data(text, &sent_data(&sent)), &sent))
 }
 
-async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let request = ReplyRequest {
-        id: args.str("id")?.trim().to_owned(),
-        body: args.str("body")?.to_owned(),
-        client_id: String::new(),
-    };
+async fn reply(tools: &Tools, args: input::Reply) -> Result<Outcome> {
+    let request = ReplyRequest { id: args.id.0.trim().to_owned(), body: args.body.0, client_id: String::new() };
     let what = format!("reply\0{}\0{}", request.id, request.body);
     let sent =
         send_once(tools, &what, request, |r, id| r.client_id = id, |mut c, r| async move { c.reply(r).await }).await?;
@@ -316,9 +308,9 @@ async fn reply(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(sender_advice(Outcome::data(text, &sent_data(&sent)), &sent))
 }
 
-async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let wait_s = args.seconds("wait_s", 0, MAX_WAIT_S)?;
-    let ack = args.opt_bool("ack")?.unwrap_or(true);
+async fn inbox(tools: &Tools, args: input::Inbox) -> Result<Outcome> {
+    let wait_s = args.wait_s.0;
+    let ack = Flag::or(args.ack, true);
     let request = InboxRequest { wait_s, ack, limit: 0 };
     let reply = tools
         .relay()
@@ -350,11 +342,11 @@ async fn inbox(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(outcome)
 }
 
-async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let to = args.str("to")?.trim().to_owned();
-    let body = args.str("body")?.to_owned();
-    let wait_s = args.seconds("wait_s", ASK_WAIT_DEFAULT_S, MAX_WAIT_S)?;
-    let require_reply = args.opt_bool("require_reply")?.unwrap_or(false);
+async fn ask(tools: &Tools, args: input::Ask) -> Result<Outcome> {
+    let to = args.to.0.trim().to_owned();
+    let body = args.body.0;
+    let wait_s = args.wait_s.0;
+    let require_reply = Flag::or(args.require_reply, false);
     let what = format!("ask\0{to}\0{require_reply}\0{body}");
     let request = SendRequest {
         require_reply,
@@ -384,10 +376,8 @@ async fn ask(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     }
 }
 
-async fn ask_wait(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let id = args.str("id")?.trim().to_owned();
-    let wait_s = args.seconds("wait_s", ASK_WAIT_DEFAULT_S, MAX_WAIT_S)?;
-    wait_for_replies(tools, id, "", wait_s).await
+async fn ask_wait(tools: &Tools, args: input::AskWait) -> Result<Outcome> {
+    wait_for_replies(tools, args.id.0.trim().to_owned(), "", args.wait_s.0).await
 }
 
 async fn wait_for_replies(tools: &Tools, id: String, thread: &str, wait_s: u32) -> Result<Outcome> {
@@ -424,23 +414,23 @@ async fn update(tools: &Tools, request: UpdateProfileRequest) -> Result<Endpoint
     Ok(tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.update_profile(r).await }).await?)
 }
 
-async fn set_status(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let state = args.one_of("state", &STATUS_STATES)?;
-    let note = args.opt_str("note")?.unwrap_or_default();
-    check_chars("note", note, NOTE_CHARS)?;
+async fn set_status(tools: &Tools, args: input::SetStatus) -> Result<Outcome> {
+    let state = args.state.as_str();
+    let note = text(args.note);
+    check_chars("note", &note, NOTE_CHARS)?;
     let e = update(
         tools,
-        UpdateProfileRequest { status: Some(state.into()), note: Some(note.into()), ..Default::default() },
+        UpdateProfileRequest { status: Some(state.into()), note: Some(note), ..Default::default() },
     )
     .await?;
     let note = if e.note.is_empty() { String::new() } else { format!(" {}", frame::quote(&e.note)) };
     Ok(Outcome::text(format!("{}: {}{note}", e.address, e.status)))
 }
 
-async fn set_now(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let now = args.str_allow_empty("now")?;
-    check_chars("now", now, NOTE_CHARS)?;
-    let e = update(tools, UpdateProfileRequest { now: Some(now.into()), ..Default::default() }).await?;
+async fn set_now(tools: &Tools, args: input::SetNow) -> Result<Outcome> {
+    let now = args.now.0;
+    check_chars("now", &now, NOTE_CHARS)?;
+    let e = update(tools, UpdateProfileRequest { now: Some(now), ..Default::default() }).await?;
     Ok(Outcome::text(if e.now.is_empty() {
         format!("{}: now cleared", e.address)
     } else {
@@ -448,10 +438,10 @@ async fn set_now(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     }))
 }
 
-async fn set_title(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let title = args.str_allow_empty("title")?;
-    check_chars("title", title, TITLE_CHARS)?;
-    let e = update(tools, UpdateProfileRequest { title: Some(title.into()), ..Default::default() }).await?;
+async fn set_title(tools: &Tools, args: input::SetTitle) -> Result<Outcome> {
+    let title = args.title.0;
+    check_chars("title", &title, TITLE_CHARS)?;
+    let e = update(tools, UpdateProfileRequest { title: Some(title), ..Default::default() }).await?;
     Ok(Outcome::text(if e.title.is_empty() {
         format!("{}: title cleared", e.address)
     } else {

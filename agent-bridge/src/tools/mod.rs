@@ -9,6 +9,7 @@
 mod args;
 mod board;
 pub mod catalog;
+mod input;
 mod messaging;
 pub mod output;
 mod peek;
@@ -39,7 +40,6 @@ pub const MAX_WAIT_S: u32 = 300;
 pub const ASK_WAIT_DEFAULT_S: u32 = 30;
 pub const NOTE_CHARS: usize = 200;
 pub const TITLE_CHARS: usize = 120;
-pub const STATUS_STATES: [&str; 4] = ["idle", "busy", "blocked", "away"];
 
 /// Unread messages named in a hint; the rest are counted.
 const HINT_NAMES: usize = 3;
@@ -461,6 +461,35 @@ mod tests {
         assert_ne!(tools.client_id_for(Tools::send_key("send\0[\"bob\"]\0bye")).await.0, first);
         tools.settled(key).await;
         assert_ne!(tools.client_id_for(key).await.0, first, "once answered, the same words are a new send");
+    }
+
+    /// The catalog lists each tool's schema from one argument type and the tool reads its calls
+    /// with a type: a call with an argument no schema has shows that they are the same type, since
+    /// the refusal names every argument the reading type takes.
+    #[tokio::test]
+    async fn every_tool_reads_its_calls_with_the_type_its_schema_is_derived_from() {
+        use crate::relay::replicas::Replicas;
+        use crate::relay::session::Claim;
+        let replicas = Arc::new(Replicas::new("http://127.0.0.1:1", None).unwrap());
+        let claim = Claim { handle: None, harness: "other".into(), spawn_grant: None };
+        let tools = Tools::new(Arc::new(Relay::new(replicas, None, "token".into(), claim)));
+        let probe = serde_json::json!({ "no_such_argument": 1 });
+        for tool in catalog::all() {
+            let listed = tool.listing(Version::LATEST);
+            let takes: Vec<&str> =
+                listed["inputSchema"]["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+            let takes = if takes.is_empty() { "none".to_owned() } else { takes.join(", ") };
+            let said = match messaging::call(&tools, tool.name(), probe.as_object().unwrap()).await {
+                Ok(_) => panic!("{}: an unknown argument was accepted", tool.name()),
+                Err(err) => err.to_string(),
+            };
+            assert_eq!(
+                said,
+                format!("invalid argument: unknown argument \"no_such_argument\"; this tool takes: {takes}"),
+                "{}",
+                tool.name()
+            );
+        }
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub fn schema<T: JsonSchema>() -> Value {
 /// Drops the Rust-sized number formats (`uint32`, `int64`, …) the derivation writes: they are not
 /// formats JSON Schema knows, and clients warn about them at every start. An unsigned field keeps
 /// its `minimum: 0`.
-fn plain_numbers(schema: &mut Value) {
+pub(super) fn plain_numbers(schema: &mut Value) {
     match schema {
         Value::Object(object) => {
             if object.get("format").and_then(Value::as_str).is_some_and(|f| {

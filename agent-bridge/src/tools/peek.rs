@@ -5,7 +5,8 @@ use std::time::Duration;
 use relay_proto::v1::*;
 use serde_json::{Map, Value};
 
-use super::args::{ArgError, Args};
+use super::args::{Flag, needed, parse};
+use super::input;
 use super::{Outcome, ToolError, Tools};
 use crate::frame;
 
@@ -15,8 +16,8 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
     let relay = tools.relay();
     match name {
         "relay_set_peek" => {
-            let args = Args::new(arguments, &["on"])?;
-            let on = args.opt_bool("on")?.ok_or_else(|| ArgError("on is required: true or false".into()))?;
+            let args: input::SetPeek = parse(arguments)?;
+            let on = args.on.0;
             let reply = relay
                 .call(Duration::ZERO, SetPeekRequest { on }, |mut c, r| async move { c.set_peek(r).await })
                 .await?;
@@ -28,8 +29,8 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
             Ok(Outcome::text(text))
         }
         _ => {
-            let args = Args::new(arguments, &["endpoint", "turns", "full", "who"])?;
-            if args.opt_bool("who")? == Some(true) {
+            let args: input::Peek = parse(arguments)?;
+            if Flag::or(args.who, false) {
                 let reply =
                     relay.call(Duration::ZERO, PeekersRequest {}, |mut c, r| async move { c.peekers(r).await }).await?;
                 let lines: Vec<String> = reply
@@ -40,9 +41,9 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
                 let text = if lines.is_empty() { "nobody peeked at you".to_owned() } else { lines.join("\n") };
                 return Ok(Outcome::text(text));
             }
-            let endpoint = args.str("endpoint")?.trim().to_owned();
-            let full = args.opt_bool("full")?.unwrap_or(false);
-            let turns = args.count("turns", if full { 10 } else { 3 }, 1, 10)?;
+            let endpoint = needed(args.endpoint, "endpoint")?.0.trim().to_owned();
+            let full = Flag::or(args.full, false);
+            let turns = args.turns.map_or(if full { 10 } else { 3 }, |t| t.0);
             let request = PeekRequest { endpoint, turns };
             let view = relay.call(Duration::ZERO, request, |mut c, r| async move { c.peek(r).await }).await?;
             Ok(if view.turns.is_empty() {

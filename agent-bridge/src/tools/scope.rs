@@ -6,7 +6,8 @@ use std::time::Duration;
 use relay_proto::v1::*;
 use serde_json::{Map, Value};
 
-use super::args::{ArgError, Args};
+use super::args::{ArgError, Flag, needed, parse};
+use super::input::{self, text, word};
 use super::output;
 use super::{Outcome, ToolError, Tools};
 use crate::frame;
@@ -15,21 +16,15 @@ type Result<T> = std::result::Result<T, ToolError>;
 
 pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> Result<Outcome> {
     match name {
-        "relay_rules" => {
-            let args =
-                Args::new(arguments, &["action", "endpoint", "in", "out", "scope", "allow", "cap", "from", "to"])?;
-            rules(tools, args).await
-        }
-        "relay_group" => {
-            group(tools, Args::new(arguments, &["action", "name", "endpoint", "rules", "in", "out"])?).await
-        }
-        "relay_peers" => peers(tools, Args::new(arguments, &["all"])?).await,
+        "relay_rules" => rules(tools, parse(arguments)?).await,
+        "relay_group" => group(tools, parse(arguments)?).await,
+        "relay_peers" => peers(tools, parse(arguments)?).await,
         other => Err(ToolError::Refused(format!("no tool {other}"))),
     }
 }
 
-fn wrap(list: Option<Vec<String>>) -> Option<Selectors> {
-    list.map(|selectors| Selectors { selectors })
+fn wrap(list: Option<impl Into<Vec<String>>>) -> Option<Selectors> {
+    list.map(|selectors| Selectors { selectors: selectors.into() })
 }
 
 fn rule_text(rule: &Option<Selectors>) -> String {
@@ -84,9 +79,9 @@ fn rules_outcome(view: RulesView) -> Outcome {
     Outcome::data(lines.join("\n"), &output::RulesResult { rules: Some(data), why: None })
 }
 
-async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let action = args.one_of("action", &["show", "set", "widen", "lift", "why"])?;
-    let endpoint = args.opt_str("endpoint")?.unwrap_or_default().trim().to_owned();
+async fn rules(tools: &Tools, args: input::Rules) -> Result<Outcome> {
+    let action = args.action.as_str();
+    let endpoint = text(args.endpoint).trim().to_owned();
     let relay = tools.relay();
     let view = match action {
         "show" => {
@@ -96,10 +91,10 @@ async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
         "set" => {
             let request = SetRulesRequest {
                 endpoint,
-                rules_in: wrap(args.selectors("in")?),
-                rules_out: wrap(args.selectors("out")?),
-                scope: args.opt_str("scope")?.unwrap_or_default().to_owned(),
-                allow: args.selectors("allow")?.unwrap_or_default(),
+                rules_in: wrap(args.rules_in),
+                rules_out: wrap(args.rules_out),
+                scope: word(args.scope),
+                allow: args.allow.map(|s| s.0).unwrap_or_default(),
             };
             relay.call(Duration::ZERO, request, |mut c, r| async move { c.set_rules(r).await }).await?
         }
@@ -107,23 +102,17 @@ async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
             if endpoint.is_empty() {
                 return Err(ArgError("widen takes endpoint: the agent whose caps you loosen".into()).into());
             }
-            let request = WidenRulesRequest {
-                endpoint,
-                rules_in: wrap(args.selectors("in")?),
-                rules_out: wrap(args.selectors("out")?),
-            };
+            let request =
+                WidenRulesRequest { endpoint, rules_in: wrap(args.rules_in), rules_out: wrap(args.rules_out) };
             relay.call(Duration::ZERO, request, |mut c, r| async move { c.widen_rules(r).await }).await?
         }
         "lift" => {
-            let request = LiftCapRequest { endpoint, cap: args.str("cap")?.to_owned() };
+            let request = LiftCapRequest { endpoint, cap: needed(args.cap, "cap")?.0 };
             // Lifted twice, the second finds no cap.
             relay.call_once(Duration::ZERO, request, |mut c, r| async move { c.lift_cap(r).await }).await?
         }
         _ => {
-            let request = WhyRequest {
-                from: args.opt_str("from")?.unwrap_or_default().to_owned(),
-                to: args.str("to")?.to_owned(),
-            };
+            let request = WhyRequest { from: text(args.from), to: needed(args.to, "to")?.0 };
             let why = relay.call(Duration::ZERO, request, |mut c, r| async move { c.why(r).await }).await?;
             let head = format!("{} {} message {}", why.from, if why.allowed { "may" } else { "may not" }, why.to);
             let text = std::iter::once(head)
@@ -137,8 +126,8 @@ async fn rules(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
     Ok(rules_outcome(view))
 }
 
-async fn peers(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let request = PeersRequest { all: args.opt_bool("all")?.unwrap_or(false) };
+async fn peers(tools: &Tools, args: input::Peers) -> Result<Outcome> {
+    let request = PeersRequest { all: Flag::or(args.all, false) };
     let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.peers(r).await }).await?;
     let lines: Vec<String> = reply
         .peers
@@ -187,9 +176,9 @@ fn group_text(g: &GroupView) -> String {
     )
 }
 
-async fn group(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
-    let action = args.one_of("action", &["create", "add", "remove", "rules", "ls", "show", "drop"])?;
-    let both = args.selectors("rules")?;
+async fn group(tools: &Tools, args: input::Group) -> Result<Outcome> {
+    let action = args.action.as_str();
+    let both = args.rules.map(|s| s.0);
     let request = GroupRequest {
         action: match action {
             "create" => GroupAction::Create,
@@ -200,10 +189,10 @@ async fn group(tools: &Tools, args: Args<'_>) -> Result<Outcome> {
             "show" => GroupAction::Show,
             _ => GroupAction::Drop,
         } as i32,
-        name: args.opt_str("name")?.unwrap_or_default().trim().to_owned(),
-        endpoint: args.opt_str("endpoint")?.unwrap_or_default().trim().to_owned(),
-        rules_in: wrap(args.selectors("in")?.or_else(|| both.clone())),
-        rules_out: wrap(args.selectors("out")?.or(both)),
+        name: text(args.name).trim().to_owned(),
+        endpoint: text(args.endpoint).trim().to_owned(),
+        rules_in: wrap(args.rules_in.map(|s| s.0).or_else(|| both.clone())),
+        rules_out: wrap(args.rules_out.map(|s| s.0).or(both)),
     };
     let group = |mut c: crate::relay::session::Client, r| async move { c.group(r).await };
     // Creating or dropping a group twice is refused the second time: only reads are repeated.

@@ -1,0 +1,259 @@
+//! The arguments of every tool, one type each. A type is both how a call is read (`args::parse`)
+//! and, derived from it, the tool's `inputSchema`: field doc comments are the argument
+//! descriptions, and the field types carry their ranges, words and defaults.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::args::{Addresses, Count, Flag, NonBlank, OneOf, Seconds, Selectors, Text, Word, words};
+use super::{ASK_WAIT_DEFAULT_S, MAX_RECIPIENTS, MAX_WAIT_S, NOTE_CHARS, TITLE_CHARS};
+
+words!(StatusState: "idle", "busy", "blocked", "away");
+words!(RulesAction: "show", "set", "widen", "lift", "why");
+words!(ScopePreset: "open", "tree", "parent", "none");
+words!(GroupAction: "create", "add", "remove", "rules", "ls", "show", "drop");
+words!(AgentCli: "claude", "codex");
+words!(Column: "todo", "in-progress", "review", "done");
+words!(Decision: "allow", "deny", "owner");
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Whoami {}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct List {
+    /// include offline and ended agents
+    pub all: Option<Flag>,
+    /// list the agents of contact accounts instead, as account/machine/handle
+    pub contacts: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Send {
+    pub to: Addresses<MAX_RECIPIENTS>,
+    /// the message (at most 64 KiB); never put credentials in it
+    pub body: NonBlank,
+    /// continue this thread (a thread id from an earlier message)
+    pub thread: Option<Text>,
+    /// the message carries private data: only recipients allowed private data may get it
+    pub private: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reply {
+    pub id: NonBlank,
+    pub body: NonBlank,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Inbox {
+    /// seconds to wait for a message when there is none
+    #[serde(default)]
+    pub wait_s: Seconds<0, MAX_WAIT_S>,
+    /// mark the returned messages read (default true)
+    pub ack: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ask {
+    /// one address
+    pub to: NonBlank,
+    pub body: NonBlank,
+    /// seconds to wait for the reply
+    #[serde(default)]
+    pub wait_s: Seconds<ASK_WAIT_DEFAULT_S, MAX_WAIT_S>,
+    /// the recipient must reply before it stops (default false)
+    pub require_reply: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskWait {
+    pub id: NonBlank,
+    /// seconds to wait for a reply
+    #[serde(default)]
+    pub wait_s: Seconds<ASK_WAIT_DEFAULT_S, MAX_WAIT_S>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetStatus {
+    pub state: OneOf<StatusState>,
+    #[schemars(length(max = NOTE_CHARS))]
+    pub note: Option<Text>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetNow {
+    #[schemars(length(max = NOTE_CHARS))]
+    pub now: Text,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetTitle {
+    #[schemars(length(max = TITLE_CHARS))]
+    pub title: Text,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rules {
+    pub action: OneOf<RulesAction>,
+    /// an agent you spawned (default: you)
+    pub endpoint: Option<Text>,
+    #[serde(rename = "in")]
+    pub rules_in: Option<Selectors>,
+    #[serde(rename = "out")]
+    pub rules_out: Option<Selectors>,
+    /// a preset for both directions: open, tree (parent and descendants), parent, none
+    pub scope: Option<Word<ScopePreset>>,
+    pub allow: Option<Selectors>,
+    /// for lift: the cap id, as show lists it (cap-<n>)
+    pub cap: Option<NonBlank>,
+    /// for why (default: you)
+    pub from: Option<Text>,
+    /// for why
+    pub to: Option<NonBlank>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Group {
+    pub action: OneOf<GroupAction>,
+    pub name: Option<Text>,
+    /// for add and remove (default: you)
+    pub endpoint: Option<Text>,
+    pub rules: Option<Selectors>,
+    #[serde(rename = "in")]
+    pub rules_in: Option<Selectors>,
+    #[serde(rename = "out")]
+    pub rules_out: Option<Selectors>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Peers {
+    /// include offline agents
+    pub all: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Peek {
+    pub endpoint: Option<NonBlank>,
+    /// how many turns (default 3)
+    pub turns: Option<Count<1, 10>>,
+    /// up to 10 turns
+    pub full: Option<Flag>,
+    /// list who peeked at you
+    pub who: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPeek {
+    pub on: Flag,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostJob {
+    /// one line naming the work
+    pub title: NonBlank,
+    /// everything the agent needs: context, constraints, files, how to tell it is done
+    pub detail: Option<Text>,
+    /// a repository path or folder name (default: the one you are working in)
+    pub repo: Option<Text>,
+    /// makes it recurring: five cron fields in this machine's time zone ("0 9 * * 1-5" = 09:00 on weekdays) or @hourly, @daily, @weekly, @monthly, @yearly
+    pub schedule: Option<Text>,
+    /// the CLI that does the work (default: yours)
+    pub agent: Option<Word<AgentCli>>,
+    /// whether the work ends in a pull request (default: true once, false on a schedule)
+    pub requires_pr: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListJobs {
+    pub state: Option<Word<Column>>,
+    /// only this repository (path or folder name)
+    pub repo: Option<Text>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadJob {
+    pub id: NonBlank,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditJob {
+    pub id: NonBlank,
+    pub title: Option<Text>,
+    pub detail: Option<Text>,
+    pub repo: Option<Text>,
+    pub schedule: Option<Text>,
+    pub requires_pr: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FinishJob {
+    pub pr_url: Option<Text>,
+    pub summary: Option<Text>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloseJob {
+    pub id: NonBlank,
+    pub accept: Flag,
+    /// required when sending it back
+    pub note: Option<Text>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddRepo {
+    /// absolute path (~/ allowed)
+    pub path: NonBlank,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AnswerPermission {
+    pub id: NonBlank,
+    pub decision: OneOf<Decision>,
+    pub reason: Option<Text>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Permission {
+    pub tool_name: NonBlank,
+    /// the tool's input, as the client gave it
+    #[schemars(with = "Option<Map<String, Value>>")]
+    pub input: Option<Value>,
+    /// the client's id of the call
+    #[allow(dead_code, reason = "Claude Code sends it; the request is known by its card and tool")]
+    pub tool_use_id: Option<Text>,
+}
+
+/// The value of an optional text argument, empty when not given.
+pub fn text(value: Option<Text>) -> String {
+    value.map(|t| t.0).unwrap_or_default()
+}
+
+/// The value of an optional word, empty when not given.
+pub fn word<W: super::args::Words>(value: Option<Word<W>>) -> String {
+    value.map(|w| w.0).unwrap_or_default()
+}
