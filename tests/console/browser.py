@@ -1,5 +1,5 @@
 """A person using the Relay web console in headless Chromium: Playwright driving the system's
-browser (it never downloads one). Run by tests/tests/console.rs, which starts the server and plays
+browser (it never downloads one). Run by tests/it/console.rs, which starts the server and plays
 the agents: each `want STEP [ARG]` line this prints asks it for something, answered on stdin with
 `ok VALUE` or `fail WHY`. The last line is `passed` when every check held.
 

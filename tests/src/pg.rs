@@ -1,6 +1,6 @@
 //! Postgres for tests: `DATABASE_URL`; with `RELAY_TEST_POSTGRES=container` a Postgres container of
 //! the test run ([`container`]); otherwise a throwaway cluster (`initdb -A trust -N`, `fsync=off`) per
-//! test binary.
+//! test process.
 
 pub mod container;
 pub mod controlled;
@@ -50,31 +50,27 @@ cat >/dev/null
 kill -INT "$pid"; wait "$pid"; rm -rf "$dir"
 "#;
 
-/// Set before the first database is made: this process's databases live on the test run's Postgres
-/// container whatever the environment says; for tests of what runs in containers.
-static CONTAINER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The test run's Postgres container, started by the first test that needs it.
+static CONTAINER: OnceLock<String> = OnceLock::new();
 
-/// Puts this process's databases on the test run's Postgres container (see [`CONTAINER`]).
-pub fn container_cluster() {
-    CONTAINER.store(true, std::sync::atomic::Ordering::SeqCst);
+/// The connection string (without a database) of the test run's Postgres container.
+fn container_base() -> String {
+    CONTAINER
+        .get_or_init(|| {
+            let base = container::start();
+            wait_ready(&base, None, "the test run's postgres container");
+            base
+        })
+        .clone()
 }
 
 fn start_cluster() -> Cluster {
-    if CONTAINER.load(std::sync::atomic::Ordering::SeqCst) {
-        let base = container::start();
-        wait_ready(&base, None, "the test run's postgres container");
-        return Cluster { base, tls_ca: None, _watchdog: None };
-    }
     if let Ok(url) = std::env::var("DATABASE_URL") {
         return Cluster { base: url, tls_ca: None, _watchdog: None };
     }
     match std::env::var("RELAY_TEST_POSTGRES").as_deref() {
         Err(_) | Ok("" | "local") => {}
-        Ok("container") => {
-            let base = container::start();
-            wait_ready(&base, None, "the test run's postgres container");
-            return Cluster { base, tls_ca: None, _watchdog: None };
-        }
+        Ok("container") => return Cluster { base: container_base(), tls_ca: None, _watchdog: None },
         Ok(other) => panic!("RELAY_TEST_POSTGRES={other}: expected `container` or `local`"),
     }
     let bin = postgres::bin_dir().expect("postgres binaries");
@@ -179,13 +175,23 @@ pub struct TestDb {
 impl TestDb {
     pub async fn new() -> Self {
         let base = tokio::task::spawn_blocking(|| CLUSTER.get_or_init(start_cluster).base.clone()).await.unwrap();
+        Self::on(&base).await
+    }
+
+    /// A database on the test run's Postgres container whatever the environment says, for tests
+    /// of what runs in containers.
+    pub async fn on_container() -> Self {
+        let base = tokio::task::spawn_blocking(container_base).await.unwrap();
+        Self::on(&base).await
+    }
+
+    async fn on(base: &str) -> Self {
         let name = format!("relay_test_{:016x}", rand::rng().random::<u64>());
-        let (client, connection) = tokio_postgres::connect(&with_dbname(&base, "postgres"), NoTls)
-            .await
-            .expect("connect to the test postgres");
+        let (client, connection) =
+            tokio_postgres::connect(&with_dbname(base, "postgres"), NoTls).await.expect("connect to the test postgres");
         tokio::spawn(connection);
         client.batch_execute(&format!("create database {name}")).await.expect("create the test database");
-        Self { url: with_dbname(&base, &name), name }
+        Self { url: with_dbname(base, &name), name }
     }
 
     /// A plain connection to this database, for tests that arrange or read state straight through

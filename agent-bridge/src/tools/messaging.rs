@@ -418,11 +418,8 @@ async fn set_status(tools: &Tools, args: input::SetStatus) -> Result<Outcome> {
     let state = args.state.as_str();
     let note = text(args.note);
     check_chars("note", &note, NOTE_CHARS)?;
-    let e = update(
-        tools,
-        UpdateProfileRequest { status: Some(state.into()), note: Some(note), ..Default::default() },
-    )
-    .await?;
+    let e = update(tools, UpdateProfileRequest { status: Some(state.into()), note: Some(note), ..Default::default() })
+        .await?;
     let note = if e.note.is_empty() { String::new() } else { format!(" {}", frame::quote(&e.note)) };
     Ok(Outcome::text(format!("{}: {}{note}", e.address, e.status)))
 }

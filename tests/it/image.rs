@@ -4,7 +4,7 @@
 //! send and receive.
 //!
 //! Slow the first time (a release build inside a container), so it runs when asked:
-//! `./test --slow`, or `cargo test -p relay-tests --test image -- --ignored`.
+//! `./test --slow`, or `cargo test -p relay-tests --test it -- --ignored image::`.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use relay_tests::http::get;
 use relay_tests::mcp::{bridge, text};
-use relay_tests::pg::{self, TestDb, container};
+use relay_tests::pg::{TestDb, container};
 use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::{eventually, free_port};
 use serde_json::json;
@@ -67,8 +67,7 @@ fn build_image() -> String {
 #[tokio::test]
 #[ignore = "slow: builds the server image (a release build in a container); ./test --slow runs it"]
 async fn the_server_image_runs_against_postgres_and_bridges_talk_through_it() {
-    pg::container_cluster();
-    let db = TestDb::new().await;
+    let db = TestDb::on_container().await;
     let image = tokio::task::spawn_blocking(build_image).await.unwrap();
 
     let (port, ops_port) = (free_port(), free_port());

@@ -25,7 +25,7 @@ impl Run {
         use std::os::unix::process::CommandExt;
         let mut shell = Command::new("sh")
             // `; :` keeps the shell as the helper's parent, as cargo is a test binary's.
-            .args(["-c", r#""$0" --exact holds_a_container_database --ignored --nocapture; :"#])
+            .args(["-c", r#""$0" --exact harness::holds_a_container_database --ignored --nocapture; :"#])
             .arg(std::env::current_exe().unwrap())
             .env("RELAY_TEST_POSTGRES", "container")
             .env_remove("DATABASE_URL")

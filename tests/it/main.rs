@@ -1,0 +1,34 @@
+//! Relay's integration tests: the real binaries against a real Postgres, one module per area, in
+//! one test binary. One process shares one Postgres (a throwaway cluster, `DATABASE_URL`, or the
+//! run's container) and gives each test a database of its own.
+//!
+//! Run one area by its module path, e.g. `./test -p relay-tests --test it messaging::`.
+
+mod attacks;
+mod board;
+mod bridge;
+mod bridge_cli;
+mod clients;
+mod connections;
+mod console;
+mod core;
+mod deploy;
+mod edges;
+mod failover;
+mod faults;
+mod harness;
+mod image;
+mod interop;
+mod layers;
+mod logs;
+mod messaging;
+mod migrations;
+mod ops;
+mod promises;
+mod quotas;
+mod redaction;
+mod scope;
+mod server;
+mod setup;
+mod trust;
+mod wake;
