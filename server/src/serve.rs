@@ -195,10 +195,6 @@ pub async fn serve_with(
     let rpc = settings.rpc;
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
-    store.set_waker({
-        let hub = hub.clone();
-        move |endpoint, delivered| hub.deliver(endpoint, delivered)
-    });
     let replica = store.register_replica().await.context("cannot register this replica")?;
     let liveness = push::liveness::start(store.clone(), shutdown.clone());
     let listener = push::listener::start(store.clone(), hub.clone(), shutdown.clone()).await?;
@@ -211,7 +207,7 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let app = App::new(store.clone(), hub, shutdown.clone())
+    let app = App::new(store.clone(), hub, shutdown.clone())?
         .with_retention(settings.retention)
         .with_quotas(settings.quotas)
         .with_timings(settings.timings);

@@ -56,7 +56,7 @@ impl App {
             require_reply: send.require_reply,
         };
         self.rates.admit(caller)?;
-        let sent = self.store.send(caller, out).await?;
+        let sent = self.sends.send(caller, out).await?;
         if !sent.duplicate {
             self.rates.delivered(caller, sent.recipients.len());
         }
@@ -73,7 +73,7 @@ impl App {
         limits::client_id(client_id)?;
         self.rates.admit(caller)?;
         let redacted = redact(body);
-        let sent = self.store.reply(caller, id, &redacted.text, optional(client_id)).await?;
+        let sent = self.sends.reply(caller, id, &redacted.text, optional(client_id)).await?;
         if !sent.duplicate {
             self.rates.delivered(caller, sent.recipients.len());
         }

@@ -12,6 +12,7 @@ pub mod observe;
 pub mod quotas;
 pub mod retention;
 pub mod scope;
+pub mod send;
 pub mod trust;
 
 use std::future::Future;
@@ -30,11 +31,12 @@ use crate::store::Store;
 use crate::store::identity::Caller;
 use quotas::SendRates;
 
-/// What every area works with: the database, the local wake-ups, the server's shutdown, and the
-/// operator's settings.
+/// What every area works with: the database, the send pipeline, the local wake-ups, the server's
+/// shutdown, and the operator's settings.
 #[derive(Clone)]
 pub struct App {
     store: Store,
+    sends: Arc<send::Sends>,
     hub: Hub,
     shutdown: CancellationToken,
     retention: Retention,
@@ -49,9 +51,16 @@ impl App {
         self.rates.admit_call(call)
     }
 
-    pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
+    /// Starts the replica's send writer (a thread of its own), whose committed sends wake their
+    /// recipients' waiters in `hub`.
+    pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Result<Self> {
         let quotas = Quotas::default();
-        Self {
+        let wake = {
+            let hub = hub.clone();
+            Arc::new(move |endpoint, delivered: &mut dyn FnMut() -> Vec<_>| hub.deliver(endpoint, delivered))
+        };
+        Ok(Self {
+            sends: Arc::new(send::Sends::start(store.clone(), wake)?),
             store,
             hub,
             shutdown,
@@ -59,7 +68,7 @@ impl App {
             timings: Timings::default(),
             quotas,
             rates: Arc::new(SendRates::new(quotas)),
-        }
+        })
     }
 
     /// Holds every endpoint and account to `quotas`.

@@ -377,7 +377,7 @@ impl App {
             private: false,
             require_reply: false,
         };
-        let sent = self.store.send_unscoped(&child, out).await?;
+        let sent = self.sends.send_unscoped(&child, out).await?;
         spawn::spend_grant(&self.store.client().await?, child.endpoint_id).await?;
         Ok(sent)
     }

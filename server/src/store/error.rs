@@ -17,7 +17,7 @@ impl From<tokio_postgres::Error> for Error {
 }
 
 /// A failure the database reported as a SQLSTATE and message (one caught inside a batch of sends).
-pub(super) fn from_sqlstate(state: &str, message: &str) -> Error {
+pub(crate) fn from_sqlstate(state: &str, message: &str) -> Error {
     from_code(&SqlState::from_code(state), &message)
 }
 

@@ -16,11 +16,9 @@ pub mod observe;
 pub(crate) mod pages;
 mod push_marks;
 mod replicas;
-mod resolved;
+pub(crate) mod resolved;
 pub mod retention;
 pub mod scope;
-mod send_batch;
-mod send_limit;
 pub mod sessions;
 pub mod spawn;
 pub mod tls;
@@ -35,6 +33,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+pub(crate) use error::from_sqlstate;
 pub use error::is_unique_violation;
 
 /// An open transaction. Repository functions that lock rows take one, so a lock is never taken on
@@ -42,7 +41,6 @@ pub use error::is_unique_violation;
 pub type Tx<'a> = deadpool_postgres::Transaction<'a>;
 
 use crate::domain::ids::EndpointId;
-use crate::domain::message::Message;
 use crate::domain::{Error, Result};
 
 /// How connections to the database are protected.
@@ -112,13 +110,10 @@ pub struct Store {
     resolved: Arc<resolved::ResolvedCache<messages::Resolved>>,
     /// Each inbox's last page, answered again while its inbox is unchanged.
     pages: Arc<pages::PageCache>,
-    /// Writes resolved sends together, a batch per commit.
-    batcher: Arc<send_batch::Batcher>,
     /// Records what streams pushed, many inboxes a statement.
     push_marks: Arc<push_marks::PushMarks>,
-    /// Sends under way at most (resolving or waiting to be written), following the rate they are
-    /// written at; more are refused at once.
-    send_limit: Arc<send_limit::SendLimit>,
+    /// The most unread messages one inbox holds.
+    max_unread: u32,
     /// Whether this replica hears the database's notifications (its listener is connected).
     heard: Arc<tokio::sync::watch::Sender<bool>>,
 }
@@ -146,9 +141,6 @@ impl Store {
     pub async fn connect(config: DbConfig) -> Result<Self> {
         let pool = build_pool(&config, config.pool_size)?;
         let replica: Arc<std::sync::atomic::AtomicI64> = Arc::default();
-        // The send writer's own connection, beside the pool (see `send_batch::Batcher`).
-        let writer_connection = build_pool(&config, 1)?;
-        let batcher = Arc::new(send_batch::Batcher::start(pool.clone(), writer_connection, replica.clone())?);
         let push_marks = push_marks::PushMarks::start(pool.clone());
         let store = Self {
             push_marks,
@@ -158,8 +150,7 @@ impl Store {
             sessions: Arc::default(),
             resolved: Arc::default(),
             pages: Arc::default(),
-            batcher,
-            send_limit: Arc::default(),
+            max_unread: crate::domain::limits::DEFAULT_MAX_UNREAD,
             heard: Arc::new(tokio::sync::watch::Sender::new(false)),
         };
         // Startup is the one place where the driver's own words help the operator most.
@@ -174,22 +165,36 @@ impl Store {
     }
 
     /// Sets the most unread messages one inbox holds (at least 1).
-    pub fn with_max_unread(self, cap: u32) -> Self {
-        self.batcher.set_cap(cap.max(1));
+    pub fn with_max_unread(mut self, cap: u32) -> Self {
+        self.max_unread = cap.max(1);
         self
     }
 
-    /// Most unread messages one inbox holds: kept by the batched writer, which refuses a send
-    /// beyond it; the transactional paths ask here.
+    /// Most unread messages one inbox holds: the send writer refuses a send beyond it, and the
+    /// transactional paths check it.
     pub fn max_unread(&self) -> u32 {
-        self.batcher.cap()
+        self.max_unread
     }
 
-    /// Wakes this process's waiters of each recipient of a committed batch of sends, with what it
-    /// was delivered (the notification to other replicas says which replica sent it, and this one
-    /// skips its own).
-    pub fn set_waker(&self, waker: impl Fn(EndpointId, &mut dyn FnMut() -> Vec<Message>) + Send + Sync + 'static) {
-        self.batcher.set_waker(Arc::new(waker));
+    /// The pool every call takes its connections from.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// A pool of its own of at most `size` connections to the same database, beside the shared
+    /// one (the send writer's own connection).
+    pub(crate) fn dedicated_pool(&self, size: usize) -> Result<Pool> {
+        build_pool(&self.config, size)
+    }
+
+    /// This replica's id as registered, shared with what needs it as it changes (0 before).
+    pub(crate) fn replica_cell(&self) -> Arc<std::sync::atomic::AtomicI64> {
+        self.replica.clone()
+    }
+
+    /// Sends' allowed recipients, resolved from memory while their changes are heard.
+    pub(crate) fn resolved(&self) -> &resolved::ResolvedCache<messages::Resolved> {
+        &self.resolved
     }
 
     /// Every delivery of `inbox` up to seq `through` reached its bridge. Recorded in the background

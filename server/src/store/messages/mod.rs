@@ -1,9 +1,9 @@
 //! Messages and their deliveries.
 //!
-//! * `send`: the send path (`Store::send`, `Store::reply`), measured by relay-bench: recipients
-//!   resolved by reads (`resolve`), remembered in the resolution cache, written by the
-//!   group-commit batcher; what waits for a human, and what the system sends, written in a
-//!   transaction of its own (`write`).
+//! * `resolve`: a send's recipients found and allowed, by reads outside any transaction (the send
+//!   pipeline, `app::send`, calls them and keeps what they found).
+//! * `batch`: the group-commit writer's statements; `write`: what waits for a human, and what the
+//!   system sends, written in a transaction of its own.
 //! * `inbox`: what a recipient reads, and its deliveries moved forward as they are pushed,
 //!   shown and read.
 //! * `sent`: what a sender reads about its messages: their recipients' states, the replies they
@@ -30,16 +30,18 @@ macro_rules! message_joins {
     };
 }
 
+pub(crate) mod batch;
 mod inbox;
 mod resolve;
-mod send;
 mod sent;
 mod write;
 
 pub(crate) use inbox::{Look, Version, advance, announce, look, recent, take_unread, unread_after, unread_count};
-pub(crate) use resolve::unknown_addresses;
-pub(crate) use sent::{recipient_states, replies_to, sent_like, thread_of};
-pub(crate) use write::{check_room, deliver, lock_inboxes, store_message};
+pub(crate) use resolve::{
+    ReplyTo, check_thread, endpoint_at, reply_to, resolve_addresses, resolve_received, unknown_addresses,
+};
+pub(crate) use sent::{previous_send, recipient_states, replies_to, sent_like, thread_of};
+pub(crate) use write::{check_room, deliver, hold_contacts, lock_inboxes, mark_read, store_message};
 
 pub use crate::domain::message::Sent;
 
@@ -53,7 +55,7 @@ pub(super) const SURFACED: i16 = State::Surfaced.to_db();
 pub(super) const READ: i16 = State::Read.to_db();
 pub(super) const WITHDRAWN: i16 = State::Withdrawn.to_db();
 
-/// A message to store, already validated by the caller of [`Store::send`](super::Store::send).
+/// A message to store, already validated by the caller of [`Sends::send`](crate::app::send::Sends::send).
 pub struct Outgoing<'a> {
     pub to: &'a [String],
     pub body: &'a RedactedText,
@@ -68,8 +70,8 @@ pub struct Outgoing<'a> {
 /// resolution cache keeps.
 #[derive(Clone)]
 pub(crate) struct Resolved {
-    targets: Vec<Target>,
-    skipped: Vec<Recipient>,
+    pub targets: Vec<Target>,
+    pub skipped: Vec<Recipient>,
 }
 
 /// A recipient resolved to its endpoint.

@@ -15,7 +15,7 @@ use crate::store::{identity, scope, trust};
 
 /// A thread continued by a send must be one the caller took part in: it sent or received a
 /// message in it. Anything else is refused as not found, whoever else's thread it may be.
-pub(super) async fn check_thread(c: &impl GenericClient, caller: &Caller, thread: &str) -> Result<()> {
+pub(crate) async fn check_thread(c: &impl GenericClient, caller: &Caller, thread: &str) -> Result<()> {
     let stmt = c
         .prepare_cached(
             "select exists (select 1 from messages where thread = $1 and sender_id = $2)
@@ -63,7 +63,7 @@ pub(crate) async fn unknown_addresses(
 /// Turns addresses into endpoints the caller may message. Every named address must resolve and
 /// be allowed, or nothing is sent; `group:<name>` fans out to the members the caller may message,
 /// and the others come back as skipped with the reason.
-pub(super) async fn resolve_addresses(
+pub(crate) async fn resolve_addresses(
     tx: &impl GenericClient,
     caller: &Caller,
     to: &[String],
@@ -184,7 +184,7 @@ pub(super) async fn resolve_addresses(
 }
 
 /// The endpoint at `address`, whatever its scope: for reports the system sends.
-pub(super) async fn endpoint_at(c: &impl GenericClient, address: &str) -> Result<EndpointId> {
+pub(crate) async fn endpoint_at(c: &impl GenericClient, address: &str) -> Result<EndpointId> {
     c.query_opt("select id from endpoint_addresses where address = $1", &[&address])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Endpoint, format!("no agent at {address}")))?
@@ -192,7 +192,7 @@ pub(super) async fn endpoint_at(c: &impl GenericClient, address: &str) -> Result
 }
 
 /// The id of a message the caller received, named by id, short id, suffix or `last`.
-pub(super) async fn resolve_received(
+pub(crate) async fn resolve_received(
     c: &impl GenericClient,
     caller: &Caller,
     reference: &MessageRef,
@@ -225,7 +225,7 @@ pub(super) async fn resolve_received(
 }
 
 /// Whom a reply to message `original` goes to, and in which thread.
-pub(super) struct ReplyTo {
+pub(crate) struct ReplyTo {
     pub thread: String,
     pub target: Target,
     /// It waits for the account's human before anyone sees it.
@@ -234,7 +234,7 @@ pub(super) struct ReplyTo {
 
 /// Resolves a reply to message `original`: its sender, who must still be reachable and allowed.
 /// Two round trips, each of reads issued together.
-pub(super) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: &str) -> Result<ReplyTo> {
+pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: &str) -> Result<ReplyTo> {
     let asked = c
         .prepare_cached(
             "select m.thread, m.sender_id, ea.address, ea.account_id, mc.revoked_at is not null

@@ -74,7 +74,7 @@ pub(crate) async fn replies_to(c: &impl GenericClient, id: &str, recipient: Endp
 }
 
 /// The stored result of an earlier send by `sender` with this client id, if there was one.
-pub(super) async fn previous_send(c: &impl GenericClient, sender: EndpointId, client_id: &str) -> Result<Option<Sent>> {
+pub(crate) async fn previous_send(c: &impl GenericClient, sender: EndpointId, client_id: &str) -> Result<Option<Sent>> {
     let stmt =
         c.prepare_cached("select id, thread, reply_to from messages where sender_id = $1 and client_id = $2").await?;
     let Some(row) = c.query_opt(&stmt, &[&sender, &client_id]).await? else {

@@ -1,6 +1,6 @@
 //! Writing a message in a transaction the caller holds: sends and replies held for a human, board
 //! notices, hold decisions and the reports the system sends. Batched sends are written by
-//! `relay_write_sends_numbered` (see `send_batch`), which takes the same locks in the same order: every
+//! `relay_write_sends_numbered` (see `batch`), which takes the same locks in the same order: every
 //! inbox in id order before any of its deliveries.
 
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ use crate::store::trust;
 /// drop conflicts with), so a contact dropped while the send is under way cannot let it through:
 /// the drop waits for the send, or the send sees the contact gone and is refused like an unknown
 /// address.
-pub(super) async fn hold_contacts(tx: &Tx<'_>, caller: &Caller, targets: &[Target]) -> Result<()> {
+pub(crate) async fn hold_contacts(tx: &Tx<'_>, caller: &Caller, targets: &[Target]) -> Result<()> {
     let mut others: Vec<AccountId> = targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
     if others.is_empty() {
         return Ok(());

@@ -4,14 +4,13 @@
 //! its messages and deliveries written as sets.
 //!
 //! * A batch of plain sends (each to one inbox, relying on no contact, not a reply), the
-//!   common case, is written by `relay_write_sends_plain` (migration 32), which checks the inboxes
-//!   first and then writes with no subtransaction.
-//! * Any other batch, and a batch of plain sends an inbox refuses, is written by
-//!   `relay_write_sends_numbered` (migrations 22 and 30). A batch it cannot write whole is written
-//!   again one send at a time, each in a subtransaction, so a failing send leaves the others stored.
+//!   common case, is written by `relay_write_sends_plain`, which checks the inboxes first and then
+//!   writes with no subtransaction; any other batch, and a batch of plain sends an inbox refuses,
+//!   by `relay_write_sends_numbered`, send by send in subtransactions where it cannot write the
+//!   batch whole, so a failing send leaves the others stored (the statements:
+//!   `store::messages::batch`).
 //! * Alone, a send waits for nobody and is written by the task that asked when its writer is idle,
-//!   by `relay_write_send_plain` (migration 32) when plain and otherwise `relay_write_send_numbered`
-//!   (migrations 26 and 30), one call each. Under load, sends share commits.
+//!   one statement. Under load, sends share commits.
 //!
 //! Every writer function answers each recipient's seq, so the recipients' streams in this process
 //! are handed the message as it was stored (see [`Waker`]) instead of reading it back.
@@ -23,23 +22,22 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::{Object, Pool};
 use futures_util::FutureExt;
-use postgres_types::ToSql;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::error::Col;
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::EndpointId;
 use crate::domain::message::Message;
-use crate::domain::{Error, Result, limits, presence};
+use crate::domain::{Error, Result, limits};
 use crate::metrics::{Shed, Step, metrics};
+use crate::store::messages::batch::{self, BatchedSend, Written};
 
 /// Sends written together at most: written again one by one, each takes a subtransaction, and
 /// Postgres tracks up to 64 per transaction cheaply.
@@ -47,64 +45,10 @@ const MAX_BATCH: usize = 64;
 /// Sends waiting for the writer at most; beyond it sends are refused as overloaded. Two batches'
 /// worth: one being written, the next gathering.
 const QUEUE: usize = 2 * MAX_BATCH;
-/// A lone send's answer, from `relay_write_send_plain` (a plain send) or
-/// `relay_write_send_numbered` (any).
-const SEND_PLAIN: &str =
-    "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_plain($1, $2, $3)";
-const SEND_NUMBERED: &str =
-    "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_numbered($1, $2, $3)";
-/// A batch's answer, one row per send, from `relay_write_sends_plain` (plain sends) or
-/// `relay_write_sends_numbered` (any).
-const SENDS_PLAIN: &str = "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
-                           from relay_write_sends_plain($1, $2, $3)";
-const SENDS_NUMBERED: &str = "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
-                              from relay_write_sends_numbered($1, $2, $3)";
-
 /// Called with each recipient of a committed batch, to wake its waiters in this process, and a way
 /// to build what it was delivered (in seq order, as its stream would read it; empty when unknown),
 /// called only for a recipient whose stream is here.
 pub type Waker = Arc<dyn Fn(EndpointId, &mut dyn FnMut() -> Vec<Message>) + Send + Sync>;
-
-/// What became of one send of a batch.
-pub(super) enum Written {
-    /// Stored; recipients not online, with when they were last seen; each recipient's seq and how
-    /// it stands to the sender, in the order of the send's recipients; when it was stored.
-    Stored { offline: HashMap<EndpointId, String>, seqs: Vec<i64>, relations: Vec<String>, sent_at: DateTime<Utc> },
-    /// A send with the same client id was stored before.
-    Duplicate,
-    /// Refused by the database: its SQLSTATE, message and detail.
-    Refused { state: String, message: String, detail: Option<String> },
-}
-
-/// One send as `relay_write_sends_numbered` takes it: the composite type `relay_outgoing` (migration 22).
-#[derive(Debug, ToSql)]
-#[postgres(name = "relay_outgoing")]
-pub(super) struct BatchedSend {
-    pub id: String,
-    pub sender: EndpointId,
-    pub account: AccountId,
-    pub client_id: Option<String>,
-    pub thread: String,
-    pub kind: i16,
-    pub body: String,
-    pub reply_to: Option<String>,
-    pub private: bool,
-    pub require_reply: bool,
-    /// The endpoints it is delivered to.
-    pub recipients: Vec<EndpointId>,
-    /// The other accounts whose contact it relies on.
-    pub contacts: Vec<AccountId>,
-    /// For a reply: the endpoint whose delivery of `reply_to` becomes read.
-    pub read_by: Option<EndpointId>,
-}
-
-impl BatchedSend {
-    /// To one inbox, relying on no contact, reading no message (not a reply): what
-    /// `relay_write_send_plain` and `relay_write_sends_plain` write.
-    fn is_plain(&self) -> bool {
-        self.recipients.len() == 1 && self.contacts.is_empty() && self.read_by.is_none()
-    }
-}
 
 struct Job {
     send: BatchedSend,
@@ -131,25 +75,22 @@ pub(super) struct Batcher {
     writer: Arc<Writer>,
     /// What the writer takes batches from.
     queue: mpsc::Sender<Job>,
-    waker: Arc<OnceLock<Waker>>,
-    cap: Arc<AtomicU32>,
 }
 
 impl Batcher {
     /// Starts the writer on a thread of its own, writing batches through `connection` (a pool of
-    /// one, whose connection is made on that thread); a send written alone uses `pool`. The writer
-    /// ends, and its thread with it, when the last handle on the queue goes.
-    pub(super) fn start(pool: Pool, connection: Pool, replica: Arc<AtomicI64>) -> Result<Self> {
-        let waker: Arc<OnceLock<Waker>> = Arc::default();
-        let cap = Arc::new(AtomicU32::new(limits::DEFAULT_MAX_UNREAD));
+    /// one, whose connection is made on that thread); a send written alone uses `pool`. Inboxes
+    /// hold at most `cap` unread messages; `wake` is called for each recipient of a committed
+    /// batch. The writer ends, and its thread with it, when the last handle on the queue goes.
+    pub(super) fn start(pool: Pool, connection: Pool, replica: Arc<AtomicI64>, cap: u32, wake: Waker) -> Result<Self> {
         let (queue, rx) = mpsc::channel(QUEUE);
         let writer = Arc::new(Writer {
             pool,
             connection,
             borrowing: AtomicBool::new(false),
-            cap: cap.clone(),
+            cap,
             replica,
-            waker: waker.clone(),
+            wake,
             turn: Arc::default(),
         });
         let run = writer.clone().run(rx);
@@ -168,23 +109,10 @@ impl Batcher {
             })
             .map_err(|e| Error::Internal(format!("cannot start the send writer's thread: {e}")))?;
         match start.recv() {
-            Ok(Ok(())) => Ok(Self { writer, queue, waker, cap }),
+            Ok(Ok(())) => Ok(Self { writer, queue }),
             Ok(Err(e)) => Err(Error::Internal(format!("cannot start the send writer's runtime: {e}"))),
             Err(_) => Err(Error::Internal("the send writer's thread ended as it started".into())),
         }
-    }
-
-    /// The most unread messages one inbox holds.
-    pub(super) fn set_cap(&self, cap: u32) {
-        self.cap.store(cap, Ordering::Relaxed);
-    }
-
-    pub(super) fn cap(&self) -> u32 {
-        self.cap.load(Ordering::Relaxed)
-    }
-
-    pub(super) fn set_waker(&self, waker: Waker) {
-        let _ = self.waker.set(waker);
     }
 
     /// Writes one send of `from`, with whatever queued beside it, and waits until it is committed
@@ -259,9 +187,10 @@ struct Writer {
     connection: Pool,
     /// Whether the writer last failed to have its own connection and took one of the pool's.
     borrowing: AtomicBool,
-    cap: Arc<AtomicU32>,
+    /// The most unread messages one inbox holds.
+    cap: u32,
     replica: Arc<AtomicI64>,
-    waker: Arc<OnceLock<Waker>>,
+    wake: Waker,
     /// Held while a batch is written, by the writer's task or by a caller writing its send alone.
     turn: Arc<tokio::sync::Mutex<()>>,
 }
@@ -308,9 +237,7 @@ impl Writer {
                     }
                     let _ = done.send(answer);
                 }
-                if let Some(wake) = self.waker.get() {
-                    delivered.wake(wake);
-                }
+                delivered.wake(&self.wake);
             }
             Err(err) => {
                 tracing::warn!(error = %err, sends = jobs.len(), "a batch of sends failed");
@@ -349,50 +276,13 @@ impl Writer {
             Via::Pool => self.pool.get().await?,
             Via::Own => self.own_connection().await?,
         };
-        let cap = i32::try_from(self.cap.load(Ordering::Relaxed)).unwrap_or(i32::MAX);
+        let cap = i32::try_from(self.cap).unwrap_or(i32::MAX);
         let replica = self.replica.load(Ordering::Relaxed);
         if let [job] = jobs {
-            // Alone, a send is one statement (migration 26) instead of the set's handful; a plain
-            // one, three short writes (migration 32).
-            let stmt = client.prepare_cached(if job.send.is_plain() { SEND_PLAIN } else { SEND_NUMBERED }).await?;
-            return match client.query_one(&stmt, &[&job.send, &cap, &replica]).await {
-                Ok(row) => Ok(vec![written(&row)]),
-                // Refused: it raises, and says why by SQLSTATE.
-                Err(e) => match e.as_db_error() {
-                    Some(db) => Ok(vec![Ok(Written::Refused {
-                        state: db.code().code().to_owned(),
-                        message: db.message().to_owned(),
-                        detail: db.detail().map(str::to_owned),
-                    })]),
-                    None => Err(e.into()),
-                },
-            };
+            return Ok(vec![batch::write_one(&client, &job.send, cap, replica).await]);
         }
         let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
-        let set = async |statement: &str| {
-            let stmt = client.prepare_cached(statement).await?;
-            client.query(&stmt, &[&sends, &cap, &replica]).await
-        };
-        // Plain sends, the common batch, are written as sets once their inboxes are checked
-        // (migration 32). Should the set break a constraint anyway (its sender gone) or meet a
-        // deadlock, nothing of it was written, and the numbered writer sorts the failing send from
-        // the rest. Any other error (a timeout, the database going away) is the batch's.
-        let rows = if sends.iter().all(|s| s.is_plain()) {
-            match set(SENDS_PLAIN).await {
-                Err(e) if e.code().is_some_and(sorted_send_by_send) => {
-                    tracing::warn!(error = %e, sends = sends.len(), "a set of plain sends failed; written send by send");
-                    metrics().send_sets_rewritten.inc();
-                    set(SENDS_NUMBERED).await?
-                }
-                rows => rows?,
-            }
-        } else {
-            set(SENDS_NUMBERED).await?
-        };
-        if rows.len() != jobs.len() {
-            return Err(Error::Internal(format!("the batch writer answered {} of {} sends", rows.len(), jobs.len())));
-        }
-        rows.iter().map(|row| written(row).map(Ok)).collect()
+        Ok(batch::write_set(&client, &sends, cap, replica).await?.into_iter().map(Ok).collect())
     }
 }
 
@@ -403,38 +293,6 @@ enum Via {
     Pool,
     /// The writer's own, on the writer's thread.
     Own,
-}
-
-/// Whether a set of plain sends that failed with `code` is written again send by send: a broken
-/// constraint (class 23) belongs to one of its sends, and a deadlock to the moment.
-fn sorted_send_by_send(code: &tokio_postgres::error::SqlState) -> bool {
-    code.code().starts_with("23") || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
-}
-
-/// One send's outcome, from its row of any of the writers (`relay_write_send_plain`,
-/// `relay_write_send_numbered`, `relay_write_sends_plain`, `relay_write_sends_numbered`).
-fn written(row: &tokio_postgres::Row) -> Result<Written> {
-    let outcome: String = row.col("outcome")?;
-    match outcome.as_str() {
-        "stored" => {
-            let ids: Vec<EndpointId> = row.col::<Option<Vec<EndpointId>>>("offline")?.unwrap_or_default();
-            let seen: Vec<Option<DateTime<Utc>>> =
-                row.col::<Option<Vec<Option<DateTime<Utc>>>>>("offline_seen")?.unwrap_or_default();
-            let offline = ids.into_iter().zip(seen).map(|(id, seen)| (id, presence::offline_reason(seen))).collect();
-            Ok(Written::Stored {
-                offline,
-                seqs: row.col::<Option<Vec<i64>>>("seqs")?.unwrap_or_default(),
-                relations: row.col::<Option<Vec<String>>>("relations")?.unwrap_or_default(),
-                sent_at: row.col("sent_at")?,
-            })
-        }
-        "duplicate" => Ok(Written::Duplicate),
-        _ => Ok(Written::Refused {
-            state: row.col::<Option<String>>("code")?.unwrap_or_default(),
-            message: row.col::<Option<String>>("message")?.unwrap_or_default(),
-            detail: row.col("detail")?,
-        }),
-    }
 }
 
 /// What a committed batch delivered, per recipient, for its waiters in this process.
@@ -519,17 +377,6 @@ fn as_pushed(send: &BatchedSend, from: &str, seq: i64, relation: &str, kind: Kin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio_postgres::error::SqlState;
-
-    #[test]
-    fn a_failed_set_is_written_send_by_send_only_for_what_one_send_or_the_moment_caused() {
-        for code in [SqlState::FOREIGN_KEY_VIOLATION, SqlState::UNIQUE_VIOLATION, SqlState::T_R_DEADLOCK_DETECTED] {
-            assert!(sorted_send_by_send(&code), "{code:?} is sorted send by send");
-        }
-        for code in [SqlState::QUERY_CANCELED, SqlState::LOCK_NOT_AVAILABLE, SqlState::ADMIN_SHUTDOWN] {
-            assert!(!sorted_send_by_send(&code), "{code:?} fails the batch: written again it would wait again");
-        }
-    }
 
     #[tokio::test]
     async fn a_write_dropped_midway_is_carried_to_its_end() {

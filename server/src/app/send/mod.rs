@@ -1,29 +1,57 @@
-//! The send path, which relay-bench measures. A send is resolved by reads outside any transaction
-//! ([`super::resolve`]); what it resolved to is kept in the resolution cache until scope changes;
-//! the group-commit batcher (`send_batch`) then writes it, with whatever else is queued, in a
-//! transaction of its own that re-checks what a concurrent change could break (under lock the
-//! contacts relied on and room in each inbox; and that no recipient's machine was revoked). A send
-//! held for the account's human, and a report the system sends, are written here in one
-//! transaction each ([`super::write`]).
+//! Sending, the path relay-bench measures: admission (a bounded number of sends under way), the
+//! recipients resolved by reads outside any transaction and kept in the resolution cache until
+//! scope changes, the hold decision, and the group-commit writer ([`writer`]) that writes a send
+//! with whatever else is queued, in a transaction of its own that re-checks what a concurrent change
+//! could break (under lock the contacts relied on and room in each inbox, and that no recipient's
+//! machine was revoked). A send held for the account's human, and a report the system sends, are
+//! written in one transaction each. The SQL is the store's (`store::messages`).
+
+mod limit;
+pub(crate) mod writer;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
 
-use super::resolve::{self, ReplyTo, check_thread, resolve_addresses, resolve_received};
-use super::sent::previous_send;
-use super::write::{check_room, hold_contacts, lock_inboxes, mark_read, store_message};
-use super::{Outgoing, Resolved, Target};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, AccountId, EndpointId, MessageRef};
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits};
-use crate::store::send_batch::{self, Written};
-use crate::store::{Store, error, resolved, trust};
+use crate::store::Store;
+use crate::store::messages::batch::{BatchedSend, Written};
+use crate::store::messages::{
+    Outgoing, ReplyTo, Resolved, Target, check_room, check_thread, endpoint_at, hold_contacts, lock_inboxes, mark_read,
+    previous_send, reply_to, resolve_addresses, resolve_received, store_message,
+};
+use crate::store::resolved::Key;
+use crate::store::{from_sqlstate, trust::hold_class};
+use limit::SendLimit;
+use writer::{Batcher, Waker};
 
-impl Store {
+/// The send pipeline of this replica: its admission, its writer, and the inbox cap it enforces.
+pub struct Sends {
+    store: Store,
+    /// Sends under way at most (resolving or waiting to be written), following the rate they are
+    /// written at; more are refused at once.
+    limit: Arc<SendLimit>,
+    /// Writes resolved sends together, a batch per commit.
+    writer: Batcher,
+    /// The most unread messages one inbox holds.
+    cap: u32,
+}
+
+impl Sends {
+    /// Starts the replica's writer: its own connection beside `store`'s pool, recipients woken
+    /// through `wake`.
+    pub fn start(store: Store, wake: Waker) -> Result<Self> {
+        let cap = store.max_unread();
+        let writer = Batcher::start(store.pool().clone(), store.dedicated_pool(1)?, store.replica_cell(), cap, wake)?;
+        Ok(Self { store, limit: Arc::default(), writer, cap })
+    }
+
     /// Stores a message once and gives each recipient a delivery with the next gapless seq of its
     /// inbox. A retry with the same client id returns the first result.
     ///
@@ -31,12 +59,12 @@ impl Store {
     /// knows the answer; the writing is one call of the batched writer. A send held for a human
     /// takes the transactional path.
     pub async fn send(&self, caller: &Caller, out: Outgoing<'_>) -> Result<Sent> {
-        let _place = self.send_limit.try_admit().ok_or_else(limits::overloaded)?;
+        let _place = self.limit.try_admit().ok_or_else(limits::overloaded)?;
         let key = cache_key(caller, &out);
-        let ticket = match key.as_ref().map(|k| self.resolved.get(k)) {
+        let ticket = match key.as_ref().map(|k| self.store.resolved().get(k)) {
             Some(Ok(known)) => {
                 if let Some(thread) = out.thread {
-                    check_thread(&self.client().await?, caller, thread).await?;
+                    check_thread(&self.store.client().await?, caller, thread).await?;
                 }
                 // A retry is found by the writer (its client id is taken) and answered from the database.
                 return self.write_resolved(caller, &out, known).await;
@@ -45,14 +73,14 @@ impl Store {
             None => None,
         };
         // The connection goes back to the pool with this statement, before any write takes one.
-        let resolution = resolve_send(&self.client().await?, caller, &out).await?;
+        let resolution = resolve_send(&self.store.client().await?, caller, &out).await?;
         let known = match resolution {
             Resolution::Retry(sent) => return Ok(sent),
             Resolution::Held(held) => return self.send_held(caller, held, &out).await,
             Resolution::Allowed(known) => known,
         };
         if let (Some(ticket), Some(key)) = (ticket, key) {
-            self.resolved.put(ticket, key, known.clone());
+            self.store.resolved().put(ticket, key, known.clone());
         }
         self.write_resolved(caller, &out, known).await
     }
@@ -65,9 +93,9 @@ impl Store {
         body: &RedactedText,
         client_id: Option<&str>,
     ) -> Result<Sent> {
-        let _place = self.send_limit.try_admit().ok_or_else(limits::overloaded)?;
+        let _place = self.limit.try_admit().ok_or_else(limits::overloaded)?;
         let reference = MessageRef::parse(reference)?;
-        let client = self.client().await?;
+        let client = self.store.client().await?;
         // Reads that do not depend on each other are issued together: three round trips in all.
         let (previous, original) = tokio::join!(
             async {
@@ -83,7 +111,7 @@ impl Store {
             return Ok(sent);
         }
         let original = original?;
-        let ReplyTo { thread, target, held } = resolve::reply_to(&client, caller, &original).await?;
+        let ReplyTo { thread, target, held } = reply_to(&client, caller, &original).await?;
         drop(client);
         let targets = [target];
         let out = Outgoing {
@@ -106,7 +134,7 @@ impl Store {
     /// Sends to one known endpoint without scope rules: for reports the system makes on an
     /// endpoint's behalf (a worker's final result to its parent). One transaction, not batched.
     pub(crate) async fn send_unscoped(&self, sender: &Caller, out: Outgoing<'_>) -> Result<Sent> {
-        let mut client = self.client().await?;
+        let mut client = self.store.client().await?;
         if let Some(client_id) = out.client_id
             && let Some(sent) = previous_send(&client, sender.endpoint_id, client_id).await?
         {
@@ -114,7 +142,7 @@ impl Store {
         }
         let tx = client.transaction().await?;
         let address = out.to.first().ok_or_else(|| Error::invalid("no recipient"))?;
-        let id = resolve::endpoint_at(&tx, address).await?;
+        let id = endpoint_at(&tx, address).await?;
         let targets = [Target { id, address: address.clone(), account_id: sender.account_id }];
         let sent = store_message(&tx, sender, &targets, &out, None)
             .await?
@@ -137,26 +165,26 @@ impl Store {
 
     /// Hands a resolved, allowed send to the batched writer and reads its outcome.
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
-        match self.batcher.write(w.batch_entry(), w.caller.address()).await? {
+        match self.writer.write(w.batch_entry(), w.caller.address()).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => {
-                let client = self.client().await?;
+                let client = self.store.client().await?;
                 previous_send(&client, w.caller.endpoint_id, w.out.client_id.unwrap_or_default())
                     .await?
                     .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
             }
             Written::Refused { state, message, detail } => {
-                Err(w.refusal(&state, &message, detail.as_deref(), self.max_unread()))
+                Err(w.refusal(&state, &message, detail.as_deref(), self.cap))
             }
         }
     }
 
     /// A send the account's human must release first: stored with its hold in one transaction.
     async fn send_held(&self, caller: &Caller, held: Resolved, out: &Outgoing<'_>) -> Result<Sent> {
-        let mut client = self.client().await?;
+        let mut client = self.store.client().await?;
         let tx = client.transaction().await?;
         hold_contacts(&tx, caller, &held.targets).await?;
-        check_room(&tx, &held.targets, self.max_unread()).await?;
+        check_room(&tx, &held.targets, self.cap).await?;
         match store_message(&tx, caller, &held.targets, out, None).await? {
             Some(mut sent) => {
                 tx.commit().await?;
@@ -182,13 +210,13 @@ impl Store {
         out: &Outgoing<'_>,
         original: &str,
     ) -> Result<Sent> {
-        let mut client = self.client().await?;
+        let mut client = self.store.client().await?;
         let tx = client.transaction().await?;
         // The replier's inbox with the heads, in id order: inboxes before their deliveries.
         let inboxes: Vec<EndpointId> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
         lock_inboxes(&tx, inboxes).await?;
         hold_contacts(&tx, caller, targets).await?;
-        check_room(&tx, targets, self.max_unread()).await?;
+        check_room(&tx, targets, self.cap).await?;
         let Some(sent) = store_message(&tx, caller, targets, out, Some(original)).await? else {
             drop(tx);
             return previous_send(&client, caller.endpoint_id, out.client_id.unwrap_or_default())
@@ -204,8 +232,8 @@ impl Store {
 /// The send's key in the resolution cache. The same words from the same sender resolve alike
 /// until scope changes, which every replica hears of; a group's members are read each time, as
 /// they come and go, so a send to a group has none.
-fn cache_key(caller: &Caller, out: &Outgoing<'_>) -> Option<resolved::Key> {
-    (!out.to.iter().any(|a| a.trim().starts_with("group:"))).then(|| resolved::Key {
+fn cache_key(caller: &Caller, out: &Outgoing<'_>) -> Option<Key> {
+    (!out.to.iter().any(|a| a.trim().starts_with("group:"))).then(|| Key {
         sender: caller.endpoint_id,
         private: out.private,
         to: out.to.to_vec(),
@@ -244,7 +272,7 @@ async fn resolve_send(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_
         return Ok(Resolution::Retry(sent));
     }
     let (targets, skipped) = resolved?;
-    let held = trust::hold_class(c, caller, &targets, out.private).await?.is_some();
+    let held = hold_class(c, caller, &targets, out.private).await?.is_some();
     let known = Resolved { targets, skipped };
     Ok(if held { Resolution::Held(known) } else { Resolution::Allowed(known) })
 }
@@ -261,12 +289,12 @@ struct Write<'a> {
 
 impl Write<'_> {
     /// The send as the batched writer takes it.
-    fn batch_entry(&self) -> send_batch::BatchedSend {
+    fn batch_entry(&self) -> BatchedSend {
         let mut contacts: Vec<AccountId> =
             self.targets.iter().map(|t| t.account_id).filter(|a| *a != self.caller.account_id).collect();
         contacts.sort_unstable();
         contacts.dedup();
-        send_batch::BatchedSend {
+        BatchedSend {
             id: self.id.to_owned(),
             sender: self.caller.endpoint_id,
             account: self.caller.account_id,
@@ -335,7 +363,7 @@ impl Write<'_> {
                 let address = self.targets.iter().find(|t| Some(t.id) == full).map_or("a recipient", |t| &t.address);
                 limits::inbox_full(address, cap)
             }
-            _ => error::from_sqlstate(state, message),
+            _ => from_sqlstate(state, message),
         }
     }
 }
