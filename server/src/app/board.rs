@@ -221,7 +221,7 @@ impl App {
         notify_board(&tx, actor.account_id, id, event, Some(actor.endpoint_id), self.store.max_unread()).await?;
         let job = board::job(&tx, actor.account_id, id).await?;
         tx.commit().await?;
-        tracing::info!(card = %job.id, by, state = %job.state, "card closed");
+        tracing::info!(card = %job.id, by, state = job.column.name(), "card closed");
         Ok(job)
     }
 
@@ -391,7 +391,7 @@ impl App {
         let job = board::job(&tx, machine.account_id, &card.id).await?;
         tx.commit().await?;
         self.store.sessions().forget_attempt(&card.id);
-        tracing::info!(card = %job.id, state = %job.state, exit_code, "card agent ended");
+        tracing::info!(card = %job.id, state = job.column.name(), exit_code, "card agent ended");
         Ok(job)
     }
 

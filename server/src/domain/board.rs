@@ -1,5 +1,7 @@
 //! Rules of the board: columns, agents, card text, attempts.
 
+use chrono::{DateTime, Utc};
+
 use super::ids::AccountId;
 use super::{Error, Result};
 
@@ -16,8 +18,9 @@ pub const WORKER_FRESH_S: f64 = 60.0;
 pub const AGENTS: [&str; 2] = ["claude", "codex"];
 
 /// Columns, as stored and as agents name them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Column {
+    #[default]
     Todo,
     InProgress,
     Review,
@@ -119,8 +122,9 @@ pub const PR_CLOSED: &str = "its pull request was closed without merging";
 
 /// What a card is, as `jobs.kind` stores it: a job runs once; a schedule posts a job each time it
 /// comes due.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CardKind {
+    #[default]
     Job,
     Schedule,
 }
@@ -134,6 +138,13 @@ impl CardKind {
             Self::Job => "job",
             Self::Schedule => "schedule",
         }
+    }
+
+    pub fn from_db(value: &str) -> Result<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.db() == value)
+            .ok_or_else(|| Error::Internal(format!("unknown card kind {value} in the database")))
     }
 }
 
@@ -485,43 +496,79 @@ pub struct Repo {
     pub machine: String,
 }
 
-/// A card as the board shows it. Times are RFC 3339 in UTC, empty when unset.
+/// The CLI a card's agent runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Agent {
+    #[default]
+    Claude,
+    Codex,
+}
+
+impl Agent {
+    /// As agents, people and the database name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Claude => "claude",
+            Self::Codex => "codex",
+        }
+    }
+
+    pub fn from_db(value: &str) -> Result<Self> {
+        match value {
+            "claude" => Ok(Self::Claude),
+            "codex" => Ok(Self::Codex),
+            other => Err(Error::Internal(format!("unknown card agent {other} in the database"))),
+        }
+    }
+}
+
+/// A card as the board shows it. What a card has not got (a schedule, a branch, an error) is `None`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Job {
     pub id: String,
-    pub state: String,
+    pub column: Column,
+    pub kind: CardKind,
     pub title: String,
     pub detail: String,
     pub repo: Repo,
-    pub agent: String,
+    pub agent: Agent,
     pub requires_pr: bool,
-    pub schedule: String,
-    pub time_zone: String,
-    pub next_run_at: String,
-    /// The next run in the schedule's zone, as a person reads it.
-    pub next_run_local: String,
+    /// A schedule card's five cron fields, and the IANA zone they are read in.
+    pub schedule: Option<String>,
+    pub time_zone: Option<String>,
+    pub next_run_at: Option<DateTime<Utc>>,
     pub run_count: u32,
-    pub last_run_at: String,
-    pub last_skip_reason: String,
-    pub schedule_id: String,
+    pub last_run_at: Option<DateTime<Utc>>,
+    pub last_skip_reason: Option<String>,
+    /// A run card's schedule.
+    pub schedule_id: Option<String>,
     pub posted_by: String,
-    pub posted_at: String,
-    pub edited_by: String,
-    pub edited_at: String,
+    pub posted_at: DateTime<Utc>,
+    pub edited_by: Option<String>,
+    pub edited_at: Option<DateTime<Utc>>,
     pub attempts: u32,
-    pub last_error: String,
-    pub branch: String,
-    pub worktree: String,
-    pub agent_state: String,
-    pub pr_url: String,
-    pub summary: String,
-    pub started_at: String,
-    pub finished_at: String,
-    pub closed_at: String,
+    pub last_error: Option<String>,
+    pub branch: Option<String>,
+    pub worktree: Option<String>,
+    /// What the card's agent last said it was doing.
+    pub agent_state: Option<String>,
+    pub pr_url: Option<String>,
+    pub summary: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub closed_at: Option<DateTime<Utc>>,
     /// A worker serves the card's machine now.
     pub dispatcher_running: bool,
     /// The fields an edit changed.
     pub changed: Vec<String>,
+}
+
+impl Job {
+    /// The next run in the schedule's zone, as a person reads it.
+    pub fn next_run_local(&self) -> Option<String> {
+        let tz = self.time_zone.as_deref()?.parse::<chrono_tz::Tz>().ok()?;
+        Some(self.next_run_at?.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string())
+    }
 }
 
 /// A card as its agent's job token finds it.
@@ -576,6 +623,33 @@ pub struct Cleanup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_schedules_next_run_reads_in_its_own_zone() {
+        let at = DateTime::parse_from_rfc3339("2026-12-07T08:00:00Z").unwrap().with_timezone(&Utc);
+        let job = Job {
+            schedule: Some("0 9 * * 1-5".into()),
+            time_zone: Some("Europe/Paris".into()),
+            next_run_at: Some(at),
+            ..Job::default()
+        };
+        assert_eq!(job.next_run_local().as_deref(), Some("Mon 2026-12-07 09:00 CET"));
+        assert_eq!(Job { time_zone: Some("Nowhere/Else".into()), ..job.clone() }.next_run_local(), None);
+        assert_eq!(Job { next_run_at: None, ..job }.next_run_local(), None, "a card that runs once has no next run");
+    }
+
+    #[test]
+    fn cards_read_back_only_what_the_board_stores() {
+        for agent in [Agent::Claude, Agent::Codex] {
+            assert_eq!(Agent::from_db(agent.name()).unwrap(), agent);
+            assert_eq!(super::agent(agent.name()).unwrap(), agent.name(), "what is accepted is what is read back");
+        }
+        assert!(Agent::from_db("gemini").is_err());
+        for kind in CardKind::ALL {
+            assert_eq!(CardKind::from_db(kind.db()).unwrap(), kind);
+        }
+        assert!(CardKind::from_db("task").is_err());
+    }
 
     #[test]
     fn review_notices_tell_each_reader_what_to_do() {

@@ -189,40 +189,47 @@ impl From<Repo> for wire::RepoView {
 
 impl From<Job> for wire::JobView {
     fn from(j: Job) -> Self {
+        let next_run_local = j.next_run_local().unwrap_or_default();
+        let text = Option::unwrap_or_default;
         Self {
             id: j.id,
-            state: j.state,
+            state: j.column.name().to_owned(),
             title: j.title,
             detail: j.detail,
             repo: Some(j.repo.into()),
-            agent: j.agent,
+            agent: j.agent.name().to_owned(),
             requires_pr: j.requires_pr,
-            schedule: j.schedule,
-            time_zone: j.time_zone,
-            next_run_at: j.next_run_at,
+            schedule: text(j.schedule),
+            time_zone: text(j.time_zone),
+            next_run_at: instant(j.next_run_at),
             run_count: j.run_count,
-            last_run_at: j.last_run_at,
-            last_skip_reason: j.last_skip_reason,
-            schedule_id: j.schedule_id,
+            last_run_at: instant(j.last_run_at),
+            last_skip_reason: text(j.last_skip_reason),
+            schedule_id: text(j.schedule_id),
             posted_by: j.posted_by,
-            posted_at: j.posted_at,
-            edited_by: j.edited_by,
-            edited_at: j.edited_at,
+            posted_at: instant(Some(j.posted_at)),
+            edited_by: text(j.edited_by),
+            edited_at: instant(j.edited_at),
             attempts: j.attempts,
-            last_error: j.last_error,
-            branch: j.branch,
-            worktree: j.worktree,
-            agent_state: j.agent_state,
-            pr_url: j.pr_url,
-            summary: j.summary,
-            started_at: j.started_at,
-            finished_at: j.finished_at,
-            closed_at: j.closed_at,
+            last_error: text(j.last_error),
+            branch: text(j.branch),
+            worktree: text(j.worktree),
+            agent_state: text(j.agent_state),
+            pr_url: text(j.pr_url),
+            summary: text(j.summary),
+            started_at: instant(j.started_at),
+            finished_at: instant(j.finished_at),
+            closed_at: instant(j.closed_at),
             dispatcher_running: j.dispatcher_running,
             changed: j.changed,
-            next_run_local: j.next_run_local,
+            next_run_local,
         }
     }
+}
+
+/// An instant as the wire carries it: RFC 3339 in UTC to the second, empty when unset.
+fn instant(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)).unwrap_or_default()
 }
 
 impl From<Cleanup> for wire::Cleanup {

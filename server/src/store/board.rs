@@ -1,13 +1,13 @@
 //! The board in the database: cards, repositories, worker leases and schedule firing. Free
 //! repository functions on a client or transaction the application layer (`app::board`) holds.
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::error::Col;
 use crate::domain::board::{
-    CardKind, Cleanup, Column, DispatchedCard, DueSchedule, FollowPr, Job as JobView, LeasedCard, LostLease,
+    Agent, CardKind, Cleanup, Column, DispatchedCard, DueSchedule, FollowPr, Job as JobView, LeasedCard, LostLease,
     MAX_ATTEMPTS, PrState, Repo as RepoView, WORKER_FRESH_S, repo_path,
 };
 use crate::domain::caller::{Caller, MachineIdentity};
@@ -51,56 +51,37 @@ fn job_columns() -> String {
 
 const JOB_JOINS: &str = "jobs j join repos r on r.id = j.repo_id join machines m on m.id = r.machine_id";
 
-fn time(row: &Row, column: &str) -> Result<String> {
-    Ok(row
-        .col::<Option<DateTime<Utc>>>(column)?
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
-        .unwrap_or_default())
-}
-
-fn text(row: &Row, column: &str) -> Result<String> {
-    Ok(row.col::<Option<String>>(column)?.unwrap_or_default())
-}
-
-/// A UTC instant in an IANA zone, as a person reads it.
-fn local(at: Option<DateTime<Utc>>, zone: Option<&str>) -> String {
-    match (at, zone.and_then(|z| z.parse::<chrono_tz::Tz>().ok())) {
-        (Some(at), Some(tz)) => at.with_timezone(&tz).format("%a %Y-%m-%d %H:%M %Z").to_string(),
-        _ => String::new(),
-    }
-}
-
 fn job_from_row(row: &Row) -> Result<JobView> {
     Ok(JobView {
-        next_run_local: local(row.col("next_run_at")?, row.col::<Option<&str>>("time_zone")?),
         id: row.col("id")?,
-        state: Column::from_db(row.col("state")?)?.name().to_owned(),
+        column: Column::from_db(row.col("state")?)?,
+        kind: CardKind::from_db(row.col("kind")?)?,
         title: row.col("title")?,
         detail: row.col("detail")?,
         repo: RepoView { name: row.col("repo_name")?, path: row.col("repo_path")?, machine: row.col("machine_name")? },
-        agent: row.col("agent")?,
+        agent: Agent::from_db(row.col("agent")?)?,
         requires_pr: row.col("requires_pr")?,
-        schedule: text(row, "schedule")?,
-        time_zone: text(row, "time_zone")?,
-        next_run_at: time(row, "next_run_at")?,
+        schedule: row.col("schedule")?,
+        time_zone: row.col("time_zone")?,
+        next_run_at: row.col("next_run_at")?,
         run_count: row.col::<i32>("run_count")? as u32,
-        last_run_at: time(row, "last_run_at")?,
-        last_skip_reason: text(row, "last_skip_reason")?,
-        schedule_id: text(row, "schedule_id")?,
+        last_run_at: row.col("last_run_at")?,
+        last_skip_reason: row.col("last_skip_reason")?,
+        schedule_id: row.col("schedule_id")?,
         posted_by: row.col("posted_by")?,
-        posted_at: time(row, "posted_at")?,
-        edited_by: text(row, "edited_by")?,
-        edited_at: time(row, "edited_at")?,
+        posted_at: row.col("posted_at")?,
+        edited_by: row.col("edited_by")?,
+        edited_at: row.col("edited_at")?,
         attempts: row.col::<i32>("attempts")? as u32,
-        last_error: text(row, "last_error")?,
-        branch: text(row, "branch")?,
-        worktree: text(row, "worktree")?,
-        agent_state: text(row, "agent_state")?,
-        pr_url: text(row, "pr_url")?,
-        summary: text(row, "summary")?,
-        started_at: time(row, "started_at")?,
-        finished_at: time(row, "finished_at")?,
-        closed_at: time(row, "closed_at")?,
+        last_error: row.col("last_error")?,
+        branch: row.col("branch")?,
+        worktree: row.col("worktree")?,
+        agent_state: row.col("agent_state")?,
+        pr_url: row.col("pr_url")?,
+        summary: row.col("summary")?,
+        started_at: row.col("started_at")?,
+        finished_at: row.col("finished_at")?,
+        closed_at: row.col("closed_at")?,
         dispatcher_running: row.col("dispatcher_running")?,
         changed: Vec::new(),
     })

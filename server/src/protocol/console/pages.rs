@@ -2,10 +2,11 @@
 //! application's views by maud templates, which escape every value; text agents or people wrote
 //! goes in through `shown` (see `html`).
 
+use chrono::SecondsFormat;
 use maud::{DOCTYPE, Markup, Render, html};
 
 use super::html::{shown, web_link};
-use crate::domain::board::{Job, MAX_ATTEMPTS};
+use crate::domain::board::{Column, Job, MAX_ATTEMPTS};
 use crate::domain::caller::Human;
 use crate::domain::console::{Agents, Board, ContactRow, Inbox, Received};
 use crate::domain::delivery::Kind;
@@ -255,7 +256,7 @@ pub fn board_live(board: &Board, csrf: &str) -> Markup {
     html! {
         div class="columns" {
             @for (state, title) in [("todo", "To do"), ("in-progress", "In progress"), ("review", "Review")] {
-                @let cards: Vec<&Job> = board.open.iter().filter(|j| j.state == state).collect();
+                @let cards: Vec<&Job> = board.open.iter().filter(|j| j.column.name() == state).collect();
                 (column(state, title, cards.len() as u32, &cards, csrf))
             }
             (column("done", "Done", board.archived, &done, csrf))
@@ -280,26 +281,32 @@ fn column(state: &str, title: &str, count: u32, cards: &[&Job], csrf: &str) -> M
     }
 }
 
+/// An optional text as a card shows it: empty when unset.
+fn text(value: &Option<String>) -> &str {
+    value.as_deref().unwrap_or_default()
+}
+
 fn card(job: &Job, csrf: &str) -> Markup {
     let id = shown(&job.id);
     let attempts = (job.attempts > 0).then(|| format!("{} of {MAX_ATTEMPTS}", job.attempts));
-    let scheduled = !job.schedule.is_empty();
-    let schedule = format!("{} ({})", job.schedule, job.time_zone);
-    let next = if job.next_run_local.is_empty() { &job.next_run_at } else { &job.next_run_local };
+    let schedule = job.schedule.as_ref().map(|s| format!("{s} ({})", job.time_zone.as_deref().unwrap_or("UTC")));
+    let next = job.schedule.as_ref().and_then(|_| {
+        job.next_run_local().or_else(|| job.next_run_at.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)))
+    });
     let fields: [(&str, &str); 10] = [
         ("card", &job.id),
         ("repository", &format!("{} on {}", job.repo.name, job.repo.machine)),
-        ("agent", &job.agent),
+        ("agent", job.agent.name()),
         ("posted by", &job.posted_by),
-        ("branch", &job.branch),
+        ("branch", text(&job.branch)),
         ("attempts", attempts.as_deref().unwrap_or_default()),
-        ("schedule", if scheduled { &schedule } else { "" }),
-        ("next run", if scheduled { next } else { "" }),
-        ("held off", if scheduled { &job.last_skip_reason } else { "" }),
-        ("now", &job.agent_state),
+        ("schedule", text(&schedule)),
+        ("next run", text(&next)),
+        ("held off", if job.schedule.is_some() { text(&job.last_skip_reason) } else { "" }),
+        ("now", text(&job.agent_state)),
     ];
     html! {
-        article class="card" id={ "card-" (id) } data-card=(id) data-state=(shown(&job.state)) {
+        article class="card" id={ "card-" (id) } data-card=(id) data-state=(job.column.name()) {
             h3 class="title" { (shown(&job.title)) }
             dl {
                 @for (name, value) in fields {
@@ -308,21 +315,21 @@ fn card(job: &Job, csrf: &str) -> Markup {
                         dd { (shown(value)) }
                     }
                 }
-                @if !job.pr_url.is_empty() {
+                @if let Some(pr_url) = job.pr_url.as_deref().filter(|u| !u.is_empty()) {
                     dt { "pull request" }
                     dd {
-                        @match web_link(&job.pr_url) {
+                        @match web_link(pr_url) {
                             Some(url) => { a href=(shown(url)) rel="noreferrer noopener" { (shown(url)) } }
-                            None => { (shown(&job.pr_url)) }
+                            None => { (shown(pr_url)) }
                         }
                     }
                 }
             }
-            @if !job.last_error.is_empty() {
-                p class="error" { (shown(&job.last_error)) }
+            @if let Some(error) = job.last_error.as_deref().filter(|e| !e.is_empty()) {
+                p class="error" { (shown(error)) }
             }
-            @if !job.summary.is_empty() {
-                p class="summary" { (shown(&job.summary)) }
+            @if let Some(summary) = job.summary.as_deref().filter(|s| !s.is_empty()) {
+                p class="summary" { (shown(summary)) }
             }
             @if !job.detail.trim().is_empty() {
                 details id={ "detail-" (id) } {
@@ -330,8 +337,8 @@ fn card(job: &Job, csrf: &str) -> Markup {
                     pre { (shown(&job.detail)) }
                 }
             }
-            @match job.state.as_str() {
-                "todo" => { details id={ "edit-" (id) } {
+            @match job.column {
+                Column::Todo => { details id={ "edit-" (id) } {
                     summary { "Edit" }
                     form method="post" action="/board/edit" {
                         (csrf_field(csrf))
@@ -341,7 +348,7 @@ fn card(job: &Job, csrf: &str) -> Markup {
                         button type="submit" { "Save" }
                     }
                 } }
-                "review" => { div class="actions" {
+                Column::Review => { div class="actions" {
                     form method="post" action="/board/close" class="inline" {
                         (csrf_field(csrf))
                         (hidden("id", &id))
@@ -676,18 +683,17 @@ mod tests {
         r#"<script>alert(1)</script><img src=x onerror=alert(2)>" onclick="x"#
     }
 
-    fn card(state: &str) -> Job {
+    fn card(column: Column) -> Job {
         Job {
             id: "k1".into(),
-            state: state.into(),
+            column,
             title: hostile().into(),
             detail: hostile().into(),
             repo: Repo { name: "app".into(), path: "/src/app".into(), machine: "ci".into() },
-            agent: "claude".into(),
-            last_error: hostile().into(),
-            agent_state: hostile().into(),
-            summary: hostile().into(),
-            pr_url: "javascript:alert(3)".into(),
+            last_error: Some(hostile().into()),
+            agent_state: Some(hostile().into()),
+            summary: Some(hostile().into()),
+            pr_url: Some("javascript:alert(3)".into()),
             ..Job::default()
         }
     }
@@ -702,8 +708,8 @@ mod tests {
     #[test]
     fn cards_show_agents_text_as_text() {
         let board = Board {
-            open: vec![card("todo"), card("review")],
-            done: vec![card("done")],
+            open: vec![card(Column::Todo), card(Column::Review)],
+            done: vec![card(Column::Done)],
             archived: 5,
             repos: vec![Repo { name: "<app>".into(), path: "/src/<app>".into(), machine: "ci".into() }],
         };
@@ -720,8 +726,8 @@ mod tests {
 
     #[test]
     fn a_pull_request_is_a_link_only_when_it_is_a_web_address() {
-        let mut job = card("review");
-        job.pr_url = "https://forge.example/acme/app/pull/7".into();
+        let mut job = card(Column::Review);
+        job.pr_url = Some("https://forge.example/acme/app/pull/7".into());
         let out = super::card(&job, "t").into_string();
         assert!(out.contains(r#"<a href="https://forge.example/acme/app/pull/7" rel="noreferrer noopener">"#), "{out}");
     }
