@@ -14,7 +14,7 @@ const PURGE_EVERY_ROUNDS: u64 = 60;
 
 pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(app.timings().scheduler_tick);
+        let mut every = tokio::time::interval(app.ops.timings().scheduler_tick);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for round in 0u64.. {
             tokio::select! {
@@ -26,7 +26,7 @@ pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
             }
             metrics().scheduler_rounds.inc();
             // One read says which jobs have work; an idle round costs nothing more.
-            let due = match app.due_work().await {
+            let due = match app.ops.due_work().await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(error = %e, "scheduler round failed");
@@ -47,7 +47,7 @@ pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
 }
 
 async fn fire_schedules(app: &App) {
-    match app.fire_due_schedules().await {
+    match app.board.fire_due_schedules().await {
         Ok(0) => {}
         Ok(n) => {
             metrics().schedules_fired.inc_by(n as u64);
@@ -58,7 +58,7 @@ async fn fire_schedules(app: &App) {
 }
 
 async fn approval_round(app: &App) {
-    match app.approval_round().await {
+    match app.approvals.approval_round().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(requests = n, "permission requests escalated or expired"),
         Err(e) => tracing::warn!(error = %e, "approval round failed"),
@@ -66,7 +66,7 @@ async fn approval_round(app: &App) {
 }
 
 async fn expire_leases(app: &App) {
-    match app.expire_leases().await {
+    match app.board.expire_leases().await {
         Ok(0) => {}
         Ok(n) => {
             metrics().leases_expired.inc_by(n);
@@ -77,7 +77,7 @@ async fn expire_leases(app: &App) {
 }
 
 async fn purge(app: &App) {
-    match app.purge().await {
+    match app.ops.purge().await {
         Ok(purged) => {
             let m = metrics();
             m.purged(Purged::messages, purged.messages);

@@ -15,7 +15,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
 
-use crate::app::App;
+use crate::app::{App, Core};
 use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
 use crate::domain::timings::Timings;
@@ -207,10 +207,11 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let app = App::new(store.clone(), hub, shutdown.clone())?
+    let core = Core::new(store.clone(), hub, shutdown.clone())?
         .with_retention(settings.retention)
         .with_quotas(settings.quotas)
         .with_timings(settings.timings);
+    let app = App::new(core);
     let ops = side.ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");

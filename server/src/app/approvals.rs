@@ -7,7 +7,7 @@ use std::time::Duration;
 use deadpool_postgres::Transaction;
 use tokio::time::Instant;
 
-use super::App;
+use super::Core;
 use super::board::is_operator;
 use crate::domain::caller::Human;
 use crate::domain::ids::{self, AccountId};
@@ -17,7 +17,19 @@ use crate::domain::{Error, Result};
 use crate::store::approvals::{self, NewApproval, Verdict};
 use crate::store::identity::Caller;
 
-impl App {
+/// Permission requests of board agents, to the operator and then the human.
+#[derive(Clone)]
+pub struct ApprovalsService {
+    core: Core,
+}
+
+impl ApprovalsService {
+    pub(super) fn new(core: Core) -> Self {
+        Self { core }
+    }
+}
+
+impl ApprovalsService {
     /// Asks for a tool on behalf of the card the caller works, and waits for the decision.
     pub async fn request_permission(
         &self,
@@ -27,19 +39,19 @@ impl App {
         input: &str,
     ) -> Result<Decision> {
         let (tool_text, input) = (RedactedText::from_agent(tool), RedactedText::from_agent(input));
-        let wait = self.timings.approval_wait;
+        let wait = self.core.timings.approval_wait;
         let id = self.ask_permission(caller, job_token, tool_text.as_str(), input.as_str(), wait).await?;
         tracing::info!(approval = %id, by = %caller.address(), tool, "permission requested");
         // The deadlines are the database's: the scheduler of any replica escalates and refuses the
         // request, and wakes this call. The timer here only re-reads once the last one has passed.
         let last = Instant::now() + wait * 2 + Duration::from_secs(2);
-        let mut waiter = self.hub.waiter(caller.endpoint_id);
+        let mut waiter = self.core.hub.waiter(caller.endpoint_id);
         loop {
-            let decision = approvals::decision(&self.store.client().await?, caller.account_id, &id).await?;
+            let decision = approvals::decision(&self.core.store.client().await?, caller.account_id, &id).await?;
             if matches!(decision.state, ApprovalState::Allow | ApprovalState::Deny) {
                 return Ok(decision);
             }
-            if self.shutdown.is_cancelled() {
+            if self.core.shutdown.is_cancelled() {
                 return Err(Error::Unavailable(format!(
                     "the server is shutting down; permission request {id} stays open: ask again"
                 )));
@@ -47,7 +59,7 @@ impl App {
             tokio::select! {
                 () = waiter.changed() => {}
                 () = tokio::time::sleep_until(last.max(Instant::now() + Duration::from_secs(1))) => {}
-                () = self.shutdown.cancelled() => {}
+                () = self.core.shutdown.cancelled() => {}
             }
         }
     }
@@ -56,8 +68,8 @@ impl App {
     /// the human's are refused and their callers woken. How many were due. One request that cannot
     /// be moved on does not hold up the others.
     pub async fn approval_round(&self) -> Result<usize> {
-        let mut db = self.store.client().await?;
-        let wait_s = self.timings.approval_wait.as_secs_f64();
+        let mut db = self.core.store.client().await?;
+        let wait_s = self.core.timings.approval_wait.as_secs_f64();
         let due = approvals::due(&db, wait_s, 100).await?;
         for request in &due {
             if let Err(e) = settle(&mut db, request, wait_s).await {
@@ -84,7 +96,7 @@ impl App {
         if tool.trim().is_empty() {
             return Err(Error::invalid("a permission request names the tool"));
         }
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let card = approvals::worked_card(&tx, caller.account_id, &token_hash).await?.ok_or_else(not_working)?;
         let id = format!("a{}", &ids::new_message_id()[..9]);
@@ -119,11 +131,11 @@ impl App {
     /// The operator's answer: allow, deny, or owner (leave it to the human).
     pub async fn answer_permission(&self, caller: &Caller, id: &str, decision: &str, reason: &str) -> Result<Decision> {
         let reason = RedactedText::from_agent(reason);
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         is_operator(&db, caller).await?;
         let state = rules::decision(decision, false)?;
         let verdict = Verdict { state, reason: reason.as_str(), by: &caller.address() };
-        decide(&mut db, caller.account_id, id, &verdict, false, self.timings.approval_wait).await
+        decide(&mut db, caller.account_id, id, &verdict, false, self.core.timings.approval_wait).await
     }
 
     /// The human's answer, to a request pending or escalated.
@@ -131,21 +143,21 @@ impl App {
         let reason = RedactedText::from_agent(reason);
         let state = rules::decision(decision, true)?;
         let by = format!("{}/me ({})", person.account, person.name);
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         decide(
             &mut db,
             person.account_id,
             id,
             &Verdict { state, reason: reason.as_str(), by: &by },
             true,
-            self.timings.approval_wait,
+            self.core.timings.approval_wait,
         )
         .await
     }
 
     /// The account's open requests, oldest first.
     pub async fn approvals(&self, person: &Human) -> Result<Vec<Approval>> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         approvals::open(&db, person.account_id).await
     }
 }

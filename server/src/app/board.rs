@@ -5,7 +5,7 @@
 use chrono::{SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 
-use super::{App, optional};
+use super::{Core, optional};
 use crate::domain::board::{self as rules, Cause, Cleanup, Column, Event, Job, Repo, hold_reason};
 use crate::domain::caller::Human;
 use crate::domain::ids::{self, TokenKind};
@@ -15,6 +15,23 @@ use crate::domain::{EntityKind, Error, Result, limits};
 use crate::store::board::{self, NewJob};
 use crate::store::identity::{Caller, MachineIdentity};
 use crate::store::notices::notify_board;
+
+/// The job board: cards, repositories, workers' leases, schedules, pull requests.
+#[derive(Clone)]
+pub struct BoardService {
+    core: Core,
+}
+
+impl BoardService {
+    pub(super) fn new(core: Core) -> Self {
+        Self { core }
+    }
+
+    /// A worker's lease on a card, in seconds.
+    pub fn lease_s(&self) -> f64 {
+        self.core.lease_s()
+    }
+}
 
 /// A schedule as a card carries it: absent when the expression is empty; read in `zone` (UTC when empty).
 fn schedule(expr: &str, zone: &str) -> Result<Option<Schedule>> {
@@ -57,14 +74,14 @@ pub struct Edit<'a> {
     pub cwd: &'a str,
 }
 
-impl App {
+impl BoardService {
     pub async fn post_job(&self, caller: &Caller, post: Post<'_>) -> Result<Job> {
         let schedule = schedule(post.schedule, post.time_zone)?;
         let (title, detail) = (RedactedText::from_agent(post.title), RedactedText::from_agent(post.detail));
         let title = rules::title(title.as_str())?;
         let detail = detail.as_str();
         rules::detail(detail)?;
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let repo_id = board::resolve_repo(&tx, caller, post.repo, post.cwd).await?;
         let agent = match optional(post.agent).filter(|a| !a.trim().is_empty()) {
@@ -97,7 +114,7 @@ impl App {
 
     /// Cards of one column (or all but the archive), of one repository or all; and how many are archived.
     pub async fn list_jobs(&self, caller: &Caller, state: &str, repo: &str, cwd: &str) -> Result<(Vec<Job>, u32)> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let column = if state.trim().is_empty() { None } else { Some(Column::parse(state)?) };
         let repo_id =
             if repo.trim().is_empty() { None } else { Some(board::resolve_repo(&db, caller, repo, cwd).await?) };
@@ -107,7 +124,7 @@ impl App {
     }
 
     pub async fn read_job(&self, caller: &Caller, id: &str) -> Result<Job> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         board::job(&db, caller.account_id, id).await
     }
 
@@ -116,7 +133,7 @@ impl App {
         let schedule = edit.schedule.map(|expr| schedule(expr, edit.time_zone)).transpose()?;
         let (title, detail) = (edit.title.map(RedactedText::from_agent), edit.detail.map(RedactedText::from_agent));
         let id = id.trim();
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         rules::check_editable(board::lock_card(&tx, caller.account_id, id).await?)?;
         let mut changed = Vec::new();
@@ -167,7 +184,7 @@ impl App {
                 "finish_job is for an agent the board dispatched, and this session has no card".into(),
             )
         })?;
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let card = board::lock_dispatched(&tx, caller.account_id, &token_hash).await?.ok_or_else(|| {
             Error::FailedPrecondition("the card this agent was dispatched for is no longer its to finish".into())
@@ -176,12 +193,12 @@ impl App {
         let pr = rules::finished(card.column, card.requires_pr, pr_url.as_str().trim(), summary)?;
         board::set_review(&tx, &card.id, pr, summary).await?;
         let review = Event::Review { pr_url: pr, summary: (!summary.is_empty()).then_some(summary) };
-        notify_board(&tx, caller.account_id, &card.id, review, Some(caller.endpoint_id), self.store.max_unread())
+        notify_board(&tx, caller.account_id, &card.id, review, Some(caller.endpoint_id), self.core.store.max_unread())
             .await?;
         let job = board::job(&tx, caller.account_id, &card.id).await?;
         tx.commit().await?;
         // The database ended the agent's session with the attempt; this replica forgets it now.
-        self.store.sessions().forget_attempt(&card.id);
+        self.core.store.sessions().forget_attempt(&card.id);
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
         Ok(job)
     }
@@ -204,7 +221,7 @@ impl App {
     ) -> Result<Job> {
         let note = RedactedText::from_agent(note);
         let id = id.trim();
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         if operator_only {
             is_operator(&tx, actor).await?;
@@ -218,7 +235,7 @@ impl App {
             board::send_back(&tx, id, &rules::review_note_detail(by, note)).await?;
             Event::SentBack { by, note }
         };
-        notify_board(&tx, actor.account_id, id, event, Some(actor.endpoint_id), self.store.max_unread()).await?;
+        notify_board(&tx, actor.account_id, id, event, Some(actor.endpoint_id), self.core.store.max_unread()).await?;
         let job = board::job(&tx, actor.account_id, id).await?;
         tx.commit().await?;
         tracing::info!(card = %job.id, by, state = job.column.name(), "card closed");
@@ -229,27 +246,27 @@ impl App {
 
     /// Posts a card as the account's human; `repo` names one of the account's repositories.
     pub async fn person_post_job(&self, person: &Human, post: Post<'_>) -> Result<Job> {
-        let me = self.me(person).await?;
+        let me = self.core.me(person).await?;
         self.post_job(&me, post).await
     }
 
     /// Edits a card still in To do, as the account's human.
     pub async fn person_edit_job(&self, person: &Human, id: &str, edit: Edit<'_>) -> Result<Job> {
-        let me = self.me(person).await?;
+        let me = self.core.me(person).await?;
         self.edit_job(&me, id, edit).await
     }
 
     /// The account's person accepts a card in Review or sends it back with a note, as the operator
     /// would; the operator and the poster are told.
     pub async fn person_close_job(&self, person: &Human, id: &str, accept: bool, note: &str) -> Result<Job> {
-        let me = self.me(person).await?;
+        let me = self.core.me(person).await?;
         let by = format!("{}/me ({})", person.account, person.name);
         self.close(&me, id, accept, note, &by, false).await
     }
 
     /// The operator adds a repository of its own machine.
     pub async fn add_repo(&self, caller: &Caller, path: &str) -> Result<Repo> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         is_operator(&db, caller).await?;
         let machine = MachineIdentity {
             account_id: caller.account_id,
@@ -261,7 +278,7 @@ impl App {
     }
 
     pub async fn register_repo(&self, machine: &MachineIdentity, path: &str) -> Result<Repo> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         add_repo(&db, machine, path, &format!("worker on {}", machine.machine)).await
     }
 
@@ -269,14 +286,14 @@ impl App {
     /// with its job token, and the finished cards whose worktrees it should remove.
     pub async fn claim(&self, machine: &MachineIdentity) -> Result<(Option<(Job, String)>, Vec<Cleanup>)> {
         let token = ids::new_token(TokenKind::JobToken);
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         board::worker_seen(&tx, machine.machine_id).await?;
-        let claimed = match board::claim_next(&tx, machine.machine_id, self.lease_s(), &ids::token_hash(&token)).await?
-        {
-            Some(id) => Some((board::job(&tx, machine.account_id, &id).await?, token)),
-            None => None,
-        };
+        let claimed =
+            match board::claim_next(&tx, machine.machine_id, self.core.lease_s(), &ids::token_hash(&token)).await? {
+                Some(id) => Some((board::job(&tx, machine.account_id, &id).await?, token)),
+                None => None,
+            };
         let cleanup = board::cleanups(&tx, machine.machine_id).await?;
         tx.commit().await?;
         if let Some((job, _)) = &claimed {
@@ -288,8 +305,8 @@ impl App {
     /// Pull requests of the machine's cards in Review to ask the forge about now: each open one
     /// every `--pr-check-s` (60 s).
     pub async fn prs_to_follow(&self, machine: &MachineIdentity) -> Result<Vec<rules::FollowPr>> {
-        let db = self.store.client().await?;
-        board::prs_to_follow(&db, machine.machine_id, self.timings.pr_check.as_secs_f64()).await
+        let db = self.core.store.client().await?;
+        board::prs_to_follow(&db, machine.machine_id, self.core.timings.pr_check.as_secs_f64()).await
     }
 
     /// What the forge said of a card's pull request (`state` empty when the check failed with
@@ -301,7 +318,7 @@ impl App {
         if state.is_none() && error.as_str().trim().is_empty() {
             return Err(Error::invalid("a pull request check gives its state or the error that stopped it"));
         }
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let (account_id, pr_url) = board::lock_followed(&tx, machine.machine_id, id).await?.ok_or_else(|| {
             Error::FailedPrecondition(format!(
@@ -310,7 +327,7 @@ impl App {
             ))
         })?;
         let id = id.trim();
-        let cap = self.store.max_unread();
+        let cap = self.core.store.max_unread();
         match state {
             None => board::set_pr_checked(&tx, id, None, Some(&rules::pr_check_failed(error.as_str()))).await?,
             Some(rules::PrState::Open) => board::set_pr_checked(&tx, id, state, None).await?,
@@ -345,13 +362,13 @@ impl App {
         limits::no_credential("a branch name", branch, "name it by the card")?;
         ids::check_token(TokenKind::JobToken, job_token)?;
         let token_hash = ids::token_hash(job_token);
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         board::worker_seen(&db, machine.machine_id).await?;
         let renewed = board::renew_lease(
             &db,
             machine.machine_id,
             &token_hash,
-            self.lease_s(),
+            self.core.lease_s(),
             agent_state.as_str(),
             worktree,
             branch,
@@ -373,7 +390,7 @@ impl App {
         let error = RedactedText::from_agent(error);
         let error = error.as_str();
         ids::check_token(TokenKind::JobToken, job_token)?;
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let card =
             board::lock_leased(&tx, machine.machine_id, &ids::token_hash(job_token)).await?.ok_or_else(|| {
@@ -384,20 +401,20 @@ impl App {
             let why = rules::exit_error(card.attempts, exit_code, error);
             board::return_to_todo(&tx, &card.id, &why, &exited).await?;
             let event = Event::returned(card.attempts, Cause::Exited { code: exit_code, error });
-            notify_board(&tx, machine.account_id, &card.id, event, None, self.store.max_unread()).await?;
+            notify_board(&tx, machine.account_id, &card.id, event, None, self.core.store.max_unread()).await?;
         } else {
             board::set_exited(&tx, &card.id, &exited).await?;
         }
         let job = board::job(&tx, machine.account_id, &card.id).await?;
         tx.commit().await?;
-        self.store.sessions().forget_attempt(&card.id);
+        self.core.store.sessions().forget_attempt(&card.id);
         tracing::info!(card = %job.id, state = job.column.name(), exit_code, "card agent ended");
         Ok(job)
     }
 
     pub async fn cleaned(&self, machine: &MachineIdentity, ids: &[String]) -> Result<()> {
         limits::count("card ids", ids.len(), limits::MAX_CLEANED_IDS)?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         board::mark_cleaned(&db, machine.machine_id, ids).await
     }
 
@@ -406,16 +423,16 @@ impl App {
     /// Cards whose worker stopped renewing go back to To do with the reason; the board tells the
     /// operator and the poster. How many went back.
     pub async fn expire_leases(&self) -> Result<u64> {
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let expired = board::expire_leases(&tx).await?;
         for lost in &expired {
             let event = Event::returned(lost.attempts, Cause::LeaseLost { machine: &lost.machine });
-            notify_board(&tx, lost.account_id, &lost.id, event, None, self.store.max_unread()).await?;
+            notify_board(&tx, lost.account_id, &lost.id, event, None, self.core.store.max_unread()).await?;
         }
         tx.commit().await?;
         for lost in &expired {
-            self.store.sessions().forget_attempt(&lost.id);
+            self.core.store.sessions().forget_attempt(&lost.id);
         }
         Ok(expired.len() as u64)
     }
@@ -424,8 +441,8 @@ impl App {
     /// is open. `skip locked` and the move of `next_run_at` in the same transaction make each slot fire
     /// on one replica only; a schedule late after downtime fires once and moves to its next future slot.
     pub async fn fire_due_schedules(&self) -> Result<u32> {
-        let cap = self.store.max_unread();
-        let mut db = self.store.client().await?;
+        let cap = self.core.store.max_unread();
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let due = board::lock_due_schedules(&tx).await?;
         let mut fired = 0;

@@ -2,7 +2,7 @@
 //! database so that any replica serves them, and the views its pages show. What a person does
 //! from it are the operations of `trust`, `approvals` and `board`, as the human `me`.
 
-use super::App;
+use super::Core;
 use crate::domain::address::HUMAN;
 use crate::domain::caller::Human;
 use crate::domain::console::{self as rules, Agents, Board, ContactRow, DONE_SHOWN, Inbox, MESSAGES_SHOWN, Received};
@@ -11,6 +11,24 @@ use crate::domain::ids::{self, AccountId, TokenKind};
 use crate::domain::{Error, Result};
 use crate::push::hub::Waiter;
 use crate::store::{board, console, contacts, identity, messages};
+
+/// The web console's sessions and views.
+#[derive(Clone)]
+pub struct ConsoleService {
+    core: Core,
+    trust: super::trust::TrustService,
+    approvals: super::approvals::ApprovalsService,
+}
+
+impl ConsoleService {
+    pub(super) fn new(
+        core: Core,
+        trust: super::trust::TrustService,
+        approvals: super::approvals::ApprovalsService,
+    ) -> Self {
+        Self { core, trust, approvals }
+    }
+}
 
 /// What a console's live page waits on: the account (cards, holds, permission requests) and the
 /// human's inbox.
@@ -22,25 +40,25 @@ pub struct Watch {
     pub inbox: Waiter,
 }
 
-impl App {
+impl ConsoleService {
     /// Signs a person in with the account's human token, checked as the Human service checks it:
     /// a new session's token (for the cookie, shown only now) and the person.
     /// Signs a person in from `address`: an address that keeps failing waits, and so does an
     /// account that opens sessions faster than people do.
     pub async fn console_sign_in(&self, human_token: &str, address: std::net::IpAddr) -> Result<(String, Human)> {
-        self.rates.may_sign_in(address)?;
-        let person = match self.person(human_token.trim()).await {
+        self.core.rates.may_sign_in(address)?;
+        let person = match self.trust.person(human_token.trim()).await {
             Ok(person) => person,
             Err(e) => {
                 if matches!(e, Error::Unauthenticated(_)) {
-                    self.rates.failed_sign_in(address);
+                    self.core.rates.failed_sign_in(address);
                 }
                 return Err(e);
             }
         };
-        self.rates.sign_in(person.account_id, &person.account)?;
+        self.core.rates.sign_in(person.account_id, &person.account)?;
         let session = ids::new_token(TokenKind::Console);
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let ttl = rules::SESSION_TTL.as_secs_f64();
         if !console::insert_session(&db, &ids::token_hash(&session), &person, ttl).await? {
             return Err(Error::Unauthenticated("this human token was revoked".into()));
@@ -58,7 +76,7 @@ impl App {
     /// their feeds then.
     pub async fn console_session_left(&self, session: &str) -> Result<(Human, std::time::Duration)> {
         ids::check_token(TokenKind::Console, session)?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (person, left) = console::session_person(&db, &ids::token_hash(session))
             .await?
             .ok_or_else(|| Error::Unauthenticated("the console session ended: sign in again".into()))?;
@@ -67,12 +85,12 @@ impl App {
 
     pub async fn console_sign_out(&self, session: &str) -> Result<()> {
         ids::check_token(TokenKind::Console, session)?;
-        console::delete_session(&self.store.client().await?, &ids::token_hash(session)).await
+        console::delete_session(&self.core.store.client().await?, &ids::token_hash(session)).await
     }
 
     /// The account's board: open cards, the newest done ones, and its repositories.
     pub async fn console_board(&self, person: &Human) -> Result<Board> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         Ok(Board {
             open: board::list(&db, person.account_id, None, None).await?,
             done: board::recently_done(&db, person.account_id, DONE_SHOWN).await?,
@@ -86,10 +104,10 @@ impl App {
     pub async fn console_inbox(&self, person: &Human) -> Result<Inbox> {
         // Each of these takes a pooled connection of its own and gives it back before the next:
         // none is held while waiting for another.
-        let me = self.me(person).await?;
-        let holds = self.holds(person, false).await?;
-        let approvals = self.approvals(person).await?;
-        let db = self.store.client().await?;
+        let me = self.core.me(person).await?;
+        let holds = self.trust.holds(person, false).await?;
+        let approvals = self.approvals.approvals(person).await?;
+        let db = self.core.store.client().await?;
         let messages = messages::recent(&db, me.endpoint_id, MESSAGES_SHOWN).await?;
         Ok(Inbox {
             messages: messages.into_iter().map(|(message, read)| Received { message, read }).collect(),
@@ -104,16 +122,16 @@ impl App {
         if seqs.is_empty() {
             return Err(Error::invalid("no message to mark read"));
         }
-        let me = self.me(person).await?;
+        let me = self.core.me(person).await?;
         let seqs = delivery::seqs_to_db(seqs)?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (moved, _) = messages::advance(&db, me.endpoint_id, &seqs, State::Read).await?;
         Ok(moved)
     }
 
     /// The account's agents, online or not, and its contacts' online agents.
     pub async fn console_agents(&self, person: &Human) -> Result<Agents> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let mut own = identity::endpoints_of(&db, &[person.account_id], true).await?;
         own.retain(|e| e.machine != HUMAN && !e.ended);
         own.sort_by(|a, b| b.online.cmp(&a.online).then_with(|| a.address.cmp(&b.address)));
@@ -125,7 +143,7 @@ impl App {
 
     /// The account's contacts and requests, with their private-data setting.
     pub async fn console_contacts(&self, person: &Human) -> Result<Vec<ContactRow>> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let private = contacts::private_ok(&db, person.account_id).await?;
         let listed = contacts::list_contacts(&db, person.account_id).await?;
         Ok(listed
@@ -139,9 +157,9 @@ impl App {
 
     /// Wake-ups for a live page, taken before it reads what it shows so that no change is missed.
     pub async fn console_watch(&self, person: &Human) -> Result<Watch> {
-        let account = self.hub.account_waiter(person.account_id);
-        let sessions = self.hub.console_sessions_waiter(person.account_id);
-        let me = self.me(person).await?;
-        Ok(Watch { account, sessions, inbox: self.hub.waiter(me.endpoint_id) })
+        let account = self.core.hub.account_waiter(person.account_id);
+        let sessions = self.core.hub.console_sessions_waiter(person.account_id);
+        let me = self.core.me(person).await?;
+        Ok(Watch { account, sessions, inbox: self.core.hub.waiter(me.endpoint_id) })
     }
 }

@@ -6,7 +6,7 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::{App, optional};
+use super::{Core, optional};
 use crate::domain::board as board_rules;
 use crate::domain::caller::{Attempt, CardAgent};
 use crate::domain::endpoint::Endpoint;
@@ -16,6 +16,24 @@ use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits, presence};
 use crate::store::identity::{self, Caller, MachineIdentity};
 use crate::store::{Store, board, spawn};
+
+/// Who calls: machines, sessions and endpoints, profiles, the list of agents.
+#[derive(Clone)]
+pub struct IdentityService {
+    core: Core,
+}
+
+impl IdentityService {
+    pub(super) fn new(core: Core) -> Self {
+        Self { core }
+    }
+
+    /// Takes one call from its credential's and account's call rates (see
+    /// [`SendRates::admit_call`](super::quotas::SendRates::admit_call)).
+    pub fn admit_call(&self, call: &super::quotas::Call<'_>) -> Result<()> {
+        self.core.admit_call(call)
+    }
+}
 
 /// A profile change; `None` leaves a field as it is.
 #[derive(Default)]
@@ -51,10 +69,10 @@ pub struct HelloOutcome {
     pub resumed: bool,
 }
 
-impl App {
+impl IdentityService {
     /// The machine a machine token names.
     pub async fn machine(&self, token: &str) -> Result<MachineIdentity> {
-        authenticate_machine(&self.store, token).await
+        authenticate_machine(&self.core.store, token).await
     }
 
     /// The endpoint a session token names: the sender of everything it sends. Read from memory
@@ -62,11 +80,11 @@ impl App {
     pub async fn caller(&self, token: &str) -> Result<Caller> {
         ids::check_token(TokenKind::Session, token)?;
         let hash = ids::token_hash(token);
-        let ticket = match self.store.sessions().get(&hash) {
+        let ticket = match self.core.store.sessions().get(&hash) {
             Ok(caller) => return Ok(caller),
             Err(ticket) => ticket,
         };
-        let session = identity::session_caller(&self.store.client().await?, hash)
+        let session = identity::session_caller(&self.core.store.client().await?, hash)
             .await?
             .ok_or_else(|| Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()))?;
         if session.attempt_over {
@@ -78,7 +96,7 @@ impl App {
         if !session.live {
             return Err(Error::Unauthenticated("session unknown, ended or revoked: call Hello again".into()));
         }
-        self.store.sessions().put(ticket, &session.caller);
+        self.core.store.sessions().put(ticket, &session.caller);
         Ok(session.caller)
     }
 
@@ -87,7 +105,7 @@ impl App {
     pub async fn card_agent(&self, token: &str) -> Result<CardAgent> {
         ids::check_token(TokenKind::JobToken, token)?;
         let token_hash = ids::token_hash(token);
-        let holder = board::attempt_holder(&self.store.client().await?, &token_hash).await?.ok_or_else(|| {
+        let holder = board::attempt_holder(&self.core.store.client().await?, &token_hash).await?.ok_or_else(|| {
             Error::Unauthenticated(
                 "unknown job token: the attempt it was issued for has ended (released, lease expired or closed); a card's agent acts only while its card is in progress"
                     .into(),
@@ -109,7 +127,7 @@ impl App {
         if let Some(handle) = handle {
             check_claimable(NameKind::Handle, handle)?;
         }
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let wanted = Wanted {
             handle,
             harness,
@@ -138,7 +156,7 @@ impl App {
                 "a job token claims only the endpoint of card {card}, {handle}, not {asked}: leave the handle out"
             )));
         }
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         if !board::hold_attempt(&tx, &agent.attempt.token_hash).await? {
             return Err(Error::Unauthenticated(format!(
@@ -188,17 +206,17 @@ impl App {
             if !identity::claim_granted(db, id, harness, &hash).await? {
                 return Err(Error::AlreadyExists("the worker this grant was issued for is connected already".into()));
             }
-            self.store.sessions().forget_endpoint(id);
+            self.core.store.sessions().forget_endpoint(id);
             let endpoint = identity::endpoint_on(db, id).await?;
             return Ok(HelloOutcome { endpoint, session_token: token, resumed: false });
         }
-        let caps = self.endpoint_caps();
+        let caps = self.core.endpoint_caps();
         let id = match handle {
             Some(handle) => {
                 match identity::claim_handle(db, machine.machine_id, handle, harness, &hash, attempt, caps).await? {
                     Some(id) => id,
                     None => match identity::no_room_for(db, machine.machine_id, handle, caps).await? {
-                        Some(full) => return Err(self.no_room(&machine.account, &machine.machine, full)),
+                        Some(full) => return Err(self.core.no_room(&machine.account, &machine.machine, full)),
                         None => return Err(held(db, machine, handle).await?),
                     },
                 }
@@ -218,46 +236,31 @@ impl App {
                         break;
                     }
                     if let Some(full) = identity::no_room_for(db, machine.machine_id, &candidate, caps).await? {
-                        return Err(self.no_room(&machine.account, &machine.machine, full));
+                        return Err(self.core.no_room(&machine.account, &machine.machine, full));
                     }
                 }
                 found.ok_or_else(|| Error::Unavailable("could not pick a free handle; try again".into()))?
             }
         };
         // A session this claim took the handle from is over here at once, elsewhere when heard.
-        self.store.sessions().forget_endpoint(id);
+        self.core.store.sessions().forget_endpoint(id);
         identity::clear_peek_turns(db, id).await?;
         let endpoint = identity::endpoint_on(db, id).await?;
         Ok(HelloOutcome { endpoint, session_token: token, resumed: false })
     }
 
-    /// How many endpoints an account, and one machine's agents, may hold.
-    pub(crate) fn endpoint_caps(&self) -> identity::EndpointCaps {
-        identity::EndpointCaps { account: self.quotas.max_endpoints, machine: self.quotas.max_endpoints_per_machine }
-    }
-
-    /// Why a new endpoint of `account`'s `machine` was refused.
-    pub(crate) fn no_room(&self, account: &str, machine: &str, full: identity::NoRoom) -> Error {
-        match full {
-            identity::NoRoom::Account => limits::no_room_for_endpoints(account, self.quotas.max_endpoints),
-            identity::NoRoom::Machine => {
-                limits::no_room_on_machine(&format!("{account}/{machine}"), self.quotas.max_endpoints_per_machine)
-            }
-        }
-    }
-
     /// Ends a session: the endpoint goes offline at once and its handle is free.
     pub async fn goodbye(&self, caller: &Caller) -> Result<()> {
-        identity::end_session(&self.store.client().await?, caller.endpoint_id).await?;
+        identity::end_session(&self.core.store.client().await?, caller.endpoint_id).await?;
         // Other replicas hear of it from the database; this one forgets the session now.
-        self.store.sessions().forget_endpoint(caller.endpoint_id);
+        self.core.store.sessions().forget_endpoint(caller.endpoint_id);
         tracing::info!(endpoint = %caller.address(), "goodbye");
         Ok(())
     }
 
     /// The caller's endpoint and how many messages wait unread.
     pub async fn whoami(&self, caller: &Caller) -> Result<(Endpoint, u64)> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let endpoint = identity::endpoint_on(&db, caller.endpoint_id).await?;
         let unread = crate::store::messages::unread_count(&db, caller.endpoint_id).await?;
         Ok((endpoint, unread))
@@ -265,7 +268,7 @@ impl App {
 
     /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.
     pub async fn list(&self, caller: &Caller, all: bool, contacts: bool) -> Result<Vec<Endpoint>> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let accounts =
             if contacts { identity::contact_accounts(&db, caller.account_id).await? } else { vec![caller.account_id] };
         identity::endpoints_of(&db, &accounts, all).await
@@ -286,7 +289,7 @@ impl App {
         }
         let redacted = |text: Option<&str>| text.map(RedactedText::from_agent);
         let (note, now, title) = (redacted(change.note), redacted(change.now), redacted(change.title));
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         identity::set_profile(&db, caller.endpoint_id, change.status, note.as_ref(), now.as_ref(), title.as_ref())
             .await?;
         identity::endpoint_on(&db, caller.endpoint_id).await

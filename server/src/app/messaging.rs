@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
 
-use super::{App, optional};
+use super::{Core, optional};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{self, Kind, State};
 use crate::domain::message::{self, Message, Recipient};
@@ -15,6 +15,19 @@ use crate::push::announce::{self, AnnounceStream};
 use crate::push::stream::{self, PushStream};
 use crate::store::messages::{self, Look, Outgoing, Sent};
 use crate::store::pages::Page;
+
+/// Messages: sending (through the send pipeline), the inbox, replies waited for, tracking, push and announcements.
+#[derive(Clone)]
+pub struct MessagingService {
+    core: Core,
+    identity: super::identity::IdentityService,
+}
+
+impl MessagingService {
+    pub(super) fn new(core: Core, identity: super::identity::IdentityService) -> Self {
+        Self { core, identity }
+    }
+}
 
 /// A message to send, as the caller gave it.
 pub struct NewMessage<'a> {
@@ -35,7 +48,7 @@ pub struct Delivered {
     pub redacted: Counts,
 }
 
-impl App {
+impl MessagingService {
     pub async fn send(&self, caller: &Caller, send: NewMessage<'_>) -> Result<Delivered> {
         limits::recipients(send.to.len())?;
         limits::body(send.body)?;
@@ -55,10 +68,10 @@ impl App {
             private: send.private,
             require_reply: send.require_reply,
         };
-        self.rates.admit(caller)?;
-        let sent = self.sends.send(caller, out).await?;
+        self.core.rates.admit(caller)?;
+        let sent = self.core.sends.send(caller, out).await?;
         if !sent.duplicate {
-            self.rates.delivered(caller, sent.recipients.len());
+            self.core.rates.delivered(caller, sent.recipients.len());
         }
         tracing::debug!(
             from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(),
@@ -71,11 +84,11 @@ impl App {
     pub async fn reply(&self, caller: &Caller, id: &str, body: &str, client_id: &str) -> Result<Delivered> {
         limits::body(body)?;
         limits::client_id(client_id)?;
-        self.rates.admit(caller)?;
+        self.core.rates.admit(caller)?;
         let redacted = redact(body);
-        let sent = self.sends.reply(caller, id, &redacted.text, optional(client_id)).await?;
+        let sent = self.core.sends.reply(caller, id, &redacted.text, optional(client_id)).await?;
         if !sent.duplicate {
-            self.rates.delivered(caller, sent.recipients.len());
+            self.core.rates.delivered(caller, sent.recipients.len());
         }
         Ok(Delivered { sent, redacted: redacted.counts })
     }
@@ -84,13 +97,14 @@ impl App {
     /// remain unread after them.
     pub async fn inbox(&self, caller: &Caller, wait_s: u32, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let batch = limits::inbox_batch(limit);
-        self.wait_for(
-            caller,
-            wait_s,
-            |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(),
-            || self.take_unread(caller, batch, ack),
-        )
-        .await
+        self.core
+            .wait_for(
+                caller,
+                wait_s,
+                |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(),
+                || self.take_unread(caller, batch, ack),
+            )
+            .await
     }
 
     /// Replies to a request the caller sent, waiting up to `wait_s` for one; with its recipients' states.
@@ -100,18 +114,19 @@ impl App {
         id: &str,
         wait_s: u32,
     ) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
-        self.wait_for(
-            caller,
-            wait_s,
-            |(_, replies, _): &(String, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
-            || self.take_replies(caller, id),
-        )
-        .await
+        self.core
+            .wait_for(
+                caller,
+                wait_s,
+                |(_, replies, _): &(String, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
+                || self.take_replies(caller, id),
+            )
+            .await
     }
 
     /// Per-recipient states of a message the caller sent.
     pub async fn track(&self, caller: &Caller, reference: &str) -> Result<Sent> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let id = sent_message(&db, caller, reference).await?;
         let (thread, reply_to) = messages::thread_of(&db, &id).await?;
         let recipients = messages::recipient_states(&db, &id).await?;
@@ -127,7 +142,7 @@ impl App {
         if seqs.is_empty() {
             return Ok(0);
         }
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         Ok(messages::advance(&db, caller.endpoint_id, &seqs, state).await?.0)
     }
 
@@ -136,11 +151,11 @@ impl App {
     /// A look that moves nothing to read, at an inbox unchanged since the last such look here, is
     /// answered with that look's page: the database is asked only whether the inbox changed.
     async fn take_unread(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
-        let (db, inbox, limit) = (self.store.client().await?, caller.endpoint_id, i64::from(limit));
+        let (db, inbox, limit) = (self.core.store.client().await?, caller.endpoint_id, i64::from(limit));
         if ack {
             return messages::take_unread(&db, inbox, limit, State::Read).await;
         }
-        let held = self.store.pages().get(inbox, limit);
+        let held = self.core.store.pages().get(inbox, limit);
         let seen = held.as_ref().and_then(|p| Some((p.version, p.messages.last()?.id.as_str())));
         match messages::look(&db, inbox, limit, seen).await? {
             // Only a held page's version can be found unchanged.
@@ -150,7 +165,7 @@ impl App {
             }
             Look::Page { messages, left, version } => {
                 let page = version.map(|version| Arc::new(Page { version, messages: messages.clone(), left }));
-                self.store.pages().keep(inbox, limit, page);
+                self.core.store.pages().keep(inbox, limit, page);
                 Ok((messages, left))
             }
         }
@@ -158,7 +173,7 @@ impl App {
 
     /// One look for replies the caller received to a message it sent; those returned become read.
     async fn take_replies(&self, caller: &Caller, reference: &str) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let id = sent_message(&tx, caller, reference).await?;
         let replies = messages::replies_to(&tx, &id, caller.endpoint_id).await?;
@@ -176,17 +191,24 @@ impl App {
     /// `wait`, first waits for some (reading nothing meanwhile). `token` is the caller's session
     /// token: a wait ends when its session does.
     pub fn announce(&self, caller: Caller, token: &str, wait: bool) -> AnnounceStream {
-        let (app, token) = (self.clone(), token.to_owned());
+        let (identity, token) = (self.identity.clone(), token.to_owned());
         let session: announce::SessionCheck = Box::new(move || {
-            let (app, token) = (app.clone(), token.clone());
-            Box::pin(async move { app.caller(&token).await.map(drop) })
+            let (identity, token) = (identity.clone(), token.clone());
+            Box::pin(async move { identity.caller(&token).await.map(drop) })
         });
-        announce::open(self.store.clone(), self.hub.clone(), caller, wait, self.shutdown.clone(), session)
+        announce::open(
+            self.core.store.clone(),
+            self.core.hub.clone(),
+            caller,
+            wait,
+            self.core.shutdown.clone(),
+            session,
+        )
     }
 
     /// The caller's push stream: everything unread above `after_seq`, then each new delivery.
     pub fn subscribe(&self, caller: Caller, after_seq: u64) -> PushStream {
-        stream::open(self.store.clone(), self.hub.clone(), caller, after_seq, self.shutdown.clone())
+        stream::open(self.core.store.clone(), self.core.hub.clone(), caller, after_seq, self.core.shutdown.clone())
     }
 }
 

@@ -1,7 +1,8 @@
-//! The application layer: one module per area, between the protocol (which authenticates the
+//! The application layer: one service per area, between the protocol (which authenticates the
 //! caller and speaks `relay.v1`) and the store (which holds the SQL). Each operation checks its
 //! input against the product's limits, redacts what agents wrote, waits where a call waits, and
-//! calls the store; it knows no wire types and builds no gRPC status.
+//! calls the store; it knows no wire types and builds no gRPC status. [`App`] holds the services;
+//! protocol handlers reach each through it by its area's name (`app.messaging.send(…)`).
 
 pub mod approvals;
 pub mod board;
@@ -31,10 +32,43 @@ use crate::store::Store;
 use crate::store::identity::Caller;
 use quotas::SendRates;
 
-/// What every area works with: the database, the send pipeline, the local wake-ups, the server's
-/// shutdown, and the operator's settings.
+/// Every area's service.
 #[derive(Clone)]
 pub struct App {
+    pub identity: identity::IdentityService,
+    pub messaging: messaging::MessagingService,
+    pub scope: scope::ScopeService,
+    pub trust: trust::TrustService,
+    pub board: board::BoardService,
+    pub approvals: approvals::ApprovalsService,
+    pub console: console::ConsoleService,
+    pub ops: observe::OpsService,
+}
+
+impl App {
+    /// The services over `core`.
+    pub fn new(core: Core) -> Self {
+        let identity = identity::IdentityService::new(core.clone());
+        let messaging = messaging::MessagingService::new(core.clone(), identity.clone());
+        let trust = trust::TrustService::new(core.clone(), messaging.clone());
+        let approvals = approvals::ApprovalsService::new(core.clone());
+        Self {
+            console: console::ConsoleService::new(core.clone(), trust.clone(), approvals.clone()),
+            scope: scope::ScopeService::new(core.clone()),
+            board: board::BoardService::new(core.clone()),
+            ops: observe::OpsService::new(core),
+            identity,
+            messaging,
+            trust,
+            approvals,
+        }
+    }
+}
+
+/// What every service works with: the database, the send pipeline, the local wake-ups, the
+/// server's shutdown, and the operator's settings.
+#[derive(Clone)]
+pub struct Core {
     store: Store,
     sends: Arc<send::Sends>,
     hub: Hub,
@@ -45,7 +79,7 @@ pub struct App {
     rates: Arc<SendRates>,
 }
 
-impl App {
+impl Core {
     /// Takes one call from its credential's and account's call rates; see [`SendRates::admit_call`].
     pub fn admit_call(&self, call: &quotas::Call<'_>) -> Result<()> {
         self.rates.admit_call(call)
@@ -103,6 +137,35 @@ impl App {
     pub async fn due_work(&self) -> Result<crate::store::due::DueWork> {
         let db = self.store.client().await?;
         crate::store::due::probe(&db, self.timings.approval_wait.as_secs_f64()).await
+    }
+
+    /// The human inbox of `person`'s account, as the sender and recipient a person's commands act for.
+    pub(crate) async fn me(&self, person: &crate::domain::caller::Human) -> Result<Caller> {
+        crate::store::trust::human_caller(&self.store.client().await?, person.account_id).await
+    }
+
+    /// How many endpoints an account, and one machine's agents, may hold.
+    pub(crate) fn endpoint_caps(&self) -> crate::store::identity::EndpointCaps {
+        crate::store::identity::EndpointCaps {
+            account: self.quotas.max_endpoints,
+            machine: self.quotas.max_endpoints_per_machine,
+        }
+    }
+
+    /// Why a new endpoint of `account`'s `machine` was refused.
+    pub(crate) fn no_room(
+        &self,
+        account: &str,
+        machine: &str,
+        full: crate::store::identity::NoRoom,
+    ) -> crate::domain::Error {
+        use crate::store::identity::NoRoom;
+        match full {
+            NoRoom::Account => limits::no_room_for_endpoints(account, self.quotas.max_endpoints),
+            NoRoom::Machine => {
+                limits::no_room_on_machine(&format!("{account}/{machine}"), self.quotas.max_endpoints_per_machine)
+            }
+        }
     }
 
     /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever

@@ -3,24 +3,46 @@
 
 use std::time::Duration;
 
-use super::App;
+use super::Core;
 use crate::metrics::{ApprovalLabel, metrics};
 use crate::store::observe;
+
+/// What the ops port and the scheduler ask of the replica: readiness, figures, purges.
+#[derive(Clone)]
+pub struct OpsService {
+    pub(super) core: Core,
+}
+
+impl OpsService {
+    pub(super) fn new(core: Core) -> Self {
+        Self { core }
+    }
+
+    /// The periods the scheduler keeps.
+    pub fn timings(&self) -> crate::domain::timings::Timings {
+        self.core.timings()
+    }
+
+    /// What the scheduler's round has to do now (one read).
+    pub async fn due_work(&self) -> crate::domain::Result<crate::store::due::DueWork> {
+        self.core.due_work().await
+    }
+}
 
 /// How long a probe or a scrape waits for the database.
 const DB_WAIT: Duration = Duration::from_secs(2);
 
-impl App {
+impl OpsService {
     /// Why the replica should get no traffic now, if it should not: shutdown has begun, the
     /// database's notifications are not heard, or the database does not answer.
     pub async fn not_ready(&self) -> Option<String> {
-        if self.shutdown.is_cancelled() {
+        if self.core.shutdown.is_cancelled() {
             return Some("shutting down".into());
         }
-        if !*self.store.heard().borrow() {
+        if !*self.core.store.heard().borrow() {
             return Some("the notification connection to the database is down".into());
         }
-        match self.store.check(DB_WAIT).await {
+        match self.core.store.check(DB_WAIT).await {
             Ok(()) => None,
             Err(e) => Some(format!("the database does not answer: {e}")),
         }
@@ -29,9 +51,9 @@ impl App {
     /// Brings the gauges read on demand up to date: the pool and sessions from memory, waiting
     /// approvals from the database (on failure the last figures stay, and it is logged).
     pub async fn refresh_metrics(&self) {
-        self.store.observe_pool();
+        self.core.store.observe_pool();
         let read = tokio::time::timeout(DB_WAIT, async {
-            let client = self.store.client().await?;
+            let client = self.core.store.client().await?;
             observe::approvals_waiting(&client).await
         })
         .await;

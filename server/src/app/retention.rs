@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use super::App;
+use super::observe::OpsService;
 use crate::domain::Result;
 use crate::domain::retention::{PURGE_BATCH, PURGE_BATCHES_PER_ROUND};
 use crate::store::{console, retention};
@@ -41,10 +41,10 @@ where
     Ok(total)
 }
 
-impl App {
+impl OpsService {
     pub async fn purge(&self) -> Result<Purged> {
-        let keep = self.retention;
-        let db = self.store.client().await?;
+        let keep = self.core.retention;
+        let db = self.core.store.client().await?;
         let messages = drain(|| retention::purge_messages(&db, keep.messages.as_secs_f64(), PURGE_BATCH)).await?;
         let cards = drain(|| retention::purge_cards(&db, keep.cards.as_secs_f64(), PURGE_BATCH)).await?;
         let peeks = drain(|| retention::purge_peeks(&db, keep.audit.as_secs_f64(), PURGE_BATCH)).await?;

@@ -4,7 +4,7 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::App;
+use super::Core;
 use crate::domain::delivery::Kind;
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{self, EndpointId, TokenKind};
@@ -16,6 +16,18 @@ use crate::store::identity::{self, Caller};
 use crate::store::messages::{Outgoing, Sent};
 use crate::store::scope::{self, RuleChange};
 use crate::store::spawn;
+
+/// Who may reach whom: rules, caps, peers, groups, and the agents a caller spawns.
+#[derive(Clone)]
+pub struct ScopeService {
+    core: Core,
+}
+
+impl ScopeService {
+    pub(super) fn new(core: Core) -> Self {
+        Self { core }
+    }
+}
 
 /// A selector list as the caller gave it: absent stays absent.
 fn parse(list: Option<&[String]>) -> Result<Option<Vec<Selector>>> {
@@ -67,9 +79,9 @@ fn needs_name(name: &str) -> Result<&str> {
     }
 }
 
-impl App {
+impl ScopeService {
     pub async fn show_rules(&self, caller: &Caller, endpoint: &str) -> Result<RulesView> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (id, _) = rules_target(&db, caller, endpoint).await?;
         scope::read_rules(&db, id).await
     }
@@ -77,7 +89,7 @@ impl App {
     /// Own rules are replaced; a descendant gets a new cap by the caller, which can only narrow.
     pub async fn set_rules(&self, caller: &Caller, endpoint: &str, set: RuleSet<'_>) -> Result<RulesView> {
         let (rules_in, rules_out) = set.changes()?;
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
         for (dir, change) in [(Dir::In, rules_in), (Dir::Out, rules_out)] {
@@ -96,7 +108,7 @@ impl App {
         }
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         Ok(view)
     }
 
@@ -112,7 +124,7 @@ impl App {
         if rules_in.is_none() && rules_out.is_none() {
             return Err(Error::invalid("widen takes in or out"));
         }
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
         if !descendant {
@@ -129,7 +141,7 @@ impl App {
         }
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         Ok(view)
     }
 
@@ -138,7 +150,7 @@ impl App {
         let cap_id: i64 = cap.trim().strip_prefix("cap-").and_then(|n| n.parse().ok()).ok_or_else(|| {
             Error::invalid(format!("invalid cap id {cap:?}: caps are named cap-<n>, as rules show lists them"))
         })?;
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let (id, _) = rules_target(&tx, caller, endpoint).await?;
         let set_by = scope::cap_setter(&tx, cap_id, id)
@@ -155,7 +167,7 @@ impl App {
         scope::delete_cap(&tx, cap_id).await?;
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         Ok(view)
     }
 
@@ -165,7 +177,7 @@ impl App {
         if to.trim().is_empty() {
             return Err(Error::invalid("why takes to (and optionally from)"));
         }
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let mine = identity::contact_accounts(&db, caller.account_id).await?;
         let (from_id, from_address) = if from.trim().is_empty() {
             (caller.endpoint_id, caller.address())
@@ -189,7 +201,7 @@ impl App {
 
     /// Endpoints the caller may message (online unless `all`), each with what admits it.
     pub async fn peers(&self, caller: &Caller, all: bool) -> Result<Vec<Peer>> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let contacts = identity::contact_accounts(&db, caller.account_id).await?;
         let mut accounts = contacts.clone();
         accounts.push(caller.account_id);
@@ -217,10 +229,10 @@ impl App {
         let name = needs_name(name)?;
         let (rules_in, rules_out) = (parse(rules_in)?, parse(rules_out)?);
         domain_scope::check_group_name(name)?;
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
-        if scope::group_count(&tx, caller.account_id).await? >= i64::from(self.quotas.max_groups) {
-            return Err(limits::no_room_for_groups(&caller.account, self.quotas.max_groups));
+        if scope::group_count(&tx, caller.account_id).await? >= i64::from(self.core.quotas.max_groups) {
+            return Err(limits::no_room_for_groups(&caller.account, self.core.quotas.max_groups));
         }
         let id = scope::insert_group(&tx, caller.account_id, name, caller.endpoint_id, &rules_in, &rules_out)
             .await?
@@ -228,7 +240,7 @@ impl App {
         scope::insert_member(&tx, id, caller.endpoint_id).await?;
         let view = scope::group_view(&tx, id).await?;
         tx.commit().await?;
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         Ok(view)
     }
 
@@ -236,7 +248,7 @@ impl App {
     /// itself.
     pub async fn group_member(&self, caller: &Caller, name: &str, endpoint: &str, add: bool) -> Result<GroupView> {
         let name = needs_name(name)?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (group, owner) = scope::group_id(&db, caller, name).await?;
         let (member, address) = if endpoint.trim().is_empty() {
             (caller.endpoint_id, caller.address())
@@ -259,7 +271,7 @@ impl App {
         } else if scope::remove_member(&db, group, member).await? == 0 {
             return Err(Error::not_found(EntityKind::Group, format!("{address} is not a member of group {name}")));
         }
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         scope::group_view(&db, group).await
     }
 
@@ -276,7 +288,7 @@ impl App {
             return Err(Error::invalid("rules takes in or out"));
         }
         caller.not_card_agent("changing a group's rules")?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (group, owner) = scope::group_id(&db, caller, name).await?;
         domain_scope::owner_only(caller.endpoint_id, owner, name)?;
         for (dir, change) in [(Dir::In, rules_in), (Dir::Out, rules_out)] {
@@ -284,19 +296,19 @@ impl App {
                 scope::set_group_rule(&db, group, dir, &rule).await?;
             }
         }
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         scope::group_view(&db, group).await
     }
 
     pub async fn group_show(&self, caller: &Caller, name: &str) -> Result<GroupView> {
         let name = needs_name(name)?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (group, _) = scope::group_id(&db, caller, name).await?;
         scope::group_view(&db, group).await
     }
 
     pub async fn group_list(&self, caller: &Caller) -> Result<Vec<GroupView>> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let ids = scope::group_ids(&db, caller.account_id).await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -309,11 +321,11 @@ impl App {
     pub async fn group_drop(&self, caller: &Caller, name: &str) -> Result<String> {
         caller.not_card_agent("dropping a group")?;
         let name = needs_name(name)?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (group, owner) = scope::group_id(&db, caller, name).await?;
         domain_scope::owner_only(caller.endpoint_id, owner, name)?;
         scope::delete_group(&db, group).await?;
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         Ok(name.to_owned())
     }
 
@@ -330,12 +342,12 @@ impl App {
             name => domain_scope::preset(name)?,
         };
         let grant = ids::new_token(TokenKind::SpawnGrant);
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let taken = spawn::child_handles(&tx, caller.machine_id, &caller.handle).await?;
         let handle = names::child_handle(&caller.handle, &taken);
-        if let Some(full) = identity::no_room_for(&tx, caller.machine_id, &handle, self.endpoint_caps()).await? {
-            return Err(self.no_room(&caller.account, &caller.machine, full));
+        if let Some(full) = identity::no_room_for(&tx, caller.machine_id, &handle, self.core.endpoint_caps()).await? {
+            return Err(self.core.no_room(&caller.account, &caller.machine, full));
         }
         let child =
             spawn::insert_child(&tx, caller.machine_id, &handle, harness, caller.endpoint_id, &ids::token_hash(&grant))
@@ -358,7 +370,7 @@ impl App {
         ids::check_token(TokenKind::SpawnGrant, grant)?;
         // The connection goes back before the send, which takes its own.
         let (child, parent_address) = {
-            let db = self.store.client().await?;
+            let db = self.core.store.client().await?;
             let (child, parent) = spawn::grant_holder(&db, &ids::token_hash(grant))
                 .await?
                 .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?;
@@ -377,8 +389,8 @@ impl App {
             private: false,
             require_reply: false,
         };
-        let sent = self.sends.send_unscoped(&child, out).await?;
-        spawn::spend_grant(&self.store.client().await?, child.endpoint_id).await?;
+        let sent = self.core.sends.send_unscoped(&child, out).await?;
+        spawn::spend_grant(&self.core.store.client().await?, child.endpoint_id).await?;
         Ok(sent)
     }
 }

@@ -1,7 +1,7 @@
 //! Trust: peek (turns redacted before they are kept), required replies, and what an account's
 //! person does — the human inbox, contacts, holds and their policy.
 
-use super::App;
+use super::Core;
 use super::messaging::{Delivered, NewMessage};
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
@@ -17,13 +17,26 @@ use crate::store::messages::{self, Outgoing, Target};
 use crate::store::trust::{self, KeptTurn};
 use crate::store::{Store, contacts, scope};
 
+/// What people decide and keep private: holds, peek, the human inbox, required replies.
+#[derive(Clone)]
+pub struct TrustService {
+    core: Core,
+    messaging: super::messaging::MessagingService,
+}
+
+impl TrustService {
+    pub(super) fn new(core: Core, messaging: super::messaging::MessagingService) -> Self {
+        Self { core, messaging }
+    }
+}
+
 /// Longest text kept of one peeked turn.
 const PEEK_TEXT_BYTES: usize = 4096;
 
-impl App {
+impl TrustService {
     /// Turning peek off deletes what was kept.
     pub async fn set_peek(&self, caller: &Caller, on: bool) -> Result<()> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         trust::set_peek_on(&db, caller.endpoint_id, on).await?;
         if !on {
             trust::delete_peek_turns(&db, caller.endpoint_id).await?;
@@ -47,7 +60,7 @@ impl App {
                 role: RedactedText::from_agent(&t.role),
             })
             .collect();
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let stored = trust::keep_peek_turns(&tx, caller.endpoint_id, &turns, append).await?;
         tx.commit().await?;
@@ -60,7 +73,7 @@ impl App {
             return Err(Error::invalid("peek takes endpoint: whose last turns to see"));
         }
         let turns = if turns == 0 { 3 } else { turns as usize };
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (target, address) = scope::messageable(&db, caller, endpoint).await?;
         let kept = trust::peek_state(&db, target).await?;
         if !kept.peek_on {
@@ -75,14 +88,14 @@ impl App {
 
     /// Who peeked at the caller, newest first.
     pub async fn peekers(&self, caller: &Caller) -> Result<Vec<Peeker>> {
-        trust::peekers(&self.store.client().await?, caller.endpoint_id).await
+        trust::peekers(&self.core.store.client().await?, caller.endpoint_id).await
     }
 
     /// Asks to the caller that require a reply it has not given yet, and that it can still answer:
     /// an asker whose machine was revoked, or whose account is out of reach (a contact dropped), can
     /// never get the reply. An ended asker can.
     pub async fn pending_replies(&self, caller: &Caller) -> Result<Vec<Message>> {
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let mut reach = contact_accounts(&db, caller.account_id).await?;
         reach.push(caller.account_id);
         trust::unanswered_asks(&db, caller.endpoint_id, &reach).await
@@ -93,7 +106,7 @@ impl App {
     /// The account's person a human token names.
     pub async fn person(&self, token: &str) -> Result<Human> {
         ids::check_token(TokenKind::Human, token)?;
-        let db = self.store.client().await?;
+        let db = self.core.store.client().await?;
         let (person, revoked) = contacts::human_by_token(&db, &ids::token_hash(token))
             .await?
             .ok_or_else(|| Error::Unauthenticated("unknown human token".into()))?;
@@ -103,14 +116,9 @@ impl App {
         Ok(person)
     }
 
-    /// The human inbox `me`, as the sender and recipient a person's commands act for.
-    pub(super) async fn me(&self, person: &Human) -> Result<Caller> {
-        trust::human_caller(&self.store.client().await?, person.account_id).await
-    }
-
     pub async fn human_inbox(&self, person: &Human, wait_s: u32, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
-        let me = self.me(person).await?;
-        self.inbox(&me, wait_s, limit, ack).await
+        let me = self.core.me(person).await?;
+        self.messaging.inbox(&me, wait_s, limit, ack).await
     }
 
     /// Sends as the account's human: a plain message, limits and redaction as for any sender.
@@ -123,18 +131,18 @@ impl App {
         client_id: &str,
         private: bool,
     ) -> Result<Delivered> {
-        let me = self.me(person).await?;
+        let me = self.core.me(person).await?;
         let message = NewMessage { to, body, thread, kind: Kind::Message, client_id, private, require_reply: false };
-        self.send(&me, message).await
+        self.messaging.send(&me, message).await
     }
 
     pub async fn human_reply(&self, person: &Human, id: &str, body: &str, client_id: &str) -> Result<Delivered> {
-        let me = self.me(person).await?;
-        self.reply(&me, id, body, client_id).await
+        let me = self.core.me(person).await?;
+        self.messaging.reply(&me, id, body, client_id).await
     }
 
     pub async fn holds(&self, person: &Human, all: bool) -> Result<Vec<Hold>> {
-        trust::holds_on(&self.store.client().await?, person, all).await
+        trust::holds_on(&self.core.store.client().await?, person, all).await
     }
 
     /// Releases a held message to its recipients (delivers it), or rejects it with a reason its
@@ -142,7 +150,7 @@ impl App {
     pub async fn decide_hold(&self, person: &Human, id: &str, release: bool, reason: &str) -> Result<Hold> {
         let reason = RedactedText::from_agent(reason);
         let reason = reason.as_str().trim();
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let me = trust::human_caller(&db, person.account_id).await?;
         let tx = db.transaction().await?;
         let held = trust::lock_hold(&tx, person.account_id, id.trim()).await?.ok_or_else(|| {
@@ -180,15 +188,15 @@ impl App {
     pub async fn hold_policy(&self, person: &Human, class: &str, on: bool) -> Result<Vec<String>> {
         let class = class.trim();
         rules::check_hold_class(class)?;
-        let classes = trust::set_hold_class(&self.store.client().await?, person.account_id, class, on).await?;
-        self.store.scope_changed();
+        let classes = trust::set_hold_class(&self.core.store.client().await?, person.account_id, class, on).await?;
+        self.core.store.scope_changed();
         Ok(classes)
     }
 
     /// Asks for a contact; when the other account already asked for one, the contact is made.
     pub async fn contact_request(&self, person: &Human, account: &str) -> Result<Contact> {
         let other = account.trim();
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let other_id = contacts::account_id(&tx, other).await?;
         if other_id == person.account_id {
@@ -206,7 +214,7 @@ impl App {
             "requested"
         };
         tx.commit().await?;
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         let view = Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 };
         tracing::info!(account = %person.account, other = %view.account, state = %view.state, "contact request");
         Ok(view)
@@ -214,7 +222,7 @@ impl App {
 
     pub async fn contact_accept(&self, person: &Human, account: &str) -> Result<Contact> {
         let other = account.trim();
-        let mut db = self.store.client().await?;
+        let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let other_id = contacts::account_id(&tx, other).await?;
         if !contact_accounts(&tx, person.account_id).await?.contains(&other_id) {
@@ -227,32 +235,32 @@ impl App {
             contacts::make_contact(&tx, person.account_id, other_id).await?;
         }
         tx.commit().await?;
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         Ok(Contact { account: other.to_owned(), state: "contact".to_owned(), withdrawn: 0 })
     }
 
     pub async fn contact_list(&self, person: &Human) -> Result<Vec<Contact>> {
-        contacts::list_contacts(&self.store.client().await?, person.account_id).await
+        contacts::list_contacts(&self.core.store.client().await?, person.account_id).await
     }
 
     /// Allows or forbids private data across a contact.
     pub async fn contact_private(&self, person: &Human, account: &str, allow: bool) -> Result<Contact> {
         let other = account.trim();
-        let updated = trust::set_private_ok(&self.store.client().await?, person.account_id, other, allow).await?;
+        let updated = trust::set_private_ok(&self.core.store.client().await?, person.account_id, other, allow).await?;
         if updated == 0 {
             return Err(Error::not_found(
                 EntityKind::Contact,
                 format!("{} and {other} are not contacts", person.account),
             ));
         }
-        self.store.scope_changed();
+        self.core.store.scope_changed();
         let state = if allow { "contact, private data allowed" } else { "contact, no private data" };
         Ok(Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 })
     }
 
     /// Ends a contact: reach is cut at once and what no agent has seen yet is withdrawn.
     pub async fn contact_drop(&self, person: &Human, account: &str) -> Result<Contact> {
-        let view = drop_contact(&self.store, &person.account, account.trim()).await?;
+        let view = drop_contact(&self.core.store, &person.account, account.trim()).await?;
         tracing::info!(account = %person.account, other = %view.account, withdrawn = view.withdrawn, "contact dropped");
         Ok(view)
     }

@@ -94,23 +94,23 @@ fn misplaced_job_token(needs: Needs, token: &str, path: &str) -> Option<Error> {
 async fn authenticate(app: &App, needs: Needs, token: &str) -> Result<Option<Credential>> {
     Ok(Some(match needs {
         Needs::MachineOrJob if TokenKind::of(token) == Some(TokenKind::JobToken) => {
-            let agent = app.card_agent(token).await?;
+            let agent = app.identity.card_agent(token).await?;
             let at = &agent.machine;
             layers::record_caller(&format_args!("{}/{} (card {})", at.account, at.machine, agent.attempt.card));
             Credential::Card(agent)
         }
         Needs::Session => {
-            let caller = app.caller(token).await?;
+            let caller = app.identity.caller(token).await?;
             layers::record_caller(&caller.address());
             Credential::Session(caller)
         }
         Needs::Machine | Needs::MachineOrJob => {
-            let machine = app.machine(token).await?;
+            let machine = app.identity.machine(token).await?;
             layers::record_caller(&format_args!("{}/{}", machine.account, machine.machine));
             Credential::Machine(machine)
         }
         Needs::Person => {
-            let person = app.person(token).await?;
+            let person = app.trust.person(token).await?;
             layers::record_caller(&format_args!("{}/me ({})", person.account, person.name));
             Credential::Person(person)
         }
@@ -190,7 +190,7 @@ impl Gatekeeper for App {
             _ => None,
         };
         let call = Call { account: credential.account_id(), holder: credential.holder(), who: &who, opens_session };
-        self.admit_call(&call)
+        self.identity.admit_call(&call)
     }
 }
 

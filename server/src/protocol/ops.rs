@@ -54,14 +54,14 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(app): State<App>) -> Response {
-    match app.not_ready().await {
+    match app.ops.not_ready().await {
         None => (StatusCode::OK, "ready\n").into_response(),
         Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response(),
     }
 }
 
 async fn metrics_text(State(app): State<App>) -> Response {
-    app.refresh_metrics().await;
+    app.ops.refresh_metrics().await;
     ([(header::CONTENT_TYPE, OPENMETRICS)], metrics().encode()).into_response()
 }
 

@@ -208,7 +208,7 @@ impl Console {
     /// The session and its person.
     async fn signed_in(&self, headers: &HeaderMap) -> Result<(String, Human)> {
         let session = self.session_of(headers).ok_or_else(|| Error::Unauthenticated("not signed in".into()))?;
-        let person = self.app.console_session(&session).await?;
+        let person = self.app.console.console_session(&session).await?;
         Ok((session, person))
     }
 
@@ -273,12 +273,15 @@ impl Console {
     ) -> Response {
         let csrf = csrf_token(session);
         let body = match page {
-            Page::Board => self.app.console_board(person).await.map(|b| pages::board(&b, &csrf)),
-            Page::Agents => self.app.console_agents(person).await.map(|a| pages::agents(&a, now_ms())),
-            Page::Inbox => {
-                self.app.console_inbox(person).await.map(|i| pages::inbox(&i, &csrf, &new_message_id(), now_ms()))
-            }
-            Page::Contacts => self.app.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
+            Page::Board => self.app.console.console_board(person).await.map(|b| pages::board(&b, &csrf)),
+            Page::Agents => self.app.console.console_agents(person).await.map(|a| pages::agents(&a, now_ms())),
+            Page::Inbox => self
+                .app
+                .console
+                .console_inbox(person)
+                .await
+                .map(|i| pages::inbox(&i, &csrf, &new_message_id(), now_ms())),
+            Page::Contacts => self.app.console.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
         };
         match body {
             Ok(body) => page_response(status, pages::page(page, person, &csrf, notice, body)),
@@ -294,12 +297,15 @@ impl Console {
         };
         let csrf = csrf_token(&session);
         let html = match page {
-            Page::Board => self.app.console_board(&person).await.map(|b| pages::board_live(&b, &csrf).into_string()),
+            Page::Board => {
+                self.app.console.console_board(&person).await.map(|b| pages::board_live(&b, &csrf).into_string())
+            }
             Page::Agents => {
-                self.app.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms()).into_string())
+                self.app.console.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms()).into_string())
             }
             Page::Inbox => self
                 .app
+                .console
                 .console_inbox(&person)
                 .await
                 .map(|i| pages::inbox_live(&i, &csrf, &new_message_id(), now_ms()).into_string()),
@@ -348,7 +354,7 @@ async fn sign_in(
     if !c.same_origin(&headers) {
         return refused_cross_site();
     }
-    match c.app.console_sign_in(fields.get("token"), peer.ip()).await {
+    match c.app.console.console_sign_in(fields.get("token"), peer.ip()).await {
         Ok((session, _)) => {
             let mut response = see_other("/board");
             response.headers_mut().insert(header::SET_COOKIE, c.session_cookie(&session));
@@ -374,7 +380,7 @@ async fn sign_out(State(c): State<Console>, headers: HeaderMap, Form(fields): Fo
         Ok(signed_in) => signed_in,
         Err(refused) => return refused,
     };
-    if let Err(e) = c.app.console_sign_out(&session).await {
+    if let Err(e) = c.app.console.console_sign_out(&session).await {
         return page_response(status_of(&e), pages::unavailable(&reason(&e)));
     }
     let mut response = see_other("/sign-in");
@@ -448,7 +454,7 @@ async fn board_post(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
         requires_pr,
         cwd: "",
     };
-    let outcome = c.app.person_post_job(&person, post).await.map(|_| "posted");
+    let outcome = c.app.board.person_post_job(&person, post).await.map(|_| "posted");
     c.after(Page::Board, &person, &session, outcome).await
 }
 
@@ -463,7 +469,7 @@ async fn board_edit(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
         requires_pr: None,
         cwd: "",
     };
-    let outcome = c.app.person_edit_job(&person, f.get("id"), edit).await.map(|_| "edited");
+    let outcome = c.app.board.person_edit_job(&person, f.get("id"), edit).await.map(|_| "edited");
     c.after(Page::Board, &person, &session, outcome).await
 }
 
@@ -472,6 +478,7 @@ async fn board_close(State(c): State<Console>, headers: HeaderMap, Form(f): Form
     let accept = f.yes("accept");
     let outcome = c
         .app
+        .board
         .person_close_job(&person, f.get("id"), accept, f.get("note"))
         .await
         .map(|_| if accept { "accepted" } else { "sent-back" });
@@ -483,14 +490,15 @@ async fn inbox_send(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
     let to: Vec<String> =
         f.get("to").split([',', ' ', '\n']).map(str::trim).filter(|a| !a.is_empty()).map(str::to_owned).collect();
     let client_id = format!("console-{}", f.get("client_id"));
-    let outcome = c.app.human_send(&person, &to, f.get("body"), "", &client_id, f.yes("private")).await.map(|_| "sent");
+    let outcome =
+        c.app.trust.human_send(&person, &to, f.get("body"), "", &client_id, f.yes("private")).await.map(|_| "sent");
     c.after(Page::Inbox, &person, &session, outcome).await
 }
 
 async fn inbox_reply(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
     let (session, person) = form!(c, headers, f);
     let client_id = format!("console-{}", f.get("client_id"));
-    let outcome = c.app.human_reply(&person, f.get("id"), f.get("body"), &client_id).await.map(|_| "replied");
+    let outcome = c.app.trust.human_reply(&person, f.get("id"), f.get("body"), &client_id).await.map(|_| "replied");
     c.after(Page::Inbox, &person, &session, outcome).await
 }
 
@@ -498,7 +506,7 @@ async fn inbox_read(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
     let (session, person) = form!(c, headers, f);
     let seqs: std::result::Result<Vec<u64>, _> = f.all("seq").map(str::parse).collect();
     let outcome = match seqs {
-        Ok(seqs) => c.app.console_mark_read(&person, &seqs).await.map(|_| "read"),
+        Ok(seqs) => c.app.console.console_mark_read(&person, &seqs).await.map(|_| "read"),
         Err(_) => Err(Error::invalid("a message to mark read is named by its number")),
     };
     c.after(Page::Inbox, &person, &session, outcome).await
@@ -509,6 +517,7 @@ async fn inbox_hold(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
     let release = f.yes("release");
     let outcome = c
         .app
+        .trust
         .decide_hold(&person, f.get("id"), release, f.get("reason"))
         .await
         .map(|_| if release { "released" } else { "rejected" });
@@ -520,6 +529,7 @@ async fn inbox_approval(State(c): State<Console>, headers: HeaderMap, Form(f): F
     let decision = f.get("decision");
     let outcome = c
         .app
+        .approvals
         .approve(&person, f.get("id"), decision, f.get("reason"))
         .await
         .map(|_| if decision == "allow" { "allowed" } else { "denied" });
@@ -530,6 +540,7 @@ async fn contact_request(State(c): State<Console>, headers: HeaderMap, Form(f): 
     let (session, person) = form!(c, headers, f);
     let outcome = c
         .app
+        .trust
         .contact_request(&person, f.get("account"))
         .await
         .map(|contact| if contact.state == "contact" { "contact" } else { "requested" });
@@ -538,13 +549,13 @@ async fn contact_request(State(c): State<Console>, headers: HeaderMap, Form(f): 
 
 async fn contact_accept(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
     let (session, person) = form!(c, headers, f);
-    let outcome = c.app.contact_accept(&person, f.get("account")).await.map(|_| "contact");
+    let outcome = c.app.trust.contact_accept(&person, f.get("account")).await.map(|_| "contact");
     c.after(Page::Contacts, &person, &session, outcome).await
 }
 
 async fn contact_drop(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
     let (session, person) = form!(c, headers, f);
-    let outcome = c.app.contact_drop(&person, f.get("account")).await.map(|_| "dropped");
+    let outcome = c.app.trust.contact_drop(&person, f.get("account")).await.map(|_| "dropped");
     c.after(Page::Contacts, &person, &session, outcome).await
 }
 
@@ -553,6 +564,7 @@ async fn contact_private(State(c): State<Console>, headers: HeaderMap, Form(f): 
     let allow = f.yes("allow");
     let outcome = c
         .app
+        .trust
         .contact_private(&person, f.get("account"), allow)
         .await
         .map(|_| if allow { "private-on" } else { "private-off" });
@@ -571,13 +583,13 @@ async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
         Ok(signed_in) => signed_in,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
-    let watch = match c.app.console_watch(&person).await {
+    let watch = match c.app.console.console_watch(&person).await {
         Ok(watch) => watch,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
     // Read again now that the wake-ups are taken: a session that ended between the first read and
     // them is found here, not missed until it would have expired.
-    let expiry = match c.app.console_session_left(&session).await {
+    let expiry = match c.app.console.console_session_left(&session).await {
         Ok((_, left)) => Box::pin(tokio::time::sleep(left)),
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
@@ -631,7 +643,7 @@ impl Feed {
                 break match woke {
                     Woke::Account => "account",
                     // One of the account's sessions ended: this page's, or another one's.
-                    Woke::SessionEnded => match self.app.console_session(&self.session).await {
+                    Woke::SessionEnded => match self.app.console.console_session(&self.session).await {
                         Err(Error::Unauthenticated(_)) => {
                             self.over = true;
                             "signed-out"
