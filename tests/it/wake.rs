@@ -182,7 +182,25 @@ impl StandIn {
                 bin("agent-bridge").display()
             ))
             .await;
+        agent.session_written().await;
         agent
+    }
+
+    /// Waits until the bridge has written its session file, which its hooks find it by: it writes
+    /// it once the relay took its Hello, a moment after the relay shows the agent online.
+    async fn session_written(&self) {
+        let sessions = self.dir.path().join("agent-relay").join("sessions");
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let written = std::fs::read_dir(&sessions)
+                .map(|entries| entries.flatten().any(|e| e.path().extension().is_some_and(|x| x == "toml")))
+                .unwrap_or(false);
+            if written {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the bridge wrote no session file within {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     async fn run(&mut self, line: &str) {
