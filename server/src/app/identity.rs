@@ -372,8 +372,8 @@ pub async fn revoke_machine(store: &Store, path: &str) -> Result<()> {
         .ok_or_else(|| Error::not_found(EntityKind::Machine, format!("no machine {account}/{machine}")))?;
     identity::end_machine_sessions(&tx, machine_id).await?;
     tx.commit().await?;
+    // Replicas forget the machine's sessions and what they resolved on the database's notices.
     store.sessions().forget_machine(machine_id);
-    store.scope_changed();
     Ok(())
 }
 

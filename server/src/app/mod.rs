@@ -124,6 +124,11 @@ impl Core {
         self
     }
 
+    /// The replica's send pipeline.
+    pub fn sends(&self) -> Arc<send::Sends> {
+        self.sends.clone()
+    }
+
     pub fn timings(&self) -> Timings {
         self.timings
     }

@@ -108,7 +108,7 @@ impl ScopeService {
         }
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         Ok(view)
     }
 
@@ -141,7 +141,7 @@ impl ScopeService {
         }
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         Ok(view)
     }
 
@@ -167,7 +167,7 @@ impl ScopeService {
         scope::delete_cap(&tx, cap_id).await?;
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         Ok(view)
     }
 
@@ -240,7 +240,7 @@ impl ScopeService {
         scope::insert_member(&tx, id, caller.endpoint_id).await?;
         let view = scope::group_view(&tx, id).await?;
         tx.commit().await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         Ok(view)
     }
 
@@ -271,7 +271,7 @@ impl ScopeService {
         } else if scope::remove_member(&db, group, member).await? == 0 {
             return Err(Error::not_found(EntityKind::Group, format!("{address} is not a member of group {name}")));
         }
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         scope::group_view(&db, group).await
     }
 
@@ -296,7 +296,7 @@ impl ScopeService {
                 scope::set_group_rule(&db, group, dir, &rule).await?;
             }
         }
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         scope::group_view(&db, group).await
     }
 
@@ -325,7 +325,7 @@ impl ScopeService {
         let (group, owner) = scope::group_id(&db, caller, name).await?;
         domain_scope::owner_only(caller.endpoint_id, owner, name)?;
         scope::delete_group(&db, group).await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         Ok(name.to_owned())
     }
 

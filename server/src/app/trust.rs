@@ -189,7 +189,7 @@ impl TrustService {
         let class = class.trim();
         rules::check_hold_class(class)?;
         let classes = trust::set_hold_class(&self.core.store.client().await?, person.account_id, class, on).await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         Ok(classes)
     }
 
@@ -214,7 +214,7 @@ impl TrustService {
             "requested"
         };
         tx.commit().await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         let view = Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 };
         tracing::info!(account = %person.account, other = %view.account, state = %view.state, "contact request");
         Ok(view)
@@ -235,7 +235,7 @@ impl TrustService {
             contacts::make_contact(&tx, person.account_id, other_id).await?;
         }
         tx.commit().await?;
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         Ok(Contact { account: other.to_owned(), state: "contact".to_owned(), withdrawn: 0 })
     }
 
@@ -253,7 +253,7 @@ impl TrustService {
                 format!("{} and {other} are not contacts", person.account),
             ));
         }
-        self.core.store.scope_changed();
+        self.core.sends.scope_changed();
         let state = if allow { "contact, private data allowed" } else { "contact, no private data" };
         Ok(Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 })
     }
@@ -261,6 +261,8 @@ impl TrustService {
     /// Ends a contact: reach is cut at once and what no agent has seen yet is withdrawn.
     pub async fn contact_drop(&self, person: &Human, account: &str) -> Result<Contact> {
         let view = drop_contact(&self.core.store, &person.account, account.trim()).await?;
+        // Every replica forgets on the database's notice; this one at once, for the next send.
+        self.core.sends.scope_changed();
         tracing::info!(account = %person.account, other = %view.account, withdrawn = view.withdrawn, "contact dropped");
         Ok(view)
     }
@@ -309,7 +311,6 @@ async fn drop_contact_once(store: &Store, account: &str, other: &str) -> Result<
     let reason = format!("withdrawn: the contact between {account} and {other} was dropped before it was seen");
     let withdrawn = contacts::withdraw_between(&tx, me, other_id, &reason).await?;
     tx.commit().await?;
-    store.scope_changed();
     Ok(Contact { account: other.to_owned(), state: "none".to_owned(), withdrawn: withdrawn as u32 })
 }
 

@@ -1,6 +1,7 @@
 //! The replica's one LISTEN connection. It is dedicated, never pooled: a pooled connection would be
 //! handed to other work and its notifications discarded.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -10,6 +11,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
+use crate::app::send::Sends;
 use crate::domain::ids::AccountId;
 use crate::domain::{Error, Result};
 use crate::store::console::{ACCOUNT_CHANNEL, CONSOLE_CHANNEL};
@@ -24,17 +26,38 @@ const MAX_RETRY: Duration = Duration::from_secs(10);
 
 type Driver = JoinHandle<std::result::Result<(), tokio_postgres::Error>>;
 
+/// What this replica keeps in memory while it hears every change: the store's sessions and the
+/// send pipeline's resolved recipients.
+#[derive(Clone)]
+struct Memory {
+    store: Store,
+    sends: Arc<Sends>,
+}
+
+impl Memory {
+    fn heard(&self) {
+        self.store.changes_heard();
+        self.sends.changes_heard();
+    }
+
+    fn unheard(&self) {
+        self.store.changes_unheard();
+        self.sends.changes_unheard();
+    }
+}
+
 /// Connects and listens before returning, so the server never serves without push; afterwards it
 /// reconnects by itself and wakes every waiter to re-read what it may have missed meanwhile.
 ///
 /// While it listens, sessions may be held in memory: every change to one is heard. While it is
 /// away, they are not, and every call reads the database.
-pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
+pub async fn start(store: Store, hub: Hub, sends: Arc<Sends>, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
     let config = store.config().clone();
-    let first = listen(&config, &hub, &store)
+    let memory = Memory { store, sends };
+    let first = listen(&config, &hub, &memory)
         .await
         .map_err(|e| Error::Unavailable(format!("cannot open the notification connection: {e}")))?;
-    store.changes_heard();
+    memory.heard();
     Ok(tokio::spawn(async move {
         let mut current = Some(first);
         let mut retry = FIRST_RETRY;
@@ -50,14 +73,14 @@ pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Resul
                                 Ok(Err(e)) => tracing::warn!(error = %e, "notification connection failed"),
                                 Err(e) => tracing::error!(error = %e, "notification task failed"),
                             }
-                            store.changes_unheard();
+                            memory.unheard();
                             break;
                         }
                         _ = probe.tick() => {
                             let alive = tokio::time::timeout(PROBE_TIMEOUT, client.simple_query("select 1")).await;
                             if !matches!(alive, Ok(Ok(_))) {
                                 tracing::warn!("notification connection stopped answering; reconnecting");
-                                store.changes_unheard();
+                                memory.unheard();
                                 driver.abort();
                                 break;
                             }
@@ -70,13 +93,13 @@ pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Resul
                 () = tokio::time::sleep(retry) => {}
                 () = shutdown.cancelled() => return,
             }
-            match listen(&config, &hub, &store).await {
+            match listen(&config, &hub, &memory).await {
                 Ok(session) => {
                     tracing::info!("notification connection restored");
                     crate::metrics::metrics().listen_reconnects.inc();
                     current = Some(session);
                     retry = FIRST_RETRY;
-                    store.changes_heard();
+                    memory.heard();
                     // Notifications sent while we were away are gone: everyone re-reads and rechecks.
                     hub.wake_all();
                     hub.all_changed();
@@ -93,11 +116,11 @@ pub async fn start(store: Store, hub: Hub, shutdown: CancellationToken) -> Resul
 async fn listen(
     config: &DbConfig,
     hub: &Hub,
-    store: &Store,
+    memory: &Memory,
 ) -> std::result::Result<(Client, Driver), tokio_postgres::Error> {
     match &config.tls {
-        DbTls::None => listen_with(&config.pg, NoTls, hub, store).await,
-        DbTls::Rustls(tls) => listen_with(&config.pg, tls.clone(), hub, store).await,
+        DbTls::None => listen_with(&config.pg, NoTls, hub, memory).await,
+        DbTls::Rustls(tls) => listen_with(&config.pg, tls.clone(), hub, memory).await,
     }
 }
 
@@ -105,7 +128,7 @@ async fn listen_with<T>(
     config: &tokio_postgres::Config,
     tls: T,
     hub: &Hub,
-    store: &Store,
+    memory: &Memory,
 ) -> std::result::Result<(Client, Driver), tokio_postgres::Error>
 where
     T: MakeTlsConnect<Socket>,
@@ -113,12 +136,12 @@ where
 {
     let (client, mut connection) = config.connect(tls).await?;
     let hub = hub.clone();
-    let store = store.clone();
+    let memory = memory.clone();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             if let AsyncMessage::Notification(n) = message? {
-                heard(&hub, &store, n.channel(), n.payload());
+                heard(&hub, &memory, n.channel(), n.payload());
             }
         }
         Ok(())
@@ -131,7 +154,7 @@ where
     Ok((client, driver))
 }
 
-fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
+fn heard(hub: &Hub, memory: &Memory, channel: &str, payload: &str) {
     if channel == ACCOUNT_CHANNEL || channel == CONSOLE_CHANNEL {
         match payload.parse().map(AccountId) {
             Ok(account) if channel == ACCOUNT_CHANNEL => hub.wake_account(account),
@@ -143,15 +166,15 @@ fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
     if channel == CONTROL_CHANNEL {
         match Control::parse(payload) {
             Some(Control::Endpoint(id)) => {
-                store.sessions().forget_endpoint(id);
+                memory.store.sessions().forget_endpoint(id);
                 hub.endpoint_changed(id);
             }
             Some(Control::Machine(id)) => {
-                store.sessions().forget_machine(id);
-                store.scope_changed();
+                memory.store.sessions().forget_machine(id);
+                memory.sends.scope_changed();
                 hub.machine_changed(id);
             }
-            Some(Control::Scope) => store.scope_changed(),
+            Some(Control::Scope) => memory.sends.scope_changed(),
             None => tracing::warn!(payload, "malformed control notification"),
         }
         return;
@@ -159,7 +182,7 @@ fn heard(hub: &Hub, store: &Store, channel: &str, payload: &str) {
     match DeliveryNotice::parse(payload) {
         Some(DeliveryNotice::One(recipient)) => hub.wake(recipient),
         // This replica woke its own waiters when it committed the batch.
-        Some(DeliveryNotice::Batch { replica, .. }) if replica != 0 && replica == store.replica() => {}
+        Some(DeliveryNotice::Batch { replica, .. }) if replica != 0 && replica == memory.store.replica() => {}
         Some(DeliveryNotice::Batch { recipients, .. }) => recipients.into_iter().for_each(|r| hub.wake(r)),
         None => tracing::warn!(payload, "malformed delivery notification"),
     }

@@ -6,7 +6,7 @@ pub mod console;
 pub mod contacts;
 pub mod due;
 mod error;
-mod heard;
+pub(crate) mod heard;
 pub mod identity;
 mod ids;
 pub mod messages;
@@ -16,7 +16,6 @@ pub mod observe;
 pub(crate) mod pages;
 mod push_marks;
 mod replicas;
-pub(crate) mod resolved;
 pub mod retention;
 pub mod scope;
 pub mod sessions;
@@ -106,8 +105,6 @@ pub struct Store {
     replica: Arc<std::sync::atomic::AtomicI64>,
     /// Sessions authenticated from memory while their changes are heard.
     sessions: Arc<sessions::SessionCache>,
-    /// Sends' allowed recipients, resolved from memory while their changes are heard.
-    resolved: Arc<resolved::ResolvedCache<messages::Resolved>>,
     /// Each inbox's last page, answered again while its inbox is unchanged.
     pages: Arc<pages::PageCache>,
     /// Records what streams pushed, many inboxes a statement.
@@ -148,7 +145,6 @@ impl Store {
             config: Arc::new(config),
             replica,
             sessions: Arc::default(),
-            resolved: Arc::default(),
             pages: Arc::default(),
             max_unread: crate::domain::limits::DEFAULT_MAX_UNREAD,
             heard: Arc::new(tokio::sync::watch::Sender::new(false)),
@@ -192,11 +188,6 @@ impl Store {
         self.replica.clone()
     }
 
-    /// Sends' allowed recipients, resolved from memory while their changes are heard.
-    pub(crate) fn resolved(&self) -> &resolved::ResolvedCache<messages::Resolved> {
-        &self.resolved
-    }
-
     /// Every delivery of `inbox` up to seq `through` reached its bridge. Recorded in the background
     /// with the marks other streams leave meanwhile (see [`push_marks`]).
     pub fn mark_pushed(&self, inbox: EndpointId, through: i64) {
@@ -221,7 +212,6 @@ impl Store {
     /// Every change to sessions and scope is heard from now on: what memory holds can be trusted.
     pub fn changes_heard(&self) {
         self.sessions.trust();
-        self.resolved.trust();
         self.heard.send_replace(true);
         crate::metrics::metrics().listening.set(1);
     }
@@ -256,14 +246,8 @@ impl Store {
     /// Changes may go unheard (the listener is down): memory forgets and keeps nothing meanwhile.
     pub fn changes_unheard(&self) {
         self.sessions.distrust();
-        self.resolved.distrust();
         self.heard.send_replace(false);
         crate::metrics::metrics().listening.set(0);
-    }
-
-    /// Something deciding who may message whom changed, here or on another replica.
-    pub fn scope_changed(&self) {
-        self.resolved.forget_all();
     }
 
     pub fn config(&self) -> &DbConfig {

@@ -7,6 +7,7 @@
 //! written in one transaction each. The SQL is the store's (`store::messages`).
 
 mod limit;
+mod resolved;
 pub(crate) mod writer;
 
 use std::collections::HashMap;
@@ -26,9 +27,9 @@ use crate::store::messages::{
     Outgoing, ReplyTo, Resolved, Target, check_room, check_thread, endpoint_at, hold_contacts, lock_inboxes, mark_read,
     previous_send, reply_to, resolve_addresses, resolve_received, store_message,
 };
-use crate::store::resolved::Key;
 use crate::store::{from_sqlstate, trust::hold_class};
 use limit::SendLimit;
+use resolved::{Key, ResolvedCache};
 use writer::{Batcher, Waker};
 
 /// The send pipeline of this replica: its admission, its writer, and the inbox cap it enforces.
@@ -37,6 +38,8 @@ pub struct Sends {
     /// Sends under way at most (resolving or waiting to be written), following the rate they are
     /// written at; more are refused at once.
     limit: Arc<SendLimit>,
+    /// Sends' allowed recipients, resolved from memory while their changes are heard.
+    resolved: ResolvedCache<Resolved>,
     /// Writes resolved sends together, a batch per commit.
     writer: Batcher,
     /// The most unread messages one inbox holds.
@@ -49,7 +52,24 @@ impl Sends {
     pub fn start(store: Store, wake: Waker) -> Result<Self> {
         let cap = store.max_unread();
         let writer = Batcher::start(store.pool().clone(), store.dedicated_pool(1)?, store.replica_cell(), cap, wake)?;
-        Ok(Self { store, limit: Arc::default(), writer, cap })
+        Ok(Self { store, limit: Arc::default(), resolved: ResolvedCache::default(), writer, cap })
+    }
+
+    /// Every change to scope is heard from now on (the listener is connected): resolved sends
+    /// may be kept.
+    pub fn changes_heard(&self) {
+        self.resolved.trust();
+    }
+
+    /// Changes may go unheard (the listener is down): nothing resolved is kept meanwhile.
+    pub fn changes_unheard(&self) {
+        self.resolved.distrust();
+    }
+
+    /// Something deciding who may message whom changed, here or on another replica: what was
+    /// resolved is forgotten.
+    pub fn scope_changed(&self) {
+        self.resolved.forget_all();
     }
 
     /// Stores a message once and gives each recipient a delivery with the next gapless seq of its
@@ -61,7 +81,7 @@ impl Sends {
     pub async fn send(&self, caller: &Caller, out: Outgoing<'_>) -> Result<Sent> {
         let _place = self.limit.try_admit().ok_or_else(limits::overloaded)?;
         let key = cache_key(caller, &out);
-        let ticket = match key.as_ref().map(|k| self.store.resolved().get(k)) {
+        let ticket = match key.as_ref().map(|k| self.resolved.get(k)) {
             Some(Ok(known)) => {
                 if let Some(thread) = out.thread {
                     check_thread(&self.store.client().await?, caller, thread).await?;
@@ -80,7 +100,7 @@ impl Sends {
             Resolution::Allowed(known) => known,
         };
         if let (Some(ticket), Some(key)) = (ticket, key) {
-            self.store.resolved().put(ticket, key, known.clone());
+            self.resolved.put(ticket, key, known.clone());
         }
         self.write_resolved(caller, &out, known).await
     }

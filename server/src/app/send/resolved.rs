@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use super::heard::{self, Heard, Ticket};
 use crate::domain::ids::EndpointId;
+use crate::store::heard::{self, Heard, Ticket};
 
 /// Bounds memory whatever the traffic: past it, the oldest half is dropped.
 const MAX_ENTRIES: usize = 50_000;
