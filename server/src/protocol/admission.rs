@@ -37,9 +37,9 @@ use tonic::Status;
 use tonic::body::Body;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-use super::auth::Credential;
+use super::calls::{Kind, advise_retry, advise_retry_after, ran_too_long};
 use super::connections;
-use super::layers::{Kind, advise_retry, advise_retry_after, ran_too_long};
+use super::credential::Credential;
 use crate::domain::caller::Holder;
 use crate::domain::ids::AccountId;
 use crate::domain::rate::{Bucket, Rate};
@@ -120,26 +120,6 @@ pub trait Gatekeeper: Send + Sync + 'static {
     /// Takes one call of `path` from the credential's and its account's call rates, or refuses it
     /// with when to retry.
     fn admit_rate(&self, credential: &Credential, path: &str) -> Result<()>;
-}
-
-impl Credential {
-    pub fn account_id(&self) -> AccountId {
-        match self {
-            Self::Session(caller) => caller.account_id,
-            Self::Machine(machine) => machine.account_id,
-            Self::Card(agent) => agent.machine.account_id,
-            Self::Person(person) => person.account_id,
-        }
-    }
-
-    pub fn holder(&self) -> Holder {
-        match self {
-            Self::Session(caller) => Holder::Endpoint(caller.endpoint_id),
-            Self::Machine(machine) => Holder::Machine(machine.machine_id),
-            Self::Card(agent) => Holder::Machine(agent.machine.machine_id),
-            Self::Person(person) => Holder::Person(person.account_id, person.name.clone()),
-        }
-    }
 }
 
 /// How many places each key holds, up to `max` each.

@@ -8,6 +8,7 @@
 use futures_util::future::BoxFuture;
 
 use super::admission::Gatekeeper;
+pub use super::credential::Credential;
 use super::layers;
 use crate::app::App;
 use crate::app::quotas::Call;
@@ -45,16 +46,6 @@ impl Needs {
             _ => Self::Nothing,
         }
     }
-}
-
-/// The authenticated caller of a call, as the layer left it for the handler.
-#[derive(Debug, Clone)]
-pub enum Credential {
-    Session(Caller),
-    Machine(MachineIdentity),
-    /// A card's agent, by its job token: only `Hello` takes it.
-    Card(CardAgent),
-    Person(Human),
 }
 
 /// The bearer token of a call's metadata.

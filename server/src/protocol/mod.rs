@@ -5,9 +5,11 @@
 
 pub mod admission;
 pub mod auth;
+pub mod calls;
 pub mod connections;
 pub mod console;
 pub mod convert;
+pub mod credential;
 pub mod human;
 pub mod layers;
 pub mod listen;

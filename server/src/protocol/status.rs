@@ -18,8 +18,8 @@ pub fn to_status(err: Error) -> Status {
     };
     let mut status = Status::new(code, err.to_string());
     match err {
-        Error::Overloaded(_) => super::layers::advise_retry(&mut status),
-        Error::Throttled { retry_after, .. } => super::layers::advise_retry_after(&mut status, retry_after),
+        Error::Overloaded(_) => super::calls::advise_retry(&mut status),
+        Error::Throttled { retry_after, .. } => super::calls::advise_retry_after(&mut status, retry_after),
         _ => {}
     }
     status

@@ -11,7 +11,6 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
-use crate::app::send::Sends;
 use crate::domain::ids::AccountId;
 use crate::domain::{Error, Result};
 use crate::store::console::{ACCOUNT_CHANNEL, CONSOLE_CHANNEL};
@@ -26,23 +25,32 @@ const MAX_RETRY: Duration = Duration::from_secs(10);
 
 type Driver = JoinHandle<std::result::Result<(), tokio_postgres::Error>>;
 
-/// What this replica keeps in memory while it hears every change: the store's sessions and the
-/// send pipeline's resolved recipients.
+/// Memory the application keeps true by what this listener hears (the send pipeline's resolved
+/// recipients): told when every change is heard, when changes may go unheard, and when scope
+/// changed.
+pub trait Kept: Send + Sync {
+    fn changes_heard(&self);
+    fn changes_unheard(&self);
+    fn scope_changed(&self);
+}
+
+/// What this replica keeps in memory while it hears every change: the store's sessions and what
+/// the application keeps.
 #[derive(Clone)]
 struct Memory {
     store: Store,
-    sends: Arc<Sends>,
+    kept: Arc<dyn Kept>,
 }
 
 impl Memory {
     fn heard(&self) {
         self.store.changes_heard();
-        self.sends.changes_heard();
+        self.kept.changes_heard();
     }
 
     fn unheard(&self) {
         self.store.changes_unheard();
-        self.sends.changes_unheard();
+        self.kept.changes_unheard();
     }
 }
 
@@ -51,9 +59,9 @@ impl Memory {
 ///
 /// While it listens, sessions may be held in memory: every change to one is heard. While it is
 /// away, they are not, and every call reads the database.
-pub async fn start(store: Store, hub: Hub, sends: Arc<Sends>, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
+pub async fn start(store: Store, hub: Hub, kept: Arc<dyn Kept>, shutdown: CancellationToken) -> Result<JoinHandle<()>> {
     let config = store.config().clone();
-    let memory = Memory { store, sends };
+    let memory = Memory { store, kept };
     let first = listen(&config, &hub, &memory)
         .await
         .map_err(|e| Error::Unavailable(format!("cannot open the notification connection: {e}")))?;
@@ -171,10 +179,10 @@ fn heard(hub: &Hub, memory: &Memory, channel: &str, payload: &str) {
             }
             Some(Control::Machine(id)) => {
                 memory.store.sessions().forget_machine(id);
-                memory.sends.scope_changed();
+                memory.kept.scope_changed();
                 hub.machine_changed(id);
             }
-            Some(Control::Scope) => memory.sends.scope_changed(),
+            Some(Control::Scope) => memory.kept.scope_changed(),
             None => tracing::warn!(payload, "malformed control notification"),
         }
         return;

@@ -1,7 +1,7 @@
 //! What lets a replica keep database reads in memory: it may keep one only while it hears every
 //! change that could make it wrong (its listener is connected), and only a read that began after
-//! the last thing it forgot. [`sessions`](super::sessions) and [`resolved`](super::resolved) each
-//! hold one of these beside their entries, and bound their entries alike ([`make_room`]).
+//! the last thing it forgot. The store's sessions and the send pipeline's resolved recipients
+//! each hold one of these beside their entries, and bound their entries alike ([`make_room`]).
 
 use std::collections::HashMap;
 use std::hash::Hash;

@@ -55,17 +55,6 @@ impl Sends {
         Ok(Self { store, limit: Arc::default(), resolved: ResolvedCache::default(), writer, cap })
     }
 
-    /// Every change to scope is heard from now on (the listener is connected): resolved sends
-    /// may be kept.
-    pub fn changes_heard(&self) {
-        self.resolved.trust();
-    }
-
-    /// Changes may go unheard (the listener is down): nothing resolved is kept meanwhile.
-    pub fn changes_unheard(&self) {
-        self.resolved.distrust();
-    }
-
     /// Something deciding who may message whom changed, here or on another replica: what was
     /// resolved is forgotten.
     pub fn scope_changed(&self) {
@@ -246,6 +235,23 @@ impl Sends {
         mark_read(&tx, original, caller.endpoint_id).await?;
         tx.commit().await?;
         Ok(sent)
+    }
+}
+
+/// The listener keeps what was resolved true.
+impl crate::push::listener::Kept for Sends {
+    /// Every change to scope is heard from now on: resolved sends may be kept.
+    fn changes_heard(&self) {
+        self.resolved.trust();
+    }
+
+    /// Changes may go unheard (the listener is down): nothing resolved is kept meanwhile.
+    fn changes_unheard(&self) {
+        self.resolved.distrust();
+    }
+
+    fn scope_changed(&self) {
+        Sends::scope_changed(self);
     }
 }
 

@@ -55,7 +55,7 @@ pub(super) const SURFACED: i16 = State::Surfaced.to_db();
 pub(super) const READ: i16 = State::Read.to_db();
 pub(super) const WITHDRAWN: i16 = State::Withdrawn.to_db();
 
-/// A message to store, already validated by the caller of [`Sends::send`](crate::app::send::Sends::send).
+/// A message to store, already validated by the send pipeline (`app::send`).
 pub struct Outgoing<'a> {
     pub to: &'a [String],
     pub body: &'a RedactedText,
