@@ -50,6 +50,11 @@
       }
       if (response.ok) {
         const html = await response.text();
+        // They may have started typing while the fragment was on its way: it waits for them.
+        if (typing()) {
+          deferred = true;
+          return;
+        }
         const open = Array.from(live.querySelectorAll('details[open][id]'), (d) => d.id);
         live.innerHTML = html;
         for (const id of open) {
