@@ -2,13 +2,15 @@
 //! from its argument type, and a call is read with the same type, so the two cannot differ. Every
 //! wrong type or missing value names the argument and says what it must be.
 
+use std::any::TypeId;
 use std::borrow::Cow;
-use std::fmt;
+use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
-use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
+use serde::de::{self, DeserializeOwned, Deserializer};
 use serde_json::{Map, Value, json};
 
 /// A bad argument; the text tells the model exactly what to change.
@@ -75,8 +77,8 @@ fn not_null(property: &mut Value) {
 
 /// Reads a call's arguments as `T`. Unknown and missing arguments are found from `T`'s schema
 /// first, so their errors name every argument the tool takes or what a missing one must be.
-pub fn parse<T: DeserializeOwned + JsonSchema>(arguments: &Map<String, Value>) -> Result<T, ArgError> {
-    let schema = input_schema::<T>();
+pub fn parse<T: DeserializeOwned + JsonSchema + 'static>(arguments: &Map<String, Value>) -> Result<T, ArgError> {
+    let schema = schema_of::<T>();
     let properties = schema["properties"].as_object().expect("an input is an object");
     if let Some(unknown) = arguments.keys().find(|k| !properties.contains_key(k.as_str())) {
         let known: Vec<&str> = properties.keys().map(String::as_str).collect();
@@ -96,6 +98,13 @@ pub fn parse<T: DeserializeOwned + JsonSchema>(arguments: &Map<String, Value>) -
     })
 }
 
+/// `T`'s input schema, derived once per type (the catalog lists the same).
+fn schema_of<T: JsonSchema + 'static>() -> Arc<Value> {
+    static SCHEMAS: OnceLock<Mutex<HashMap<TypeId, Arc<Value>>>> = OnceLock::new();
+    let mut schemas = SCHEMAS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner());
+    schemas.entry(TypeId::of::<T>()).or_insert_with(|| Arc::new(input_schema::<T>())).clone()
+}
+
 /// What a missing argument must be, from its schema.
 fn missing(key: &str, property: &Value) -> String {
     if let Some(values) = property["enum"].as_array() {
@@ -106,34 +115,6 @@ fn missing(key: &str, property: &Value) -> String {
     } else {
         format!("{key} is required")
     }
-}
-
-/// What a wrong value is, as an error quotes it.
-fn kind(unexpected: &de::Unexpected) -> &'static str {
-    match unexpected {
-        de::Unexpected::Unit | de::Unexpected::Option => "null",
-        de::Unexpected::Bool(_) => "a boolean",
-        de::Unexpected::Unsigned(_) | de::Unexpected::Signed(_) | de::Unexpected::Float(_) => "a number",
-        de::Unexpected::Str(_) | de::Unexpected::Char(_) => "a string",
-        de::Unexpected::Seq => "a list",
-        de::Unexpected::Map => "an object",
-        _ => "something else",
-    }
-}
-
-/// The error of a value of the wrong kind: `must <be what>, not <kind>`.
-fn wrong<E: de::Error>(must: &str, unexpected: de::Unexpected) -> E {
-    E::custom(format!("must {must}, not {}", kind(&unexpected)))
-}
-
-/// Implements the visitor methods of every JSON kind a type refuses, each with its message.
-macro_rules! refuse_other_kinds {
-    ($must:expr; $($method:ident($t:ty) => $unexpected:expr),* $(,)?) => {
-        $(fn $method<E: de::Error>(self, v: $t) -> Result<Self::Value, E> {
-            let _ = &v;
-            Err(wrong($must, $unexpected(v)))
-        })*
-    };
 }
 
 /// A string, which may be empty.
@@ -155,42 +136,23 @@ impl Flag {
     }
 }
 
-struct StringVisitor;
-
-impl<'de> Visitor<'de> for StringVisitor {
-    type Value = String;
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a string")
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
-        Ok(v.to_owned())
-    }
-    refuse_other_kinds!("be a string";
-        visit_bool(bool) => de::Unexpected::Bool,
-        visit_i64(i64) => de::Unexpected::Signed,
-        visit_u64(u64) => de::Unexpected::Unsigned,
-        visit_f64(f64) => de::Unexpected::Float,
-    );
-    fn visit_unit<E: de::Error>(self) -> Result<String, E> {
-        Err(wrong("be a string", de::Unexpected::Unit))
-    }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<String, A::Error> {
-        Err(wrong("be a string", de::Unexpected::Seq))
-    }
-    fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<String, A::Error> {
-        Err(wrong("be a string", de::Unexpected::Map))
+/// A string, or the error saying what the argument must be.
+fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(s),
+        other => Err(de::Error::custom(format!("must be a string, not {}", kind_of(&other)))),
     }
 }
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StringVisitor).map(Text)
+        string(d).map(Text)
     }
 }
 
 impl<'de> Deserialize<'de> for NonBlank {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = d.deserialize_any(StringVisitor)?;
+        let text = string(d)?;
         if text.trim().is_empty() {
             return Err(de::Error::custom("is required"));
         }
@@ -200,29 +162,10 @@ impl<'de> Deserialize<'de> for NonBlank {
 
 impl<'de> Deserialize<'de> for Flag {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct FlagVisitor;
-        impl<'de> Visitor<'de> for FlagVisitor {
-            type Value = bool;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("true or false")
-            }
-            fn visit_bool<E: de::Error>(self, v: bool) -> Result<bool, E> {
-                Ok(v)
-            }
-            refuse_other_kinds!("be true or false";
-                visit_str(&str) => de::Unexpected::Str,
-                visit_i64(i64) => de::Unexpected::Signed,
-                visit_u64(u64) => de::Unexpected::Unsigned,
-                visit_f64(f64) => de::Unexpected::Float,
-            );
-            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<bool, A::Error> {
-                Err(wrong("be true or false", de::Unexpected::Seq))
-            }
-            fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<bool, A::Error> {
-                Err(wrong("be true or false", de::Unexpected::Map))
-            }
+        match Value::deserialize(d)? {
+            Value::Bool(b) => Ok(Flag(b)),
+            other => Err(de::Error::custom(format!("must be true or false, not {}", kind_of(&other)))),
         }
-        d.deserialize_any(FlagVisitor).map(Flag)
     }
 }
 
@@ -408,7 +351,7 @@ impl<W: Words> OneOf<W> {
 
 impl<'de, W: Words> Deserialize<'de> for OneOf<W> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let word = d.deserialize_any(StringVisitor)?;
+        let word = string(d)?;
         if W::WORDS.contains(&word.as_str()) {
             Ok(Self(word, PhantomData))
         } else {
@@ -436,7 +379,7 @@ pub struct Word<W: Words>(pub String, PhantomData<W>);
 
 impl<'de, W: Words> Deserialize<'de> for Word<W> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StringVisitor).map(|word| Self(word, PhantomData))
+        string(d).map(|word| Self(word, PhantomData))
     }
 }
 
