@@ -4,8 +4,8 @@
 use deadpool_postgres::{GenericClient, Transaction};
 
 use super::board::IN_PROGRESS;
-use super::error::Col;
 use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
+use super::row::{Col, FromRow};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, EndpointId};
@@ -45,8 +45,15 @@ pub(crate) struct Decided {
 }
 
 /// A [`Decided`] from a row of `requester_id, job_id, tool, input`.
-fn decided(row: &tokio_postgres::Row) -> Result<Decided> {
-    Ok(Decided { requester: row.col(0)?, job_id: row.col(1)?, tool: row.col(2)?, input: row.col(3)? })
+impl FromRow for Decided {
+    fn from_row(row: &tokio_postgres::Row) -> Result<Self> {
+        Ok(Decided {
+            requester: row.col("requester_id")?,
+            job_id: row.col("job_id")?,
+            tool: row.col("tool")?,
+            input: row.col("input")?,
+        })
+    }
 }
 
 /// The account's in-progress card worked under job token `token_hash`, with the account's operator.
@@ -63,7 +70,7 @@ pub(crate) async fn worked_card(
         &[&token_hash, &account_id],
     )
     .await?
-    .map(|r| Ok(WorkedCard { id: r.col(0)?, title: r.col(1)?, operator: r.col(2)? }))
+    .map(|r| Ok(WorkedCard { id: r.col("id")?, title: r.col("title")?, operator: r.col("operator")? }))
     .transpose()
 }
 
@@ -80,7 +87,7 @@ pub(crate) async fn operator_target(
         &[&account_id, &operator],
     )
     .await?
-    .map(|r| Ok(Target { id: r.col(0)?, address: r.col(1)?, account_id }))
+    .map(|r| Ok(Target { id: r.col("id")?, address: r.col("address")?, account_id }))
     .transpose()
 }
 
@@ -165,7 +172,7 @@ pub(crate) async fn escalate(c: &impl GenericClient, id: &str, wait_s: f64) -> R
         &[&id, &wait_s],
     )
     .await?
-    .map(|r| decided(&r))
+    .map(|r| Decided::from_row(&r))
     .transpose()
 }
 
@@ -193,7 +200,7 @@ pub(crate) async fn decide(
         &[&id.trim(), &account_id, &state.as_db(), &reason.trim(), &by, &open, &wait_s],
     )
     .await?
-    .map(|r| decided(&r))
+    .map(|r| Decided::from_row(&r))
     .transpose()
 }
 
@@ -233,7 +240,7 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
     let rows = c
         .query(
             &format!(
-                "select id, account_id, requester_id, state = '{ESCALATED}', {} <= now()
+                "select id, account_id, requester_id, state = '{ESCALATED}' as with_human, {} <= now() as overdue
                  from approvals a
                  where {}
                  order by created_at
@@ -247,11 +254,11 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
     rows.iter()
         .map(|r| {
             Ok(Due {
-                id: r.col(0)?,
-                account_id: r.col(1)?,
-                requester: r.col(2)?,
-                with_human: r.col(3)?,
-                overdue: r.col(4)?,
+                id: r.col("id")?,
+                account_id: r.col("account_id")?,
+                requester: r.col("requester_id")?,
+                with_human: r.col("with_human")?,
+                overdue: r.col("overdue")?,
             })
         })
         .collect()
@@ -283,16 +290,16 @@ pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &s
 pub(crate) async fn decision(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<PermissionDecision> {
     let row = c
         .query_opt(
-            "select state, coalesce(reason, ''), coalesce(decided_by, '') from approvals where id = $1 and account_id = $2",
+            "select state, coalesce(reason, '') as reason, coalesce(decided_by, '') as decided_by from approvals where id = $1 and account_id = $2",
             &[&id.trim(), &account_id],
         )
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Approval, format!("no permission request {id} in your account")))?;
     Ok(PermissionDecision {
         id: id.trim().to_owned(),
-        state: ApprovalState::from_db(row.col(0)?)?,
-        reason: row.col(1)?,
-        decided_by: row.col(2)?,
+        state: ApprovalState::from_db(row.col("state")?)?,
+        reason: row.col("reason")?,
+        decided_by: row.col("decided_by")?,
     })
 }
 
@@ -300,7 +307,7 @@ pub(crate) async fn decision(c: &impl GenericClient, account_id: AccountId, id: 
 pub(crate) async fn open(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<ApprovalView>> {
     c.query(
         &format!(
-            "select a.id, a.state, a.job_id, ea.address, a.tool, a.input from approvals a
+            "select a.id, a.state, a.job_id, ea.address as requester, a.tool, a.input from approvals a
              join endpoint_addresses ea on ea.id = a.requester_id
              where a.account_id = $1 and a.state in ('{PENDING}', '{ESCALATED}') order by a.created_at"
         ),
@@ -310,12 +317,12 @@ pub(crate) async fn open(c: &impl GenericClient, account_id: AccountId) -> Resul
     .iter()
     .map(|r| {
         Ok(ApprovalView {
-            id: r.col(0)?,
-            state: ApprovalState::from_db(r.col(1)?)?,
-            job_id: r.col(2)?,
-            requester: r.col(3)?,
-            tool: r.col(4)?,
-            input: r.col(5)?,
+            id: r.col("id")?,
+            state: ApprovalState::from_db(r.col("state")?)?,
+            job_id: r.col("job_id")?,
+            requester: r.col("requester")?,
+            tool: r.col("tool")?,
+            input: r.col("input")?,
         })
     })
     .collect()

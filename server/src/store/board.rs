@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
-use super::error::Col;
+use super::row::{Col, FromRow};
 use crate::domain::board::{
     Agent, CardKind, Cleanup, Column, DispatchedCard, DueSchedule, FollowPr, Job as JobView, LeasedCard, LostLease,
     MAX_ATTEMPTS, PrState, Repo as RepoView, WORKER_FRESH_S, repo_path,
@@ -51,47 +51,53 @@ fn job_columns() -> String {
 
 const JOB_JOINS: &str = "jobs j join repos r on r.id = j.repo_id join machines m on m.id = r.machine_id";
 
-fn job_from_row(row: &Row) -> Result<JobView> {
-    Ok(JobView {
-        id: row.col("id")?,
-        column: Column::from_db(row.col("state")?)?,
-        kind: CardKind::from_db(row.col("kind")?)?,
-        title: row.col("title")?,
-        detail: row.col("detail")?,
-        repo: RepoView { name: row.col("repo_name")?, path: row.col("repo_path")?, machine: row.col("machine_name")? },
-        agent: Agent::from_db(row.col("agent")?)?,
-        requires_pr: row.col("requires_pr")?,
-        schedule: row.col("schedule")?,
-        time_zone: row.col("time_zone")?,
-        next_run_at: row.col("next_run_at")?,
-        run_count: row.col::<i32>("run_count")? as u32,
-        last_run_at: row.col("last_run_at")?,
-        last_skip_reason: row.col("last_skip_reason")?,
-        schedule_id: row.col("schedule_id")?,
-        posted_by: row.col("posted_by")?,
-        posted_at: row.col("posted_at")?,
-        edited_by: row.col("edited_by")?,
-        edited_at: row.col("edited_at")?,
-        attempts: row.col::<i32>("attempts")? as u32,
-        last_error: row.col("last_error")?,
-        branch: row.col("branch")?,
-        worktree: row.col("worktree")?,
-        agent_state: row.col("agent_state")?,
-        pr_url: row.col("pr_url")?,
-        summary: row.col("summary")?,
-        started_at: row.col("started_at")?,
-        finished_at: row.col("finished_at")?,
-        closed_at: row.col("closed_at")?,
-        dispatcher_running: row.col("dispatcher_running")?,
-        changed: Vec::new(),
-    })
+impl FromRow for JobView {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(JobView {
+            id: row.col("id")?,
+            column: Column::from_db(row.col("state")?)?,
+            kind: CardKind::from_db(row.col("kind")?)?,
+            title: row.col("title")?,
+            detail: row.col("detail")?,
+            repo: RepoView {
+                name: row.col("repo_name")?,
+                path: row.col("repo_path")?,
+                machine: row.col("machine_name")?,
+            },
+            agent: Agent::from_db(row.col("agent")?)?,
+            requires_pr: row.col("requires_pr")?,
+            schedule: row.col("schedule")?,
+            time_zone: row.col("time_zone")?,
+            next_run_at: row.col("next_run_at")?,
+            run_count: row.col::<i32>("run_count")? as u32,
+            last_run_at: row.col("last_run_at")?,
+            last_skip_reason: row.col("last_skip_reason")?,
+            schedule_id: row.col("schedule_id")?,
+            posted_by: row.col("posted_by")?,
+            posted_at: row.col("posted_at")?,
+            edited_by: row.col("edited_by")?,
+            edited_at: row.col("edited_at")?,
+            attempts: row.col::<i32>("attempts")? as u32,
+            last_error: row.col("last_error")?,
+            branch: row.col("branch")?,
+            worktree: row.col("worktree")?,
+            agent_state: row.col("agent_state")?,
+            pr_url: row.col("pr_url")?,
+            summary: row.col("summary")?,
+            started_at: row.col("started_at")?,
+            finished_at: row.col("finished_at")?,
+            closed_at: row.col("closed_at")?,
+            dispatcher_running: row.col("dispatcher_running")?,
+            changed: Vec::new(),
+        })
+    }
 }
 
 /// The card `id` of the account, as the board shows it.
 pub(crate) async fn job(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<JobView> {
     let sql = format!("select {} from {JOB_JOINS} where j.id = $1 and j.account_id = $2", job_columns());
     let row = c.query_opt(&sql, &[&id.trim(), &account_id]).await?.ok_or_else(|| no_card(id))?;
-    job_from_row(&row)
+    JobView::from_row(&row)
 }
 
 fn no_card(id: &str) -> Error {
@@ -110,7 +116,7 @@ pub(crate) async fn lock_card(c: &Tx<'_>, account_id: AccountId, id: &str) -> Re
         )
         .await?
         .ok_or_else(|| no_card(id))?;
-    Column::from_db(row.col(0)?)
+    Column::from_db(row.col("state")?)
 }
 
 /// Names the account's operator endpoint (`machine/handle`).
@@ -124,12 +130,12 @@ pub(crate) async fn set_operator(c: &impl GenericClient, account: &str, endpoint
 
 /// The account's operator endpoint (`machine/handle`), if it has one.
 pub(crate) async fn operator(c: &impl GenericClient, account_id: AccountId) -> Result<Option<String>> {
-    c.query_one("select operator from accounts where id = $1", &[&account_id]).await?.col(0)
+    c.query_one("select operator from accounts where id = $1", &[&account_id]).await?.only()
 }
 
 /// The harness an endpoint runs: the agent its cards get unless they name one.
 pub(crate) async fn harness(c: &impl GenericClient, endpoint_id: EndpointId) -> Result<String> {
-    c.query_one("select harness from endpoints where id = $1", &[&endpoint_id]).await?.col(0)
+    c.query_one("select harness from endpoints where id = $1", &[&endpoint_id]).await?.only()
 }
 
 /// Inserts a new card in To do.
@@ -180,7 +186,7 @@ pub(crate) async fn list(
         job_columns()
     );
     let state_db = column.map(Column::db);
-    c.query(&sql, &[&account_id, &state_db, &repo_id]).await?.iter().map(job_from_row).collect()
+    c.query(&sql, &[&account_id, &state_db, &repo_id]).await?.iter().map(JobView::from_row).collect()
 }
 
 /// The account's newest `limit` cards in Done, newest first.
@@ -190,19 +196,21 @@ pub(crate) async fn recently_done(c: &impl GenericClient, account_id: AccountId,
          order by j.closed_at desc nulls last, j.posted_at desc limit $2",
         job_columns()
     );
-    c.query(&sql, &[&account_id, &limit]).await?.iter().map(job_from_row).collect()
+    c.query(&sql, &[&account_id, &limit]).await?.iter().map(JobView::from_row).collect()
 }
 
 /// The account's repositories, by name and machine.
 pub(crate) async fn repos(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<RepoView>> {
     let rows = c
         .query(
-            "select r.name, r.path, m.name from repos r join machines m on m.id = r.machine_id
+            "select r.name, r.path, m.name as machine from repos r join machines m on m.id = r.machine_id
              where r.account_id = $1 and m.revoked_at is null order by r.name, m.name",
             &[&account_id],
         )
         .await?;
-    rows.iter().map(|r| Ok(RepoView { name: r.col(0)?, path: r.col(1)?, machine: r.col(2)? })).collect()
+    rows.iter()
+        .map(|r| Ok(RepoView { name: r.col("name")?, path: r.col("path")?, machine: r.col("machine")? }))
+        .collect()
 }
 
 /// How many of the account's cards (of one repository, or all) are Done.
@@ -215,7 +223,7 @@ pub(crate) async fn archived(c: &impl GenericClient, account_id: AccountId, repo
             &[&account_id, &repo_id],
         )
         .await?
-        .col(0)?;
+        .only()?;
     Ok(count as u32)
 }
 
@@ -289,7 +297,13 @@ pub(crate) async fn lock_dispatched(
         &[&token_hash, &account_id],
     )
     .await?
-    .map(|row| Ok(DispatchedCard { id: row.col(0)?, column: Column::from_db(row.col(1)?)?, requires_pr: row.col(2)? }))
+    .map(|row| {
+        Ok(DispatchedCard {
+            id: row.col("id")?,
+            column: Column::from_db(row.col("state")?)?,
+            requires_pr: row.col("requires_pr")?,
+        })
+    })
     .transpose()
 }
 
@@ -326,7 +340,7 @@ pub(crate) async fn prs_to_follow(
 ) -> Result<Vec<FollowPr>> {
     c.query(
         &format!(
-            "select j.id, j.pr_url, r.path, r.name from jobs j join repos r on r.id = j.repo_id
+            "select j.id, j.pr_url, r.path as repo_path, r.name as repo from jobs j join repos r on r.id = j.repo_id
              where r.machine_id = $1 and j.state = '{REVIEW}' and j.pr_url is not null
                and coalesce(j.pr_state, 'open') = 'open'
                and (j.pr_checked_at is null or j.pr_checked_at < now() - make_interval(secs => $2::float8))
@@ -336,7 +350,14 @@ pub(crate) async fn prs_to_follow(
     )
     .await?
     .iter()
-    .map(|r| Ok(FollowPr { id: r.col(0)?, pr_url: r.col(1)?, repo_path: r.col(2)?, repo: r.col(3)? }))
+    .map(|r| {
+        Ok(FollowPr {
+            id: r.col("id")?,
+            pr_url: r.col("pr_url")?,
+            repo_path: r.col("repo_path")?,
+            repo: r.col("repo")?,
+        })
+    })
     .collect()
 }
 
@@ -352,7 +373,7 @@ pub(crate) async fn lock_followed(c: &Tx<'_>, machine_id: MachineId, id: &str) -
         &[&id.trim(), &machine_id],
     )
     .await?
-    .map(|r| Ok((r.col(0)?, r.col(1)?)))
+    .map(|r| Ok((r.col("account_id")?, r.col("pr_url")?)))
     .transpose()
 }
 
@@ -443,7 +464,7 @@ pub(crate) async fn claim_next(
         &[&machine_id, &lease_s, &token_hash, &MAX_ATTEMPTS],
     )
     .await?
-    .map(|row| row.col(0))
+    .map(|row| row.only())
     .transpose()
 }
 
@@ -451,14 +472,14 @@ pub(crate) async fn claim_next(
 pub(crate) async fn cleanups(c: &impl GenericClient, machine_id: MachineId) -> Result<Vec<Cleanup>> {
     c.query(
         &format!(
-            "select j.id, j.worktree, r.path from jobs j join repos r on r.id = j.repo_id
+            "select j.id, j.worktree, r.path as repo_path from jobs j join repos r on r.id = j.repo_id
              where r.machine_id = $1 and j.state = '{DONE}' and j.worktree is not null and not j.worktree_removed"
         ),
         &[&machine_id],
     )
     .await?
     .iter()
-    .map(|r| Ok(Cleanup { id: r.col(0)?, worktree: r.col(1)?, repo_path: r.col(2)? }))
+    .map(|r| Ok(Cleanup { id: r.col("id")?, worktree: r.col("worktree")?, repo_path: r.col("repo_path")? }))
     .collect()
 }
 
@@ -490,7 +511,7 @@ pub(crate) async fn renew_lease(
 pub(crate) async fn column_of_token(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<Column>> {
     c.query_opt("select state from jobs where job_token_hash = $1", &[&token_hash])
         .await?
-        .map(|r| Column::from_db(r.col(0)?))
+        .map(|r| Column::from_db(r.only()?))
         .transpose()
 }
 
@@ -508,8 +529,9 @@ pub(crate) struct AttemptHolder {
 pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<AttemptHolder>> {
     let stmt = c
         .prepare_cached(
-            "select j.id, j.state, coalesce(j.lease_until > now(), false), m.id, m.name, a.id, a.name,
-                    m.revoked_at is not null
+            "select j.id as card, j.state, coalesce(j.lease_until > now(), false) as lease_live,
+                    m.id as machine_id, m.name as machine, a.id as account_id, a.name as account,
+                    m.revoked_at is not null as revoked
              from jobs j
              join machines m on m.id = j.lease_machine
              join accounts a on a.id = m.account_id
@@ -520,16 +542,16 @@ pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &[u8]) ->
         .await?
         .map(|row| {
             Ok(AttemptHolder {
-                card: row.col(0)?,
-                column: Column::from_db(row.col(1)?)?,
-                lease_live: row.col(2)?,
+                card: row.col("card")?,
+                column: Column::from_db(row.col("state")?)?,
+                lease_live: row.col("lease_live")?,
                 machine: MachineIdentity {
-                    machine_id: row.col(3)?,
-                    machine: row.col(4)?,
-                    account_id: row.col(5)?,
-                    account: row.col(6)?,
+                    machine_id: row.col("machine_id")?,
+                    machine: row.col("machine")?,
+                    account_id: row.col("account_id")?,
+                    account: row.col("account")?,
                 },
-                revoked: row.col(7)?,
+                revoked: row.col("revoked")?,
             })
         })
         .transpose()
@@ -558,7 +580,13 @@ pub(crate) async fn lock_leased(c: &Tx<'_>, machine_id: MachineId, token_hash: &
         &[&token_hash, &machine_id],
     )
     .await?
-    .map(|row| Ok(LeasedCard { id: row.col(0)?, column: Column::from_db(row.col(1)?)?, attempts: row.col(2)? }))
+    .map(|row| {
+        Ok(LeasedCard {
+            id: row.col("id")?,
+            column: Column::from_db(row.col("state")?)?,
+            attempts: row.col("attempts")?,
+        })
+    })
     .transpose()
 }
 
@@ -606,14 +634,19 @@ pub(crate) async fn expire_leases(c: &impl GenericClient) -> Result<Vec<LostLeas
                                    || case when j.attempts >= $1 then '; gave up after ' || $1 || ' attempts: edit the card to try again' else '' end
              from machines m
              where m.id = j.lease_machine and {}
-             returning j.id, j.account_id, j.attempts, m.name",
+             returning j.id, j.account_id, j.attempts, m.name as machine",
             lease_lapsed()
         ),
         &[&MAX_ATTEMPTS],
     )
     .await?
     .iter()
-    .map(|r| Ok(LostLease { id: r.col(0)?, account_id: r.col(1)?, attempts: r.col(2)?, machine: r.col(3)? }))
+    .map(|r| Ok(LostLease {
+        id: r.col("id")?,
+        account_id: r.col("account_id")?,
+        attempts: r.col("attempts")?,
+        machine: r.col("machine")?,
+    }))
     .collect()
 }
 
@@ -632,7 +665,8 @@ pub(crate) fn lease_lapsed() -> String {
 pub(crate) async fn lock_due_schedules(c: &Tx<'_>) -> Result<Vec<DueSchedule>> {
     c.query(
         &format!(
-            "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, ''), next_run_at, now() from jobs j
+            "select id, schedule, time_zone, account_id, coalesce(last_skip_reason, '') as last_skip_reason,
+                    next_run_at, now() from jobs j
              where {}
              order by next_run_at limit 50
              for update skip locked",
@@ -644,13 +678,13 @@ pub(crate) async fn lock_due_schedules(c: &Tx<'_>) -> Result<Vec<DueSchedule>> {
     .iter()
     .map(|r| {
         Ok(DueSchedule {
-            id: r.col(0)?,
-            expr: r.col(1)?,
-            zone: r.col(2)?,
-            account_id: r.col(3)?,
-            last_skip_reason: r.col(4)?,
-            slot: r.col(5)?,
-            now: r.col(6)?,
+            id: r.col("id")?,
+            expr: r.col("schedule")?,
+            zone: r.col("time_zone")?,
+            account_id: r.col("account_id")?,
+            last_skip_reason: r.col("last_skip_reason")?,
+            slot: r.col("next_run_at")?,
+            now: r.col("now")?,
         })
     })
     .collect()
@@ -665,11 +699,12 @@ pub(crate) async fn park_schedule(c: &impl GenericClient, id: &str, reason: &str
 /// The column of the schedule's latest run card, and whether it has a pull request still open.
 pub(crate) async fn last_run(c: &impl GenericClient, schedule_id: &str) -> Result<Option<(Column, bool)>> {
     c.query_opt(
-        "select state, pr_url is not null and coalesce(pr_state, 'open') = 'open' from jobs where schedule_id = $1 order by posted_at desc limit 1",
+        "select state, pr_url is not null and coalesce(pr_state, 'open') = 'open' as pr_open
+         from jobs where schedule_id = $1 order by posted_at desc limit 1",
         &[&schedule_id],
     )
     .await?
-    .map(|r| Ok((Column::from_db(r.col(0)?)?, r.col(1)?)))
+    .map(|r| Ok((Column::from_db(r.col("state")?)?, r.col("pr_open")?)))
     .transpose()
 }
 
@@ -747,8 +782,8 @@ pub(crate) async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: 
                 "no repository {repo:?} on the board: pass a path or folder name that list_jobs shows, or add it with add_repo"
             ),
         )),
-        [one] => one.col(0),
-        [first, ..] => first.col(0),
+        [one] => one.col("id"),
+        [first, ..] => first.col("id"),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::error::Col;
+use super::row::Col;
 use crate::domain::Result;
 use crate::domain::caller::Human;
 
@@ -34,7 +34,8 @@ pub(crate) async fn insert_session(c: &impl GenericClient, id_hash: &[u8], human
 pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Result<Option<(Human, f64)>> {
     let stmt = c
         .prepare_cached(
-            "select a.id, a.name, h.name, greatest(extract(epoch from s.expires_at - now()), 0)::float8
+            "select a.id as account_id, a.name as account, h.name,
+                    greatest(extract(epoch from s.expires_at - now()), 0)::float8 as left_s
              from console_sessions s join humans h on h.id = s.human_id join accounts a on a.id = h.account_id
              where s.id_hash = $1 and s.expires_at > now() and h.revoked_at is null",
         )
@@ -42,7 +43,10 @@ pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Re
     let Some(row) = c.query_opt(&stmt, &[&id_hash]).await? else {
         return Ok(None);
     };
-    Ok(Some((Human { account_id: row.col(0)?, account: row.col(1)?, name: row.col(2)? }, row.col(3)?)))
+    Ok(Some((
+        Human { account_id: row.col("account_id")?, account: row.col("account")?, name: row.col("name")? },
+        row.col("left_s")?,
+    )))
 }
 
 pub(crate) async fn delete_session(c: &impl GenericClient, id_hash: &[u8]) -> Result<()> {

@@ -2,9 +2,9 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::error::Col;
 use super::is_unique_violation;
 use super::messages::{SURFACED, WITHDRAWN};
+use super::row::Col;
 use super::trust::{HOLD_PENDING, HOLD_REJECTED};
 use crate::domain::caller::Human;
 use crate::domain::ids::AccountId;
@@ -19,7 +19,7 @@ pub(crate) async fn account_id(c: &impl GenericClient, name: &str) -> Result<Acc
     c.query_opt("select id from accounts where name = $1", &[&name])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))?
-        .col(0)
+        .only()
 }
 
 /// Makes the two accounts contacts (if they are not yet) and deletes the requests between them.
@@ -74,14 +74,17 @@ pub(crate) async fn revoke_human(c: &impl GenericClient, account_id: AccountId, 
 pub(crate) async fn human_by_token(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<(Human, bool)>> {
     let stmt = c
         .prepare_cached(
-            "select a.id, a.name, h.name, h.revoked_at is not null
+            "select a.id as account_id, a.name as account, h.name, h.revoked_at is not null as revoked
              from humans h join accounts a on a.id = h.account_id where h.token_hash = $1",
         )
         .await?;
     let Some(row) = c.query_opt(&stmt, &[&token_hash]).await? else {
         return Ok(None);
     };
-    Ok(Some((Human { account_id: row.col(0)?, account: row.col(1)?, name: row.col(2)? }, row.col(3)?)))
+    Ok(Some((
+        Human { account_id: row.col("account_id")?, account: row.col("account")?, name: row.col("name")? },
+        row.col("revoked")?,
+    )))
 }
 
 // ---- contacts ----------------------------------------------------------------------------------
@@ -113,7 +116,7 @@ pub(crate) async fn insert_request(c: &impl GenericClient, from: AccountId, to: 
 pub(crate) async fn list_contacts(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<ContactView>> {
     let rows = c
         .query(
-            "select a.name, 'contact' from contacts c
+            "select a.name as account, 'contact' as state from contacts c
              join accounts a on a.id = case when c.account_a = $1 then c.account_b else c.account_a end
              where c.account_a = $1 or c.account_b = $1
              union all
@@ -124,7 +127,7 @@ pub(crate) async fn list_contacts(c: &impl GenericClient, account_id: AccountId)
             &[&account_id],
         )
         .await?;
-    rows.iter().map(|r| Ok(ContactView { account: r.col(0)?, state: r.col(1)?, withdrawn: 0 })).collect()
+    rows.iter().map(|r| Ok(ContactView { account: r.col("account")?, state: r.col("state")?, withdrawn: 0 })).collect()
 }
 
 /// Names of the account's contacts across which private data may go.
@@ -137,7 +140,7 @@ pub(crate) async fn private_ok(c: &impl GenericClient, account_id: AccountId) ->
             &[&account_id],
         )
         .await?;
-    rows.iter().map(|r| r.col(0)).collect()
+    rows.iter().map(|r| r.only()).collect()
 }
 
 /// Locks, in id order, the inboxes that hold deliveries between the two accounts no agent has

@@ -3,7 +3,7 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::error::Col;
+use super::row::Col;
 use super::{approvals, board};
 use crate::domain::Result;
 
@@ -20,14 +20,14 @@ pub struct DueWork {
 /// Prepared once a connection: asked every round, it would otherwise be parsed and planned each time.
 pub(crate) async fn probe(c: &impl GenericClient, approval_wait_s: f64) -> Result<DueWork> {
     let sql = format!(
-        "select exists (select 1 from jobs j where {}),
-                exists (select 1 from jobs j where {}),
-                exists (select 1 from approvals a where {})",
+        "select exists (select 1 from jobs j where {}) as schedules,
+                exists (select 1 from jobs j where {}) as leases,
+                exists (select 1 from approvals a where {}) as approvals",
         board::schedule_due(),
         board::lease_lapsed(),
         approvals::request_due()
     );
     let stmt = c.prepare_cached(&sql).await?;
     let row = c.query_one(&stmt, &[&approval_wait_s]).await?;
-    Ok(DueWork { schedules: row.col(0)?, leases: row.col(1)?, approvals: row.col(2)? })
+    Ok(DueWork { schedules: row.col("schedules")?, leases: row.col("leases")?, approvals: row.col("approvals")? })
 }

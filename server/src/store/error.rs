@@ -64,23 +64,3 @@ impl From<PoolError> for Error {
 pub fn is_unique_violation(err: &tokio_postgres::Error) -> bool {
     err.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
-
-/// Reading a column without a panic: a column that is missing or of another type (a schema that
-/// drifted from the binary, as in a rolling deploy) is an internal error of that one call.
-pub(crate) trait Col {
-    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, idx: impl ColumnName) -> Result<T, Error>;
-}
-
-/// A column by position or by name, as `Row::try_get` takes it, that can also be named in an error.
-/// `Copy` (a position or a `&str`), so the name is only formatted when the read fails.
-pub(crate) trait ColumnName: tokio_postgres::row::RowIndex + std::fmt::Display + Copy {}
-impl<T: tokio_postgres::row::RowIndex + std::fmt::Display + Copy> ColumnName for T {}
-
-impl Col for tokio_postgres::Row {
-    fn col<'a, T: tokio_postgres::types::FromSql<'a>>(&'a self, idx: impl ColumnName) -> Result<T, Error> {
-        self.try_get(idx).map_err(|e| {
-            tracing::error!(column = %idx, error = %e, "a row does not have the shape this binary expects");
-            Error::Internal(format!("unexpected database row shape (column {idx})"))
-        })
-    }
-}

@@ -6,8 +6,8 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::board::IN_PROGRESS;
-use super::error::Col;
 use super::is_unique_violation;
+use super::row::{Col, FromRow};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{AccountId, EndpointId, MachineId};
 use crate::domain::presence::{self, OpenStream};
@@ -16,15 +16,15 @@ use crate::domain::{EntityKind, Error, Result};
 
 pub use crate::domain::caller::{Attempt, Caller, MachineIdentity};
 
-/// A caller from `endpoint id, account id, account, machine id, machine, handle`, of no attempt.
+/// A caller from the columns `endpoint_id, account_id, account, machine_id, machine, handle`, of no attempt.
 fn caller_from_row(row: &Row, session_hash: Vec<u8>) -> Result<Caller> {
     Ok(Caller {
-        endpoint_id: row.col(0)?,
-        account_id: row.col(1)?,
-        account: row.col(2)?,
-        machine_id: row.col(3)?,
-        machine: row.col(4)?,
-        handle: row.col(5)?,
+        endpoint_id: row.col("endpoint_id")?,
+        account_id: row.col("account_id")?,
+        account: row.col("account")?,
+        machine_id: row.col("machine_id")?,
+        machine: row.col("machine")?,
+        handle: row.col("handle")?,
         session_hash,
         attempt: None,
     })
@@ -35,7 +35,7 @@ fn caller_from_row(row: &Row, session_hash: Vec<u8>) -> Result<Caller> {
 pub(crate) async fn caller_of(c: &impl GenericClient, endpoint_id: EndpointId) -> Result<Caller> {
     let row = c
         .query_opt(
-            "select id, account_id, account, machine_id, machine, handle from endpoint_addresses where id = $1",
+            "select id as endpoint_id, account_id, account, machine_id, machine, handle from endpoint_addresses where id = $1",
             &[&endpoint_id],
         )
         .await?
@@ -78,31 +78,33 @@ impl Control {
 /// is one SQL function (migration 9), shared with the batched send.
 pub(super) const ONLINE: &str = "relay_endpoint_online(e)";
 
-/// Columns read by [`endpoint_from_row`], for `from endpoints e join endpoint_addresses ea on ea.id = e.id`.
+/// Columns read by [`Endpoint::from_row`], for `from endpoints e join endpoint_addresses ea on ea.id = e.id`.
 pub(super) const ENDPOINT_COLUMNS: &str = "ea.address, ea.account, ea.machine, ea.handle, e.harness, e.status, \
      e.note, e.now_text, e.title, relay_endpoint_online(e) as online, e.ended_at is not null as ended, \
      e.last_seen_at, e.peek_on, \
      coalesce((select a.operator from accounts a where a.id = ea.account_id) = ea.machine || '/' || ea.handle, false) \
      as operator";
 
-pub(super) fn endpoint_from_row(row: &Row) -> Result<Endpoint> {
-    let last_seen: Option<DateTime<Utc>> = row.col("last_seen_at")?;
-    Ok(Endpoint {
-        address: row.col("address")?,
-        account: row.col("account")?,
-        machine: row.col("machine")?,
-        handle: row.col("handle")?,
-        harness: row.col("harness")?,
-        status: row.col("status")?,
-        note: row.col("note")?,
-        now: row.col("now_text")?,
-        title: row.col("title")?,
-        online: row.col("online")?,
-        ended: row.col("ended")?,
-        last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
-        peek: row.col("peek_on")?,
-        operator: row.col("operator")?,
-    })
+impl FromRow for Endpoint {
+    fn from_row(row: &Row) -> Result<Self> {
+        let last_seen: Option<DateTime<Utc>> = row.col("last_seen_at")?;
+        Ok(Endpoint {
+            address: row.col("address")?,
+            account: row.col("account")?,
+            machine: row.col("machine")?,
+            handle: row.col("handle")?,
+            harness: row.col("harness")?,
+            status: row.col("status")?,
+            note: row.col("note")?,
+            now: row.col("now_text")?,
+            title: row.col("title")?,
+            online: row.col("online")?,
+            ended: row.col("ended")?,
+            last_seen_ms: last_seen.map_or(0, |t| t.timestamp_millis()),
+            peek: row.col("peek_on")?,
+            operator: row.col("operator")?,
+        })
+    }
 }
 
 // ---- accounts, machines and contacts ------------------------------------------------------------
@@ -124,7 +126,7 @@ pub(crate) async fn ensure_account(c: &impl GenericClient, name: &str) -> Result
 
 /// The id of the account named `name`.
 pub(crate) async fn account_id(c: &impl GenericClient, name: &str) -> Result<Option<AccountId>> {
-    c.query_opt("select id from accounts where name = $1", &[&name]).await?.map(|r| r.col(0)).transpose()
+    c.query_opt("select id from accounts where name = $1", &[&name]).await?.map(|r| r.only()).transpose()
 }
 
 /// Inserts a machine with the token hash, or gives an existing one the hash when it is revoked
@@ -160,7 +162,7 @@ pub(crate) async fn revoke_machine(c: &impl GenericClient, account: &str, machin
         &[&account, &machine],
     )
     .await?
-    .map(|r| r.col(0))
+    .map(|r| r.only())
     .transpose()
 }
 
@@ -180,7 +182,7 @@ pub(crate) async fn accounts_named(c: &impl GenericClient, names: &[&str]) -> Re
     c.query("select id, name from accounts where name = any($1)", &[&names])
         .await?
         .iter()
-        .map(|r| Ok((r.col(0)?, r.col(1)?)))
+        .map(|r| Ok((r.col("id")?, r.col("name")?)))
         .collect()
 }
 
@@ -204,7 +206,8 @@ pub(crate) async fn machine_by_token(
 ) -> Result<Option<(MachineIdentity, bool)>> {
     let stmt = c
         .prepare_cached(
-            "select m.id, m.name, a.id, a.name, m.revoked_at is not null
+            "select m.id as machine_id, m.name as machine, a.id as account_id, a.name as account,
+                    m.revoked_at is not null as revoked
              from machines m join accounts a on a.id = m.account_id
              where m.token_hash = $1",
         )
@@ -213,12 +216,12 @@ pub(crate) async fn machine_by_token(
         return Ok(None);
     };
     let identity = MachineIdentity {
-        machine_id: row.col(0)?,
-        machine: row.col(1)?,
-        account_id: row.col(2)?,
-        account: row.col(3)?,
+        machine_id: row.col("machine_id")?,
+        machine: row.col("machine")?,
+        account_id: row.col("account_id")?,
+        account: row.col("account")?,
     };
-    Ok(Some((identity, row.col(4)?)))
+    Ok(Some((identity, row.col("revoked")?)))
 }
 
 /// A session as its hash finds it: the endpoint it holds, and whether it still lives.
@@ -236,9 +239,10 @@ pub(crate) struct StoredSession {
 pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: Vec<u8>) -> Result<Option<StoredSession>> {
     let stmt = c
         .prepare_cached(&format!(
-            "select e.id, m.account_id, a.name, m.id, m.name, e.handle, e.job_token_hash, j.id,
-                    e.ended_at is null and m.revoked_at is null,
-                    coalesce(j.state = '{IN_PROGRESS}' and j.lease_until > now(), false)
+            "select e.id as endpoint_id, m.account_id, a.name as account, m.id as machine_id, m.name as machine,
+                    e.handle, e.job_token_hash, j.id as card,
+                    e.ended_at is null and m.revoked_at is null as open,
+                    coalesce(j.state = '{IN_PROGRESS}' and j.lease_until > now(), false) as attempt_running
              from endpoints e
              join machines m on m.id = e.machine_id
              join accounts a on a.id = m.account_id
@@ -250,10 +254,10 @@ pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: Vec<u8>
         return Ok(None);
     };
     let mut caller = caller_from_row(&row, session_hash)?;
-    let (open, attempt_running): (bool, bool) = (row.col(8)?, row.col(9)?);
-    if let Some(token_hash) = row.col::<Option<Vec<u8>>>(6)? {
+    let (open, attempt_running): (bool, bool) = (row.col("open")?, row.col("attempt_running")?);
+    if let Some(token_hash) = row.col::<Option<Vec<u8>>>("job_token_hash")? {
         // An ended attempt's card is gone from the row; the handle still names it.
-        let card = row.col::<Option<String>>(7)?.unwrap_or_else(|| caller.handle.clone());
+        let card = row.col::<Option<String>>("card")?.unwrap_or_else(|| caller.handle.clone());
         caller.attempt = Some(Attempt { card, token_hash });
     }
     let attempt_over = caller.attempt.is_some() && !attempt_running;
@@ -283,7 +287,7 @@ pub(crate) async fn resume_session(
         )
         .await?;
     let lease = presence::secs(presence::CLAIM_LEASE);
-    c.query_opt(&stmt, &[&session_hash, &machine_id, &harness, &lease, &attempt]).await?.map(|r| r.col(0)).transpose()
+    c.query_opt(&stmt, &[&session_hash, &machine_id, &harness, &lease, &attempt]).await?.map(|r| r.only()).transpose()
 }
 
 /// Gives the endpoint a spawn grant reserved to a new session, unless a live session holds it:
@@ -372,7 +376,7 @@ pub(crate) async fn claim_handle(
     let (account_cap, machine_cap) = (i64::from(caps.account), i64::from(caps.machine));
     let params: [&(dyn ToSql + Sync); 9] =
         [&machine_id, &handle, &harness, &session_hash, &lease, &hold, &account_cap, &attempt, &machine_cap];
-    c.query_opt(&claim, &params).await?.map(|r| r.col(0)).transpose()
+    c.query_opt(&claim, &params).await?.map(|r| r.only()).transpose()
 }
 
 /// Which cap `handle` would pass as a new endpoint of the machine: its account's (counting every
@@ -386,15 +390,17 @@ pub(crate) async fn no_room_for(
 ) -> Result<Option<NoRoom>> {
     let row = c
         .query_one(
-            "select coalesce(bool_or(e.machine_id = $1 and e.handle = $3), false),
-                    count(*) >= $2,
-                    count(*) filter (where e.machine_id = $1 and e.handle not like 'job-%') >= $4 and $3 not like 'job-%'
+            "select coalesce(bool_or(e.machine_id = $1 and e.handle = $3), false) as exists,
+                    count(*) >= $2 as account_full,
+                    count(*) filter (where e.machine_id = $1 and e.handle not like 'job-%') >= $4
+                        and $3 not like 'job-%' as machine_full
              from endpoints e join machines m on m.id = e.machine_id
              where m.account_id = (select account_id from machines where id = $1)",
             &[&machine_id, &i64::from(caps.account), &handle, &i64::from(caps.machine)],
         )
         .await?;
-    let (exists, account_full, machine_full): (bool, bool, bool) = (row.col(0)?, row.col(1)?, row.col(2)?);
+    let (exists, account_full, machine_full): (bool, bool, bool) =
+        (row.col("exists")?, row.col("account_full")?, row.col("machine_full")?);
     Ok(match (exists, account_full, machine_full) {
         (true, _, _) => None,
         (false, true, _) => Some(NoRoom::Account),
@@ -408,7 +414,7 @@ pub(crate) async fn live_handles(c: &impl GenericClient, machine_id: MachineId) 
     c.query("select handle from endpoints where machine_id = $1 and ended_at is null", &[&machine_id])
         .await?
         .iter()
-        .map(|r| r.col(0))
+        .map(|r| r.only())
         .collect()
 }
 
@@ -420,13 +426,20 @@ pub(crate) async fn holder(
 ) -> Result<Option<presence::Holder>> {
     let row = c
         .query_opt(
-            "select harness, coalesce(claimed_at, last_seen_at, created_at), stream_gen > stream_closed_gen
+            "select harness, coalesce(claimed_at, last_seen_at, created_at) as since,
+                    stream_gen > stream_closed_gen as stream_open
              from endpoints where machine_id = $1 and handle = $2",
             &[&machine_id, &handle],
         )
         .await?;
-    row.map(|row| Ok(presence::Holder { harness: row.col(0)?, since: row.col(1)?, stream_open: row.col(2)? }))
-        .transpose()
+    row.map(|row| {
+        Ok(presence::Holder {
+            harness: row.col("harness")?,
+            since: row.col("since")?,
+            stream_open: row.col("stream_open")?,
+        })
+    })
+    .transpose()
 }
 
 /// Forgets the turns peekers saw of the endpoint's previous session.
@@ -460,13 +473,16 @@ pub(crate) async fn open_stream(c: &impl GenericClient, caller: &Caller, replica
              where e.id = $1 and e.session_hash = $2 and e.ended_at is null
                and m.id = e.machine_id and m.revoked_at is null
              returning e.stream_gen, e.head_seq,
-                       coalesce((select a.operator from accounts a where a.id = m.account_id) = m.name || '/' || e.handle, false)",
+                       coalesce((select a.operator from accounts a where a.id = m.account_id) = m.name || '/' || e.handle, false)
+                           as operator",
         )
         .await?;
     let lease = presence::secs(presence::REPLICA_LEASE);
     c.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease, &replica])
         .await?
-        .map(|r| Ok(OpenStream { generation: r.col(0)?, head: r.col(1)?, operator: r.col(2)? }))
+        .map(|r| {
+            Ok(OpenStream { generation: r.col("stream_gen")?, head: r.col("head_seq")?, operator: r.col("operator")? })
+        })
         .transpose()
 }
 
@@ -481,7 +497,7 @@ pub(crate) async fn stream_current(c: &impl GenericClient, caller: &Caller, gene
                and m.revoked_at is null",
         )
         .await?;
-    c.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &generation]).await?.map(|r| r.col(0)).transpose()
+    c.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &generation]).await?.map(|r| r.only()).transpose()
 }
 
 /// Stream `generation` closed: if it was the newest, the endpoint stays online only for the
@@ -536,7 +552,7 @@ pub(crate) async fn endpoints_of(c: &impl GenericClient, accounts: &[AccountId],
     );
     let stmt = c.prepare_cached(&sql).await?;
     let params: [&(dyn ToSql + Sync); 2] = [&accounts, &all];
-    c.query(&stmt, &params).await?.iter().map(endpoint_from_row).collect()
+    c.query(&stmt, &params).await?.iter().map(Endpoint::from_row).collect()
 }
 
 /// An endpoint as everyone sees it, read on a connection the caller already holds.
@@ -549,7 +565,7 @@ pub(crate) async fn endpoint_on(client: &impl GenericClient, id: EndpointId) -> 
         .query_opt(&stmt, &[&id])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
-    endpoint_from_row(&row)
+    Endpoint::from_row(&row)
 }
 
 /// Ids of the accounts that are mutual contacts of `account_id`.
@@ -561,7 +577,7 @@ pub(crate) async fn contact_accounts(client: &impl GenericClient, account_id: Ac
         )
         .await?;
     let rows = client.query(&stmt, &[&account_id]).await?;
-    rows.iter().map(|r| r.col(0)).collect()
+    rows.iter().map(|r| r.only()).collect()
 }
 
 #[cfg(test)]

@@ -426,7 +426,7 @@ async fn apply_pending(client: &mut Client, migrations: &[Migration]) -> Result<
         .query("select version, checksum from schema_migrations order by version", &[])
         .await?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .map(|r| Ok((r.try_get("version")?, r.try_get("checksum")?)))
         .collect::<Result<_, tokio_postgres::Error>>()?;
 
     for (version, recorded) in &done {
@@ -510,7 +510,7 @@ async fn apply_functions(
         .query("select name, revision, checksum from schema_functions", &[])
         .await?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .map(|r| Ok((r.try_get("name")?, r.try_get("revision")?, r.try_get("checksum")?)))
         .collect::<Result<_, tokio_postgres::Error>>()?;
 
     let mut pending = Vec::new();

@@ -17,6 +17,7 @@ pub(crate) mod pages;
 mod push_marks;
 mod replicas;
 pub mod retention;
+pub(crate) mod row;
 pub mod scope;
 pub mod sessions;
 pub mod spawn;

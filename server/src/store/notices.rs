@@ -3,9 +3,9 @@
 
 use deadpool_postgres::{GenericClient, Transaction};
 
-use super::error::Col;
 use super::identity::caller_of;
 use super::messages::{Outgoing, Target};
+use super::row::Col;
 use crate::domain::Result;
 use crate::domain::address::BOARD;
 use crate::domain::board::{self, Event, Reader};
@@ -33,14 +33,14 @@ pub(crate) async fn notify_board(
 ) -> Result<()> {
     let card = tx
         .query_one(
-            "select j.title, coalesce(s.posted_by, j.posted_by), a.name, a.operator
+            "select j.title, coalesce(s.posted_by, j.posted_by) as poster, a.name as account, a.operator
              from jobs j join accounts a on a.id = j.account_id left join jobs s on s.id = j.schedule_id
              where j.id = $1 and j.account_id = $2",
             &[&job_id, &account_id],
         )
         .await?;
     let (title, poster, account, operator): (String, String, String, Option<String>) =
-        (card.col(0)?, card.col(1)?, card.col(2)?, card.col(3)?);
+        (card.col("title")?, card.col("poster")?, card.col("account")?, card.col("operator")?);
     let operator = operator.map(|op| format!("{account}/{op}"));
     let wanted: Vec<&str> = operator.iter().map(String::as_str).chain([poster.as_str()]).collect();
     let found: Vec<(EndpointId, String)> = tx
@@ -51,7 +51,7 @@ pub(crate) async fn notify_board(
         )
         .await?
         .iter()
-        .map(|r| Ok((r.col(0)?, r.col(1)?)))
+        .map(|r| Ok((r.col("id")?, r.col("address")?)))
         .collect::<Result<_>>()?;
     let endpoint = |address: &str| {
         found.iter().find(|(_, a)| a == address).map(|(id, _)| Target {

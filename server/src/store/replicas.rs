@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Store;
-use super::error::Col;
+use super::row::Col;
 use crate::domain::{Result, presence};
 
 impl Store {
@@ -25,7 +25,7 @@ impl Store {
                 &[&lease],
             )
             .await?
-            .col(0)?;
+            .only()?;
         self.replica.store(id, Ordering::Relaxed);
         Ok(id)
     }

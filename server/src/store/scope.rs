@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
-use super::error::Col;
-use super::identity::{Caller, ENDPOINT_COLUMNS, endpoint_from_row};
+use super::identity::{Caller, ENDPOINT_COLUMNS};
+use super::row::{Col, FromRow};
 use crate::domain::address::{Address, Origin};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{AccountId, EndpointId};
@@ -63,7 +63,7 @@ pub(crate) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<H
                  from chain c join endpoints p on p.id = c.ancestor
                  where p.parent_id is not null and c.depth < 64
              )
-             select id, array_agg(ancestor order by depth) from chain group by id",
+             select id, array_agg(ancestor order by depth) as ancestors from chain group by id",
         )
         .await?;
     let groups = c
@@ -75,10 +75,9 @@ pub(crate) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<H
         .await?;
     let caps = c
         .prepare_cached(
-            "select c.id, c.endpoint_id, c.dir, c.selectors, by_ep.address, on_ep.address
+            "select c.id, c.endpoint_id, c.dir, c.selectors, by_ep.address as set_by
              from caps c
              join endpoint_addresses by_ep on by_ep.id = c.set_by
-             join endpoint_addresses on_ep on on_ep.id = c.endpoint_id
              where c.endpoint_id = any($1) order by c.id",
         )
         .await?;
@@ -87,7 +86,7 @@ pub(crate) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<H
     let (chain_rows, group_rows, base_rows) =
         tokio::try_join!(c.query(&chains, &by_ids), c.query(&groups, &by_ids), c.query(&base, &by_ids))?;
     let mut ancestors: HashMap<EndpointId, Vec<EndpointId>> =
-        chain_rows.iter().map(|r| Ok((r.col(0)?, r.col(1)?))).collect::<Result<_>>()?;
+        chain_rows.iter().map(|r| Ok((r.col("id")?, r.col("ancestors")?))).collect::<Result<_>>()?;
     let all_ancestors: Vec<EndpointId> = ancestors.values().flatten().copied().collect();
     let mut bound: Vec<EndpointId> = ids.to_vec();
     bound.extend(&all_ancestors);
@@ -95,38 +94,40 @@ pub(crate) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<H
     let (by_ancestors, by_bound): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) = ([&all_ancestors], [&bound]);
     let (address_rows, cap_rows) = tokio::try_join!(c.query(&named, &by_ancestors), c.query(&caps, &by_bound))?;
     let addresses: HashMap<EndpointId, String> =
-        address_rows.iter().map(|r| Ok((r.col(0)?, r.col(1)?))).collect::<Result<_>>()?;
+        address_rows.iter().map(|r| Ok((r.col("id")?, r.col("address")?))).collect::<Result<_>>()?;
 
     let mut out = HashMap::new();
     for row in &base_rows {
-        let id: EndpointId = row.col(0)?;
+        let id: EndpointId = row.col("id")?;
         let chain = ancestors.remove(&id).unwrap_or_default();
-        let address: String = row.col(5)?;
+        let address: String = row.col("address")?;
         let root_address =
             chain.last().and_then(|root| addresses.get(root)).cloned().unwrap_or_else(|| address.clone());
         let mut scoped = Scoped {
             party: Party {
                 id,
-                account_id: row.col(1)?,
-                account: row.col(2)?,
-                machine: row.col(3)?,
-                handle: row.col(4)?,
+                account_id: row.col("account_id")?,
+                account: row.col("account")?,
+                machine: row.col("machine")?,
+                handle: row.col("handle")?,
                 address,
-                parent: row.col(6)?,
+                parent: row.col("parent_id")?,
                 ancestors: chain,
                 root_address,
                 groups: Vec::new(),
             },
-            rules_in: parse_stored(row.col(7)?)?,
-            rules_out: parse_stored(row.col(8)?)?,
+            rules_in: parse_stored(row.col("rules_in")?)?,
+            rules_out: parse_stored(row.col("rules_out")?)?,
             caps: Vec::new(),
         };
         for g in &group_rows {
-            if g.col::<EndpointId>(0)? != id {
+            if g.col::<EndpointId>("endpoint_id")? != id {
                 continue;
             }
-            let name: String = g.col(1)?;
-            for (dir, rule) in [(Dir::In, parse_stored(g.col(2)?)?), (Dir::Out, parse_stored(g.col(3)?)?)] {
+            let name: String = g.col("name")?;
+            for (dir, rule) in
+                [(Dir::In, parse_stored(g.col("rules_in")?)?), (Dir::Out, parse_stored(g.col("rules_out")?)?)]
+            {
                 if let Some(selectors) = rule {
                     scoped.caps.push(Cap {
                         id: format!("group:{name}"),
@@ -140,13 +141,13 @@ pub(crate) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<H
             scoped.party.groups.push(name);
         }
         for cap in cap_rows.iter() {
-            let on: EndpointId = cap.col(1)?;
+            let on: EndpointId = cap.col("endpoint_id")?;
             if on == id || scoped.party.ancestors.contains(&on) {
                 scoped.caps.push(Cap {
-                    id: format!("cap-{}", cap.col::<i64>(0)?),
-                    dir: Dir::parse(cap.col(2)?)?,
-                    selectors: parse_stored(Some(cap.col(3)?))?.unwrap_or_default(),
-                    by: cap.col(4)?,
+                    id: format!("cap-{}", cap.col::<i64>("id")?),
+                    dir: Dir::parse(cap.col("dir")?)?,
+                    selectors: parse_stored(Some(cap.col("selectors")?))?.unwrap_or_default(),
+                    by: cap.col("set_by")?,
                     group: None,
                 });
             }
@@ -194,7 +195,9 @@ pub(crate) async fn resolve_in_reach(
         )
         .await?;
     match row {
-        Some(row) if reach(caller.account_id, contacts, row.col(1)?) != Reach::None => Ok((row.col(0)?, address)),
+        Some(row) if reach(caller.account_id, contacts, row.col("account_id")?) != Reach::None => {
+            Ok((row.col("id")?, address))
+        }
         _ => Err(super::messages::unknown_addresses(c, caller, contacts, &[address], false).await?),
     }
 }
@@ -288,7 +291,7 @@ pub(crate) async fn widen_caps(
 pub(crate) async fn cap_setter(c: &impl GenericClient, cap_id: i64, id: EndpointId) -> Result<Option<EndpointId>> {
     c.query_opt("select set_by from caps where id = $1 and endpoint_id = $2", &[&cap_id, &id])
         .await?
-        .map(|r| r.col(0))
+        .map(|r| r.only())
         .transpose()
 }
 
@@ -314,7 +317,11 @@ pub(crate) async fn peer_candidates(
            and ($3 or e.online_until > now())
          order by ea.address"
     );
-    c.query(&sql, &[&accounts, &except, &all]).await?.iter().map(|r| Ok((r.col(0)?, endpoint_from_row(r)?))).collect()
+    c.query(&sql, &[&accounts, &except, &all])
+        .await?
+        .iter()
+        .map(|r| Ok((r.col("id")?, Endpoint::from_row(r)?)))
+        .collect()
 }
 
 // ---- groups --------------------------------------------------------------------------------------
@@ -334,13 +341,13 @@ pub(crate) async fn insert_group(
         &[&account_id, &name, &owner, &to_stored(rules_in), &to_stored(rules_out)],
     )
     .await?
-    .map(|r| r.col(0))
+    .map(|r| r.only())
     .transpose()
 }
 
 /// How many groups the account holds.
 pub(crate) async fn group_count(c: &impl GenericClient, account_id: AccountId) -> Result<i64> {
-    c.query_one("select count(*) from groups where account_id = $1", &[&account_id]).await?.col(0)
+    c.query_one("select count(*) from groups where account_id = $1", &[&account_id]).await?.only()
 }
 
 /// Inserts a member into a group that cannot hold it yet (a new group's owner).
@@ -366,7 +373,7 @@ pub(crate) async fn remove_member(c: &impl GenericClient, group: i64, member: En
 
 /// Whether the endpoint belongs to the account.
 pub(crate) async fn in_account(c: &impl GenericClient, id: EndpointId, account_id: AccountId) -> Result<bool> {
-    c.query_one("select account_id = $2 from endpoint_addresses where id = $1", &[&id, &account_id]).await?.col(0)
+    c.query_one("select account_id = $2 from endpoint_addresses where id = $1", &[&id, &account_id]).await?.only()
 }
 
 /// Replaces one direction of a group's rule.
@@ -389,7 +396,7 @@ pub(crate) async fn group_ids(c: &impl GenericClient, account_id: AccountId) -> 
     c.query("select id from groups where account_id = $1 order by name", &[&account_id])
         .await?
         .iter()
-        .map(|r| r.col(0))
+        .map(|r| r.only())
         .collect()
 }
 
@@ -406,7 +413,7 @@ pub(crate) async fn read_rules(c: &impl GenericClient, id: EndpointId) -> Result
         Some(p) => c
             .query_opt("select address from endpoint_addresses where id = $1", &[&p])
             .await?
-            .map(|r| r.col::<String>(0))
+            .map(|r| r.only::<String>())
             .transpose()?,
         None => None,
     };
@@ -420,14 +427,14 @@ pub(crate) async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str
         .query_opt("select id, owner_id from groups where account_id = $1 and name = $2", &[&caller.account_id, &name])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Group, format!("no group {name} in your account")))?;
-    Ok((row.col(0)?, row.col(1)?))
+    Ok((row.col("id")?, row.col("owner_id")?))
 }
 
 /// A group as `group show` reports it: its owner, rules and members.
 pub(crate) async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> {
     let row = c
         .query_one(
-            "select g.name, ea.address, g.rules_in, g.rules_out from groups g
+            "select g.name, ea.address as owner, g.rules_in, g.rules_out from groups g
              join endpoint_addresses ea on ea.id = g.owner_id where g.id = $1",
             &[&group_id],
         )
@@ -440,13 +447,13 @@ pub(crate) async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<
         )
         .await?
         .iter()
-        .map(|r| r.col(0))
+        .map(|r| r.only())
         .collect::<Result<_>>()?;
     Ok(GroupView {
-        name: row.col(0)?,
-        owner: row.col(1)?,
-        rules_in: view_selectors(&parse_stored(row.col(2)?)?),
-        rules_out: view_selectors(&parse_stored(row.col(3)?)?),
+        name: row.col("name")?,
+        owner: row.col("owner")?,
+        rules_in: view_selectors(&parse_stored(row.col("rules_in")?)?),
+        rules_out: view_selectors(&parse_stored(row.col("rules_out")?)?),
         members,
     })
 }
@@ -469,6 +476,6 @@ pub(crate) async fn group_members_for_send(
     )
     .await?
     .iter()
-    .map(|r| Ok((r.col(0)?, r.col(1)?)))
+    .map(|r| Ok((r.col("id")?, r.col("address")?)))
     .collect()
 }

@@ -3,8 +3,8 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::error::Col;
 use super::identity::MachineIdentity;
+use super::row::Col;
 use crate::domain::ids::{self, EndpointId, MachineId, TokenKind};
 use crate::domain::{Error, Result};
 
@@ -16,7 +16,7 @@ pub(crate) async fn child_handles(c: &impl GenericClient, machine_id: MachineId,
     c.query("select handle from endpoints where machine_id = $1 and handle like $2 || '-%'", &[&machine_id, &parent])
         .await?
         .iter()
-        .map(|r| r.col(0))
+        .map(|r| r.only())
         .collect()
 }
 
@@ -37,7 +37,7 @@ pub(crate) async fn insert_child(
         &[&machine_id, &handle, &harness, &parent, &grant_hash, &RESERVATION_S],
     )
     .await?
-    .col(0)
+    .only()
 }
 
 /// The endpoint an unspent grant reserved, on a machine not revoked, and its parent (`None` once
@@ -53,13 +53,13 @@ pub(crate) async fn grant_holder(
         &[&grant_hash],
     )
     .await?
-    .map(|r| Ok((r.col(0)?, r.col(1)?)))
+    .map(|r| Ok((r.col("id")?, r.col("parent_id")?)))
     .transpose()
 }
 
 /// The address of an endpoint that exists.
 pub(crate) async fn address_of(c: &impl GenericClient, id: EndpointId) -> Result<String> {
-    c.query_one("select address from endpoint_addresses where id = $1", &[&id]).await?.col(0)
+    c.query_one("select address from endpoint_addresses where id = $1", &[&id]).await?.only()
 }
 
 /// Spends the child's grant: its report is sent.
@@ -82,5 +82,5 @@ pub(crate) async fn granted_endpoint(
         )
         .await?
         .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?
-        .col(0)
+        .only()
 }

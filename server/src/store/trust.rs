@@ -2,9 +2,9 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::error::Col;
 use super::identity::{Caller, caller_of};
 use super::messages::{Target, WITHDRAWN};
+use super::row::Col;
 use crate::domain::address::HUMAN;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
@@ -53,7 +53,7 @@ pub(crate) async fn set_hold_class(
             &[&account_id, &class, &on],
         )
         .await?;
-    row.col(0)
+    row.only()
 }
 
 /// Allows or forbids private data across the contact between the account and the account named
@@ -77,7 +77,7 @@ pub(crate) async fn set_private_ok(
 pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &str) -> Result<Option<HeldMessage>> {
     let Some(row) = c
         .query_opt(
-            "select h.message_id, h.recipients, h.state, m.sender_id, s.address
+            "select h.message_id, h.recipients, h.state, m.sender_id, s.address as sender
              from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
              where h.id = $1 and h.account_id = $2 for update of h",
             &[&id, &account_id],
@@ -87,11 +87,11 @@ pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &str) -> Re
         return Ok(None);
     };
     Ok(Some(HeldMessage {
-        message_id: row.col(0)?,
-        recipients: row.col(1)?,
-        state: HoldState::from_db(row.col(2)?)?,
-        sender_id: row.col(3)?,
-        sender: row.col(4)?,
+        message_id: row.col("message_id")?,
+        recipients: row.col("recipients")?,
+        state: HoldState::from_db(row.col("state")?)?,
+        sender_id: row.col("sender_id")?,
+        sender: row.col("sender")?,
     }))
 }
 
@@ -121,7 +121,7 @@ pub(crate) async fn unanswered_asks(
     let rows = c
         .query(
             &format!(
-                "select m.id, s.address, m.body, m.thread from deliveries d
+                "select m.id, s.address as sender, m.body, m.thread from deliveries d
                  join messages m on m.id = d.message_id join endpoint_addresses s on s.id = m.sender_id
                  join machines sm on sm.id = s.machine_id
                  where d.recipient_id = $1 and m.require_reply and d.state <> {WITHDRAWN}
@@ -135,12 +135,12 @@ pub(crate) async fn unanswered_asks(
     rows.iter()
         .map(|r| {
             Ok(Message {
-                id: r.col(0)?,
+                id: r.col("id")?,
                 seq: 0,
-                from: r.col(1)?,
-                thread: r.col(3)?,
+                from: r.col("sender")?,
+                thread: r.col("thread")?,
                 kind: Kind::Ask,
-                body: r.col(2)?,
+                body: r.col("body")?,
                 reply_to: String::new(),
                 sent_at_ms: 0,
                 relation: String::new(),
@@ -186,7 +186,7 @@ pub(crate) async fn keep_peek_turns(
         let kept: Option<serde_json::Value> = tx
             .query_opt("select turns from peek_turns where endpoint_id = $1 for update", &[&endpoint_id])
             .await?
-            .map(|r| r.col(0))
+            .map(|r| r.only())
             .transpose()?;
         all.extend(kept.and_then(|v| v.as_array().cloned()).unwrap_or_default());
     }
@@ -212,7 +212,7 @@ pub(crate) async fn peek_state(c: &impl GenericClient, endpoint_id: EndpointId) 
             &[&endpoint_id],
         )
         .await?;
-    let stored: Option<serde_json::Value> = row.col(1)?;
+    let stored: Option<serde_json::Value> = row.col("turns")?;
     let turns = stored
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default()
@@ -226,9 +226,9 @@ pub(crate) async fn peek_state(c: &impl GenericClient, endpoint_id: EndpointId) 
                 .unwrap_or_default(),
         })
         .collect();
-    let updated: Option<chrono::DateTime<chrono::Utc>> = row.col(2)?;
+    let updated: Option<chrono::DateTime<chrono::Utc>> = row.col("updated_at")?;
     Ok(PeekState {
-        peek_on: row.col(0)?,
+        peek_on: row.col("peek_on")?,
         turns,
         updated_at: updated.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)).unwrap_or_default(),
     })
@@ -248,9 +248,9 @@ pub(crate) async fn peekers(c: &impl GenericClient, endpoint_id: EndpointId) -> 
         .iter()
         .map(|r| {
             Ok(PeekerView {
-                by: r.col(0)?,
-                at: r.col::<chrono::DateTime<chrono::Utc>>(1)?.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                turns: r.col::<i32>(2)? as u32,
+                by: r.col("peeker")?,
+                at: r.col::<chrono::DateTime<chrono::Utc>>("at")?.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                turns: r.col::<i32>("turns")? as u32,
             })
         })
         .collect()
@@ -274,7 +274,7 @@ pub(crate) async fn ensure_reserved(c: &impl GenericClient, account_id: AccountI
         )
         .await?;
     if let Some(row) = c.query_opt(&find, &[&account_id, &HUMAN, &handle]).await? {
-        return row.col(0);
+        return row.only();
     }
     let unusable = ids::token_hash(&ids::new_token(ids::TokenKind::Machine));
     c.execute(
@@ -290,7 +290,7 @@ pub(crate) async fn ensure_reserved(c: &impl GenericClient, account_id: AccountI
         &[&account_id, &HUMAN, &handle],
     )
     .await?;
-    c.query_one(&find, &[&account_id, &HUMAN, &handle]).await?.col(0)
+    c.query_one(&find, &[&account_id, &HUMAN, &handle]).await?.only()
 }
 
 /// Refuses private data for any target outside the sender's account whose contact does not
@@ -308,7 +308,7 @@ pub(crate) async fn check_private(c: &impl GenericClient, caller: &Caller, targe
         )
         .await?
         .iter()
-        .map(|r| r.col(0))
+        .map(|r| r.only())
         .collect::<Result<_>>()?;
     let refused: Vec<&str> =
         outside.iter().filter(|t| !allowed.contains(&t.account_id)).map(|t| t.address.as_str()).collect();
@@ -338,7 +338,7 @@ pub(crate) async fn hold_class(
         return Ok(None);
     }
     let stmt = c.prepare_cached("select hold_classes from accounts where id = $1").await?;
-    let classes: Vec<String> = c.query_one(&stmt, &[&caller.account_id]).await?.col(0)?;
+    let classes: Vec<String> = c.query_one(&stmt, &[&caller.account_id]).await?.only()?;
     let has = |class: &str| classes.iter().any(|c| c == class);
     Ok(if private && has("private-outbound") {
         Some("private-outbound")
@@ -372,8 +372,10 @@ pub(crate) async fn holds_on(client: &impl GenericClient, human: &Human, all: bo
     let rows = client
         .query(
             &format!(
-                "select h.id, h.class, h.state, coalesce(h.reason, ''), s.address, m.body, m.id,
+                "select h.id, h.class, h.state, coalesce(h.reason, '') as reason, s.address as sender, m.body,
+                        m.id as message_id,
                         array(select address from endpoint_addresses where id = any(h.recipients) order by address)
+                            as recipients
                  from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
                  where h.account_id = $1 and ($2 or h.state = '{HOLD_PENDING}') order by h.created_at"
             ),
@@ -383,14 +385,14 @@ pub(crate) async fn holds_on(client: &impl GenericClient, human: &Human, all: bo
     rows.iter()
         .map(|r| {
             Ok(HoldView {
-                id: r.col(0)?,
-                class: r.col(1)?,
-                state: HoldState::from_db(r.col(2)?)?,
-                reason: r.col(3)?,
-                from: r.col(4)?,
-                body: r.col(5)?,
-                message_id: r.col(6)?,
-                to: r.col(7)?,
+                id: r.col("id")?,
+                class: r.col("class")?,
+                state: HoldState::from_db(r.col("state")?)?,
+                reason: r.col("reason")?,
+                from: r.col("sender")?,
+                body: r.col("body")?,
+                message_id: r.col("message_id")?,
+                to: r.col("recipients")?,
             })
         })
         .collect()
@@ -408,7 +410,7 @@ pub(crate) async fn still_reachable(
     let caller = caller_of(c, sender_id).await?;
     let rows = c
         .query(
-            "select ea.id, ea.address, ea.account_id, m.revoked_at is null
+            "select ea.id, ea.address, ea.account_id, m.revoked_at is null as live
              from endpoint_addresses ea join endpoints e on e.id = ea.id join machines m on m.id = e.machine_id
              where ea.id = any($1)",
             &[&recipients],
@@ -419,8 +421,8 @@ pub(crate) async fn still_reachable(
     let mut targets = Vec::new();
     let mut refused = Vec::new();
     for row in &rows {
-        let target = Target { id: row.col(0)?, address: row.col(1)?, account_id: row.col(2)? };
-        let why = if !row.col::<bool>(3)? {
+        let target = Target { id: row.col("id")?, address: row.col("address")?, account_id: row.col("account_id")? };
+        let why = if !row.col::<bool>("live")? {
             Some("its machine was revoked".to_owned())
         } else {
             verdicts.get(&target.id).and_then(|v| v.refusal().map(str::to_owned))
@@ -430,7 +432,7 @@ pub(crate) async fn still_reachable(
             None => targets.push(target),
         }
     }
-    let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.col(0)?;
+    let private: bool = c.query_one("select private from messages where id = $1", &[&message_id]).await?.only()?;
     if private {
         check_private(c, &caller, &targets).await?;
     }

@@ -11,7 +11,7 @@ use postgres_types::ToSql;
 use crate::domain::ids::{AccountId, EndpointId};
 use crate::domain::{Result, presence};
 use crate::metrics::metrics;
-use crate::store::error::Col;
+use crate::store::row::Col;
 
 /// A lone send's answer, from `relay_write_send_plain` (a plain send) or
 /// `relay_write_send_numbered` (any).

@@ -3,15 +3,15 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::{MESSAGE_COLUMNS, READ, WITHDRAWN, message_from_row};
+use super::{MESSAGE_COLUMNS, READ, WITHDRAWN};
 use crate::domain::Result;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::EndpointId;
 use crate::domain::message::{Announced, Announcement, Message};
-use crate::store::error::Col;
+use crate::store::row::{Col, FromRow};
 
 /// The columns of a page of unread messages, as `relay_unread` and `relay_take_unread` answer them
-/// and [`message_from_row`] reads them.
+/// and [`Message::from_row`] reads them.
 macro_rules! page_columns {
     () => {
         "seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, relation"
@@ -62,7 +62,7 @@ pub(crate) async fn unread_after(
     limit: i64,
 ) -> Result<Vec<Message>> {
     let stmt = c.prepare_cached(UNREAD_AFTER).await?;
-    c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(message_from_row).collect()
+    c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(Message::from_row).collect()
 }
 
 /// One look at `inbox`: the messages of its first `limit` unread deliveries in seq order, moved to
@@ -81,7 +81,7 @@ pub(crate) async fn take_unread(
         Some(row) => row.col::<Option<i32>>("left_unread")?.unwrap_or_default().max(0) as u64,
         None => 0,
     };
-    Ok((rows.iter().map(message_from_row).collect::<Result<_>>()?, left))
+    Ok((rows.iter().map(Message::from_row).collect::<Result<_>>()?, left))
 }
 
 /// One look at `inbox` that moves its page to surfaced, unless it is still at version `seen` with
@@ -105,7 +105,7 @@ pub(crate) async fn look(
     let version = Version { head: first.col("head")?, unread: first.col("unread")? };
     // Every row carries the same count left unread.
     let left = first.col::<Option<i32>>("left_unread")?.unwrap_or_default().max(0) as u64;
-    let messages = rows.iter().map(message_from_row).collect::<Result<_>>()?;
+    let messages = rows.iter().map(Message::from_row).collect::<Result<_>>()?;
     Ok(Look::Page { messages, left, version: Some(version) })
 }
 
@@ -141,13 +141,13 @@ pub(crate) async fn recent(c: &impl GenericClient, inbox: EndpointId, limit: i64
         message_joins!()
     );
     let stmt = c.prepare_cached(&sql).await?;
-    c.query(&stmt, &[&inbox, &limit]).await?.iter().map(|row| Ok((message_from_row(row)?, row.col("read")?))).collect()
+    c.query(&stmt, &[&inbox, &limit]).await?.iter().map(|row| Ok((Message::from_row(row)?, row.col("read")?))).collect()
 }
 
 /// How many messages `inbox` holds unread: its counter, kept by the deliveries' triggers.
 pub(crate) async fn unread_count(c: &impl GenericClient, inbox: EndpointId) -> Result<u64> {
     let stmt = c.prepare_cached("select unread from endpoints where id = $1").await?;
-    Ok(c.query_one(&stmt, &[&inbox]).await?.col::<i32>(0)?.max(0) as u64)
+    Ok(c.query_one(&stmt, &[&inbox]).await?.only::<i32>()?.max(0) as u64)
 }
 
 /// Moves deliveries `seqs` of `inbox` forward to `state`, keeping its unread count and the newest
@@ -162,7 +162,7 @@ pub(crate) async fn advance(
 ) -> Result<(u64, Option<u64>)> {
     let stmt = c.prepare_cached("select moved, left_unread from relay_advance($1, $2, $3)").await?;
     let row = c.query_one(&stmt, &[&inbox, &seqs, &state.to_db()]).await?;
-    let (moved, left): (i32, Option<i32>) = (row.col(0)?, row.col(1)?);
+    let (moved, left): (i32, Option<i32>) = (row.col("moved")?, row.col("left_unread")?);
     Ok((moved.max(0) as u64, left.map(|n| n.max(0) as u64)))
 }
 

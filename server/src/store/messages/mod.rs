@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
-use super::error::Col;
+use super::row::{Col, FromRow};
 use crate::domain::Result;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{AccountId, EndpointId};
@@ -82,7 +82,7 @@ pub(crate) struct Target {
     pub account_id: AccountId,
 }
 
-/// Columns read by [`message_from_row`], over [`MESSAGE_JOINS`].
+/// Columns read by [`Message::from_row`], over [`MESSAGE_JOINS`].
 const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at, \
      m.require_reply, m.private, \
      case when re.parent_id = m.sender_id then 'parent' when se.parent_id = d.recipient_id then 'child' else '' end as relation";
@@ -90,21 +90,23 @@ const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.ki
 /// Deliveries `d` with what [`message_joins`] adds.
 const MESSAGE_JOINS: &str = concat!("deliveries d ", message_joins!());
 
-fn message_from_row(row: &Row) -> Result<Message> {
-    let sent_at: DateTime<Utc> = row.col("created_at")?;
-    Ok(Message {
-        id: row.col("id")?,
-        seq: row.col::<i64>("seq")? as u64,
-        from: row.col("sender")?,
-        thread: row.col("thread")?,
-        kind: Kind::from_db(row.col("kind")?)?,
-        body: row.col("body")?,
-        reply_to: row.col::<Option<String>>("reply_to")?.unwrap_or_default(),
-        sent_at_ms: sent_at.timestamp_millis(),
-        relation: row.col("relation")?,
-        require_reply: row.col("require_reply")?,
-        private: row.col("private")?,
-    })
+impl FromRow for Message {
+    fn from_row(row: &Row) -> Result<Self> {
+        let sent_at: DateTime<Utc> = row.col("created_at")?;
+        Ok(Message {
+            id: row.col("id")?,
+            seq: row.col::<i64>("seq")? as u64,
+            from: row.col("sender")?,
+            thread: row.col("thread")?,
+            kind: Kind::from_db(row.col("kind")?)?,
+            body: row.col("body")?,
+            reply_to: row.col::<Option<String>>("reply_to")?.unwrap_or_default(),
+            sent_at_ms: sent_at.timestamp_millis(),
+            relation: row.col("relation")?,
+            require_reply: row.col("require_reply")?,
+            private: row.col("private")?,
+        })
+    }
 }
 
 /// A notification on [`DELIVERY_CHANNEL`].

@@ -10,7 +10,7 @@ use crate::domain::ids::{AccountId, EndpointId, MessageRef};
 use crate::domain::message::pick_named;
 use crate::domain::scope::{Reach, Verdict};
 use crate::domain::{EntityKind, Error, Result};
-use crate::store::error::Col;
+use crate::store::row::Col;
 use crate::store::{identity, scope, trust};
 
 /// A thread continued by a send must be one the caller took part in: it sent or received a
@@ -23,7 +23,7 @@ pub(crate) async fn check_thread(c: &impl GenericClient, caller: &Caller, thread
                             where m.thread = $1 and d.recipient_id = $2)",
         )
         .await?;
-    if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.col(0)? {
+    if c.query_one(&stmt, &[&thread, &caller.endpoint_id]).await?.only()? {
         return Ok(());
     }
     Err(Error::not_found(
@@ -54,7 +54,7 @@ pub(crate) async fn unknown_addresses(
         ))
         .await?;
     let reachable: Vec<String> =
-        c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
+        c.query(&stmt, &[&accounts, &caller.endpoint_id]).await?.iter().map(|r| r.only()).collect::<Result<_>>()?;
     let named: Vec<(String, Option<&str>)> =
         unknown.iter().map(|a| (a.clone(), address::did_you_mean(a, &reachable))).collect();
     Ok(address::unknown(&named, sending))
@@ -107,7 +107,7 @@ pub(crate) async fn resolve_addresses(
     if !humans.is_empty() {
         let mut made = false;
         for row in tx.query("select id from accounts where name = any($1)", &[&humans]).await? {
-            let account: AccountId = row.col(0)?;
+            let account: AccountId = row.only()?;
             if scope::reach(caller.account_id, &contacts, account) != Reach::None {
                 trust::ensure_human(tx, account).await?;
                 made = true;
@@ -188,7 +188,7 @@ pub(crate) async fn endpoint_at(c: &impl GenericClient, address: &str) -> Result
     c.query_opt("select id from endpoint_addresses where address = $1", &[&address])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Endpoint, format!("no agent at {address}")))?
-        .col(0)
+        .only()
 }
 
 /// The id of a message the caller received, named by id, short id, suffix or `last`.
@@ -201,7 +201,7 @@ pub(crate) async fn resolve_received(
         MessageRef::Last => c
             .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
             .await?
-            .col::<Option<String>>(0)?
+            .only::<Option<String>>()?
             .ok_or_else(|| {
                 Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
             }),
@@ -217,7 +217,7 @@ pub(crate) async fn resolve_received(
                 .query(&stmt, &[&caller.endpoint_id, &text.as_str()])
                 .await?
                 .iter()
-                .map(|r| r.col::<String>(0))
+                .map(|r| r.only::<String>())
                 .collect::<Result<_>>()?;
             pick_named(text, candidates)
         }
@@ -237,7 +237,7 @@ pub(crate) struct ReplyTo {
 pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: &str) -> Result<ReplyTo> {
     let asked = c
         .prepare_cached(
-            "select m.thread, m.sender_id, ea.address, ea.account_id, mc.revoked_at is not null
+            "select m.thread, m.sender_id, ea.address, ea.account_id, mc.revoked_at is not null as revoked
              from messages m
              join endpoint_addresses ea on ea.id = m.sender_id
              join endpoints e on e.id = m.sender_id
@@ -249,17 +249,20 @@ pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: 
         async { Ok::<_, Error>(c.query_one(&asked, &[&original]).await?) },
         identity::contact_accounts(c, caller.account_id),
     )?;
-    let (thread, sender_id, sender_address): (String, EndpointId, String) = (row.col(0)?, row.col(1)?, row.col(2)?);
+    let (thread, sender_id, sender_address): (String, EndpointId, String) =
+        (row.col("thread")?, row.col("sender_id")?, row.col("address")?);
     if address::is_board_address(&sender_address) {
         return Err(address::board_reads_nothing(&sender_address));
     }
-    if scope::reach(caller.account_id, &contacts, row.col(3)?) == Reach::None || row.col::<bool>(4)? {
+    if scope::reach(caller.account_id, &contacts, row.col("account_id")?) == Reach::None
+        || row.col::<bool>("revoked")?
+    {
         return Err(Error::FailedPrecondition(format!(
             "{sender_address} is no longer reachable from your account (its machine was revoked or the contact ended), so the reply was not sent"
         )));
     }
     // An asker that ended its session still gets the reply: it waits in its inbox for its return.
-    let target = Target { id: sender_id, address: sender_address, account_id: row.col(3)? };
+    let target = Target { id: sender_id, address: sender_address, account_id: row.col("account_id")? };
     let asker = [sender_id];
     let (verdicts, hold) = tokio::try_join!(
         scope::decide_many(c, caller, &contacts, &asker),

@@ -3,14 +3,14 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::{MESSAGE_COLUMNS, MESSAGE_JOINS, WITHDRAWN, message_from_row};
+use super::{MESSAGE_COLUMNS, MESSAGE_JOINS, WITHDRAWN};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::State;
 use crate::domain::ids::EndpointId;
 use crate::domain::message::{Message, Recipient, Sent};
 use crate::domain::{Result, presence};
-use crate::store::error::Col;
 use crate::store::identity::ONLINE;
+use crate::store::row::{Col, FromRow};
 
 /// Ids of up to 20 messages `sender` sent whose id starts or ends with `text`, newest first: the
 /// candidates a reference names (see [`crate::domain::message::pick_named`]).
@@ -22,13 +22,13 @@ pub(crate) async fn sent_like(c: &impl GenericClient, sender: EndpointId, text: 
              order by created_at desc limit 20",
         )
         .await?;
-    c.query(&stmt, &[&sender, &text]).await?.iter().map(|r| r.col::<String>(0)).collect()
+    c.query(&stmt, &[&sender, &text]).await?.iter().map(|r| r.only::<String>()).collect()
 }
 
 /// The thread of message `id` and the message it answers, if any.
 pub(crate) async fn thread_of(c: &impl GenericClient, id: &str) -> Result<(String, Option<String>)> {
     let row = c.query_one("select thread, reply_to from messages where id = $1", &[&id]).await?;
-    Ok((row.col(0)?, row.col(1)?))
+    Ok((row.col("thread")?, row.col("reply_to")?))
 }
 
 /// Each recipient's delivery of message `message_id`, by address, its state with its inbox's
@@ -70,7 +70,7 @@ pub(crate) async fn replies_to(c: &impl GenericClient, id: &str, recipient: Endp
          order by d.seq"
     );
     let stmt = c.prepare_cached(&sql).await?;
-    c.query(&stmt, &[&id, &recipient]).await?.iter().map(message_from_row).collect()
+    c.query(&stmt, &[&id, &recipient]).await?.iter().map(Message::from_row).collect()
 }
 
 /// The stored result of an earlier send by `sender` with this client id, if there was one.
@@ -80,16 +80,16 @@ pub(crate) async fn previous_send(c: &impl GenericClient, sender: EndpointId, cl
     let Some(row) = c.query_opt(&stmt, &[&sender, &client_id]).await? else {
         return Ok(None);
     };
-    let id: String = row.col(0)?;
+    let id: String = row.col("id")?;
     let recipients = recipient_states(c, &id).await?;
     let hold =
-        c.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.col(0)).transpose()?;
+        c.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.only()).transpose()?;
     Ok(Some(Sent {
         id,
-        thread: row.col(1)?,
+        thread: row.col("thread")?,
         recipients,
         duplicate: true,
-        reply_to: row.col(2)?,
+        reply_to: row.col("reply_to")?,
         skipped: Vec::new(),
         hold,
     }))

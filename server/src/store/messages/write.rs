@@ -15,9 +15,9 @@ use crate::domain::ids::{self, AccountId, EndpointId};
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::{EntityKind, Error, Result, limits, presence};
 use crate::store::Tx;
-use crate::store::error::Col;
 use crate::store::identity::ONLINE;
 use crate::store::messages::DELIVERY_CHANNEL;
+use crate::store::row::Col;
 use crate::store::trust;
 
 /// Locks the contact rows a send to other accounts relies on (`for key share`, which only a
@@ -40,7 +40,7 @@ pub(crate) async fn hold_contacts(tx: &Tx<'_>, caller: &Caller, targets: &[Targe
         )
         .await?;
     let held: Vec<AccountId> =
-        tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.col(0)).collect::<Result<_>>()?;
+        tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.only()).collect::<Result<_>>()?;
     let gone: Vec<&str> = targets
         .iter()
         .filter(|t| t.account_id != caller.account_id && !held.contains(&t.account_id))
@@ -159,8 +159,12 @@ pub(crate) async fn deliver(tx: &Tx<'_>, message_id: &str, targets: &[Target]) -
         .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
         .await?;
     let heads = tx.query(&bump, &[&ids]).await?;
-    let (recipients, seqs): (Vec<i64>, Vec<i64>) =
-        heads.iter().map(|r| Ok((r.col::<i64>(0)?, r.col::<i64>(1)?))).collect::<Result<Vec<_>>>()?.into_iter().unzip();
+    let (recipients, seqs): (Vec<i64>, Vec<i64>) = heads
+        .iter()
+        .map(|r| Ok((r.col::<i64>("id")?, r.col::<i64>("head_seq")?)))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
 
     let deliver = tx
         .prepare_cached(
@@ -189,7 +193,7 @@ pub(crate) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: 
     let Some(row) = full.first() else {
         return Ok(());
     };
-    let id: EndpointId = row.col(0)?;
+    let id: EndpointId = row.only()?;
     match targets.iter().find(|t| t.id == id) {
         Some(target) => Err(limits::inbox_full(&target.address, cap)),
         None => Ok(()),
