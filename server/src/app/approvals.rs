@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::Core;
 use super::board::is_operator;
 use crate::domain::caller::Human;
-use crate::domain::ids::{self, AccountId};
+use crate::domain::ids::{self, AccountId, ApprovalId};
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{self as rules, Approval, ApprovalState, Decision};
 use crate::domain::{Error, Result};
@@ -88,7 +88,7 @@ impl ApprovalsService {
         tool: &str,
         input: &str,
         wait: Duration,
-    ) -> Result<String> {
+    ) -> Result<ApprovalId> {
         let not_working =
             || Error::FailedPrecondition("permission requests come from an agent working a card in progress".into());
         // A card's agent asks for its own card; a machine's agent names one by its job token.
@@ -99,7 +99,7 @@ impl ApprovalsService {
         let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let card = approvals::worked_card(&tx, caller.account_id, &token_hash).await?.ok_or_else(not_working)?;
-        let id = format!("a{}", &ids::new_message_id()[..9]);
+        let id = ApprovalId::new(format!("a{}", ids::random_text(9)));
         let operator = match &card.operator {
             Some(op) => approvals::operator_target(&tx, caller.account_id, op).await?,
             None => None,
@@ -191,7 +191,7 @@ async fn hand_to_human(db: &mut deadpool_postgres::Object, request: &approvals::
 }
 
 /// Puts request `id`, just handed on, before the account's human, in its asker's name.
-async fn ask_the_human(tx: &Transaction<'_>, id: &str, handed: &approvals::Decided) -> Result<()> {
+async fn ask_the_human(tx: &Transaction<'_>, id: &ApprovalId, handed: &approvals::Decided) -> Result<()> {
     let asker = approvals::requester(tx, handed.requester).await?;
     let body = rules::approval_escalation(id, &asker.address(), &handed.job_id, &handed.tool, &handed.input);
     let target = approvals::human_target(tx, asker.account_id, &asker.account).await?;
@@ -209,6 +209,7 @@ async fn decide(
     wait: Duration,
 ) -> Result<Decision> {
     let wait_s = wait.as_secs_f64();
+    let id = &ApprovalId::new(id.trim());
     let tx = db.transaction().await?;
     let Some(decided) = approvals::decide(&tx, account_id, id, verdict, &approvals::open_states(human), wait_s).await?
     else {
@@ -216,7 +217,7 @@ async fn decide(
         return Err(Error::FailedPrecondition(format!("permission request {id} is already {}", current.state)));
     };
     if verdict.state == ApprovalState::Escalated {
-        ask_the_human(&tx, id.trim(), &decided).await?;
+        ask_the_human(&tx, id, &decided).await?;
     }
     approvals::wake(&tx, decided.requester).await?;
     let decision = approvals::decision(&tx, account_id, id).await?;

@@ -8,7 +8,7 @@ use deadpool_postgres::GenericClient;
 use super::{Core, optional};
 use crate::domain::board::{self as rules, Cause, Cleanup, Column, Event, Job, Repo, hold_reason};
 use crate::domain::caller::Human;
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, JobId, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result, limits};
@@ -125,14 +125,14 @@ impl BoardService {
 
     pub async fn read_job(&self, caller: &Caller, id: &str) -> Result<Job> {
         let db = self.core.store.client().await?;
-        board::job(&db, caller.account_id, id).await
+        board::job(&db, caller.account_id, &JobId::new(id.trim())).await
     }
 
     /// Replaces the given fields of a card still in To do.
     pub async fn edit_job(&self, caller: &Caller, id: &str, edit: Edit<'_>) -> Result<Job> {
         let schedule = edit.schedule.map(|expr| schedule(expr, edit.time_zone)).transpose()?;
         let (title, detail) = (edit.title.map(RedactedText::from_agent), edit.detail.map(RedactedText::from_agent));
-        let id = id.trim();
+        let id = &JobId::new(id.trim());
         let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         rules::check_editable(board::lock_card(&tx, caller.account_id, id).await?)?;
@@ -220,7 +220,7 @@ impl BoardService {
         operator_only: bool,
     ) -> Result<Job> {
         let note = RedactedText::from_agent(note);
-        let id = id.trim();
+        let id = &JobId::new(id.trim());
         let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         if operator_only {
@@ -318,15 +318,12 @@ impl BoardService {
         if state.is_none() && error.as_str().trim().is_empty() {
             return Err(Error::invalid("a pull request check gives its state or the error that stopped it"));
         }
+        let id = &JobId::new(id.trim());
         let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let (account_id, pr_url) = board::lock_followed(&tx, machine.machine_id, id).await?.ok_or_else(|| {
-            Error::FailedPrecondition(format!(
-                "card {} of this machine is not in Review with a pull request",
-                id.trim()
-            ))
+            Error::FailedPrecondition(format!("card {id} of this machine is not in Review with a pull request"))
         })?;
-        let id = id.trim();
         let cap = self.core.store.max_unread();
         match state {
             None => board::set_pr_checked(&tx, id, None, Some(&rules::pr_check_failed(error.as_str()))).await?,
@@ -414,8 +411,9 @@ impl BoardService {
 
     pub async fn cleaned(&self, machine: &MachineIdentity, ids: &[String]) -> Result<()> {
         limits::count("card ids", ids.len(), limits::MAX_CLEANED_IDS)?;
+        let ids: Vec<JobId> = ids.iter().map(|id| JobId::new(id.trim())).collect();
         let db = self.core.store.client().await?;
-        board::mark_cleaned(&db, machine.machine_id, ids).await
+        board::mark_cleaned(&db, machine.machine_id, &ids).await
     }
 
     // ---- the scheduler's rounds ----------------------------------------------------------------
@@ -448,6 +446,7 @@ impl BoardService {
         let mut fired = 0;
         for schedule in &due {
             let id = &schedule.id;
+            let card = &id.card();
             let parsed = Schedule::parse(&schedule.expr, &schedule.zone);
             let next = match parsed.and_then(|s| s.next_slot(schedule.slot, schedule.now)) {
                 Ok(next) => next,
@@ -464,14 +463,14 @@ impl BoardService {
                 if !schedule.last_skip_reason.starts_with(reason) {
                     let next = next.to_rfc3339_opts(SecondsFormat::Secs, true);
                     let held = Event::HeldOff { why: reason, next: &next };
-                    notify_board(&tx, schedule.account_id, id, held, None, cap).await?;
+                    notify_board(&tx, schedule.account_id, card, held, None, cap).await?;
                 }
                 continue;
             }
             let run = rules::new_card_id();
             board::insert_run(&tx, id, &run).await?;
             board::advance_schedule(&tx, id, next).await?;
-            notify_board(&tx, schedule.account_id, id, Event::Fired { run: &run }, None, cap).await?;
+            notify_board(&tx, schedule.account_id, card, Event::Fired { run: run.as_str() }, None, cap).await?;
             fired += 1;
         }
         tx.commit().await?;

@@ -10,7 +10,7 @@ use super::{Core, optional};
 use crate::domain::board as board_rules;
 use crate::domain::caller::{Attempt, CardAgent};
 use crate::domain::endpoint::Endpoint;
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, TokenHash, TokenKind};
 use crate::domain::names::{self, NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits, presence};
@@ -59,7 +59,7 @@ struct Wanted<'a> {
     harness: &'a str,
     resume: Option<&'a str>,
     spawn_grant: Option<&'a str>,
-    attempt: Option<&'a [u8]>,
+    attempt: Option<&'a TokenHash>,
 }
 
 /// The endpoint a Hello claimed or resumed, and the session token that holds it.

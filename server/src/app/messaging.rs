@@ -8,6 +8,7 @@ use deadpool_postgres::GenericClient;
 use super::{Core, optional};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{self, Kind, State};
+use crate::domain::ids::MessageId;
 use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
 use crate::domain::{Error, Result, limits};
@@ -113,12 +114,12 @@ impl MessagingService {
         caller: &Caller,
         id: &str,
         wait_s: u32,
-    ) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
+    ) -> Result<(MessageId, Vec<Message>, Vec<Recipient>)> {
         self.core
             .wait_for(
                 caller,
                 wait_s,
-                |(_, replies, _): &(String, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
+                |(_, replies, _): &(MessageId, Vec<Message>, Vec<Recipient>)| !replies.is_empty(),
                 || self.take_replies(caller, id),
             )
             .await
@@ -172,7 +173,11 @@ impl MessagingService {
     }
 
     /// One look for replies the caller received to a message it sent; those returned become read.
-    async fn take_replies(&self, caller: &Caller, reference: &str) -> Result<(String, Vec<Message>, Vec<Recipient>)> {
+    async fn take_replies(
+        &self,
+        caller: &Caller,
+        reference: &str,
+    ) -> Result<(MessageId, Vec<Message>, Vec<Recipient>)> {
         let mut db = self.core.store.client().await?;
         let tx = db.transaction().await?;
         let id = sent_message(&tx, caller, reference).await?;
@@ -213,7 +218,7 @@ impl MessagingService {
 }
 
 /// The id of a message the caller sent, named by id, short id or suffix.
-async fn sent_message(c: &impl GenericClient, caller: &Caller, reference: &str) -> Result<String> {
+async fn sent_message(c: &impl GenericClient, caller: &Caller, reference: &str) -> Result<MessageId> {
     let text = message::sent_reference(reference)?;
     let candidates = messages::sent_like(c, caller.endpoint_id, &text).await?;
     message::pick_named(&text, candidates)

@@ -7,7 +7,7 @@ use deadpool_postgres::GenericClient;
 use super::Core;
 use crate::domain::delivery::Kind;
 use crate::domain::endpoint::Endpoint;
-use crate::domain::ids::{self, EndpointId, TokenKind};
+use crate::domain::ids::{self, CapId, EndpointId, TokenKind};
 use crate::domain::names;
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::scope::{self as domain_scope, Dir, GroupView, Peer, RulesView, Selector, Verdict};
@@ -147,7 +147,7 @@ impl ScopeService {
 
     /// Drops a cap set by the caller or by an agent below it; never one set above it.
     pub async fn lift_cap(&self, caller: &Caller, endpoint: &str, cap: &str) -> Result<RulesView> {
-        let cap_id: i64 = cap.trim().strip_prefix("cap-").and_then(|n| n.parse().ok()).ok_or_else(|| {
+        let cap_id = cap.trim().strip_prefix("cap-").and_then(|n| n.parse().ok()).map(CapId).ok_or_else(|| {
             Error::invalid(format!("invalid cap id {cap:?}: caps are named cap-<n>, as rules show lists them"))
         })?;
         let mut db = self.core.store.client().await?;

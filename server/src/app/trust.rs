@@ -5,7 +5,7 @@ use super::Core;
 use super::messaging::{Delivered, NewMessage};
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{self, TokenKind};
+use crate::domain::ids::{self, HoldId, TokenKind};
 use crate::domain::message::Message;
 use crate::domain::names::{NameKind, validate};
 use crate::domain::redact::{RedactedText, redact};
@@ -152,8 +152,9 @@ impl TrustService {
         let reason = reason.as_str().trim();
         let mut db = self.core.store.client().await?;
         let me = trust::human_caller(&db, person.account_id).await?;
+        let id = &HoldId::new(id.trim());
         let tx = db.transaction().await?;
-        let held = trust::lock_hold(&tx, person.account_id, id.trim()).await?.ok_or_else(|| {
+        let held = trust::lock_hold(&tx, person.account_id, id).await?.ok_or_else(|| {
             Error::not_found(EntityKind::Hold, format!("no hold {id} in your account: holds lists them"))
         })?;
         rules::check_decision(id, held.state, release, reason)?;
@@ -164,7 +165,7 @@ impl TrustService {
             messages::deliver(&tx, &held.message_id, &targets).await?;
         }
         let decided = if release { HoldState::Released } else { HoldState::Rejected };
-        trust::set_decision(&tx, id.trim(), decided, reason, &person.name).await?;
+        trust::set_decision(&tx, id, decided, reason, &person.name).await?;
         let body = redact(&rules::decision_notice(&held.message_id, release, reason)).text;
         let notice = Outgoing {
             to: &[],
@@ -177,7 +178,7 @@ impl TrustService {
         };
         let target = [Target { id: held.sender_id, address: held.sender, account_id: person.account_id }];
         messages::store_message(&tx, &me, &target, &notice, None).await?;
-        let view = trust::holds_on(&tx, person, true).await?.into_iter().find(|h| h.id == id.trim());
+        let view = trust::holds_on(&tx, person, true).await?.into_iter().find(|h| &h.id == id);
         tx.commit().await?;
         let view = view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))?;
         tracing::info!(account = %person.account, hold = %view.id, state = %view.state, "hold decided");

@@ -3,7 +3,7 @@
 //! one of these.
 
 use super::address::Address;
-use super::ids::{self, AccountId, EndpointId, MachineId, TokenKind};
+use super::ids::{self, AccountId, EndpointId, JobId, MachineId, TokenHash, TokenKind};
 use super::{Error, Result};
 
 /// A machine, as authenticated by its machine token.
@@ -18,8 +18,8 @@ pub struct MachineIdentity {
 /// One attempt at a board card, named by its job token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
-    pub card: String,
-    pub token_hash: Vec<u8>,
+    pub card: JobId,
+    pub token_hash: TokenHash,
 }
 
 /// A card's agent, as authenticated by the job token of the card's attempt in progress: it may
@@ -39,7 +39,7 @@ pub struct Caller {
     pub machine_id: MachineId,
     pub machine: String,
     pub handle: String,
-    pub session_hash: Vec<u8>,
+    pub session_hash: TokenHash,
     /// Set when a job token opened the session: the session is the card's agent, and ends with
     /// the attempt.
     pub attempt: Option<Attempt>,
@@ -67,7 +67,7 @@ impl Caller {
     /// The job token hash a call about a card acts under: a card's agent's own attempt (a token
     /// the request names must be that one), else the token the request carries. `None` when
     /// neither names an attempt.
-    pub fn attempt_hash(&self, job_token: &str) -> Result<Option<Vec<u8>>> {
+    pub fn attempt_hash(&self, job_token: &str) -> Result<Option<TokenHash>> {
         let job_token = job_token.trim();
         let named = if job_token.is_empty() {
             None
@@ -114,7 +114,7 @@ mod tests {
             machine_id: MachineId(1),
             machine: "ci".into(),
             handle: "job-abc".into(),
-            session_hash: vec![1],
+            session_hash: TokenHash::from_stored(vec![1]),
             attempt,
         }
     }
@@ -122,7 +122,7 @@ mod tests {
     #[test]
     fn a_card_agent_acts_for_its_own_attempt_only() {
         let token = ids::new_token(TokenKind::JobToken);
-        let own = Attempt { card: "abc".into(), token_hash: ids::token_hash(&token) };
+        let own = Attempt { card: JobId::new("abc"), token_hash: ids::token_hash(&token) };
         let agent = caller(Some(own.clone()));
         assert_eq!(agent.attempt_hash("").unwrap(), Some(own.token_hash.clone()));
         assert_eq!(agent.attempt_hash(&token).unwrap(), Some(own.token_hash.clone()));

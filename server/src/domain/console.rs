@@ -92,7 +92,7 @@ mod tests {
         assert!(csrf_matches(&one, &token));
         assert!(!csrf_matches(&two, &token), "another session's token is refused");
         assert!(!csrf_matches(&one, "") && !csrf_matches(&one, &token[..63]));
-        assert_ne!(token, hex::encode(token_hash(&one)), "it is not what the database keeps of the session");
+        assert_ne!(token, hex::encode(token_hash(&one).as_bytes()), "it is not what the database keeps of the session");
         assert!(!token.contains(&one[4..]), "it does not carry the session id");
     }
 }

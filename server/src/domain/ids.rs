@@ -34,6 +34,117 @@ row_id!(
     /// A machine's row.
     MachineId
 );
+row_id!(
+    /// A group's row.
+    GroupId
+);
+row_id!(
+    /// A cap's row: selectors set on an endpoint by one of its ancestors.
+    CapId
+);
+row_id!(
+    /// A delivery's place in its inbox: each inbox numbers what it receives 1, 2, 3, … .
+    Seq
+);
+
+macro_rules! text_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(String);
+
+        impl $name {
+            /// An id as stored or as a client gave it; whether it exists is the store's to say.
+            pub fn new(id: impl Into<String>) -> Self {
+                Self(id.into())
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(id: &str) -> Self {
+                Self(id.to_owned())
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(id: String) -> Self {
+                Self(id)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> Self {
+                id.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+    };
+}
+
+text_id!(
+    /// A message: 24 random characters ([`new_message_id`]).
+    MessageId
+);
+text_id!(
+    /// A card on the board (a job, or a schedule's own card).
+    JobId
+);
+text_id!(
+    /// A schedule: the card that posts a run card each time it comes due. A schedule's card id
+    /// and its schedule id are the same text; the type says which role a value plays.
+    ScheduleId
+);
+text_id!(
+    /// A permission request of a card's agent.
+    ApprovalId
+);
+text_id!(
+    /// A message held for the account's human.
+    HoldId
+);
+
+impl ScheduleId {
+    /// The schedule's own card.
+    pub fn card(&self) -> JobId {
+        JobId(self.0.clone())
+    }
+}
+
+/// What the database keeps of a credential ([`token_hash`]): its SHA-256. A token is never
+/// stored, so a hash is the id by which a machine, session, grant or attempt is found.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TokenHash(Vec<u8>);
+
+impl TokenHash {
+    /// A hash as the database returns it.
+    pub fn from_stored(bytes: Vec<u8>) -> Self {
+        Self(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 const ID_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 /// 24 characters of base 36: about 124 random bits.
@@ -42,9 +153,14 @@ pub const SHORT_ID_LEN: usize = 8;
 pub const MIN_SUFFIX_LEN: usize = 4;
 
 /// A new message id. It is random throughout, so its first 8 characters serve as a short id.
-pub fn new_message_id() -> String {
+pub fn new_message_id() -> MessageId {
+    MessageId(random_text(MESSAGE_ID_LEN))
+}
+
+/// `len` random characters of the id alphabet.
+pub fn random_text(len: usize) -> String {
     let mut rng = rand::rng();
-    (0..MESSAGE_ID_LEN).map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char).collect()
+    (0..len).map(|_| ID_ALPHABET[rng.random_range(0..ID_ALPHABET.len())] as char).collect()
 }
 
 /// Kinds of bearer credential; the prefix lets a person tell them apart and lets scanners find them.
@@ -89,8 +205,8 @@ pub fn new_token(kind: TokenKind) -> String {
 }
 
 /// What the database keeps of a credential. Tokens carry 256 random bits, so one unsalted hash suffices.
-pub fn token_hash(token: &str) -> Vec<u8> {
-    Sha256::digest(token.as_bytes()).to_vec()
+pub fn token_hash(token: &str) -> TokenHash {
+    TokenHash(Sha256::digest(token.as_bytes()).to_vec())
 }
 
 /// Checks a presented token's shape before it costs a database lookup.
@@ -153,7 +269,7 @@ impl MessageRef {
 }
 
 /// Picks the one message a reference names among candidates, or says why it cannot.
-pub fn pick_unique<'a>(reference: &str, candidates: &'a [String]) -> Result<&'a str> {
+pub fn pick_unique<'a>(reference: &str, candidates: &'a [MessageId]) -> Result<&'a MessageId> {
     match candidates {
         [] => Err(Error::not_found(
             EntityKind::Message,
@@ -164,7 +280,7 @@ pub fn pick_unique<'a>(reference: &str, candidates: &'a [String]) -> Result<&'a 
             if let Some(exact) = many.iter().find(|id| id.as_str() == reference) {
                 return Ok(exact);
             }
-            let shown: Vec<&str> = many.iter().take(5).map(|id| &id[..SHORT_ID_LEN]).collect();
+            let shown: Vec<&str> = many.iter().take(5).map(|id| &id.as_str()[..SHORT_ID_LEN]).collect();
             Err(Error::invalid(format!(
                 "{reference:?} names {} messages ({}); give more characters",
                 many.len(),
@@ -182,9 +298,9 @@ mod tests {
     fn message_ids_are_long_random_and_lowercase() {
         let a = new_message_id();
         let b = new_message_id();
-        assert_eq!(a.len(), MESSAGE_ID_LEN);
+        assert_eq!(a.as_str().len(), MESSAGE_ID_LEN);
         assert_ne!(a, b);
-        assert!(a.bytes().all(|c| ID_ALPHABET.contains(&c)));
+        assert!(a.as_str().bytes().all(|c| ID_ALPHABET.contains(&c)));
     }
 
     #[test]
@@ -221,10 +337,10 @@ mod tests {
 
     #[test]
     fn ambiguity_is_explained() {
-        let ids = vec!["aaaaaaaa00001111".to_owned(), "bbbbbbbb00001111".to_owned()];
+        let ids = vec![MessageId::new("aaaaaaaa00001111"), MessageId::new("bbbbbbbb00001111")];
         let err = pick_unique("1111", &ids).unwrap_err().to_string();
         assert!(err.contains("names 2 messages") && err.contains("aaaaaaaa"), "{err}");
-        assert_eq!(pick_unique("1111", &ids[..1]).unwrap(), ids[0]);
+        assert_eq!(pick_unique("1111", &ids[..1]).unwrap(), &ids[0]);
         assert!(matches!(pick_unique("zzzz", &[]), Err(Error::NotFound { .. })));
     }
 }

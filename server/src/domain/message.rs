@@ -1,19 +1,19 @@
 //! A message as its recipient reads it, and a delivery as its sender tracks it.
 
 use super::delivery::{Kind, State};
-use super::ids::{self, MessageRef};
+use super::ids::{self, HoldId, MessageId, MessageRef};
 use super::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
-    pub id: String,
+    pub id: MessageId,
     /// The recipient's sequence number of this delivery.
     pub seq: u64,
     pub from: String,
     pub thread: String,
     pub kind: Kind,
     pub body: String,
-    pub reply_to: String,
+    pub reply_to: Option<MessageId>,
     pub sent_at_ms: i64,
     /// parent or child, when sender and recipient are of one spawn tree.
     pub relation: String,
@@ -24,7 +24,7 @@ pub struct Message {
 /// A message named to its recipient's model without its body: a hook's notice that mail waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Announced {
-    pub id: String,
+    pub id: MessageId,
     /// The recipient's sequence number of this delivery.
     pub seq: u64,
     pub from: String,
@@ -44,13 +44,13 @@ impl Message {
     /// A plain message at `seq` of an inbox, for tests of what carries messages.
     pub(crate) fn at_seq(seq: u64) -> Self {
         Self {
-            id: format!("m{seq}"),
+            id: MessageId::new(format!("m{seq}")),
             seq,
             from: "acme/laptop/alice".into(),
             thread: "t".into(),
             kind: Kind::Message,
             body: "hi".into(),
-            reply_to: String::new(),
+            reply_to: None,
             sent_at_ms: 0,
             relation: String::new(),
             require_reply: false,
@@ -74,16 +74,16 @@ pub struct Recipient {
 /// What a send or a reply stored: the message's id and thread, and each recipient's delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
-    pub id: String,
+    pub id: MessageId,
     pub thread: String,
     pub recipients: Vec<Recipient>,
     /// It answers a retry of an earlier send with the same client id.
     pub duplicate: bool,
-    pub reply_to: Option<String>,
+    pub reply_to: Option<MessageId>,
     /// Group members the sender may not message.
     pub skipped: Vec<Recipient>,
     /// The hold that keeps it from everyone until the account's human decides.
-    pub hold: Option<String>,
+    pub hold: Option<HoldId>,
 }
 
 /// The text of a reference to a message the caller sent: its id, short id or suffix (what the
@@ -97,10 +97,10 @@ pub fn sent_reference(raw: &str) -> Result<String> {
 
 /// The one message `text` names among the ids a lookup found for it. The lookup finds every id
 /// that starts or ends with the text; only a whole id, a short id or a suffix names one.
-pub fn pick_named(text: &str, mut candidates: Vec<String>) -> Result<String> {
+pub fn pick_named(text: &str, mut candidates: Vec<MessageId>) -> Result<MessageId> {
     let reference = MessageRef::Text(text.to_owned());
-    candidates.retain(|id| reference.matches(id));
-    ids::pick_unique(text, &candidates).map(str::to_owned)
+    candidates.retain(|id| reference.matches(id.as_str()));
+    ids::pick_unique(text, &candidates).cloned()
 }
 
 #[cfg(test)]
@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn a_prefix_names_a_message_only_as_its_short_id() {
-        let id = "abcdefgh0000wxyz".to_owned();
+        let id = MessageId::new("abcdefgh0000wxyz");
         assert_eq!(pick_named("abcdefgh", vec![id.clone()]).unwrap(), id);
         assert_eq!(pick_named("wxyz", vec![id.clone()]).unwrap(), id);
         assert!(pick_named("abcd", vec![id]).is_err(), "a 4-character prefix is not a short id");

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::ids::EndpointId;
+use super::ids::{ApprovalId, EndpointId, HoldId, JobId, MessageId};
 use super::{Error, Result};
 
 /// Hold classes an account can turn on.
@@ -109,7 +109,14 @@ pub fn decision(decision: &str, human: bool) -> Result<ApprovalState> {
 
 /// The question put to the operator: `requester`, working card `job_id` titled `title`, asks to
 /// use `tool` with `input`.
-pub fn approval_question(id: &str, requester: &str, job_id: &str, title: &str, tool: &str, input: &str) -> String {
+pub fn approval_question(
+    id: &ApprovalId,
+    requester: &str,
+    job_id: &JobId,
+    title: &str,
+    tool: &str,
+    input: &str,
+) -> String {
     format!(
         "[Approval {id}] {requester} working on card {job_id} (\"{title}\") asks to use {}: {}\nAnswer with answer_permission {{id: \"{id}\", decision: allow | deny | owner}}.",
         tool.trim(),
@@ -118,7 +125,7 @@ pub fn approval_question(id: &str, requester: &str, job_id: &str, title: &str, t
 }
 
 /// The question put to the account's human when the operator did not answer (or there is none).
-pub fn approval_escalation(id: &str, requester: &str, job_id: &str, tool: &str, input: &str) -> String {
+pub fn approval_escalation(id: &ApprovalId, requester: &str, job_id: &JobId, tool: &str, input: &str) -> String {
     format!(
         "[Approval {id}] {requester} working on card {job_id} asks to use {}: {}\nThe operator has not answered. Answer with agent-bridge human approve {id} allow|deny.",
         tool.trim(),
@@ -128,20 +135,20 @@ pub fn approval_escalation(id: &str, requester: &str, job_id: &str, tool: &str, 
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hold {
-    pub id: String,
+    pub id: HoldId,
     pub class: String,
     pub state: HoldState,
     pub reason: String,
     pub from: String,
     pub to: Vec<String>,
     pub body: String,
-    pub message_id: String,
+    pub message_id: MessageId,
 }
 
 /// A held message as its human decides on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldMessage {
-    pub message_id: String,
+    pub message_id: MessageId,
     pub recipients: Vec<EndpointId>,
     pub state: HoldState,
     pub sender_id: EndpointId,
@@ -157,7 +164,7 @@ pub fn check_hold_class(class: &str) -> Result<()> {
 }
 
 /// A hold is decided once; a rejection needs a reason, since the sender reads it.
-pub fn check_decision(id: &str, state: HoldState, release: bool, reason: &str) -> Result<()> {
+pub fn check_decision(id: &HoldId, state: HoldState, release: bool, reason: &str) -> Result<()> {
     if state != HoldState::Pending {
         return Err(Error::FailedPrecondition(format!("hold {id} was already {state}")));
     }
@@ -168,8 +175,8 @@ pub fn check_decision(id: &str, state: HoldState, release: bool, reason: &str) -
 }
 
 /// What the sender of a held message is told of the human's decision.
-pub fn decision_notice(message_id: &str, release: bool, reason: &str) -> String {
-    let short = &message_id[..8];
+pub fn decision_notice(message_id: &MessageId, release: bool, reason: &str) -> String {
+    let short = &message_id.as_str()[..8];
     if release {
         format!("Your held message {short} was released by your account's human and delivered.")
     } else {
@@ -220,9 +227,9 @@ pub struct Peeker {
 /// A board agent's permission request, as the human lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Approval {
-    pub id: String,
+    pub id: ApprovalId,
     pub state: ApprovalState,
-    pub job_id: String,
+    pub job_id: JobId,
     pub requester: String,
     pub tool: String,
     pub input: String,
@@ -231,7 +238,7 @@ pub struct Approval {
 /// Where a permission request stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
-    pub id: String,
+    pub id: ApprovalId,
     pub state: ApprovalState,
     pub reason: String,
     pub decided_by: String,
@@ -264,11 +271,14 @@ mod tests {
     fn hold_decisions_are_checked() {
         assert!(check_hold_class("contact").is_ok() && check_hold_class("private-outbound").is_ok());
         assert!(check_hold_class("Contact").is_err());
-        assert!(check_decision("h1", HoldState::Pending, true, "").is_ok());
-        assert!(check_decision("h1", HoldState::Pending, false, "spam").is_ok());
-        assert!(matches!(check_decision("h1", HoldState::Pending, false, " "), Err(Error::Invalid(_))));
-        assert!(matches!(check_decision("h1", HoldState::Released, true, ""), Err(Error::FailedPrecondition(_))));
-        let notice = decision_notice("0123456789abcdef", false, " spam ");
+        assert!(check_decision(&"h1".into(), HoldState::Pending, true, "").is_ok());
+        assert!(check_decision(&"h1".into(), HoldState::Pending, false, "spam").is_ok());
+        assert!(matches!(check_decision(&"h1".into(), HoldState::Pending, false, " "), Err(Error::Invalid(_))));
+        assert!(matches!(
+            check_decision(&"h1".into(), HoldState::Released, true, ""),
+            Err(Error::FailedPrecondition(_))
+        ));
+        let notice = decision_notice(&"0123456789abcdef".into(), false, " spam ");
         assert!(notice.contains("message 01234567 was") && notice.ends_with("nobody: spam"), "{notice}");
     }
 

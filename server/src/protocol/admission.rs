@@ -576,6 +576,7 @@ impl http_body::Body for Holding {
 
 #[cfg(test)]
 mod tests {
+    use crate::domain::ids::TokenHash;
     use std::convert::Infallible;
     use std::net::SocketAddr;
 
@@ -611,7 +612,7 @@ mod tests {
                     machine_id: MachineId(1),
                     machine: "m".into(),
                     handle: format!("e{endpoint}"),
-                    session_hash: vec![],
+                    session_hash: TokenHash::from_stored(Vec::new()),
                     attempt: None,
                 })))
             })

@@ -89,7 +89,7 @@ impl From<Announcement> for wire::Announcement {
             .messages
             .into_iter()
             .map(|m| wire::Announced {
-                id: m.id,
+                id: m.id.into(),
                 seq: m.seq,
                 from: m.from,
                 kind: kind(m.kind) as i32,
@@ -106,12 +106,12 @@ pub fn sent(sent: Sent, redacted: &Counts) -> wire::SendResponse {
         redacted.iter().map(|(kind, count)| wire::Redaction { kind: (*kind).to_owned(), count: *count }).collect();
     wire::SendResponse {
         redactions,
-        hold: sent.hold.unwrap_or_default(),
-        id: sent.id,
+        hold: sent.hold.map(String::from).unwrap_or_default(),
+        id: sent.id.into(),
         thread: sent.thread,
         recipients: all(sent.recipients),
         duplicate: sent.duplicate,
-        reply_to: sent.reply_to.unwrap_or_default(),
+        reply_to: sent.reply_to.map(String::from).unwrap_or_default(),
         skipped: all(sent.skipped),
     }
 }
@@ -160,13 +160,13 @@ impl From<Endpoint> for wire::Endpoint {
 impl From<Message> for wire::Message {
     fn from(m: Message) -> Self {
         Self {
-            id: m.id,
+            id: m.id.into(),
             seq: m.seq,
             from: m.from,
             thread: m.thread,
             kind: kind(m.kind) as i32,
             body: m.body,
-            reply_to: m.reply_to,
+            reply_to: m.reply_to.map(String::from).unwrap_or_default(),
             sent_at_ms: m.sent_at_ms,
             relation: m.relation,
             require_reply: m.require_reply,
@@ -192,7 +192,7 @@ impl From<Job> for wire::JobView {
         let next_run_local = j.next_run_local().unwrap_or_default();
         let text = Option::unwrap_or_default;
         Self {
-            id: j.id,
+            id: j.id.into(),
             state: j.column.name().to_owned(),
             title: j.title,
             detail: j.detail,
@@ -205,7 +205,7 @@ impl From<Job> for wire::JobView {
             run_count: j.run_count,
             last_run_at: instant(j.last_run_at),
             last_skip_reason: text(j.last_skip_reason),
-            schedule_id: text(j.schedule_id),
+            schedule_id: text(j.schedule_id.map(String::from)),
             posted_by: j.posted_by,
             posted_at: instant(Some(j.posted_at)),
             edited_by: text(j.edited_by),
@@ -234,7 +234,7 @@ fn instant(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
 
 impl From<Cleanup> for wire::Cleanup {
     fn from(c: Cleanup) -> Self {
-        Self { id: c.id, worktree: c.worktree, repo_path: c.repo_path }
+        Self { id: c.id.into(), worktree: c.worktree, repo_path: c.repo_path }
     }
 }
 
@@ -278,14 +278,14 @@ impl From<Peer> for wire::Peer {
 impl From<Hold> for wire::HoldView {
     fn from(h: Hold) -> Self {
         Self {
-            id: h.id,
+            id: h.id.into(),
             class: h.class,
             state: h.state.as_db().to_owned(),
             reason: h.reason,
             from: h.from,
             to: h.to,
             body: h.body,
-            message_id: h.message_id,
+            message_id: h.message_id.into(),
         }
     }
 }
@@ -317,9 +317,9 @@ impl From<Peeker> for wire::PeekerView {
 impl From<Approval> for wire::ApprovalView {
     fn from(a: Approval) -> Self {
         Self {
-            id: a.id,
+            id: a.id.into(),
             state: a.state.as_db().to_owned(),
-            job_id: a.job_id,
+            job_id: a.job_id.into(),
             requester: a.requester,
             tool: a.tool,
             input: a.input,
@@ -329,7 +329,7 @@ impl From<Approval> for wire::ApprovalView {
 
 impl From<Decision> for wire::PermissionDecision {
     fn from(d: Decision) -> Self {
-        Self { id: d.id, state: d.state.as_db().to_owned(), reason: d.reason, decided_by: d.decided_by }
+        Self { id: d.id.into(), state: d.state.as_db().to_owned(), reason: d.reason, decided_by: d.decided_by }
     }
 }
 

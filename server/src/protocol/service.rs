@@ -112,13 +112,21 @@ impl Relay for RelayService {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (id, replies, recipients) = self.app.messaging.ask_wait(&caller, &req.id, req.wait_s).await?;
-        Ok(Response::new(AskWaitResponse { id, replies: convert::all(replies), recipients: convert::all(recipients) }))
+        Ok(Response::new(AskWaitResponse {
+            id: id.into_string(),
+            replies: convert::all(replies),
+            recipients: convert::all(recipients),
+        }))
     }
 
     async fn track(&self, request: Request<TrackRequest>) -> Result<Response<TrackResponse>, Status> {
         let caller = auth::caller(&request)?;
         let sent = self.app.messaging.track(&caller, &request.get_ref().id).await?;
-        Ok(Response::new(TrackResponse { id: sent.id, thread: sent.thread, recipients: convert::all(sent.recipients) }))
+        Ok(Response::new(TrackResponse {
+            id: sent.id.into_string(),
+            thread: sent.thread,
+            recipients: convert::all(sent.recipients),
+        }))
     }
 
     async fn update_profile(&self, request: Request<UpdateProfileRequest>) -> Result<Response<Endpoint>, Status> {

@@ -24,7 +24,7 @@ impl WorkerService {
         let follow = self.app.board.prs_to_follow(machine).await?;
         Ok(follow
             .into_iter()
-            .map(|f| FollowPr { id: f.id, pr_url: f.pr_url, repo_path: f.repo_path, repo: f.repo })
+            .map(|f| FollowPr { id: f.id.into_string(), pr_url: f.pr_url, repo_path: f.repo_path, repo: f.repo })
             .collect())
     }
 }

@@ -8,7 +8,7 @@ use super::messages::{DELIVERY_CHANNEL, Outgoing, Target};
 use super::row::{Col, FromRow};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::{AccountId, ApprovalId, EndpointId, JobId, TokenHash};
 use crate::domain::redact::redact;
 use crate::domain::trust::{Approval as ApprovalView, ApprovalState, Decision as PermissionDecision};
 use crate::domain::{EntityKind, Error, Result};
@@ -22,7 +22,7 @@ const DENY: &str = ApprovalState::Deny.as_db();
 
 /// The in-progress card of the account whose current attempt holds the job token `token_hash`.
 pub(crate) struct WorkedCard {
-    pub id: String,
+    pub id: JobId,
     pub title: String,
     /// The account's operator endpoint (`machine/handle`), if it has one.
     pub operator: Option<String>,
@@ -39,7 +39,7 @@ pub(crate) struct Verdict<'a> {
 /// A request just decided or handed on, as its asker sent it.
 pub(crate) struct Decided {
     pub requester: EndpointId,
-    pub job_id: String,
+    pub job_id: JobId,
     pub tool: String,
     pub input: String,
 }
@@ -60,7 +60,7 @@ impl FromRow for Decided {
 pub(crate) async fn worked_card(
     c: &impl GenericClient,
     account_id: AccountId,
-    token_hash: &[u8],
+    token_hash: &TokenHash,
 ) -> Result<Option<WorkedCard>> {
     c.query_opt(
         &format!(
@@ -94,9 +94,9 @@ pub(crate) async fn operator_target(
 /// A permission request to record: `requester`, working card `job_id`, asks to use `tool` with
 /// `input` (an excerpt).
 pub(crate) struct NewApproval<'a> {
-    pub id: &'a str,
+    pub id: &'a ApprovalId,
     pub account_id: AccountId,
-    pub job_id: &'a str,
+    pub job_id: &'a JobId,
     pub requester: EndpointId,
     pub tool: &'a str,
     pub input: &'a str,
@@ -161,7 +161,7 @@ fn human_deadline(wait: &str) -> String {
 
 /// Hands request `id` to the human if it is still with the operator; as its asker sent it then,
 /// `None` when it was not pending. The human has at least `wait_s` from now to answer.
-pub(crate) async fn escalate(c: &impl GenericClient, id: &str, wait_s: f64) -> Result<Option<Decided>> {
+pub(crate) async fn escalate(c: &impl GenericClient, id: &ApprovalId, wait_s: f64) -> Result<Option<Decided>> {
     c.query_opt(
         &format!(
             "update approvals set state = '{ESCALATED}', expire_at = {}
@@ -182,7 +182,7 @@ pub(crate) async fn escalate(c: &impl GenericClient, id: &str, wait_s: f64) -> R
 pub(crate) async fn decide(
     c: &impl GenericClient,
     account_id: AccountId,
-    id: &str,
+    id: &ApprovalId,
     verdict: &Verdict<'_>,
     open: &[&str],
     wait_s: f64,
@@ -197,7 +197,7 @@ pub(crate) async fn decide(
              returning requester_id, job_id, tool, input",
             human_deadline("$7")
         ),
-        &[&id.trim(), &account_id, &state.as_db(), &reason.trim(), &by, &open, &wait_s],
+        &[&id, &account_id, &state.as_db(), &reason.trim(), &by, &open, &wait_s],
     )
     .await?
     .map(|r| Decided::from_row(&r))
@@ -212,7 +212,7 @@ pub(crate) fn open_states(human: bool) -> Vec<&'static str> {
 
 /// An open request whose deadline has passed.
 pub(crate) struct Due {
-    pub id: String,
+    pub id: ApprovalId,
     pub account_id: AccountId,
     pub requester: EndpointId,
     /// With the human (past its last deadline: refuse it), or still with the operator (past its
@@ -272,7 +272,12 @@ pub(crate) async fn wake(c: &impl GenericClient, requester: EndpointId) -> Resul
 
 /// Refuses an open request for good: nobody answered in time. Whether it was still open and past its
 /// last deadline (read again here: another replica may have handed it to the human since).
-pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &str, wait_s: f64) -> Result<bool> {
+pub(crate) async fn expire(
+    c: &impl GenericClient,
+    account_id: AccountId,
+    id: &ApprovalId,
+    wait_s: f64,
+) -> Result<bool> {
     let refused = c.execute(
         &format!(
             "update approvals set state = '{DENY}', reason = 'nobody answered in time; try another way or ask again later',
@@ -287,16 +292,20 @@ pub(crate) async fn expire(c: &impl GenericClient, account_id: AccountId, id: &s
 }
 
 /// Where request `id` of the account stands.
-pub(crate) async fn decision(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<PermissionDecision> {
+pub(crate) async fn decision(
+    c: &impl GenericClient,
+    account_id: AccountId,
+    id: &ApprovalId,
+) -> Result<PermissionDecision> {
     let row = c
         .query_opt(
             "select state, coalesce(reason, '') as reason, coalesce(decided_by, '') as decided_by from approvals where id = $1 and account_id = $2",
-            &[&id.trim(), &account_id],
+            &[&id, &account_id],
         )
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Approval, format!("no permission request {id} in your account")))?;
     Ok(PermissionDecision {
-        id: id.trim().to_owned(),
+        id: id.clone(),
         state: ApprovalState::from_db(row.col("state")?)?,
         reason: row.col("reason")?,
         decided_by: row.col("decided_by")?,

@@ -11,7 +11,7 @@ use crate::domain::board::{
     MAX_ATTEMPTS, PrState, Repo as RepoView, WORKER_FRESH_S, repo_path,
 };
 use crate::domain::caller::{Caller, MachineIdentity};
-use crate::domain::ids::{AccountId, EndpointId, MachineId};
+use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, ScheduleId, TokenHash};
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result};
 use crate::store::Tx;
@@ -27,7 +27,7 @@ const SCHEDULE: &str = CardKind::Schedule.db();
 
 /// A new card's row.
 pub(crate) struct NewJob<'a> {
-    pub id: &'a str,
+    pub id: &'a JobId,
     pub account_id: AccountId,
     pub repo_id: i64,
     pub title: &'a str,
@@ -94,26 +94,23 @@ impl FromRow for JobView {
 }
 
 /// The card `id` of the account, as the board shows it.
-pub(crate) async fn job(c: &impl GenericClient, account_id: AccountId, id: &str) -> Result<JobView> {
+pub(crate) async fn job(c: &impl GenericClient, account_id: AccountId, id: &JobId) -> Result<JobView> {
     let sql = format!("select {} from {JOB_JOINS} where j.id = $1 and j.account_id = $2", job_columns());
-    let row = c.query_opt(&sql, &[&id.trim(), &account_id]).await?.ok_or_else(|| no_card(id))?;
+    let row = c.query_opt(&sql, &[&id, &account_id]).await?.ok_or_else(|| no_card(id))?;
     JobView::from_row(&row)
 }
 
-fn no_card(id: &str) -> Error {
+fn no_card(id: &JobId) -> Error {
     Error::not_found(
         EntityKind::Card,
-        format!("no card with id {:?} on your account's board: ids come from list_jobs", id.trim()),
+        format!("no card with id {:?} on your account's board: ids come from list_jobs", id),
     )
 }
 
 /// Locks card `id` of the account (`for update`) and reads its column.
-pub(crate) async fn lock_card(c: &Tx<'_>, account_id: AccountId, id: &str) -> Result<Column> {
+pub(crate) async fn lock_card(c: &Tx<'_>, account_id: AccountId, id: &JobId) -> Result<Column> {
     let row = c
-        .query_opt(
-            "select state, kind from jobs where id = $1 and account_id = $2 for update",
-            &[&id.trim(), &account_id],
-        )
+        .query_opt("select state, kind from jobs where id = $1 and account_id = $2 for update", &[&id, &account_id])
         .await?
         .ok_or_else(|| no_card(id))?;
     Column::from_db(row.col("state")?)
@@ -228,19 +225,19 @@ pub(crate) async fn archived(c: &impl GenericClient, account_id: AccountId, repo
 }
 
 /// Replaces the card's title.
-pub(crate) async fn set_title(c: &impl GenericClient, id: &str, title: &str) -> Result<()> {
+pub(crate) async fn set_title(c: &impl GenericClient, id: &JobId, title: &str) -> Result<()> {
     c.execute("update jobs set title = $2 where id = $1", &[&id, &title]).await?;
     Ok(())
 }
 
 /// Replaces the card's detail.
-pub(crate) async fn set_detail(c: &impl GenericClient, id: &str, detail: &str) -> Result<()> {
+pub(crate) async fn set_detail(c: &impl GenericClient, id: &JobId, detail: &str) -> Result<()> {
     c.execute("update jobs set detail = $2 where id = $1", &[&id, &detail]).await?;
     Ok(())
 }
 
 /// Moves the card to another repository.
-pub(crate) async fn set_repo(c: &impl GenericClient, id: &str, repo_id: i64) -> Result<()> {
+pub(crate) async fn set_repo(c: &impl GenericClient, id: &JobId, repo_id: i64) -> Result<()> {
     c.execute("update jobs set repo_id = $2 where id = $1", &[&id, &repo_id]).await?;
     Ok(())
 }
@@ -248,7 +245,7 @@ pub(crate) async fn set_repo(c: &impl GenericClient, id: &str, repo_id: i64) -> 
 /// Makes the card a schedule with its next run, or (`None`) a job that runs once.
 pub(crate) async fn set_schedule(
     c: &impl GenericClient,
-    id: &str,
+    id: &JobId,
     schedule: Option<(&Schedule, DateTime<Utc>)>,
 ) -> Result<()> {
     match schedule {
@@ -275,13 +272,13 @@ pub(crate) async fn set_schedule(
 }
 
 /// Sets whether the card's agent must open a pull request.
-pub(crate) async fn set_requires_pr(c: &impl GenericClient, id: &str, requires_pr: bool) -> Result<()> {
+pub(crate) async fn set_requires_pr(c: &impl GenericClient, id: &JobId, requires_pr: bool) -> Result<()> {
     c.execute("update jobs set requires_pr = $2 where id = $1", &[&id, &requires_pr]).await?;
     Ok(())
 }
 
 /// Records who edited the card and gives it a fresh set of attempts.
-pub(crate) async fn mark_edited(c: &impl GenericClient, id: &str, by: &str) -> Result<()> {
+pub(crate) async fn mark_edited(c: &impl GenericClient, id: &JobId, by: &str) -> Result<()> {
     c.execute("update jobs set edited_by = $2, edited_at = now(), attempts = 0 where id = $1", &[&id, &by]).await?;
     Ok(())
 }
@@ -290,7 +287,7 @@ pub(crate) async fn mark_edited(c: &impl GenericClient, id: &str, by: &str) -> R
 pub(crate) async fn lock_dispatched(
     c: &Tx<'_>,
     account_id: AccountId,
-    token_hash: &[u8],
+    token_hash: &TokenHash,
 ) -> Result<Option<DispatchedCard>> {
     c.query_opt(
         "select id, state, requires_pr from jobs where job_token_hash = $1 and account_id = $2 for update",
@@ -308,7 +305,7 @@ pub(crate) async fn lock_dispatched(
 }
 
 /// Moves the card to Review with its pull request or summary; its lease ends.
-pub(crate) async fn set_review(c: &impl GenericClient, id: &str, pr_url: Option<&str>, summary: &str) -> Result<()> {
+pub(crate) async fn set_review(c: &impl GenericClient, id: &JobId, pr_url: Option<&str>, summary: &str) -> Result<()> {
     c.execute(
         &format!(
             "update jobs set state = '{REVIEW}', pr_url = $2, summary = nullif($3, ''), finished_at = now(),
@@ -322,7 +319,7 @@ pub(crate) async fn set_review(c: &impl GenericClient, id: &str, pr_url: Option<
 }
 
 /// Moves the card to Done; no token can touch it after.
-pub(crate) async fn set_done(c: &impl GenericClient, id: &str) -> Result<()> {
+pub(crate) async fn set_done(c: &impl GenericClient, id: &JobId) -> Result<()> {
     c.execute(
         &format!("update jobs set state = '{DONE}', closed_at = now(), job_token_hash = null where id = $1"),
         &[&id],
@@ -363,14 +360,18 @@ pub(crate) async fn prs_to_follow(
 
 /// A card in Review with a pull request on one of the machine's repositories, locked: its account
 /// and pull request.
-pub(crate) async fn lock_followed(c: &Tx<'_>, machine_id: MachineId, id: &str) -> Result<Option<(AccountId, String)>> {
+pub(crate) async fn lock_followed(
+    c: &Tx<'_>,
+    machine_id: MachineId,
+    id: &JobId,
+) -> Result<Option<(AccountId, String)>> {
     c.query_opt(
         &format!(
             "select j.account_id, j.pr_url from jobs j join repos r on r.id = j.repo_id
              where j.id = $1 and r.machine_id = $2 and j.state = '{REVIEW}' and j.pr_url is not null
              for update of j"
         ),
-        &[&id.trim(), &machine_id],
+        &[&id, &machine_id],
     )
     .await?
     .map(|r| Ok((r.col("account_id")?, r.col("pr_url")?)))
@@ -380,7 +381,7 @@ pub(crate) async fn lock_followed(c: &Tx<'_>, machine_id: MachineId, id: &str) -
 /// Records what the forge said (`state`, or `None` when the check failed with `error`).
 pub(crate) async fn set_pr_checked(
     c: &impl GenericClient,
-    id: &str,
+    id: &JobId,
     state: Option<PrState>,
     error: Option<&str>,
 ) -> Result<()> {
@@ -393,7 +394,7 @@ pub(crate) async fn set_pr_checked(
 }
 
 /// Sends the card back to To do with `note` added to its detail and a fresh set of attempts.
-pub(crate) async fn send_back(c: &impl GenericClient, id: &str, note: &str) -> Result<()> {
+pub(crate) async fn send_back(c: &impl GenericClient, id: &JobId, note: &str) -> Result<()> {
     c.execute(
         &format!(
             "update jobs set state = '{TODO}', detail = detail || $2, closed_at = null, finished_at = null, pr_url = null,
@@ -446,8 +447,8 @@ pub(crate) async fn claim_next(
     c: &Tx<'_>,
     machine_id: MachineId,
     lease_s: f64,
-    token_hash: &[u8],
-) -> Result<Option<String>> {
+    token_hash: &TokenHash,
+) -> Result<Option<JobId>> {
     c.query_opt(
         &format!(
             "update jobs set state = '{IN_PROGRESS}', lease_machine = $1, lease_until = now() + make_interval(secs => $2),
@@ -488,7 +489,7 @@ pub(crate) async fn cleanups(c: &impl GenericClient, machine_id: MachineId) -> R
 pub(crate) async fn renew_lease(
     c: &impl GenericClient,
     machine_id: MachineId,
-    token_hash: &[u8],
+    token_hash: &TokenHash,
     lease_s: f64,
     agent_state: &str,
     worktree: &str,
@@ -508,7 +509,7 @@ pub(crate) async fn renew_lease(
 }
 
 /// The column of the card whose current attempt holds `token_hash`.
-pub(crate) async fn column_of_token(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<Column>> {
+pub(crate) async fn column_of_token(c: &impl GenericClient, token_hash: &TokenHash) -> Result<Option<Column>> {
     c.query_opt("select state from jobs where job_token_hash = $1", &[&token_hash])
         .await?
         .map(|r| Column::from_db(r.only()?))
@@ -520,13 +521,13 @@ pub(crate) struct AttemptHolder {
     /// The machine that leased the card: its agent's endpoint lives there.
     pub machine: MachineIdentity,
     pub revoked: bool,
-    pub card: String,
+    pub card: JobId,
     pub column: Column,
     pub lease_live: bool,
 }
 
 /// The card whose current attempt holds `token_hash`, with the machine that leased it.
-pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<AttemptHolder>> {
+pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &TokenHash) -> Result<Option<AttemptHolder>> {
     let stmt = c
         .prepare_cached(
             "select j.id as card, j.state, coalesce(j.lease_until > now(), false) as lease_live,
@@ -560,7 +561,7 @@ pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &[u8]) ->
 /// Holds the attempt `token_hash` in progress under a live lease until the transaction ends
 /// (`for share`): a claim of its agent's endpoint commits before anything ends the attempt, which
 /// then ends that session too. Whether the attempt is still running.
-pub(crate) async fn hold_attempt(c: &Tx<'_>, token_hash: &[u8]) -> Result<bool> {
+pub(crate) async fn hold_attempt(c: &Tx<'_>, token_hash: &TokenHash) -> Result<bool> {
     let held = c
         .query_opt(
             &format!(
@@ -574,7 +575,11 @@ pub(crate) async fn hold_attempt(c: &Tx<'_>, token_hash: &[u8]) -> Result<bool> 
 }
 
 /// Locks (`for update`) the card the machine leased under `token_hash`.
-pub(crate) async fn lock_leased(c: &Tx<'_>, machine_id: MachineId, token_hash: &[u8]) -> Result<Option<LeasedCard>> {
+pub(crate) async fn lock_leased(
+    c: &Tx<'_>,
+    machine_id: MachineId,
+    token_hash: &TokenHash,
+) -> Result<Option<LeasedCard>> {
     c.query_opt(
         "select id, state, attempts from jobs where job_token_hash = $1 and lease_machine = $2 for update",
         &[&token_hash, &machine_id],
@@ -591,7 +596,7 @@ pub(crate) async fn lock_leased(c: &Tx<'_>, machine_id: MachineId, token_hash: &
 }
 
 /// Puts a card whose agent ended unfinished back in To do with the error; its token and lease end.
-pub(crate) async fn return_to_todo(c: &impl GenericClient, id: &str, error: &str, agent_state: &str) -> Result<()> {
+pub(crate) async fn return_to_todo(c: &impl GenericClient, id: &JobId, error: &str, agent_state: &str) -> Result<()> {
     c.execute(
         &format!(
             "update jobs set state = '{TODO}', last_error = $2, job_token_hash = null, lease_until = null,
@@ -605,13 +610,13 @@ pub(crate) async fn return_to_todo(c: &impl GenericClient, id: &str, error: &str
 }
 
 /// Records that the agent of a card no longer in progress ended; its token ends.
-pub(crate) async fn set_exited(c: &impl GenericClient, id: &str, agent_state: &str) -> Result<()> {
+pub(crate) async fn set_exited(c: &impl GenericClient, id: &JobId, agent_state: &str) -> Result<()> {
     c.execute("update jobs set agent_state = $2, job_token_hash = null where id = $1", &[&id, &agent_state]).await?;
     Ok(())
 }
 
 /// Records that the machine removed the worktrees of these Done cards.
-pub(crate) async fn mark_cleaned(c: &impl GenericClient, machine_id: MachineId, ids: &[String]) -> Result<()> {
+pub(crate) async fn mark_cleaned(c: &impl GenericClient, machine_id: MachineId, ids: &[JobId]) -> Result<()> {
     c.execute(
         &format!(
             "update jobs j set worktree_removed = true from repos r
@@ -691,13 +696,13 @@ pub(crate) async fn lock_due_schedules(c: &Tx<'_>) -> Result<Vec<DueSchedule>> {
 }
 
 /// Stops a schedule that cannot be evaluated, with the reason.
-pub(crate) async fn park_schedule(c: &impl GenericClient, id: &str, reason: &str) -> Result<()> {
+pub(crate) async fn park_schedule(c: &impl GenericClient, id: &ScheduleId, reason: &str) -> Result<()> {
     c.execute("update jobs set next_run_at = null, last_skip_reason = $2 where id = $1", &[&id, &reason]).await?;
     Ok(())
 }
 
 /// The column of the schedule's latest run card, and whether it has a pull request still open.
-pub(crate) async fn last_run(c: &impl GenericClient, schedule_id: &str) -> Result<Option<(Column, bool)>> {
+pub(crate) async fn last_run(c: &impl GenericClient, schedule_id: &ScheduleId) -> Result<Option<(Column, bool)>> {
     c.query_opt(
         "select state, pr_url is not null and coalesce(pr_state, 'open') = 'open' as pr_open
          from jobs where schedule_id = $1 order by posted_at desc limit 1",
@@ -709,13 +714,13 @@ pub(crate) async fn last_run(c: &impl GenericClient, schedule_id: &str) -> Resul
 }
 
 /// Moves the schedule to its next run without posting one, with the reason.
-pub(crate) async fn hold_off(c: &impl GenericClient, id: &str, next: DateTime<Utc>, reason: &str) -> Result<()> {
+pub(crate) async fn hold_off(c: &impl GenericClient, id: &ScheduleId, next: DateTime<Utc>, reason: &str) -> Result<()> {
     c.execute("update jobs set next_run_at = $2, last_skip_reason = $3 where id = $1", &[&id, &next, &reason]).await?;
     Ok(())
 }
 
 /// Posts run card `run` of schedule `id` to To do, a copy of the schedule's card.
-pub(crate) async fn insert_run(c: &impl GenericClient, id: &str, run: &str) -> Result<()> {
+pub(crate) async fn insert_run(c: &impl GenericClient, id: &ScheduleId, run: &JobId) -> Result<()> {
     c.execute(
         &format!(
             "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule_id, posted_by)
@@ -729,7 +734,7 @@ pub(crate) async fn insert_run(c: &impl GenericClient, id: &str, run: &str) -> R
 }
 
 /// Counts a run of the schedule and moves it to its next one.
-pub(crate) async fn advance_schedule(c: &impl GenericClient, id: &str, next: DateTime<Utc>) -> Result<()> {
+pub(crate) async fn advance_schedule(c: &impl GenericClient, id: &ScheduleId, next: DateTime<Utc>) -> Result<()> {
     c.execute(
         "update jobs set next_run_at = $2, run_count = run_count + 1, last_run_at = now(), last_skip_reason = null
          where id = $1",

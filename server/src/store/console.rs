@@ -5,6 +5,7 @@ use deadpool_postgres::GenericClient;
 use super::row::Col;
 use crate::domain::Result;
 use crate::domain::caller::Human;
+use crate::domain::ids::TokenHash;
 
 /// Channel on which triggers (migrations 21 and 25) announce that something an account's people
 /// see changed: a card, a hold, a permission request (and, for the previous release, a console
@@ -17,7 +18,12 @@ pub const CONSOLE_CHANNEL: &str = "relay_console";
 
 /// Opens a session for the human `human` of its account, lasting `ttl_s`; false when that human
 /// is gone or revoked meanwhile.
-pub(crate) async fn insert_session(c: &impl GenericClient, id_hash: &[u8], human: &Human, ttl_s: f64) -> Result<bool> {
+pub(crate) async fn insert_session(
+    c: &impl GenericClient,
+    id_hash: &TokenHash,
+    human: &Human,
+    ttl_s: f64,
+) -> Result<bool> {
     let inserted = c
         .execute(
             "insert into console_sessions (id_hash, human_id, expires_at)
@@ -31,7 +37,7 @@ pub(crate) async fn insert_session(c: &impl GenericClient, id_hash: &[u8], human
 
 /// The person a live session belongs to (not expired, its human token not revoked), and how many
 /// seconds it has left by the database's clock.
-pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Result<Option<(Human, f64)>> {
+pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &TokenHash) -> Result<Option<(Human, f64)>> {
     let stmt = c
         .prepare_cached(
             "select a.id as account_id, a.name as account, h.name,
@@ -49,7 +55,7 @@ pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &[u8]) -> Re
     )))
 }
 
-pub(crate) async fn delete_session(c: &impl GenericClient, id_hash: &[u8]) -> Result<()> {
+pub(crate) async fn delete_session(c: &impl GenericClient, id_hash: &TokenHash) -> Result<()> {
     c.execute("delete from console_sessions where id_hash = $1", &[&id_hash]).await?;
     Ok(())
 }

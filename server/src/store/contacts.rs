@@ -7,7 +7,7 @@ use super::messages::{SURFACED, WITHDRAWN};
 use super::row::Col;
 use super::trust::{HOLD_PENDING, HOLD_REJECTED};
 use crate::domain::caller::Human;
-use crate::domain::ids::AccountId;
+use crate::domain::ids::{AccountId, TokenHash};
 use crate::domain::names::{NameKind, validate};
 use crate::domain::trust::Contact as ContactView;
 use crate::domain::{EntityKind, Error, Result};
@@ -46,7 +46,7 @@ pub(crate) async fn insert_human(
     c: &impl GenericClient,
     account_id: AccountId,
     name: &str,
-    token_hash: &[u8],
+    token_hash: &TokenHash,
 ) -> Result<bool> {
     match c
         .execute(
@@ -71,7 +71,7 @@ pub(crate) async fn revoke_human(c: &impl GenericClient, account_id: AccountId, 
 }
 
 /// The human whose token hashes to `token_hash`, and whether it was revoked.
-pub(crate) async fn human_by_token(c: &impl GenericClient, token_hash: &[u8]) -> Result<Option<(Human, bool)>> {
+pub(crate) async fn human_by_token(c: &impl GenericClient, token_hash: &TokenHash) -> Result<Option<(Human, bool)>> {
     let stmt = c
         .prepare_cached(
             "select a.id as account_id, a.name as account, h.name, h.revoked_at is not null as revoked

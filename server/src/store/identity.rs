@@ -9,7 +9,7 @@ use super::board::IN_PROGRESS;
 use super::is_unique_violation;
 use super::row::{Col, FromRow};
 use crate::domain::endpoint::Endpoint;
-use crate::domain::ids::{AccountId, EndpointId, MachineId};
+use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, TokenHash};
 use crate::domain::presence::{self, OpenStream};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result};
@@ -17,7 +17,7 @@ use crate::domain::{EntityKind, Error, Result};
 pub use crate::domain::caller::{Attempt, Caller, MachineIdentity};
 
 /// A caller from the columns `endpoint_id, account_id, account, machine_id, machine, handle`, of no attempt.
-fn caller_from_row(row: &Row, session_hash: Vec<u8>) -> Result<Caller> {
+fn caller_from_row(row: &Row, session_hash: TokenHash) -> Result<Caller> {
     Ok(Caller {
         endpoint_id: row.col("endpoint_id")?,
         account_id: row.col("account_id")?,
@@ -40,7 +40,7 @@ pub(crate) async fn caller_of(c: &impl GenericClient, endpoint_id: EndpointId) -
         )
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "that endpoint is gone"))?;
-    caller_from_row(&row, Vec::new())
+    caller_from_row(&row, TokenHash::from_stored(Vec::new()))
 }
 
 /// Channel on which the database announces changes to sessions and machines (migration 9's triggers).
@@ -135,7 +135,7 @@ pub(crate) async fn upsert_machine_token(
     c: &impl GenericClient,
     account_id: AccountId,
     machine: &str,
-    token_hash: &[u8],
+    token_hash: &TokenHash,
     replace_live: bool,
 ) -> Result<bool> {
     let row = c
@@ -202,7 +202,7 @@ pub(crate) async fn insert_contact(c: &impl GenericClient, a: AccountId, b: Acco
 /// The machine holding a token hash, and whether it is revoked.
 pub(crate) async fn machine_by_token(
     c: &impl GenericClient,
-    token_hash: &[u8],
+    token_hash: &TokenHash,
 ) -> Result<Option<(MachineIdentity, bool)>> {
     let stmt = c
         .prepare_cached(
@@ -236,7 +236,7 @@ pub(crate) struct StoredSession {
 
 /// The endpoint a session hash holds, and whether the session lives. Only the sessions of cards'
 /// agents are found once ended (they keep their hash, so a late call learns why).
-pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: Vec<u8>) -> Result<Option<StoredSession>> {
+pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: TokenHash) -> Result<Option<StoredSession>> {
     let stmt = c
         .prepare_cached(&format!(
             "select e.id as endpoint_id, m.account_id, a.name as account, m.id as machine_id, m.name as machine,
@@ -255,9 +255,9 @@ pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: Vec<u8>
     };
     let mut caller = caller_from_row(&row, session_hash)?;
     let (open, attempt_running): (bool, bool) = (row.col("open")?, row.col("attempt_running")?);
-    if let Some(token_hash) = row.col::<Option<Vec<u8>>>("job_token_hash")? {
+    if let Some(token_hash) = row.col::<Option<TokenHash>>("job_token_hash")? {
         // An ended attempt's card is gone from the row; the handle still names it.
-        let card = row.col::<Option<String>>("card")?.unwrap_or_else(|| caller.handle.clone());
+        let card = row.col::<Option<JobId>>("card")?.unwrap_or_else(|| JobId::new(caller.handle.clone()));
         caller.attempt = Some(Attempt { card, token_hash });
     }
     let attempt_over = caller.attempt.is_some() && !attempt_running;
@@ -271,10 +271,10 @@ pub(crate) async fn session_caller(c: &impl GenericClient, session_hash: Vec<u8>
 /// `attempt` (a job token's hash) only that attempt's session is resumed.
 pub(crate) async fn resume_session(
     c: &impl GenericClient,
-    session_hash: &[u8],
+    session_hash: &TokenHash,
     machine_id: MachineId,
     harness: &str,
-    attempt: Option<&[u8]>,
+    attempt: Option<&TokenHash>,
 ) -> Result<Option<EndpointId>> {
     let stmt = c
         .prepare_cached(
@@ -296,7 +296,7 @@ pub(crate) async fn claim_granted(
     c: &impl GenericClient,
     id: EndpointId,
     harness: &str,
-    session_hash: &[u8],
+    session_hash: &TokenHash,
 ) -> Result<bool> {
     let lease = presence::secs(presence::CLAIM_LEASE);
     let claimed = c
@@ -338,8 +338,8 @@ pub(crate) async fn claim_handle(
     machine_id: MachineId,
     handle: &str,
     harness: &str,
-    session_hash: &[u8],
-    attempt: Option<&[u8]>,
+    session_hash: &TokenHash,
+    attempt: Option<&TokenHash>,
     caps: EndpointCaps,
 ) -> Result<Option<EndpointId>> {
     let claim = c

@@ -3,7 +3,9 @@
 use bytes::BytesMut;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, accepts, to_sql_checked};
 
-use crate::domain::ids::{AccountId, EndpointId, MachineId};
+use crate::domain::ids::{
+    AccountId, ApprovalId, CapId, EndpointId, GroupId, HoldId, JobId, MachineId, MessageId, ScheduleId, Seq, TokenHash,
+};
 
 type BoxError = Box<dyn std::error::Error + Sync + Send>;
 
@@ -31,3 +33,50 @@ macro_rules! bigint_id {
 bigint_id!(EndpointId);
 bigint_id!(AccountId);
 bigint_id!(MachineId);
+bigint_id!(GroupId);
+bigint_id!(CapId);
+bigint_id!(Seq);
+
+macro_rules! text_id {
+    ($name:ident) => {
+        impl ToSql for $name {
+            fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+                self.as_str().to_sql(ty, out)
+            }
+
+            accepts!(TEXT, VARCHAR);
+            to_sql_checked!();
+        }
+
+        impl<'a> FromSql<'a> for $name {
+            fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+                String::from_sql(ty, raw).map(Self::new)
+            }
+
+            accepts!(TEXT, VARCHAR);
+        }
+    };
+}
+
+text_id!(MessageId);
+text_id!(JobId);
+text_id!(ScheduleId);
+text_id!(ApprovalId);
+text_id!(HoldId);
+
+impl ToSql for TokenHash {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
+        self.as_bytes().to_sql(ty, out)
+    }
+
+    accepts!(BYTEA);
+    to_sql_checked!();
+}
+
+impl<'a> FromSql<'a> for TokenHash {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, BoxError> {
+        Vec::<u8>::from_sql(ty, raw).map(Self::from_stored)
+    }
+
+    accepts!(BYTEA);
+}

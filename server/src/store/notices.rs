@@ -10,7 +10,7 @@ use crate::domain::Result;
 use crate::domain::address::BOARD;
 use crate::domain::board::{self, Event, Reader};
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::{AccountId, EndpointId, JobId};
 use crate::domain::redact::redact;
 
 /// The account's board sender (`account/me/board`), made on first use on the reserved machine
@@ -26,7 +26,7 @@ async fn ensure_board(c: &impl GenericClient, account_id: AccountId) -> Result<E
 pub(crate) async fn notify_board(
     tx: &Transaction<'_>,
     account_id: AccountId,
-    job_id: &str,
+    job_id: &JobId,
     event: Event<'_>,
     actor: Option<EndpointId>,
     cap: u32,

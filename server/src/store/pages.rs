@@ -72,7 +72,10 @@ impl PageCache {
 fn text_bytes(messages: &[Message]) -> usize {
     messages
         .iter()
-        .map(|m| m.id.len() + m.from.len() + m.thread.len() + m.body.len() + m.reply_to.len() + m.relation.len())
+        .map(|m| {
+            let reply_to = m.reply_to.as_ref().map_or(0, |r| r.as_str().len());
+            m.id.as_str().len() + m.from.len() + m.thread.len() + m.body.len() + reply_to + m.relation.len()
+        })
         .sum()
 }
 

@@ -9,7 +9,7 @@ use super::identity::{Caller, ENDPOINT_COLUMNS};
 use super::row::{Col, FromRow};
 use crate::domain::address::{Address, Origin};
 use crate::domain::endpoint::Endpoint;
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::{AccountId, CapId, EndpointId, GroupId};
 use crate::domain::names::{NameKind, validate};
 use crate::domain::scope::{self, Cap, CapView, Dir, GroupView, Party, Reach, RulesView, Scoped, Selector, Verdict};
 use crate::domain::{EntityKind, Error, Result};
@@ -144,7 +144,7 @@ pub(crate) async fn load(c: &impl GenericClient, ids: &[EndpointId]) -> Result<H
             let on: EndpointId = cap.col("endpoint_id")?;
             if on == id || scoped.party.ancestors.contains(&on) {
                 scoped.caps.push(Cap {
-                    id: format!("cap-{}", cap.col::<i64>("id")?),
+                    id: format!("cap-{}", cap.col::<CapId>("id")?),
                     dir: Dir::parse(cap.col("dir")?)?,
                     selectors: parse_stored(Some(cap.col("selectors")?))?.unwrap_or_default(),
                     by: cap.col("set_by")?,
@@ -288,14 +288,14 @@ pub(crate) async fn widen_caps(
 }
 
 /// Who set cap `cap_id` on the endpoint; `None` when it has no such cap.
-pub(crate) async fn cap_setter(c: &impl GenericClient, cap_id: i64, id: EndpointId) -> Result<Option<EndpointId>> {
+pub(crate) async fn cap_setter(c: &impl GenericClient, cap_id: CapId, id: EndpointId) -> Result<Option<EndpointId>> {
     c.query_opt("select set_by from caps where id = $1 and endpoint_id = $2", &[&cap_id, &id])
         .await?
         .map(|r| r.only())
         .transpose()
 }
 
-pub(crate) async fn delete_cap(c: &impl GenericClient, cap_id: i64) -> Result<()> {
+pub(crate) async fn delete_cap(c: &impl GenericClient, cap_id: CapId) -> Result<()> {
     c.execute("delete from caps where id = $1", &[&cap_id]).await?;
     Ok(())
 }
@@ -334,7 +334,7 @@ pub(crate) async fn insert_group(
     owner: EndpointId,
     rules_in: &Option<Vec<Selector>>,
     rules_out: &Option<Vec<Selector>>,
-) -> Result<Option<i64>> {
+) -> Result<Option<GroupId>> {
     c.query_opt(
         "insert into groups (account_id, name, owner_id, rules_in, rules_out) values ($1, $2, $3, $4, $5)
          on conflict (account_id, name) do nothing returning id",
@@ -351,13 +351,13 @@ pub(crate) async fn group_count(c: &impl GenericClient, account_id: AccountId) -
 }
 
 /// Inserts a member into a group that cannot hold it yet (a new group's owner).
-pub(crate) async fn insert_member(c: &impl GenericClient, group: i64, member: EndpointId) -> Result<()> {
+pub(crate) async fn insert_member(c: &impl GenericClient, group: GroupId, member: EndpointId) -> Result<()> {
     c.execute("insert into group_members (group_id, endpoint_id) values ($1, $2)", &[&group, &member]).await?;
     Ok(())
 }
 
 /// Adds a member to a group unless it is one already.
-pub(crate) async fn ensure_member(c: &impl GenericClient, group: i64, member: EndpointId) -> Result<()> {
+pub(crate) async fn ensure_member(c: &impl GenericClient, group: GroupId, member: EndpointId) -> Result<()> {
     c.execute(
         "insert into group_members (group_id, endpoint_id) values ($1, $2) on conflict do nothing",
         &[&group, &member],
@@ -367,7 +367,7 @@ pub(crate) async fn ensure_member(c: &impl GenericClient, group: i64, member: En
 }
 
 /// Removes a member from a group; how many rows went (0 when it was no member).
-pub(crate) async fn remove_member(c: &impl GenericClient, group: i64, member: EndpointId) -> Result<u64> {
+pub(crate) async fn remove_member(c: &impl GenericClient, group: GroupId, member: EndpointId) -> Result<u64> {
     Ok(c.execute("delete from group_members where group_id = $1 and endpoint_id = $2", &[&group, &member]).await?)
 }
 
@@ -379,7 +379,7 @@ pub(crate) async fn in_account(c: &impl GenericClient, id: EndpointId, account_i
 /// Replaces one direction of a group's rule.
 pub(crate) async fn set_group_rule(
     c: &impl GenericClient,
-    group: i64,
+    group: GroupId,
     dir: Dir,
     rule: &Option<Vec<Selector>>,
 ) -> Result<()> {
@@ -392,7 +392,7 @@ pub(crate) async fn set_group_rule(
 }
 
 /// Ids of the account's groups, by name.
-pub(crate) async fn group_ids(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<i64>> {
+pub(crate) async fn group_ids(c: &impl GenericClient, account_id: AccountId) -> Result<Vec<GroupId>> {
     c.query("select id from groups where account_id = $1 order by name", &[&account_id])
         .await?
         .iter()
@@ -400,7 +400,7 @@ pub(crate) async fn group_ids(c: &impl GenericClient, account_id: AccountId) -> 
         .collect()
 }
 
-pub(crate) async fn delete_group(c: &impl GenericClient, group: i64) -> Result<()> {
+pub(crate) async fn delete_group(c: &impl GenericClient, group: GroupId) -> Result<()> {
     c.execute("delete from groups where id = $1", &[&group]).await?;
     Ok(())
 }
@@ -421,7 +421,7 @@ pub(crate) async fn read_rules(c: &impl GenericClient, id: EndpointId) -> Result
 }
 
 /// The id and owner of the caller's account's group `name`.
-pub(crate) async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(i64, EndpointId)> {
+pub(crate) async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str) -> Result<(GroupId, EndpointId)> {
     validate(NameKind::Handle, name).map_err(|_| Error::invalid(format!("invalid group name {name:?}")))?;
     let row = c
         .query_opt("select id, owner_id from groups where account_id = $1 and name = $2", &[&caller.account_id, &name])
@@ -431,7 +431,7 @@ pub(crate) async fn group_id(c: &impl GenericClient, caller: &Caller, name: &str
 }
 
 /// A group as `group show` reports it: its owner, rules and members.
-pub(crate) async fn group_view(c: &impl GenericClient, group_id: i64) -> Result<GroupView> {
+pub(crate) async fn group_view(c: &impl GenericClient, group_id: GroupId) -> Result<GroupView> {
     let row = c
         .query_one(
             "select g.name, ea.address as owner, g.rules_in, g.rules_out from groups g

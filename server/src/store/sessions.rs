@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use super::heard::{self, Heard, Ticket};
 use crate::domain::caller::Caller;
-use crate::domain::ids::{EndpointId, MachineId};
+use crate::domain::ids::{EndpointId, JobId, MachineId, TokenHash};
 
 /// Bounds memory whatever the number of sessions: past it, the oldest half is dropped.
 const MAX_ENTRIES: usize = 100_000;
@@ -25,8 +25,8 @@ pub struct SessionCache {
 #[derive(Default)]
 struct Inner {
     heard: Heard,
-    by_hash: HashMap<Vec<u8>, (Caller, Instant)>,
-    by_endpoint: HashMap<EndpointId, Vec<u8>>,
+    by_hash: HashMap<TokenHash, (Caller, Instant)>,
+    by_endpoint: HashMap<EndpointId, TokenHash>,
 }
 
 impl SessionCache {
@@ -40,7 +40,7 @@ impl SessionCache {
     }
 
     /// The caller behind a session hash, if known and fresh; otherwise a ticket for caching the read.
-    pub fn get(&self, hash: &[u8]) -> Result<Caller, Ticket> {
+    pub fn get(&self, hash: &TokenHash) -> Result<Caller, Ticket> {
         let inner = self.lock();
         match inner.by_hash.get(hash) {
             Some((caller, at)) if inner.heard.serves(*at) => Ok(caller.clone()),
@@ -83,8 +83,8 @@ impl SessionCache {
     }
 
     /// The card's attempt ended: the session of its agent, before the database's word arrives.
-    pub fn forget_attempt(&self, card: &str) {
-        self.forget_where(|c| c.attempt.as_ref().is_some_and(|a| a.card == card));
+    pub fn forget_attempt(&self, card: &JobId) {
+        self.forget_where(|c| c.attempt.as_ref().is_some_and(|a| &a.card == card));
     }
 
     /// Every session whose caller `gone` picks.
@@ -131,9 +131,13 @@ mod tests {
             machine_id: MachineId(machine),
             machine: "laptop".into(),
             handle: format!("h{endpoint}"),
-            session_hash: vec![hash],
+            session_hash: hash_of(hash),
             attempt: None,
         }
+    }
+
+    fn hash_of(byte: u8) -> TokenHash {
+        TokenHash::from_stored(vec![byte])
     }
 
     fn cached(cache: &SessionCache, c: &Caller) {
@@ -145,12 +149,12 @@ mod tests {
     fn nothing_is_kept_until_changes_are_heard() {
         let cache = SessionCache::default();
         cached(&cache, &caller(1, 10, 1));
-        assert!(cache.get(&[1]).is_err());
+        assert!(cache.get(&hash_of(1)).is_err());
         cache.trust();
         cached(&cache, &caller(1, 10, 1));
-        assert_eq!(cache.get(&[1]).unwrap().endpoint_id, EndpointId(1));
+        assert_eq!(cache.get(&hash_of(1)).unwrap().endpoint_id, EndpointId(1));
         cache.distrust();
-        assert!(cache.get(&[1]).is_err());
+        assert!(cache.get(&hash_of(1)).is_err());
     }
 
     #[test]
@@ -161,29 +165,29 @@ mod tests {
             cached(&cache, &c);
         }
         cache.forget_endpoint(EndpointId(1));
-        assert!(cache.get(&[1]).is_err());
-        assert!(cache.get(&[2]).is_ok());
+        assert!(cache.get(&hash_of(1)).is_err());
+        assert!(cache.get(&hash_of(2)).is_ok());
         cache.forget_machine(MachineId(10));
-        assert!(cache.get(&[2]).is_err());
-        assert!(cache.get(&[3]).is_ok());
+        assert!(cache.get(&hash_of(2)).is_err());
+        assert!(cache.get(&hash_of(3)).is_ok());
         let mut agent = caller(4, 11, 4);
-        agent.attempt = Some(Attempt { card: "abc".into(), token_hash: vec![7] });
+        agent.attempt = Some(Attempt { card: JobId::new("abc"), token_hash: hash_of(7) });
         cached(&cache, &agent);
-        cache.forget_attempt("other");
-        assert!(cache.get(&[4]).is_ok());
-        cache.forget_attempt("abc");
-        assert!(cache.get(&[4]).is_err());
-        assert!(cache.get(&[3]).is_ok());
+        cache.forget_attempt(&JobId::new("other"));
+        assert!(cache.get(&hash_of(4)).is_ok());
+        cache.forget_attempt(&JobId::new("abc"));
+        assert!(cache.get(&hash_of(4)).is_err());
+        assert!(cache.get(&hash_of(3)).is_ok());
     }
 
     #[test]
     fn a_read_that_raced_a_change_is_not_kept() {
         let cache = SessionCache::default();
         cache.trust();
-        let ticket = cache.get(&[1]).err().unwrap();
+        let ticket = cache.get(&hash_of(1)).err().unwrap();
         cache.forget_endpoint(EndpointId(1));
         cache.put(ticket, &caller(1, 10, 1));
-        assert!(cache.get(&[1]).is_err());
+        assert!(cache.get(&hash_of(1)).is_err());
     }
 
     #[test]
@@ -192,7 +196,7 @@ mod tests {
         cache.trust();
         for i in 0..MAX_ENTRIES as i64 {
             let mut c = caller(i, 10, 0);
-            c.session_hash = i.to_be_bytes().to_vec();
+            c.session_hash = TokenHash::from_stored(i.to_be_bytes().to_vec());
             cached(&cache, &c);
         }
         let newest = caller(-1, 10, 1);
@@ -201,7 +205,7 @@ mod tests {
         assert!(inner.by_hash.len() <= MAX_ENTRIES / 2 + 1, "{} sessions held", inner.by_hash.len());
         assert_eq!(inner.by_endpoint.len(), inner.by_hash.len(), "the endpoint index dropped them too");
         drop(inner);
-        assert_eq!(cache.get(&[1]).map(|c| c.endpoint_id), Ok(EndpointId(-1)), "the new session is held");
+        assert_eq!(cache.get(&hash_of(1)).map(|c| c.endpoint_id), Ok(EndpointId(-1)), "the new session is held");
     }
 
     #[test]
@@ -210,7 +214,7 @@ mod tests {
         cache.trust();
         cached(&cache, &caller(1, 10, 1));
         cached(&cache, &caller(1, 10, 9));
-        assert!(cache.get(&[1]).is_err());
-        assert!(cache.get(&[9]).is_ok());
+        assert!(cache.get(&hash_of(1)).is_err());
+        assert!(cache.get(&hash_of(9)).is_ok());
     }
 }

@@ -5,7 +5,7 @@ use deadpool_postgres::GenericClient;
 
 use super::identity::MachineIdentity;
 use super::row::Col;
-use crate::domain::ids::{self, EndpointId, MachineId, TokenKind};
+use crate::domain::ids::{self, EndpointId, MachineId, TokenHash, TokenKind};
 use crate::domain::{Error, Result};
 
 /// How long a reserved child endpoint waits for its worker's bridge before its handle is free again.
@@ -28,7 +28,7 @@ pub(crate) async fn insert_child(
     handle: &str,
     harness: &str,
     parent: EndpointId,
-    grant_hash: &[u8],
+    grant_hash: &TokenHash,
 ) -> Result<EndpointId> {
     c.query_one(
         "insert into endpoints (machine_id, handle, harness, parent_id, spawn_grant_hash, online_until, last_seen_at)
@@ -44,7 +44,7 @@ pub(crate) async fn insert_child(
 /// the parent is gone).
 pub(crate) async fn grant_holder(
     c: &impl GenericClient,
-    grant_hash: &[u8],
+    grant_hash: &TokenHash,
 ) -> Result<Option<(EndpointId, Option<EndpointId>)>> {
     c.query_opt(
         "select e.id, e.parent_id

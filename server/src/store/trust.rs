@@ -9,7 +9,7 @@ use crate::domain::address::HUMAN;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::{AccountId, EndpointId, HoldId, MessageId};
 use crate::domain::message::Message;
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{
@@ -74,7 +74,7 @@ pub(crate) async fn set_private_ok(
 
 /// The account's hold `id` with its message's sender, locking the hold's row; `None` when the
 /// account has no such hold.
-pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &str) -> Result<Option<HeldMessage>> {
+pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &HoldId) -> Result<Option<HeldMessage>> {
     let Some(row) = c
         .query_opt(
             "select h.message_id, h.recipients, h.state, m.sender_id, s.address as sender
@@ -98,7 +98,7 @@ pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &str) -> Re
 /// Records the human's decision on hold `id`; an empty reason is stored as none.
 pub(crate) async fn set_decision(
     c: &impl GenericClient,
-    id: &str,
+    id: &HoldId,
     decided: HoldState,
     reason: &str,
     decided_by: &str,
@@ -141,7 +141,7 @@ pub(crate) async fn unanswered_asks(
                 thread: r.col("thread")?,
                 kind: Kind::Ask,
                 body: r.col("body")?,
-                reply_to: String::new(),
+                reply_to: None,
                 sent_at_ms: 0,
                 relation: String::new(),
                 require_reply: true,
@@ -353,11 +353,11 @@ pub(crate) async fn hold_class(
 pub(crate) async fn hold(
     c: &impl GenericClient,
     caller: &Caller,
-    message_id: &str,
+    message_id: &MessageId,
     class: &str,
     targets: &[Target],
-) -> Result<String> {
-    let id = format!("h{}", &ids::new_message_id()[..9]);
+) -> Result<HoldId> {
+    let id = HoldId::new(format!("h{}", ids::random_text(9)));
     let recipients: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
     c.execute(
         "insert into holds (id, account_id, message_id, class, recipients) values ($1, $2, $3, $4, $5)",
@@ -404,7 +404,7 @@ pub(crate) async fn holds_on(client: &impl GenericClient, human: &Human, all: bo
 pub(crate) async fn still_reachable(
     c: &impl GenericClient,
     sender_id: EndpointId,
-    message_id: &str,
+    message_id: &MessageId,
     recipients: &[EndpointId],
 ) -> Result<Vec<Target>> {
     let caller = caller_of(c, sender_id).await?;

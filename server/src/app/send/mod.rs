@@ -17,7 +17,7 @@ use deadpool_postgres::GenericClient;
 
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{Kind, State};
-use crate::domain::ids::{self, AccountId, EndpointId, MessageRef};
+use crate::domain::ids::{self, AccountId, EndpointId, MessageId, MessageRef};
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits};
@@ -163,7 +163,7 @@ impl Sends {
     /// Writes a send whose recipients are resolved and allowed.
     async fn write_resolved(&self, caller: &Caller, out: &Outgoing<'_>, known: Resolved) -> Result<Sent> {
         let id = ids::new_message_id();
-        let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
+        let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
         let write = Write { caller, id: &id, thread: &thread, targets: &known.targets, out, reply_to: None };
         let mut sent = self.write_send(write).await?;
         if !sent.duplicate {
@@ -217,7 +217,7 @@ impl Sends {
         caller: &Caller,
         targets: &[Target],
         out: &Outgoing<'_>,
-        original: &str,
+        original: &MessageId,
     ) -> Result<Sent> {
         let mut client = self.store.client().await?;
         let tx = client.transaction().await?;
@@ -306,11 +306,11 @@ async fn resolve_send(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_
 /// A resolved, allowed send on its way to the batched writer.
 struct Write<'a> {
     caller: &'a Caller,
-    id: &'a str,
+    id: &'a MessageId,
     thread: &'a str,
     targets: &'a [Target],
     out: &'a Outgoing<'a>,
-    reply_to: Option<&'a str>,
+    reply_to: Option<&'a MessageId>,
 }
 
 impl Write<'_> {
@@ -321,14 +321,14 @@ impl Write<'_> {
         contacts.sort_unstable();
         contacts.dedup();
         BatchedSend {
-            id: self.id.to_owned(),
+            id: self.id.clone(),
             sender: self.caller.endpoint_id,
             account: self.caller.account_id,
             client_id: self.out.client_id.map(str::to_owned),
             thread: self.thread.to_owned(),
             kind: self.out.kind.to_db(),
             body: self.out.body.as_str().to_owned(),
-            reply_to: self.reply_to.map(str::to_owned),
+            reply_to: self.reply_to.cloned(),
             private: self.out.private,
             require_reply: self.out.require_reply,
             recipients: self.targets.iter().map(|t| t.id).collect(),
@@ -341,7 +341,7 @@ impl Write<'_> {
     /// What the sender is told of a send the batch stored.
     fn stored(&self, offline: &HashMap<EndpointId, String>) -> Sent {
         Sent {
-            id: self.id.to_owned(),
+            id: self.id.clone(),
             thread: self.thread.to_owned(),
             recipients: self
                 .targets
@@ -354,7 +354,7 @@ impl Write<'_> {
                 })
                 .collect(),
             duplicate: false,
-            reply_to: self.reply_to.map(str::to_owned),
+            reply_to: self.reply_to.cloned(),
             skipped: Vec::new(),
             hold: None,
         }

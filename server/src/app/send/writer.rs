@@ -366,7 +366,7 @@ fn as_pushed(send: &BatchedSend, from: &str, seq: i64, relation: &str, kind: Kin
         thread: send.thread.clone(),
         kind,
         body: send.body.clone(),
-        reply_to: send.reply_to.clone().unwrap_or_default(),
+        reply_to: send.reply_to.clone(),
         sent_at_ms: sent_at.timestamp_millis(),
         relation: relation.to_owned(),
         require_reply: send.require_reply,

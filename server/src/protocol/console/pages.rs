@@ -287,14 +287,14 @@ fn text(value: &Option<String>) -> &str {
 }
 
 fn card(job: &Job, csrf: &str) -> Markup {
-    let id = shown(&job.id);
+    let id = shown(job.id.as_str());
     let attempts = (job.attempts > 0).then(|| format!("{} of {MAX_ATTEMPTS}", job.attempts));
     let schedule = job.schedule.as_ref().map(|s| format!("{s} ({})", job.time_zone.as_deref().unwrap_or("UTC")));
     let next = job.schedule.as_ref().and_then(|_| {
         job.next_run_local().or_else(|| job.next_run_at.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)))
     });
     let fields: [(&str, &str); 10] = [
-        ("card", &job.id),
+        ("card", job.id.as_str()),
         ("repository", &format!("{} on {}", job.repo.name, job.repo.machine)),
         ("agent", job.agent.name()),
         ("posted by", &job.posted_by),
@@ -475,17 +475,17 @@ pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup
                     ApprovalState::Escalated => "waiting on you",
                     _ => "with the operator",
                 };
-                article class="approval" data-approval=(shown(&a.id)) {
+                article class="approval" data-approval=(shown(a.id.as_str())) {
                     p {
                         strong { (shown(&a.requester)) }
-                        " working on card " (shown(&a.job_id)) " asks to use "
+                        " working on card " (shown(a.job_id.as_str())) " asks to use "
                         strong { (shown(&a.tool)) }
                         " " span class="badge" { (waiting) }
                     }
                     pre class="body" { (shown(&a.input)) }
                     form method="post" action="/inbox/approval" class="decide" {
                         (csrf_field(csrf))
-                        (hidden("id", shown(&a.id)))
+                        (hidden("id", shown(a.id.as_str())))
                         label { "Reason " input name="reason" placeholder="optional"; }
                         button type="submit" name="decision" value="allow" class="accept" { "Allow" }
                         " "
@@ -497,7 +497,7 @@ pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup
         @if !inbox.holds.is_empty() {
             h2 { "Held messages" }
             @for h in &inbox.holds {
-                article class="hold" data-hold=(shown(&h.id)) {
+                article class="hold" data-hold=(shown(h.id.as_str())) {
                     p {
                         "From " strong { (shown(&h.from)) } " to " (shown(&h.to.join(", ")))
                         " " span class="badge" { (shown(&h.class)) }
@@ -505,15 +505,15 @@ pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup
                     pre class="body" { (shown(&h.body)) }
                     form method="post" action="/inbox/hold" class="inline" {
                         (csrf_field(csrf))
-                        (hidden("id", shown(&h.id)))
+                        (hidden("id", shown(h.id.as_str())))
                         (hidden("release", "yes"))
                         button type="submit" class="accept" { "Release" }
                     }
-                    details id={ "reject-" (shown(&h.id)) } {
+                    details id={ "reject-" (shown(h.id.as_str())) } {
                         summary { "Reject" }
                         form method="post" action="/inbox/hold" {
                             (csrf_field(csrf))
-                            (hidden("id", shown(&h.id)))
+                            (hidden("id", shown(h.id.as_str())))
                             (hidden("release", "no"))
                             label { "Reason (the sender reads it) " input name="reason" required; }
                             button type="submit" { "Reject" }
@@ -543,7 +543,7 @@ pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup
 
 fn message(r: &Received, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
     let m = &r.message;
-    let id = shown(&m.id);
+    let id = shown(m.id.as_str());
     let state = if r.read { "read" } else { "unread" };
     let kind = match m.kind {
         Kind::Ask if m.require_reply => "asks, reply required",
@@ -560,7 +560,7 @@ fn message(r: &Received, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
                 @if !kind.is_empty() { " " span class="badge" { (kind) } }
                 @if m.private { " " span class="badge" { "private" } }
                 // A message that starts a thread names it by its own id: only a thread it joined is news.
-                @if !m.thread.is_empty() && m.thread != m.id {
+                @if !m.thread.is_empty() && m.thread != m.id.as_str() {
                     " " span class="thread" { "thread " (shown(&m.thread)) }
                 }
             }
@@ -741,7 +741,7 @@ mod tests {
             thread: hostile().into(),
             kind: Kind::Ask,
             body: hostile().into(),
-            reply_to: String::new(),
+            reply_to: None,
             sent_at_ms: 1_000,
             relation: String::new(),
             require_reply: true,

@@ -280,7 +280,7 @@ impl Console {
                 .console
                 .console_inbox(person)
                 .await
-                .map(|i| pages::inbox(&i, &csrf, &new_message_id(), now_ms())),
+                .map(|i| pages::inbox(&i, &csrf, new_message_id().as_str(), now_ms())),
             Page::Contacts => self.app.console.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
         };
         match body {
@@ -308,7 +308,7 @@ impl Console {
                 .console
                 .console_inbox(&person)
                 .await
-                .map(|i| pages::inbox_live(&i, &csrf, &new_message_id(), now_ms()).into_string()),
+                .map(|i| pages::inbox_live(&i, &csrf, new_message_id().as_str(), now_ms()).into_string()),
             Page::Contacts => Ok(String::new()),
         };
         match html {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use postgres_types::ToSql;
 
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::{AccountId, EndpointId, MessageId};
 use crate::domain::{Result, presence};
 use crate::metrics::metrics;
 use crate::store::row::Col;
@@ -41,14 +41,14 @@ pub(crate) enum Written {
 #[derive(Debug, ToSql)]
 #[postgres(name = "relay_outgoing")]
 pub(crate) struct BatchedSend {
-    pub id: String,
+    pub id: MessageId,
     pub sender: EndpointId,
     pub account: AccountId,
     pub client_id: Option<String>,
     pub thread: String,
     pub kind: i16,
     pub body: String,
-    pub reply_to: Option<String>,
+    pub reply_to: Option<MessageId>,
     pub private: bool,
     pub require_reply: bool,
     /// The endpoints it is delivered to.

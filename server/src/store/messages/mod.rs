@@ -100,7 +100,7 @@ impl FromRow for Message {
             thread: row.col("thread")?,
             kind: Kind::from_db(row.col("kind")?)?,
             body: row.col("body")?,
-            reply_to: row.col::<Option<String>>("reply_to")?.unwrap_or_default(),
+            reply_to: row.col("reply_to")?,
             sent_at_ms: sent_at.timestamp_millis(),
             relation: row.col("relation")?,
             require_reply: row.col("require_reply")?,

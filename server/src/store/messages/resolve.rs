@@ -6,7 +6,7 @@ use deadpool_postgres::GenericClient;
 use super::{Recipient, Target};
 use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
 use crate::domain::caller::Caller;
-use crate::domain::ids::{AccountId, EndpointId, MessageRef};
+use crate::domain::ids::{AccountId, EndpointId, MessageId, MessageRef};
 use crate::domain::message::pick_named;
 use crate::domain::scope::{Reach, Verdict};
 use crate::domain::{EntityKind, Error, Result};
@@ -196,12 +196,12 @@ pub(crate) async fn resolve_received(
     c: &impl GenericClient,
     caller: &Caller,
     reference: &MessageRef,
-) -> Result<String> {
+) -> Result<MessageId> {
     match reference {
         MessageRef::Last => c
             .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
             .await?
-            .only::<Option<String>>()?
+            .only::<Option<MessageId>>()?
             .ok_or_else(|| {
                 Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
             }),
@@ -213,11 +213,11 @@ pub(crate) async fn resolve_received(
                      order by seq desc limit 20",
                 )
                 .await?;
-            let candidates: Vec<String> = c
+            let candidates: Vec<MessageId> = c
                 .query(&stmt, &[&caller.endpoint_id, &text.as_str()])
                 .await?
                 .iter()
-                .map(|r| r.only::<String>())
+                .map(|r| r.only::<MessageId>())
                 .collect::<Result<_>>()?;
             pick_named(text, candidates)
         }
@@ -234,7 +234,7 @@ pub(crate) struct ReplyTo {
 
 /// Resolves a reply to message `original`: its sender, who must still be reachable and allowed.
 /// Two round trips, each of reads issued together.
-pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: &str) -> Result<ReplyTo> {
+pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: &MessageId) -> Result<ReplyTo> {
     let asked = c
         .prepare_cached(
             "select m.thread, m.sender_id, ea.address, ea.account_id, mc.revoked_at is not null as revoked

@@ -6,7 +6,7 @@ use deadpool_postgres::GenericClient;
 use super::{MESSAGE_COLUMNS, MESSAGE_JOINS, WITHDRAWN};
 use crate::domain::address::HUMAN;
 use crate::domain::delivery::State;
-use crate::domain::ids::EndpointId;
+use crate::domain::ids::{EndpointId, MessageId};
 use crate::domain::message::{Message, Recipient, Sent};
 use crate::domain::{Result, presence};
 use crate::store::identity::ONLINE;
@@ -14,7 +14,7 @@ use crate::store::row::{Col, FromRow};
 
 /// Ids of up to 20 messages `sender` sent whose id starts or ends with `text`, newest first: the
 /// candidates a reference names (see [`crate::domain::message::pick_named`]).
-pub(crate) async fn sent_like(c: &impl GenericClient, sender: EndpointId, text: &str) -> Result<Vec<String>> {
+pub(crate) async fn sent_like(c: &impl GenericClient, sender: EndpointId, text: &str) -> Result<Vec<MessageId>> {
     let stmt = c
         .prepare_cached(
             "select id from messages
@@ -22,11 +22,11 @@ pub(crate) async fn sent_like(c: &impl GenericClient, sender: EndpointId, text: 
              order by created_at desc limit 20",
         )
         .await?;
-    c.query(&stmt, &[&sender, &text]).await?.iter().map(|r| r.only::<String>()).collect()
+    c.query(&stmt, &[&sender, &text]).await?.iter().map(|r| r.only::<MessageId>()).collect()
 }
 
 /// The thread of message `id` and the message it answers, if any.
-pub(crate) async fn thread_of(c: &impl GenericClient, id: &str) -> Result<(String, Option<String>)> {
+pub(crate) async fn thread_of(c: &impl GenericClient, id: &MessageId) -> Result<(String, Option<MessageId>)> {
     let row = c.query_one("select thread, reply_to from messages where id = $1", &[&id]).await?;
     Ok((row.col("thread")?, row.col("reply_to")?))
 }
@@ -34,7 +34,7 @@ pub(crate) async fn thread_of(c: &impl GenericClient, id: &str) -> Result<(Strin
 /// Each recipient's delivery of message `message_id`, by address, its state with its inbox's
 /// pushed mark applied (`relay_delivery_state`, migration 29); a delivery still waiting for an
 /// absent recipient says since when it is away.
-pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &str) -> Result<Vec<Recipient>> {
+pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &MessageId) -> Result<Vec<Recipient>> {
     let stmt = c
         .prepare_cached(&format!(
             "select ea.address, relay_delivery_state(d) as state, coalesce(d.reason, '') as reason,
@@ -63,7 +63,7 @@ pub(crate) async fn recipient_states(c: &impl GenericClient, message_id: &str) -
 
 /// The replies to message `id` delivered to `recipient` and not withdrawn, in seq order. Locks
 /// nothing.
-pub(crate) async fn replies_to(c: &impl GenericClient, id: &str, recipient: EndpointId) -> Result<Vec<Message>> {
+pub(crate) async fn replies_to(c: &impl GenericClient, id: &MessageId, recipient: EndpointId) -> Result<Vec<Message>> {
     let sql = format!(
         "select {MESSAGE_COLUMNS} from {MESSAGE_JOINS}
          where m.reply_to = $1 and d.recipient_id = $2 and d.state <> {WITHDRAWN}
@@ -80,7 +80,7 @@ pub(crate) async fn previous_send(c: &impl GenericClient, sender: EndpointId, cl
     let Some(row) = c.query_opt(&stmt, &[&sender, &client_id]).await? else {
         return Ok(None);
     };
-    let id: String = row.col("id")?;
+    let id: MessageId = row.col("id")?;
     let recipients = recipient_states(c, &id).await?;
     let hold =
         c.query_opt("select id from holds where message_id = $1", &[&id]).await?.map(|r| r.only()).transpose()?;

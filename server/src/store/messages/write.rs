@@ -11,7 +11,7 @@ use super::{Outgoing, READ, Target};
 use crate::domain::address::HUMAN;
 use crate::domain::caller::Caller;
 use crate::domain::delivery::State;
-use crate::domain::ids::{self, AccountId, EndpointId};
+use crate::domain::ids::{self, AccountId, EndpointId, MessageId};
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::{EntityKind, Error, Result, limits, presence};
 use crate::store::Tx;
@@ -73,10 +73,10 @@ pub(crate) async fn store_message(
     caller: &Caller,
     targets: &[Target],
     out: &Outgoing<'_>,
-    reply_to: Option<&str>,
+    reply_to: Option<&MessageId>,
 ) -> Result<Option<Sent>> {
     let id = ids::new_message_id();
-    let thread = out.thread.map_or_else(|| id.clone(), str::to_owned);
+    let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
     let insert = tx
         .prepare_cached(
             "insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
@@ -124,20 +124,16 @@ pub(crate) async fn store_message(
             },
         })
         .collect();
-    Ok(Some(Sent {
-        id,
-        thread,
-        recipients,
-        duplicate: false,
-        reply_to: reply_to.map(str::to_owned),
-        skipped: Vec::new(),
-        hold,
-    }))
+    Ok(Some(Sent { id, thread, recipients, duplicate: false, reply_to: reply_to.cloned(), skipped: Vec::new(), hold }))
 }
 
 /// Gives each target a delivery of the message with the next seq of its inbox, and announces it.
 /// Returns, for each recipient that is offline, what its sender is told about that.
-pub(crate) async fn deliver(tx: &Tx<'_>, message_id: &str, targets: &[Target]) -> Result<HashMap<EndpointId, String>> {
+pub(crate) async fn deliver(
+    tx: &Tx<'_>,
+    message_id: &MessageId,
+    targets: &[Target],
+) -> Result<HashMap<EndpointId, String>> {
     // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
     // then take the next seq of each. The same read says who is offline.
     let mut ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
@@ -202,7 +198,7 @@ pub(crate) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: 
 
 /// Marks the delivery of message `message_id` to `recipient` read, if it was not yet: the message
 /// a held reply answers. The caller has locked the recipient's inbox first.
-pub(crate) async fn mark_read(c: &impl GenericClient, message_id: &str, recipient: EndpointId) -> Result<()> {
+pub(crate) async fn mark_read(c: &impl GenericClient, message_id: &MessageId, recipient: EndpointId) -> Result<()> {
     c.execute(
         &format!(
             "update deliveries set state = {READ}, updated_at = now()
