@@ -123,7 +123,7 @@ impl ConsoleService {
             return Err(Error::invalid("no message to mark read"));
         }
         let me = self.core.me(person).await?;
-        let seqs = delivery::seqs_to_db(seqs)?;
+        let seqs = delivery::seqs(seqs)?;
         let db = self.core.store.client().await?;
         let (moved, _) = messages::advance(&db, me.endpoint_id, &seqs, State::Read).await?;
         Ok(moved)

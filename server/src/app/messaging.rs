@@ -8,7 +8,7 @@ use deadpool_postgres::GenericClient;
 use super::{Core, optional};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{self, Kind, State};
-use crate::domain::ids::MessageId;
+use crate::domain::ids::{MessageId, Seq};
 use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
 use crate::domain::{Error, Result, limits};
@@ -139,7 +139,7 @@ impl MessagingService {
     pub async fn confirm(&self, caller: &Caller, seqs: &[u64], state: Option<State>) -> Result<u64> {
         let state = State::confirmable(state)?;
         limits::count("seqs", seqs.len(), limits::MAX_CONFIRM_SEQS)?;
-        let seqs = delivery::seqs_to_db(seqs)?;
+        let seqs = delivery::seqs(seqs)?;
         if seqs.is_empty() {
             return Ok(0);
         }
@@ -184,7 +184,7 @@ impl MessagingService {
         let replies = messages::replies_to(&tx, &id, caller.endpoint_id).await?;
         if !replies.is_empty() {
             // Marks them read and remembers the newest as last shown.
-            let seqs: Vec<i64> = replies.iter().map(|m| m.seq as i64).collect();
+            let seqs: Vec<Seq> = replies.iter().map(|m| m.seq).collect();
             messages::advance(&tx, caller.endpoint_id, &seqs, State::Read).await?;
         }
         let recipients = messages::recipient_states(&tx, &id).await?;
@@ -212,7 +212,7 @@ impl MessagingService {
     }
 
     /// The caller's push stream: everything unread above `after_seq`, then each new delivery.
-    pub fn subscribe(&self, caller: Caller, after_seq: u64) -> PushStream {
+    pub fn subscribe(&self, caller: Caller, after_seq: Seq) -> PushStream {
         stream::open(self.core.store.clone(), self.core.hub.clone(), caller, after_seq, self.core.shutdown.clone())
     }
 }

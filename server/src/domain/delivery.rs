@@ -1,5 +1,6 @@
 //! Delivery states of one message to one recipient. They only move forward.
 
+use super::ids::Seq;
 use super::{Error, Result};
 
 /// Stored as a small integer; the order is the lifecycle order.
@@ -40,9 +41,14 @@ impl State {
     }
 }
 
-/// Seqs a caller named, as the database stores them.
-pub fn seqs_to_db(seqs: &[u64]) -> Result<Vec<i64>> {
-    seqs.iter().map(|s| i64::try_from(*s).map_err(|_| Error::invalid(format!("seq {s} is out of range")))).collect()
+/// Seqs a caller named; beyond what the database can number, a seq names nothing.
+pub fn seqs(named: &[u64]) -> Result<Vec<Seq>> {
+    named.iter().map(|s| seq(*s)).collect()
+}
+
+/// A seq a caller named.
+pub fn seq(named: u64) -> Result<Seq> {
+    i64::try_from(named).map(Seq).map_err(|_| Error::invalid(format!("seq {named} is out of range")))
 }
 
 /// Message kinds, stored as small integers.
@@ -101,7 +107,7 @@ mod tests {
 
     #[test]
     fn seqs_past_the_database_range_are_refused() {
-        assert_eq!(seqs_to_db(&[1, 7]).unwrap(), vec![1, 7]);
-        assert!(seqs_to_db(&[u64::MAX]).is_err());
+        assert_eq!(seqs(&[1, 7]).unwrap(), vec![Seq(1), Seq(7)]);
+        assert!(seqs(&[u64::MAX]).is_err());
     }
 }

@@ -1,14 +1,14 @@
 //! A message as its recipient reads it, and a delivery as its sender tracks it.
 
 use super::delivery::{Kind, State};
-use super::ids::{self, HoldId, MessageId, MessageRef};
+use super::ids::{self, HoldId, MessageId, MessageRef, Seq};
 use super::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     pub id: MessageId,
     /// The recipient's sequence number of this delivery.
-    pub seq: u64,
+    pub seq: Seq,
     pub from: String,
     pub thread: String,
     pub kind: Kind,
@@ -26,7 +26,7 @@ pub struct Message {
 pub struct Announced {
     pub id: MessageId,
     /// The recipient's sequence number of this delivery.
-    pub seq: u64,
+    pub seq: Seq,
     pub from: String,
     pub kind: Kind,
     pub require_reply: bool,
@@ -42,10 +42,10 @@ pub struct Announcement {
 #[cfg(test)]
 impl Message {
     /// A plain message at `seq` of an inbox, for tests of what carries messages.
-    pub(crate) fn at_seq(seq: u64) -> Self {
+    pub(crate) fn at_seq(seq: i64) -> Self {
         Self {
             id: MessageId::new(format!("m{seq}")),
-            seq,
+            seq: Seq(seq),
             from: "acme/laptop/alice".into(),
             thread: "t".into(),
             kind: Kind::Message,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::Error;
+use super::ids::Seq;
 
 /// How often a push stream tells its bridge it is alive (no database work).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
@@ -33,7 +34,7 @@ pub fn secs(d: Duration) -> f64 {
 /// A push stream just opened: its generation, the inbox head, and the endpoint's role.
 pub struct OpenStream {
     pub generation: i64,
-    pub head: i64,
+    pub head: Seq,
     pub operator: bool,
 }
 

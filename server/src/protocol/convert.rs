@@ -7,6 +7,7 @@ use crate::app::messaging::Delivered;
 use crate::domain::board::{Cleanup, Job, Repo};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::endpoint::Endpoint;
+use crate::domain::ids::Seq;
 use crate::domain::message::Sent;
 use crate::domain::message::{Announcement, Message, Recipient};
 use crate::domain::redact::Counts;
@@ -36,6 +37,11 @@ pub fn state_from_wire(state: wire::DeliveryState) -> Option<State> {
         wire::DeliveryState::Read => Some(State::Read),
         wire::DeliveryState::Withdrawn => Some(State::Withdrawn),
     }
+}
+
+/// A delivery's seq as the wire carries it: inboxes number from 1.
+fn seq(seq: Seq) -> u64 {
+    u64::try_from(seq.0).unwrap_or_default()
 }
 
 pub fn kind(kind: Kind) -> wire::MessageKind {
@@ -68,7 +74,7 @@ pub fn push(event: Event) -> wire::Push {
     let event = match event {
         Event::Message(m) => wire::push::Event::Message((*m).into()),
         Event::Heartbeat { head_seq, operator } => {
-            wire::push::Event::Heartbeat(wire::Heartbeat { head_seq, operator: Some(operator) })
+            wire::push::Event::Heartbeat(wire::Heartbeat { head_seq: seq(head_seq), operator: Some(operator) })
         }
     };
     wire::Push { event: Some(event) }
@@ -90,7 +96,7 @@ impl From<Announcement> for wire::Announcement {
             .into_iter()
             .map(|m| wire::Announced {
                 id: m.id.into(),
-                seq: m.seq,
+                seq: seq(m.seq),
                 from: m.from,
                 kind: kind(m.kind) as i32,
                 require_reply: m.require_reply,
@@ -161,7 +167,7 @@ impl From<Message> for wire::Message {
     fn from(m: Message) -> Self {
         Self {
             id: m.id.into(),
-            seq: m.seq,
+            seq: seq(m.seq),
             from: m.from,
             thread: m.thread,
             kind: kind(m.kind) as i32,

@@ -14,7 +14,7 @@ use crate::app::messaging::NewMessage;
 use crate::app::scope::RuleSet;
 use crate::domain::redact::Counts;
 use crate::domain::scope::GroupView;
-use crate::domain::{Error, Result, limits};
+use crate::domain::{Error, Result, delivery, limits};
 
 #[derive(Clone)]
 pub struct RelayService {
@@ -143,7 +143,7 @@ impl Relay for RelayService {
 
     async fn subscribe(&self, request: Request<SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
         let caller = auth::caller(&request)?;
-        let stream = self.app.messaging.subscribe(caller, request.get_ref().after_seq);
+        let stream = self.app.messaging.subscribe(caller, delivery::seq(request.get_ref().after_seq)?);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(Status::from));
         Ok(Response::new(Box::pin(wire)))
     }

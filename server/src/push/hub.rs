@@ -264,6 +264,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::domain::ids::Seq;
 
     #[tokio::test]
     async fn a_wake_reaches_every_waiter_of_the_endpoint_only() {
@@ -372,7 +373,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), waiter.changed()).await.unwrap();
         let wake = waiter.seen();
         assert_eq!(wake, seen + 1);
-        assert_eq!(claim.take_fresh(wake).map(|m| m[0].seq), Some(1));
+        assert_eq!(claim.take_fresh(wake).map(|m| m[0].seq), Some(Seq(1)));
         assert!(claim.take_fresh(wake).is_none(), "taken once");
 
         // A plain wake-up after a delivery: the delivery is no longer the latest, and is not handed.

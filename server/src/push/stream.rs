@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Hub;
+use crate::domain::ids::Seq;
 use crate::domain::message::Message;
 use crate::domain::presence::OpenStream;
 use crate::domain::{Error, Result, presence};
@@ -28,7 +29,7 @@ pub enum Event {
     Message(Box<Message>),
     /// The inbox head, and whether the endpoint is its account's operator.
     Heartbeat {
-        head_seq: u64,
+        head_seq: Seq,
         operator: bool,
     },
 }
@@ -38,15 +39,15 @@ pub type PushStream = ReceiverStream<Result<Event>>;
 
 /// Starts the task that feeds the stream; it ends when the client goes away (a send fails), the
 /// session ends, or the server shuts down.
-pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: u64, shutdown: CancellationToken) -> PushStream {
+pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: Seq, shutdown: CancellationToken) -> PushStream {
     let (tx, rx) = mpsc::channel(BUFFER);
     // In the call's span, so what the stream logs names its caller.
     let task = async move {
         let address = caller.address();
-        tracing::debug!(endpoint = %address, after_seq, "push stream opened");
+        tracing::debug!(endpoint = %address, %after_seq, "push stream opened");
         let mut generation = None;
         let _open = OpenGauge::new();
-        let outcome = feed(&store, &hub, &caller, after_seq as i64, &tx, &shutdown, &mut generation).await;
+        let outcome = feed(&store, &hub, &caller, after_seq, &tx, &shutdown, &mut generation).await;
         if let Err(err) = outcome {
             tracing::debug!(endpoint = %address, error = %err, "push stream failed");
             let _ = tx.send(Err(err)).await;
@@ -83,7 +84,7 @@ async fn feed(
     store: &Store,
     hub: &Hub,
     caller: &Caller,
-    mut last: i64,
+    mut last: Seq,
     tx: &mpsc::Sender<Result<Event>>,
     shutdown: &CancellationToken,
     generation: &mut Option<i64>,
@@ -186,14 +187,14 @@ fn gone() -> Error {
     )
 }
 
-fn beat(head: i64, operator: bool) -> Event {
-    Event::Heartbeat { head_seq: head as u64, operator }
+fn beat(head: Seq, operator: bool) -> Event {
+    Event::Heartbeat { head_seq: head, operator }
 }
 
 /// Whether `messages` are the deliveries right after seq `last`, one after another: only then may
 /// they be pushed as handed over, without a read.
-fn follows(last: i64, messages: &[Message]) -> bool {
-    messages.iter().zip(last + 1..).all(|(m, seq)| m.seq as i64 == seq) && !messages.is_empty()
+fn follows(last: Seq, messages: &[Message]) -> bool {
+    messages.iter().zip(last.0 + 1..).all(|(m, seq)| m.seq.0 == seq) && !messages.is_empty()
 }
 
 /// Pushes every unread delivery above `last`, timing each from its send when `live`. `false` when
@@ -201,7 +202,7 @@ fn follows(last: i64, messages: &[Message]) -> bool {
 async fn drain(
     store: &Store,
     caller: &Caller,
-    last: &mut i64,
+    last: &mut Seq,
     tx: &mpsc::Sender<Result<Event>>,
     live: bool,
 ) -> Result<bool> {
@@ -228,7 +229,7 @@ async fn drain(
 async fn push(
     store: &Store,
     caller: &Caller,
-    last: &mut i64,
+    last: &mut Seq,
     tx: &mpsc::Sender<Result<Event>>,
     messages: Vec<Message>,
     live: bool,
@@ -237,7 +238,7 @@ async fn push(
     let mut pushed = 0;
     let mut open = true;
     for message in messages {
-        let (seq, sent_at_ms) = (message.seq as i64, message.sent_at_ms);
+        let (seq, sent_at_ms) = (message.seq, message.sent_at_ms);
         if !send_timely(tx, Event::Message(Box::new(message))).await {
             open = false;
             break;
@@ -267,17 +268,17 @@ async fn send_timely(tx: &mpsc::Sender<Result<Event>>, event: Event) -> bool {
 mod tests {
     use super::*;
 
-    fn at(seq: u64) -> Message {
+    fn at(seq: i64) -> Message {
         Message::at_seq(seq)
     }
 
     #[test]
     fn only_what_follows_the_last_push_without_a_gap_is_pushed_as_handed() {
-        assert!(follows(4, &[at(5)]));
-        assert!(follows(4, &[at(5), at(6)]));
-        assert!(!follows(4, &[at(6)]), "seq 5 is missing");
-        assert!(!follows(4, &[at(5), at(7)]), "a gap inside");
-        assert!(!follows(5, &[at(5)]), "already pushed");
-        assert!(!follows(4, &[]));
+        assert!(follows(Seq(4), &[at(5)]));
+        assert!(follows(Seq(4), &[at(5), at(6)]));
+        assert!(!follows(Seq(4), &[at(6)]), "seq 5 is missing");
+        assert!(!follows(Seq(4), &[at(5), at(7)]), "a gap inside");
+        assert!(!follows(Seq(5), &[at(5)]), "already pushed");
+        assert!(!follows(Seq(4), &[]));
     }
 }

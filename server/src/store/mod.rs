@@ -40,7 +40,7 @@ pub use error::is_unique_violation;
 /// a connection in autocommit, where it would end with its statement.
 pub type Tx<'a> = deadpool_postgres::Transaction<'a>;
 
-use crate::domain::ids::EndpointId;
+use crate::domain::ids::{EndpointId, Seq};
 use crate::domain::{Error, Result};
 
 /// How connections to the database are protected.
@@ -191,7 +191,7 @@ impl Store {
 
     /// Every delivery of `inbox` up to seq `through` reached its bridge. Recorded in the background
     /// with the marks other streams leave meanwhile (see [`push_marks`]).
-    pub fn mark_pushed(&self, inbox: EndpointId, through: i64) {
+    pub fn mark_pushed(&self, inbox: EndpointId, through: Seq) {
         self.push_marks.pushed(inbox, through);
     }
 

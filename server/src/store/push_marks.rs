@@ -16,7 +16,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::Notify;
 
 use crate::domain::Result;
-use crate::domain::ids::EndpointId;
+use crate::domain::ids::{EndpointId, Seq};
 
 /// How long a round of marks gathers before it is written.
 const GATHER: Duration = Duration::from_millis(5);
@@ -26,7 +26,7 @@ const RETRY: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(super) struct PushMarks {
     /// Each inbox's highest seq pushed and not yet written.
-    waiting: Mutex<HashMap<EndpointId, i64>>,
+    waiting: Mutex<HashMap<EndpointId, Seq>>,
     /// Rung when the first mark of a round is left.
     rung: Notify,
 }
@@ -40,7 +40,7 @@ impl PushMarks {
     }
 
     /// Every delivery of `inbox` up to `through` reached its bridge.
-    pub(super) fn pushed(&self, inbox: EndpointId, through: i64) {
+    pub(super) fn pushed(&self, inbox: EndpointId, through: Seq) {
         if self.keep(std::iter::once((inbox, through))) {
             self.rung.notify_one();
         }
@@ -63,7 +63,7 @@ impl PushMarks {
     }
 
     /// Keeps each inbox's highest mark; whether nothing waited before.
-    fn keep(&self, marks: impl IntoIterator<Item = (EndpointId, i64)>) -> bool {
+    fn keep(&self, marks: impl IntoIterator<Item = (EndpointId, Seq)>) -> bool {
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         let first = waiting.is_empty();
         for (inbox, through) in marks {
@@ -73,7 +73,7 @@ impl PushMarks {
         first
     }
 
-    fn take(&self) -> Vec<(EndpointId, i64)> {
+    fn take(&self) -> Vec<(EndpointId, Seq)> {
         let mut waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
         let mut marks: Vec<_> = waiting.drain().collect();
         // In inbox order, so that two replicas writing marks of the same inboxes lock them in one order.
@@ -100,9 +100,9 @@ impl PushMarks {
     }
 }
 
-async fn write(pool: &Pool, marks: &[(EndpointId, i64)]) -> Result<()> {
+async fn write(pool: &Pool, marks: &[(EndpointId, Seq)]) -> Result<()> {
     let client = pool.get().await?;
-    let (inboxes, through): (Vec<EndpointId>, Vec<i64>) = marks.iter().copied().unzip();
+    let (inboxes, through): (Vec<EndpointId>, Vec<Seq>) = marks.iter().copied().unzip();
     let stmt = client.prepare_cached("select relay_mark_pushed($1, $2)").await?;
     client.execute(&stmt, &[&inboxes, &through]).await?;
     Ok(())
@@ -115,20 +115,20 @@ mod tests {
     #[test]
     fn marks_gathered_meanwhile_keep_each_inboxs_highest_in_inbox_order() {
         let marks = PushMarks::default();
-        assert!(marks.keep([(EndpointId(7), 3)]), "the first of a round rings");
-        assert!(!marks.keep([(EndpointId(2), 9), (EndpointId(7), 5)]));
-        assert!(!marks.keep([(EndpointId(7), 4)]));
-        assert_eq!(marks.take(), [(EndpointId(2), 9), (EndpointId(7), 5)]);
+        assert!(marks.keep([(EndpointId(7), Seq(3))]), "the first of a round rings");
+        assert!(!marks.keep([(EndpointId(2), Seq(9)), (EndpointId(7), Seq(5))]));
+        assert!(!marks.keep([(EndpointId(7), Seq(4))]));
+        assert_eq!(marks.take(), [(EndpointId(2), Seq(9)), (EndpointId(7), Seq(5))]);
         assert!(marks.take().is_empty(), "taken once");
     }
 
     #[test]
     fn a_round_kept_for_the_next_loses_nothing_to_the_marks_left_meanwhile() {
         let marks = PushMarks::default();
-        marks.keep([(EndpointId(1), 8)]);
+        marks.keep([(EndpointId(1), Seq(8))]);
         let failed = marks.take();
-        marks.keep([(EndpointId(1), 6), (EndpointId(3), 2)]);
+        marks.keep([(EndpointId(1), Seq(6)), (EndpointId(3), Seq(2))]);
         marks.keep(failed);
-        assert_eq!(marks.take(), [(EndpointId(1), 8), (EndpointId(3), 2)]);
+        assert_eq!(marks.take(), [(EndpointId(1), Seq(8)), (EndpointId(3), Seq(2))]);
     }
 }

@@ -9,7 +9,7 @@ use crate::domain::address::HUMAN;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
-use crate::domain::ids::{AccountId, EndpointId, HoldId, MessageId};
+use crate::domain::ids::{AccountId, EndpointId, HoldId, MessageId, Seq};
 use crate::domain::message::Message;
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{
@@ -136,7 +136,7 @@ pub(crate) async fn unanswered_asks(
         .map(|r| {
             Ok(Message {
                 id: r.col("id")?,
-                seq: 0,
+                seq: Seq(0),
                 from: r.col("sender")?,
                 thread: r.col("thread")?,
                 kind: Kind::Ask,

@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::domain::delivery::Kind;
-use crate::domain::ids::EndpointId;
+use crate::domain::ids::{EndpointId, Seq};
 use crate::domain::message::Message;
 use crate::domain::{Error, Result, limits};
 use crate::metrics::{Shed, Step, metrics};
@@ -309,13 +309,13 @@ struct Delivered {
 /// how the recipient stands to the sender.
 struct Delivery {
     send: usize,
-    seq: i64,
+    seq: Seq,
     relation: String,
 }
 
 impl Delivered {
     /// A stored send and what the writer answered of its recipients (in their order).
-    fn add(&mut self, send: BatchedSend, from: String, seqs: &[i64], relations: &[String], sent_at: DateTime<Utc>) {
+    fn add(&mut self, send: BatchedSend, from: String, seqs: &[Seq], relations: &[String], sent_at: DateTime<Utc>) {
         let n = send.recipients.len();
         // A send's recipients are resolved as a set; the seqs are counted on that.
         let kind = Kind::from_db(send.kind)
@@ -358,10 +358,10 @@ fn distinct(recipients: &[EndpointId]) -> bool {
 }
 
 /// The message recipient `seq` was delivered, as its stream pushes it.
-fn as_pushed(send: &BatchedSend, from: &str, seq: i64, relation: &str, kind: Kind, sent_at: &DateTime<Utc>) -> Message {
+fn as_pushed(send: &BatchedSend, from: &str, seq: Seq, relation: &str, kind: Kind, sent_at: &DateTime<Utc>) -> Message {
     Message {
         id: send.id.clone(),
-        seq: seq as u64,
+        seq,
         from: from.to_owned(),
         thread: send.thread.clone(),
         kind,

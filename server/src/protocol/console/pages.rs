@@ -466,7 +466,7 @@ pub fn inbox(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
 }
 
 pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
-    let unread: Vec<u64> = inbox.messages.iter().filter(|m| !m.read).map(|m| m.message.seq).collect();
+    let unread: Vec<i64> = inbox.messages.iter().filter(|m| !m.read).map(|m| m.message.seq.0).collect();
     html! {
         @if !inbox.approvals.is_empty() {
             h2 { "Permission requests" }
@@ -569,7 +569,7 @@ fn message(r: &Received, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
                 @if !r.read {
                     form method="post" action="/inbox/read" class="inline" {
                         (csrf_field(csrf))
-                        (hidden("seq", m.seq))
+                        (hidden("seq", m.seq.0))
                         button type="submit" { "Mark read" }
                     }
                 }
@@ -673,6 +673,7 @@ mod tests {
     use super::*;
     use crate::domain::board::Repo;
     use crate::domain::ids::AccountId;
+    use crate::domain::ids::Seq;
     use crate::domain::message::Message;
 
     fn person() -> Human {
@@ -736,7 +737,7 @@ mod tests {
     fn messages_holds_and_requests_show_as_text() {
         let message = Message {
             id: "abcdefgh0123456789wxyz00".into(),
-            seq: 4,
+            seq: Seq(4),
             from: "acme/ci/bob".into(),
             thread: hostile().into(),
             kind: Kind::Ask,

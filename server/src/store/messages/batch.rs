@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use postgres_types::ToSql;
 
-use crate::domain::ids::{AccountId, EndpointId, MessageId};
+use crate::domain::ids::{AccountId, EndpointId, MessageId, Seq};
 use crate::domain::{Result, presence};
 use crate::metrics::metrics;
 use crate::store::row::Col;
@@ -30,7 +30,7 @@ const SENDS_NUMBERED: &str = "select n, outcome, code, message, detail, offline,
 pub(crate) enum Written {
     /// Stored; recipients not online, with when they were last seen; each recipient's seq and how
     /// it stands to the sender, in the order of the send's recipients; when it was stored.
-    Stored { offline: HashMap<EndpointId, String>, seqs: Vec<i64>, relations: Vec<String>, sent_at: DateTime<Utc> },
+    Stored { offline: HashMap<EndpointId, String>, seqs: Vec<Seq>, relations: Vec<String>, sent_at: DateTime<Utc> },
     /// A send with the same client id was stored before.
     Duplicate,
     /// Refused by the database: its SQLSTATE, message and detail.
@@ -146,7 +146,7 @@ fn written(row: &tokio_postgres::Row) -> Result<Written> {
             let offline = ids.into_iter().zip(seen).map(|(id, seen)| (id, presence::offline_reason(seen))).collect();
             Ok(Written::Stored {
                 offline,
-                seqs: row.col::<Option<Vec<i64>>>("seqs")?.unwrap_or_default(),
+                seqs: row.col::<Option<Vec<Seq>>>("seqs")?.unwrap_or_default(),
                 relations: row.col::<Option<Vec<String>>>("relations")?.unwrap_or_default(),
                 sent_at: row.col("sent_at")?,
             })

@@ -6,7 +6,7 @@ use deadpool_postgres::GenericClient;
 use super::{MESSAGE_COLUMNS, READ, WITHDRAWN};
 use crate::domain::Result;
 use crate::domain::delivery::{Kind, State};
-use crate::domain::ids::EndpointId;
+use crate::domain::ids::{EndpointId, Seq};
 use crate::domain::message::{Announced, Announcement, Message};
 use crate::store::row::{Col, FromRow};
 
@@ -58,7 +58,7 @@ pub(crate) enum Look {
 pub(crate) async fn unread_after(
     c: &impl GenericClient,
     inbox: EndpointId,
-    after: i64,
+    after: Seq,
     limit: i64,
 ) -> Result<Vec<Message>> {
     let stmt = c.prepare_cached(UNREAD_AFTER).await?;
@@ -122,7 +122,7 @@ pub(crate) async fn announce(c: &impl GenericClient, inbox: EndpointId, limit: i
         announcement.unread = row.col::<i32>("unread")?.max(0) as u64;
         announcement.messages.push(Announced {
             id: row.col("id")?,
-            seq: row.col::<i64>("seq")? as u64,
+            seq: row.col("seq")?,
             from: row.col::<Option<String>>("sender")?.unwrap_or_default(),
             kind: Kind::from_db(row.col("kind")?)?,
             require_reply: row.col("require_reply")?,
@@ -157,7 +157,7 @@ pub(crate) async fn unread_count(c: &impl GenericClient, inbox: EndpointId) -> R
 pub(crate) async fn advance(
     c: &impl GenericClient,
     inbox: EndpointId,
-    seqs: &[i64],
+    seqs: &[Seq],
     state: State,
 ) -> Result<(u64, Option<u64>)> {
     let stmt = c.prepare_cached("select moved, left_unread from relay_advance($1, $2, $3)").await?;

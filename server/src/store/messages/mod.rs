@@ -95,7 +95,7 @@ impl FromRow for Message {
         let sent_at: DateTime<Utc> = row.col("created_at")?;
         Ok(Message {
             id: row.col("id")?,
-            seq: row.col::<i64>("seq")? as u64,
+            seq: row.col("seq")?,
             from: row.col("sender")?,
             thread: row.col("thread")?,
             kind: Kind::from_db(row.col("kind")?)?,
