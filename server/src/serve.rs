@@ -197,11 +197,11 @@ pub async fn serve_with(
     let hub = Hub::default();
     let replica = store.register_replica().await.context("cannot register this replica")?;
     let liveness = push::liveness::start(store.clone(), shutdown.clone());
-    let core = Core::new(store.clone(), hub.clone(), shutdown.clone())?
-        .with_retention(settings.retention)
+    let core = Core::new(store.clone(), hub.clone(), shutdown.clone())
         .with_quotas(settings.quotas)
         .with_timings(settings.timings);
-    let listener = push::listener::start(store.clone(), hub, core.sends(), shutdown.clone()).await?;
+    let app = App::start(core, settings.retention)?;
+    let listener = push::listener::start(store.clone(), hub, app.messaging.sends(), shutdown.clone()).await?;
     tracing::info!(replica, "replica registered");
 
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -211,7 +211,6 @@ pub async fn serve_with(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .context("cannot build the reflection service")?;
-    let app = App::new(core);
     let ops = side.ops.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");

@@ -2,7 +2,10 @@
 //! database so that any replica serves them, and the views its pages show. What a person does
 //! from it are the operations of `trust`, `approvals` and `board`, as the human `me`.
 
+use std::sync::Arc;
+
 use super::Core;
+use super::quotas::SignInRates;
 use crate::domain::address::HUMAN;
 use crate::domain::caller::Human;
 use crate::domain::console::{self as rules, Agents, Board, ContactRow, DONE_SHOWN, Inbox, MESSAGES_SHOWN, Received};
@@ -18,6 +21,7 @@ pub struct ConsoleService {
     core: Core,
     trust: super::trust::TrustService,
     approvals: super::approvals::ApprovalsService,
+    sign_ins: Arc<SignInRates>,
 }
 
 impl ConsoleService {
@@ -26,7 +30,8 @@ impl ConsoleService {
         trust: super::trust::TrustService,
         approvals: super::approvals::ApprovalsService,
     ) -> Self {
-        Self { core, trust, approvals }
+        let sign_ins = Arc::new(SignInRates::new(core.quotas));
+        Self { core, trust, approvals, sign_ins }
     }
 }
 
@@ -46,17 +51,17 @@ impl ConsoleService {
     /// Signs a person in from `address`: an address that keeps failing waits, and so does an
     /// account that opens sessions faster than people do.
     pub async fn console_sign_in(&self, human_token: &str, address: std::net::IpAddr) -> Result<(String, Human)> {
-        self.core.rates.may_sign_in(address)?;
+        self.sign_ins.may_sign_in(address)?;
         let person = match self.trust.person(human_token.trim()).await {
             Ok(person) => person,
             Err(e) => {
                 if matches!(e, Error::Unauthenticated(_)) {
-                    self.core.rates.failed_sign_in(address);
+                    self.sign_ins.failed(address);
                 }
                 return Err(e);
             }
         };
-        self.core.rates.sign_in(person.account_id, &person.account)?;
+        self.sign_ins.sign_in(person.account_id, &person.account)?;
         let session = ids::new_token(TokenKind::Console);
         let db = self.core.store.client().await?;
         let ttl = rules::SESSION_TTL.as_secs_f64();

@@ -4,8 +4,11 @@
 //! commands (accounts, machines, contacts) run without an App, from `relay-server admin` and
 //! `dev`: they take the store.
 
+use std::sync::Arc;
+
 use deadpool_postgres::GenericClient;
 
+use super::quotas::{Call, CallRates};
 use super::{Core, optional};
 use crate::domain::board as board_rules;
 use crate::domain::caller::{Attempt, CardAgent};
@@ -21,17 +24,18 @@ use crate::store::{Store, board, spawn};
 #[derive(Clone)]
 pub struct IdentityService {
     core: Core,
+    calls: Arc<CallRates>,
 }
 
 impl IdentityService {
     pub(super) fn new(core: Core) -> Self {
-        Self { core }
+        let calls = Arc::new(CallRates::new(core.quotas));
+        Self { core, calls }
     }
 
-    /// Takes one call from its credential's and account's call rates (see
-    /// [`SendRates::admit_call`](super::quotas::SendRates::admit_call)).
-    pub fn admit_call(&self, call: &super::quotas::Call<'_>) -> Result<()> {
-        self.core.admit_call(call)
+    /// Takes one call from its credential's and account's call rates (see [`CallRates::admit`]).
+    pub fn admit_call(&self, call: &Call<'_>) -> Result<()> {
+        self.calls.admit(call)
     }
 }
 

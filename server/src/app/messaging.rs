@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
 
+use super::quotas::SendRates;
+use super::send::Sends;
 use super::{Core, optional};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{self, Kind, State};
@@ -22,11 +24,36 @@ use crate::store::pages::Page;
 pub struct MessagingService {
     core: Core,
     identity: super::identity::IdentityService,
+    sends: Arc<Sends>,
+    rates: Arc<SendRates>,
 }
 
 impl MessagingService {
-    pub(super) fn new(core: Core, identity: super::identity::IdentityService) -> Self {
-        Self { core, identity }
+    /// Starts the replica's send writer (a thread of its own), whose committed sends wake their
+    /// recipients' waiters in the hub.
+    pub(super) fn start(core: Core, identity: super::identity::IdentityService) -> Result<Self> {
+        let wake = {
+            let hub = core.hub.clone();
+            Arc::new(move |endpoint, delivered: &mut dyn FnMut() -> Vec<_>| hub.deliver(endpoint, delivered))
+        };
+        let sends = Arc::new(Sends::start(core.store.clone(), wake)?);
+        let rates = Arc::new(SendRates::new(core.quotas));
+        Ok(Self { core, identity, sends, rates })
+    }
+
+    /// The replica's send pipeline, whose resolution cache the listener keeps true.
+    pub fn sends(&self) -> Arc<Sends> {
+        self.sends.clone()
+    }
+
+    /// Who may reach whom changed here: resolutions kept by the send pipeline are not trusted.
+    pub(crate) fn scope_changed(&self) {
+        self.sends.scope_changed();
+    }
+
+    /// Sends to one known endpoint without scope rules (see [`Sends::send_unscoped`]).
+    pub(crate) async fn send_unscoped(&self, sender: &Caller, out: Outgoing<'_>) -> Result<Sent> {
+        self.sends.send_unscoped(sender, out).await
     }
 }
 
@@ -69,10 +96,10 @@ impl MessagingService {
             private: send.private,
             require_reply: send.require_reply,
         };
-        self.core.rates.admit(caller)?;
-        let sent = self.core.sends.send(caller, out).await?;
+        self.rates.admit(caller)?;
+        let sent = self.sends.send(caller, out).await?;
         if !sent.duplicate {
-            self.core.rates.delivered(caller, sent.recipients.len());
+            self.rates.delivered(caller, sent.recipients.len());
         }
         tracing::debug!(
             from = %caller.address(), id = %sent.id, recipients = sent.recipients.len(),
@@ -85,11 +112,11 @@ impl MessagingService {
     pub async fn reply(&self, caller: &Caller, id: &str, body: &str, client_id: &str) -> Result<Delivered> {
         limits::body(body)?;
         limits::client_id(client_id)?;
-        self.core.rates.admit(caller)?;
+        self.rates.admit(caller)?;
         let redacted = redact(body);
-        let sent = self.core.sends.reply(caller, id, &redacted.text, optional(client_id)).await?;
+        let sent = self.sends.reply(caller, id, &redacted.text, optional(client_id)).await?;
         if !sent.duplicate {
-            self.core.rates.delivered(caller, sent.recipients.len());
+            self.rates.delivered(caller, sent.recipients.len());
         }
         Ok(Delivered { sent, redacted: redacted.counts })
     }

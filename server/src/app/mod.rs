@@ -17,7 +17,6 @@ pub mod send;
 pub mod trust;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -30,7 +29,6 @@ use crate::domain::{Result, limits};
 use crate::push::Hub;
 use crate::store::Store;
 use crate::store::identity::Caller;
-use quotas::SendRates;
 
 /// Every area's service.
 #[derive(Clone)]
@@ -46,75 +44,46 @@ pub struct App {
 }
 
 impl App {
-    /// The services over `core`.
-    pub fn new(core: Core) -> Self {
+    /// The services over `core`, each with its own state: messaging starts the replica's send
+    /// writer (a thread of its own), whose committed sends wake their recipients' waiters.
+    pub fn start(core: Core, retention: Retention) -> Result<Self> {
         let identity = identity::IdentityService::new(core.clone());
-        let messaging = messaging::MessagingService::new(core.clone(), identity.clone());
+        let messaging = messaging::MessagingService::start(core.clone(), identity.clone())?;
         let trust = trust::TrustService::new(core.clone(), messaging.clone());
         let approvals = approvals::ApprovalsService::new(core.clone());
-        Self {
+        Ok(Self {
             console: console::ConsoleService::new(core.clone(), trust.clone(), approvals.clone()),
-            scope: scope::ScopeService::new(core.clone()),
+            scope: scope::ScopeService::new(core.clone(), messaging.clone()),
             board: board::BoardService::new(core.clone()),
-            ops: observe::OpsService::new(core),
+            ops: observe::OpsService::new(core, retention),
             identity,
             messaging,
             trust,
             approvals,
-        }
+        })
     }
 }
 
-/// What every service works with: the database, the send pipeline, the local wake-ups, the
-/// server's shutdown, and the operator's settings.
+/// What every service works with: the database, the local wake-ups, the server's shutdown, and
+/// the operator's settings. What a service changes as it runs (rates, caches, the send writer)
+/// is its own.
 #[derive(Clone)]
 pub struct Core {
     store: Store,
-    sends: Arc<send::Sends>,
     hub: Hub,
     shutdown: CancellationToken,
-    retention: Retention,
     timings: Timings,
     quotas: Quotas,
-    rates: Arc<SendRates>,
 }
 
 impl Core {
-    /// Takes one call from its credential's and account's call rates; see [`SendRates::admit_call`].
-    pub fn admit_call(&self, call: &quotas::Call<'_>) -> Result<()> {
-        self.rates.admit_call(call)
-    }
-
-    /// Starts the replica's send writer (a thread of its own), whose committed sends wake their
-    /// recipients' waiters in `hub`.
-    pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Result<Self> {
-        let quotas = Quotas::default();
-        let wake = {
-            let hub = hub.clone();
-            Arc::new(move |endpoint, delivered: &mut dyn FnMut() -> Vec<_>| hub.deliver(endpoint, delivered))
-        };
-        Ok(Self {
-            sends: Arc::new(send::Sends::start(store.clone(), wake)?),
-            store,
-            hub,
-            shutdown,
-            retention: Retention::default(),
-            timings: Timings::default(),
-            quotas,
-            rates: Arc::new(SendRates::new(quotas)),
-        })
+    pub fn new(store: Store, hub: Hub, shutdown: CancellationToken) -> Self {
+        Self { store, hub, shutdown, timings: Timings::default(), quotas: Quotas::default() }
     }
 
     /// Holds every endpoint and account to `quotas`.
     pub fn with_quotas(mut self, quotas: Quotas) -> Self {
         self.quotas = quotas;
-        self.rates = Arc::new(SendRates::new(quotas));
-        self
-    }
-
-    /// Keeps records for `retention` (see [`App::purge`]).
-    pub fn with_retention(mut self, retention: Retention) -> Self {
-        self.retention = retention;
         self
     }
 
@@ -122,11 +91,6 @@ impl Core {
     pub fn with_timings(mut self, timings: Timings) -> Self {
         self.timings = timings;
         self
-    }
-
-    /// The replica's send pipeline.
-    pub fn sends(&self) -> Arc<send::Sends> {
-        self.sends.clone()
     }
 
     pub fn timings(&self) -> Timings {

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::Core;
+use crate::domain::retention::Retention;
 use crate::metrics::{ApprovalLabel, metrics};
 use crate::store::observe;
 
@@ -11,11 +12,13 @@ use crate::store::observe;
 #[derive(Clone)]
 pub struct OpsService {
     pub(super) core: Core,
+    /// How long records are kept (see [`OpsService::purge`]).
+    pub(super) retention: Retention,
 }
 
 impl OpsService {
-    pub(super) fn new(core: Core) -> Self {
-        Self { core }
+    pub(super) fn new(core: Core, retention: Retention) -> Self {
+        Self { core, retention }
     }
 
     /// The periods the scheduler keeps.

@@ -43,7 +43,7 @@ where
 
 impl OpsService {
     pub async fn purge(&self) -> Result<Purged> {
-        let keep = self.core.retention;
+        let keep = self.retention;
         let db = self.core.store.client().await?;
         let messages = drain(|| retention::purge_messages(&db, keep.messages.as_secs_f64(), PURGE_BATCH)).await?;
         let cards = drain(|| retention::purge_cards(&db, keep.cards.as_secs_f64(), PURGE_BATCH)).await?;

@@ -21,11 +21,13 @@ use crate::store::spawn;
 #[derive(Clone)]
 pub struct ScopeService {
     core: Core,
+    /// Told when who may reach whom changes, and sends a worker's report.
+    messaging: super::messaging::MessagingService,
 }
 
 impl ScopeService {
-    pub(super) fn new(core: Core) -> Self {
-        Self { core }
+    pub(super) fn new(core: Core, messaging: super::messaging::MessagingService) -> Self {
+        Self { core, messaging }
     }
 }
 
@@ -108,7 +110,7 @@ impl ScopeService {
         }
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         Ok(view)
     }
 
@@ -141,7 +143,7 @@ impl ScopeService {
         }
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         Ok(view)
     }
 
@@ -167,7 +169,7 @@ impl ScopeService {
         scope::delete_cap(&tx, cap_id).await?;
         let view = scope::read_rules(&tx, id).await?;
         tx.commit().await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         Ok(view)
     }
 
@@ -240,7 +242,7 @@ impl ScopeService {
         scope::insert_member(&tx, id, caller.endpoint_id).await?;
         let view = scope::group_view(&tx, id).await?;
         tx.commit().await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         Ok(view)
     }
 
@@ -271,7 +273,7 @@ impl ScopeService {
         } else if scope::remove_member(&db, group, member).await? == 0 {
             return Err(Error::not_found(EntityKind::Group, format!("{address} is not a member of group {name}")));
         }
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         scope::group_view(&db, group).await
     }
 
@@ -296,7 +298,7 @@ impl ScopeService {
                 scope::set_group_rule(&db, group, dir, &rule).await?;
             }
         }
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         scope::group_view(&db, group).await
     }
 
@@ -325,7 +327,7 @@ impl ScopeService {
         let (group, owner) = scope::group_id(&db, caller, name).await?;
         domain_scope::owner_only(caller.endpoint_id, owner, name)?;
         scope::delete_group(&db, group).await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         Ok(name.to_owned())
     }
 
@@ -389,7 +391,7 @@ impl ScopeService {
             private: false,
             require_reply: false,
         };
-        let sent = self.core.sends.send_unscoped(&child, out).await?;
+        let sent = self.messaging.send_unscoped(&child, out).await?;
         spawn::spend_grant(&self.core.store.client().await?, child.endpoint_id).await?;
         Ok(sent)
     }

@@ -190,7 +190,7 @@ impl TrustService {
         let class = class.trim();
         rules::check_hold_class(class)?;
         let classes = trust::set_hold_class(&self.core.store.client().await?, person.account_id, class, on).await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         Ok(classes)
     }
 
@@ -215,7 +215,7 @@ impl TrustService {
             "requested"
         };
         tx.commit().await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         let view = Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 };
         tracing::info!(account = %person.account, other = %view.account, state = %view.state, "contact request");
         Ok(view)
@@ -236,7 +236,7 @@ impl TrustService {
             contacts::make_contact(&tx, person.account_id, other_id).await?;
         }
         tx.commit().await?;
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         Ok(Contact { account: other.to_owned(), state: "contact".to_owned(), withdrawn: 0 })
     }
 
@@ -254,7 +254,7 @@ impl TrustService {
                 format!("{} and {other} are not contacts", person.account),
             ));
         }
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         let state = if allow { "contact, private data allowed" } else { "contact, no private data" };
         Ok(Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 })
     }
@@ -263,7 +263,7 @@ impl TrustService {
     pub async fn contact_drop(&self, person: &Human, account: &str) -> Result<Contact> {
         let view = drop_contact(&self.core.store, &person.account, account.trim()).await?;
         // Every replica forgets on the database's notice; this one at once, for the next send.
-        self.core.sends.scope_changed();
+        self.messaging.scope_changed();
         tracing::info!(account = %person.account, other = %view.account, withdrawn = view.withdrawn, "contact dropped");
         Ok(view)
     }
