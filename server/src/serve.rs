@@ -202,7 +202,7 @@ pub async fn serve_with(
         .with_timings(settings.timings);
     let app = App::start(core, settings.retention)?;
     let listener = push::listener::start(store.clone(), hub, app.messaging.sends(), shutdown.clone()).await?;
-    tracing::info!(replica, "replica registered");
+    tracing::info!(%replica, "replica registered");
 
     let (health, health_service) = tonic_health::server::health_reporter();
     let readiness = follow_readiness(&store, health, shutdown.clone());

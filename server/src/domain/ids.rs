@@ -39,6 +39,14 @@ row_id!(
     GroupId
 );
 row_id!(
+    /// A repository on the board: a path on one machine.
+    RepoId
+);
+row_id!(
+    /// A running server process's liveness row: the streams it holds are online while it lives.
+    ReplicaId
+);
+row_id!(
     /// A cap's row: selectors set on an endpoint by one of its ancestors.
     CapId
 );

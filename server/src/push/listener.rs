@@ -11,7 +11,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
 use tokio_util::sync::CancellationToken;
 
 use super::Hub;
-use crate::domain::ids::AccountId;
+use crate::domain::ids::{AccountId, ReplicaId};
 use crate::domain::{Error, Result};
 use crate::store::console::{ACCOUNT_CHANNEL, CONSOLE_CHANNEL};
 use crate::store::identity::{CONTROL_CHANNEL, Control};
@@ -190,7 +190,8 @@ fn heard(hub: &Hub, memory: &Memory, channel: &str, payload: &str) {
     match DeliveryNotice::parse(payload) {
         Some(DeliveryNotice::One(recipient)) => hub.wake(recipient),
         // This replica woke its own waiters when it committed the batch.
-        Some(DeliveryNotice::Batch { replica, .. }) if replica != 0 && replica == memory.store.replica() => {}
+        Some(DeliveryNotice::Batch { replica, .. }) if replica != ReplicaId(0) && replica == memory.store.replica() => {
+        }
         Some(DeliveryNotice::Batch { recipients, .. }) => recipients.into_iter().for_each(|r| hub.wake(r)),
         None => tracing::warn!(payload, "malformed delivery notification"),
     }

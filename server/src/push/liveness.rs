@@ -18,13 +18,13 @@ pub fn start(store: Store, shutdown: CancellationToken) -> JoinHandle<()> {
                 () = shutdown.cancelled() => break,
                 _ = renew.tick() => {
                     if let Err(e) = store.renew_replica().await {
-                        tracing::warn!(error = %e, replica = store.replica(), "cannot renew this replica's liveness");
+                        tracing::warn!(error = %e, replica = %store.replica(), "cannot renew this replica's liveness");
                     }
                 }
             }
         }
         if let Err(e) = store.retire_replica().await {
-            tracing::warn!(error = %e, replica = store.replica(), "cannot retire this replica");
+            tracing::warn!(error = %e, replica = %store.replica(), "cannot retire this replica");
         }
     })
 }

@@ -11,7 +11,7 @@ use crate::domain::board::{
     MAX_ATTEMPTS, PrState, Repo as RepoView, WORKER_FRESH_S, repo_path,
 };
 use crate::domain::caller::{Caller, MachineIdentity};
-use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, ScheduleId, TokenHash};
+use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, RepoId, ScheduleId, TokenHash};
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result};
 use crate::store::Tx;
@@ -29,7 +29,7 @@ const SCHEDULE: &str = CardKind::Schedule.db();
 pub(crate) struct NewJob<'a> {
     pub id: &'a JobId,
     pub account_id: AccountId,
-    pub repo_id: i64,
+    pub repo_id: RepoId,
     pub title: &'a str,
     pub detail: &'a str,
     pub agent: &'a str,
@@ -172,7 +172,7 @@ pub(crate) async fn list(
     c: &impl GenericClient,
     account_id: AccountId,
     column: Option<Column>,
-    repo_id: Option<i64>,
+    repo_id: Option<RepoId>,
 ) -> Result<Vec<JobView>> {
     let sql = format!(
         "select {} from {JOB_JOINS}
@@ -211,7 +211,7 @@ pub(crate) async fn repos(c: &impl GenericClient, account_id: AccountId) -> Resu
 }
 
 /// How many of the account's cards (of one repository, or all) are Done.
-pub(crate) async fn archived(c: &impl GenericClient, account_id: AccountId, repo_id: Option<i64>) -> Result<u32> {
+pub(crate) async fn archived(c: &impl GenericClient, account_id: AccountId, repo_id: Option<RepoId>) -> Result<u32> {
     let count: i64 = c
         .query_one(
             &format!(
@@ -237,7 +237,7 @@ pub(crate) async fn set_detail(c: &impl GenericClient, id: &JobId, detail: &str)
 }
 
 /// Moves the card to another repository.
-pub(crate) async fn set_repo(c: &impl GenericClient, id: &JobId, repo_id: i64) -> Result<()> {
+pub(crate) async fn set_repo(c: &impl GenericClient, id: &JobId, repo_id: RepoId) -> Result<()> {
     c.execute("update jobs set repo_id = $2 where id = $1", &[&id, &repo_id]).await?;
     Ok(())
 }
@@ -746,7 +746,7 @@ pub(crate) async fn advance_schedule(c: &impl GenericClient, id: &ScheduleId, ne
 
 /// The repository a card is for: a path or folder name, else the one containing `cwd` on the
 /// caller's machine.
-pub(crate) async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: &str) -> Result<i64> {
+pub(crate) async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: &str, cwd: &str) -> Result<RepoId> {
     let repo = repo.trim();
     let rows = if repo.is_empty() {
         let cwd = cwd.trim();

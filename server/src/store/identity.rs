@@ -9,7 +9,7 @@ use super::board::IN_PROGRESS;
 use super::is_unique_violation;
 use super::row::{Col, FromRow};
 use crate::domain::endpoint::Endpoint;
-use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, TokenHash};
+use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, ReplicaId, TokenHash};
 use crate::domain::presence::{self, OpenStream};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result};
@@ -461,7 +461,11 @@ pub(crate) async fn end_session(c: &impl GenericClient, id: EndpointId) -> Resul
 
 /// Makes a stream opening on `replica` the endpoint's newest, and keeps the endpoint online until
 /// the replica's next renewal. `None` when the caller's session no longer lives.
-pub(crate) async fn open_stream(c: &impl GenericClient, caller: &Caller, replica: i64) -> Result<Option<OpenStream>> {
+pub(crate) async fn open_stream(
+    c: &impl GenericClient,
+    caller: &Caller,
+    replica: ReplicaId,
+) -> Result<Option<OpenStream>> {
     let stmt = c
         .prepare_cached(
             "update endpoints e

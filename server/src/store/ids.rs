@@ -4,7 +4,8 @@ use bytes::BytesMut;
 use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, accepts, to_sql_checked};
 
 use crate::domain::ids::{
-    AccountId, ApprovalId, CapId, EndpointId, GroupId, HoldId, JobId, MachineId, MessageId, ScheduleId, Seq, TokenHash,
+    AccountId, ApprovalId, CapId, EndpointId, GroupId, HoldId, JobId, MachineId, MessageId, ReplicaId, RepoId,
+    ScheduleId, Seq, TokenHash,
 };
 
 type BoxError = Box<dyn std::error::Error + Sync + Send>;
@@ -34,6 +35,8 @@ bigint_id!(EndpointId);
 bigint_id!(AccountId);
 bigint_id!(MachineId);
 bigint_id!(GroupId);
+bigint_id!(RepoId);
+bigint_id!(ReplicaId);
 bigint_id!(CapId);
 bigint_id!(Seq);
 

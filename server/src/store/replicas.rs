@@ -5,28 +5,29 @@ use std::sync::atomic::Ordering;
 
 use super::Store;
 use super::row::Col;
+use crate::domain::ids::ReplicaId;
 use crate::domain::{Result, presence};
 
 impl Store {
     /// The replica this store's push streams belong to; 0 before [`Store::register_replica`].
-    pub fn replica(&self) -> i64 {
-        self.replica.load(Ordering::Relaxed)
+    pub fn replica(&self) -> ReplicaId {
+        ReplicaId(self.replica.load(Ordering::Relaxed))
     }
 
     /// Takes a liveness row for this process; its streams count from now on. Rows of replicas dead
     /// for a day are cleared on the way.
-    pub async fn register_replica(&self) -> Result<i64> {
+    pub async fn register_replica(&self) -> Result<ReplicaId> {
         let client = self.client().await?;
         client.execute("delete from replicas where alive_until < now() - interval '1 day'", &[]).await?;
         let lease = presence::secs(presence::REPLICA_LEASE);
-        let id: i64 = client
+        let id: ReplicaId = client
             .query_one(
                 "insert into replicas (alive_until) values (now() + $1 * interval '1 second') returning id",
                 &[&lease],
             )
             .await?
             .only()?;
-        self.replica.store(id, Ordering::Relaxed);
+        self.replica.store(id.0, Ordering::Relaxed);
         Ok(id)
     }
 

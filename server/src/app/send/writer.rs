@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{EndpointId, Seq};
+use crate::domain::ids::{EndpointId, ReplicaId, Seq};
 use crate::domain::message::Message;
 use crate::domain::{Error, Result, limits};
 use crate::metrics::{Shed, Step, metrics};
@@ -277,7 +277,7 @@ impl Writer {
             Via::Own => self.own_connection().await?,
         };
         let cap = i32::try_from(self.cap).unwrap_or(i32::MAX);
-        let replica = self.replica.load(Ordering::Relaxed);
+        let replica = ReplicaId(self.replica.load(Ordering::Relaxed));
         if let [job] = jobs {
             return Ok(vec![batch::write_one(&client, &job.send, cap, replica).await]);
         }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use postgres_types::ToSql;
 
-use crate::domain::ids::{AccountId, EndpointId, MessageId, Seq};
+use crate::domain::ids::{AccountId, EndpointId, MessageId, ReplicaId, Seq};
 use crate::domain::{Result, presence};
 use crate::metrics::metrics;
 use crate::store::row::Col;
@@ -74,7 +74,7 @@ pub(crate) async fn write_one(
     client: &impl deadpool_postgres::GenericClient,
     send: &BatchedSend,
     cap: i32,
-    replica: i64,
+    replica: ReplicaId,
 ) -> Result<Written> {
     let stmt = client.prepare_cached(if send.is_plain() { SEND_PLAIN } else { SEND_NUMBERED }).await?;
     match client.query_one(&stmt, &[send, &cap, &replica]).await {
@@ -96,7 +96,7 @@ pub(crate) async fn write_set(
     client: &impl deadpool_postgres::GenericClient,
     sends: &[&BatchedSend],
     cap: i32,
-    replica: i64,
+    replica: ReplicaId,
 ) -> Result<Vec<Written>> {
     let set = async |statement: &str| {
         let stmt = client.prepare_cached(statement).await?;

@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 use super::row::{Col, FromRow};
 use crate::domain::Result;
 use crate::domain::delivery::{Kind, State};
-use crate::domain::ids::{AccountId, EndpointId};
+use crate::domain::ids::{AccountId, EndpointId, ReplicaId};
 use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::RedactedText;
 
@@ -116,7 +116,7 @@ pub enum DeliveryNotice {
     One(EndpointId),
     /// `r<replica>:<recipient>,<recipient>,…`: the recipients of a batch of sends a replica
     /// committed together (it woke its own waiters itself).
-    Batch { replica: i64, recipients: Vec<EndpointId> },
+    Batch { replica: ReplicaId, recipients: Vec<EndpointId> },
 }
 
 impl DeliveryNotice {
@@ -125,7 +125,7 @@ impl DeliveryNotice {
         if let Some(replica) = head.strip_prefix('r') {
             let recipients =
                 tail.split(',').map(|r| r.parse().map(EndpointId)).collect::<std::result::Result<Vec<_>, _>>().ok()?;
-            return Some(Self::Batch { replica: replica.parse().ok()?, recipients });
+            return Some(Self::Batch { replica: ReplicaId(replica.parse().ok()?), recipients });
         }
         let _seq: i64 = tail.parse().ok()?;
         Some(Self::One(EndpointId(head.parse().ok()?)))
@@ -141,7 +141,7 @@ mod tests {
         assert_eq!(DeliveryNotice::parse("12:7"), Some(DeliveryNotice::One(EndpointId(12))));
         assert_eq!(
             DeliveryNotice::parse("r3:12,14"),
-            Some(DeliveryNotice::Batch { replica: 3, recipients: vec![EndpointId(12), EndpointId(14)] })
+            Some(DeliveryNotice::Batch { replica: ReplicaId(3), recipients: vec![EndpointId(12), EndpointId(14)] })
         );
         assert_eq!(DeliveryNotice::parse("12"), None);
         assert_eq!(DeliveryNotice::parse("x:1"), None);
