@@ -20,6 +20,7 @@ use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
 use crate::domain::timings::Timings;
 use crate::protocol::admission::{AdmissionLayer, RpcLimits};
+use crate::protocol::auth::Gate;
 use crate::protocol::connections;
 use crate::protocol::human::HumanService;
 use crate::protocol::layers::RpcLayers;
@@ -215,16 +216,16 @@ pub async fn serve_with(
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(addr = %addr, "serving ops endpoints (/healthz, /readyz, /metrics)");
         }
-        crate::protocol::ops::serve(listener, app.clone(), shutdown.clone())
+        crate::protocol::ops::serve(listener, app.ops.clone(), shutdown.clone())
     });
     let console = side
         .console
         .map(|listener| crate::protocol::console::serve(listener, app.clone(), tls.clone(), shutdown.clone()))
         .transpose()?;
     let scheduler = crate::scheduler::start(app.clone(), shutdown.clone());
-    let human = HumanServer::new(HumanService::new(app.clone()));
-    let worker = WorkerServer::new(WorkerService::new(app.clone()));
-    let relay = RelayServer::new(RelayService::new(app.clone()));
+    let human = HumanServer::new(HumanService::new(&app));
+    let worker = WorkerServer::new(WorkerService::new(&app));
+    let relay = RelayServer::new(RelayService::new(&app));
 
     let socket = tokio::net::TcpListener::bind(options.listen)
         .await
@@ -251,7 +252,7 @@ pub async fn serve_with(
         .max_connection_age(MAX_CONNECTION_AGE);
     // Spans, caught panics, and admission (budgets, authentication, rates, time budgets) for every
     // call; health and reflection pass admission untouched.
-    let admission = AdmissionLayer::new(Arc::new(app.clone()), rpc);
+    let admission = AdmissionLayer::new(Arc::new(Gate::new(&app)), rpc);
     let mut builder = builder.layer(RpcLayers::new(admission));
     tracing::info!(
         addr = %local,

@@ -2,7 +2,7 @@
 //! caller and speaks `relay.v1`) and the store (which holds the SQL). Each operation checks its
 //! input against the product's limits, redacts what agents wrote, waits where a call waits, and
 //! calls the store; it knows no wire types and builds no gRPC status. [`App`] holds the services;
-//! protocol handlers reach each through it by its area's name (`app.messaging.send(…)`).
+//! each protocol handler holds the ones it needs and calls them by area (`self.messaging.send(…)`).
 
 pub mod approvals;
 pub mod board;

@@ -11,7 +11,9 @@ use super::admission::Gatekeeper;
 pub use super::credential::Credential;
 use super::layers;
 use crate::app::App;
+use crate::app::identity::IdentityService;
 use crate::app::quotas::Call;
+use crate::app::trust::TrustService;
 use crate::domain::caller::{Caller, CardAgent, Human, MachineIdentity};
 use crate::domain::ids::TokenKind;
 use crate::domain::{Error, Result};
@@ -82,26 +84,26 @@ fn misplaced_job_token(needs: Needs, token: &str, path: &str) -> Option<Error> {
     })
 }
 
-async fn authenticate(app: &App, needs: Needs, token: &str) -> Result<Option<Credential>> {
+async fn authenticate(gate: &Gate, needs: Needs, token: &str) -> Result<Option<Credential>> {
     Ok(Some(match needs {
         Needs::MachineOrJob if TokenKind::of(token) == Some(TokenKind::JobToken) => {
-            let agent = app.identity.card_agent(token).await?;
+            let agent = gate.identity.card_agent(token).await?;
             let at = &agent.machine;
             layers::record_caller(&format_args!("{}/{} (card {})", at.account, at.machine, agent.attempt.card));
             Credential::Card(agent)
         }
         Needs::Session => {
-            let caller = app.identity.caller(token).await?;
+            let caller = gate.identity.caller(token).await?;
             layers::record_caller(&caller.address());
             Credential::Session(caller)
         }
         Needs::Machine | Needs::MachineOrJob => {
-            let machine = app.identity.machine(token).await?;
+            let machine = gate.identity.machine(token).await?;
             layers::record_caller(&format_args!("{}/{}", machine.account, machine.machine));
             Credential::Machine(machine)
         }
         Needs::Person => {
-            let person = app.trust.person(token).await?;
+            let person = gate.trust.person(token).await?;
             layers::record_caller(&format_args!("{}/me ({})", person.account, person.name));
             Credential::Person(person)
         }
@@ -145,9 +147,20 @@ pub fn person<T>(request: &tonic::Request<T>) -> Result<Human> {
     }
 }
 
-/// What admission asks of the application: who a credential is, and whether its rates allow one
-/// more call.
-impl Gatekeeper for App {
+/// What admission asks of the application: who a credential is (identity; trust for a person's
+/// token), and whether its rates allow one more call.
+pub struct Gate {
+    identity: IdentityService,
+    trust: TrustService,
+}
+
+impl Gate {
+    pub fn new(app: &App) -> Self {
+        Self { identity: app.identity.clone(), trust: app.trust.clone() }
+    }
+}
+
+impl Gatekeeper for Gate {
     fn authenticate<'a>(
         &'a self,
         path: &'a str,

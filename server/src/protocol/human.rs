@@ -8,16 +8,19 @@ use super::auth;
 use super::convert;
 
 use crate::app::App;
+use crate::app::approvals::ApprovalsService;
+use crate::app::trust::TrustService;
 use crate::domain::Result;
 
 #[derive(Clone)]
 pub struct HumanService {
-    app: App,
+    trust: TrustService,
+    approvals: ApprovalsService,
 }
 
 impl HumanService {
-    pub fn new(app: App) -> Self {
-        Self { app }
+    pub fn new(app: &App) -> Self {
+        Self { trust: app.trust.clone(), approvals: app.approvals.clone() }
     }
 }
 
@@ -25,12 +28,12 @@ impl HumanService {
 impl Human for HumanService {
     async fn contact_request(&self, request: Request<ContactRequestRequest>) -> Result<Response<ContactView>, Status> {
         let person = auth::person(&request)?;
-        Ok(Response::new(self.app.trust.contact_request(&person, &request.get_ref().account).await?.into()))
+        Ok(Response::new(self.trust.contact_request(&person, &request.get_ref().account).await?.into()))
     }
 
     async fn contact_accept(&self, request: Request<ContactAcceptRequest>) -> Result<Response<ContactView>, Status> {
         let person = auth::person(&request)?;
-        Ok(Response::new(self.app.trust.contact_accept(&person, &request.get_ref().account).await?.into()))
+        Ok(Response::new(self.trust.contact_accept(&person, &request.get_ref().account).await?.into()))
     }
 
     async fn contact_list(
@@ -38,67 +41,67 @@ impl Human for HumanService {
         request: Request<ContactListRequest>,
     ) -> Result<Response<ContactListResponse>, Status> {
         let person = auth::person(&request)?;
-        Ok(Response::new(ContactListResponse { contacts: convert::all(self.app.trust.contact_list(&person).await?) }))
+        Ok(Response::new(ContactListResponse { contacts: convert::all(self.trust.contact_list(&person).await?) }))
     }
 
     async fn contact_private(&self, request: Request<ContactPrivateRequest>) -> Result<Response<ContactView>, Status> {
         let person = auth::person(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.trust.contact_private(&person, &r.account, r.allow).await?.into()))
+        Ok(Response::new(self.trust.contact_private(&person, &r.account, r.allow).await?.into()))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
         let person = auth::person(&request)?;
         let r = request.get_ref();
-        let (messages, remaining) = self.app.trust.human_inbox(&person, r.wait_s, r.limit, r.ack).await?;
+        let (messages, remaining) = self.trust.human_inbox(&person, r.wait_s, r.limit, r.ack).await?;
         Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }))
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
         let person = auth::person(&request)?;
         let r = request.get_ref();
-        let sent = self.app.trust.human_send(&person, &r.to, &r.body, &r.thread, &r.client_id, r.private).await?;
+        let sent = self.trust.human_send(&person, &r.to, &r.body, &r.thread, &r.client_id, r.private).await?;
         Ok(Response::new(sent.into()))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
         let person = auth::person(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.trust.human_reply(&person, &r.id, &r.body, &r.client_id).await?.into()))
+        Ok(Response::new(self.trust.human_reply(&person, &r.id, &r.body, &r.client_id).await?.into()))
     }
 
     async fn holds(&self, request: Request<HoldsRequest>) -> Result<Response<HoldsResponse>, Status> {
         let person = auth::person(&request)?;
         Ok(Response::new(HoldsResponse {
-            holds: convert::all(self.app.trust.holds(&person, request.get_ref().all).await?),
+            holds: convert::all(self.trust.holds(&person, request.get_ref().all).await?),
         }))
     }
 
     async fn decide_hold(&self, request: Request<DecideHoldRequest>) -> Result<Response<HoldView>, Status> {
         let person = auth::person(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.trust.decide_hold(&person, &r.id, r.release, &r.reason).await?.into()))
+        Ok(Response::new(self.trust.decide_hold(&person, &r.id, r.release, &r.reason).await?.into()))
     }
 
     async fn hold_policy(&self, request: Request<HoldPolicyRequest>) -> Result<Response<HoldPolicyResponse>, Status> {
         let person = auth::person(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(HoldPolicyResponse { classes: self.app.trust.hold_policy(&person, &r.class, r.on).await? }))
+        Ok(Response::new(HoldPolicyResponse { classes: self.trust.hold_policy(&person, &r.class, r.on).await? }))
     }
 
     async fn approvals(&self, request: Request<ApprovalsRequest>) -> Result<Response<ApprovalsResponse>, Status> {
         let person = auth::person(&request)?;
-        Ok(Response::new(ApprovalsResponse { approvals: convert::all(self.app.approvals.approvals(&person).await?) }))
+        Ok(Response::new(ApprovalsResponse { approvals: convert::all(self.approvals.approvals(&person).await?) }))
     }
 
     async fn approve(&self, request: Request<AnswerPermissionRequest>) -> Result<Response<PermissionDecision>, Status> {
         let person = auth::person(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.approvals.approve(&person, &r.id, &r.decision, &r.reason).await?.into()))
+        Ok(Response::new(self.approvals.approve(&person, &r.id, &r.decision, &r.reason).await?.into()))
     }
 
     async fn contact_drop(&self, request: Request<ContactDropRequest>) -> Result<Response<ContactView>, Status> {
         let person = auth::person(&request)?;
-        Ok(Response::new(self.app.trust.contact_drop(&person, &request.get_ref().account).await?.into()))
+        Ok(Response::new(self.trust.contact_drop(&person, &request.get_ref().account).await?.into()))
     }
 }

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::App;
+use crate::app::observe::OpsService;
 use crate::metrics::metrics;
 
 /// What Prometheus asks for and prometheus-client writes.
@@ -35,12 +35,12 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 }
 
 /// Serves the ops endpoints on `listener` until `shutdown`; `/readyz` answers 503 from its start.
-pub fn serve(listener: TcpListener, app: App, shutdown: CancellationToken) -> JoinHandle<()> {
+pub fn serve(listener: TcpListener, ops: OpsService, shutdown: CancellationToken) -> JoinHandle<()> {
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
-        .with_state(app);
+        .with_state(ops);
     tokio::spawn(async move {
         let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
         if let Err(e) = served {
@@ -53,15 +53,15 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(app): State<App>) -> Response {
-    match app.ops.not_ready().await {
+async fn readyz(State(ops): State<OpsService>) -> Response {
+    match ops.not_ready().await {
         None => (StatusCode::OK, "ready\n").into_response(),
         Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {reason}\n")).into_response(),
     }
 }
 
-async fn metrics_text(State(app): State<App>) -> Response {
-    app.ops.refresh_metrics().await;
+async fn metrics_text(State(ops): State<OpsService>) -> Response {
+    ops.refresh_metrics().await;
     ([(header::CONTENT_TYPE, OPENMETRICS)], metrics().encode()).into_response()
 }
 

@@ -8,22 +8,40 @@ use tonic::{Request, Response, Status};
 use super::auth::{self, Credential, bearer};
 use super::convert::{self, selector_list as selectors};
 use crate::app::App;
+use crate::app::approvals::ApprovalsService;
+use crate::app::board::BoardService;
 use crate::app::board::{Edit, Post};
+use crate::app::identity::IdentityService;
 use crate::app::identity::{Claim, ProfileChange};
+use crate::app::messaging::MessagingService;
 use crate::app::messaging::NewMessage;
 use crate::app::scope::RuleSet;
+use crate::app::scope::ScopeService;
+use crate::app::trust::TrustService;
 use crate::domain::redact::Counts;
 use crate::domain::scope::GroupView;
 use crate::domain::{Error, Result, delivery, limits};
 
 #[derive(Clone)]
 pub struct RelayService {
-    app: App,
+    identity: IdentityService,
+    messaging: MessagingService,
+    scope: ScopeService,
+    trust: TrustService,
+    board: BoardService,
+    approvals: ApprovalsService,
 }
 
 impl RelayService {
-    pub fn new(app: App) -> Self {
-        Self { app }
+    pub fn new(app: &App) -> Self {
+        Self {
+            identity: app.identity.clone(),
+            messaging: app.messaging.clone(),
+            scope: app.scope.clone(),
+            trust: app.trust.clone(),
+            board: app.board.clone(),
+            approvals: app.approvals.clone(),
+        }
     }
 }
 
@@ -45,8 +63,8 @@ impl Relay for RelayService {
         let claim =
             Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
         let outcome = match auth::hello_credential(&request)? {
-            Credential::Card(agent) => self.app.identity.hello_card(&agent, claim).await?,
-            _ => self.app.identity.hello(&auth::machine(&request)?, claim).await?,
+            Credential::Card(agent) => self.identity.hello_card(&agent, claim).await?,
+            _ => self.identity.hello(&auth::machine(&request)?, claim).await?,
         };
         Ok(Response::new(HelloResponse {
             endpoint: Some(outcome.endpoint.into()),
@@ -63,20 +81,20 @@ impl Relay for RelayService {
 
     async fn goodbye(&self, request: Request<GoodbyeRequest>) -> Result<Response<GoodbyeResponse>, Status> {
         let caller = auth::caller(&request)?;
-        self.app.identity.goodbye(&caller).await?;
+        self.identity.goodbye(&caller).await?;
         Ok(Response::new(GoodbyeResponse {}))
     }
 
     async fn who_am_i(&self, request: Request<WhoAmIRequest>) -> Result<Response<WhoAmIResponse>, Status> {
         let caller = auth::caller(&request)?;
-        let (endpoint, unread) = self.app.identity.whoami(&caller).await?;
+        let (endpoint, unread) = self.identity.whoami(&caller).await?;
         Ok(Response::new(WhoAmIResponse { endpoint: Some(endpoint.into()), unread }))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        let endpoints = self.app.identity.list(&caller, req.all, req.contacts).await?;
+        let endpoints = self.identity.list(&caller, req.all, req.contacts).await?;
         Ok(Response::new(ListResponse { endpoints: convert::all(endpoints) }))
     }
 
@@ -92,26 +110,26 @@ impl Relay for RelayService {
             private: req.private,
             require_reply: req.require_reply,
         };
-        Ok(Response::new(self.app.messaging.send(&caller, send).await?.into()))
+        Ok(Response::new(self.messaging.send(&caller, send).await?.into()))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        Ok(Response::new(self.app.messaging.reply(&caller, &req.id, &req.body, &req.client_id).await?.into()))
+        Ok(Response::new(self.messaging.reply(&caller, &req.id, &req.body, &req.client_id).await?.into()))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        let (messages, remaining) = self.app.messaging.inbox(&caller, req.wait_s, req.limit, req.ack).await?;
+        let (messages, remaining) = self.messaging.inbox(&caller, req.wait_s, req.limit, req.ack).await?;
         Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }))
     }
 
     async fn ask_wait(&self, request: Request<AskWaitRequest>) -> Result<Response<AskWaitResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        let (id, replies, recipients) = self.app.messaging.ask_wait(&caller, &req.id, req.wait_s).await?;
+        let (id, replies, recipients) = self.messaging.ask_wait(&caller, &req.id, req.wait_s).await?;
         Ok(Response::new(AskWaitResponse {
             id: id.into_string(),
             replies: convert::all(replies),
@@ -121,7 +139,7 @@ impl Relay for RelayService {
 
     async fn track(&self, request: Request<TrackRequest>) -> Result<Response<TrackResponse>, Status> {
         let caller = auth::caller(&request)?;
-        let sent = self.app.messaging.track(&caller, &request.get_ref().id).await?;
+        let sent = self.messaging.track(&caller, &request.get_ref().id).await?;
         Ok(Response::new(TrackResponse {
             id: sent.id.into_string(),
             thread: sent.thread,
@@ -138,26 +156,26 @@ impl Relay for RelayService {
             now: req.now.as_deref(),
             title: req.title.as_deref(),
         };
-        Ok(Response::new(self.app.identity.update_profile(&caller, change).await?.into()))
+        Ok(Response::new(self.identity.update_profile(&caller, change).await?.into()))
     }
 
     async fn subscribe(&self, request: Request<SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
         let caller = auth::caller(&request)?;
-        let stream = self.app.messaging.subscribe(caller, delivery::seq(request.get_ref().after_seq)?);
+        let stream = self.messaging.subscribe(caller, delivery::seq(request.get_ref().after_seq)?);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(Status::from));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn announce(&self, request: Request<AnnounceRequest>) -> Result<Response<Self::AnnounceStream>, Status> {
         let caller = auth::caller(&request)?;
-        let stream = self.app.messaging.announce(caller, bearer(&request)?, request.get_ref().wait);
+        let stream = self.messaging.announce(caller, bearer(&request)?, request.get_ref().wait);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::announce_event).map_err(Status::from));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn show_rules(&self, request: Request<ShowRulesRequest>) -> Result<Response<RulesView>, Status> {
         let caller = auth::caller(&request)?;
-        Ok(Response::new(self.app.scope.show_rules(&caller, &request.get_ref().endpoint).await?.into()))
+        Ok(Response::new(self.scope.show_rules(&caller, &request.get_ref().endpoint).await?.into()))
     }
 
     async fn set_rules(&self, request: Request<SetRulesRequest>) -> Result<Response<RulesView>, Status> {
@@ -169,32 +187,32 @@ impl Relay for RelayService {
             rules_out: selectors(&req.rules_out),
             allow: &req.allow,
         };
-        Ok(Response::new(self.app.scope.set_rules(&caller, &req.endpoint, set).await?.into()))
+        Ok(Response::new(self.scope.set_rules(&caller, &req.endpoint, set).await?.into()))
     }
 
     async fn widen_rules(&self, request: Request<WidenRulesRequest>) -> Result<Response<RulesView>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (rules_in, rules_out) = (selectors(&req.rules_in), selectors(&req.rules_out));
-        Ok(Response::new(self.app.scope.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
+        Ok(Response::new(self.scope.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
     }
 
     async fn lift_cap(&self, request: Request<LiftCapRequest>) -> Result<Response<RulesView>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        Ok(Response::new(self.app.scope.lift_cap(&caller, &req.endpoint, &req.cap).await?.into()))
+        Ok(Response::new(self.scope.lift_cap(&caller, &req.endpoint, &req.cap).await?.into()))
     }
 
     async fn why(&self, request: Request<WhyRequest>) -> Result<Response<WhyResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        let (from, to, verdict) = self.app.scope.why(&caller, &req.from, &req.to).await?;
+        let (from, to, verdict) = self.scope.why(&caller, &req.from, &req.to).await?;
         Ok(Response::new(WhyResponse { from, to, allowed: verdict.allowed, reasons: verdict.reasons }))
     }
 
     async fn peers(&self, request: Request<PeersRequest>) -> Result<Response<PeersResponse>, Status> {
         let caller = auth::caller(&request)?;
-        let peers = self.app.scope.peers(&caller, request.get_ref().all).await?;
+        let peers = self.scope.peers(&caller, request.get_ref().all).await?;
         Ok(Response::new(PeersResponse { peers: convert::all(peers) }))
     }
 
@@ -204,17 +222,17 @@ impl Relay for RelayService {
         let (name, rules_in, rules_out) = (&req.name, selectors(&req.rules_in), selectors(&req.rules_out));
         let one = |g: GroupView| GroupResponse { groups: vec![g.into()], note: String::new() };
         let response = match convert::known::<GroupAction>("action", req.action)? {
-            GroupAction::Create => one(self.app.scope.group_create(&caller, name, rules_in, rules_out).await?),
+            GroupAction::Create => one(self.scope.group_create(&caller, name, rules_in, rules_out).await?),
             action @ (GroupAction::Add | GroupAction::Remove) => {
-                one(self.app.scope.group_member(&caller, name, &req.endpoint, action == GroupAction::Add).await?)
+                one(self.scope.group_member(&caller, name, &req.endpoint, action == GroupAction::Add).await?)
             }
-            GroupAction::Rules => one(self.app.scope.group_rules(&caller, name, rules_in, rules_out).await?),
-            GroupAction::Show => one(self.app.scope.group_show(&caller, name).await?),
+            GroupAction::Rules => one(self.scope.group_rules(&caller, name, rules_in, rules_out).await?),
+            GroupAction::Show => one(self.scope.group_show(&caller, name).await?),
             GroupAction::Ls => {
-                GroupResponse { groups: convert::all(self.app.scope.group_list(&caller).await?), note: String::new() }
+                GroupResponse { groups: convert::all(self.scope.group_list(&caller).await?), note: String::new() }
             }
             GroupAction::Drop => {
-                let name = self.app.scope.group_drop(&caller, name).await?;
+                let name = self.scope.group_drop(&caller, name).await?;
                 GroupResponse { groups: Vec::new(), note: format!("group {name} dropped") }
             }
             GroupAction::Unspecified => {
@@ -227,14 +245,14 @@ impl Relay for RelayService {
     async fn spawn(&self, request: Request<SpawnRequest>) -> Result<Response<SpawnResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
-        let (endpoint, grant) = self.app.scope.spawn(&caller, &req.harness, &req.scope).await?;
+        let (endpoint, grant) = self.scope.spawn(&caller, &req.harness, &req.scope).await?;
         Ok(Response::new(SpawnResponse { endpoint: Some(endpoint.into()), grant }))
     }
 
     async fn spawn_result(&self, request: Request<SpawnResultRequest>) -> Result<Response<SendResponse>, Status> {
         let grant = bearer(&request)?.to_owned();
         let req = request.get_ref();
-        let sent = self.app.scope.spawn_result(&grant, req.exit_code, &req.output).await?;
+        let sent = self.scope.spawn_result(&grant, req.exit_code, &req.output).await?;
         Ok(Response::new(convert::sent(sent, &Counts::new())))
     }
 
@@ -251,19 +269,19 @@ impl Relay for RelayService {
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
         };
-        Ok(Response::new(self.app.board.post_job(&caller, post).await?.into()))
+        Ok(Response::new(self.board.post_job(&caller, post).await?.into()))
     }
 
     async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.get_ref();
-        let (jobs, archived) = self.app.board.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
+        let (jobs, archived) = self.board.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
         Ok(Response::new(ListJobsResponse { jobs: convert::all(jobs), archived }))
     }
 
     async fn read_job(&self, request: Request<ReadJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = auth::caller(&request)?;
-        Ok(Response::new(self.app.board.read_job(&caller, &request.get_ref().id).await?.into()))
+        Ok(Response::new(self.board.read_job(&caller, &request.get_ref().id).await?.into()))
     }
 
     async fn edit_job(&self, request: Request<EditJobRequest>) -> Result<Response<JobView>, Status> {
@@ -278,30 +296,30 @@ impl Relay for RelayService {
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
         };
-        Ok(Response::new(self.app.board.edit_job(&caller, &r.id, edit).await?.into()))
+        Ok(Response::new(self.board.edit_job(&caller, &r.id, edit).await?.into()))
     }
 
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.board.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await?.into()))
+        Ok(Response::new(self.board.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await?.into()))
     }
 
     async fn close_job(&self, request: Request<CloseJobRequest>) -> Result<Response<JobView>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.board.close_job(&caller, &r.id, r.accept, &r.note).await?.into()))
+        Ok(Response::new(self.board.close_job(&caller, &r.id, r.accept, &r.note).await?.into()))
     }
 
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
         let caller = auth::caller(&request)?;
-        Ok(Response::new(self.app.board.add_repo(&caller, &request.get_ref().path).await?.into()))
+        Ok(Response::new(self.board.add_repo(&caller, &request.get_ref().path).await?.into()))
     }
 
     async fn set_peek(&self, request: Request<SetPeekRequest>) -> Result<Response<SetPeekResponse>, Status> {
         let caller = auth::caller(&request)?;
         let on = request.get_ref().on;
-        self.app.trust.set_peek(&caller, on).await?;
+        self.trust.set_peek(&caller, on).await?;
         Ok(Response::new(SetPeekResponse { on }))
     }
 
@@ -311,19 +329,19 @@ impl Relay for RelayService {
     ) -> Result<Response<PutPeekTurnsResponse>, Status> {
         let caller = auth::caller(&request)?;
         let request = request.into_inner();
-        let kept = self.app.trust.put_peek_turns(&caller, convert::all(request.turns), request.append).await?;
+        let kept = self.trust.put_peek_turns(&caller, convert::all(request.turns), request.append).await?;
         Ok(Response::new(PutPeekTurnsResponse { kept }))
     }
 
     async fn peek(&self, request: Request<PeekRequest>) -> Result<Response<PeekView>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.trust.peek(&caller, &r.endpoint, r.turns).await?.into()))
+        Ok(Response::new(self.trust.peek(&caller, &r.endpoint, r.turns).await?.into()))
     }
 
     async fn peekers(&self, request: Request<PeekersRequest>) -> Result<Response<PeekersResponse>, Status> {
         let caller = auth::caller(&request)?;
-        Ok(Response::new(PeekersResponse { peekers: convert::all(self.app.trust.peekers(&caller).await?) }))
+        Ok(Response::new(PeekersResponse { peekers: convert::all(self.trust.peekers(&caller).await?) }))
     }
 
     async fn pending_replies(
@@ -331,9 +349,7 @@ impl Relay for RelayService {
         request: Request<PendingRepliesRequest>,
     ) -> Result<Response<PendingRepliesResponse>, Status> {
         let caller = auth::caller(&request)?;
-        Ok(Response::new(PendingRepliesResponse {
-            requests: convert::all(self.app.trust.pending_replies(&caller).await?),
-        }))
+        Ok(Response::new(PendingRepliesResponse { requests: convert::all(self.trust.pending_replies(&caller).await?) }))
     }
 
     async fn request_permission(
@@ -342,7 +358,7 @@ impl Relay for RelayService {
     ) -> Result<Response<PermissionDecision>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.approvals.request_permission(&caller, &r.job_token, &r.tool, &r.input).await?.into()))
+        Ok(Response::new(self.approvals.request_permission(&caller, &r.job_token, &r.tool, &r.input).await?.into()))
     }
 
     async fn answer_permission(
@@ -351,14 +367,14 @@ impl Relay for RelayService {
     ) -> Result<Response<PermissionDecision>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.approvals.answer_permission(&caller, &r.id, &r.decision, &r.reason).await?.into()))
+        Ok(Response::new(self.approvals.answer_permission(&caller, &r.id, &r.decision, &r.reason).await?.into()))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let state = convert::known::<DeliveryState>("state", req.state)?;
-        let updated = self.app.messaging.confirm(&caller, &req.seqs, convert::state_from_wire(state)).await?;
+        let updated = self.messaging.confirm(&caller, &req.seqs, convert::state_from_wire(state)).await?;
         Ok(Response::new(ConfirmResponse { updated: updated as u32 }))
     }
 }

@@ -8,20 +8,21 @@ use super::auth;
 use super::convert;
 
 use crate::app::App;
+use crate::app::board::BoardService;
 use crate::domain::Result;
 
 #[derive(Clone)]
 pub struct WorkerService {
-    app: App,
+    board: BoardService,
 }
 
 impl WorkerService {
-    pub fn new(app: App) -> Self {
-        Self { app }
+    pub fn new(app: &App) -> Self {
+        Self { board: app.board.clone() }
     }
 
     async fn follow(&self, machine: &crate::domain::caller::MachineIdentity) -> Result<Vec<FollowPr>, Status> {
-        let follow = self.app.board.prs_to_follow(machine).await?;
+        let follow = self.board.prs_to_follow(machine).await?;
         Ok(follow
             .into_iter()
             .map(|f| FollowPr { id: f.id.into_string(), pr_url: f.pr_url, repo_path: f.repo_path, repo: f.repo })
@@ -33,7 +34,7 @@ impl WorkerService {
 impl Worker for WorkerService {
     async fn register_repo(&self, request: Request<RegisterRepoRequest>) -> Result<Response<RepoView>, Status> {
         let machine = auth::machine(&request)?;
-        Ok(Response::new(self.app.board.register_repo(&machine, &request.get_ref().path).await?.into()))
+        Ok(Response::new(self.board.register_repo(&machine, &request.get_ref().path).await?.into()))
     }
 
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
@@ -42,8 +43,8 @@ impl Worker for WorkerService {
             let follow = self.follow(&machine).await?;
             return Ok(Response::new(ClaimResponse { claimed: None, cleanup: Vec::new(), follow }));
         }
-        let (claimed, cleanup) = self.app.board.claim(&machine).await?;
-        let lease_s = self.app.board.lease_s();
+        let (claimed, cleanup) = self.board.claim(&machine).await?;
+        let lease_s = self.board.lease_s();
         let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token, lease_s });
         // Pull requests are asked for apart (`follow_only`), on the worker's own beat.
         Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup), follow: Vec::new() }))
@@ -52,26 +53,26 @@ impl Worker for WorkerService {
     async fn pr_checked(&self, request: Request<PrCheckedRequest>) -> Result<Response<JobView>, Status> {
         let machine = auth::machine(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.board.pr_checked(&machine, &r.id, &r.state, &r.error).await?.into()))
+        Ok(Response::new(self.board.pr_checked(&machine, &r.id, &r.state, &r.error).await?.into()))
     }
 
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
         let machine = auth::machine(&request)?;
         let r = request.get_ref();
         let (in_progress, state) =
-            self.app.board.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
-        Ok(Response::new(RenewResponse { in_progress, state, lease_s: self.app.board.lease_s() }))
+            self.board.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
+        Ok(Response::new(RenewResponse { in_progress, state, lease_s: self.board.lease_s() }))
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
         let machine = auth::machine(&request)?;
         let r = request.get_ref();
-        Ok(Response::new(self.app.board.release(&machine, &r.job_token, r.exit_code, &r.error).await?.into()))
+        Ok(Response::new(self.board.release(&machine, &r.job_token, r.exit_code, &r.error).await?.into()))
     }
 
     async fn cleaned(&self, request: Request<CleanedRequest>) -> Result<Response<CleanedResponse>, Status> {
         let machine = auth::machine(&request)?;
-        self.app.board.cleaned(&machine, &request.get_ref().ids).await?;
+        self.board.cleaned(&machine, &request.get_ref().ids).await?;
         Ok(Response::new(CleanedResponse {}))
     }
 }

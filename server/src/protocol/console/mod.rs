@@ -76,7 +76,7 @@ pub fn serve(
     shutdown: CancellationToken,
 ) -> anyhow::Result<JoinHandle<()>> {
     let acceptor = tls.as_ref().map(|cert| cert.acceptor_for(b"http/1.1")).transpose()?;
-    let router = routes::router(app, acceptor.is_some(), shutdown.clone());
+    let router = routes::router(&app, acceptor.is_some(), shutdown.clone());
     if let Ok(addr) = listener.local_addr() {
         tracing::info!(addr = %addr, tls = acceptor.is_some(), "serving the web console");
     }

@@ -16,8 +16,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::pages::{self, Notice, Page};
 use crate::app::App;
+use crate::app::approvals::ApprovalsService;
+use crate::app::board::BoardService;
 use crate::app::board::{Edit, Post};
+use crate::app::console::ConsoleService;
 use crate::app::console::Watch;
+use crate::app::trust::TrustService;
 use crate::domain::caller::Human;
 use crate::domain::console::{SESSION_TTL, csrf_matches, csrf_token};
 use crate::domain::ids::new_message_id;
@@ -36,13 +40,16 @@ const STYLE: &str = include_str!("console.css");
 
 #[derive(Clone)]
 struct Console {
-    app: App,
+    board: BoardService,
+    console: ConsoleService,
+    trust: TrustService,
+    approvals: ApprovalsService,
     /// Served over TLS: cookies are Secure and named `__Host-…`.
     secure: bool,
     shutdown: CancellationToken,
 }
 
-pub(super) fn router(app: App, secure: bool, shutdown: CancellationToken) -> Router {
+pub(super) fn router(app: &App, secure: bool, shutdown: CancellationToken) -> Router {
     Router::new()
         .route("/", get(|| async { see_other("/board") }))
         .route("/sign-in", get(sign_in_page).post(sign_in))
@@ -73,7 +80,14 @@ pub(super) fn router(app: App, secure: bool, shutdown: CancellationToken) -> Rou
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found\n") })
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(middleware::map_response(move |response| security_headers(response, secure)))
-        .with_state(Console { app, secure, shutdown })
+        .with_state(Console {
+            board: app.board.clone(),
+            console: app.console.clone(),
+            trust: app.trust.clone(),
+            approvals: app.approvals.clone(),
+            secure,
+            shutdown,
+        })
 }
 
 /// Browsers that reached the console over HTTPS keep to HTTPS for it for a year.
@@ -208,7 +222,7 @@ impl Console {
     /// The session and its person.
     async fn signed_in(&self, headers: &HeaderMap) -> Result<(String, Human)> {
         let session = self.session_of(headers).ok_or_else(|| Error::Unauthenticated("not signed in".into()))?;
-        let person = self.app.console.console_session(&session).await?;
+        let person = self.console.console_session(&session).await?;
         Ok((session, person))
     }
 
@@ -273,15 +287,14 @@ impl Console {
     ) -> Response {
         let csrf = csrf_token(session);
         let body = match page {
-            Page::Board => self.app.console.console_board(person).await.map(|b| pages::board(&b, &csrf)),
-            Page::Agents => self.app.console.console_agents(person).await.map(|a| pages::agents(&a, now_ms())),
+            Page::Board => self.console.console_board(person).await.map(|b| pages::board(&b, &csrf)),
+            Page::Agents => self.console.console_agents(person).await.map(|a| pages::agents(&a, now_ms())),
             Page::Inbox => self
-                .app
                 .console
                 .console_inbox(person)
                 .await
                 .map(|i| pages::inbox(&i, &csrf, new_message_id().as_str(), now_ms())),
-            Page::Contacts => self.app.console.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
+            Page::Contacts => self.console.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
         };
         match body {
             Ok(body) => page_response(status, pages::page(page, person, &csrf, notice, body)),
@@ -298,13 +311,12 @@ impl Console {
         let csrf = csrf_token(&session);
         let html = match page {
             Page::Board => {
-                self.app.console.console_board(&person).await.map(|b| pages::board_live(&b, &csrf).into_string())
+                self.console.console_board(&person).await.map(|b| pages::board_live(&b, &csrf).into_string())
             }
             Page::Agents => {
-                self.app.console.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms()).into_string())
+                self.console.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms()).into_string())
             }
             Page::Inbox => self
-                .app
                 .console
                 .console_inbox(&person)
                 .await
@@ -354,7 +366,7 @@ async fn sign_in(
     if !c.same_origin(&headers) {
         return refused_cross_site();
     }
-    match c.app.console.console_sign_in(fields.get("token"), peer.ip()).await {
+    match c.console.console_sign_in(fields.get("token"), peer.ip()).await {
         Ok((session, _)) => {
             let mut response = see_other("/board");
             response.headers_mut().insert(header::SET_COOKIE, c.session_cookie(&session));
@@ -380,7 +392,7 @@ async fn sign_out(State(c): State<Console>, headers: HeaderMap, Form(fields): Fo
         Ok(signed_in) => signed_in,
         Err(refused) => return refused,
     };
-    if let Err(e) = c.app.console.console_sign_out(&session).await {
+    if let Err(e) = c.console.console_sign_out(&session).await {
         return page_response(status_of(&e), pages::unavailable(&reason(&e)));
     }
     let mut response = see_other("/sign-in");
@@ -454,7 +466,7 @@ async fn board_post(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
         requires_pr,
         cwd: "",
     };
-    let outcome = c.app.board.person_post_job(&person, post).await.map(|_| "posted");
+    let outcome = c.board.person_post_job(&person, post).await.map(|_| "posted");
     c.after(Page::Board, &person, &session, outcome).await
 }
 
@@ -469,7 +481,7 @@ async fn board_edit(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
         requires_pr: None,
         cwd: "",
     };
-    let outcome = c.app.board.person_edit_job(&person, f.get("id"), edit).await.map(|_| "edited");
+    let outcome = c.board.person_edit_job(&person, f.get("id"), edit).await.map(|_| "edited");
     c.after(Page::Board, &person, &session, outcome).await
 }
 
@@ -477,7 +489,6 @@ async fn board_close(State(c): State<Console>, headers: HeaderMap, Form(f): Form
     let (session, person) = form!(c, headers, f);
     let accept = f.yes("accept");
     let outcome = c
-        .app
         .board
         .person_close_job(&person, f.get("id"), accept, f.get("note"))
         .await
@@ -491,14 +502,14 @@ async fn inbox_send(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
         f.get("to").split([',', ' ', '\n']).map(str::trim).filter(|a| !a.is_empty()).map(str::to_owned).collect();
     let client_id = format!("console-{}", f.get("client_id"));
     let outcome =
-        c.app.trust.human_send(&person, &to, f.get("body"), "", &client_id, f.yes("private")).await.map(|_| "sent");
+        c.trust.human_send(&person, &to, f.get("body"), "", &client_id, f.yes("private")).await.map(|_| "sent");
     c.after(Page::Inbox, &person, &session, outcome).await
 }
 
 async fn inbox_reply(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
     let (session, person) = form!(c, headers, f);
     let client_id = format!("console-{}", f.get("client_id"));
-    let outcome = c.app.trust.human_reply(&person, f.get("id"), f.get("body"), &client_id).await.map(|_| "replied");
+    let outcome = c.trust.human_reply(&person, f.get("id"), f.get("body"), &client_id).await.map(|_| "replied");
     c.after(Page::Inbox, &person, &session, outcome).await
 }
 
@@ -506,7 +517,7 @@ async fn inbox_read(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
     let (session, person) = form!(c, headers, f);
     let seqs: std::result::Result<Vec<u64>, _> = f.all("seq").map(str::parse).collect();
     let outcome = match seqs {
-        Ok(seqs) => c.app.console.console_mark_read(&person, &seqs).await.map(|_| "read"),
+        Ok(seqs) => c.console.console_mark_read(&person, &seqs).await.map(|_| "read"),
         Err(_) => Err(Error::invalid("a message to mark read is named by its number")),
     };
     c.after(Page::Inbox, &person, &session, outcome).await
@@ -516,7 +527,6 @@ async fn inbox_hold(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
     let (session, person) = form!(c, headers, f);
     let release = f.yes("release");
     let outcome = c
-        .app
         .trust
         .decide_hold(&person, f.get("id"), release, f.get("reason"))
         .await
@@ -528,7 +538,6 @@ async fn inbox_approval(State(c): State<Console>, headers: HeaderMap, Form(f): F
     let (session, person) = form!(c, headers, f);
     let decision = f.get("decision");
     let outcome = c
-        .app
         .approvals
         .approve(&person, f.get("id"), decision, f.get("reason"))
         .await
@@ -539,7 +548,6 @@ async fn inbox_approval(State(c): State<Console>, headers: HeaderMap, Form(f): F
 async fn contact_request(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
     let (session, person) = form!(c, headers, f);
     let outcome = c
-        .app
         .trust
         .contact_request(&person, f.get("account"))
         .await
@@ -549,13 +557,13 @@ async fn contact_request(State(c): State<Console>, headers: HeaderMap, Form(f): 
 
 async fn contact_accept(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
     let (session, person) = form!(c, headers, f);
-    let outcome = c.app.trust.contact_accept(&person, f.get("account")).await.map(|_| "contact");
+    let outcome = c.trust.contact_accept(&person, f.get("account")).await.map(|_| "contact");
     c.after(Page::Contacts, &person, &session, outcome).await
 }
 
 async fn contact_drop(State(c): State<Console>, headers: HeaderMap, Form(f): Form<Fields>) -> Response {
     let (session, person) = form!(c, headers, f);
-    let outcome = c.app.trust.contact_drop(&person, f.get("account")).await.map(|_| "dropped");
+    let outcome = c.trust.contact_drop(&person, f.get("account")).await.map(|_| "dropped");
     c.after(Page::Contacts, &person, &session, outcome).await
 }
 
@@ -563,7 +571,6 @@ async fn contact_private(State(c): State<Console>, headers: HeaderMap, Form(f): 
     let (session, person) = form!(c, headers, f);
     let allow = f.yes("allow");
     let outcome = c
-        .app
         .trust
         .contact_private(&person, f.get("account"), allow)
         .await
@@ -583,27 +590,35 @@ async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
         Ok(signed_in) => signed_in,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
-    let watch = match c.app.console.console_watch(&person).await {
+    let watch = match c.console.console_watch(&person).await {
         Ok(watch) => watch,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
     // Read again now that the wake-ups are taken: a session that ended between the first read and
     // them is found here, not missed until it would have expired.
-    let expiry = match c.app.console.console_session_left(&session).await {
+    let expiry = match c.console.console_session_left(&session).await {
         Ok((_, left)) => Box::pin(tokio::time::sleep(left)),
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let feed =
-        Feed { app: c.app.clone(), session, watch, tick, expiry, started: false, over: false, shutdown: c.shutdown };
+    let feed = Feed {
+        console: c.console.clone(),
+        session,
+        watch,
+        tick,
+        expiry,
+        started: false,
+        over: false,
+        shutdown: c.shutdown,
+    };
     let stream = futures_util::stream::unfold(feed, Feed::next);
     // A proxy must pass each event on as it comes.
     ([("x-accel-buffering", "no")], Sse::new(stream).keep_alive(KeepAlive::default())).into_response()
 }
 
 struct Feed {
-    app: App,
+    console: ConsoleService,
     session: String,
     watch: Watch,
     tick: tokio::time::Interval,
@@ -643,7 +658,7 @@ impl Feed {
                 break match woke {
                     Woke::Account => "account",
                     // One of the account's sessions ended: this page's, or another one's.
-                    Woke::SessionEnded => match self.app.console.console_session(&self.session).await {
+                    Woke::SessionEnded => match self.console.console_session(&self.session).await {
                         Err(Error::Unauthenticated(_)) => {
                             self.over = true;
                             "signed-out"
