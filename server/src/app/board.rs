@@ -5,6 +5,7 @@
 use chrono::{SecondsFormat, Utc};
 use deadpool_postgres::GenericClient;
 
+use super::notices::notify_board;
 use super::{Core, optional};
 use crate::domain::board::{self as rules, Cause, Cleanup, Column, Event, Job, Repo, hold_reason};
 use crate::domain::caller::Human;
@@ -14,7 +15,6 @@ use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result, limits};
 use crate::store::board::{self, NewJob};
 use crate::store::identity::{Caller, MachineIdentity};
-use crate::store::notices::notify_board;
 
 /// The job board: cards, repositories, workers' leases, schedules, pull requests.
 #[derive(Clone)]

@@ -9,6 +9,7 @@ pub mod board;
 pub mod console;
 pub mod identity;
 pub mod messaging;
+mod notices;
 pub mod observe;
 pub mod quotas;
 pub mod retention;

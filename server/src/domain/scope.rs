@@ -249,6 +249,35 @@ pub struct Scoped {
     pub caps: Vec<Cap>,
 }
 
+impl Scoped {
+    /// The endpoint's rules as `rules show` reports them: its own, its caps and its groups.
+    pub fn view(&self, parent: Option<String>) -> RulesView {
+        RulesView {
+            address: self.party.address.clone(),
+            parent: parent.unwrap_or_default(),
+            rules_in: selector_texts(&self.rules_in),
+            rules_out: selector_texts(&self.rules_out),
+            caps: self
+                .caps
+                .iter()
+                .map(|c| CapView {
+                    id: c.id.clone(),
+                    dir: c.dir.as_str().to_owned(),
+                    selectors: c.selectors.iter().map(ToString::to_string).collect(),
+                    by: c.by.clone(),
+                    on: c.group.as_ref().map_or_else(String::new, |g| format!("group {g}")),
+                })
+                .collect(),
+            groups: self.party.groups.clone(),
+        }
+    }
+}
+
+/// A rule's selectors as written; `None` is open.
+pub fn selector_texts(rule: &Option<Vec<Selector>>) -> Option<Vec<String>> {
+    rule.as_ref().map(|list| list.iter().map(ToString::to_string).collect())
+}
+
 /// Whether two accounts reach each other at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reach {

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use chrono::{DateTime, Utc};
+
 use super::ids::{ApprovalId, EndpointId, HoldId, JobId, MessageId};
 use super::{Error, Result};
 
@@ -198,7 +200,8 @@ pub struct PeekTurn {
 pub struct Peek {
     pub endpoint: String,
     pub turns: Vec<PeekTurn>,
-    pub updated_at: String,
+    /// When the turns were kept; `None` when none are.
+    pub updated_at: Option<DateTime<Utc>>,
 }
 
 /// What an endpoint keeps for peeking.
@@ -207,8 +210,8 @@ pub struct PeekState {
     pub peek_on: bool,
     /// Oldest first.
     pub turns: Vec<PeekTurn>,
-    /// When the turns were kept; empty when none are.
-    pub updated_at: String,
+    /// When the turns were kept; `None` when none are.
+    pub updated_at: Option<DateTime<Utc>>,
 }
 
 /// The last `n` turns, at least 1 and at most [`MAX_PEEK_TURNS`].
@@ -220,7 +223,7 @@ pub fn last_turns(turns: &[PeekTurn], n: usize) -> Vec<PeekTurn> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peeker {
     pub by: String,
-    pub at: String,
+    pub at: DateTime<Utc>,
     pub turns: u32,
 }
 

@@ -310,13 +310,13 @@ impl From<wire::PeekTurn> for PeekTurn {
 
 impl From<Peek> for wire::PeekView {
     fn from(p: Peek) -> Self {
-        Self { endpoint: p.endpoint, turns: all(p.turns), updated_at: p.updated_at }
+        Self { endpoint: p.endpoint, turns: all(p.turns), updated_at: instant(p.updated_at) }
     }
 }
 
 impl From<Peeker> for wire::PeekerView {
     fn from(p: Peeker) -> Self {
-        Self { by: p.by, at: p.at, turns: p.turns }
+        Self { by: p.by, at: instant(Some(p.at)), turns: p.turns }
     }
 }
 

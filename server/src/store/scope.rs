@@ -11,7 +11,7 @@ use crate::domain::address::{Address, Origin};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{AccountId, CapId, EndpointId, GroupId};
 use crate::domain::names::{NameKind, validate};
-use crate::domain::scope::{self, Cap, CapView, Dir, GroupView, Party, Reach, RulesView, Scoped, Selector, Verdict};
+use crate::domain::scope::{self, Cap, Dir, GroupView, Party, Reach, RulesView, Scoped, Selector, Verdict};
 use crate::domain::{EntityKind, Error, Result};
 
 /// A change to one direction of a rule: `None` leaves it, `Some(None)` opens it.
@@ -24,14 +24,6 @@ fn parse_stored(raw: Option<Vec<String>>) -> Result<Option<Vec<Selector>>> {
             .collect()
     })
     .transpose()
-}
-
-fn to_stored(rule: &Option<Vec<Selector>>) -> Option<Vec<String>> {
-    rule.as_ref().map(|list| list.iter().map(ToString::to_string).collect())
-}
-
-fn view_selectors(rule: &Option<Vec<Selector>>) -> Option<Vec<String>> {
-    to_stored(rule)
 }
 
 /// Whether the accounts of two endpoints reach each other.
@@ -215,27 +207,6 @@ pub(crate) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &s
     Ok((id, address))
 }
 
-fn rules_view(s: &Scoped, parent: Option<String>) -> RulesView {
-    RulesView {
-        address: s.party.address.clone(),
-        parent: parent.unwrap_or_default(),
-        rules_in: view_selectors(&s.rules_in),
-        rules_out: view_selectors(&s.rules_out),
-        caps: s
-            .caps
-            .iter()
-            .map(|c| CapView {
-                id: c.id.clone(),
-                dir: c.dir.as_str().to_owned(),
-                selectors: c.selectors.iter().map(ToString::to_string).collect(),
-                by: c.by.clone(),
-                on: c.group.as_ref().map_or_else(String::new, |g| format!("group {g}")),
-            })
-            .collect(),
-        groups: s.party.groups.clone(),
-    }
-}
-
 // ---- rules and caps ------------------------------------------------------------------------------
 
 /// Replaces one direction of the endpoint's own rule.
@@ -249,7 +220,7 @@ pub(crate) async fn set_own_rule(
         Dir::In => "update endpoints set rules_in = $2 where id = $1",
         Dir::Out => "update endpoints set rules_out = $2 where id = $1",
     };
-    c.execute(sql, &[&id, &to_stored(rule)]).await?;
+    c.execute(sql, &[&id, &scope::selector_texts(rule)]).await?;
     Ok(())
 }
 
@@ -338,7 +309,7 @@ pub(crate) async fn insert_group(
     c.query_opt(
         "insert into groups (account_id, name, owner_id, rules_in, rules_out) values ($1, $2, $3, $4, $5)
          on conflict (account_id, name) do nothing returning id",
-        &[&account_id, &name, &owner, &to_stored(rules_in), &to_stored(rules_out)],
+        &[&account_id, &name, &owner, &scope::selector_texts(rules_in), &scope::selector_texts(rules_out)],
     )
     .await?
     .map(|r| r.only())
@@ -387,7 +358,7 @@ pub(crate) async fn set_group_rule(
         Dir::In => "update groups set rules_in = $2 where id = $1",
         Dir::Out => "update groups set rules_out = $2 where id = $1",
     };
-    c.execute(sql, &[&group, &to_stored(rule)]).await?;
+    c.execute(sql, &[&group, &scope::selector_texts(rule)]).await?;
     Ok(())
 }
 
@@ -417,7 +388,7 @@ pub(crate) async fn read_rules(c: &impl GenericClient, id: EndpointId) -> Result
             .transpose()?,
         None => None,
     };
-    Ok(rules_view(s, parent))
+    Ok(s.view(parent))
 }
 
 /// The id and owner of the caller's account's group `name`.
@@ -452,8 +423,8 @@ pub(crate) async fn group_view(c: &impl GenericClient, group_id: GroupId) -> Res
     Ok(GroupView {
         name: row.col("name")?,
         owner: row.col("owner")?,
-        rules_in: view_selectors(&parse_stored(row.col("rules_in")?)?),
-        rules_out: view_selectors(&parse_stored(row.col("rules_out")?)?),
+        rules_in: scope::selector_texts(&parse_stored(row.col("rules_in")?)?),
+        rules_out: scope::selector_texts(&parse_stored(row.col("rules_out")?)?),
         members,
     })
 }

@@ -227,11 +227,7 @@ pub(crate) async fn peek_state(c: &impl GenericClient, endpoint_id: EndpointId) 
         })
         .collect();
     let updated: Option<chrono::DateTime<chrono::Utc>> = row.col("updated_at")?;
-    Ok(PeekState {
-        peek_on: row.col("peek_on")?,
-        turns,
-        updated_at: updated.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)).unwrap_or_default(),
-    })
+    Ok(PeekState { peek_on: row.col("peek_on")?, turns, updated_at: updated })
 }
 
 /// Records that `peeker` saw `turns` turns of the endpoint.
@@ -246,13 +242,7 @@ pub(crate) async fn peekers(c: &impl GenericClient, endpoint_id: EndpointId) -> 
     c.query("select peeker, at, turns from peeks where target_id = $1 order by at desc limit 50", &[&endpoint_id])
         .await?
         .iter()
-        .map(|r| {
-            Ok(PeekerView {
-                by: r.col("peeker")?,
-                at: r.col::<chrono::DateTime<chrono::Utc>>("at")?.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                turns: r.col::<i32>("turns")? as u32,
-            })
-        })
+        .map(|r| Ok(PeekerView { by: r.col("peeker")?, at: r.col("at")?, turns: r.col::<i32>("turns")? as u32 }))
         .collect()
 }
 
