@@ -7,14 +7,25 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::App;
+use crate::app::approvals::ApprovalsService;
+use crate::app::board::BoardService;
+use crate::app::observe::OpsService;
 use crate::metrics::{Purged, metrics};
 
 /// Rounds between purges: a backlog drains in bounded batches, and an idle server seldom asks.
 const PURGE_EVERY_ROUNDS: u64 = 60;
 
-pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
+/// The services the rounds call.
+struct Rounds {
+    board: BoardService,
+    approvals: ApprovalsService,
+    ops: OpsService,
+}
+
+pub fn start(app: &App, shutdown: CancellationToken) -> JoinHandle<()> {
+    let rounds = Rounds { board: app.board.clone(), approvals: app.approvals.clone(), ops: app.ops.clone() };
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(app.ops.timings().scheduler_tick);
+        let mut every = tokio::time::interval(rounds.ops.timings().scheduler_tick);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for round in 0u64.. {
             tokio::select! {
@@ -22,11 +33,11 @@ pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
                 () = shutdown.cancelled() => return,
             }
             if round % PURGE_EVERY_ROUNDS == 0 {
-                purge(&app).await;
+                purge(&rounds).await;
             }
             metrics().scheduler_rounds.inc();
             // One read says which jobs have work; an idle round costs nothing more.
-            let due = match app.ops.due_work().await {
+            let due = match rounds.ops.due_work().await {
                 Ok(due) => due,
                 Err(e) => {
                     tracing::warn!(error = %e, "scheduler round failed");
@@ -34,20 +45,20 @@ pub fn start(app: App, shutdown: CancellationToken) -> JoinHandle<()> {
                 }
             };
             if due.schedules {
-                fire_schedules(&app).await;
+                fire_schedules(&rounds).await;
             }
             if due.approvals {
-                approval_round(&app).await;
+                approval_round(&rounds).await;
             }
             if due.leases {
-                expire_leases(&app).await;
+                expire_leases(&rounds).await;
             }
         }
     })
 }
 
-async fn fire_schedules(app: &App) {
-    match app.board.fire_due_schedules().await {
+async fn fire_schedules(rounds: &Rounds) {
+    match rounds.board.fire_due_schedules().await {
         Ok(0) => {}
         Ok(n) => {
             metrics().schedules_fired.inc_by(n as u64);
@@ -57,16 +68,16 @@ async fn fire_schedules(app: &App) {
     }
 }
 
-async fn approval_round(app: &App) {
-    match app.approvals.approval_round().await {
+async fn approval_round(rounds: &Rounds) {
+    match rounds.approvals.approval_round().await {
         Ok(0) => {}
         Ok(n) => tracing::info!(requests = n, "permission requests escalated or expired"),
         Err(e) => tracing::warn!(error = %e, "approval round failed"),
     }
 }
 
-async fn expire_leases(app: &App) {
-    match app.board.expire_leases().await {
+async fn expire_leases(rounds: &Rounds) {
+    match rounds.board.expire_leases().await {
         Ok(0) => {}
         Ok(n) => {
             metrics().leases_expired.inc_by(n);
@@ -76,8 +87,8 @@ async fn expire_leases(app: &App) {
     }
 }
 
-async fn purge(app: &App) {
-    match app.ops.purge().await {
+async fn purge(rounds: &Rounds) {
+    match rounds.ops.purge().await {
         Ok(purged) => {
             let m = metrics();
             m.purged(Purged::messages, purged.messages);

@@ -222,7 +222,7 @@ pub async fn serve_with(
         .console
         .map(|listener| crate::protocol::console::serve(listener, app.clone(), tls.clone(), shutdown.clone()))
         .transpose()?;
-    let scheduler = crate::scheduler::start(app.clone(), shutdown.clone());
+    let scheduler = crate::scheduler::start(&app, shutdown.clone());
     let human = HumanServer::new(HumanService::new(&app));
     let worker = WorkerServer::new(WorkerService::new(&app));
     let relay = RelayServer::new(RelayService::new(&app));
