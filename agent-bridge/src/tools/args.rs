@@ -91,7 +91,7 @@ pub fn parse<T: DeserializeOwned + JsonSchema + 'static>(arguments: &Map<String,
             return Err(ArgError(missing(key, &properties[key])));
         }
     }
-    serde_path_to_error::deserialize(&Value::Object(arguments.clone())).map_err(|e| {
+    serde_path_to_error::deserialize(arguments).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner().to_string();
         ArgError(if path.is_empty() || path == "." { inner } else { format!("{path} {inner}") })

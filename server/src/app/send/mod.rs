@@ -176,12 +176,7 @@ impl Sends {
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
         match self.writer.write(w.batch_entry(), w.caller.address()).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
-            Written::Duplicate => {
-                let client = self.store.client().await?;
-                previous_send(&client, w.caller.endpoint_id, w.out.client_id.unwrap_or_default())
-                    .await?
-                    .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
-            }
+            Written::Duplicate => first_answer(&self.store.client().await?, w.caller, w.out).await,
             Written::Refused { state, message, detail } => {
                 Err(w.refusal(&state, &message, detail.as_deref(), self.cap))
             }
@@ -201,11 +196,8 @@ impl Sends {
                 Ok(sent)
             }
             None => {
-                // A concurrent retry with the same client id won the insert; answer with its result.
                 drop(tx);
-                previous_send(&client, caller.endpoint_id, out.client_id.unwrap_or_default())
-                    .await?
-                    .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
+                first_answer(&client, caller, out).await
             }
         }
     }
@@ -228,9 +220,7 @@ impl Sends {
         check_room(&tx, targets, self.cap).await?;
         let Some(sent) = store_message(&tx, caller, targets, out, Some(original)).await? else {
             drop(tx);
-            return previous_send(&client, caller.endpoint_id, out.client_id.unwrap_or_default())
-                .await?
-                .ok_or_else(|| Error::Unavailable("a concurrent reply with this client id failed; retry".into()));
+            return first_answer(&client, caller, out).await;
         };
         mark_read(&tx, original, caller.endpoint_id).await?;
         tx.commit().await?;
@@ -264,6 +254,14 @@ fn cache_key(caller: &Caller, out: &Outgoing<'_>) -> Option<Key> {
         private: out.private,
         to: out.to.to_vec(),
     })
+}
+
+/// The result of the earlier send with `out`'s client id, for a send the database found to be a
+/// retry of it (a concurrent retry won the insert); unavailable when that send failed meanwhile.
+async fn first_answer(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_>) -> Result<Sent> {
+    previous_send(c, caller.endpoint_id, out.client_id.unwrap_or_default())
+        .await?
+        .ok_or_else(|| Error::Unavailable("a concurrent send with this client id failed; retry".into()))
 }
 
 /// What resolving a send found.
