@@ -50,7 +50,7 @@ impl ConsoleService {
     /// a new session's token (for the cookie, shown only now) and the person.
     /// Signs a person in from `address`: an address that keeps failing waits, and so does an
     /// account that opens sessions faster than people do.
-    pub async fn console_sign_in(&self, human_token: &str, address: std::net::IpAddr) -> Result<(String, Human)> {
+    pub async fn sign_in(&self, human_token: &str, address: std::net::IpAddr) -> Result<(String, Human)> {
         self.sign_ins.may_sign_in(address)?;
         let person = match self.trust.person(human_token.trim()).await {
             Ok(person) => person,
@@ -73,13 +73,13 @@ impl ConsoleService {
     }
 
     /// The person a console session belongs to, while it lasts and its human token stands.
-    pub async fn console_session(&self, session: &str) -> Result<Human> {
-        Ok(self.console_session_left(session).await?.0)
+    pub async fn session(&self, session: &str) -> Result<Human> {
+        Ok(self.session_left(session).await?.0)
     }
 
     /// The person a console session belongs to, and how long the session has left: its pages end
     /// their feeds then.
-    pub async fn console_session_left(&self, session: &str) -> Result<(Human, std::time::Duration)> {
+    pub async fn session_left(&self, session: &str) -> Result<(Human, std::time::Duration)> {
         ids::check_token(TokenKind::Console, session)?;
         let db = self.core.store.client().await?;
         let (person, left) = console::session_person(&db, &ids::token_hash(session))
@@ -88,13 +88,13 @@ impl ConsoleService {
         Ok((person, std::time::Duration::from_secs_f64(left)))
     }
 
-    pub async fn console_sign_out(&self, session: &str) -> Result<()> {
+    pub async fn sign_out(&self, session: &str) -> Result<()> {
         ids::check_token(TokenKind::Console, session)?;
         console::delete_session(&self.core.store.client().await?, &ids::token_hash(session)).await
     }
 
     /// The account's board: open cards, the newest done ones, and its repositories.
-    pub async fn console_board(&self, person: &Human) -> Result<Board> {
+    pub async fn board(&self, person: &Human) -> Result<Board> {
         let db = self.core.store.client().await?;
         Ok(Board {
             open: board::list(&db, person.account_id, None, None).await?,
@@ -106,7 +106,7 @@ impl ConsoleService {
 
     /// The human's newest messages (read or not; reading them here marks nothing), its holds and
     /// the permission requests open in the account.
-    pub async fn console_inbox(&self, person: &Human) -> Result<Inbox> {
+    pub async fn inbox(&self, person: &Human) -> Result<Inbox> {
         // Each of these takes a pooled connection of its own and gives it back before the next:
         // none is held while waiting for another.
         let me = self.core.me(person).await?;
@@ -123,7 +123,7 @@ impl ConsoleService {
     }
 
     /// Marks messages of the human's inbox read, by their sequence numbers.
-    pub async fn console_mark_read(&self, person: &Human, seqs: &[u64]) -> Result<u64> {
+    pub async fn mark_read(&self, person: &Human, seqs: &[u64]) -> Result<u64> {
         if seqs.is_empty() {
             return Err(Error::invalid("no message to mark read"));
         }
@@ -135,7 +135,7 @@ impl ConsoleService {
     }
 
     /// The account's agents, online or not, and its contacts' online agents.
-    pub async fn console_agents(&self, person: &Human) -> Result<Agents> {
+    pub async fn agents(&self, person: &Human) -> Result<Agents> {
         let db = self.core.store.client().await?;
         let mut own = identity::endpoints_of(&db, &[person.account_id], true).await?;
         own.retain(|e| e.machine != HUMAN && !e.ended);
@@ -147,7 +147,7 @@ impl ConsoleService {
     }
 
     /// The account's contacts and requests, with their private-data setting.
-    pub async fn console_contacts(&self, person: &Human) -> Result<Vec<ContactRow>> {
+    pub async fn contacts(&self, person: &Human) -> Result<Vec<ContactRow>> {
         let db = self.core.store.client().await?;
         let private = contacts::private_ok(&db, person.account_id).await?;
         let listed = contacts::list_contacts(&db, person.account_id).await?;
@@ -161,7 +161,7 @@ impl ConsoleService {
     }
 
     /// Wake-ups for a live page, taken before it reads what it shows so that no change is missed.
-    pub async fn console_watch(&self, person: &Human) -> Result<Watch> {
+    pub async fn watch(&self, person: &Human) -> Result<Watch> {
         let account = self.core.hub.account_waiter(person.account_id);
         let sessions = self.core.hub.console_sessions_waiter(person.account_id);
         let me = self.core.me(person).await?;

@@ -21,6 +21,9 @@
     return;
   }
 
+  // How long one fetch of the live part may take before it is given up.
+  const FETCH_LIMIT_MS = 15000;
+
   let busy = false;
   let again = false;
   let deferred = false;
@@ -43,7 +46,12 @@
     }
     busy = true;
     try {
-      const response = await fetch(fragment, { credentials: 'same-origin', cache: 'no-store' });
+      // A server that never answers must not hold every later refresh: the fetch gives up.
+      const response = await fetch(fragment, {
+        credentials: 'same-origin',
+        cache: 'no-store',
+        signal: AbortSignal.timeout(FETCH_LIMIT_MS),
+      });
       if (response.status === 401) {
         location.assign('/sign-in');
         return;

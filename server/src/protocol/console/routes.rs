@@ -222,7 +222,7 @@ impl Console {
     /// The session and its person.
     async fn signed_in(&self, headers: &HeaderMap) -> Result<(String, Human)> {
         let session = self.session_of(headers).ok_or_else(|| Error::Unauthenticated("not signed in".into()))?;
-        let person = self.console.console_session(&session).await?;
+        let person = self.console.session(&session).await?;
         Ok((session, person))
     }
 
@@ -287,14 +287,12 @@ impl Console {
     ) -> Response {
         let csrf = csrf_token(session);
         let body = match page {
-            Page::Board => self.console.console_board(person).await.map(|b| pages::board(&b, &csrf)),
-            Page::Agents => self.console.console_agents(person).await.map(|a| pages::agents(&a, now_ms())),
-            Page::Inbox => self
-                .console
-                .console_inbox(person)
-                .await
-                .map(|i| pages::inbox(&i, &csrf, new_message_id().as_str(), now_ms())),
-            Page::Contacts => self.console.console_contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
+            Page::Board => self.console.board(person).await.map(|b| pages::board(&b, &csrf)),
+            Page::Agents => self.console.agents(person).await.map(|a| pages::agents(&a, now_ms())),
+            Page::Inbox => {
+                self.console.inbox(person).await.map(|i| pages::inbox(&i, &csrf, new_message_id().as_str(), now_ms()))
+            }
+            Page::Contacts => self.console.contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
         };
         match body {
             Ok(body) => page_response(status, pages::page(page, person, &csrf, notice, body)),
@@ -310,15 +308,11 @@ impl Console {
         };
         let csrf = csrf_token(&session);
         let html = match page {
-            Page::Board => {
-                self.console.console_board(&person).await.map(|b| pages::board_live(&b, &csrf).into_string())
-            }
-            Page::Agents => {
-                self.console.console_agents(&person).await.map(|a| pages::agents_live(&a, now_ms()).into_string())
-            }
+            Page::Board => self.console.board(&person).await.map(|b| pages::board_live(&b, &csrf).into_string()),
+            Page::Agents => self.console.agents(&person).await.map(|a| pages::agents_live(&a, now_ms()).into_string()),
             Page::Inbox => self
                 .console
-                .console_inbox(&person)
+                .inbox(&person)
                 .await
                 .map(|i| pages::inbox_live(&i, &csrf, new_message_id().as_str(), now_ms()).into_string()),
             Page::Contacts => Ok(String::new()),
@@ -366,7 +360,7 @@ async fn sign_in(
     if !c.same_origin(&headers) {
         return refused_cross_site();
     }
-    match c.console.console_sign_in(fields.get("token"), peer.ip()).await {
+    match c.console.sign_in(fields.get("token"), peer.ip()).await {
         Ok((session, _)) => {
             let mut response = see_other("/board");
             response.headers_mut().insert(header::SET_COOKIE, c.session_cookie(&session));
@@ -392,7 +386,7 @@ async fn sign_out(State(c): State<Console>, headers: HeaderMap, Form(fields): Fo
         Ok(signed_in) => signed_in,
         Err(refused) => return refused,
     };
-    if let Err(e) = c.console.console_sign_out(&session).await {
+    if let Err(e) = c.console.sign_out(&session).await {
         return page_response(status_of(&e), pages::unavailable(&reason(&e)));
     }
     let mut response = see_other("/sign-in");
@@ -517,7 +511,7 @@ async fn inbox_read(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
     let (session, person) = form!(c, headers, f);
     let seqs: std::result::Result<Vec<u64>, _> = f.all("seq").map(str::parse).collect();
     let outcome = match seqs {
-        Ok(seqs) => c.console.console_mark_read(&person, &seqs).await.map(|_| "read"),
+        Ok(seqs) => c.console.mark_read(&person, &seqs).await.map(|_| "read"),
         Err(_) => Err(Error::invalid("a message to mark read is named by its number")),
     };
     c.after(Page::Inbox, &person, &session, outcome).await
@@ -590,13 +584,13 @@ async fn events(State(c): State<Console>, headers: HeaderMap) -> Response {
         Ok(signed_in) => signed_in,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
-    let watch = match c.console.console_watch(&person).await {
+    let watch = match c.console.watch(&person).await {
         Ok(watch) => watch,
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
     // Read again now that the wake-ups are taken: a session that ended between the first read and
     // them is found here, not missed until it would have expired.
-    let expiry = match c.console.console_session_left(&session).await {
+    let expiry = match c.console.session_left(&session).await {
         Ok((_, left)) => Box::pin(tokio::time::sleep(left)),
         Err(e) => return (status_of(&e), reason(&e)).into_response(),
     };
@@ -658,7 +652,7 @@ impl Feed {
                 break match woke {
                     Woke::Account => "account",
                     // One of the account's sessions ended: this page's, or another one's.
-                    Woke::SessionEnded => match self.console.console_session(&self.session).await {
+                    Woke::SessionEnded => match self.console.session(&self.session).await {
                         Err(Error::Unauthenticated(_)) => {
                             self.over = true;
                             "signed-out"
