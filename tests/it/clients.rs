@@ -133,29 +133,13 @@ async fn claude_code_in_print_mode_ends_soon_after_its_last_turn_when_the_relay_
     online(&mut bob, "acme/laptop/alice").await;
 
     // The relay accepts connections and answers nothing from here on.
-    let _frozen = Frozen::new(w.server.pid());
+    let _frozen = relay_tests::Frozen::new(w.server.pid());
     gate.open();
     let answered = tokio::time::Instant::now();
     let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("claude -p hung").unwrap().unwrap();
     let took = answered.elapsed();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(took < Duration::from_secs(15), "claude -p ended {took:?} after the model's last turn");
-}
-
-/// A process stopped (SIGSTOP) until dropped: a server that takes connections and never answers.
-struct Frozen(u32);
-
-impl Frozen {
-    fn new(pid: u32) -> Self {
-        assert!(relay_tests::signal(pid, libc::SIGSTOP));
-        Self(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        relay_tests::signal(self.0, libc::SIGCONT);
-    }
 }
 
 #[tokio::test]

@@ -479,7 +479,11 @@ async fn the_protocol_is_held_to_exactly() {
     assert_eq!(peek["isError"], true);
     assert!(text(&peek).contains("turns must be a whole number from 1 to 10, not 0"), "{}", text(&peek));
 
-    // Calls in flight are capped: the one past the cap is refused, the others go on.
+    // Calls in flight are capped: the one past the cap is refused, the others go on. The relay is
+    // frozen meanwhile, so every call stays in flight (a live one would refuse the waits past its
+    // own per-agent share at once, freeing their places at a moment no test can know).
+    b.tool_ok("relay_whoami", json!({})).await;
+    let frozen = relay_tests::Frozen::new(w.server.pid());
     let waits: Vec<i64> = {
         let mut ids = Vec::new();
         for _ in 0..64 {
@@ -505,6 +509,7 @@ async fn the_protocol_is_held_to_exactly() {
     for id in &waits {
         b.send(&json!({ "jsonrpc": "2.0", "method": "notifications/cancelled", "params": { "requestId": id } })).await;
     }
+    drop(frozen);
     // Cancellations are handled in order, so the next call finds room (on a loaded machine the
     // server may still be winding down the cancelled waits: the session recovers, whatever it says).
     let deadline = tokio::time::Instant::now() + WAIT;

@@ -410,23 +410,6 @@ async fn end_of_turn_hooks_hand_unseen_mail_over_once_in_each_clients_words() {
     }
 }
 
-/// A process stopped (SIGSTOP) until dropped: a server that takes connections and never answers,
-/// or a bridge that went silent.
-struct Frozen(u32);
-
-impl Frozen {
-    fn new(pid: u32) -> Self {
-        assert!(signal(pid, libc::SIGSTOP));
-        Self(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        signal(self.0, libc::SIGCONT);
-    }
-}
-
 /// A bridge of `handle` whose session is up.
 async fn connected(w: &TwoMachines, handle: &str) -> relay_tests::mcp::Bridge {
     let mut b = relay_tests::mcp::bridge(&w.server.url, &w.laptop, handle);
@@ -461,7 +444,7 @@ async fn a_bridge_ends_within_two_seconds_of_a_signal_or_its_input_closing_even_
         bridges.push((handle, connected(&w, handle).await));
     }
     {
-        let _frozen = Frozen::new(w.server.pid());
+        let _frozen = relay_tests::Frozen::new(w.server.pid());
         for (handle, b) in &mut bridges {
             let asked = tokio::time::Instant::now();
             match *handle {
@@ -488,7 +471,7 @@ async fn a_bridge_ends_within_two_seconds_of_a_signal_or_its_input_closing_even_
 async fn the_handle_of_a_bridge_gone_silent_is_freed_within_seconds() {
     let w = TwoMachines::start().await;
     let silent = connected(&w, "alice").await;
-    let _frozen = Frozen::new(silent.child.id().unwrap());
+    let _frozen = relay_tests::Frozen::new(silent.child.id().unwrap());
     // Nothing more comes from it, not even an answer to a ping: the server's keepalive (10 s, then
     // 5 s for the answer) closes its connection, its stream with it.
     claimable(&w, "alice", Duration::from_secs(30)).await;

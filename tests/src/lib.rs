@@ -39,6 +39,23 @@ pub fn signal(pid: u32, signal: i32) -> bool {
     unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
 }
 
+/// A process stopped (SIGSTOP) until dropped: a server that takes connections and never answers,
+/// or a bridge gone silent.
+pub struct Frozen(u32);
+
+impl Frozen {
+    pub fn new(pid: u32) -> Self {
+        assert!(signal(pid, libc::SIGSTOP), "process {pid} could not be stopped");
+        Self(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGCONT);
+    }
+}
+
 /// Polls `check` until it yields a value or `limit` passes: for conditions with no event to wait on.
 pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
 where
