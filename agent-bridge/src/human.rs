@@ -4,10 +4,10 @@ use clap::Subcommand;
 use relay_proto::v1::human_client::HumanClient;
 use relay_proto::v1::*;
 
-use crate::frame::visible;
-use crate::relay::connection;
-use crate::relay::replicas::Replicas;
-use crate::relay::session::authed;
+use crate::connection;
+use relay_agent::frame::visible;
+use relay_agent::relay::replicas::Replicas;
+use relay_agent::relay::session::authed;
 
 #[derive(Subcommand)]
 pub enum HumanCommand {
@@ -110,7 +110,7 @@ fn print_sent(sent: &SendResponse) {
 
 /// A failed call, as a person reads it.
 fn refused(ca: Option<&str>) -> impl Fn(tonic::Status) -> anyhow::Error + '_ {
-    move |status| match connection::untrusted_certificate(&status, ca) {
+    move |status| match relay_agent::relay::replicas::untrusted_certificate(&status, ca) {
         Some(why) => anyhow::anyhow!("{why}"),
         None => anyhow::anyhow!("{}", status.message()),
     }

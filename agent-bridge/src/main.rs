@@ -7,14 +7,13 @@
 //! * [`relay`]: the gRPC client: channel, endpoint session, push stream.
 
 mod codex;
-mod frame;
+mod connection;
 mod hook;
 mod human;
 mod install;
 mod mcp;
-mod relay;
+mod session_file;
 mod spawn;
-mod tools;
 mod worker;
 
 use std::path::PathBuf;
@@ -28,7 +27,8 @@ use relay_proto::v1::CheckMachineRequest;
 use relay_proto::v1::relay_client::RelayClient;
 use tracing_subscriber::EnvFilter;
 
-use crate::relay::session::{Claim, authed};
+use relay_agent::relay::session::{Claim, authed};
+use relay_agent::{relay, tools};
 
 /// The Relay bridge for one machine.
 #[derive(Parser)]
@@ -150,15 +150,16 @@ impl Harness {
 async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow::Result<()> {
     // Watched from the start, so a signal at any point ends the session cleanly.
     let stop = termination()?;
-    let config = relay::connection::resolve()?;
+    let config = connection::resolve()?;
     let replicas = Arc::new(relay::replicas::Replicas::new(&config.server, config.ca.as_deref())?);
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
-    let session_file = relay::session_file::session_path(std::os::unix::process::parent_id());
-    let relay = Arc::new(
-        relay::Relay::new(replicas, config.ca.clone(), config.token, claim).with_session_file(session_file, config.ca),
-    );
-    let tools = Arc::new(tools::Tools::new(relay));
+    let keeper = session_file::Keeper {
+        path: session_file::session_path(std::os::unix::process::parent_id()),
+        ca: config.ca.clone(),
+    };
+    let relay = Arc::new(relay::Relay::new(replicas, config.ca.clone(), config.token, claim).with_watcher(keeper));
+    let tools = Arc::new(tools::Tools::new(relay, tools::Host::this_machine()));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };
     let stdin = tokio::io::BufReader::new(tokio::io::stdin());
     mcp::session::run(tools, options, stdin, tokio::io::stdout(), stop).await.context("stdio failed")?;
@@ -192,7 +193,7 @@ async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> an
             eprintln!("note: a token in argv is visible to every user of this machine; pipe it in instead");
             token.trim().to_owned()
         }
-        None => relay::connection::read_secret("machine token", "RELAY_TOKEN")?,
+        None => connection::read_secret("machine token", "RELAY_TOKEN")?,
     };
     let ca = ca.map(|p| std::path::absolute(&p).unwrap_or(p).display().to_string());
     let replicas = relay::replicas::Replicas::new(&server, ca.as_deref())?;
@@ -201,7 +202,7 @@ async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> an
     let reply = RelayClient::new(replicas.reachable().await)
         .check_machine(authed(CheckMachineRequest {}, &token))
         .await
-        .map_err(|status| match relay::connection::untrusted_certificate(&status, ca.as_deref()) {
+        .map_err(|status| match relay_agent::relay::replicas::untrusted_certificate(&status, ca.as_deref()) {
             Some(why) => anyhow::anyhow!("{why}"),
             None if status.code() == tonic::Code::Unauthenticated => {
                 anyhow::anyhow!("the server refused the token: {}", status.message())

@@ -15,10 +15,10 @@ use anyhow::{Context, bail};
 use relay_proto::v1::relay_client::RelayClient;
 use relay_proto::v1::{SpawnRequest, SpawnResultRequest};
 
-use crate::relay::connection;
-use crate::relay::replicas::Replicas;
-use crate::relay::session::authed;
-use crate::relay::session_file::find_session;
+use crate::connection;
+use crate::session_file::find_session;
+use relay_agent::relay::replicas::Replicas;
+use relay_agent::relay::session::authed;
 
 pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>) -> anyhow::Result<()> {
     if command.is_empty() {

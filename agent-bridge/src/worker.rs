@@ -16,9 +16,9 @@ use relay_proto::v1::worker_client::WorkerClient;
 use relay_proto::v1::*;
 use tokio::process::Command;
 
-use crate::relay::connection;
-use crate::relay::replicas::Replicas;
-use crate::relay::session::authed;
+use crate::connection;
+use relay_agent::relay::replicas::Replicas;
+use relay_agent::relay::session::authed;
 
 /// How often a running card's lease is renewed at most; a shorter lease is renewed three times
 /// within its length.
@@ -159,8 +159,8 @@ fn prompt(job: &JobView) -> String {
     };
     format!(
         "You are working on a card from your team's job board.\n\nTitle: {}\n\n{}\n\nYou are in a git worktree of {} on branch {}. {ending}",
-        crate::frame::visible(&job.title),
-        if job.detail.is_empty() { "(no further detail)".to_owned() } else { crate::frame::visible(&job.detail) },
+        relay_agent::frame::visible(&job.title),
+        if job.detail.is_empty() { "(no further detail)".to_owned() } else { relay_agent::frame::visible(&job.detail) },
         job.repo.as_ref().map(|r| r.name.as_str()).unwrap_or("the repository"),
         job.branch
     )
@@ -296,7 +296,7 @@ impl Worker {
     /// handle taken over by another worker of the machine) is opened anew and the question asked
     /// once more: a refused call never reached the operator.
     async fn ask_permission(&self, job_token: &str, tool: String, input: String) -> anyhow::Result<bool> {
-        let input = crate::frame::clip(&input, crate::tools::PERMISSION_INPUT_BYTES);
+        let input = relay_agent::frame::clip(&input, relay_agent::tools::PERMISSION_INPUT_BYTES);
         let request = PermissionRequest { job_token: job_token.to_owned(), tool, input };
         let mut fresh = false;
         loop {

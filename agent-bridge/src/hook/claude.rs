@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::Agent;
 use super::notice::{self, Client};
 use super::wake::{self, Woken};
-use crate::frame;
-use crate::relay::session::authed;
+use relay_agent::frame;
+use relay_agent::relay::session::authed;
 
 /// Most turns read from the end of a transcript (the server keeps as many).
 const TURNS: usize = 10;

@@ -16,8 +16,8 @@ use serde_json::Value;
 use super::Agent;
 use super::notice::{self, Client};
 use super::wake::{self, Woken};
-use crate::relay::session::authed;
-use crate::relay::session_file::{self, Found};
+use crate::session_file::{self, Found};
+use relay_agent::relay::session::authed;
 
 /// The `client` Codex names in a notify event of its interactive terminal UI; `codex exec` says
 /// `codex_exec`, where nobody is idle to wake.
@@ -32,7 +32,7 @@ pub fn codex_turns(event: &Value) -> Vec<PeekTurn> {
         .as_array()
         .map(|m| m.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
-    let clip = |text: &str| crate::frame::clip(text, super::claude::TURN_BYTES);
+    let clip = |text: &str| relay_agent::frame::clip(text, super::claude::TURN_BYTES);
     if !prompts.is_empty() {
         turns.push(PeekTurn { role: "user".into(), text: clip(&prompts.join("\n")), tools: Vec::new() });
     }
@@ -128,7 +128,7 @@ pub async fn wake(thread: &str, agent_pid: u32, bridge: u32) -> anyhow::Result<E
     let Some(_held) = wake::WaiterLock::take(&wake::lock_path(agent_pid, &format!("wake-codex-{thread}"))?) else {
         return Ok(ExitCode::SUCCESS);
     };
-    let replicas = crate::relay::replicas::Replicas::new(&found.session.server, found.session.ca.as_deref())?;
+    let replicas = relay_agent::relay::replicas::Replicas::new(&found.session.server, found.session.ca.as_deref())?;
     let agent = Agent { found, replicas };
     let announcement = match wake::until_mail(&agent).await {
         Woken::Mail(announcement) => announcement,

@@ -21,8 +21,8 @@ use serde_json::Value;
 
 pub use wake::LIFETIME as WAKE_LIFETIME;
 
-use crate::relay::replicas::Replicas;
-use crate::relay::session_file::{self, Found};
+use crate::session_file::{self, Found};
+use relay_agent::relay::replicas::Replicas;
 
 /// Longest a hook that a client waits for may take, whatever the relay does.
 const DEADLINE: Duration = Duration::from_secs(8);

@@ -5,7 +5,7 @@
 
 use relay_proto::v1::{Announced, Announcement, MessageKind};
 
-use crate::frame;
+use relay_agent::frame;
 
 /// Messages a notice names one by one; the rest are counted.
 const LISTED: usize = 5;

@@ -16,9 +16,9 @@ use relay_proto::v1::{AnnounceRequest, Announcement, announce_event};
 use tonic::{Code, Status};
 
 use super::Agent;
-use crate::relay::replicas::Replicas;
-use crate::relay::session::authed;
-use crate::relay::session_file::{self, Found};
+use crate::session_file::{self, Found};
+use relay_agent::relay::replicas::Replicas;
+use relay_agent::relay::session::authed;
 
 /// Longest a waiter waits; the agent's next turn arms a new one. Claude Code's hook timeout that
 /// `install claude` writes is a little longer, so the waiter ends first, cleanly.

@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Version;
 use super::jsonrpc::{self, Incoming, Line, LineReader};
-use crate::frame;
-use crate::relay::push;
-use crate::tools::{Tools, catalog};
+use relay_agent::frame;
+use relay_agent::relay::push;
+use relay_agent::tools::{Tools, catalog};
 
 pub struct Options {
     /// `--channels`: offer `notifications/claude/channel` pushes to a client that takes them.

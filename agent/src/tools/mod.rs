@@ -9,6 +9,7 @@
 mod args;
 mod board;
 pub mod catalog;
+mod host;
 mod input;
 mod messaging;
 pub mod output;
@@ -25,14 +26,15 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::{Mutex, watch};
 
+use crate::Version;
 use crate::frame;
-use crate::mcp::Version;
 use crate::relay::Relay;
 use crate::relay::push::Progress;
 use catalog::Audience;
 
 pub use args::ArgError;
 pub use board::PERMISSION_INPUT_BYTES;
+pub use host::Host;
 
 /// Limits the server enforces, repeated in the schemas so a model sees them before it calls.
 pub const MAX_RECIPIENTS: usize = 32;
@@ -136,6 +138,7 @@ struct Waiting {
 /// State the tools share with the push side of the bridge.
 pub struct Tools {
     relay: Arc<Relay>,
+    host: Host,
     /// Pushed to this bridge but not read through a tool yet, by seq: the basis of unread hints.
     unread: Mutex<BTreeMap<u64, Waiting>>,
     /// The newest seq taken into `unread`.
@@ -154,9 +157,10 @@ pub struct Tools {
 const MAX_UNDETERMINED: usize = 256;
 
 impl Tools {
-    pub fn new(relay: Arc<Relay>) -> Self {
+    pub fn new(relay: Arc<Relay>, host: Host) -> Self {
         Self {
             relay,
+            host,
             unread: Mutex::new(BTreeMap::new()),
             taken: AtomicU64::new(0),
             stream: Arc::default(),
@@ -189,6 +193,11 @@ impl Tools {
     /// The send `key` got an answer: its id is no longer needed.
     pub(crate) async fn settled(&self, key: u64) {
         self.undetermined.lock().await.remove(&key);
+    }
+
+    /// Where the agent runs.
+    pub fn host(&self) -> &Host {
+        &self.host
     }
 
     pub fn relay(&self) -> &Arc<Relay> {
@@ -228,7 +237,7 @@ impl Tools {
             self.observe(endpoint);
         }
         let operator = self.operator.borrow().unwrap_or(false);
-        let board_agent = std::env::var_os("RELAY_JOB_TOKEN").is_some_and(|t| !t.is_empty());
+        let board_agent = self.host.is_board_agent();
         catalog::all()
             .iter()
             .filter(|t| match t.audience() {
@@ -453,7 +462,7 @@ mod tests {
         use crate::relay::session::Claim;
         let replicas = Arc::new(Replicas::new("http://127.0.0.1:1", None).unwrap());
         let claim = Claim { handle: None, harness: "other".into(), spawn_grant: None };
-        let tools = Tools::new(Arc::new(Relay::new(replicas, None, "token".into(), claim)));
+        let tools = Tools::new(Arc::new(Relay::new(replicas, None, "token".into(), claim)), Host::default());
         let key = Tools::send_key("send\0[\"bob\"]\0hello");
         let (first, earlier) = tools.client_id_for(key).await;
         assert!(!earlier, "a new send has a new id");
@@ -472,7 +481,7 @@ mod tests {
         use crate::relay::session::Claim;
         let replicas = Arc::new(Replicas::new("http://127.0.0.1:1", None).unwrap());
         let claim = Claim { handle: None, harness: "other".into(), spawn_grant: None };
-        let tools = Tools::new(Arc::new(Relay::new(replicas, None, "token".into(), claim)));
+        let tools = Tools::new(Arc::new(Relay::new(replicas, None, "token".into(), claim)), Host::default());
         let probe = serde_json::json!({ "no_such_argument": 1 });
         for tool in catalog::all() {
             let listed = tool.listing(Version::LATEST);

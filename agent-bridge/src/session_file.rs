@@ -100,6 +100,29 @@ pub fn write_session_at(path: &std::path::Path, file: &SessionFile) {
     }
 }
 
+/// Keeps the session file at `path` for as long as the session lives.
+pub struct Keeper {
+    pub path: PathBuf,
+    /// The CA file the bridge trusts, for programs that read the file.
+    pub ca: Option<String>,
+}
+
+impl relay_agent::relay::session::SessionWatcher for Keeper {
+    fn began(&self, server: &str, session: &relay_agent::relay::session::Session) {
+        let file = SessionFile {
+            server: server.to_owned(),
+            ca: self.ca.clone(),
+            session_token: session.token.clone(),
+            address: session.endpoint.address.clone(),
+        };
+        write_session_at(&self.path, &file);
+    }
+
+    fn ended(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may hold spaces and parentheses: fields resume after the last ')'.

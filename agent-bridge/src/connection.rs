@@ -19,7 +19,7 @@ pub enum ConnectError {
     )]
     NoHumanServer,
     #[error(transparent)]
-    Address(#[from] super::replicas::AddressError),
+    Address(#[from] relay_agent::relay::replicas::AddressError),
     #[error("no {what}: {hint}")]
     NoSecret { what: &'static str, hint: &'static str },
     #[error(
@@ -113,7 +113,7 @@ pub fn human_credentials() -> Result<(String, Option<String>, String), ConnectEr
     if let Some((server, ca, token)) = stored {
         return match env("RELAY_SERVER") {
             // Some or all of the replicas it was stored for: those asked for.
-            Some(asked) if super::replicas::within(&asked, &server)? => Ok((asked, ca, token)),
+            Some(asked) if relay_agent::relay::replicas::within(&asked, &server)? => Ok((asked, ca, token)),
             Some(asked) => Err(ConnectError::OtherServer { asked, stored: server }),
             None => Ok((server, ca, token)),
         };
@@ -150,31 +150,4 @@ pub fn read_secret(what: &'static str, env_name: &str) -> Result<String, Connect
         });
     }
     Ok(token)
-}
-
-/// What a failed call says when the cause is the server's certificate: that it was not trusted,
-/// why, and against which CA it was checked. `None` for any other failure.
-pub fn untrusted_certificate(status: &tonic::Status, ca: Option<&str>) -> Option<String> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(err) = source {
-        let text = err.to_string();
-        if text.contains("invalid peer certificate") || text.contains("certificate") && text.contains("verif") {
-            let checked = match ca {
-                Some(path) => format!("the CA in {path} and the system's root certificates"),
-                None => "the system's root certificates (no CA file given)".to_owned(),
-            };
-            let advice = if text.contains("NotValidForName") {
-                "it was not issued for this host name: connect by the name on the certificate"
-            } else if text.contains("Expired") {
-                "it has expired: the server's operator must renew it"
-            } else {
-                "pass the CA that signed it with --ca or RELAY_CA"
-            };
-            return Some(format!(
-                "the server's certificate was not trusted ({text}); it was checked against {checked}: {advice}"
-            ));
-        }
-        source = err.source();
-    }
-    None
 }

@@ -253,6 +253,33 @@ fn endpoint(url: &str, ca: Option<&[u8]>) -> Result<Endpoint, AddressError> {
     Ok(endpoint)
 }
 
+/// What a failed call says when the cause is the server's certificate: that it was not trusted,
+/// why, and against which CA it was checked. `None` for any other failure.
+pub fn untrusted_certificate(status: &tonic::Status, ca: Option<&str>) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        let text = err.to_string();
+        if text.contains("invalid peer certificate") || text.contains("certificate") && text.contains("verif") {
+            let checked = match ca {
+                Some(path) => format!("the CA in {path} and the system's root certificates"),
+                None => "the system's root certificates (no CA file given)".to_owned(),
+            };
+            let advice = if text.contains("NotValidForName") {
+                "it was not issued for this host name: connect by the name on the certificate"
+            } else if text.contains("Expired") {
+                "it has expired: the server's operator must renew it"
+            } else {
+                "pass the CA that signed it with --ca or RELAY_CA"
+            };
+            return Some(format!(
+                "the server's certificate was not trusted ({text}); it was checked against {checked}: {advice}"
+            ));
+        }
+        source = err.source();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,28 +29,6 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
     }
 }
 
-/// Where the agent works: the default repository of its cards.
-fn cwd() -> String {
-    std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default()
-}
-
-/// This machine's IANA time zone, which schedules are read in: `TZ`, `/etc/timezone`, or the
-/// `/etc/localtime` link; UTC when none says.
-pub fn local_zone() -> String {
-    let from_tz = std::env::var("TZ")
-        .ok()
-        .map(|z| z.trim_start_matches(':').to_owned())
-        .filter(|z| z.contains('/') || z == "UTC");
-    let from_file =
-        || std::fs::read_to_string("/etc/timezone").ok().map(|z| z.trim().to_owned()).filter(|z| !z.is_empty());
-    let from_link = || {
-        let target = std::fs::read_link("/etc/localtime").ok()?;
-        let text = target.to_string_lossy().into_owned();
-        text.split_once("zoneinfo/").map(|(_, zone)| zone.to_owned())
-    };
-    from_tz.or_else(from_file).or_else(from_link).unwrap_or_else(|| "UTC".to_owned())
-}
-
 /// A card's result: agent-written text neutralised, and marked as data.
 fn card(text: String, job: &JobView) -> Outcome {
     Outcome::data(text, &output::Job::from(job)).untrusted()
@@ -88,8 +66,8 @@ async fn post_job(tools: &Tools, args: input::PostJob) -> Result<Outcome> {
         schedule: text(args.schedule),
         agent: word(args.agent),
         requires_pr: args.requires_pr.map(|f| f.0),
-        cwd: cwd(),
-        time_zone: local_zone(),
+        cwd: tools.host().cwd(),
+        time_zone: tools.host().time_zone(),
     };
     // No idempotency key: a card posted but not confirmed is not posted again.
     let job = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.post_job(r).await }).await?;
@@ -135,7 +113,7 @@ fn summary_line(j: &JobView) -> String {
 }
 
 async fn list_jobs(tools: &Tools, args: input::ListJobs) -> Result<Outcome> {
-    let request = ListJobsRequest { state: word(args.state), repo: text(args.repo), cwd: cwd() };
+    let request = ListJobsRequest { state: word(args.state), repo: text(args.repo), cwd: tools.host().cwd() };
     let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.list_jobs(r).await }).await?;
     let data = output::Jobs { jobs: reply.jobs.iter().map(output::Job::from).collect(), archived: reply.archived };
     let archive = (reply.archived > 0)
@@ -224,8 +202,8 @@ async fn edit_job(tools: &Tools, args: input::EditJob) -> Result<Outcome> {
         repo: args.repo.map(|t| t.0),
         schedule: args.schedule.map(|t| t.0),
         requires_pr: args.requires_pr.map(|f| f.0),
-        cwd: cwd(),
-        time_zone: local_zone(),
+        cwd: tools.host().cwd(),
+        time_zone: tools.host().time_zone(),
     };
     let job = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.edit_job(r).await }).await?;
     let runs = if job.schedule.is_empty() { String::new() } else { format!(" It runs {}.", schedule_text(&job)) };
@@ -235,7 +213,7 @@ async fn edit_job(tools: &Tools, args: input::EditJob) -> Result<Outcome> {
 
 async fn finish_job(tools: &Tools, args: input::FinishJob) -> Result<Outcome> {
     let request = FinishJobRequest {
-        job_token: std::env::var("RELAY_JOB_TOKEN").unwrap_or_default(),
+        job_token: tools.host().job_token(),
         pr_url: text(args.pr_url),
         summary: text(args.summary),
     };
@@ -257,11 +235,7 @@ async fn close_job(tools: &Tools, args: input::CloseJob) -> Result<Outcome> {
 }
 
 async fn add_repo(tools: &Tools, args: input::AddRepo) -> Result<Outcome> {
-    let raw = args.path.0.as_str();
-    let path = match raw.strip_prefix("~/") {
-        Some(rest) => dirs::home_dir().map(|h| h.join(rest).display().to_string()).unwrap_or_else(|| raw.to_owned()),
-        None => raw.to_owned(),
-    };
+    let path = tools.host().expand_home(&args.path.0);
     let request = AddRepoRequest { path };
     let repo = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.add_repo(r).await }).await?;
     let text =
@@ -295,7 +269,7 @@ async fn permission(tools: &Tools, args: input::Permission) -> Result<Outcome> {
     let tool = args.tool_name.0;
     let input = args.input.unwrap_or(Value::Null);
     let request = PermissionRequest {
-        job_token: std::env::var("RELAY_JOB_TOKEN").unwrap_or_default(),
+        job_token: tools.host().job_token(),
         tool,
         input: frame::clip(&input.to_string(), PERMISSION_INPUT_BYTES),
     };

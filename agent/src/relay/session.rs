@@ -1,6 +1,7 @@
 //! The endpoint this bridge holds on the server, and calls made in its name.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,14 +72,36 @@ pub struct Relay {
     /// What `Hello` presents: the machine token, or a card's agent's job token.
     credential: String,
     claim: Mutex<Claim>,
+    /// Claims the session in place of `Hello`, when set.
+    claimer: Option<Arc<dyn Claimer>>,
     session: Mutex<Option<Session>>,
-    /// Where to leave the session for `agent-bridge spawn` run from the agent's shell.
-    session_file: Option<SessionFileSpec>,
+    /// Told when a session begins and ends (the bridge keeps a file for programs its agent starts).
+    watcher: Option<Box<dyn SessionWatcher>>,
 }
 
-struct SessionFileSpec {
-    path: std::path::PathBuf,
-    ca: Option<String>,
+/// A future as the traits below return it.
+pub type Claiming<'a> = Pin<Box<dyn Future<Output = Result<Claimed, Status>> + Send + 'a>>;
+
+/// What a claim gave: the session's token, its endpoint, and whether it was resumed.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub token: String,
+    pub endpoint: Endpoint,
+    pub resumed: bool,
+}
+
+/// Claims (or resumes) the endpoint's session by other means than a `Hello` call: the server does
+/// so for the agents it serves over HTTP, by a call into its own identity service.
+pub trait Claimer: Send + Sync {
+    /// `previous` is the session last held, which may still be live.
+    fn claim<'a>(&'a self, previous: Option<&'a Session>) -> Claiming<'a>;
+}
+
+/// Told when the session begins (or is claimed again) and when it ends.
+pub trait SessionWatcher: Send + Sync {
+    /// `server` lists the replicas from the one that granted it.
+    fn began(&self, server: &str, session: &Session);
+    fn ended(&self);
 }
 
 /// A request carrying a bearer token.
@@ -92,12 +115,26 @@ pub fn authed<T>(message: T, token: &str) -> Request<T> {
 
 impl Relay {
     pub fn new(replicas: Arc<Replicas>, ca: Option<String>, credential: String, claim: Claim) -> Self {
-        Self { replicas, ca, credential, claim: Mutex::new(claim), session: Mutex::new(None), session_file: None }
+        Self {
+            replicas,
+            ca,
+            credential,
+            claim: Mutex::new(claim),
+            claimer: None,
+            session: Mutex::new(None),
+            watcher: None,
+        }
     }
 
-    /// Keeps a session file at `path` for as long as the session lives.
-    pub fn with_session_file(mut self, path: std::path::PathBuf, ca: Option<String>) -> Self {
-        self.session_file = Some(SessionFileSpec { path, ca });
+    /// Tells `watcher` when the session begins and ends.
+    pub fn with_watcher(mut self, watcher: impl SessionWatcher + 'static) -> Self {
+        self.watcher = Some(Box::new(watcher));
+        self
+    }
+
+    /// Claims sessions with `claimer` instead of calling `Hello`.
+    pub fn with_claimer(mut self, claimer: Arc<dyn Claimer>) -> Self {
+        self.claimer = Some(claimer);
         self
     }
 
@@ -141,43 +178,48 @@ impl Relay {
 
     async fn hello(&self, previous: Option<&Session>) -> Result<Session, RelayError> {
         let mut claim = self.claim.lock().await;
-        let request = HelloRequest {
-            handle: claim.handle.clone().unwrap_or_default(),
-            harness: claim.harness.clone(),
-            resume: previous.map(|s| s.token.clone()).unwrap_or_default(),
-            spawn_grant: claim.spawn_grant.clone().unwrap_or_default(),
+        let (replica, claimed) = match &self.claimer {
+            Some(claimer) => {
+                let claimed = claimer.claim(previous).await.map_err(|status| self.error(status))?;
+                (self.replicas.current().0, claimed)
+            }
+            None => {
+                let request = HelloRequest {
+                    handle: claim.handle.clone().unwrap_or_default(),
+                    harness: claim.harness.clone(),
+                    resume: previous.map(|s| s.token.clone()).unwrap_or_default(),
+                    spawn_grant: claim.spawn_grant.clone().unwrap_or_default(),
+                };
+                // A resume is safe to repeat; a first claim answered but lost holds its handle for a
+                // while, so it is not made again at once.
+                let (replica, reply) = self
+                    .replicas
+                    .call_on(previous.is_some(), |channel| {
+                        let request = authed(request.clone(), &self.credential);
+                        async move { with_deadline(Duration::ZERO, RelayClient::new(channel).hello(request)).await }
+                    })
+                    .await
+                    .map_err(|status| self.error(status))?;
+                let reply = reply.into_inner();
+                let endpoint =
+                    reply.endpoint.ok_or_else(|| RelayError::Unreachable("hello without an endpoint".into()))?;
+                (replica, Claimed { token: reply.session_token, endpoint, resumed: reply.resumed })
+            }
         };
-        // A resume is safe to repeat; a first claim answered but lost holds its handle for a while,
-        // so it is not made again at once.
-        let (replica, reply) = self
-            .replicas
-            .call_on(previous.is_some(), |channel| {
-                let request = authed(request.clone(), &self.credential);
-                async move { with_deadline(Duration::ZERO, RelayClient::new(channel).hello(request)).await }
-            })
-            .await
-            .map_err(|status| self.error(status))?;
-        let reply = reply.into_inner();
-        let endpoint = reply.endpoint.ok_or_else(|| RelayError::Unreachable("hello without an endpoint".into()))?;
         // A picked handle is kept, so reconnecting claims the same name.
-        claim.handle = Some(endpoint.handle.clone());
+        claim.handle = Some(claimed.endpoint.handle.clone());
         tracing::info!(
-            endpoint = %endpoint.address,
-            resumed = reply.resumed,
+            endpoint = %claimed.endpoint.address,
+            resumed = claimed.resumed,
             replica = %self.replicas.url(replica),
             "relay session ready"
         );
-        if let Some(spec) = &self.session_file {
-            let file = super::session_file::SessionFile {
-                // The replica that answered first in the list: programs the agent starts begin there.
-                server: self.replicas.list_from(replica),
-                ca: spec.ca.clone(),
-                session_token: reply.session_token.clone(),
-                address: endpoint.address.clone(),
-            };
-            super::session_file::write_session_at(&spec.path, &file);
+        let session = Session { token: claimed.token, endpoint: claimed.endpoint, replica };
+        if let Some(watcher) = &self.watcher {
+            // The replica that answered first in the list: programs the agent starts begin there.
+            watcher.began(&self.replicas.list_from(replica), &session);
         }
-        Ok(Session { token: reply.session_token, endpoint, replica })
+        Ok(session)
     }
 
     /// Makes a call in the endpoint's name. A lost session is repaired and the call tried once
@@ -247,7 +289,7 @@ impl Relay {
 
     /// A failed call as the tools word it; a refused certificate says so, and names the CA.
     pub fn error(&self, status: Status) -> RelayError {
-        match super::connection::untrusted_certificate(&status, self.ca.as_deref()) {
+        match super::replicas::untrusted_certificate(&status, self.ca.as_deref()) {
             Some(why) => RelayError::Untrusted(why),
             None => status.into(),
         }
@@ -264,8 +306,8 @@ impl Relay {
             Ok(mut slot) => slot.take(),
             Err(_) => None,
         };
-        if let Some(spec) = &self.session_file {
-            let _ = std::fs::remove_file(&spec.path);
+        if let Some(watcher) = &self.watcher {
+            watcher.ended();
         }
         let Some(session) = session else { return };
         let goodbye = self.replicas.call(false, |channel| {

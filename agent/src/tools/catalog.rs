@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::args::input_schema;
 use super::input;
 use super::output::{self, schema};
-use crate::mcp::Version;
+use crate::Version;
 
 /// Who a tool is listed to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

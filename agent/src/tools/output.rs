@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn no_output_schema_names_a_number_format() {
         for tool in crate::tools::catalog::all() {
-            let listed = tool.listing(crate::mcp::Version::parse("2025-06-18").unwrap()).to_string();
+            let listed = tool.listing(crate::Version::parse("2025-06-18").unwrap()).to_string();
             assert!(!listed.contains("\"format\""), "{listed}");
         }
     }
