@@ -9,9 +9,16 @@ impl Version {
     pub const ALL: [Version; 4] =
         [Version("2025-11-25"), Version("2025-06-18"), Version("2025-03-26"), Version("2024-11-05")];
     pub const LATEST: Version = Self::ALL[0];
+    /// The revision without a handshake: every request carries its version (served over HTTP).
+    pub const STATELESS: Version = Version("2026-07-28");
 
     pub fn parse(asked: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|v| v.0 == asked)
+    }
+
+    /// Any version known, the stateless one included: how to shape results for a request of it.
+    pub fn known(asked: &str) -> Option<Self> {
+        if asked == Self::STATELESS.0 { Some(Self::STATELESS) } else { Self::parse(asked) }
     }
 
     /// The version to answer a client asking for `asked`.
@@ -59,5 +66,8 @@ mod tests {
         assert!(!v("2025-03-26").has_structured_content());
         assert!(v("2025-06-18").has_structured_content() && !v("2025-06-18").has_batches());
         assert!(v("2025-11-25").has_structured_content());
+        let stateless = Version::known("2026-07-28").unwrap();
+        assert!(stateless.has_structured_content() && stateless.has_annotations() && !stateless.has_batches());
+        assert_eq!(Version::parse("2026-07-28"), None, "no handshake negotiates it");
     }
 }

@@ -13,9 +13,9 @@ use relay_server::domain::retention::Retention;
 use relay_server::domain::timings::{APPROVAL_WAIT_S, LEASE_S, PR_CHECK_S, SCHEDULER_TICK_MS, Timings};
 use relay_server::protocol::admission::{self, RpcLimits};
 use relay_server::protocol::connections;
-use relay_server::protocol::console;
 use relay_server::protocol::listen::Listen;
 use relay_server::protocol::ops;
+use relay_server::protocol::{console, mcp};
 use relay_server::serve::{self, ListenOptions, Settings, SideListeners};
 use relay_server::store::DbConfig;
 use tracing_subscriber::EnvFilter;
@@ -63,6 +63,11 @@ enum Command {
         /// --tls-key, plaintext only on loopback unless --insecure-plaintext.
         #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
         console_listen: Option<Listen>,
+        /// Serve the relay tools to remote MCP clients (Streamable HTTP, path /mcp) on this address
+        /// (off by default): HTTPS with --tls-cert and --tls-key, plaintext only on loopback unless
+        /// --insecure-plaintext.
+        #[arg(long, env = "RELAY_MCP_LISTEN", value_name = "ADDR|off")]
+        mcp_listen: Option<Listen>,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -93,6 +98,10 @@ enum Command {
         /// when taken].
         #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
         console_listen: Option<Listen>,
+        /// Serve the relay tools to remote MCP clients (path /mcp) on this address [default:
+        /// 127.0.0.1:7450, skipped with a warning when taken].
+        #[arg(long, env = "RELAY_MCP_LISTEN", value_name = "ADDR|off")]
+        mcp_listen: Option<Listen>,
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
@@ -540,7 +549,18 @@ fn init_logging(format: LogFormat, default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { db, listen, limits, rpc, retention, timings, quotas, ops_listen, console_listen } => {
+        Command::Serve {
+            db,
+            listen,
+            limits,
+            rpc,
+            retention,
+            timings,
+            quotas,
+            ops_listen,
+            console_listen,
+            mcp_listen,
+        } => {
             init_logging(cli.log_format, "info");
             let listen = ListenOptions::from(listen);
             listen.tls()?;
@@ -555,6 +575,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 Some(Listen::Off) | None => None,
             };
+            let mcp = match mcp_listen {
+                Some(Listen::At(addr)) => {
+                    listen.check_mcp(addr)?;
+                    Some(mcp::bind(addr).await?)
+                }
+                Some(Listen::Off) | None => None,
+            };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
             let settings = Settings {
                 rpc: rpc.into(),
@@ -562,7 +589,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 quotas: quotas.into(),
                 timings: timings.into(),
             };
-            let side = SideListeners { ops, console };
+            let side = SideListeners { ops, console, mcp };
             serve::serve(store, &listen, settings, side, serve::termination()).await
         }
         Command::Migrate { db } => {
@@ -581,6 +608,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             quotas,
             ops_listen,
             console_listen,
+            mcp_listen,
             data_dir,
             pg_bin,
         } => {
@@ -600,6 +628,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 ops_listen,
                 console_listen,
+                mcp_listen,
             })
             .await
         }

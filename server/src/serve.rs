@@ -76,11 +76,13 @@ pub struct Settings {
 }
 
 /// The listeners beside gRPC, bound before anything starts so that a taken port is reported first:
-/// the ops endpoints (see `protocol::ops`) and the web console (see `protocol::console`).
+/// the ops endpoints (see `protocol::ops`), the web console (see `protocol::console`) and the MCP
+/// endpoint (see `protocol::mcp`).
 #[derive(Default)]
 pub struct SideListeners {
     pub ops: Option<TcpListener>,
     pub console: Option<TcpListener>,
+    pub mcp: Option<TcpListener>,
 }
 
 /// Where and how to listen.
@@ -117,6 +119,12 @@ impl ListenOptions {
     pub fn check_console(&self, addr: SocketAddr) -> anyhow::Result<()> {
         let tls = self.tls_cert.is_some() && self.tls_key.is_some();
         crate::protocol::console::check(addr, tls, self.insecure_plaintext)
+    }
+
+    /// Refuses a plaintext MCP endpoint where the gRPC listener would refuse plaintext.
+    pub fn check_mcp(&self, addr: SocketAddr) -> anyhow::Result<()> {
+        let tls = self.tls_cert.is_some() && self.tls_key.is_some();
+        crate::protocol::mcp::check(addr, tls, self.insecure_plaintext)
     }
 
     /// The URL a bridge on this machine uses to reach the server.
@@ -193,6 +201,9 @@ pub async fn serve_with(
     if let Some(console) = &side.console {
         options.check_console(console.local_addr()?)?;
     }
+    if let Some(mcp) = &side.mcp {
+        options.check_mcp(mcp.local_addr()?)?;
+    }
     let rpc = settings.rpc;
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
@@ -240,7 +251,14 @@ pub async fn serve_with(
         }
         None => None,
     };
-    let incoming = connections::admit(socket, options.connections, acceptor);
+    let (incoming, in_process) = connections::admit(socket, options.connections, acceptor);
+    // Remote agents' calls go through the gRPC service in-process, meeting every layer below.
+    let mcp = side
+        .mcp
+        .map(|listener| {
+            crate::protocol::mcp::serve(listener, app.identity.clone(), in_process, tls.clone(), shutdown.clone())
+        })
+        .transpose()?;
 
     let builder = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_EVERY))
@@ -301,6 +319,9 @@ pub async fn serve_with(
     }
     if let Some(console) = console {
         let _ = console.await;
+    }
+    if let Some(mcp) = mcp {
+        let _ = mcp.await;
     }
     // What the streams pushed last is recorded before the replica goes.
     if tokio::time::timeout(PUSH_MARKS_LIMIT, store.write_push_marks()).await.is_err() {

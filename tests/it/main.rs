@@ -27,6 +27,7 @@ mod ops;
 mod promises;
 mod quotas;
 mod redaction;
+mod remote;
 mod scope;
 mod server;
 mod setup;

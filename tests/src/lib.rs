@@ -14,6 +14,7 @@ pub mod model_api;
 pub mod pg;
 pub mod process;
 pub mod proxy;
+pub mod remote;
 pub mod server;
 pub mod terminal;
 

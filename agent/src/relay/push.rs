@@ -139,7 +139,7 @@ pub async fn run(
             Err(reason) => reason,
         };
         let (now, _) = relay.client();
-        if now != replica && hops + 1 < relay.replicas().len() {
+        if now != replica && hops + 1 < relay.replicas().count() {
             hops += 1;
             tracing::info!(reason, replica = %relay.replicas().url(now), "push stream interrupted; reopening on the next replica");
             continue;

@@ -130,7 +130,18 @@ impl Replicas {
         Ok(Self { urls, endpoints, channels, current: AtomicUsize::new(0) })
     }
 
-    pub fn len(&self) -> usize {
+    /// One replica, reached by `channel` (which `endpoint` made): the server's own, in-process.
+    pub fn one(name: &str, endpoint: Endpoint, channel: Channel) -> Self {
+        Self {
+            urls: vec![name.to_owned()],
+            endpoints: vec![endpoint],
+            channels: vec![channel],
+            current: AtomicUsize::new(0),
+        }
+    }
+
+    /// How many replicas there are (at least one).
+    pub fn count(&self) -> usize {
         self.urls.len()
     }
 
@@ -193,7 +204,7 @@ impl Replicas {
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        let mut unsent = self.len();
+        let mut unsent = self.count();
         let mut repeat = repeatable;
         loop {
             let (index, channel) = self.current();
@@ -213,12 +224,12 @@ impl Replicas {
     /// use, that takes a connection. When none does, the first one's channel, whose calls then say
     /// why it cannot be reached.
     pub async fn reachable(&self) -> Channel {
-        if self.len() == 1 {
+        if self.count() == 1 {
             return self.channels[0].clone();
         }
         let start = self.current.load(Ordering::Acquire);
-        for i in 0..self.len() {
-            let index = (start + i) % self.len();
+        for i in 0..self.count() {
+            let index = (start + i) % self.count();
             match self.endpoints[index].connect().await {
                 Ok(channel) => {
                     self.current.store(index, Ordering::Release);

@@ -259,7 +259,7 @@ impl Relay {
         F: Fn(Client, Request<Req>) -> Fut,
         Fut: Future<Output = Result<Response<T>, Status>>,
     {
-        let mut unsent = self.replicas.len();
+        let mut unsent = self.replicas.count();
         let mut repeat = retry_lost;
         let mut renewed = false;
         loop {

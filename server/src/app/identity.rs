@@ -60,6 +60,8 @@ pub struct Claim<'a> {
 /// card's agent the hash of its job token.
 struct Wanted<'a> {
     handle: Option<&'a str>,
+    /// The session token to claim with, when the caller derived one (else a new one is made).
+    token: Option<&'a str>,
     harness: &'a str,
     resume: Option<&'a str>,
     spawn_grant: Option<&'a str>,
@@ -134,6 +136,7 @@ impl IdentityService {
         let db = self.core.store.client().await?;
         let wanted = Wanted {
             handle,
+            token: None,
             harness,
             resume: optional(claim.resume),
             spawn_grant: optional(claim.spawn_grant),
@@ -141,6 +144,31 @@ impl IdentityService {
         };
         let outcome = self.claim_endpoint(&db, machine, wanted).await?;
         tracing::info!(endpoint = %outcome.endpoint.address, resumed = outcome.resumed, harness, "hello");
+        Ok(outcome)
+    }
+
+    /// An agent served over HTTP claims its endpoint under `token`, a session token derived from
+    /// its machine token (`ids::derived_session_token`): the session is resumed while it lives,
+    /// on whichever replica; else the handle (or a picked one) is claimed under the same token.
+    pub async fn hello_derived(
+        &self,
+        machine: &MachineIdentity,
+        claim: Claim<'_>,
+        token: &str,
+    ) -> Result<HelloOutcome> {
+        let harness = limits::harness(claim.harness)?;
+        let handle = optional(claim.handle);
+        if let Some(handle) = handle {
+            check_claimable(NameKind::Handle, handle)?;
+        }
+        ids::check_token(TokenKind::Session, token)?;
+        let db = self.core.store.client().await?;
+        let wanted =
+            Wanted { handle, token: Some(token), harness, resume: Some(token), spawn_grant: None, attempt: None };
+        let outcome = self.claim_endpoint(&db, machine, wanted).await?;
+        if !outcome.resumed {
+            tracing::info!(endpoint = %outcome.endpoint.address, harness, "hello over http");
+        }
         Ok(outcome)
     }
 
@@ -169,6 +197,7 @@ impl IdentityService {
         }
         let wanted = Wanted {
             handle: Some(&handle),
+            token: None,
             harness,
             resume: optional(claim.resume),
             spawn_grant: None,
@@ -192,7 +221,7 @@ impl IdentityService {
         machine: &MachineIdentity,
         wanted: Wanted<'_>,
     ) -> Result<HelloOutcome> {
-        let Wanted { handle, harness, resume, spawn_grant, attempt } = wanted;
+        let Wanted { handle, token, harness, resume, spawn_grant, attempt } = wanted;
         if let Some(token) = resume.filter(|t| ids::check_token(TokenKind::Session, t).is_ok())
             && let Some(id) =
                 identity::resume_session(db, &ids::token_hash(token), machine.machine_id, harness, attempt).await?
@@ -201,7 +230,7 @@ impl IdentityService {
             return Ok(HelloOutcome { endpoint, session_token: token.to_owned(), resumed: true });
         }
 
-        let token = ids::new_token(TokenKind::Session);
+        let token = token.map_or_else(|| ids::new_token(TokenKind::Session), str::to_owned);
         let hash = ids::token_hash(&token);
         if let Some(grant) = spawn_grant {
             // A spawned worker takes the endpoint reserved for it, whatever handle it asked for.

@@ -10,9 +10,9 @@ use anyhow::Context;
 
 use crate::app::identity;
 use crate::domain::names;
-use crate::protocol::console;
 use crate::protocol::listen::Listen;
 use crate::protocol::ops;
+use crate::protocol::{console, mcp};
 use crate::serve::{self, ListenOptions, SideListeners};
 use crate::store::{DbConfig, Store};
 use relay_proto::bridge_config::{self, BridgeConfig};
@@ -35,6 +35,8 @@ pub struct DevOptions {
     pub ops_listen: Option<Listen>,
     /// Where the web console listens; by default [`console::DEV_CONSOLE_LISTEN`] when it is free.
     pub console_listen: Option<Listen>,
+    /// Where the MCP endpoint listens; by default [`mcp::DEV_MCP_LISTEN`] when it is free.
+    pub mcp_listen: Option<Listen>,
 }
 
 /// Root keeps its data where the postgres user can reach it; anyone else under their data dir.
@@ -99,6 +101,22 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         .as_ref()
         .and_then(|l| l.local_addr().ok())
         .map(|addr| console::url(addr, options.listen.tls_cert.is_some()));
+    let mcp = match options.mcp_listen {
+        Some(Listen::At(addr)) => {
+            options.listen.check_mcp(addr)?;
+            Some(mcp::bind(addr).await?)
+        }
+        Some(Listen::Off) => None,
+        None => match mcp::bind(mcp::DEV_MCP_LISTEN).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                tracing::warn!(error = format!("{e:#}"), "mcp endpoint off (set RELAY_MCP_LISTEN to place it)");
+                None
+            }
+        },
+    };
+    let mcp_url =
+        mcp.as_ref().and_then(|l| l.local_addr().ok()).map(|addr| mcp::url(addr, options.listen.tls_cert.is_some()));
     let mut cluster = None;
     let mut data_dir = None;
     let db = match &options.database_url {
@@ -132,9 +150,9 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
         let store = serve::open_store(db).await?.with_max_unread(options.max_unread);
         let config_path = provision(&store, &options.listen).await?;
         let listen = &options.listen;
-        let side = SideListeners { ops, console };
+        let side = SideListeners { ops, console, mcp };
         serve::serve_with(store, listen, options.settings, side, serve::termination(), |bound| {
-            let at = Listening { bound, ops: ops_addr, console: console_url.as_deref() };
+            let at = Listening { bound, ops: ops_addr, console: console_url.as_deref(), mcp: mcp_url.as_deref() };
             eprint!("{}", announcement(listen, &at, &config_path, data_dir.as_deref()));
         })
         .await
@@ -147,17 +165,18 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     outcome
 }
 
-/// Where a dev server serves: gRPC, and the ops endpoints and console when they are on.
+/// Where a dev server serves: gRPC, and the ops endpoints, console and MCP endpoint when they are on.
 struct Listening<'a> {
     bound: SocketAddr,
     ops: Option<SocketAddr>,
     console: Option<&'a str>,
+    mcp: Option<&'a str>,
 }
 
 /// What `dev` prints once it serves: where, and the two commands that add another machine. The
 /// token goes from the first to the second through stdin, never through a command line.
 fn announcement(listen: &ListenOptions, at: &Listening<'_>, config: &Path, data_dir: Option<&Path>) -> String {
-    let Listening { bound, ops, console } = *at;
+    let Listening { bound, ops, console, mcp } = *at;
     let mut text = format!(
         "relay dev server: {}  (account {DEV_ACCOUNT}; bridge config {})\n",
         listen.local_url_of(bound),
@@ -171,6 +190,9 @@ fn announcement(listen: &ListenOptions, at: &Listening<'_>, config: &Path, data_
             "console: {console}  (sign in with a human token: relay-server admin{} human add {DEV_ACCOUNT})\n",
             data_dir.map(|d| format!(" --data-dir {}", shell_word(d))).unwrap_or_default()
         ));
+    }
+    if let Some(mcp) = mcp {
+        text.push_str(&format!("mcp: {mcp}  (for agents without a bridge: a machine token as the bearer)\n"));
     }
     let admin = match data_dir {
         Some(dir) => format!("relay-server admin --data-dir {} machine add {DEV_ACCOUNT}/OTHER", shell_word(dir)),
@@ -263,6 +285,7 @@ mod tests {
             bound: "127.0.0.1:7447".parse().unwrap(),
             ops: Some("127.0.0.1:7448".parse().unwrap()),
             console: Some("http://127.0.0.1:7449"),
+            mcp: Some("http://127.0.0.1:7450/mcp"),
         };
         let text = announcement(&opts, &at, Path::new("/h/bridge.toml"), Some(Path::new("/var/lib/agent relay")));
         assert!(text.starts_with("relay dev server: http://127.0.0.1:7447  (account local;"), "{text}");
@@ -273,11 +296,12 @@ mod tests {
         assert!(text.contains("\n  agent-bridge login --server http://127.0.0.1:7447\n"), "{text}");
         assert!(text.contains("loopback only"), "{text}");
         assert!(text.contains("\nops: http://127.0.0.1:7448  (/healthz, /readyz, /metrics)\n"), "{text}");
+        assert!(text.contains("\nmcp: http://127.0.0.1:7450/mcp  (for agents without a bridge"), "{text}");
         assert!(
             text.contains("\nconsole: http://127.0.0.1:7449  (sign in with a human token: relay-server admin --data-dir '/var/lib/agent relay' human add local)\n"),
             "{text}"
         );
-        let at = Listening { bound: "0.0.0.0:7447".parse().unwrap(), ops: None, console: None };
+        let at = Listening { bound: "0.0.0.0:7447".parse().unwrap(), ops: None, console: None, mcp: None };
         let everywhere = announcement(&opts, &at, Path::new("/b"), Some(Path::new("/d")));
         assert!(!everywhere.contains("loopback only") && !everywhere.contains("login --server http://0.0.0.0"));
         assert!(!everywhere.contains("ops:"), "no ops line when the ops port is off: {everywhere}");

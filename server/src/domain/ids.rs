@@ -212,6 +212,18 @@ pub fn new_token(kind: TokenKind) -> String {
     format!("{}{}", kind.prefix(), hex::encode(bytes))
 }
 
+/// The session token of an agent served over HTTP, derived from its machine token and what the
+/// session is for (`purpose`: its harness, and its handle or the MCP session it picks one for).
+/// Every replica derives the same token, so any of them resumes the session; only the holder of
+/// the machine token can name it.
+pub fn derived_session_token(machine_token: &str, purpose: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = Hmac::<Sha256>::new_from_slice(machine_token.as_bytes()).expect("hmac takes a key of any length");
+    mac.update(b"relay remote agent session\0");
+    mac.update(purpose.as_bytes());
+    format!("{}{}", TokenKind::Session.prefix(), hex::encode(mac.finalize().into_bytes()))
+}
+
 /// What the database keeps of a credential. Tokens carry 256 random bits, so one unsalted hash suffices.
 pub fn token_hash(token: &str) -> TokenHash {
     TokenHash(Sha256::digest(token.as_bytes()).to_vec())
@@ -301,6 +313,16 @@ pub fn pick_unique<'a>(reference: &str, candidates: &'a [MessageId]) -> Result<&
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_derived_session_token_is_a_session_token_of_its_machine_and_purpose_alone() {
+        let machine = new_token(TokenKind::Machine);
+        let token = derived_session_token(&machine, "claude\0alice");
+        check_token(TokenKind::Session, &token).unwrap();
+        assert_eq!(token, derived_session_token(&machine, "claude\0alice"), "every replica derives the same");
+        assert_ne!(token, derived_session_token(&machine, "claude\0bob"));
+        assert_ne!(token, derived_session_token(&new_token(TokenKind::Machine), "claude\0alice"));
+    }
 
     #[test]
     fn message_ids_are_long_random_and_lowercase() {

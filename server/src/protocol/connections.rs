@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::time::Sleep;
@@ -251,15 +251,45 @@ pub struct Admitted {
 enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    /// A caller in this process (the MCP endpoint) over an in-memory pipe.
+    Memory(DuplexStream),
 }
 
-/// The connections the server serves, from `listener`. The accepting runs in a task of its own and
-/// ends when the server stops taking connections.
+/// Bytes an in-process connection buffers each way.
+const IN_PROCESS_BUFFER: usize = 256 * 1024;
+
+/// Connects callers in this process to the replica's own gRPC service: the MCP endpoint makes its
+/// agents' calls through it, so they meet every layer a remote call meets (authentication,
+/// admission, rates, time budgets). Each connection holds a place like any other.
+#[derive(Clone)]
+pub struct InProcess {
+    tx: mpsc::Sender<io::Result<Admitted>>,
+    registry: Arc<Registry>,
+}
+
+impl InProcess {
+    /// A new connection to the service, ready for its HTTP/2 preface.
+    pub async fn connect(&self) -> io::Result<DuplexStream> {
+        let place = self.registry.admit(None).map_err(|_| {
+            metrics().shed(Shed::connections);
+            io::Error::other("the replica holds as many connections as it takes")
+        })?;
+        let (client, server) = tokio::io::duplex(IN_PROCESS_BUFFER);
+        let closed = Box::pin(place.state.close.clone().cancelled_owned());
+        let setup = Some((Box::pin(tokio::time::sleep(SETUP)), 0));
+        let admitted = Admitted { stream: Stream::Memory(server), peer: None, place, closed, setup };
+        self.tx.send(Ok(admitted)).await.map_err(|_| io::Error::other("the server has stopped"))?;
+        Ok(client)
+    }
+}
+
+/// The connections the server serves, from `listener` and from this process. The accepting runs in
+/// a task of its own and ends when the server stops taking connections.
 pub fn admit(
     listener: TcpListener,
     limits: Limits,
     tls: Option<TlsAcceptor>,
-) -> impl tokio_stream::Stream<Item = io::Result<Admitted>> {
+) -> (impl tokio_stream::Stream<Item = io::Result<Admitted>>, InProcess) {
     let (tx, rx) = mpsc::channel(64);
     let limits = Limits {
         max: limits.max.max(1),
@@ -270,6 +300,7 @@ pub fn admit(
     let (max, per_address) = (limits.max, limits.per_address);
     let registry =
         Arc::new(Registry { held: Mutex::default(), owners: Mutex::default(), next: AtomicU64::new(0), limits });
+    let in_process = InProcess { tx: tx.clone(), registry: registry.clone() };
     tokio::spawn(async move {
         let mut warned: Option<Instant> = None;
         loop {
@@ -331,7 +362,7 @@ pub fn admit(
             });
         }
     });
-    ReceiverStream::new(rx)
+    (ReceiverStream::new(rx), in_process)
 }
 
 impl Connected for Admitted {
@@ -360,6 +391,7 @@ impl AsyncRead for Admitted {
         let read = match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Memory(s) => Pin::new(s).poll_read(cx, buf),
         };
         if let (Poll::Ready(Ok(())), Some((_, seen))) = (&read, &mut self.setup) {
             *seen += buf.filled().len() - before;
@@ -379,6 +411,7 @@ impl AsyncWrite for Admitted {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Memory(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -386,6 +419,7 @@ impl AsyncWrite for Admitted {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Memory(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -393,6 +427,7 @@ impl AsyncWrite for Admitted {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Memory(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 
@@ -407,6 +442,7 @@ impl AsyncWrite for Admitted {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Memory(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -414,6 +450,7 @@ impl AsyncWrite for Admitted {
         match &self.stream {
             Stream::Plain(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
+            Stream::Memory(s) => s.is_write_vectored(),
         }
     }
 }

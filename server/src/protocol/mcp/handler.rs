@@ -1,0 +1,99 @@
+//! The MCP methods the endpoint answers: the tool list and tool calls, each in the name of the agent
+//! the request's credentials name, shaped for the request's protocol version.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use relay_agent::Version;
+use relay_agent::tools::{INSTRUCTIONS, Tools, catalog};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+use super::agents::{Agents, Remote, Seat, harness_of};
+
+/// The revisions spoken, newest first: the stateless one, and the 2025 ones clients in use speak.
+pub const VERSIONS: [ProtocolVersion; 4] = [
+    ProtocolVersion::V_2026_07_28,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_03_26,
+];
+
+#[derive(Clone)]
+pub struct Handler {
+    agents: Arc<Agents>,
+}
+
+impl Handler {
+    pub fn new(agents: Arc<Agents>) -> Self {
+        Self { agents }
+    }
+
+    /// The agent's tools, and the version to shape their answers for.
+    fn agent(&self, context: &RequestContext<RoleServer>) -> Result<(Arc<Tools>, Version), ErrorData> {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let remote = parts
+            .and_then(|p| p.extensions.get::<Remote>())
+            .ok_or_else(|| ErrorData::internal_error("request without credentials", None))?;
+        let mcp_session = parts.and_then(|p| p.headers.get("mcp-session-id")).and_then(|v| v.to_str().ok());
+        let client = context.client_info().map(|c| c.name).unwrap_or_default();
+        let seat = Seat { harness: harness_of(&client), mcp_session };
+        let version = context.protocol_version().and_then(|v| Version::known(v.as_str())).unwrap_or(Version::STATELESS);
+        Ok((self.agents.tools(remote, &seat), version))
+    }
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder().enable_tools().build();
+        let mut info = ServerConfig::new(capabilities);
+        info.server_info = Implementation::new("relay-server", env!("CARGO_PKG_VERSION"));
+        info.server_info.title = Some("Relay".into());
+        info.instructions = Some(INSTRUCTIONS.into());
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(&VERSIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let (tools, version) = self.agent(&context)?;
+        let listed = tools.listing(version).await;
+        let mut result: ListToolsResult = serde_json::from_value(serde_json::json!({ "tools": listed }))
+            .map_err(|e| ErrorData::internal_error(format!("cannot list the tools: {e}"), None))?;
+        // The SDK drops it for the 2025 revisions, and marks the list private and not to be kept
+        // (it follows the agent's role).
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if catalog::find(&request.name).is_none() {
+            return Err(ErrorData::invalid_params(format!("unknown tool {:?}", request.name), None));
+        }
+        let (tools, version) = self.agent(&context)?;
+        let arguments = request.arguments.unwrap_or_default();
+        // A cancelled request (or a client gone) ends the call, a wait among them.
+        let outcome = tokio::select! {
+            outcome = tools.call(&request.name, &arguments) => outcome,
+            () = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled", None)),
+        };
+        let mut result: CallToolResult = serde_json::from_value(outcome.render(version))
+            .map_err(|e| ErrorData::internal_error(format!("cannot shape the result: {e}"), None))?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(CallToolResponse::Complete(result))
+    }
+}

@@ -1,0 +1,183 @@
+//! Relay as a remote MCP server, for agents that cannot run a bridge (hosted sandboxes, cloud IDEs,
+//! scheduled routines, CI jobs): the relay tools over Streamable HTTP at `/mcp`, on a listener of
+//! its own (`--mcp-listen`), with TLS when the server has a certificate.
+//!
+//! The transport is the official SDK's (`rmcp`): the stateless 2026-07-28 revision, and the 2025
+//! revisions with their `initialize` handshake and sessions, negotiated as the specification says.
+//! Each request presents a machine token (`Authorization: Bearer`) and may name its handle
+//! (`Relay-Handle`); a request without a valid token is answered 401 with where to read what the
+//! endpoint asks for (`/.well-known/oauth-protected-resource`). The tools are `relay-agent`'s, run
+//! as the bridge runs them, through this replica's own gRPC service (see [`agents`]).
+
+mod agents;
+mod handler;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::agents::{Agents, Remote};
+use self::handler::Handler;
+use super::connections::InProcess;
+use super::tls::ReloadingCert;
+use super::web;
+use crate::app::identity::IdentityService;
+use crate::domain::ids::{TokenKind, check_token};
+
+/// Where `dev` serves the endpoint unless told otherwise.
+pub const DEV_MCP_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7450);
+/// Where the tools are served.
+pub const PATH: &str = "/mcp";
+/// Where a client reads what the endpoint asks of it (RFC 9728).
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
+/// The header naming the handle a request acts as.
+const HANDLE_HEADER: &str = "relay-handle";
+/// The largest request body taken: a tool call's arguments are far smaller.
+const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Refuses a plaintext endpoint where other machines reach it: tokens would cross in the clear.
+pub fn check(addr: SocketAddr, tls: bool, insecure_plaintext: bool) -> anyhow::Result<()> {
+    web::check("mcp endpoint", addr, tls, insecure_plaintext)
+}
+
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    web::bind("the mcp endpoint", addr).await
+}
+
+/// The URL of the endpoint bound at `addr`, for the line a person reads.
+pub fn url(addr: SocketAddr, tls: bool) -> String {
+    format!("{}{PATH}", web::url(addr, tls))
+}
+
+/// Serves `/mcp` on `listener` until `shutdown`.
+pub fn serve(
+    listener: TcpListener,
+    identity: IdentityService,
+    in_process: InProcess,
+    tls: Option<Arc<ReloadingCert>>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<JoinHandle<()>> {
+    let secure = tls.is_some();
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    let agents = Arc::new(Agents::new(identity.clone(), in_process));
+    let mut config = StreamableHttpServerConfig::default()
+        .with_json_response(true)
+        .with_cancellation_token(shutdown.child_token())
+        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        // Browsers send an Origin; agents do not. A page elsewhere may not call the endpoint.
+        .enforce_origin_validation();
+    if !loopback {
+        // The Host check guards servers on a person's own machine against DNS rebinding; a
+        // server others reach is named by whatever host its operator gives it, and every request
+        // must carry a machine token anyway.
+        config = config.disable_allowed_hosts();
+    }
+    let service = StreamableHttpService::new(
+        move || Ok(Handler::new(agents.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let state = Auth { identity, secure };
+    let router = Router::new()
+        .nest_service(PATH, service)
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route(METADATA_PATH, get(metadata))
+        .route(&format!("{METADATA_PATH}{PATH}"), get(metadata))
+        .with_state(state);
+    web::serve("the mcp endpoint", listener, router, tls, shutdown)
+}
+
+#[derive(Clone)]
+struct Auth {
+    identity: IdentityService,
+    secure: bool,
+}
+
+impl Auth {
+    /// The base URL a client reached this endpoint by.
+    fn base(&self, headers: &HeaderMap) -> String {
+        let scheme = if self.secure { "https" } else { "http" };
+        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+        format!("{scheme}://{host}")
+    }
+}
+
+/// The protected-resource metadata: what the endpoint is and how a token is presented. Tokens are
+/// issued by the operator (`relay-server admin machine add`), not by an authorization server.
+async fn metadata(State(auth): State<Auth>, headers: HeaderMap) -> Response {
+    let base = auth.base(&headers);
+    let body = json!({
+        "resource": format!("{base}{PATH}"),
+        "resource_name": "Relay",
+        "bearer_methods_supported": ["header"],
+    });
+    let mut response = json_response(StatusCode::OK, &body);
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("max-age=3600"));
+    response
+}
+
+/// Admits requests to `/mcp` that present a live machine token, noting who they are from.
+async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let Some(token) = presented else {
+        return unauthorized(&auth, request.headers(), None);
+    };
+    if check_token(TokenKind::Machine, token).is_err() {
+        return unauthorized(
+            &auth,
+            request.headers(),
+            Some("not a machine token: relay-server admin machine add issues one"),
+        );
+    }
+    let machine = match auth.identity.machine(token).await {
+        Ok(machine) => machine,
+        Err(crate::domain::Error::Unauthenticated(why)) => return unauthorized(&auth, request.headers(), Some(&why)),
+        Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    };
+    let handle = match request.headers().get(HANDLE_HEADER).map(HeaderValue::to_str) {
+        None => None,
+        Some(Ok(handle)) if !handle.trim().is_empty() => Some(handle.trim().to_owned()),
+        Some(_) => return (StatusCode::BAD_REQUEST, "Relay-Handle must name a handle").into_response(),
+    };
+    let remote = Remote { machine, machine_token: token.into(), handle };
+    request.extensions_mut().insert(remote);
+    next.run(request).await
+}
+
+/// 401 with the challenge and where the metadata is; `refused` says why a token presented was not
+/// taken (a request with none gets no error code, as RFC 6750 asks).
+fn unauthorized(auth: &Auth, headers: &HeaderMap, refused: Option<&str>) -> Response {
+    let mut challenge = format!("Bearer resource_metadata=\"{}{METADATA_PATH}\"", auth.base(headers));
+    if let Some(why) = refused {
+        let why = why.replace(['"', '\\'], "'");
+        challenge.push_str(&format!(", error=\"invalid_token\", error_description=\"{why}\""));
+    }
+    let said = refused.unwrap_or("no machine token: send Authorization: Bearer <machine token>");
+    let mut response = json_response(StatusCode::UNAUTHORIZED, &json!({ "error": said }));
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
