@@ -79,6 +79,7 @@ pub enum Purged {
     cards,
     peeks,
     console_sessions,
+    mcp_sessions,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -95,12 +95,14 @@ async fn purge(rounds: &Rounds) {
             m.purged(Purged::cards, purged.cards);
             m.purged(Purged::peeks, purged.peeks);
             m.purged(Purged::console_sessions, purged.console_sessions);
+            m.purged(Purged::mcp_sessions, purged.mcp_sessions);
             if purged.total() > 0 {
                 tracing::info!(
                     messages = purged.messages,
                     cards = purged.cards,
                     peeks = purged.peeks,
                     console_sessions = purged.console_sessions,
+                    mcp_sessions = purged.mcp_sessions,
                     "purged past retention"
                 );
             }

@@ -256,7 +256,8 @@ pub async fn serve_with(
     let mcp = side
         .mcp
         .map(|listener| {
-            crate::protocol::mcp::serve(listener, app.identity.clone(), in_process, tls.clone(), shutdown.clone())
+            let (identity, remote) = (app.identity.clone(), app.remote.clone());
+            crate::protocol::mcp::serve(listener, identity, remote, in_process, tls.clone(), shutdown.clone())
         })
         .transpose()?;
 

@@ -124,6 +124,19 @@ async fn any_replica_answers_for_the_same_agent() {
     let shown = text(&read);
     assert!(shown.contains("one") && shown.contains("two"), "{shown}");
     assert_eq!(shown.matches("acme/cloud/ci-bot").count(), 2, "both from the one agent: {shown}");
+
+    // A session of a 2025 revision begun on one replica goes on at the other, under its own
+    // picked handle, without a new handshake.
+    let mut session = RemoteAgent::initialize(&w.mcp, &w.cloud, None, "2025-06-18", "claude-code").await;
+    let first = structured(&session.tool_ok("relay_whoami", json!({})).await)["address"].clone();
+    session.addr = other_mcp.clone();
+    let moved = session.tool_ok("relay_whoami", json!({})).await;
+    assert_eq!(structured(&moved)["address"], first, "{moved}");
+    let tools = session.tools().await;
+    assert!(
+        tools.iter().any(|t| t["name"] == "relay_send" && t.get("outputSchema").is_some()),
+        "as 2025-06-18 lists them"
+    );
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ pub mod messaging;
 mod notices;
 pub mod observe;
 pub mod quotas;
+pub mod remote;
 pub mod retention;
 pub mod scope;
 pub mod send;
@@ -42,6 +43,7 @@ pub struct App {
     pub approvals: approvals::ApprovalsService,
     pub console: console::ConsoleService,
     pub ops: observe::OpsService,
+    pub remote: remote::RemoteService,
 }
 
 impl App {
@@ -56,6 +58,7 @@ impl App {
             console: console::ConsoleService::new(core.clone(), trust.clone(), approvals.clone()),
             scope: scope::ScopeService::new(core.clone(), messaging.clone()),
             board: board::BoardService::new(core.clone()),
+            remote: remote::RemoteService::new(core.clone()),
             ops: observe::OpsService::new(core, retention),
             identity,
             messaging,

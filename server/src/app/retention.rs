@@ -6,7 +6,7 @@ use std::future::Future;
 use super::observe::OpsService;
 use crate::domain::Result;
 use crate::domain::retention::{PURGE_BATCH, PURGE_BATCHES_PER_ROUND};
-use crate::store::{console, retention};
+use crate::store::{console, remote, retention};
 
 /// What one round purged.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -16,11 +16,13 @@ pub struct Purged {
     pub peeks: u64,
     /// Console sessions expired, or of a revoked human token (kept for no retention).
     pub console_sessions: u64,
+    /// Sessions of MCP clients at `/mcp` unused past their time.
+    pub mcp_sessions: u64,
 }
 
 impl Purged {
     pub fn total(&self) -> u64 {
-        self.messages + self.cards + self.peeks + self.console_sessions
+        self.messages + self.cards + self.peeks + self.console_sessions + self.mcp_sessions
     }
 }
 
@@ -49,6 +51,7 @@ impl OpsService {
         let cards = drain(|| retention::purge_cards(&db, keep.cards.as_secs_f64(), PURGE_BATCH)).await?;
         let peeks = drain(|| retention::purge_peeks(&db, keep.audit.as_secs_f64(), PURGE_BATCH)).await?;
         let console_sessions = drain(|| console::purge_sessions(&db, PURGE_BATCH)).await?;
-        Ok(Purged { messages, cards, peeks, console_sessions })
+        let mcp_sessions = drain(|| remote::purge_sessions(&db, PURGE_BATCH)).await?;
+        Ok(Purged { messages, cards, peeks, console_sessions, mcp_sessions })
     }
 }

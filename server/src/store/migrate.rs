@@ -200,6 +200,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "functions_defined_once",
         sql: include_str!("../../migrations/0036_functions_defined_once.sql"),
     },
+    Migration { version: 37, name: "mcp_sessions", sql: include_str!("../../migrations/0037_mcp_sessions.sql") },
 ];
 
 /// A SQL function whose current body is the file `server/migrations/functions/NAME.sql` (a

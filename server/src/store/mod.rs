@@ -15,6 +15,7 @@ pub mod notices;
 pub mod observe;
 pub(crate) mod pages;
 mod push_marks;
+pub mod remote;
 mod replicas;
 pub mod retention;
 pub(crate) mod row;

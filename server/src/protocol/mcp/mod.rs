@@ -11,6 +11,7 @@
 
 mod agents;
 mod handler;
+mod sessions;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,10 +31,12 @@ use tokio_util::sync::CancellationToken;
 
 use self::agents::{Agents, Remote};
 use self::handler::Handler;
+use self::sessions::Sessions;
 use super::connections::InProcess;
 use super::tls::ReloadingCert;
 use super::web;
 use crate::app::identity::IdentityService;
+use crate::app::remote::RemoteService;
 use crate::domain::ids::{TokenKind, check_token};
 
 /// Where `dev` serves the endpoint unless told otherwise.
@@ -65,6 +68,7 @@ pub fn url(addr: SocketAddr, tls: bool) -> String {
 pub fn serve(
     listener: TcpListener,
     identity: IdentityService,
+    remote: RemoteService,
     in_process: InProcess,
     tls: Option<Arc<ReloadingCert>>,
     shutdown: CancellationToken,
@@ -78,6 +82,8 @@ pub fn serve(
         .with_max_request_body_bytes(MAX_BODY_BYTES)
         // Browsers send an Origin; agents do not. A page elsewhere may not call the endpoint.
         .enforce_origin_validation();
+    // Sessions of the 2025 revisions outlive this replica: another takes them up.
+    config.session_store = Some(Arc::new(Sessions(remote)));
     if !loopback {
         // The Host check guards servers on a person's own machine against DNS rebinding; a
         // server others reach is named by whatever host its operator gives it, and every request

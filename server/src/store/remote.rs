@@ -1,0 +1,45 @@
+//! The sessions of MCP clients at the `/mcp` endpoint (see `protocol::mcp`): what each said when it
+//! initialized, kept so any replica carries a session on.
+
+use deadpool_postgres::GenericClient;
+
+use super::row::Col;
+use crate::domain::Result;
+use crate::domain::ids::TokenHash;
+
+/// Keeps (or replaces) the state of session `id_hash` for `ttl_s` seconds.
+pub(crate) async fn keep_session(c: &impl GenericClient, id_hash: &TokenHash, state: &str, ttl_s: f64) -> Result<()> {
+    c.execute(
+        "insert into mcp_sessions (id_hash, state, expires_at) values ($1, $2, now() + make_interval(secs => $3))
+         on conflict (id_hash) do update set state = excluded.state, expires_at = excluded.expires_at",
+        &[&id_hash, &state, &ttl_s],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The state of session `id_hash`, unless it expired or ended; its expiry moves `ttl_s` ahead.
+pub(crate) async fn session(c: &impl GenericClient, id_hash: &TokenHash, ttl_s: f64) -> Result<Option<String>> {
+    let stmt = c
+        .prepare_cached(
+            "update mcp_sessions set expires_at = now() + make_interval(secs => $2)
+             where id_hash = $1 and expires_at > now()
+             returning state",
+        )
+        .await?;
+    c.query_opt(&stmt, &[&id_hash, &ttl_s]).await?.map(|row| row.only()).transpose()
+}
+
+pub(crate) async fn end_session(c: &impl GenericClient, id_hash: &TokenHash) -> Result<()> {
+    c.execute("delete from mcp_sessions where id_hash = $1", &[&id_hash]).await?;
+    Ok(())
+}
+
+/// Deletes up to `batch` expired sessions.
+pub(crate) async fn purge_sessions(c: &impl GenericClient, batch: i64) -> Result<u64> {
+    let sql = "with doomed as (
+                   select id_hash from mcp_sessions where expires_at < now()
+                   order by expires_at limit $1 for update skip locked)
+               delete from mcp_sessions s using doomed where s.id_hash = doomed.id_hash";
+    Ok(c.execute(sql, &[&batch]).await?)
+}
