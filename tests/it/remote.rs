@@ -176,3 +176,79 @@ async fn requests_without_a_live_machine_token_are_told_what_to_present() {
     assert_eq!(document["resource"], format!("http://{}/mcp", w.mcp));
     assert_eq!(document["bearer_methods_supported"], json!(["header"]));
 }
+
+/// A stateless `relay_inbox` that waits up to `wait_s` and asks for progress, sent on a connection
+/// of its own; the connection, to be read as the answer streams.
+async fn start_waiting(w: &World, wait_s: u32) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {
+            "name": "relay_inbox", "arguments": { "wait_s": wait_s },
+            "_meta": {
+                "progressToken": "wait-1",
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": { "name": "ci-job", "version": "1.0" },
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nRelay-Handle: ci-bot\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: relay_inbox\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        w.mcp,
+        w.cloud,
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(&w.mcp).await.expect("connect to the mcp endpoint");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Reads from `stream` until what was read holds `needle` (or the stream ends); all that was read.
+async fn read_until(stream: &mut tokio::net::TcpStream, needle: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = async {
+        while !String::from_utf8_lossy(&seen).contains(needle) {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(40), read).await.unwrap_or_else(|_| {
+        panic!("{needle:?} not seen in 40 s: {}", String::from_utf8_lossy(&seen));
+    });
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+#[tokio::test]
+async fn a_long_wait_streams_progress_ends_at_the_first_message_and_takes_nothing_once_its_client_is_gone() {
+    let w = world().await;
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot")).tool_ok("relay_whoami", json!({})).await;
+
+    // The client goes away while its call waits: the call ends, and the message sent after it is
+    // still unread for the next call.
+    let mut gone = start_waiting(&w, 60).await;
+    let streamed = read_until(&mut gone, "notifications/progress").await;
+    assert!(streamed.contains("text/event-stream"), "{streamed}");
+    assert!(streamed.contains("waiting for a message: 10 s of 60 s"), "{streamed}");
+    drop(gone);
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "first" })).await;
+    let mut next = start_waiting(&w, 60).await;
+    let answer = read_until(&mut next, "\"id\":7").await;
+    assert!(answer.contains("first"), "the message was not taken by the call whose client left: {answer}");
+
+    // A wait with nothing unread goes on until a message comes, and ends with it.
+    let mut waiting = start_waiting(&w, 60).await;
+    read_until(&mut waiting, "notifications/progress").await;
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "second" })).await;
+    let answer = read_until(&mut waiting, "\"id\":7").await;
+    assert!(answer.contains("second"), "{answer}");
+}

@@ -3,12 +3,13 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::time::Duration;
 
 use relay_agent::Version;
 use relay_agent::tools::{INSTRUCTIONS, Tools, catalog};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -86,14 +87,44 @@ impl ServerHandler for Handler {
         }
         let (tools, version) = self.agent(&context)?;
         let arguments = request.arguments.unwrap_or_default();
-        // A cancelled request (or a client gone) ends the call, a wait among them.
+        // A call that waits for mail says it still waits, when the client asked for progress: the
+        // answer becomes an event stream, which proxies keep open.
+        let waiting = catalog::wait_of(&request.name, &arguments)
+            .zip(context.meta.get_progress_token())
+            .map(|(wait_s, token)| report_waiting(&context, token, wait_s));
+        let progress = async {
+            match waiting {
+                Some(reporting) => reporting.await,
+                None => std::future::pending().await,
+            }
+        };
+        // A cancelled request, or a client gone, ends the call (a wait among them) at once.
         let outcome = tokio::select! {
             outcome = tools.call(&request.name, &arguments) => outcome,
+            () = progress => unreachable!("progress reports until the call ends"),
             () = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled", None)),
         };
         let mut result: CallToolResult = serde_json::from_value(outcome.render(version))
             .map_err(|e| ErrorData::internal_error(format!("cannot shape the result: {e}"), None))?;
         result.result_type = Some(ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))
+    }
+}
+
+/// How often a waiting call says it still waits.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// Reports every [`PROGRESS_EVERY`] how long the call has waited of its `wait_s`; never ends.
+async fn report_waiting(context: &RequestContext<RoleServer>, token: ProgressToken, wait_s: u32) {
+    let started = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    loop {
+        tick.tick().await;
+        let waited = started.elapsed().as_secs();
+        let mut progress = ProgressNotificationParam::new(token.clone(), waited as f64);
+        progress.total = Some(f64::from(wait_s));
+        progress.message = Some(format!("waiting for a message: {waited} s of {wait_s} s"));
+        // A client that stopped listening ends the call through its cancellation.
+        let _ = context.peer.notify_progress(progress).await;
     }
 }
