@@ -164,6 +164,27 @@ pub fn peek(view: &PeekView) -> String {
     out
 }
 
+/// The notification that pushes a message into a Claude Code session started with channels.
+pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
+
+/// The params of a [`CHANNEL_METHOD`] notification for `message`: the message framed behind the
+/// untrusted-data notice (and the reply it requires, if any), and who sent it.
+pub fn channel_params(message: &Message) -> serde_json::Value {
+    let content = match reply_required(message) {
+        Some(line) => format!("{PREAMBLE}\n\n{}\n{line}", self::message(message)),
+        None => format!("{PREAMBLE}\n\n{}", self::message(message)),
+    };
+    serde_json::json!({
+        "content": content,
+        "meta": {
+            "from": message.from,
+            "id": message.id,
+            "seq": message.seq.to_string(),
+            "thread": message.thread,
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

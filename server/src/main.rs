@@ -529,7 +529,8 @@ fn init_logging(format: LogFormat, default: &str) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::{Layer, fmt, registry};
-    let asked = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // The MCP SDK logs every session's start and end at info: its warnings are what an operator needs.
+    let asked = EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| EnvFilter::new(format!("{default},rmcp=warn")));
     // A filter of its own, so that no directive of RELAY_LOG's can lift it.
     let quiet =
         Targets::new().with_default(LevelFilter::TRACE).with_targets(KEPT_QUIET.map(|t| (t, LevelFilter::INFO)));

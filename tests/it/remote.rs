@@ -252,3 +252,56 @@ async fn a_long_wait_streams_progress_ends_at_the_first_message_and_takes_nothin
     let answer = read_until(&mut waiting, "\"id\":7").await;
     assert!(answer.contains("second"), "{answer}");
 }
+
+/// Opens the GET stream of `session` (after event `last` when given) on a connection of its own.
+async fn open_stream(w: &World, session: &str, last: Option<&str>) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let resume = last.map(|id| format!("Last-Event-ID: {id}\r\n")).unwrap_or_default();
+    let head = format!(
+        "GET /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nRelay-Handle: ci-bot\r\nAccept: text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18\r\n{resume}Connection: close\r\n\r\n",
+        w.mcp, w.cloud
+    );
+    let mut stream = tokio::net::TcpStream::connect(&w.mcp).await.expect("connect to the mcp endpoint");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// The event ids in what a stream sent.
+fn event_ids(streamed: &str) -> Vec<u64> {
+    streamed.lines().filter_map(|l| l.strip_prefix("id:")).filter_map(|id| id.trim().parse().ok()).collect()
+}
+
+#[tokio::test]
+async fn a_sessions_stream_brings_new_mail_as_notifications_and_resumes_after_the_last_event() {
+    let w = world().await;
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    let mut agent = RemoteAgent::initialize(&w.mcp, &w.cloud, Some("ci-bot"), "2025-06-18", "claude-code").await;
+    agent.tool_ok("relay_whoami", json!({})).await;
+    let session = agent.session.clone().unwrap();
+
+    let mut stream = open_stream(&w, &session, None).await;
+    let head = read_until(&mut stream, "\r\n\r\n").await;
+    assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/event-stream"), "{head}");
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "deploy when green" })).await;
+    let streamed = read_until(&mut stream, "deploy when green").await;
+    assert!(streamed.contains("notifications/claude/channel"), "Claude Code gets the channel form: {streamed}");
+    assert!(streamed.contains("relay-message"), "framed as other agents' text: {streamed}");
+    let first = *event_ids(&streamed).first().expect("the message's event id");
+    drop(stream);
+
+    // Mail sent while no stream is open comes when the client reconnects after its last event, and
+    // only that mail.
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "second" })).await;
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "third" })).await;
+    let mut again = open_stream(&w, &session, Some(&first.to_string())).await;
+    let streamed = read_until(&mut again, "third").await;
+    assert!(streamed.contains("second") && !streamed.contains("deploy when green"), "{streamed}");
+    let ids = event_ids(&streamed);
+    assert_eq!(ids, vec![first + 1, first + 2], "{streamed}");
+
+    // Without a session there is no stream to open.
+    let stateless = request(&w.mcp, "GET", "/mcp", &[("Authorization", &format!("Bearer {}", w.cloud))], "").await;
+    assert_eq!(stateless.status, 405, "{stateless:?}");
+}

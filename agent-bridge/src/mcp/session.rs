@@ -100,7 +100,7 @@ pub async fn run(
     let progress = session.tools.stream_progress();
     let tools = session.tools.clone();
     let role = move |operator| tools.observe_role(operator);
-    tokio::spawn(push::run(session.tools.relay().clone(), pushes, progress, role, session.stop.clone()));
+    tokio::spawn(push::run(session.tools.relay().clone(), pushes, progress, role, 0, session.stop.clone()));
     let forwarder = tokio::spawn(forward_pushes(session.clone(), pushed));
     let relister = tokio::spawn(announce_role_changes(session.clone()));
 
@@ -400,21 +400,7 @@ async fn forward_pushes(session: Arc<Session>, mut pushed: mpsc::Receiver<Messag
         if !channel {
             continue;
         }
-        let notification = jsonrpc::notification(
-            "notifications/claude/channel",
-            json!({
-                "content": match frame::reply_required(&message) {
-                    Some(line) => format!("{}\n\n{}\n{line}", frame::PREAMBLE, frame::message(&message)),
-                    None => format!("{}\n\n{}", frame::PREAMBLE, frame::message(&message)),
-                },
-                "meta": {
-                    "from": message.from,
-                    "id": message.id,
-                    "seq": message.seq.to_string(),
-                    "thread": message.thread,
-                },
-            }),
-        );
+        let notification = jsonrpc::notification(frame::CHANNEL_METHOD, frame::channel_params(&message));
         session.send(notification).await;
     }
 }

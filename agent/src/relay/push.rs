@@ -41,16 +41,18 @@ impl Progress {
 
 /// Feeds every new message into `sink`, in seq order and each seq once, until `stop`; tells `role`
 /// whether the endpoint is its account's operator whenever the server says (at every heartbeat,
-/// and at once when it changes).
+/// and at once when it changes). With `after_seq`, a reader that had messages up to it resumes
+/// above it.
 pub async fn run(
     relay: Arc<Relay>,
     sink: mpsc::Sender<Message>,
     progress: Arc<Progress>,
     role: impl Fn(bool),
+    after_seq: u64,
     stop: CancellationToken,
 ) {
-    let mut last_seq = 0u64;
-    let mut address = String::new();
+    let mut last_seq = after_seq;
+    let mut address: Option<String> = None;
     let mut retry = FIRST_RETRY;
     // Replicas moved to since the stream last delivered anything: each is tried at once, and
     // backoff starts only once every one of them failed.
@@ -66,11 +68,12 @@ pub async fn run(
             let session = relay.session().await.map_err(|e| e.to_string())?;
             let (at, mut client) = relay.client();
             replica = at;
-            if session.endpoint.address != address {
-                // A different endpoint has its own sequence.
-                address.clone_from(&session.endpoint.address);
-                last_seq = 0;
-                progress.received.store(0, Ordering::Release);
+            if address.as_ref() != Some(&session.endpoint.address) {
+                // A different endpoint (not the first one) has its own sequence.
+                if address.replace(session.endpoint.address.clone()).is_some() {
+                    last_seq = 0;
+                    progress.received.store(0, Ordering::Release);
+                }
             }
             let request = authed(SubscribeRequest { after_seq: last_seq }, &session.token);
             let mut stream = match client.subscribe(request).await {

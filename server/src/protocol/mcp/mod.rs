@@ -12,6 +12,7 @@
 mod agents;
 mod handler;
 mod sessions;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use self::agents::{Agents, Remote};
 use self::handler::Handler;
 use self::sessions::Sessions;
+use self::stream::Streams;
 use super::connections::InProcess;
 use super::tls::ReloadingCert;
 use super::web;
@@ -83,25 +85,26 @@ pub fn serve(
         // Browsers send an Origin; agents do not. A page elsewhere may not call the endpoint.
         .enforce_origin_validation();
     // Sessions of the 2025 revisions outlive this replica: another takes them up.
-    config.session_store = Some(Arc::new(Sessions(remote)));
+    config.session_store = Some(Arc::new(Sessions(remote.clone())));
     if !loopback {
         // The Host check guards servers on a person's own machine against DNS rebinding; a
         // server others reach is named by whatever host its operator gives it, and every request
         // must carry a machine token anyway.
         config = config.disable_allowed_hosts();
     }
-    let service = StreamableHttpService::new(
-        move || Ok(Handler::new(agents.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    let state = Auth { identity, secure };
+    let handler = Handler::new(agents.clone());
+    let service =
+        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
+    let streams = Streams { agents, remote };
+    let auth = Auth { identity, secure };
+    // POST and DELETE are the SDK's; a session's GET stream is ours, fed by the agent's push stream.
+    let mcp = get(stream::open).with_state(streams).post_service(service.clone()).delete_service(service);
     let router = Router::new()
-        .nest_service(PATH, service)
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .route(PATH, mcp)
+        .layer(middleware::from_fn_with_state(auth.clone(), authenticate))
         .route(METADATA_PATH, get(metadata))
         .route(&format!("{METADATA_PATH}{PATH}"), get(metadata))
-        .with_state(state);
+        .with_state(auth);
     web::serve("the mcp endpoint", listener, router, tls, shutdown)
 }
 
