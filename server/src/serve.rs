@@ -252,12 +252,25 @@ pub async fn serve_with(
         None => None,
     };
     let (incoming, in_process) = connections::admit(socket, options.connections, acceptor);
+    // Spans, caught panics, and admission (budgets, authentication, rates, time budgets) for every
+    // call; health and reflection pass admission untouched. The MCP endpoint's requests meet the
+    // same budgets.
+    let admission = AdmissionLayer::new(Arc::new(Gate::new(&app)), rpc);
     // Remote agents' calls go through the gRPC service in-process, meeting every layer below.
     let mcp = side
         .mcp
         .map(|listener| {
             let (identity, remote) = (app.identity.clone(), app.remote.clone());
-            crate::protocol::mcp::serve(listener, identity, remote, in_process, tls.clone(), shutdown.clone())
+            let admission = admission.clone();
+            crate::protocol::mcp::serve(
+                listener,
+                identity,
+                remote,
+                admission,
+                in_process,
+                tls.clone(),
+                shutdown.clone(),
+            )
         })
         .transpose()?;
 
@@ -269,9 +282,6 @@ pub async fn serve_with(
         // after a restart. No grace is set: with one, tonic cuts the connection at age + grace
         // without asking first, killing calls in flight.
         .max_connection_age(MAX_CONNECTION_AGE);
-    // Spans, caught panics, and admission (budgets, authentication, rates, time budgets) for every
-    // call; health and reflection pass admission untouched.
-    let admission = AdmissionLayer::new(Arc::new(Gate::new(&app)), rpc);
     let mut builder = builder.layer(RpcLayers::new(admission));
     tracing::info!(
         addr = %local,

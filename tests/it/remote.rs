@@ -305,3 +305,32 @@ async fn a_sessions_stream_brings_new_mail_as_notifications_and_resumes_after_th
     let stateless = request(&w.mcp, "GET", "/mcp", &[("Authorization", &format!("Bearer {}", w.cloud))], "").await;
     assert_eq!(stateless.status, 405, "{stateless:?}");
 }
+
+#[tokio::test]
+async fn the_endpoint_shares_grpcs_budgets_and_refuses_oversized_requests() {
+    let w = world().await;
+    let accept = ("Accept", "application/json, text/event-stream");
+    let kind = ("Content-Type", "application/json");
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} }).to_string();
+
+    // A request past the body limit is refused whole, and nothing of it is read as a call.
+    let bearer = format!("Bearer {}", w.cloud);
+    let huge = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "relay_send", "arguments": { "to": "laptop/alice", "body": "x".repeat(2 << 20) } } });
+    let answer = request(&w.mcp, "POST", "/mcp", &[accept, kind, ("Authorization", &bearer)], &huge.to_string()).await;
+    assert_eq!(answer.status, 413, "{}", answer.status);
+
+    // An address whose tokens keep failing is held off, over HTTP and gRPC alike, before its
+    // requests cost a database lookup.
+    let wrong = format!("Bearer rlm_{}", "0".repeat(64));
+    let mut statuses = Vec::new();
+    for _ in 0..60 {
+        statuses.push(request(&w.mcp, "POST", "/mcp", &[accept, kind, ("Authorization", &wrong)], &body).await);
+    }
+    let held_off = statuses.iter().find(|a| a.status == 429).expect("the address is held off after its burst");
+    assert!(held_off.body.contains("too many calls from your address"), "{held_off:?}");
+    assert!(held_off.header("retry-after").is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s >= 1)), "{held_off:?}");
+    assert_eq!(statuses.iter().take_while(|a| a.status == 401).count(), 50, "the burst is the gRPC one");
+    let grpc = relay_tests::client::Agent::hello(&w.server.url, &w.laptop, "alice").await.err().expect("held off");
+    assert!(grpc.message().contains("too many calls from your address"), "{grpc:?}");
+}

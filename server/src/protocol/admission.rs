@@ -199,6 +199,41 @@ impl Budgets {
         }
     }
 
+    /// A place among the calls of address `ip` being authenticated, unless its credentials keep
+    /// failing or it has its share of them.
+    fn admit_address(&self, ip: IpAddr) -> std::result::Result<Place, Denied> {
+        if let Some(wait) = self.auth_refused(ip, false) {
+            return Err(Denied {
+                shed: Shed::authentication,
+                message: format!(
+                    "too many calls from your address presented a credential the server does not accept: {}",
+                    retry_in(wait)
+                ),
+                retry_after: Some(wait),
+            });
+        }
+        self.addresses.take(ip).ok_or_else(|| Denied {
+            shed: Shed::shares,
+            message: format!(
+                "your address has {} calls being authenticated, its limit: this one was refused; retry after a short backoff",
+                self.limits.per_address
+            ),
+            retry_after: None,
+        })
+    }
+
+    /// A place among the calls in flight of the credential `holder`.
+    fn admit_credential(&self, holder: &Holder) -> std::result::Result<Place, Denied> {
+        self.credentials.take(holder.clone()).ok_or_else(|| Denied {
+            shed: Shed::shares,
+            message: format!(
+                "this credential has {} calls in flight, its share of the server: this one was refused; wait for answers before sending more",
+                self.limits.per_credential
+            ),
+            retry_after: None,
+        })
+    }
+
     /// Refuses an address whose credentials failed past its rate; counts a new failure.
     fn auth_refused(&self, ip: IpAddr, failed_now: bool) -> Option<Duration> {
         let rate = self.limits.failed_auth;
@@ -314,31 +349,7 @@ where
     let ip = connection.as_ref().and_then(|c| c.peer.map(|p| p.ip()));
 
     // 1. The address, until the caller is known.
-    let unknown = match ip {
-        Some(ip) => {
-            if let Some(wait) = budgets.auth_refused(ip, false) {
-                return Err(refused(
-                    Shed::authentication,
-                    format!(
-                        "too many calls from your address presented a credential the server does not accept: {}",
-                        retry_in(wait)
-                    ),
-                    Some(wait),
-                ));
-            }
-            Some(budgets.addresses.take(ip).ok_or_else(|| {
-                refused(
-                    Shed::shares,
-                    format!(
-                        "your address has {} calls being authenticated, its limit: this one was refused; retry after a short backoff",
-                        limits.per_address
-                    ),
-                    None,
-                )
-            })?)
-        }
-        None => None,
-    };
+    let unknown = ip.map(|ip| budgets.admit_address(ip)).transpose().map_err(Denied::refusal)?;
 
     // 2. Who it is.
     let credential = match gatekeeper.authenticate(path, request.headers()).await {
@@ -373,16 +384,7 @@ where
     let waits = matches!(kind, Kind::LongPoll | Kind::ServerTimed);
     let mut held = Vec::new();
     if let Some(holder) = &holder {
-        held.push(budgets.credentials.take(holder.clone()).ok_or_else(|| {
-            refused(
-                Shed::shares,
-                format!(
-                    "this credential has {} calls in flight, its share of the server: this one was refused; wait for answers before sending more",
-                    limits.per_credential
-                ),
-                None,
-            )
-        })?);
+        held.push(budgets.admit_credential(holder).map_err(Denied::refusal)?);
     }
     let (mut parts, body) = request.into_parts();
     let message = read_message(body, limits.request_wait, limits::request_bytes(path)).await?;
@@ -524,6 +526,17 @@ fn started() -> Instant {
 
 /// A refusal at a budget, counted in `relay_shed`, with when to retry when that is known.
 fn refused(shed: Shed, message: String, retry_after: Option<Duration>) -> Refusal {
+    note_refusal(shed, &message);
+    let mut status = Status::resource_exhausted(message);
+    match retry_after {
+        Some(wait) => advise_retry_after(&mut status, wait),
+        None => advise_retry(&mut status),
+    }
+    Refusal::Status(status)
+}
+
+/// Counts a refusal in `relay_shed`, and logs one every [`LOG_REFUSALS_EVERY`].
+fn note_refusal(shed: Shed, message: &str) {
     use std::sync::atomic::Ordering;
     metrics().shed(shed);
     let now_ms = started().elapsed().as_millis() as u64 + LOG_REFUSALS_EVERY.as_millis() as u64;
@@ -535,12 +548,62 @@ fn refused(shed: Shed, message: String, retry_after: Option<Duration>) -> Refusa
     } else {
         tracing::debug!(reason = %message, "call refused at admission");
     }
-    let mut status = Status::resource_exhausted(message);
-    match retry_after {
-        Some(wait) => advise_retry_after(&mut status, wait),
-        None => advise_retry(&mut status),
+}
+
+/// What a budget refused, before it is told in a transport's words.
+struct Denied {
+    shed: Shed,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl Denied {
+    fn refusal(self) -> Refusal {
+        refused(self.shed, self.message, self.retry_after)
     }
-    Refusal::Status(status)
+
+    fn refused(self) -> Refused {
+        note_refusal(self.shed, &self.message);
+        Refused { message: self.message, retry_after: self.retry_after }
+    }
+}
+
+/// A request of another transport (the MCP endpoint's HTTP) refused by the budgets it shares
+/// with gRPC: why, and when to retry when that is known.
+#[derive(Debug)]
+pub struct Refused {
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+/// A place held by a request of another transport; given back when dropped.
+pub struct Held(#[allow(dead_code)] Place);
+
+/// The door other transports take into the budgets and rates gRPC calls meet: the same failed
+/// authentications per address, the same shares per credential, the same call rates.
+impl AdmissionLayer {
+    /// A place among the requests of address `ip` being authenticated (see step 1).
+    pub fn admit_address(&self, ip: IpAddr) -> std::result::Result<Held, Refused> {
+        self.budgets.admit_address(ip).map(Held).map_err(Denied::refused)
+    }
+
+    /// Counts a credential from `ip` that was not accepted.
+    pub fn failed_authentication(&self, ip: IpAddr) {
+        self.budgets.auth_refused(ip, true);
+    }
+
+    /// A place among the credential's requests in flight, and one off its call rates (steps 3 and 5).
+    pub fn admit_credential(&self, credential: &Credential, path: &str) -> std::result::Result<Held, Refused> {
+        let place = self.budgets.admit_credential(&credential.holder()).map_err(Denied::refused)?;
+        self.gatekeeper.admit_rate(credential, path).map_err(|err| {
+            let retry_after = match &err {
+                Error::Throttled { retry_after, .. } => Some(*retry_after),
+                _ => None,
+            };
+            Denied { shed: Shed::rates, message: err.to_string(), retry_after }.refused()
+        })?;
+        Ok(Held(place))
+    }
 }
 
 /// "retry in N s", N a whole number of seconds, at least 1.

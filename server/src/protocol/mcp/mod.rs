@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -34,9 +34,11 @@ use self::agents::{Agents, Remote};
 use self::handler::Handler;
 use self::sessions::Sessions;
 use self::stream::Streams;
+use super::admission::{AdmissionLayer, Refused};
 use super::connections::InProcess;
+use super::credential::Credential;
 use super::tls::ReloadingCert;
-use super::web;
+use super::web::{self, Peer};
 use crate::app::identity::IdentityService;
 use crate::app::remote::RemoteService;
 use crate::domain::ids::{TokenKind, check_token};
@@ -71,6 +73,7 @@ pub fn serve(
     listener: TcpListener,
     identity: IdentityService,
     remote: RemoteService,
+    admission: AdmissionLayer,
     in_process: InProcess,
     tls: Option<Arc<ReloadingCert>>,
     shutdown: CancellationToken,
@@ -96,7 +99,7 @@ pub fn serve(
     let service =
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
     let streams = Streams { agents, remote };
-    let auth = Auth { identity, secure };
+    let auth = Auth { identity, admission, secure };
     // POST and DELETE are the SDK's; a session's GET stream is ours, fed by the agent's push stream.
     let mcp = get(stream::open).with_state(streams).post_service(service.clone()).delete_service(service);
     let router = Router::new()
@@ -111,6 +114,8 @@ pub fn serve(
 #[derive(Clone)]
 struct Auth {
     identity: IdentityService,
+    /// The budgets and rates gRPC calls meet, shared.
+    admission: AdmissionLayer,
     secure: bool,
 }
 
@@ -137,8 +142,16 @@ async fn metadata(State(auth): State<Auth>, headers: HeaderMap) -> Response {
     response
 }
 
-/// Admits requests to `/mcp` that present a live machine token, noting who they are from.
+/// Admits requests to `/mcp` that present a live machine token, noting who they are from. They
+/// meet the budgets a gRPC call meets, shared with gRPC: failed authentications per address, calls
+/// being authenticated per address, calls in flight per credential, call rates per credential and
+/// account.
 async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
+    let ip = request.extensions().get::<ConnectInfo<Peer>>().map(|ConnectInfo(Peer(peer))| peer.ip());
+    let unknown = match ip.map(|ip| auth.admission.admit_address(ip)).transpose() {
+        Ok(place) => place,
+        Err(refused) => return too_many(&refused),
+    };
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -146,20 +159,28 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|t| !t.is_empty());
-    let Some(token) = presented else {
-        return unauthorized(&auth, request.headers(), None);
+    let base = auth.base(request.headers());
+    let Some(token) = presented.map(str::to_owned) else {
+        return unauthorized(&base, None);
     };
-    if check_token(TokenKind::Machine, token).is_err() {
-        return unauthorized(
-            &auth,
-            request.headers(),
-            Some("not a machine token: relay-server admin machine add issues one"),
-        );
+    let failed = |why: &str| {
+        if let Some(ip) = ip {
+            auth.admission.failed_authentication(ip);
+        }
+        unauthorized(&base, Some(why))
+    };
+    if check_token(TokenKind::Machine, &token).is_err() {
+        return failed("not a machine token: relay-server admin machine add issues one");
     }
-    let machine = match auth.identity.machine(token).await {
+    let machine = match auth.identity.machine(&token).await {
         Ok(machine) => machine,
-        Err(crate::domain::Error::Unauthenticated(why)) => return unauthorized(&auth, request.headers(), Some(&why)),
+        Err(crate::domain::Error::Unauthenticated(why)) => return failed(&why),
         Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    };
+    drop(unknown);
+    let _in_flight = match auth.admission.admit_credential(&Credential::Machine(machine.clone()), PATH) {
+        Ok(place) => place,
+        Err(refused) => return too_many(&refused),
     };
     let handle = match request.headers().get(HANDLE_HEADER).map(HeaderValue::to_str) {
         None => None,
@@ -171,10 +192,21 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
     next.run(request).await
 }
 
+/// 429 with what was full and, when known, when to retry.
+fn too_many(refused: &Refused) -> Response {
+    let mut response = json_response(StatusCode::TOO_MANY_REQUESTS, &json!({ "error": refused.message }));
+    if let Some(wait) = refused.retry_after
+        && let Ok(value) = HeaderValue::from_str(&crate::domain::rate::whole_seconds(wait).to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
 /// 401 with the challenge and where the metadata is; `refused` says why a token presented was not
 /// taken (a request with none gets no error code, as RFC 6750 asks).
-fn unauthorized(auth: &Auth, headers: &HeaderMap, refused: Option<&str>) -> Response {
-    let mut challenge = format!("Bearer resource_metadata=\"{}{METADATA_PATH}\"", auth.base(headers));
+fn unauthorized(base: &str, refused: Option<&str>) -> Response {
+    let mut challenge = format!("Bearer resource_metadata=\"{base}{METADATA_PATH}\"");
     if let Some(why) = refused {
         let why = why.replace(['"', '\\'], "'");
         challenge.push_str(&format!(", error=\"invalid_token\", error_description=\"{why}\""));
