@@ -87,6 +87,13 @@ pub struct PurgedLabel {
     pub kind: Purged,
 }
 
+/// A request at the MCP endpoint: its HTTP method and the status it was answered with.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct McpLabels {
+    pub method: &'static str,
+    pub status: u16,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApprovalLabel {
     pub state: &'static str,
@@ -128,6 +135,9 @@ pub struct Metrics {
     pub leases_expired: Counter,
     pub purged: Family<PurgedLabel, Counter>,
     pub approvals_waiting: Family<ApprovalLabel, Gauge>,
+    pub mcp_requests: Family<McpLabels, Counter>,
+    pub mcp_agents: Gauge,
+    pub mcp_streams: Gauge,
 }
 
 impl Metrics {
@@ -162,6 +172,9 @@ impl Metrics {
             leases_expired: Counter::default(),
             purged: Family::default(),
             approvals_waiting: Family::default(),
+            mcp_requests: Family::default(),
+            mcp_agents: Gauge::default(),
+            mcp_streams: Gauge::default(),
         };
         let r = &mut registry;
         r.register("rpcs", "Calls answered, by method and gRPC code", m.rpcs.clone());
@@ -225,6 +238,9 @@ impl Metrics {
             "Permission requests waiting for a decision, by state",
             m.approvals_waiting.clone(),
         );
+        r.register("mcp_requests", "Requests at the MCP endpoint, by HTTP method and status", m.mcp_requests.clone());
+        r.register("mcp_agents", "Agents without a bridge this replica serves over MCP", m.mcp_agents.clone());
+        r.register("mcp_streams", "MCP sessions' notification streams open on this replica", m.mcp_streams.clone());
         Self { registry, ..m }
     }
 
@@ -247,6 +263,17 @@ impl Metrics {
         if n > 0 {
             self.deliveries.get_or_create(&StepLabel { step }).inc_by(n);
         }
+    }
+
+    /// Counts a request at the MCP endpoint.
+    pub fn mcp_answered(&self, method: &http::Method, status: u16) {
+        let method = match *method {
+            http::Method::GET => "GET",
+            http::Method::POST => "POST",
+            http::Method::DELETE => "DELETE",
+            _ => "other",
+        };
+        self.mcp_requests.get_or_create(&McpLabels { method, status }).inc();
     }
 
     pub fn purged(&self, kind: Purged, n: u64) {

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 struct World {
     server: Server,
     mcp: String,
+    ops: String,
     laptop: String,
     cloud: String,
     db: TestDb,
@@ -23,10 +24,12 @@ struct World {
 async fn world() -> World {
     let db = TestDb::new().await;
     let mcp = format!("127.0.0.1:{}", free_port());
-    let server = Server::start_with_env(&db, free_port(), &[("RELAY_MCP_LISTEN", mcp.as_str())]).await;
+    let ops = format!("127.0.0.1:{}", free_port());
+    let env = [("RELAY_MCP_LISTEN", mcp.as_str()), ("RELAY_OPS_LISTEN", ops.as_str())];
+    let server = Server::start_with_env(&db, free_port(), &env).await;
     let laptop = server.machine("acme", "laptop");
     let cloud = server.machine("acme", "cloud");
-    World { server, mcp, laptop, cloud, db }
+    World { server, mcp, ops, laptop, cloud, db }
 }
 
 fn structured(result: &Value) -> &Value {
@@ -175,6 +178,11 @@ async fn requests_without_a_live_machine_token_are_told_what_to_present() {
     let document: Value = serde_json::from_str(&metadata.body).expect("a JSON document");
     assert_eq!(document["resource"], format!("http://{}/mcp", w.mcp));
     assert_eq!(document["bearer_methods_supported"], json!(["header"]));
+
+    // Operators see the endpoint's requests by outcome.
+    let (_, exposition) = relay_tests::http::get(&w.ops, "/metrics").await.expect("metrics");
+    let refused = relay_tests::http::sample(&exposition, r#"relay_mcp_requests_total{method="POST",status="401"}"#);
+    assert!(refused.is_some_and(|n| n >= 3.0), "{exposition}");
 }
 
 /// A stateless `relay_inbox` that waits up to `wait_s` and asks for progress, sent on a connection

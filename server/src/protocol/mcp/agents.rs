@@ -19,6 +19,7 @@ use tonic::transport::Endpoint;
 use crate::app::identity::{Claim, IdentityService};
 use crate::domain::caller::MachineIdentity;
 use crate::domain::ids::{self, TokenHash};
+use crate::metrics::metrics;
 use crate::protocol::connections::InProcess;
 use crate::protocol::status::to_status;
 
@@ -96,6 +97,7 @@ impl Agents {
         }
         let tools = Arc::new(self.make(remote, seat.harness, token));
         kept.insert(key, Kept { tools: tools.clone(), used: now });
+        metrics().mcp_agents.set(kept.len() as i64);
         tools
     }
 

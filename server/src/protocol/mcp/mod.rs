@@ -42,6 +42,7 @@ use super::web::{self, Peer};
 use crate::app::identity::IdentityService;
 use crate::app::remote::RemoteService;
 use crate::domain::ids::{TokenKind, check_token};
+use crate::metrics::metrics;
 
 /// Where `dev` serves the endpoint unless told otherwise.
 pub const DEV_MCP_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7450);
@@ -105,6 +106,7 @@ pub fn serve(
     let router = Router::new()
         .route(PATH, mcp)
         .layer(middleware::from_fn_with_state(auth.clone(), authenticate))
+        .layer(middleware::from_fn(count))
         .route(METADATA_PATH, get(metadata))
         .route(&format!("{METADATA_PATH}{PATH}"), get(metadata))
         .with_state(auth);
@@ -190,6 +192,14 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
     let remote = Remote { machine, machine_token: token.into(), handle };
     request.extensions_mut().insert(remote);
     next.run(request).await
+}
+
+/// Counts each request to `/mcp` by its method and status.
+async fn count(request: Request, next: Next) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    metrics().mcp_answered(&method, response.status().as_u16());
+    response
 }
 
 /// 429 with what was full and, when known, when to retry.

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::agents::{Agents, Remote, Seat, harness_of};
 use crate::app::remote::RemoteService;
+use crate::metrics::metrics;
 
 /// How often an idle stream says it is alive, so proxies keep it open and a gone client is found.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -73,6 +74,8 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
     tokio::spawn(async move {
         // Ends when the client goes (the event channel closes), taking the push stream with it.
         let _guard = guard;
+        metrics().mcp_streams.inc();
+        let _open = OpenStream;
         let mut role = tools.role_changes();
         role.mark_unchanged();
         loop {
@@ -115,4 +118,13 @@ fn notification(message: &Message, channel: bool) -> Event {
 
 fn list_changed() -> Value {
     json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" })
+}
+
+/// Counts a stream open until dropped.
+struct OpenStream;
+
+impl Drop for OpenStream {
+    fn drop(&mut self) {
+        metrics().mcp_streams.dec();
+    }
 }
