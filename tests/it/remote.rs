@@ -342,3 +342,36 @@ async fn the_endpoint_shares_grpcs_budgets_and_refuses_oversized_requests() {
     let grpc = relay_tests::client::Agent::hello(&w.server.url, &w.laptop, "alice").await.err().expect("held off");
     assert!(grpc.message().contains("too many calls from your address"), "{grpc:?}");
 }
+
+#[tokio::test]
+async fn idle_sockets_cannot_hold_the_endpoint() {
+    use tokio::io::AsyncReadExt;
+    let w = world().await;
+    // A connection that never starts a request is closed once a request head should have come.
+    let mut silent = tokio::net::TcpStream::connect(&w.mcp).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(std::time::Duration::from_secs(30), silent.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "closed, not answered: {read:?}");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(5), "a slow client gets its time");
+
+    // One address holds at most its share of connections: the next is closed at once, and the
+    // others' requests go on.
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        held.push(tokio::net::TcpStream::connect(&w.mcp).await.unwrap());
+    }
+    let mut over = tokio::net::TcpStream::connect(&w.mcp).await.unwrap();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(5), over.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "the connection past the share is closed at once: {read:?}");
+    drop(held);
+    let metadata = relay_tests::eventually(std::time::Duration::from_secs(10), "room for a request again", || {
+        let mcp = w.mcp.clone();
+        async move {
+            let answer = relay_tests::http::get(&mcp, "/.well-known/oauth-protected-resource").await?;
+            (answer.0 == 200).then_some(answer)
+        }
+    })
+    .await;
+    assert!(metadata.1.contains("resource"), "{metadata:?}");
+}

@@ -1,21 +1,32 @@
 //! Serving an HTTP/1.1 router on a listener of its own, with TLS when the server has a certificate
 //! (the same certificate, reloaded with it): the web console and the MCP endpoint. Each request
-//! knows its client's address ([`Peer`]); a slow TLS handshake holds up nobody else; open
-//! connections get [`DRAIN_LIMIT`] once the server stops.
+//! knows its client's address ([`Peer`]). A hostile client cannot hold the listener: a slow TLS
+//! handshake holds up nobody else, one address holds at most its share of connections, a request's
+//! head must arrive in time, and a connection silent for longer than any answer may take is
+//! closed. Open connections get [`DRAIN_LIMIT`] once the server stops.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::{Context as _, bail};
+use axum::extract::ConnectInfo;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use super::tls::ReloadingCert;
+use crate::metrics::{Shed, metrics};
 
 /// How long open requests and streams get to finish once the server stops.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
@@ -53,6 +64,7 @@ pub fn url(addr: SocketAddr, tls: bool) -> String {
 }
 
 /// Serves `router` (named `what` in logs) on `listener` until `shutdown`, over TLS with `tls`.
+/// Each request carries its client's address (`ConnectInfo<Peer>`).
 pub fn serve(
     what: &'static str,
     listener: TcpListener,
@@ -66,20 +78,195 @@ pub fn serve(
     }
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
-        let stopped = stop.clone().cancelled_owned();
-        let service = router.into_make_service_with_connect_info::<Peer>();
-        let served = match acceptor {
-            None => axum::serve(listener, service).with_graceful_shutdown(stopped).await,
+        let held = Arc::new(Held::default());
+        match acceptor {
+            None => loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    () = stop.cancelled() => return,
+                };
+                match accepted {
+                    Ok((stream, peer)) => connection(what, stream, peer, &router, &held, &stop),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            },
             Some(acceptor) => {
-                let listener = TlsListener::start(listener, acceptor, stop);
-                axum::serve(listener, service).with_graceful_shutdown(stopped).await
+                let mut listener = TlsListener::start(listener, acceptor, stop.clone());
+                loop {
+                    let (stream, peer) = tokio::select! {
+                        accepted = listener.ready.recv() => match accepted {
+                            Some(accepted) => accepted,
+                            None => return,
+                        },
+                        () = stop.cancelled() => return,
+                    };
+                    connection(what, stream, peer, &router, &held, &stop);
+                }
             }
-        };
-        if let Err(e) = served {
-            tracing::error!(error = %e, "{what} stopped");
         }
     });
     Ok(drain(task, shutdown))
+}
+
+/// Connections held at once by one listener.
+const MAX_CONNECTIONS: usize = 4096;
+/// Of them, connections of one address.
+const MAX_CONNECTIONS_PER_ADDRESS: usize = 256;
+/// How long a request's head may take to arrive, and an idle kept-alive connection may wait for
+/// the next one.
+const HEADER_TIME: Duration = Duration::from_secs(10);
+/// How long a connection may carry no byte either way: longer than the longest wait a request
+/// may make (300 s) while its answer has nothing to say; event streams say something every 15 s.
+const SILENT_TIME: Duration = Duration::from_secs(330);
+
+/// The connections a listener holds, by address.
+#[derive(Default)]
+struct Held {
+    by_address: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A connection's place among those held; given back when dropped.
+struct Place {
+    held: Arc<Held>,
+    ip: IpAddr,
+}
+
+impl Held {
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<Place> {
+        let mut by_address = self.by_address.lock().expect("connections lock poisoned");
+        let total: usize = by_address.values().sum();
+        let of_address = by_address.entry(ip).or_insert(0);
+        if total >= MAX_CONNECTIONS || *of_address >= MAX_CONNECTIONS_PER_ADDRESS {
+            return None;
+        }
+        *of_address += 1;
+        Some(Place { held: self.clone(), ip })
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut by_address = self.held.by_address.lock().expect("connections lock poisoned");
+        if let Some(count) = by_address.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                by_address.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Serves one connection in a task of its own, within its address's share, its heads on time
+/// and never silent for long; on shutdown it finishes the request in hand and closes.
+fn connection<S>(
+    what: &'static str,
+    stream: S,
+    peer: SocketAddr,
+    router: &axum::Router,
+    held: &Arc<Held>,
+    stop: &CancellationToken,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let Some(place) = held.take(peer.ip()) else {
+        metrics().shed(Shed::connections);
+        tracing::debug!(%peer, "{what}: connection refused, its address holds its share");
+        return;
+    };
+    let service = router.clone().map_request(move |request: http::Request<hyper::body::Incoming>| {
+        let mut request = request.map(axum::body::Body::new);
+        request.extensions_mut().insert(ConnectInfo(Peer(peer)));
+        request
+    });
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let _place = place;
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_TIME);
+        let builder = builder.http1_only();
+        // A new connection must start its first request as soon as a head must arrive.
+        let io = TokioIo::new(Silent::new(stream, HEADER_TIME, SILENT_TIME));
+        let conn = builder.serve_connection_with_upgrades(io, TowerToHyperService::new(service));
+        tokio::pin!(conn);
+        let served = tokio::select! {
+            served = conn.as_mut() => served,
+            () = stop.cancelled() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = served {
+            tracing::debug!(%peer, error = %e, "{what}: connection ended");
+        }
+    });
+}
+
+/// A stream that fails once nothing has crossed it either way for its time (`first` until the
+/// first byte crosses).
+struct Silent<S> {
+    inner: S,
+    limit: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<S> Silent<S> {
+    fn new(inner: S, first: Duration, limit: Duration) -> Self {
+        Self { inner, limit, deadline: Box::pin(tokio::time::sleep(first)) }
+    }
+
+    fn heard(&mut self) {
+        self.deadline.as_mut().reset(tokio::time::Instant::now() + self.limit);
+    }
+
+    fn silent_too_long(&mut self, cx: &mut Context<'_>) -> bool {
+        self.deadline.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn too_silent() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "nothing crossed the connection for too long")
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Silent<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.heard();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if self.silent_too_long(cx) => Poll::Ready(Err(too_silent())),
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Silent<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.heard();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.silent_too_long(cx) => Poll::Ready(Err(too_silent())),
+            other => other,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// The serving task, given [`DRAIN_LIMIT`] after shutdown before it is ended: a client holding a
@@ -98,28 +285,14 @@ fn drain(task: JoinHandle<()>, shutdown: CancellationToken) -> JoinHandle<()> {
 #[derive(Debug, Clone, Copy)]
 pub struct Peer(pub SocketAddr);
 
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, TlsListener>) -> Self {
-        Self(*stream.remote_addr())
-    }
-}
-
-/// Connections whose TLS handshake finished, handed to axum one at a time. Handshakes run in
-/// tasks of their own, so one slow client holds up nobody else.
-pub struct TlsListener {
+/// Connections whose TLS handshake finished, in the order they finished. Handshakes run in tasks
+/// of their own, so one slow client holds up nobody else.
+struct TlsListener {
     ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
 }
 
 impl TlsListener {
     fn start(listener: TcpListener, acceptor: TlsAcceptor, shutdown: CancellationToken) -> Self {
-        let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let (tx, ready) = mpsc::channel(HANDSHAKES);
         let handshakes = Arc::new(Semaphore::new(HANDSHAKES));
         tokio::spawn(async move {
@@ -150,24 +323,7 @@ impl TlsListener {
                 });
             }
         });
-        Self { ready, local }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The accepting stopped (shutdown): wait for the graceful stop to end the server.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+        Self { ready }
     }
 }
 
