@@ -63,6 +63,44 @@ async fn handshake_negotiates_versions_and_lists_tools() {
     assert_eq!(me["structuredContent"]["address"], "acme/laptop/claude-1", "a free handle is picked");
 }
 
+/// The `_meta` a request of the stateless revision carries, from a client named `client`.
+fn stateless_meta(client: &str, version: &str) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientInfo": { "name": client, "version": "2.2.0" },
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+#[tokio::test]
+async fn the_stateless_revision_is_spoken_without_a_handshake() {
+    let w = world().await;
+    let mut b = bridge(&w.server.url, &w.laptop, "alice");
+    let refused = b.request("tools/list", json!({})).await;
+    assert_eq!(refused["error"]["code"], -32002, "a 2025 client still initializes first: {refused}");
+
+    let discovered = b.request("server/discover", json!({ "_meta": stateless_meta("probe", "2026-07-28") })).await;
+    let versions = &discovered["result"]["supportedVersions"];
+    assert_eq!(versions[0], "2026-07-28", "{discovered}");
+    assert!(versions.as_array().unwrap().iter().any(|v| v == "2025-11-25"), "{discovered}");
+    assert!(discovered["result"]["instructions"].as_str().unwrap().contains("relay_send"), "{discovered}");
+
+    let listed = b.request("tools/list", json!({ "_meta": stateless_meta("probe", "2026-07-28") })).await;
+    assert_eq!((&listed["result"]["resultType"], &listed["result"]["cacheScope"]), (&json!("complete"), &json!("private")));
+    let send = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "relay_send").unwrap();
+    assert!(send.get("outputSchema").is_some() && send.get("annotations").is_some(), "{send}");
+
+    let params = json!({ "name": "relay_whoami", "arguments": {}, "_meta": stateless_meta("probe", "2026-07-28") });
+    let me = b.request("tools/call", params).await;
+    assert_eq!(me["result"]["resultType"], "complete", "{me}");
+    assert_eq!(me["result"]["structuredContent"]["address"], "acme/laptop/alice", "{me}");
+
+    let params = json!({ "name": "relay_whoami", "arguments": {}, "_meta": stateless_meta("probe", "2099-01-01") });
+    let unknown = b.request("tools/call", params).await;
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    assert!(unknown["error"]["message"].as_str().unwrap().contains("2026-07-28"), "{unknown}");
+}
+
 #[tokio::test]
 async fn every_bad_line_gets_an_answer_and_the_session_lives_on() {
     let w = world().await;

@@ -23,6 +23,12 @@ pub struct Options {
     pub version: &'static str,
 }
 
+/// Where a request of the stateless revision names its version, its client, and whether it takes
+/// channel pushes.
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_CLIENT_NAME: &str = "/io.modelcontextprotocol~1clientInfo/name";
+const META_CHANNEL: &str = "/io.modelcontextprotocol~1clientCapabilities/experimental/claude~1channel";
+
 /// How long requests still running at end of input may take before the session ends anyway, and
 /// how long saying goodbye to the relay may take: a client closing the session (or a signal) ends
 /// the bridge within two seconds, whatever the relay does.
@@ -294,9 +300,29 @@ impl Session {
         match method {
             "initialize" => self.initialize(id, params),
             "ping" => jsonrpc::result(id, json!({})),
+            "server/discover" => jsonrpc::result(
+                id,
+                json!({
+                    "resultType": "complete",
+                    "supportedVersions": std::iter::once(Version::STATELESS).chain(Version::ALL).map(Version::as_str).collect::<Vec<_>>(),
+                    "capabilities": self.capabilities(),
+                    "serverInfo": self.server_info(),
+                    "instructions": relay_agent::tools::INSTRUCTIONS,
+                }),
+            ),
             "tools/list" => {
-                let version = self.state.lock().expect("state lock").version.unwrap_or(Version::LATEST);
-                jsonrpc::result(id, json!({ "tools": self.tools.listing(version).await }))
+                let version = match self.version_of(id, params) {
+                    Ok(version) => version,
+                    Err(refusal) => return refusal,
+                };
+                let mut result = json!({ "tools": self.tools.listing(version).await });
+                if version == Version::STATELESS {
+                    // Private to this agent and not to be kept: the list follows its role.
+                    result["resultType"] = json!("complete");
+                    result["ttlMs"] = json!(0);
+                    result["cacheScope"] = json!("private");
+                }
+                jsonrpc::result(id, result)
             }
             _ => jsonrpc::error(id, jsonrpc::METHOD_NOT_FOUND, format!("method not found: {method}")),
         }
@@ -318,20 +344,66 @@ impl Session {
             state.version = Some(version);
             state.channel_client = channel_client;
         }
+        jsonrpc::result(
+            id,
+            json!({
+                "protocolVersion": version.as_str(),
+                "capabilities": self.capabilities(),
+                "serverInfo": self.server_info(),
+                "instructions": relay_agent::tools::INSTRUCTIONS,
+            }),
+        )
+    }
+
+    fn capabilities(&self) -> Value {
         // The tool list follows the endpoint's role: the client hears when it changes.
         let mut capabilities = json!({ "tools": { "listChanged": true } });
         if self.options.channels {
             capabilities["experimental"] = json!({ "claude/channel": {} });
         }
-        jsonrpc::result(
-            id,
-            json!({
-                "protocolVersion": version.as_str(),
-                "capabilities": capabilities,
-                "serverInfo": { "name": "agent-bridge", "title": "Relay", "version": self.options.version },
-                "instructions": relay_agent::tools::INSTRUCTIONS,
-            }),
-        )
+        capabilities
+    }
+
+    fn server_info(&self) -> Value {
+        json!({ "name": "agent-bridge", "title": "Relay", "version": self.options.version })
+    }
+
+    /// The version a request is served under: the one it names itself (the stateless revision,
+    /// whose requests each carry their version and client, with no handshake), else the session's.
+    /// A first request of the stateless revision takes the session's place: pushes may flow.
+    fn version_of(&self, id: &Value, params: &Value) -> Result<Version, Value> {
+        let meta = params.get("_meta");
+        let asked = meta.and_then(|m| m.get(META_VERSION)).and_then(Value::as_str);
+        let Some(asked) = asked else {
+            return self
+                .state
+                .lock()
+                .expect("state lock")
+                .version
+                .ok_or_else(|| jsonrpc::error(id, jsonrpc::NOT_INITIALIZED, "call initialize first"));
+        };
+        if Version::known(asked) != Some(Version::STATELESS) {
+            let why = format!(
+                "unsupported protocol version {asked:?} in _meta: requests name {} there; the others initialize a session",
+                Version::STATELESS.as_str()
+            );
+            return Err(jsonrpc::error(id, jsonrpc::INVALID_PARAMS, why));
+        }
+        let first = {
+            let mut state = self.state.lock().expect("state lock");
+            let first = state.version.is_none();
+            if first {
+                let client = meta.and_then(|m| m.pointer(META_CLIENT_NAME)).and_then(Value::as_str);
+                let declared = meta.and_then(|m| m.pointer(META_CHANNEL)).is_some_and(Value::is_object);
+                state.version = Some(Version::STATELESS);
+                state.channel_client = self.options.channels && (declared || client == Some("claude-code"));
+            }
+            first
+        };
+        if first {
+            self.start_push_if_ready();
+        }
+        Ok(Version::STATELESS)
     }
 
     fn notification(&self, method: &str, params: &Value) {
@@ -360,9 +432,7 @@ impl Session {
 
     /// Refusals that are protocol errors rather than tool results.
     fn check_call(&self, id: &Value, params: &Value) -> Result<(), Value> {
-        if self.state.lock().expect("state lock").version.is_none() {
-            return Err(jsonrpc::error(id, jsonrpc::NOT_INITIALIZED, "call initialize first"));
-        }
+        self.version_of(id, params)?;
         let Some(name) = params.get("name").and_then(Value::as_str) else {
             return Err(jsonrpc::error(id, jsonrpc::INVALID_PARAMS, "tools/call needs a tool name"));
         };
@@ -380,8 +450,12 @@ impl Session {
         let empty = serde_json::Map::new();
         let arguments = params.get("arguments").and_then(Value::as_object).unwrap_or(&empty);
         let outcome = self.tools.call(name, arguments).await;
-        let version = self.state.lock().expect("state lock").version.unwrap_or(Version::LATEST);
-        jsonrpc::result(id, outcome.render(version))
+        let version = self.version_of(id, params).unwrap_or(Version::LATEST);
+        let mut result = outcome.render(version);
+        if version == Version::STATELESS {
+            result["resultType"] = json!("complete");
+        }
+        jsonrpc::result(id, result)
     }
 }
 
