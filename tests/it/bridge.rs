@@ -86,7 +86,10 @@ async fn the_stateless_revision_is_spoken_without_a_handshake() {
     assert!(discovered["result"]["instructions"].as_str().unwrap().contains("relay_send"), "{discovered}");
 
     let listed = b.request("tools/list", json!({ "_meta": stateless_meta("probe", "2026-07-28") })).await;
-    assert_eq!((&listed["result"]["resultType"], &listed["result"]["cacheScope"]), (&json!("complete"), &json!("private")));
+    assert_eq!(
+        (&listed["result"]["resultType"], &listed["result"]["cacheScope"]),
+        (&json!("complete"), &json!("private"))
+    );
     let send = listed["result"]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "relay_send").unwrap();
     assert!(send.get("outputSchema").is_some() && send.get("annotations").is_some(), "{send}");
 

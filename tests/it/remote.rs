@@ -375,3 +375,51 @@ async fn idle_sockets_cannot_hold_the_endpoint() {
     .await;
     assert!(metadata.1.contains("resource"), "{metadata:?}");
 }
+
+/// The README's `claude mcp add` line, run with the real Claude Code CLI: it connects with the token
+/// from its environment, and says so when the token is refused.
+#[tokio::test]
+async fn claude_code_connects_as_the_readme_configures_it() {
+    use relay_tests::process::{COMMAND_LIMIT, RunWithin};
+    let w = world().await;
+    let home = tempfile::tempdir().unwrap();
+    let claude = |args: &[&str], token: &str| {
+        std::process::Command::new(relay_tests::clients::program("claude"))
+            .args(args)
+            .current_dir(home.path())
+            .env("HOME", home.path())
+            .env("PATH", relay_tests::clients::agent_path())
+            .env("RELAY_TOKEN", token)
+            .env("DISABLE_AUTOUPDATER", "1")
+            .output_within(COMMAND_LIMIT)
+            .expect("run claude")
+    };
+    let url = format!("http://{}/mcp", w.mcp);
+    let added = claude(
+        &[
+            "mcp",
+            "add",
+            "--scope",
+            "user",
+            "--transport",
+            "http",
+            "relay",
+            &url,
+            "--header",
+            "Authorization: Bearer ${RELAY_TOKEN}",
+            "--header",
+            "Relay-Handle: cc-remote",
+        ],
+        "",
+    );
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+    let config = std::fs::read_to_string(home.path().join(".claude.json")).unwrap();
+    assert!(config.contains("Bearer ${RELAY_TOKEN}") && !config.contains("rlm_"), "no token in the config: {config}");
+
+    let listed = claude(&["mcp", "list"], &w.cloud);
+    let said = String::from_utf8_lossy(&listed.stdout);
+    assert!(said.contains("relay:") && said.contains("Connected"), "{said}");
+    let refused = claude(&["mcp", "list"], "rlm_not_a_token");
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert!(said.contains("401") && !said.contains("Connected"), "{said}");
+}
