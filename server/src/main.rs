@@ -521,8 +521,9 @@ fn say(format: LogFormat, line: &str) {
 }
 
 /// Crates whose debug output carries what agents and people sent (the database client logs every
-/// statement's parameters: bodies, token hashes): held at info, whatever RELAY_LOG asks.
-const KEPT_QUIET: [&str; 2] = ["tokio_postgres", "postgres_protocol"];
+/// statement's parameters: bodies, token hashes; the MCP SDK every message it reads and writes):
+/// held at info, whatever RELAY_LOG asks.
+const KEPT_QUIET: [&str; 3] = ["tokio_postgres", "postgres_protocol", "rmcp"];
 
 fn init_logging(format: LogFormat, default: &str) {
     use tracing_subscriber::filter::{FilterExt, LevelFilter, Targets};

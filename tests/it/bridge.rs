@@ -120,7 +120,7 @@ async fn every_bad_line_gets_an_answer_and_the_session_lives_on() {
     assert_eq!(next["id"], json!(ping), "{next}");
     assert_eq!(next["result"], json!({}));
 
-    assert_eq!(error_code(&b.request("server/discover", json!({})).await), -32601);
+    assert_eq!(error_code(&b.request("prompts/list", json!({})).await), -32601);
     assert_eq!(error_code(&b.request("resources/list", json!({})).await), -32601);
 
     b.send_raw("{ this is not json").await;

@@ -1,6 +1,7 @@
 //! Nothing secret in the server's log, at any level: a server asked for everything (`RELAY_LOG=trace`,
-//! the database client's debug output included) carries a send, a hold, a card and its claim, and
-//! its log holds none of the bodies, texts and tokens that went through it.
+//! the database client's and the MCP SDK's debug output included) carries a send, a hold, a card and
+//! its claim, a console sign-in and a cloud agent's calls over `/mcp`, and its log holds none of the
+//! bodies, texts and tokens that went through it.
 
 use relay_proto::v1::{ClaimRequest, RegisterRepoRequest};
 use relay_tests::client::{Agent, channel};
@@ -16,9 +17,11 @@ async fn a_server_logging_everything_logs_no_body_text_or_token() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("server.log");
     let console = format!("127.0.0.1:{}", relay_tests::free_port());
+    let mcp = format!("127.0.0.1:{}", relay_tests::free_port());
     let everything = [
-        ("RELAY_LOG", "trace,tokio_postgres=trace,postgres_protocol=trace"),
+        ("RELAY_LOG", "trace,tokio_postgres=trace,postgres_protocol=trace,rmcp=trace"),
         ("RELAY_CONSOLE_LISTEN", console.as_str()),
+        ("RELAY_MCP_LISTEN", mcp.as_str()),
     ];
     let mut server = Server::start_logging_to(&db, &everything, &log).await;
     let laptop = server.machine("acme", "laptop");
@@ -69,6 +72,15 @@ async fn a_server_logging_everything_logs_no_body_text_or_token() {
     let board = relay_tests::http::request(&console, "GET", "/board", &[("Cookie", &cookie)], "").await;
     assert_eq!(board.status, 200);
 
+    // An agent without a bridge sends over the MCP endpoint, statelessly and in a session.
+    let cloud = server.machine("acme", "cloud");
+    let remote_body = "the cloud bucket key is quince-5520-harbour";
+    let mut stateless = relay_tests::remote::RemoteAgent::stateless(&mcp, &cloud, Some("ci-bot"));
+    stateless.tool_ok("relay_send", json!({ "to": "laptop/alice", "body": remote_body })).await;
+    let mut session =
+        relay_tests::remote::RemoteAgent::initialize(&mcp, &cloud, Some("ci-bot"), "2025-06-18", "claude-code").await;
+    session.tool_ok("relay_inbox", json!({})).await;
+
     server.stop().await;
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("TRACE") && text.contains("relay.v1.Relay"), "the log holds the calls at every level");
@@ -82,6 +94,8 @@ async fn a_server_logging_everything_logs_no_body_text_or_token() {
         ("a session token", bob.session_token.as_str()),
         ("a job token", job_token.as_str()),
         ("a console session", cookie_value.as_str()),
+        ("a body sent over MCP", remote_body),
+        ("a machine token over MCP", cloud.as_str()),
     ] {
         let line = text.lines().find(|l| l.contains(secret));
         assert!(

@@ -423,3 +423,74 @@ async fn claude_code_connects_as_the_readme_configures_it() {
     let said = String::from_utf8_lossy(&refused.stdout);
     assert!(said.contains("401") && !said.contains("Connected"), "{said}");
 }
+
+#[tokio::test]
+async fn the_endpoint_speaks_https_with_the_servers_certificate() {
+    use std::sync::Arc;
+    let db = TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert, issued.cert.pem()).unwrap();
+    std::fs::write(&key, issued.signing_key.serialize_pem()).unwrap();
+    let port = free_port();
+    let mcp = format!("127.0.0.1:{port}");
+    let server = Server::start_tls_with_env(&db, &cert, &key, &[("RELAY_MCP_LISTEN", &mcp)]).await;
+    let cloud = server.machine("acme", "cloud");
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(issued.cert.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tls = || async {
+        let tcp = tokio::net::TcpStream::connect(&mcp).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        connector.connect(name, tcp).await.expect("a TLS handshake with the server's certificate")
+    };
+    let host = format!("localhost:{port}");
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": { "name": "relay_whoami", "arguments": {}, "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": { "name": "ci-job", "version": "1.0" },
+            "io.modelcontextprotocol/clientCapabilities": {},
+        } },
+    })
+    .to_string();
+    let bearer = format!("Bearer {cloud}");
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Authorization", bearer.as_str()),
+        ("Relay-Handle", "ci-bot"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "relay_whoami"),
+    ];
+    let answer = relay_tests::http::request_on(tls().await, &host, "POST", "/mcp", &headers, &body).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert!(answer.body.contains("acme/cloud/ci-bot"), "{answer:?}");
+    let metadata =
+        relay_tests::http::request_on(tls().await, &host, "GET", "/.well-known/oauth-protected-resource", &[], "")
+            .await;
+    assert!(metadata.body.contains(&format!("\"https://{host}/mcp\"")), "{metadata:?}");
+}
+
+#[test]
+fn a_plaintext_endpoint_on_a_public_address_is_refused() {
+    use relay_tests::process::{COMMAND_LIMIT, RunWithin};
+    let out = std::process::Command::new(relay_tests::bin("relay-server"))
+        .args(["serve", "--mcp-listen", &format!("0.0.0.0:{}", free_port())])
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .stdin(std::process::Stdio::null())
+        .output_within(COMMAND_LIMIT)
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing a plaintext mcp endpoint on non-loopback address"), "{err}");
+}
