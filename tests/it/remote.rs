@@ -187,7 +187,7 @@ async fn requests_without_a_live_machine_token_are_told_what_to_present() {
 
 /// A stateless `relay_inbox` that waits up to `wait_s` and asks for progress, sent on a connection
 /// of its own; the connection, to be read as the answer streams.
-async fn start_waiting(w: &World, wait_s: u32) -> tokio::net::TcpStream {
+async fn start_waiting(mcp: &str, token: &str, wait_s: u32) -> tokio::net::TcpStream {
     use tokio::io::AsyncWriteExt;
     let body = json!({
         "jsonrpc": "2.0", "id": 7, "method": "tools/call",
@@ -204,11 +204,11 @@ async fn start_waiting(w: &World, wait_s: u32) -> tokio::net::TcpStream {
     .to_string();
     let head = format!(
         "POST /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nRelay-Handle: ci-bot\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: relay_inbox\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
-        w.mcp,
-        w.cloud,
+        mcp,
+        token,
         body.len()
     );
-    let mut stream = tokio::net::TcpStream::connect(&w.mcp).await.expect("connect to the mcp endpoint");
+    let mut stream = tokio::net::TcpStream::connect(mcp).await.expect("connect to the mcp endpoint");
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(body.as_bytes()).await.unwrap();
     stream
@@ -243,18 +243,18 @@ async fn a_long_wait_streams_progress_ends_at_the_first_message_and_takes_nothin
 
     // The client goes away while its call waits: the call ends, and the message sent after it is
     // still unread for the next call.
-    let mut gone = start_waiting(&w, 60).await;
+    let mut gone = start_waiting(&w.mcp, &w.cloud, 60).await;
     let streamed = read_until(&mut gone, "notifications/progress").await;
     assert!(streamed.contains("text/event-stream"), "{streamed}");
     assert!(streamed.contains("waiting for a message: 10 s of 60 s"), "{streamed}");
     drop(gone);
     alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "first" })).await;
-    let mut next = start_waiting(&w, 60).await;
+    let mut next = start_waiting(&w.mcp, &w.cloud, 60).await;
     let answer = read_until(&mut next, "\"id\":7").await;
     assert!(answer.contains("first"), "the message was not taken by the call whose client left: {answer}");
 
     // A wait with nothing unread goes on until a message comes, and ends with it.
-    let mut waiting = start_waiting(&w, 60).await;
+    let mut waiting = start_waiting(&w.mcp, &w.cloud, 60).await;
     read_until(&mut waiting, "notifications/progress").await;
     alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "second" })).await;
     let answer = read_until(&mut waiting, "\"id\":7").await;
@@ -493,4 +493,32 @@ fn a_plaintext_endpoint_on_a_public_address_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("refusing a plaintext mcp endpoint on non-loopback address"), "{err}");
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_wait_loses_nothing_and_the_next_request_goes_on_at_another() {
+    let w = world().await;
+    let other_mcp = format!("127.0.0.1:{}", free_port());
+    let mut doomed = Server::start_with_env(&w.db, free_port(), &[("RELAY_MCP_LISTEN", other_mcp.as_str())]).await;
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot")).tool_ok("relay_whoami", json!({})).await;
+
+    // Requests alternate between the replicas; one waits on the replica that is then killed (-9).
+    let mut wait = start_waiting(&other_mcp, &w.cloud, 60).await;
+    read_until(&mut wait, "notifications/progress").await;
+    doomed.crash();
+    let cut = read_until(&mut wait, "\"id\":7").await;
+    assert!(!cut.contains("\"result\""), "the wait had no answer to give: {cut}");
+
+    // Mail sent meanwhile is all there for the next request, at the replica still up.
+    for body in ["one", "two", "three"] {
+        alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": body })).await;
+    }
+    let mut next = RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot"));
+    let read = next.tool_ok("relay_inbox", json!({})).await;
+    let shown = text(&read);
+    let at = |word: &str| shown.find(&format!("\n{word}\n")).unwrap_or_else(|| panic!("{word} missing: {shown}"));
+    assert!(at("one") < at("two") && at("two") < at("three"), "all three, in order: {shown}");
 }
