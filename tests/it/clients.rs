@@ -269,3 +269,49 @@ async fn gemini_cli_offers_the_relay_tools_and_hands_unseen_mail_over_once_at_th
     );
     assert_eq!(state_of(&mut bob, &id).await, "read", "read through relay_inbox");
 }
+
+/// A Claude Code turn with no bridge: the relay tools come from the server's MCP endpoint, as the
+/// README configures it, and the model's relay_send reaches a bridged agent from the cloud agent.
+#[tokio::test]
+async fn a_claude_code_turn_sends_through_the_mcp_endpoint() {
+    let db = relay_tests::pg::TestDb::new().await;
+    let mcp = format!("127.0.0.1:{}", relay_tests::free_port());
+    let env = [("RELAY_MCP_LISTEN", mcp.as_str())];
+    let server = relay_tests::server::Server::start_with_env(&db, relay_tests::free_port(), &env).await;
+    let laptop = server.machine("acme", "laptop");
+    let cloud = server.machine("acme", "cloud");
+    let api = ModelApi::start().await;
+    let mut alice = bridge(&server.url, &laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+
+    // MCP tools are deferred: the model selects relay_send, then calls it, then answers.
+    api.on(
+        Api::Anthropic,
+        "ToolSearch",
+        Reply::tool("ToolSearch", json!({ "query": "select:mcp__relay__relay_send" })),
+    );
+    let send = json!({ "to": "laptop/alice", "body": "the nightly build is green" });
+    api.on(Api::Anthropic, "mcp__relay__relay_send", Reply::tool("mcp__relay__relay_send", send));
+    api.on(Api::Anthropic, "(id ", Reply::text("sent"));
+    let project = ClaudeProject::remote(&format!("http://{mcp}/mcp"), "cc-cloud", &api.url);
+    let run = tokio::process::Command::new(clients::program("claude"))
+        .args(["-p", "tell alice the build is green", "--allowedTools", "mcp__relay__relay_send"])
+        .current_dir(project.dir())
+        .env_clear()
+        .envs(project.env("unused"))
+        .env("RELAY_TOKEN", &cloud)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(TURN, run).await.expect("claude -p was held").unwrap();
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), api.summary());
+
+    let read = alice.tool_ok("relay_inbox", json!({})).await;
+    let shown = relay_tests::mcp::text(&read);
+    assert!(
+        shown.contains("the nightly build is green") && shown.contains("acme/cloud/cc-cloud"),
+        "{shown}\n{}",
+        api.summary()
+    );
+}

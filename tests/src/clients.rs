@@ -155,6 +155,34 @@ impl ClaudeProject {
         Self { home, project, api: api.to_owned() }
     }
 
+    /// A project whose Claude Code reaches the relay with no bridge, at the server's MCP endpoint
+    /// `mcp_url`, configured as the README says (`claude mcp add --transport http`, the token from
+    /// `RELAY_TOKEN` in its environment, the handle in `Relay-Handle`).
+    pub fn remote(mcp_url: &str, handle: &str, api: &str) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let dir = project.path().canonicalize().unwrap();
+        let approvals = serde_json::json!({
+            "hasCompletedOnboarding": true,
+            "theme": "dark",
+            "customApiKeyResponses": { "approved": [&CLAUDE_KEY[CLAUDE_KEY.len() - 20..]], "rejected": [] },
+            "projects": { dir.display().to_string(): { "hasTrustDialogAccepted": true, "allowedTools": [] } },
+        });
+        std::fs::write(home.path().join(".claude.json"), approvals.to_string()).unwrap();
+        let out = Command::new(program("claude"))
+            .args(["mcp", "add", "--scope", "user", "--transport", "http", "relay", mcp_url])
+            .args(["--header", "Authorization: Bearer ${RELAY_TOKEN}", "--header"])
+            .arg(format!("Relay-Handle: {handle}"))
+            .current_dir(&dir)
+            .env("HOME", home.path())
+            .env("PATH", agent_path())
+            .env("DISABLE_AUTOUPDATER", "1")
+            .output_within(COMMAND_LIMIT)
+            .expect("run claude mcp add");
+        assert!(out.status.success(), "claude mcp add failed: {}", String::from_utf8_lossy(&out.stderr));
+        Self { home, project, api: api.to_owned() }
+    }
+
     pub fn dir(&self) -> PathBuf {
         self.project.path().canonicalize().unwrap()
     }
