@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use relay_proto::v1::{InboxRequest, Push, SendRequest, SubscribeRequest, WhoAmIRequest, push};
 use relay_server::domain::limits;
 use relay_tests::client::{self, Agent, Client};
+use relay_tests::mcp::{Bridge, BridgeSpec};
 use relay_tests::pg::{self, TestDb};
 use relay_tests::server::Server;
 use tokio::sync::Mutex;
@@ -44,7 +45,7 @@ struct Args {
 }
 
 /// The benchmark's phases, in the order they run.
-const PHASES: [&str; 5] = ["serial", "throughput", "rate", "idle", "inbox"];
+const PHASES: [&str; 6] = ["serial", "throughput", "mcp", "rate", "idle", "inbox"];
 
 impl Args {
     fn runs(&self, phase: &str) -> bool {
@@ -58,7 +59,7 @@ const USAGE: &str = "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seco
   --rate-seconds N  length of each fixed-rate phase, 1-120 (default 20)
   --idle N,N        idle push streams to hold open, each at most 20000 (default 1000,10000)
   --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)
-  --only P,P        run only these phases (serial, throughput, rate, idle, inbox); the floor always runs";
+  --only P,P        run only these phases (serial, throughput, mcp, rate, idle, inbox); the floor always runs";
 
 /// The arguments, or why they are wrong.
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -598,7 +599,10 @@ async fn main() {
         ("RELAY_MAX_CONNECTIONS_PER_CREDENTIAL", "20000"),
         ("RELAY_MAX_WAITING_CALLS", "40000"),
     ];
-    let server = Server::start_with_env(&db, port, &unlimited).await;
+    let mcp = format!("127.0.0.1:{}", relay_tests::free_port());
+    let mut env = unlimited.to_vec();
+    env.push(("RELAY_MCP_LISTEN", mcp.as_str()));
+    let server = Server::start_with_env(&db, port, &env).await;
     let pid = server.pid();
     let stats = Stats::connect(&db.url).await;
     let fsync: String = stats.client.query_one("show fsync", &[]).await.map(|r| r.get(0)).unwrap_or_default();
@@ -736,6 +740,79 @@ async fn main() {
         rows.push(row("grpc calls @32, no database (calls/s)", format!("{rate:.0}"), None, rate, ""));
         rows.push(Row {
             what: "  cpu us per call: server / postgres / bench".into(),
+            relay: cpu,
+            floor: String::new(),
+            ratio: String::new(),
+            target: String::new(),
+        });
+    }
+
+    // The MCP endpoint beside the bridge: a tool call's round trip through each, serially, and
+    // sends from 32 agents over HTTP, each on a connection it keeps.
+    if args.runs("mcp") {
+        let cloud = server.machine("bench", "cloud");
+        let _sink = Agent::hello(&server.url, &ci, "mcp-sink").await.unwrap();
+        let send = |i: usize| serde_json::json!({ "to": "ci/mcp-sink", "body": format!("tool call {i}") });
+        let calls = (args.seconds * 100) as usize;
+        let spec = BridgeSpec { server: &server.url, token: &laptop, handle: Some("via-bridge"), channels: false };
+        let mut bridged = Bridge::start(spec);
+        bridged.initialize("2025-06-18").await;
+        bridged.tool_ok("relay_whoami", serde_json::json!({})).await;
+        let mut lat = Vec::with_capacity(calls);
+        for i in 0..calls {
+            let start = Instant::now();
+            bridged.tool_ok("relay_send", send(i)).await;
+            lat.push(start.elapsed());
+        }
+        let via_bridge = quantiles(lat);
+        let mut http = Http::connect(&mcp, &cloud, "via-http").await;
+        http.call("relay_whoami", serde_json::json!({})).await;
+        let mut lat = Vec::with_capacity(calls);
+        for i in 0..calls {
+            let start = Instant::now();
+            http.call("relay_send", send(i)).await;
+            lat.push(start.elapsed());
+        }
+        let via_http = quantiles(lat);
+        for (what, bridge, http) in
+            [("p50", via_bridge.p50, via_http.p50), ("p99", via_bridge.p99, via_http.p99)]
+        {
+            rows.push(Row {
+                what: format!("tool call relay_send {what} (ms): bridge / http"),
+                relay: format!("{bridge:.2} / {http:.2}"),
+                floor: String::new(),
+                ratio: format!("{:.2}x", http / bridge),
+                target: String::new(),
+            });
+        }
+
+        let recipients: Vec<String> = agents(&server.url, &ci, "mr", 32).await.into_iter().map(|a| a.address).collect();
+        let mut senders = Vec::new();
+        for i in 0..32 {
+            let mut sender = Http::connect(&mcp, &cloud, &format!("mh{i}")).await;
+            sender.call("relay_whoami", serde_json::json!({})).await;
+            senders.push(sender);
+        }
+        let before = Cpu::now(pid);
+        let deadline = Instant::now() + Duration::from_secs(args.seconds);
+        let sent = futures_join(senders.into_iter().zip(recipients).map(|(mut sender, to)| async move {
+            let mut n = 0u64;
+            while Instant::now() < deadline {
+                sender.call("relay_send", serde_json::json!({ "to": to, "body": format!("m{n}") })).await;
+                n += 1;
+            }
+            n
+        }))
+        .await;
+        let total: u64 = sent.iter().sum();
+        let rate = total as f64 / args.seconds as f64;
+        let cpu = Cpu::now(pid).per(before, total as f64);
+        let floor = f.commits_per_s.get(&32).copied();
+        let mut r = row("throughput @32 over http /mcp (msg/s)", format!("{rate:.0}"), floor, rate, "");
+        r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
+        rows.push(r);
+        rows.push(Row {
+            what: "  cpu us per send: server / postgres / bench".into(),
             relay: cpu,
             floor: String::new(),
             ratio: String::new(),
@@ -914,4 +991,63 @@ async fn seed_unread(url: &str, address: &str, prefix: &str, n: i64) {
     ))
     .await
     .expect("seed unread messages");
+}
+
+/// A client of the MCP endpoint on one HTTP/1.1 connection it keeps, as an agent's client would:
+/// stateless tool calls (2026-07-28), each answered in JSON.
+struct Http {
+    stream: tokio::io::BufReader<tokio::net::TcpStream>,
+    head: String,
+    next_id: u64,
+}
+
+impl Http {
+    async fn connect(addr: &str, token: &str, handle: &str) -> Self {
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect to the mcp endpoint");
+        let _ = stream.set_nodelay(true);
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nRelay-Handle: {handle}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+             MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
+        );
+        Self { stream: tokio::io::BufReader::new(stream), head, next_id: 1 }
+    }
+
+    /// Calls tool `name`; its result, which must not be an error.
+    async fn call(&mut self, name: &str, arguments: serde_json::Value) -> serde_json::Value {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        let id = self.next_id;
+        self.next_id += 1;
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": { "name": name, "arguments": arguments, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": { "name": "relay-bench", "version": "1" },
+                "io.modelcontextprotocol/clientCapabilities": {},
+            } },
+        })
+        .to_string();
+        let request = format!("{}Mcp-Name: {name}\r\nContent-Length: {}\r\n\r\n{body}", self.head, body.len());
+        self.stream.get_mut().write_all(request.as_bytes()).await.expect("send to the mcp endpoint");
+        let mut length = 0;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).await.expect("read the answer's head");
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().expect("a content length");
+            }
+        }
+        let mut answer = vec![0; length];
+        self.stream.read_exact(&mut answer).await.expect("read the answer");
+        let answer: serde_json::Value = serde_json::from_slice(&answer).expect("a JSON answer");
+        let result = answer["result"].clone();
+        assert!(result.is_object() && result["isError"] != true, "{name}: {answer}");
+        result
+    }
 }
