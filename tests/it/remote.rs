@@ -309,6 +309,16 @@ async fn a_sessions_stream_brings_new_mail_as_notifications_and_resumes_after_th
     let ids = event_ids(&streamed);
     assert_eq!(ids, vec![first + 1, first + 2], "{streamed}");
 
+    // A client reconnecting while its old stream still looks open (a dead connection not yet
+    // noticed) takes the session's stream over: the old one ends, the new one carries the mail.
+    let mut newer = open_stream(&w, &session, Some(&(first + 2).to_string())).await;
+    read_until(&mut newer, "\r\n\r\n").await;
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), read_until(&mut again, "never sent")).await;
+    assert!(ended.is_ok(), "the older stream ended");
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "fourth" })).await;
+    let streamed = read_until(&mut newer, "fourth").await;
+    assert_eq!(event_ids(&streamed), vec![first + 3], "{streamed}");
+
     // Without a session there is no stream to open.
     let stateless = request(&w.mcp, "GET", "/mcp", &[("Authorization", &format!("Bearer {}", w.cloud))], "").await;
     assert_eq!(stateless.status, 405, "{stateless:?}");

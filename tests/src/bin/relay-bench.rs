@@ -774,9 +774,7 @@ async fn main() {
             lat.push(start.elapsed());
         }
         let via_http = quantiles(lat);
-        for (what, bridge, http) in
-            [("p50", via_bridge.p50, via_http.p50), ("p99", via_bridge.p99, via_http.p99)]
-        {
+        for (what, bridge, http) in [("p50", via_bridge.p50, via_http.p50), ("p99", via_bridge.p99, via_http.p99)] {
             rows.push(Row {
                 what: format!("tool call relay_send {what} (ms): bridge / http"),
                 relay: format!("{bridge:.2} / {http:.2}"),

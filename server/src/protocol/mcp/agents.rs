@@ -23,9 +23,10 @@ use crate::metrics::metrics;
 use crate::protocol::connections::InProcess;
 use crate::protocol::status::to_status;
 
-/// Agents kept at most; past it, those idle longest are dropped (their sessions live on).
-const MAX_AGENTS: usize = 10_000;
-/// An agent unused this long is dropped from the cache.
+/// Agents kept at most; past it, the one idle longest is dropped (its session lives on). Each holds
+/// an in-process connection, one of the replica's places: this leaves most of them to others.
+const MAX_AGENTS: usize = 2048;
+/// An agent unused this long is dropped when another is made, and its connection closed.
 const IDLE: Duration = Duration::from_secs(15 * 60);
 
 /// Who a request is from, as its credentials say: set by authentication, read by the handler.
@@ -87,13 +88,11 @@ impl Agents {
             agent.used = now;
             return agent.tools.clone();
         }
-        if kept.len() >= MAX_AGENTS {
-            kept.retain(|_, agent| now.duration_since(agent.used) < IDLE);
-            if kept.len() >= MAX_AGENTS
-                && let Some(oldest) = kept.iter().min_by_key(|(_, agent)| agent.used).map(|(key, _)| key.clone())
-            {
-                kept.remove(&oldest);
-            }
+        kept.retain(|_, agent| now.duration_since(agent.used) < IDLE);
+        if kept.len() >= MAX_AGENTS
+            && let Some(oldest) = kept.iter().min_by_key(|(_, agent)| agent.used).map(|(key, _)| key.clone())
+        {
+            kept.remove(&oldest);
         }
         let tools = Arc::new(self.make(remote, seat.harness, token));
         kept.insert(key, Kept { tools: tools.clone(), used: now });

@@ -99,7 +99,7 @@ pub fn serve(
     let handler = Handler::new(agents.clone());
     let service =
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
-    let streams = Streams { agents, remote };
+    let streams = Streams { agents, remote, open: Arc::default() };
     let auth = Auth { identity, admission, secure };
     // POST and DELETE are the SDK's; a session's GET stream is ours, fed by the agent's push stream.
     let mcp = get(stream::open).with_state(streams).post_service(service.clone()).delete_service(service);

@@ -4,8 +4,10 @@
 //! again when the agent's role changes. Each message's event id is its seq in the agent's inbox,
 //! so a client reconnecting with `Last-Event-ID` resumes after what it had, on any replica.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -33,6 +35,29 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub struct Streams {
     pub agents: Arc<Agents>,
     pub remote: RemoteService,
+    /// The sessions whose stream is open on this replica, one each: a client reconnecting (its
+    /// old connection perhaps dead and not yet noticed) ends the stream it had.
+    pub open: Arc<Mutex<HashMap<String, (u64, CancellationToken)>>>,
+}
+
+/// Numbers the streams, so one ending lets go of its session only if no newer one took it.
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(0);
+
+/// A session's stream open on this replica; let go when dropped.
+struct Open {
+    open: Arc<Mutex<HashMap<String, (u64, CancellationToken)>>>,
+    session: String,
+    id: u64,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut open = self.open.lock().expect("streams lock poisoned");
+        if open.get(&self.session).is_some_and(|(id, _)| *id == self.id) {
+            open.remove(&self.session);
+        }
+        metrics().mcp_streams.dec();
+    }
 }
 
 /// `GET /mcp`: the session's stream of notifications.
@@ -57,6 +82,14 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
         return (StatusCode::INTERNAL_SERVER_ERROR, "the session's state cannot be read").into_response();
     };
     let after_seq = last_event.and_then(|id| id.parse::<u64>().ok()).unwrap_or(0);
+    let stop = CancellationToken::new();
+    let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+    let taken = streams.open.lock().expect("streams lock poisoned").insert(session.clone(), (id, stop.clone()));
+    if let Some((_, older)) = taken {
+        older.cancel();
+    }
+    metrics().mcp_streams.inc();
+    let held = Open { open: streams.open.clone(), session: session.clone(), id };
     let client = params.client_info.name.clone();
     let tools = streams.agents.tools(&remote, &Seat { harness: harness_of(&client), mcp_session: Some(&session) });
     let channel = client == "claude-code"
@@ -65,17 +98,16 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
 
     let (events, rx) = mpsc::channel::<Event>(64);
     let (pushes, mut pushed) = mpsc::channel::<Message>(64);
-    let stop = CancellationToken::new();
     let relay = tools.relay().clone();
     let observer = tools.clone();
     let role = move |operator| observer.observe_role(operator);
     tokio::spawn(push::run(relay, pushes, tools.stream_progress(), role, after_seq, stop.clone()));
     let guard = stop.clone().drop_guard();
+    let stop_here = stop.clone();
     tokio::spawn(async move {
         // Ends when the client goes (the event channel closes), taking the push stream with it.
         let _guard = guard;
-        metrics().mcp_streams.inc();
-        let _open = OpenStream;
+        let _held = held;
         let mut role = tools.role_changes();
         role.mark_unchanged();
         loop {
@@ -92,6 +124,8 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
                     Err(_) => return,
                 },
                 () = events.closed() => return,
+                // A newer stream of the session took over.
+                () = stop_here.cancelled() => return,
             };
             if events.send(event).await.is_err() {
                 return;
@@ -118,13 +152,4 @@ fn notification(message: &Message, channel: bool) -> Event {
 
 fn list_changed() -> Value {
     json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" })
-}
-
-/// Counts a stream open until dropped.
-struct OpenStream;
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        metrics().mcp_streams.dec();
-    }
 }
