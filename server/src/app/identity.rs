@@ -339,9 +339,16 @@ async fn held(db: &impl GenericClient, machine: &MachineIdentity, handle: &str) 
     })
 }
 
+/// The machine a live machine token names: from memory while the store hears every change to
+/// machines, else from the database (and kept).
 async fn authenticate_machine(store: &Store, token: &str) -> Result<MachineIdentity> {
     ids::check_token(TokenKind::Machine, token)?;
-    let (identity, revoked) = identity::machine_by_token(&store.client().await?, &ids::token_hash(token))
+    let hash = ids::token_hash(token);
+    let ticket = match store.sessions().machine(&hash) {
+        Ok(identity) => return Ok(identity),
+        Err(ticket) => ticket,
+    };
+    let (identity, revoked) = identity::machine_by_token(&store.client().await?, &hash)
         .await?
         .ok_or_else(|| Error::Unauthenticated("unknown machine token".into()))?;
     if revoked {
@@ -350,6 +357,7 @@ async fn authenticate_machine(store: &Store, token: &str) -> Result<MachineIdent
             identity.account, identity.machine
         )));
     }
+    store.sessions().put_machine(ticket, &hash, &identity);
     Ok(identity)
 }
 

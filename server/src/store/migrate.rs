@@ -201,6 +201,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/0036_functions_defined_once.sql"),
     },
     Migration { version: 37, name: "mcp_sessions", sql: include_str!("../../migrations/0037_mcp_sessions.sql") },
+    Migration {
+        version: 38,
+        name: "machine_token_reissue_announced",
+        sql: include_str!("../../migrations/0038_machine_token_reissue_announced.sql"),
+    },
 ];
 
 /// A SQL function whose current body is the file `server/migrations/functions/NAME.sql` (a

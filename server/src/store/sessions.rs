@@ -1,9 +1,9 @@
-//! Sessions held in memory, so a call is authenticated without a database read.
+//! Sessions and machine tokens held in memory, so a call is authenticated without a database read.
 //!
 //! An entry is trusted only while this replica hears every change that could make it wrong: the
-//! database announces a session ending or changing hands and a machine revoked or removed (triggers
-//! of migration 9, on `relay_control`; a card's attempt ending ends its agent's session, migration
-//! 19), and the replica's listener forgets the entries concerned.
+//! database announces a session ending or changing hands and a machine revoked, removed or given a
+//! new token (triggers of migrations 9 and 38, on `relay_control`; a card's attempt ending ends its
+//! agent's session, migration 19), and the replica's listener forgets the entries concerned.
 //! While the listener is down nothing is kept, and every call reads the database as before.
 
 use std::collections::HashMap;
@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use super::heard::{self, Heard, Ticket};
-use crate::domain::caller::Caller;
+use crate::domain::caller::{Caller, MachineIdentity};
 use crate::domain::ids::{EndpointId, JobId, MachineId, TokenHash};
 
 /// Bounds memory whatever the number of sessions: past it, the oldest half is dropped.
@@ -27,6 +27,8 @@ struct Inner {
     heard: Heard,
     by_hash: HashMap<TokenHash, (Caller, Instant)>,
     by_endpoint: HashMap<EndpointId, TokenHash>,
+    /// Live machine tokens, by their hash.
+    machines: HashMap<TokenHash, (MachineIdentity, Instant)>,
 }
 
 impl SessionCache {
@@ -68,6 +70,27 @@ impl SessionCache {
         by_hash.insert(caller.session_hash.clone(), (caller.clone(), Instant::now()));
     }
 
+    /// The machine a live machine token's hash names, if known and fresh; otherwise a ticket for
+    /// caching the read.
+    pub fn machine(&self, hash: &TokenHash) -> Result<MachineIdentity, Ticket> {
+        let inner = self.lock();
+        match inner.machines.get(hash) {
+            Some((machine, at)) if inner.heard.serves(*at) => Ok(machine.clone()),
+            _ => Err(inner.heard.ticket()),
+        }
+    }
+
+    /// Keeps a live machine token read from the database, unless something was forgotten since
+    /// the read began.
+    pub fn put_machine(&self, ticket: Ticket, hash: &TokenHash, machine: &MachineIdentity) {
+        let mut inner = self.lock();
+        if !inner.heard.admits(ticket) {
+            return;
+        }
+        heard::make_room(&mut inner.machines, MAX_ENTRIES);
+        inner.machines.insert(hash.clone(), (machine.clone(), Instant::now()));
+    }
+
     /// The endpoint's session ended, changed hands, or its stream changed.
     pub fn forget_endpoint(&self, endpoint: EndpointId) {
         let mut inner = self.lock();
@@ -77,9 +100,10 @@ impl SessionCache {
         }
     }
 
-    /// The machine was revoked or removed: every session on it.
+    /// The machine was revoked, removed or given a new token: its token and every session on it.
     pub fn forget_machine(&self, machine: MachineId) {
         self.forget_where(|c| c.machine_id == machine);
+        self.lock().machines.retain(|_, (m, _)| m.machine_id != machine);
     }
 
     /// The card's attempt ended: the session of its agent, before the database's word arrives.
@@ -109,6 +133,7 @@ impl SessionCache {
         inner.heard.distrust();
         inner.by_hash.clear();
         inner.by_endpoint.clear();
+        inner.machines.clear();
     }
 
     /// Every change is heard from now on; a read that began before is not kept.
@@ -178,6 +203,35 @@ mod tests {
         cache.forget_attempt(&JobId::new("abc"));
         assert!(cache.get(&hash_of(4)).is_err());
         assert!(cache.get(&hash_of(3)).is_ok());
+    }
+
+    #[test]
+    fn a_machine_token_is_kept_until_its_machine_changes() {
+        let cache = SessionCache::default();
+        let machine = |id| MachineIdentity {
+            account_id: AccountId(1),
+            account: "acme".into(),
+            machine_id: MachineId(id),
+            machine: format!("m{id}"),
+        };
+        let ticket = cache.machine(&hash_of(1)).expect_err("nothing kept before changes are heard");
+        cache.put_machine(ticket, &hash_of(1), &machine(10));
+        assert!(cache.machine(&hash_of(1)).is_err());
+        cache.trust();
+        for (hash, id) in [(1, 10), (2, 11)] {
+            let ticket = cache.machine(&hash_of(hash)).expect_err("not cached yet");
+            cache.put_machine(ticket, &hash_of(hash), &machine(id));
+        }
+        assert_eq!(cache.machine(&hash_of(1)).unwrap().machine_id, MachineId(10));
+        cache.forget_machine(MachineId(10));
+        assert!(cache.machine(&hash_of(1)).is_err(), "revoked, removed or reissued");
+        assert!(cache.machine(&hash_of(2)).is_ok());
+        let ticket = cache.machine(&hash_of(1)).expect_err("gone");
+        cache.forget_machine(MachineId(11));
+        cache.put_machine(ticket, &hash_of(1), &machine(10));
+        assert!(cache.machine(&hash_of(1)).is_err(), "a read that raced a change is not kept");
+        cache.distrust();
+        assert!(cache.machine(&hash_of(2)).is_err());
     }
 
     #[test]
