@@ -532,3 +532,32 @@ async fn a_replica_killed_mid_wait_loses_nothing_and_the_next_request_goes_on_at
     let at = |word: &str| shown.find(&format!("\n{word}\n")).unwrap_or_else(|| panic!("{word} missing: {shown}"));
     assert!(at("one") < at("two") && at("two") < at("three"), "all three, in order: {shown}");
 }
+
+#[tokio::test]
+async fn a_machine_tokens_call_rate_is_one_over_http_and_grpc() {
+    let db = TestDb::new().await;
+    let mcp = format!("127.0.0.1:{}", free_port());
+    let env = [
+        ("RELAY_MCP_LISTEN", mcp.as_str()),
+        ("RELAY_CALL_RATE_PER_CREDENTIAL", "0.1"),
+        ("RELAY_CALL_BURST_PER_CREDENTIAL", "5"),
+    ];
+    let server = Server::start_with_env(&db, free_port(), &env).await;
+    let cloud = server.machine("acme", "cloud");
+    let mut agent = RemoteAgent::stateless(&mcp, &cloud, Some("ci-bot"));
+    // Each request takes one call from its machine token's rate, whatever it asks.
+    for _ in 0..5 {
+        agent.exchange("server/discover", json!({})).await;
+    }
+    let discover = json!({ "jsonrpc": "2.0", "id": 99, "method": "server/discover", "params": { "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": { "name": "ci-job", "version": "1.0" },
+        "io.modelcontextprotocol/clientCapabilities": {},
+    } } });
+    let over = agent.post(&discover, Some("server/discover")).await;
+    assert_eq!(over.status, 429, "{over:?}");
+    assert!(over.header("retry-after").is_some_and(|s| s.parse::<u64>().is_ok_and(|s| s >= 1)), "{over:?}");
+    // The same token over gRPC finds its rate spent too.
+    let refused = relay_tests::client::Agent::hello(&server.url, &cloud, "bob").await.err().expect("past its rate");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
+}
