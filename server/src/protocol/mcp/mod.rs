@@ -125,7 +125,12 @@ impl Auth {
     /// The base URL a client reached this endpoint by.
     fn base(&self, headers: &HeaderMap) -> String {
         let scheme = if self.secure { "https" } else { "http" };
-        let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+        // Echoed into a header and a document: only what a host name and port may hold.
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b)))
+            .unwrap_or("localhost");
         format!("{scheme}://{host}")
     }
 }
