@@ -167,6 +167,14 @@ pub fn peek(view: &PeekView) -> String {
 /// The notification that pushes a message into a Claude Code session started with channels.
 pub const CHANNEL_METHOD: &str = "notifications/claude/channel";
 
+/// Whether a client takes [`CHANNEL_METHOD`] pushes: it declares the `claude/channel` capability
+/// (`capabilities`, as it sent them), or it is Claude Code, which takes them without declaring
+/// them when started with channels.
+pub fn takes_channel(client_name: Option<&str>, capabilities: Option<&serde_json::Value>) -> bool {
+    let declared = capabilities.and_then(|c| c.pointer("/experimental/claude~1channel")).is_some_and(|c| c.is_object());
+    declared || client_name == Some("claude-code")
+}
+
 /// The params of a [`CHANNEL_METHOD`] notification for `message`: the message framed behind the
 /// untrusted-data notice (and the reply it requires, if any), and who sent it.
 pub fn channel_params(message: &Message) -> serde_json::Value {
@@ -188,6 +196,15 @@ pub fn channel_params(message: &Message) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channel_pushes_go_to_clients_that_declare_them_and_to_claude_code() {
+        let declared = serde_json::json!({ "experimental": { "claude/channel": {} } });
+        assert!(takes_channel(Some("any"), Some(&declared)));
+        assert!(takes_channel(Some("claude-code"), None));
+        assert!(!takes_channel(Some("gemini-cli"), Some(&serde_json::json!({ "experimental": {} }))));
+        assert!(!takes_channel(None, None));
+    }
 
     fn msg(body: &str) -> Message {
         Message {

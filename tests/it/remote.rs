@@ -48,6 +48,12 @@ async fn a_cloud_agent_and_a_bridged_one_talk_through_the_mcp_endpoint() {
     let mut ci = RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot"));
     let me = ci.tool_ok("relay_whoami", json!({})).await;
     assert_eq!(structured(&me)["address"], "acme/cloud/ci-bot", "{me}");
+    // A handle its machine's bridge holds is not taken over the endpoint, as a second bridge's
+    // claim would not take it.
+    let mut second = RemoteAgent::stateless(&w.mcp, &w.laptop, Some("alice"));
+    let refused = second.tool("relay_whoami", json!({})).await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(text(&refused).contains("handle alice on acme/laptop is held"), "{refused}");
     let sent = ci.tool_ok("relay_send", json!({ "to": "laptop/alice", "body": "the nightly build is red" })).await;
     let id = structured(&sent)["id"].as_str().expect("a message id").to_owned();
 
@@ -165,6 +171,11 @@ async fn requests_without_a_live_machine_token_are_told_what_to_present() {
     let taken =
         request(&w.mcp, "POST", "/mcp", &[accept, kind, auth, ("MCP-Protocol-Version", "2026-07-28")], &body).await;
     assert_ne!(taken.status, 401, "{taken:?}");
+    // A name other than loopback's for a server on loopback is a rebound one: refused.
+    let stream = tokio::net::TcpStream::connect(&w.mcp).await.unwrap();
+    let rebound =
+        relay_tests::http::request_on(stream, "evil.example", "POST", "/mcp", &[accept, kind, auth], &body).await;
+    assert!(rebound.status == 403 || rebound.status == 421, "{rebound:?}");
     // A page in a browser elsewhere cannot call the endpoint with a token it holds (DNS rebinding).
     let from_page =
         request(&w.mcp, "POST", "/mcp", &[accept, kind, auth, ("Origin", "https://evil.example")], &body).await;

@@ -27,7 +27,7 @@ pub struct Options {
 /// channel pushes.
 const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 const META_CLIENT_NAME: &str = "/io.modelcontextprotocol~1clientInfo/name";
-const META_CHANNEL: &str = "/io.modelcontextprotocol~1clientCapabilities/experimental/claude~1channel";
+const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 
 /// How long requests still running at end of input may take before the session ends anyway, and
 /// how long saying goodbye to the relay may take: a client closing the session (or a signal) ends
@@ -335,10 +335,8 @@ impl Session {
             return jsonrpc::error(id, jsonrpc::INVALID_REQUEST, why);
         }
         let version = Version::negotiate(params.get("protocolVersion").and_then(Value::as_str));
-        // Claude Code takes channel pushes without declaring them when started with channels.
-        let declared = params.pointer("/capabilities/experimental/claude~1channel").is_some_and(Value::is_object);
-        let claude_code = params.pointer("/clientInfo/name").and_then(Value::as_str) == Some("claude-code");
-        let channel_client = self.options.channels && (declared || claude_code);
+        let client = params.pointer("/clientInfo/name").and_then(Value::as_str);
+        let channel_client = self.options.channels && frame::takes_channel(client, params.get("capabilities"));
         {
             let mut state = self.state.lock().expect("state lock");
             state.version = Some(version);
@@ -394,9 +392,9 @@ impl Session {
             let first = state.version.is_none();
             if first {
                 let client = meta.and_then(|m| m.pointer(META_CLIENT_NAME)).and_then(Value::as_str);
-                let declared = meta.and_then(|m| m.pointer(META_CHANNEL)).is_some_and(Value::is_object);
+                let capabilities = meta.and_then(|m| m.get(META_CAPABILITIES));
                 state.version = Some(Version::STATELESS);
-                state.channel_client = self.options.channels && (declared || client == Some("claude-code"));
+                state.channel_client = self.options.channels && frame::takes_channel(client, capabilities);
             }
             first
         };

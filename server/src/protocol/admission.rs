@@ -577,14 +577,16 @@ pub struct Refused {
 }
 
 /// A place held by a request of another transport; given back when dropped.
-pub struct Held(#[allow(dead_code)] Place);
+pub struct Held {
+    _place: Place,
+}
 
 /// The door other transports take into the budgets and rates gRPC calls meet: the same failed
 /// authentications per address, the same shares per credential, the same call rates.
 impl AdmissionLayer {
     /// A place among the requests of address `ip` being authenticated (see step 1).
     pub fn admit_address(&self, ip: IpAddr) -> std::result::Result<Held, Refused> {
-        self.budgets.admit_address(ip).map(Held).map_err(Denied::refused)
+        self.budgets.admit_address(ip).map(|place| Held { _place: place }).map_err(Denied::refused)
     }
 
     /// Counts a credential from `ip` that was not accepted.
@@ -602,7 +604,7 @@ impl AdmissionLayer {
             };
             Denied { shed: Shed::rates, message: err.to_string(), retry_after }.refused()
         })?;
-        Ok(Held(place))
+        Ok(Held { _place: place })
     }
 }
 

@@ -132,10 +132,12 @@ struct Derived {
 }
 
 impl Claimer for Derived {
-    fn claim<'a>(&'a self, _previous: Option<&'a Session>) -> Claiming<'a> {
+    fn claim<'a>(&'a self, previous: Option<&'a Session>) -> Claiming<'a> {
         Box::pin(async move {
+            // A picked handle is kept: claimed again, the agent keeps its name and inbox.
+            let picked = previous.map(|s| s.endpoint.handle.as_str());
             let claim = Claim {
-                handle: self.handle.as_deref().unwrap_or_default(),
+                handle: self.handle.as_deref().or(picked).unwrap_or_default(),
                 harness: self.harness,
                 resume: "",
                 spawn_grant: "",

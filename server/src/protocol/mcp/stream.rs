@@ -35,6 +35,8 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub struct Streams {
     pub agents: Arc<Agents>,
     pub remote: RemoteService,
+    /// Ends every stream when the server stops.
+    pub shutdown: CancellationToken,
     /// The sessions whose stream is open on this replica, one each: a client reconnecting (its
     /// old connection perhaps dead and not yet noticed) ends the stream it had.
     pub open: Arc<Mutex<HashMap<String, (u64, CancellationToken)>>>,
@@ -82,7 +84,7 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
         return (StatusCode::INTERNAL_SERVER_ERROR, "the session's state cannot be read").into_response();
     };
     let after_seq = last_event.and_then(|id| id.parse::<u64>().ok()).unwrap_or(0);
-    let stop = CancellationToken::new();
+    let stop = streams.shutdown.child_token();
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
     let taken = streams.open.lock().expect("streams lock poisoned").insert(session.clone(), (id, stop.clone()));
     if let Some((_, older)) = taken {
@@ -92,9 +94,8 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
     let held = Open { open: streams.open.clone(), session: session.clone(), id };
     let client = params.client_info.name.clone();
     let tools = streams.agents.tools(&remote, &Seat { harness: harness_of(&client), mcp_session: Some(&session) });
-    let channel = client == "claude-code"
-        || serde_json::to_value(&params.capabilities)
-            .is_ok_and(|c| c.pointer("/experimental/claude~1channel").is_some());
+    let capabilities = serde_json::to_value(&params.capabilities).ok();
+    let channel = frame::takes_channel(Some(&client), capabilities.as_ref());
 
     let (events, rx) = mpsc::channel::<Event>(64);
     let (pushes, mut pushed) = mpsc::channel::<Message>(64);
@@ -124,7 +125,7 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
                     Err(_) => return,
                 },
                 () = events.closed() => return,
-                // A newer stream of the session took over.
+                // A newer stream of the session took over, or the server stops.
                 () = stop_here.cancelled() => return,
             };
             if events.send(event).await.is_err() {
