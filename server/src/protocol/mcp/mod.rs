@@ -150,8 +150,9 @@ async fn metadata(State(auth): State<Auth>, headers: HeaderMap) -> Response {
 
 /// Admits requests to `/mcp` that present a live machine token, noting who they are from. They
 /// meet the budgets a gRPC call meets, shared with gRPC: failed authentications per address, calls
-/// being authenticated per address, calls in flight per credential, call rates per credential and
-/// account.
+/// being authenticated per address, calls in flight per credential (until the answer begins), call
+/// rates per credential and account. A wait or stream the tools then open is counted where gRPC
+/// counts them, among the streams and waiting calls of the agent's session and its account.
 async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
     let ip = request.extensions().get::<ConnectInfo<Peer>>().map(|ConnectInfo(Peer(peer))| peer.ip());
     let unknown = match ip.map(|ip| auth.admission.admit_address(ip)).transpose() {
