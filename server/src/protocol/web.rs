@@ -339,6 +339,32 @@ mod tests {
         assert!(check("mcp endpoint", "127.0.0.1:1".parse().unwrap(), false, false).is_ok());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_is_closed_once_silent_for_its_time_and_not_before() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut silent = Silent::new(server, HEADER_TIME, SILENT_TIME);
+        let mut buf = [0u8; 8];
+        // Bytes within the first deadline, then a long quiet that is still within the next.
+        tokio::time::sleep(HEADER_TIME - Duration::from_secs(1)).await;
+        client.write_all(b"GET").await.unwrap();
+        assert_eq!(silent.read(&mut buf).await.unwrap(), 3);
+        let read = tokio::time::timeout(SILENT_TIME - Duration::from_secs(1), silent.read(&mut buf)).await;
+        assert!(read.is_err(), "still open just before its time: {read:?}");
+        let closed = silent.read(&mut buf).await.unwrap_err();
+        assert_eq!(closed.kind(), std::io::ErrorKind::TimedOut);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_connection_must_speak_within_the_head_time() {
+        use tokio::io::AsyncReadExt;
+        let (_client, server) = tokio::io::duplex(64);
+        let mut silent = Silent::new(server, HEADER_TIME, SILENT_TIME);
+        let started = tokio::time::Instant::now();
+        let closed = silent.read(&mut [0u8; 8]).await.unwrap_err();
+        assert_eq!((closed.kind(), started.elapsed()), (std::io::ErrorKind::TimedOut, HEADER_TIME));
+    }
+
     #[test]
     fn urls_name_a_reachable_host_and_the_scheme() {
         assert_eq!(url("127.0.0.1:7449".parse().unwrap(), false), "http://127.0.0.1:7449");

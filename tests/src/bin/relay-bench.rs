@@ -1013,7 +1013,7 @@ impl Http {
 
     /// Calls tool `name`; its result, which must not be an error.
     async fn call(&mut self, name: &str, arguments: serde_json::Value) -> serde_json::Value {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let id = self.next_id;
         self.next_id += 1;
         let body = serde_json::json!({
@@ -1026,7 +1026,20 @@ impl Http {
         })
         .to_string();
         let request = format!("{}Mcp-Name: {name}\r\nContent-Length: {}\r\n\r\n{body}", self.head, body.len());
-        self.stream.get_mut().write_all(request.as_bytes()).await.expect("send to the mcp endpoint");
+        let exchange = async {
+            self.stream.get_mut().write_all(request.as_bytes()).await.expect("send to the mcp endpoint");
+            self.read_answer().await
+        };
+        let answer = tokio::time::timeout(PHASE_LIMIT, exchange).await.expect("the mcp endpoint answers in time");
+        let answer: serde_json::Value = serde_json::from_slice(&answer).expect("a JSON answer");
+        let result = answer["result"].clone();
+        assert!(result.is_object() && result["isError"] != true, "{name}: {answer}");
+        result
+    }
+
+    /// One answer's body, by its Content-Length.
+    async fn read_answer(&mut self) -> Vec<u8> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
         let mut length = 0;
         let mut line = String::new();
         loop {
@@ -1043,9 +1056,6 @@ impl Http {
         }
         let mut answer = vec![0; length];
         self.stream.read_exact(&mut answer).await.expect("read the answer");
-        let answer: serde_json::Value = serde_json::from_slice(&answer).expect("a JSON answer");
-        let result = answer["result"].clone();
-        assert!(result.is_object() && result["isError"] != true, "{name}: {answer}");
-        result
+        answer
     }
 }
