@@ -572,3 +572,33 @@ async fn a_machine_tokens_call_rate_is_one_over_http_and_grpc() {
     let refused = relay_tests::client::Agent::hello(&server.url, &cloud, "bob").await.err().expect("past its rate");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
 }
+
+/// The README's Gemini CLI settings, with the real CLI: connected with the token from its
+/// environment, and not with a wrong one.
+#[tokio::test]
+async fn gemini_cli_connects_as_the_readme_configures_it() {
+    use relay_tests::process::{COMMAND_LIMIT, RunWithin};
+    let w = world().await;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".gemini")).unwrap();
+    let settings = json!({ "mcpServers": { "relay": { "httpUrl": format!("http://{}/mcp", w.mcp),
+        "headers": { "Authorization": "Bearer ${RELAY_TOKEN}", "Relay-Handle": "ci-bot" } } } });
+    std::fs::write(home.path().join(".gemini").join("settings.json"), settings.to_string()).unwrap();
+    let listed = |token: &str| {
+        let out = std::process::Command::new(relay_tests::clients::program("gemini"))
+            .args(["mcp", "list"])
+            .current_dir(home.path())
+            .env("HOME", home.path())
+            .env("PATH", relay_tests::clients::agent_path())
+            .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+            .env("GEMINI_API_KEY", "unused")
+            .env("RELAY_TOKEN", token)
+            .output_within(COMMAND_LIMIT)
+            .expect("run gemini");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let said = listed(&w.cloud);
+    assert!(said.contains("relay:") && said.contains("- Connected"), "{said}");
+    let said = listed("rlm_not_a_token");
+    assert!(said.contains("relay:") && !said.contains("- Connected"), "{said}");
+}
