@@ -9,6 +9,8 @@
 //!   --idle N,N        idle push streams to hold open (default 1000,10000)
 //!   --unread N        unread messages for the inbox phase (default 100000)
 //! With DATABASE_URL set it uses that database instead. Every phase is bounded in count and time.
+//! With `nats-server` on PATH, the nats phase measures NATS JetStream beside Relay, and Relay again
+//! with `synchronous_commit=off` (JetStream's own durability class: it does not fsync each message).
 //! Before the rate, idle and inbox phases it vacuums and analyzes the tables the earlier phases
 //! wrote, as pgbench does before a run, and checkpoints, so no phase meets the autovacuum or the
 //! checkpoint of another's writes.
@@ -29,6 +31,8 @@ use tokio_postgres::NoTls;
 use tonic::{Code, Streaming};
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
+mod nats;
+
 /// No single wait of a phase may run longer than this, whatever the counts.
 const PHASE_LIMIT: Duration = Duration::from_secs(120);
 /// Most requests of an open-loop phase in flight at once; beyond it the phase stops offering.
@@ -45,7 +49,9 @@ struct Args {
 }
 
 /// The benchmark's phases, in the order they run.
-const PHASES: [&str; 6] = ["serial", "throughput", "mcp", "rate", "idle", "inbox"];
+const PHASES: [&str; 7] = ["serial", "throughput", "nats", "mcp", "rate", "idle", "inbox"];
+/// The most idle streams one step of the idle phase holds open.
+const MAX_IDLE: usize = 30_000;
 
 impl Args {
     fn runs(&self, phase: &str) -> bool {
@@ -57,9 +63,9 @@ const USAGE: &str = "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seco
   --fsync-off       a fast, non-durable cluster (figures not comparable to production)
   --seconds N       length of each throughput phase, 1-60 (default 5)
   --rate-seconds N  length of each fixed-rate phase, 1-120 (default 20)
-  --idle N,N        idle push streams to hold open, each at most 20000 (default 1000,10000)
+  --idle N,N        idle push streams to hold open, each at most 30000 (default 1000,10000)
   --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)
-  --only P,P        run only these phases (serial, throughput, mcp, rate, idle, inbox); the floor always runs";
+  --only P,P        run only these phases (serial, throughput, nats, mcp, rate, idle, inbox); the floor always runs";
 
 /// The arguments, or why they are wrong.
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -82,7 +88,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             "--idle" => {
                 args.idle = value()?
                     .split(',')
-                    .map(|n| number(n.to_owned()).map(|n| (n as usize).min(20_000)))
+                    .map(|n| number(n.to_owned()).map(|n| (n as usize).min(MAX_IDLE)))
                     .collect::<Result<_, _>>()?
             }
             "--unread" => args.unread = number(value()?)?.min(1_000_000) as i64,
@@ -225,13 +231,10 @@ impl Stats {
         Self { client, statements }
     }
 
-    /// Writing transactions so far (each takes a transaction id; read-only ones take none, and the
-    /// counter is exact at once, unlike the statistics backends report up to 10 s late), statements
-    /// run (when pg_stat_statements is loaded), and WAL flushes to disk (what a durable commit costs;
-    /// concurrent commits may share one).
-    async fn counters(&self) -> (i64, i64, i64) {
+    /// The counters as they stand now (see [`Counters`]).
+    async fn counters(&self) -> Counters {
         let _ = self.client.batch_execute("select pg_stat_clear_snapshot()").await;
-        let commits: i64 = self
+        let writes: i64 = self
             .client
             .query_one("select pg_snapshot_xmax(pg_current_snapshot())::text::bigint", &[])
             .await
@@ -248,8 +251,35 @@ impl Stats {
         };
         let flushes: i64 =
             self.client.query_one("select wal_sync from pg_stat_wal", &[]).await.map(|r| r.get(0)).unwrap_or(0);
-        (commits, statements, flushes)
+        let commits: i64 = self
+            .client
+            .query_one("select xact_commit from pg_stat_database where datname = current_database()", &[])
+            .await
+            .map(|r| r.get(0))
+            .unwrap_or(0);
+        Counters { writes, statements, flushes, commits }
     }
+}
+
+/// What the database has done so far.
+#[derive(Clone, Copy)]
+struct Counters {
+    /// Writing transactions (each takes a transaction id; read-only ones take none). Exact at once,
+    /// unlike the statistics backends report up to 10 s late.
+    writes: i64,
+    /// Statements of every kind run (when pg_stat_statements is loaded).
+    statements: i64,
+    /// WAL flushes to disk (what a durable commit costs; concurrent commits may share one).
+    flushes: i64,
+    /// Transactions committed, read-only ones included (`pg_stat_database.xact_commit`): a lone
+    /// SELECT is one.
+    commits: i64,
+}
+
+impl Counters {
+    /// Statements and commits one reading of the counters costs itself: the snapshot cleared and
+    /// four reads, each its own transaction.
+    const OWN: i64 = 5;
 }
 
 impl Stats {
@@ -439,10 +469,11 @@ async fn throughput(senders: &[Client], recipients: &[String], hot: bool, second
     (ok as f64 / seconds as f64, shed)
 }
 
-/// Up to 1,000 sends from `alice` to ci/bob, one at a time, for at most `seconds`: each timed to
-/// its answer and, given bob's stream, to its push, which it waits for before the next.
+/// Up to 1,000 sends from `alice` to `to`, one at a time, for at most `seconds`: each timed to
+/// its answer and, given the recipient's stream, to its push, which it waits for before the next.
 async fn serial_sends(
     alice: &mut Agent,
+    to: &str,
     mut stream: Option<&mut Streaming<Push>>,
     seconds: u64,
 ) -> (Vec<Duration>, Vec<Duration>) {
@@ -450,7 +481,7 @@ async fn serial_sends(
     let phase = Instant::now();
     while sent.len() < 1000 && phase.elapsed() < Duration::from_secs(seconds) {
         let start = Instant::now();
-        alice.send(&["ci/bob"], &format!("latency probe {}", sent.len())).await.unwrap();
+        alice.send(&[to], &format!("latency probe {}", sent.len())).await.unwrap();
         sent.push(start.elapsed());
         if let Some(stream) = stream.as_deref_mut() {
             tokio::time::timeout(PHASE_LIMIT, next_message(stream)).await.expect("push").expect("push");
@@ -590,7 +621,7 @@ async fn main() {
         ("RELAY_CALL_RATE_PER_CREDENTIAL", "0"),
         ("RELAY_CALL_RATE_PER_ACCOUNT", "0"),
         ("RELAY_MAX_CALLS_PER_ACCOUNT", "1024"),
-        ("RELAY_MAX_CALLS_PER_ADDRESS", "20000"),
+        ("RELAY_MAX_CALLS_PER_ADDRESS", "40000"),
         ("RELAY_MAX_STREAMS_PER_ACCOUNT", "40000"),
         // Every idle stream is a connection of its own, all from this one address.
         ("RELAY_MAX_CONNECTIONS", "20000"),
@@ -613,6 +644,8 @@ async fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     let mut rows = Vec::new();
+    // Relay's durable figures the nats phase sets beside JetStream's: send -> push, and msgs/s @32.
+    let (mut durable_push, mut durable_at32) = (None, None);
 
     // The floor, on the same cluster, before Relay loads it.
     let f = floor(&db.url, args.seconds).await;
@@ -641,16 +674,20 @@ async fn main() {
         // phase, and the phase's own before its end is read.
         tokio::time::sleep(STATS_SETTLE).await;
         let before = stats.counters().await;
-        let (send_lat, push_lat) = serial_sends(&mut alice, Some(&mut stream), args.seconds * 4).await;
+        let (send_lat, push_lat) = serial_sends(&mut alice, "ci/bob", Some(&mut stream), args.seconds * 4).await;
         tokio::time::sleep(STATS_SETTLE).await;
         let after = stats.counters().await;
         let n = send_lat.len() as f64;
         // The counter reads write nothing; they are statements (four per read).
-        let commits = (after.0 - before.0) as f64 / n;
-        let flushes = (after.2 - before.2) as f64 / n;
-        let statements =
-            if stats.statements { format!("{:.1}", (after.1 - before.1 - 4) as f64 / n) } else { "n/a".into() };
+        let commits = (after.writes - before.writes) as f64 / n;
+        let flushes = (after.flushes - before.flushes) as f64 / n;
+        let statements = if stats.statements {
+            format!("{:.1}", (after.statements - before.statements - Counters::OWN) as f64 / n)
+        } else {
+            "n/a".into()
+        };
         let (send, push) = (quantiles(send_lat), quantiles(push_lat));
+        durable_push = Some(push);
         // Where a serial send's database time goes.
         stats.print_statements("serial phase", "send", n).await;
         rows.push(row("serial send p50 (ms)", format!("{:.2}", send.p50), Some(f.insert.p50), send.p50, "<= 1.0"));
@@ -668,7 +705,7 @@ async fn main() {
 
         // The same sends with no stream open for the recipient: above, the push each send waits
         // for is made at the same moment as the send's answer, on the same cores.
-        let unwatched = quantiles(serial_sends(&mut alice, None, args.seconds * 4).await.0);
+        let unwatched = quantiles(serial_sends(&mut alice, "ci/bob", None, args.seconds * 4).await.0);
         rows.push(row(
             "serial send p50 (ms), no stream pushing",
             format!("{:.2}", unwatched.p50),
@@ -703,6 +740,9 @@ async fn main() {
                 }
                 let before = Cpu::now(pid);
                 let (rate, shed) = throughput(&senders[..n], &recipients, hot, args.seconds).await;
+                if n == 32 && !hot {
+                    durable_at32 = Some(rate);
+                }
                 let cpu = Cpu::now(pid).per(before, rate * args.seconds as f64);
                 if shown {
                     stats.print_statements("throughput @32 distinct", "send", rate * args.seconds as f64).await;
@@ -745,6 +785,74 @@ async fn main() {
             ratio: String::new(),
             target: String::new(),
         });
+    }
+
+    // NATS JetStream beside Relay, durable and with synchronous_commit=off.
+    if args.runs("nats") {
+        match nats::Nats::start() {
+            None => println!("(nats phase skipped: no nats-server on PATH; Debian's package is nats-server)"),
+            Some(nats) => {
+                let mut relay = RelayPair::new(&server, &laptop, &ci).await;
+                let (durable_push, durable_at32) = match (durable_push, durable_at32) {
+                    (Some(push), Some(at32)) => (push, at32),
+                    _ => (relay.serial(args.seconds).await, relay.throughput(args.seconds).await),
+                };
+                let (published, delivered) = nats::serial(&nats, args.seconds * 4).await;
+                let before = Cpu::now(nats.pid());
+                let nats_at32 = nats::throughput(&nats, 32, args.seconds).await;
+                let nats_cpu = Cpu::now(nats.pid()).per(before, nats_at32 * args.seconds as f64);
+                let relaxed = match SyncCommitOff::set(&db.url).await {
+                    Ok(off) => {
+                        let figures = (relay.serial(args.seconds).await, relay.throughput(args.seconds).await);
+                        off.reset().await;
+                        Some(figures)
+                    }
+                    Err(why) => {
+                        println!("(relay with synchronous_commit=off not measured: {why})");
+                        None
+                    }
+                };
+                let info = |what: String, relay: String, ratio: String| Row {
+                    what,
+                    relay,
+                    floor: String::new(),
+                    ratio,
+                    target: String::new(),
+                };
+                rows.push(info(
+                    "nats: publish acknowledged p50/p99 (ms)".into(),
+                    format!("{:.2} / {:.2}", published.p50, published.p99),
+                    String::new(),
+                ));
+                rows.push(info(
+                    "nats: publish -> deliver p50/p99 (ms)".into(),
+                    format!("{:.2} / {:.2}", delivered.p50, delivered.p99),
+                    String::new(),
+                ));
+                rows.push(info("nats: msgs/s @32 publishers".into(), format!("{nats_at32:.0}"), String::new()));
+                rows.push(info("  cpu us per publish: nats-server / postgres / bench".into(), nats_cpu, String::new()));
+                let mut compare = |how: &str, push: Quantiles, at32: f64| {
+                    rows.push(Row {
+                        what: format!("relay {how}: send -> push p50 (ms) / nats"),
+                        relay: format!("{:.2}", push.p50),
+                        floor: format!("{:.2}", delivered.p50),
+                        ratio: format!("{:.2}x", push.p50 / delivered.p50),
+                        target: "<= 1.5x".into(),
+                    });
+                    rows.push(Row {
+                        what: format!("relay {how}: msgs/s @32 / nats"),
+                        relay: format!("{at32:.0}"),
+                        floor: format!("{nats_at32:.0}"),
+                        ratio: format!("{:.2}x", at32 / nats_at32),
+                        target: ">= 1.0x".into(),
+                    });
+                };
+                compare("durable", durable_push, durable_at32);
+                if let Some((push, at32)) = relaxed {
+                    compare("synchronous_commit=off", push, at32);
+                }
+            }
+        }
     }
 
     // The MCP endpoint beside the bridge: a tool call's round trip through each, serially, and
@@ -879,14 +987,19 @@ async fn main() {
             // Backends report their counters up to 10 s after their last transaction: let what opening
             // the streams cost be counted before the window opens.
             tokio::time::sleep(STATS_SETTLE).await;
-            let window = Duration::from_secs(15);
-            let before = stats.counters().await;
+            // Long beside the backends' 10 s reporting lag, which both ends of the window share.
+            let window = Duration::from_secs(30);
+            let (before, cpu_before) = (stats.counters().await, Cpu::now(pid));
             tokio::time::sleep(window).await;
-            let after = stats.counters().await;
+            let (after, cpu_after) = (stats.counters().await, Cpu::now(pid));
             // The bench's own reads of the counters are left out.
             let per_s = |d: i64, own: i64| (d - own).max(0) as f64 / window.as_secs_f64();
-            let (tx, statements, flushes) =
-                (per_s(after.0 - before.0, 0), per_s(after.1 - before.1, 4), per_s(after.2 - before.2, 0));
+            let (tx, statements, flushes, commits) = (
+                per_s(after.writes - before.writes, 0),
+                per_s(after.statements - before.statements, Counters::OWN),
+                per_s(after.flushes - before.flushes, 0),
+                per_s(after.commits - before.commits, Counters::OWN),
+            );
             rows.push(row(
                 &format!("{n} idle streams: write transactions / statements / flushes per s"),
                 format!("{tx:.1} / {statements:.1} / {flushes:.1}"),
@@ -895,11 +1008,25 @@ async fn main() {
                 "<= 5",
             ));
             rows.push(row(
+                &format!("{n} idle streams: commits of any kind per s"),
+                format!("{commits:.2}"),
+                None,
+                commits,
+                "<= 1 per replica",
+            ));
+            rows.push(row(
                 &format!("{n} idle streams: server RSS (MiB)"),
                 format!("{:.0}", rss_mib(pid)),
                 None,
                 0.0,
-                "<= 300 @10000",
+                "<= 150 @10000",
+            ));
+            rows.push(row(
+                &format!("{n} idle streams: server cpu (% of a core)"),
+                format!("{:.2}", (cpu_after.server - cpu_before.server) * 100.0 / window.as_secs_f64()),
+                None,
+                0.0,
+                "",
             ));
             drop(streams);
             drop(channels);
@@ -966,6 +1093,78 @@ async fn main() {
         "\n(the floor of a latency row is the same-run INSERT+COMMIT or relay-shaped statement; of inbox/whoami, the empty inbox, or the inbox holding one page of unread)"
     );
     println!("server rss at end: {:.0} MiB", rss_mib(pid));
+}
+
+/// Agents of their own for the nats phase's Relay figures: a serial pair, and 32 senders to 32
+/// distinct inboxes, as the serial and throughput phases measure them.
+struct RelayPair {
+    alice: Agent,
+    bob: Agent,
+    senders: Vec<Client>,
+    recipients: Vec<String>,
+}
+
+impl RelayPair {
+    async fn new(server: &Server, laptop: &str, ci: &str) -> Self {
+        Self {
+            alice: Agent::hello(&server.url, laptop, "nats-alice").await.expect("hello"),
+            bob: Agent::hello(&server.url, ci, "nats-bob").await.expect("hello"),
+            senders: agents(&server.url, laptop, "ns", 32).await.into_iter().map(|a| a.rpc).collect(),
+            recipients: agents(&server.url, ci, "nr", 32).await.into_iter().map(|a| a.address).collect(),
+        }
+    }
+
+    /// Send -> push, serially.
+    async fn serial(&mut self, seconds: u64) -> Quantiles {
+        let mut stream = self.bob.subscribe(0).await;
+        quantiles(serial_sends(&mut self.alice, &self.bob.address, Some(&mut stream), seconds * 4).await.1)
+    }
+
+    /// Msgs/s from 32 senders to distinct inboxes.
+    async fn throughput(&self, seconds: u64) -> f64 {
+        throughput(&self.senders, &self.recipients, false, seconds).await.0
+    }
+}
+
+/// `synchronous_commit=off` for the whole cluster, the server's open connections included (a
+/// reload reaches every session that has not set it itself), until [`SyncCommitOff::reset`].
+struct SyncCommitOff {
+    client: tokio_postgres::Client,
+}
+
+impl SyncCommitOff {
+    async fn set(url: &str) -> Result<Self, String> {
+        let client = db_client(url).await;
+        let why =
+            |e: tokio_postgres::Error| e.as_db_error().map_or_else(|| e.to_string(), |db| db.message().to_owned());
+        client.batch_execute("alter system set synchronous_commit = off").await.map_err(why)?;
+        client.batch_execute("select pg_reload_conf()").await.map_err(why)?;
+        let off = Self { client };
+        off.wait_for("off", url).await;
+        Ok(off)
+    }
+
+    async fn reset(self) {
+        let _ = self.client.batch_execute("alter system reset synchronous_commit; select pg_reload_conf()").await;
+    }
+
+    /// Until a fresh session sees `value`: the postmaster has read the configuration again, and
+    /// every backend does before its next statement.
+    async fn wait_for(&self, value: &str, url: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now: String = db_client(url)
+                .await
+                .query_one("show synchronous_commit", &[])
+                .await
+                .map_or_else(|_| String::new(), |r| r.get(0));
+            if now == value || Instant::now() > deadline {
+                assert_eq!(now, value, "synchronous_commit after the reload");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// Puts `n` unread messages in `address`'s inbox straight through SQL (sending them would take the
