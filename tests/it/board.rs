@@ -706,6 +706,9 @@ async fn what_outlived_its_retention_is_purged_and_nothing_else() {
     }
     let tracked = carol.rpc.track(TrackRequest { id: read.id.clone() }).await.unwrap_err();
     assert_eq!(tracked.code(), tonic::Code::NotFound, "{}", tracked.message());
+    let deliveries: i64 =
+        db.query_one("select count(*) from deliveries where message_id = $1", &[&read.id]).await.unwrap().get(0);
+    assert_eq!(deliveries, 0, "a purged message's deliveries go with it");
     let peeks: i64 =
         db.query_one("select count(*) from peeks where at > now() - interval '1 hour'", &[]).await.unwrap().get(0);
     let all_peeks: i64 = db.query_one("select count(*) from peeks", &[]).await.unwrap().get(0);

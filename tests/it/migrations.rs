@@ -233,6 +233,43 @@ async fn the_delivery_states_are_the_same_numbers_in_sql_and_in_the_server() {
     assert!(misspelt.as_db_error().unwrap().message().contains("no delivery state is called raed"), "{misspelt}");
 }
 
+/// Since migration 39 the database checks no foreign key on a send: a deleted endpoint's mail is
+/// removed by a trigger instead, as the keys' cascades removed it, and the counts of what others
+/// have unread follow.
+#[tokio::test]
+async fn an_endpoint_deleted_by_hand_takes_its_mail_and_leaves_no_delivery_behind() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let mut alice = Agent::hello(&server.url, &laptop, "alice").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &laptop, "bob").await.unwrap();
+    let mut carol = Agent::hello(&server.url, &laptop, "carol").await.unwrap();
+    let from_bob = bob.send(&["laptop/alice", "laptop/carol"], "from bob, unread").await.unwrap();
+    let to_bob = carol.send(&["laptop/bob"], "to bob").await.unwrap();
+    let kept = carol.send(&["laptop/alice"], "carol to alice stays").await.unwrap();
+    let client = db.sql().await;
+    let deleted = client.execute("delete from endpoints where handle = 'bob'", &[]).await.unwrap();
+    assert_eq!(deleted, 1);
+
+    let count = async |sql: &str, id: &str| -> i64 { client.query_one(sql, &[&id]).await.unwrap().get(0) };
+    // What bob sent goes, with its deliveries to others; what was sent to bob loses its delivery to
+    // him, and the message stays its sender's.
+    assert_eq!(count("select count(*) from messages where id = $1", &from_bob.id).await, 0, "bob's message went");
+    assert_eq!(count("select count(*) from messages where id = $1", &to_bob.id).await, 1, "carol's message stayed");
+    for gone in [&from_bob.id, &to_bob.id] {
+        assert_eq!(
+            count("select count(*) from deliveries where message_id = $1", gone).await,
+            0,
+            "{gone}'s deliveries"
+        );
+    }
+    assert_eq!(count("select count(*) from deliveries where message_id = $1", &kept.id).await, 1);
+    let unread = alice.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread;
+    assert_eq!(unread, 1, "alice's count lost bob's message with it");
+    let inbox = alice.inbox(0, false).await.unwrap().messages;
+    assert_eq!(inbox.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(), [kept.id.as_str()]);
+}
+
 #[tokio::test]
 async fn two_migrations_started_together_both_succeed_and_apply_each_migration_once() {
     let db = TestDb::new().await;
