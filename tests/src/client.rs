@@ -69,7 +69,11 @@ impl Agent {
     }
 
     pub async fn hello_with(url: &str, machine_token: &str, request: HelloRequest) -> Result<Self, Status> {
-        let ch = channel(url).await;
+        Self::hello_on(channel(url).await, machine_token, request).await
+    }
+
+    /// Claims an endpoint over a connection it may share with others (a channel is one connection).
+    pub async fn hello_on(ch: Channel, machine_token: &str, request: HelloRequest) -> Result<Self, Status> {
         let reply = client(ch.clone(), machine_token).hello(request).await?.into_inner();
         let address = reply.endpoint.expect("endpoint in hello").address;
         Ok(Self { rpc: client(ch, &reply.session_token), session_token: reply.session_token, address })

@@ -7,6 +7,7 @@
 //!   --seconds N       length of each throughput phase (default 5)
 //!   --rate-seconds N  length of each fixed-rate phase (default 20)
 //!   --idle N,N        idle push streams to hold open (default 1000,10000)
+//!   --idle-shared     idle agents a hundred to a connection (beyond 15000 they always are)
 //!   --unread N        unread messages for the inbox phase (default 100000)
 //! With DATABASE_URL set it uses that database instead. Every phase is bounded in count and time.
 //! With `nats-server` on PATH, the nats phase measures NATS JetStream beside Relay, and Relay again
@@ -20,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use relay_proto::v1::{InboxRequest, Push, SendRequest, SubscribeRequest, WhoAmIRequest, push};
+use relay_proto::v1::{HelloRequest, InboxRequest, Push, SendRequest, WhoAmIRequest, push};
 use relay_server::domain::limits;
 use relay_tests::client::{self, Agent, Client};
 use relay_tests::mcp::{Bridge, BridgeSpec};
@@ -43,6 +44,8 @@ struct Args {
     seconds: u64,
     rate_seconds: u64,
     idle: Vec<usize>,
+    /// Idle agents a hundred to a connection at every step, for a curve of one kind.
+    idle_shared: bool,
     unread: i64,
     /// The phases to run; the floor always runs.
     only: Vec<String>,
@@ -52,6 +55,9 @@ struct Args {
 const PHASES: [&str; 7] = ["serial", "throughput", "nats", "mcp", "rate", "idle", "inbox"];
 /// The most idle streams one step of the idle phase holds open.
 const MAX_IDLE: usize = 30_000;
+/// Up to this many idle agents, each has a connection of its own (the server and this process each
+/// hold one file per connection).
+const OWN_CONNECTIONS_UP_TO: usize = 15_000;
 
 impl Args {
     fn runs(&self, phase: &str) -> bool {
@@ -59,11 +65,14 @@ impl Args {
     }
 }
 
-const USAGE: &str = "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--unread N]
+const USAGE: &str =
+    "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--idle-shared] [--unread N]
   --fsync-off       a fast, non-durable cluster (figures not comparable to production)
   --seconds N       length of each throughput phase, 1-60 (default 5)
   --rate-seconds N  length of each fixed-rate phase, 1-120 (default 20)
-  --idle N,N        idle push streams to hold open, each at most 30000 (default 1000,10000)
+  --idle N,N        idle push streams to hold open, each at most 30000 (default 1000,10000); each
+                    agent on a connection of its own up to 15000, a hundred to a connection beyond
+  --idle-shared     idle agents a hundred to a connection at every step
   --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)
   --only P,P        run only these phases (serial, throughput, nats, mcp, rate, idle, inbox); the floor always runs";
 
@@ -74,6 +83,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         seconds: 5,
         rate_seconds: 20,
         idle: vec![1000, 10_000],
+        idle_shared: false,
         unread: 100_000,
         only: Vec::new(),
     };
@@ -91,6 +101,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
                     .map(|n| number(n.to_owned()).map(|n| (n as usize).min(MAX_IDLE)))
                     .collect::<Result<_, _>>()?
             }
+            "--idle-shared" => args.idle_shared = true,
             "--unread" => args.unread = number(value()?)?.min(1_000_000) as i64,
             "--only" => {
                 args.only = value()?.split(',').map(|p| p.trim().to_owned()).collect();
@@ -294,6 +305,24 @@ impl Stats {
                 println!("(could not {statement} before the phase: {why})");
             }
         }
+    }
+
+    /// Waits until the commits reported stop arriving in bulk: at least [`STATS_SETTLE`], then until
+    /// two readings 5 s apart differ by fewer than 25 (an idle replica's few, and this reading's
+    /// own), for at most a minute. How long it took.
+    async fn quiet(&self) -> Duration {
+        let start = Instant::now();
+        tokio::time::sleep(STATS_SETTLE).await;
+        let mut last = self.counters().await.commits;
+        while start.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let now = self.counters().await.commits;
+            if now - last < 25 {
+                break;
+            }
+            last = now;
+        }
+        start.elapsed()
     }
 
     /// Forgets the statements run so far, so that [`Stats::print_statements`] shows a phase's own.
@@ -970,23 +999,38 @@ async fn main() {
     if args.runs("idle") {
         stats.settle().await;
         for &n in &args.idle {
-            let idle = agents(&server.url, &laptop, &format!("idle{n}x"), n).await;
+            // Each agent on a connection of its own, as bridges are; past what a process's file
+            // limit allows here, a hundred to a connection, and the rows say so.
+            let per = if n <= OWN_CONNECTIONS_UP_TO && !args.idle_shared { 1 } else { 100 };
+            let label =
+                if per == 1 { format!("{n} idle streams") } else { format!("{n} idle streams, {per} to a connection") };
             let mut channels = Vec::new();
-            for _ in 0..n.div_ceil(100) {
+            for _ in 0..n.div_ceil(per) {
                 channels.push(client::channel(&server.url).await);
             }
+            let mut idle = Vec::with_capacity(n);
+            for chunk in (0..n).collect::<Vec<_>>().chunks(32) {
+                let hellos = chunk.iter().map(|&i| {
+                    let (ch, token) = (channels[i / per].clone(), laptop.clone());
+                    let request =
+                        HelloRequest { handle: format!("idle{n}x{i}"), harness: "claude".into(), ..Default::default() };
+                    async move { Agent::hello_on(ch, &token, request).await.expect("hello") }
+                });
+                idle.extend(futures_join(hellos).await);
+            }
             let mut streams = Vec::with_capacity(n);
-            for (i, agent) in idle.iter().enumerate() {
-                let mut rpc = client::client(channels[i / 100].clone(), &agent.session_token);
-                streams.push(rpc.subscribe(SubscribeRequest { after_seq: 0 }).await.expect("subscribe").into_inner());
+            for agent in &mut idle {
+                streams.push(agent.subscribe(0).await);
             }
             // Each stream is open once its first heartbeat arrived.
             for s in &mut streams {
                 let _ = tokio::time::timeout(Duration::from_secs(30), s.message()).await;
             }
-            // Backends report their counters up to 10 s after their last transaction: let what opening
-            // the streams cost be counted before the window opens.
-            tokio::time::sleep(STATS_SETTLE).await;
+            // Backends report their counters up to 10 s after their last transaction, and later when
+            // another holds the statistics' lock (the thousands of commits opening the streams took
+            // were seen landing 10 s and more on): the window opens once they have all landed.
+            let settled = stats.quiet().await;
+            println!("idle phase, {label}: the opening's statistics landed within {:.0} s", settled.as_secs_f64());
             // Long beside the backends' 10 s reporting lag, which both ends of the window share.
             let window = Duration::from_secs(30);
             let (before, cpu_before) = (stats.counters().await, Cpu::now(pid));
@@ -1001,34 +1045,35 @@ async fn main() {
                 per_s(after.commits - before.commits, Counters::OWN),
             );
             rows.push(row(
-                &format!("{n} idle streams: write transactions / statements / flushes per s"),
+                &format!("{label}: write transactions / statements / flushes per s"),
                 format!("{tx:.1} / {statements:.1} / {flushes:.1}"),
                 None,
                 tx,
                 "<= 5",
             ));
             rows.push(row(
-                &format!("{n} idle streams: commits of any kind per s"),
+                &format!("{label}: commits of any kind per s"),
                 format!("{commits:.2}"),
                 None,
                 commits,
                 "<= 1 per replica",
             ));
             rows.push(row(
-                &format!("{n} idle streams: server RSS (MiB)"),
+                &format!("{label}: server RSS (MiB)"),
                 format!("{:.0}", rss_mib(pid)),
                 None,
                 0.0,
                 "<= 150 @10000",
             ));
             rows.push(row(
-                &format!("{n} idle streams: server cpu (% of a core)"),
+                &format!("{label}: server cpu (% of a core)"),
                 format!("{:.2}", (cpu_after.server - cpu_before.server) * 100.0 / window.as_secs_f64()),
                 None,
                 0.0,
                 "",
             ));
             drop(streams);
+            drop(idle);
             drop(channels);
         }
     }
