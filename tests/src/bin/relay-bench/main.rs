@@ -817,7 +817,7 @@ async fn main() {
 
     // NATS JetStream beside Relay, durable and with synchronous_commit=off.
     if args.runs("nats") {
-        match nats::Nats::start() {
+        match nats::Nats::start().await {
             None => println!("(nats phase skipped: no nats-server on PATH; Debian's package is nats-server)"),
             Some(nats) => {
                 let mut relay = RelayPair::new(&server, &laptop, &ci).await;
@@ -997,15 +997,6 @@ async fn main() {
     // Idle push streams: what holding them open costs the database and the server.
     if args.runs("idle") {
         stats.settle().await;
-        // Autovacuum's workers commit in the database too, as the earlier phases' writes call for
-        // them (about one a second was seen): the phase vacuumed what they would, and counts Relay's.
-        let quiet_vacuum = match ClusterSetting::set(&db.url, "autovacuum", "off").await {
-            Ok(off) => Some(off),
-            Err(why) => {
-                println!("(autovacuum left on for the idle phase: {why}; its commits count in the figures)");
-                None
-            }
-        };
         for &n in &args.idle {
             // Each agent on a connection of its own, as bridges are; past what a process's file
             // limit allows here, a hundred to a connection, and the rows say so.
@@ -1094,9 +1085,6 @@ async fn main() {
             drop(streams);
             drop(idle);
             drop(channels);
-        }
-        if let Some(off) = quiet_vacuum {
-            off.reset().await;
         }
     }
 
@@ -1201,14 +1189,19 @@ struct ClusterSetting {
 }
 
 impl ClusterSetting {
+    /// Refused on a database given by DATABASE_URL: `alter system` outlives this run, and a run
+    /// cut short would leave the setting behind on a cluster that is not the benchmark's own.
     async fn set(url: &str, name: &'static str, value: &str) -> Result<Self, String> {
+        if std::env::var_os("DATABASE_URL").is_some() {
+            return Err("the database is DATABASE_URL's, whose settings this benchmark does not change".into());
+        }
         let client = db_client(url).await;
         let why =
             |e: tokio_postgres::Error| e.as_db_error().map_or_else(|| e.to_string(), |db| db.message().to_owned());
         client.batch_execute(&format!("alter system set {name} = {value}")).await.map_err(why)?;
         client.batch_execute("select pg_reload_conf()").await.map_err(why)?;
         let set = Self { client, name };
-        set.wait_for(value, url).await;
+        set.wait_for(value).await;
         Ok(set)
     }
 
@@ -1216,13 +1209,13 @@ impl ClusterSetting {
         let _ = self.client.batch_execute(&format!("alter system reset {}; select pg_reload_conf()", self.name)).await;
     }
 
-    /// Until a fresh session sees `value`: the postmaster has read the configuration again, and
-    /// every backend does before its next statement.
-    async fn wait_for(&self, value: &str, url: &str) {
+    /// Until this session sees `value`: the reload reaches every backend before its next statement,
+    /// this one included, once the postmaster has read the configuration again.
+    async fn wait_for(&self, value: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let now: String = db_client(url)
-                .await
+            let now: String = self
+                .client
                 .query_one(&format!("show {}", self.name), &[])
                 .await
                 .map_or_else(|_| String::new(), |r| r.get(0));

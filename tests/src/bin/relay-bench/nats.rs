@@ -2,7 +2,6 @@
 //! the Rust client in the shapes of Relay's own figures — a message published to a recipient's
 //! subject and received by that recipient's durable consumer.
 
-use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,7 +20,7 @@ pub struct Nats {
 impl Nats {
     /// Starts `nats-server` from PATH with JetStream on a store of its own, or `None` when PATH
     /// has none (the phase is then skipped, and says so).
-    pub fn start() -> Option<Self> {
+    pub async fn start() -> Option<Self> {
         let store = tempfile::tempdir().expect("a directory for the JetStream store");
         let port = relay_tests::free_port();
         let child = Command::new("nats-server")
@@ -33,9 +32,9 @@ impl Nats {
             .ok()?;
         let nats = Self { child, _store: store, url: format!("nats://127.0.0.1:{port}") };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
             assert!(Instant::now() < deadline, "nats-server did not open port {port} within 10 s");
-            std::thread::sleep(Duration::from_millis(20));
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Some(nats)
     }
