@@ -1,5 +1,7 @@
 use slab::Slab;
 
+use super::store::{insert_sparingly, release_if_empty}; // RELAY PATCH
+
 /// Buffers frames for multiple streams.
 #[derive(Debug)]
 pub struct Buffer<T> {
@@ -45,7 +47,7 @@ impl Deque {
     }
 
     pub fn push_back<T>(&mut self, buf: &mut Buffer<T>, value: T) {
-        let key = buf.slab.insert(Slot { value, next: None });
+        let key = insert_sparingly(&mut buf.slab, Slot { value, next: None }); // RELAY PATCH
 
         match self.indices {
             Some(ref mut idxs) => {
@@ -62,7 +64,7 @@ impl Deque {
     }
 
     pub fn push_front<T>(&mut self, buf: &mut Buffer<T>, value: T) {
-        let key = buf.slab.insert(Slot { value, next: None });
+        let key = insert_sparingly(&mut buf.slab, Slot { value, next: None }); // RELAY PATCH
 
         match self.indices {
             Some(ref mut idxs) => {
@@ -82,6 +84,7 @@ impl Deque {
         match self.indices {
             Some(mut idxs) => {
                 let mut slot = buf.slab.remove(idxs.head);
+                release_if_empty(&mut buf.slab); // RELAY PATCH
 
                 if idxs.head == idxs.tail {
                     assert!(slot.next.is_none());

@@ -102,7 +102,7 @@ impl Store {
     }
 
     pub fn insert(&mut self, id: StreamId, val: Stream) -> Ptr<'_> {
-        let index = SlabIndex(self.slab.insert(val) as u32);
+        let index = SlabIndex(insert_sparingly(&mut self.slab, val) as u32); // RELAY PATCH
         assert!(self.ids.insert(id, index).is_none());
 
         Ptr {
@@ -406,6 +406,7 @@ impl<'a> Ptr<'a> {
         // Remove the stream state
         let stream = self.store.slab.remove(self.key.index.0 as usize);
         assert_eq!(stream.id, self.key.stream_id);
+        release_if_empty(&mut self.store.slab); // RELAY PATCH
         stream.id
     }
 
@@ -464,11 +465,29 @@ impl<'a> VacantEntry<'a> {
     pub fn insert(self, value: Stream) -> Key {
         // Insert the value in the slab
         let stream_id = value.id;
-        let index = SlabIndex(self.slab.insert(value) as u32);
+        let index = SlabIndex(insert_sparingly(self.slab, value) as u32); // RELAY PATCH
 
         // Insert the handle in the ID map
         self.ids.insert(index);
 
         Key { index, stream_id }
+    }
+}
+
+// RELAY PATCH: a connection's slabs grow from one slot, doubling, and are freed when they empty.
+// A slab grew to four slots at its first insert and kept them for the connection's life; most
+// connections to a relay hold one long-lived stream and sit idle, so those slots were most of what
+// an idle connection's streams cost. A busy connection grows as before, one allocation more.
+pub(super) fn insert_sparingly<T>(slab: &mut slab::Slab<T>, value: T) -> usize {
+    if slab.len() == slab.capacity() {
+        slab.reserve_exact(slab.capacity().max(1));
+    }
+    slab.insert(value)
+}
+
+// RELAY PATCH: see `insert_sparingly`; no key is live in an empty slab, so it may start anew.
+pub(super) fn release_if_empty<T>(slab: &mut slab::Slab<T>) {
+    if slab.is_empty() && slab.capacity() > 0 {
+        *slab = slab::Slab::new();
     }
 }
