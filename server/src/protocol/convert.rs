@@ -84,7 +84,7 @@ pub fn push(event: Event) -> wire::Push {
 pub fn announce_event(event: announce::Event) -> wire::AnnounceEvent {
     let event = match event {
         announce::Event::Waiting => wire::announce_event::Event::Waiting(wire::Waiting {}),
-        announce::Event::Announced(a) => wire::announce_event::Event::Announcement(a.into()),
+        announce::Event::Announced(a) => wire::announce_event::Event::Announcement((*a).into()),
     };
     wire::AnnounceEvent { event: Some(event) }
 }

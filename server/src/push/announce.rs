@@ -10,11 +10,11 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, interval_at};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Hub;
+use super::events::{self, Events, Slot};
 use crate::domain::message::Announcement;
 use crate::domain::{Result, presence};
 use crate::metrics::metrics;
@@ -31,10 +31,14 @@ const STALLED: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub enum Event {
     Waiting,
-    Announced(Announcement),
+    /// Boxed: every waiting stream's buffer holds slots of this size.
+    Announced(Box<Announcement>),
 }
 
-pub type AnnounceStream = ReceiverStream<Result<Event>>;
+/// The events of one announcement; an error ends it.
+pub type AnnounceStream = Events<Event>;
+
+const _: () = assert!(std::mem::size_of::<Slot<Event>>() == 16);
 
 /// Checks that the caller's session still stands (from memory while it is known).
 pub type SessionCheck = Box<dyn Fn() -> BoxFuture<'static, Result<()>> + Send + Sync>;
@@ -49,15 +53,15 @@ pub fn open(
     shutdown: CancellationToken,
     session: SessionCheck,
 ) -> AnnounceStream {
-    let (tx, rx) = mpsc::channel(2);
+    let (tx, events) = events::channel(2);
     let task = async move {
         if let Err(err) = feed(&store, &hub, &caller, wait, &session, &tx, &shutdown).await {
             tracing::debug!(endpoint = %caller.address(), error = %err, "announcement ended");
-            let _ = tokio::time::timeout(STALLED, tx.send(Err(err))).await;
+            let _ = tokio::time::timeout(STALLED, tx.send(Slot::Failed(Box::new(err)))).await;
         }
     };
     tokio::spawn(task.instrument(tracing::Span::current()));
-    ReceiverStream::new(rx)
+    events
 }
 
 async fn feed(
@@ -66,7 +70,7 @@ async fn feed(
     caller: &Caller,
     wait: bool,
     session: &SessionCheck,
-    tx: &mpsc::Sender<Result<Event>>,
+    tx: &mpsc::Sender<Slot<Event>>,
     shutdown: &CancellationToken,
 ) -> Result<()> {
     // Taken before the first look, so nothing delivered after it goes unnoticed.
@@ -80,7 +84,7 @@ async fn feed(
         waiter.seen();
         let found = Box::pin(look(store, caller)).await?;
         if !found.messages.is_empty() || !wait {
-            send_timely(tx, Event::Announced(found)).await;
+            send_timely(tx, Event::Announced(Box::new(found))).await;
             return Ok(());
         }
         loop {
@@ -100,8 +104,8 @@ async fn feed(
     }
 }
 
-async fn send_timely(tx: &mpsc::Sender<Result<Event>>, event: Event) -> bool {
-    matches!(tokio::time::timeout(STALLED, tx.send(Ok(event))).await, Ok(Ok(())))
+async fn send_timely(tx: &mpsc::Sender<Slot<Event>>, event: Event) -> bool {
+    matches!(tokio::time::timeout(STALLED, tx.send(Slot::Event(event))).await, Ok(Ok(())))
 }
 
 /// Counts a waiting hook in `relay_mail_waiters` while it waits.

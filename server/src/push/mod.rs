@@ -6,6 +6,7 @@
 //! latency, never a message.
 
 pub mod announce;
+pub mod events;
 pub mod hub;
 pub mod listener;
 pub mod liveness;

@@ -1,17 +1,14 @@
 //! One endpoint's push stream: everything unread above the bridge's last seq, then each new delivery.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::{Instant, interval_at};
-use tokio_stream::Stream;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Hub;
+use super::events::{self, Events, Slot};
 use crate::domain::ids::Seq;
 use crate::domain::message::Message;
 use crate::domain::presence::OpenStream;
@@ -38,39 +35,14 @@ pub enum Event {
 }
 
 /// The events of one stream; an error ends it.
-pub struct PushStream(ReceiverStream<Slot>);
+pub type PushStream = Events<Event>;
 
-impl Stream for PushStream {
-    type Item = Result<Event>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        Pin::new(&mut self.0).poll_next(cx).map(|slot| slot.map(Slot::into_result))
-    }
-}
-
-/// What the stream's buffer carries: an event, or the error that ends the stream. The buffer
-/// allocates a block of 32 slots when it opens and keeps it while the stream lives, idle or not,
-/// so a slot is kept to 16 bytes (a `Result<Event>` took 48: 1 KiB more for every open stream).
-enum Slot {
-    Event(Event),
-    Failed(Box<Error>),
-}
-
-const _: () = assert!(std::mem::size_of::<Slot>() == 16);
-
-impl Slot {
-    fn into_result(self) -> Result<Event> {
-        match self {
-            Slot::Event(event) => Ok(event),
-            Slot::Failed(error) => Err(*error),
-        }
-    }
-}
+const _: () = assert!(std::mem::size_of::<Slot<Event>>() == 16);
 
 /// Starts the task that feeds the stream; it ends when the client goes away (a send fails), the
 /// session ends, or the server shuts down.
 pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: Seq, shutdown: CancellationToken) -> PushStream {
-    let (tx, rx) = mpsc::channel(BUFFER);
+    let (tx, events) = events::channel(BUFFER);
     // In the call's span, so what the stream logs names its caller.
     let task = async move {
         let address = caller.address();
@@ -90,7 +62,7 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: Seq, shutdown: Ca
         tracing::debug!(endpoint = %address, "push stream closed");
     };
     tokio::spawn(task.instrument(tracing::Span::current()));
-    PushStream(ReceiverStream::new(rx))
+    events
 }
 
 /// Counts a stream in `relay_push_streams` while its task runs.
@@ -115,7 +87,7 @@ async fn feed(
     hub: &Hub,
     caller: &Caller,
     mut last: Seq,
-    tx: &mpsc::Sender<Slot>,
+    tx: &mpsc::Sender<Slot<Event>>,
     shutdown: &CancellationToken,
     generation: &mut Option<i64>,
 ) -> Result<()> {
@@ -229,7 +201,13 @@ fn follows(last: Seq, messages: &[Message]) -> bool {
 
 /// Pushes every unread delivery above `last`, timing each from its send when `live`. `false` when
 /// the client is gone.
-async fn drain(store: &Store, caller: &Caller, last: &mut Seq, tx: &mpsc::Sender<Slot>, live: bool) -> Result<bool> {
+async fn drain(
+    store: &Store,
+    caller: &Caller,
+    last: &mut Seq,
+    tx: &mpsc::Sender<Slot<Event>>,
+    live: bool,
+) -> Result<bool> {
     loop {
         let batch: Vec<Message> =
             messages::unread_after(&store.client().await?, caller.endpoint_id, *last, BATCH).await?;
@@ -254,7 +232,7 @@ async fn push(
     store: &Store,
     caller: &Caller,
     last: &mut Seq,
-    tx: &mpsc::Sender<Slot>,
+    tx: &mpsc::Sender<Slot<Event>>,
     messages: Vec<Message>,
     live: bool,
 ) -> bool {
@@ -284,7 +262,7 @@ async fn push(
 /// A client that stops reading for this long is treated as gone rather than holding the task forever.
 const STALLED: Duration = Duration::from_secs(60);
 
-async fn send_timely(tx: &mpsc::Sender<Slot>, event: Event) -> bool {
+async fn send_timely(tx: &mpsc::Sender<Slot<Event>>, event: Event) -> bool {
     matches!(tokio::time::timeout(STALLED, tx.send(Slot::Event(event))).await, Ok(Ok(())))
 }
 
