@@ -396,3 +396,68 @@ fn the_build_uses_the_patched_h2() {
     }
     assert!(files > 0, "vendor/h2.patch names no file");
 }
+
+/// The server image (`./test --slow` builds and runs it) compiles every crate of the workspace that
+/// relay-server is made of: a crate the server comes to depend on must be copied into the build and
+/// admitted by `.dockerignore`, and every member's manifest must be there for the workspace to load.
+/// Checked here on every run, from the manifests, so a new crate is not first found by the slow test.
+#[test]
+fn the_image_builds_every_crate_the_server_is_made_of() {
+    let read = |path: &str| std::fs::read_to_string(repo().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let manifest: toml::Table = read("Cargo.toml").parse().unwrap();
+    let members: Vec<&str> =
+        manifest["workspace"]["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
+    // The workspace's own crates by package name, and their directories.
+    let dirs: std::collections::HashMap<String, &str> = members
+        .iter()
+        .map(|dir| {
+            let crate_manifest: toml::Table = read(&format!("{dir}/Cargo.toml")).parse().unwrap();
+            (crate_manifest["package"]["name"].as_str().unwrap().to_owned(), *dir)
+        })
+        .collect();
+    // relay-server and what it depends on among them, transitively.
+    let mut needed = vec!["server"];
+    let mut at = 0;
+    while at < needed.len() {
+        let crate_manifest: toml::Table = read(&format!("{}/Cargo.toml", needed[at])).parse().unwrap();
+        if let Some(deps) = crate_manifest.get("dependencies").and_then(toml::Value::as_table) {
+            for name in deps.keys() {
+                if let Some(dir) = dirs.get(name)
+                    && !needed.contains(dir)
+                {
+                    needed.push(dir);
+                }
+            }
+        }
+        at += 1;
+    }
+    assert!(needed.contains(&"proto") && needed.contains(&"agent"), "the server's own crates: {needed:?}");
+
+    let dockerfile = read("deploy/Dockerfile");
+    let ignore = read(".dockerignore");
+    let stubs = dockerfile.lines().find(|l| l.contains("for crate in")).expect("the Dockerfile's stub loop");
+    for dir in &members {
+        assert!(
+            dockerfile.contains(&format!("COPY {dir}/Cargo.toml {dir}/")),
+            "deploy/Dockerfile copies {dir}/Cargo.toml"
+        );
+        assert!(
+            stubs.split_whitespace().any(|w| w.trim_end_matches(';') == *dir),
+            "deploy/Dockerfile stubs {dir} before the real code: {stubs}"
+        );
+        assert!(
+            ignore.lines().any(|l| l.trim() == format!("!{dir}/") || l.trim() == format!("!{dir}/Cargo.toml")),
+            ".dockerignore admits {dir}/Cargo.toml"
+        );
+    }
+    for dir in &needed {
+        assert!(
+            dockerfile.contains(&format!("COPY {dir} {dir}\n")),
+            "deploy/Dockerfile copies {dir}/, which relay-server is built from"
+        );
+        assert!(
+            ignore.lines().any(|l| l.trim() == format!("!{dir}/")),
+            ".dockerignore admits {dir}/, which relay-server is built from"
+        );
+    }
+}
