@@ -5,16 +5,13 @@
 //! changed (a delivery from this replica or, through `LISTEN`, from another), and between wake-ups
 //! it only tells its client it is alive and checks the session from memory.
 
-use std::time::Duration;
-
 use futures_util::future::BoxFuture;
-use tokio::sync::mpsc;
 use tokio::time::{Instant, interval_at};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Hub;
-use super::events::{self, Events, Slot};
+use super::events::{self, Events, Sender, Slot};
 use crate::domain::message::Announcement;
 use crate::domain::{Result, presence};
 use crate::metrics::metrics;
@@ -24,8 +21,6 @@ use crate::store::messages;
 
 /// Most messages one announcement names (and moves to surfaced); more wait for the next.
 const MOST: i64 = 100;
-/// A client that stops reading for this long is treated as gone rather than holding the task.
-const STALLED: Duration = Duration::from_secs(60);
 
 /// What the stream carries: heartbeats while it waits, then its one announcement.
 #[derive(Debug)]
@@ -57,7 +52,7 @@ pub fn open(
     let task = async move {
         if let Err(err) = feed(&store, &hub, &caller, wait, &session, &tx, &shutdown).await {
             tracing::debug!(endpoint = %caller.address(), error = %err, "announcement ended");
-            let _ = tokio::time::timeout(STALLED, tx.send(Slot::Failed(Box::new(err)))).await;
+            tx.fail(err).await;
         }
     };
     tokio::spawn(task.instrument(tracing::Span::current()));
@@ -70,12 +65,12 @@ async fn feed(
     caller: &Caller,
     wait: bool,
     session: &SessionCheck,
-    tx: &mpsc::Sender<Slot<Event>>,
+    tx: &Sender<Event>,
     shutdown: &CancellationToken,
 ) -> Result<()> {
     // Taken before the first look, so nothing delivered after it goes unnoticed.
     let mut waiter = hub.waiter(caller.endpoint_id);
-    if wait && !send_timely(tx, Event::Waiting).await {
+    if wait && !tx.send(Event::Waiting).await {
         return Ok(());
     }
     let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
@@ -84,7 +79,7 @@ async fn feed(
         waiter.seen();
         let found = Box::pin(look(store, caller)).await?;
         if !found.messages.is_empty() || !wait {
-            send_timely(tx, Event::Announced(Box::new(found))).await;
+            tx.send(Event::Announced(Box::new(found))).await;
             return Ok(());
         }
         loop {
@@ -95,17 +90,13 @@ async fn feed(
                 _ = beats.tick() => {
                     // From memory while the session is known: a wait costs the database nothing.
                     session().await?;
-                    if !send_timely(tx, Event::Waiting).await {
+                    if !tx.send(Event::Waiting).await {
                         return Ok(());
                     }
                 }
             }
         }
     }
-}
-
-async fn send_timely(tx: &mpsc::Sender<Slot<Event>>, event: Event) -> bool {
-    matches!(tokio::time::timeout(STALLED, tx.send(Slot::Event(event))).await, Ok(Ok(())))
 }
 
 /// Counts a waiting hook in `relay_mail_waiters` while it waits.

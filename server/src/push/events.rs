@@ -2,6 +2,7 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -35,9 +36,33 @@ impl<E> Stream for Events<E> {
 }
 
 /// A buffer of `capacity` events: the feeding task's end, and the call's.
-pub(super) fn channel<E>(capacity: usize) -> (mpsc::Sender<Slot<E>>, Events<E>) {
+pub(super) fn channel<E>(capacity: usize) -> (Sender<E>, Events<E>) {
     let (tx, rx) = mpsc::channel(capacity);
-    (tx, Events(ReceiverStream::new(rx)))
+    (Sender(tx), Events(ReceiverStream::new(rx)))
+}
+
+/// A client that stops reading for this long is treated as gone rather than holding the task forever.
+const STALLED: Duration = Duration::from_secs(60);
+
+/// The feeding task's end of the buffer. Every wait on the client has a deadline: a client that is
+/// connected but does not read holds a task for [`STALLED`] at most.
+pub(super) struct Sender<E>(mpsc::Sender<Slot<E>>);
+
+impl<E> Sender<E> {
+    /// Hands the call `event`; `false` when the client is gone or stopped reading.
+    pub(super) async fn send(&self, event: E) -> bool {
+        matches!(tokio::time::timeout(STALLED, self.0.send(Slot::Event(event))).await, Ok(Ok(())))
+    }
+
+    /// Ends the stream with `error`, if the client is there to read it.
+    pub(super) async fn fail(&self, error: Error) {
+        let _ = tokio::time::timeout(STALLED, self.0.send(Slot::Failed(Box::new(error)))).await;
+    }
+
+    /// Resolves when the call is gone.
+    pub(super) async fn closed(&self) {
+        self.0.closed().await;
+    }
 }
 
 #[cfg(test)]
@@ -50,13 +75,22 @@ mod tests {
     async fn a_call_reads_the_events_in_order_then_the_error_that_ended_them() {
         let (tx, mut events) = channel::<u32>(2);
         tokio::spawn(async move {
-            for slot in [Slot::Event(1), Slot::Event(2), Slot::Failed(Box::new(Error::Unavailable("gone".into())))] {
-                tx.send(slot).await.unwrap();
-            }
+            assert!(tx.send(1).await && tx.send(2).await, "the call is there to read");
+            tx.fail(Error::Unavailable("gone".into())).await;
         });
         assert_eq!(events.next().await.unwrap().unwrap(), 1);
         assert_eq!(events.next().await.unwrap().unwrap(), 2);
         assert!(matches!(events.next().await, Some(Err(Error::Unavailable(m))) if m == "gone"));
         assert!(events.next().await.is_none(), "the stream ends with its task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_holds_the_task_no_longer_than_the_deadline() {
+        let (tx, _events) = channel::<u32>(1);
+        assert!(tx.send(1).await, "room for one");
+        let started = tokio::time::Instant::now();
+        assert!(!tx.send(2).await, "a full buffer nobody reads is a client gone");
+        tx.fail(Error::Unavailable("gone".into())).await;
+        assert_eq!(started.elapsed(), 2 * STALLED, "each wait ends at its deadline");
     }
 }

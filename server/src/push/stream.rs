@@ -1,14 +1,11 @@
 //! One endpoint's push stream: everything unread above the bridge's last seq, then each new delivery.
 
-use std::time::Duration;
-
-use tokio::sync::mpsc;
 use tokio::time::{Instant, interval_at};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Hub;
-use super::events::{self, Events, Slot};
+use super::events::{self, Events, Sender, Slot};
 use crate::domain::ids::Seq;
 use crate::domain::message::Message;
 use crate::domain::presence::OpenStream;
@@ -52,7 +49,7 @@ pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: Seq, shutdown: Ca
         let outcome = feed(&store, &hub, &caller, after_seq, &tx, &shutdown, &mut generation).await;
         if let Err(err) = outcome {
             tracing::debug!(endpoint = %address, error = %err, "push stream failed");
-            let _ = tx.send(Slot::Failed(Box::new(err))).await;
+            tx.fail(err).await;
         }
         if let Some(generation) = generation
             && let Err(e) = Box::pin(release_presence(&store, &caller, generation)).await
@@ -87,7 +84,7 @@ async fn feed(
     hub: &Hub,
     caller: &Caller,
     mut last: Seq,
-    tx: &mpsc::Sender<Slot<Event>>,
+    tx: &Sender<Event>,
     shutdown: &CancellationToken,
     generation: &mut Option<i64>,
 ) -> Result<()> {
@@ -100,7 +97,7 @@ async fn feed(
     let opened = Box::pin(open_presence(store, caller)).await?.ok_or_else(gone)?;
     let (stream_gen, mut operator) = (opened.generation, opened.operator);
     *generation = Some(stream_gen);
-    if !send_timely(tx, beat(opened.head, operator)).await {
+    if !tx.send(beat(opened.head, operator)).await {
         return Ok(());
     }
     // Presence is the replica's to keep: an idle stream only tells its bridge it is alive, and
@@ -125,7 +122,7 @@ async fn feed(
                 return Ok(());
             }
             head = head.max(last);
-            if !std::mem::replace(&mut caught_up_told, true) && !send_timely(tx, beat(head, operator)).await {
+            if !std::mem::replace(&mut caught_up_told, true) && !tx.send(beat(head, operator)).await {
                 return Ok(());
             }
         }
@@ -136,12 +133,12 @@ async fn feed(
             () = claim.changed() => {
                 let now = Box::pin(stream_current(store, caller, stream_gen)).await?.ok_or_else(gone)?;
                 // A role change is told at once: the bridge lists its tools again.
-                if std::mem::replace(&mut operator, now) != now && !send_timely(tx, beat(head, operator)).await {
+                if std::mem::replace(&mut operator, now) != now && !tx.send(beat(head, operator)).await {
                     return Ok(());
                 }
             }
             _ = beats.tick() => {
-                if !send_timely(tx, beat(head, operator)).await {
+                if !tx.send(beat(head, operator)).await {
                     return Ok(());
                 }
             }
@@ -201,13 +198,7 @@ fn follows(last: Seq, messages: &[Message]) -> bool {
 
 /// Pushes every unread delivery above `last`, timing each from its send when `live`. `false` when
 /// the client is gone.
-async fn drain(
-    store: &Store,
-    caller: &Caller,
-    last: &mut Seq,
-    tx: &mpsc::Sender<Slot<Event>>,
-    live: bool,
-) -> Result<bool> {
+async fn drain(store: &Store, caller: &Caller, last: &mut Seq, tx: &Sender<Event>, live: bool) -> Result<bool> {
     loop {
         let batch: Vec<Message> =
             messages::unread_after(&store.client().await?, caller.endpoint_id, *last, BATCH).await?;
@@ -232,7 +223,7 @@ async fn push(
     store: &Store,
     caller: &Caller,
     last: &mut Seq,
-    tx: &mpsc::Sender<Slot<Event>>,
+    tx: &Sender<Event>,
     messages: Vec<Message>,
     live: bool,
 ) -> bool {
@@ -241,7 +232,7 @@ async fn push(
     let mut open = true;
     for message in messages {
         let (seq, sent_at_ms) = (message.seq, message.sent_at_ms);
-        if !send_timely(tx, Event::Message(Box::new(message))).await {
+        if !tx.send(Event::Message(Box::new(message))).await {
             open = false;
             break;
         }
@@ -257,13 +248,6 @@ async fn push(
         m.deliveries(Step::pushed, pushed);
     }
     open
-}
-
-/// A client that stops reading for this long is treated as gone rather than holding the task forever.
-const STALLED: Duration = Duration::from_secs(60);
-
-async fn send_timely(tx: &mpsc::Sender<Slot<Event>>, event: Event) -> bool {
-    matches!(tokio::time::timeout(STALLED, tx.send(Slot::Event(event))).await, Ok(Ok(())))
 }
 
 #[cfg(test)]
