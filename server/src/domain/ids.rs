@@ -1,6 +1,7 @@
 //! Row ids, message ids, credentials and the ways an agent may name a message.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::Rng;
 use sha2::{Digest, Sha256};
@@ -160,9 +161,46 @@ pub const MESSAGE_ID_LEN: usize = 24;
 pub const SHORT_ID_LEN: usize = 8;
 pub const MIN_SUFFIX_LEN: usize = 4;
 
-/// A new message id. It is random throughout, so its first 8 characters serve as a short id.
+/// A new message id: its first 8 characters count microseconds (in base 36, so they wrap every
+/// 32.6 days), the other 16 are random (about 83 bits).
+///
+/// Ids in the order they are made are written at one end of each index keyed by them (the
+/// message's, its thread's, its deliveries'), where random ids landed on a different leaf page
+/// each: a page read, a page split and, after a checkpoint, a full page image in the WAL apiece.
+/// The clock part still tells messages apart, so it serves as the short id: one process never
+/// makes two with the same, and two replicas only within the same microsecond.
 pub fn new_message_id() -> MessageId {
-    MessageId(random_text(MESSAGE_ID_LEN))
+    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+    let mut id = String::with_capacity(MESSAGE_ID_LEN);
+    static LAST_TICK: AtomicU64 = AtomicU64::new(0);
+    push_base36(&mut id, next_tick(&LAST_TICK, micros as u64) % SHORT_ID_SPAN, SHORT_ID_LEN);
+    id.push_str(&random_text(MESSAGE_ID_LEN - SHORT_ID_LEN));
+    MessageId(id)
+}
+
+/// 36^8: the values the short id's 8 characters can count before they wrap.
+const SHORT_ID_SPAN: u64 = 36u64.pow(SHORT_ID_LEN as u32);
+
+/// `now`, or one past the `last` tick handed out when the clock has not passed it (two ids in one
+/// microsecond, or a clock stepped back): no two ids of this process share a short id.
+fn next_tick(last_tick: &AtomicU64, now: u64) -> u64 {
+    let mut last = last_tick.load(Ordering::Relaxed);
+    loop {
+        let tick = now.max(last + 1);
+        match last_tick.compare_exchange_weak(last, tick, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return tick,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+/// `value` in `width` characters of the id alphabet, most significant first.
+fn push_base36(out: &mut String, mut value: u64, width: usize) {
+    let start = out.len();
+    for _ in 0..width {
+        out.insert(start, ID_ALPHABET[(value % 36) as usize] as char);
+        value /= 36;
+    }
 }
 
 /// `len` random characters of the id alphabet.
@@ -325,12 +363,39 @@ mod tests {
     }
 
     #[test]
-    fn message_ids_are_long_random_and_lowercase() {
-        let a = new_message_id();
-        let b = new_message_id();
-        assert_eq!(a.as_str().len(), MESSAGE_ID_LEN);
-        assert_ne!(a, b);
-        assert!(a.as_str().bytes().all(|c| ID_ALPHABET.contains(&c)));
+    fn message_ids_are_long_lowercase_and_ordered_with_distinct_short_ids() {
+        let ids: Vec<MessageId> = (0..1000).map(|_| new_message_id()).collect();
+        for id in &ids {
+            assert_eq!(id.as_str().len(), MESSAGE_ID_LEN);
+            assert!(id.as_str().bytes().all(|c| ID_ALPHABET.contains(&c)), "{id}");
+        }
+        // Made within a second, so the clock part cannot have wrapped between them: each one's
+        // short id is above the one before, so no two share one and the indexes grow at one end.
+        for pair in ids.windows(2) {
+            assert!(
+                pair[0].as_str()[..SHORT_ID_LEN] < pair[1].as_str()[..SHORT_ID_LEN],
+                "{} then {}",
+                pair[0],
+                pair[1]
+            );
+        }
+        let tails: std::collections::HashSet<&str> = ids.iter().map(|id| &id.as_str()[SHORT_ID_LEN..]).collect();
+        assert_eq!(tails.len(), ids.len(), "the random part differs");
+    }
+
+    #[test]
+    fn the_clock_part_counts_microseconds_in_base_36_and_never_repeats() {
+        let mut text = String::new();
+        push_base36(&mut text, 36 * 36 + 35, 4);
+        assert_eq!(text, "010z");
+        push_base36(&mut text, SHORT_ID_SPAN - 1, SHORT_ID_LEN);
+        assert_eq!(&text[4..], "zzzzzzzz");
+        // A clock that stands still or steps back still gets a new tick.
+        let last = AtomicU64::new(0);
+        assert_eq!(next_tick(&last, 1_000), 1_000);
+        assert_eq!(next_tick(&last, 1_000), 1_001);
+        assert_eq!(next_tick(&last, 5), 1_002);
+        assert_eq!(next_tick(&last, 2_000), 2_000);
     }
 
     #[test]
