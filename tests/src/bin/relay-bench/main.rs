@@ -2,13 +2,14 @@
 //! production (fsync and synchronous commit on), the raw Postgres floor measured in the same run on
 //! the same cluster, and Relay's figures printed beside it as ratios, with the targets.
 //!
-//! usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--unread N]
+//! usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--unread N] [--stored N]
 //!   --fsync-off       a fast, non-durable cluster (figures not comparable to production)
 //!   --seconds N       length of each throughput phase (default 5)
 //!   --rate-seconds N  length of each fixed-rate phase (default 20)
 //!   --idle N,N        idle push streams to hold open (default 1000,10000)
 //!   --idle-shared     idle agents a hundred to a connection (beyond 15000 they always are)
 //!   --unread N        unread messages for the inbox phase (default 100000)
+//!   --stored N        sends already stored for the ids phase (default 1000000)
 //! With DATABASE_URL set it uses that database instead. Every phase is bounded in count and time.
 //! With `nats-server` on PATH, the nats phase measures NATS JetStream beside Relay, and Relay again
 //! with `synchronous_commit=off` (JetStream's own durability class: it does not fsync each message).
@@ -32,6 +33,7 @@ use tokio_postgres::NoTls;
 use tonic::{Code, Streaming};
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
+mod ids;
 mod nats;
 
 /// No single wait of a phase may run longer than this, whatever the counts.
@@ -47,12 +49,14 @@ struct Args {
     /// Idle agents a hundred to a connection at every step, for a curve of one kind.
     idle_shared: bool,
     unread: i64,
+    /// Sends already stored when the ids phase writes more.
+    stored: i64,
     /// The phases to run; the floor always runs.
     only: Vec<String>,
 }
 
 /// The benchmark's phases, in the order they run.
-const PHASES: [&str; 7] = ["serial", "throughput", "nats", "mcp", "rate", "idle", "inbox"];
+const PHASES: [&str; 8] = ["serial", "throughput", "nats", "mcp", "rate", "idle", "inbox", "ids"];
 /// The most idle streams one step of the idle phase holds open.
 const MAX_IDLE: usize = 30_000;
 /// Up to this many idle agents, each has a connection of its own (the server and this process each
@@ -66,7 +70,7 @@ impl Args {
 }
 
 const USAGE: &str =
-    "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--idle-shared] [--unread N]
+    "usage: relay-bench [--fsync-off] [--seconds N] [--rate-seconds N] [--idle N,N] [--idle-shared] [--unread N] [--stored N]
   --fsync-off       a fast, non-durable cluster (figures not comparable to production)
   --seconds N       length of each throughput phase, 1-60 (default 5)
   --rate-seconds N  length of each fixed-rate phase, 1-120 (default 20)
@@ -74,7 +78,9 @@ const USAGE: &str =
                     agent on a connection of its own up to 15000, a hundred to a connection beyond
   --idle-shared     idle agents a hundred to a connection at every step
   --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)
-  --only P,P        run only these phases (serial, throughput, nats, mcp, rate, idle, inbox); the floor always runs";
+  --stored N        sends already stored when the ids phase writes random and time-ordered message
+                    ids, at most 5000000 (default 1000000)
+  --only P,P        run only these phases (serial, throughput, nats, mcp, rate, idle, inbox, ids); the floor always runs";
 
 /// The arguments, or why they are wrong.
 fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -85,6 +91,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
         idle: vec![1000, 10_000],
         idle_shared: false,
         unread: 100_000,
+        stored: 1_000_000,
         only: Vec::new(),
     };
     while let Some(flag) = it.next() {
@@ -103,6 +110,7 @@ fn parse_args(mut it: impl Iterator<Item = String>) -> Result<Args, String> {
             }
             "--idle-shared" => args.idle_shared = true,
             "--unread" => args.unread = number(value()?)?.min(1_000_000) as i64,
+            "--stored" => args.stored = number(value()?)?.min(5_000_000) as i64,
             "--only" => {
                 args.only = value()?.split(',').map(|p| p.trim().to_owned()).collect();
                 if let Some(unknown) = args.only.iter().find(|p| !PHASES.contains(&p.as_str())) {
@@ -1144,13 +1152,41 @@ async fn main() {
         ));
     }
 
+    if args.runs("ids") {
+        stats.settle().await;
+        let c = ids::compare(&db.url, pid, args.stored, args.seconds).await;
+        let stored = args.stored;
+        rows.push(row(
+            &format!("ids in order: sends/s, {stored} stored"),
+            format!("{:.0}", c.ordered.sends_per_s),
+            Some(c.random.sends_per_s),
+            c.ordered.sends_per_s,
+            ">= 1.0x random",
+        ));
+        rows.push(row(
+            "ids in order: postgres cpu us per send",
+            format!("{:.1}", c.ordered.postgres_us),
+            Some(c.random.postgres_us),
+            c.ordered.postgres_us,
+            "<= 1.0x random",
+        ));
+        rows.push(row(
+            "ids in order: wal bytes per send",
+            format!("{:.0}", c.ordered.wal_bytes),
+            Some(c.random.wal_bytes),
+            c.ordered.wal_bytes,
+            "<= 1.0x random",
+        ));
+    }
+
     println!();
     println!("{:<40} {:>22} {:>12} {:>8}  target", "", "relay", "floor", "ratio");
     for r in rows {
         println!("{:<40} {:>22} {:>12} {:>8}  {}", r.what, r.relay, r.floor, r.ratio, r.target);
     }
     println!(
-        "\n(the floor of a latency row is the same-run INSERT+COMMIT or relay-shaped statement; of inbox/whoami, the empty inbox, or the inbox holding one page of unread)"
+        "\n(the floor of a latency row is the same-run INSERT+COMMIT or relay-shaped statement; of inbox/whoami, the empty inbox, or the inbox holding one page of unread; \
+         of an ids row, the same sends written with random ids)"
     );
     println!("server rss at end: {:.0} MiB", rss_mib(pid));
 }
