@@ -54,10 +54,13 @@ impl Kind {
     }
 }
 
-/// Fills a pair of tables per kind with `stored` sends, then writes into each for `seconds`.
-/// `server` is the relay-server's pid, for the CPU reading. The tables are dropped at the end.
+/// For each kind, random first: fills a pair of tables with `stored` sends, writes into them for
+/// `seconds` and drops them. Each kind is measured right after its own fill, so neither finds its
+/// pages pushed out of the buffers by the other's. `server` is the relay-server's pid, for the CPU
+/// reading.
 pub async fn compare(url: &str, server: u32, stored: i64, seconds: u64) -> Compared {
     let db = db_client(url).await;
+    let mut measured = Vec::new();
     for kind in [Kind::Random, Kind::Ordered] {
         let (messages, deliveries) = kind.tables();
         db.batch_execute(&format!(
@@ -69,13 +72,10 @@ pub async fn compare(url: &str, server: u32, stored: i64, seconds: u64) -> Compa
         .expect("create the id tables");
         fill(&db, kind, stored).await;
         db.batch_execute(&format!("vacuum (analyze) {messages}, {deliveries}")).await.expect("vacuum the id tables");
-    }
-    let random = write(&db, server, Kind::Random, stored, seconds).await;
-    let ordered = write(&db, server, Kind::Ordered, stored, seconds).await;
-    for kind in [Kind::Random, Kind::Ordered] {
-        let (messages, deliveries) = kind.tables();
+        measured.push(write(&db, server, kind, stored, seconds).await);
         db.batch_execute(&format!("drop table {messages}, {deliveries}")).await.expect("drop the id tables");
     }
+    let [random, ordered] = measured.try_into().ok().expect("two kinds");
     Compared { random, ordered }
 }
 
