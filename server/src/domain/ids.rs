@@ -170,10 +170,15 @@ pub const MIN_SUFFIX_LEN: usize = 4;
 /// The clock part still tells messages apart, so it serves as the short id: one process never
 /// makes two with the same, and two replicas only within the same microsecond.
 pub fn new_message_id() -> MessageId {
-    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
-    let mut id = String::with_capacity(MESSAGE_ID_LEN);
     static LAST_TICK: AtomicU64 = AtomicU64::new(0);
-    push_base36(&mut id, next_tick(&LAST_TICK, micros as u64) % SHORT_ID_SPAN, SHORT_ID_LEN);
+    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+    message_id_at(&LAST_TICK, micros as u64)
+}
+
+/// A message id made at `micros` by a process whose last tick is `last_tick`.
+fn message_id_at(last_tick: &AtomicU64, micros: u64) -> MessageId {
+    let mut id = String::with_capacity(MESSAGE_ID_LEN);
+    push_base36(&mut id, next_tick(last_tick, micros) % SHORT_ID_SPAN, SHORT_ID_LEN);
     id.push_str(&random_text(MESSAGE_ID_LEN - SHORT_ID_LEN));
     MessageId(id)
 }
@@ -363,24 +368,34 @@ mod tests {
     }
 
     #[test]
-    fn message_ids_are_long_lowercase_and_ordered_with_distinct_short_ids() {
+    fn message_ids_are_long_lowercase_with_distinct_short_ids() {
         let ids: Vec<MessageId> = (0..1000).map(|_| new_message_id()).collect();
         for id in &ids {
             assert_eq!(id.as_str().len(), MESSAGE_ID_LEN);
             assert!(id.as_str().bytes().all(|c| ID_ALPHABET.contains(&c)), "{id}");
         }
-        // Made within a second, so the clock part cannot have wrapped between them: each one's
-        // short id is above the one before, so no two share one and the indexes grow at one end.
-        for pair in ids.windows(2) {
-            assert!(
-                pair[0].as_str()[..SHORT_ID_LEN] < pair[1].as_str()[..SHORT_ID_LEN],
-                "{} then {}",
-                pair[0],
-                pair[1]
-            );
-        }
+        let short: std::collections::HashSet<&str> = ids.iter().map(|id| &id.as_str()[..SHORT_ID_LEN]).collect();
+        assert_eq!(short.len(), ids.len(), "one process never makes two ids with one short id");
         let tails: std::collections::HashSet<&str> = ids.iter().map(|id| &id.as_str()[SHORT_ID_LEN..]).collect();
         assert_eq!(tails.len(), ids.len(), "the random part differs");
+    }
+
+    #[test]
+    fn message_ids_sort_in_the_order_they_are_made_until_the_clock_part_wraps() {
+        let last = AtomicU64::new(0);
+        let start = 1_796_000_000_000_000; // December 2026, in microseconds
+        let ids: Vec<MessageId> =
+            [start, start, start + 1, start + 40, start + 1_000_000].map(|t| message_id_at(&last, t)).into();
+        for pair in ids.windows(2) {
+            assert!(pair[0].as_str() < pair[1].as_str(), "{} then {}", pair[0], pair[1]);
+        }
+        // Where the 8 characters wrap, the next ids start again from the bottom, in order.
+        let last = AtomicU64::new(0);
+        let wrap = SHORT_ID_SPAN * 637;
+        let [a, b, c] = [wrap - 1, wrap, wrap + 1].map(|t| message_id_at(&last, t));
+        assert_eq!(&a.as_str()[..SHORT_ID_LEN], "zzzzzzzz");
+        assert_eq!(&b.as_str()[..SHORT_ID_LEN], "00000000");
+        assert_eq!(&c.as_str()[..SHORT_ID_LEN], "00000001");
     }
 
     #[test]
