@@ -941,6 +941,7 @@ async fn main() {
             sender.call("relay_whoami", serde_json::json!({})).await;
             senders.push(sender);
         }
+        stats.reset_statements().await;
         let before = Cpu::now(pid);
         let deadline = Instant::now() + Duration::from_secs(args.seconds);
         let sent = futures_join(senders.into_iter().zip(recipients).map(|(mut sender, to)| async move {
@@ -955,6 +956,7 @@ async fn main() {
         let total: u64 = sent.iter().sum();
         let rate = total as f64 / args.seconds as f64;
         let cpu = Cpu::now(pid).per(before, total as f64);
+        stats.print_statements("throughput @32 over http /mcp", "send", total as f64).await;
         let floor = f.commits_per_s.get(&32).copied();
         let mut r = row("throughput @32 over http /mcp (msg/s)", format!("{rate:.0}"), floor, rate, "");
         r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
