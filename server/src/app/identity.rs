@@ -293,10 +293,7 @@ impl IdentityService {
 
     /// The caller's endpoint and how many messages wait unread.
     pub async fn whoami(&self, caller: &Caller) -> Result<(Endpoint, u64)> {
-        let db = self.core.store.client().await?;
-        let endpoint = identity::endpoint_on(&db, caller.endpoint_id).await?;
-        let unread = crate::store::messages::unread_count(&db, caller.endpoint_id).await?;
-        Ok((endpoint, unread))
+        identity::endpoint_with_unread_on(&self.core.store.client().await?, caller.endpoint_id).await
     }
 
     /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.

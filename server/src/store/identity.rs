@@ -572,6 +572,22 @@ pub(crate) async fn endpoint_on(client: &impl GenericClient, id: EndpointId) -> 
     Endpoint::from_row(&row)
 }
 
+/// An endpoint as everyone sees it and how many messages wait unread in its inbox (the counter
+/// the writers keep), in one statement: what whoami answers, and what an agent with no push stream
+/// asks with every tool call.
+pub(crate) async fn endpoint_with_unread_on(client: &impl GenericClient, id: EndpointId) -> Result<(Endpoint, u64)> {
+    let sql = format!(
+        "select {ENDPOINT_COLUMNS}, e.unread from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
+    );
+    let stmt = client.prepare_cached(&sql).await?;
+    let row = client
+        .query_opt(&stmt, &[&id])
+        .await?
+        .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
+    let unread: i32 = row.col("unread")?;
+    Ok((Endpoint::from_row(&row)?, unread.max(0) as u64))
+}
+
 /// Ids of the accounts that are mutual contacts of `account_id`.
 pub(crate) async fn contact_accounts(client: &impl GenericClient, account_id: AccountId) -> Result<Vec<AccountId>> {
     let stmt = client
