@@ -331,6 +331,11 @@ impl MessageRef {
     }
 }
 
+/// The short id of `id`: its first [`SHORT_ID_LEN`] characters (all of a shorter id).
+fn short_id(id: &MessageId) -> &str {
+    id.as_str().get(..SHORT_ID_LEN).unwrap_or(id.as_str())
+}
+
 /// Picks the one message a reference names among candidates, or says why it cannot.
 pub fn pick_unique<'a>(reference: &str, candidates: &'a [MessageId]) -> Result<&'a MessageId> {
     match candidates {
@@ -343,7 +348,12 @@ pub fn pick_unique<'a>(reference: &str, candidates: &'a [MessageId]) -> Result<&
             if let Some(exact) = many.iter().find(|id| id.as_str() == reference) {
                 return Ok(exact);
             }
-            let shown: Vec<&str> = many.iter().take(5).map(|id| &id.as_str()[..SHORT_ID_LEN]).collect();
+            // Short ids, unless two of them are one (made by two replicas in one microsecond):
+            // then the whole ids, so that the caller has something to tell them apart by.
+            let mut shown: Vec<&str> = many.iter().take(5).map(|id| short_id(id)).collect();
+            if shown.iter().collect::<std::collections::HashSet<_>>().len() < shown.len() {
+                shown = many.iter().take(5).map(MessageId::as_str).collect();
+            }
             Err(Error::invalid(format!(
                 "{reference:?} names {} messages ({}); give more characters",
                 many.len(),
@@ -411,6 +421,22 @@ mod tests {
         assert_eq!(next_tick(&last, 1_000), 1_001);
         assert_eq!(next_tick(&last, 5), 1_002);
         assert_eq!(next_tick(&last, 2_000), 2_000);
+    }
+
+    #[test]
+    fn two_replicas_in_one_microsecond_share_a_short_id_and_a_reference_to_it_says_so() {
+        let at = 1_796_000_000_000_000;
+        let (one, other) = (message_id_at(&AtomicU64::new(0), at), message_id_at(&AtomicU64::new(0), at));
+        assert_eq!(one.as_str()[..SHORT_ID_LEN], other.as_str()[..SHORT_ID_LEN]);
+        assert_ne!(one, other, "the random part tells them apart");
+        let both = vec![one.clone(), other.clone()];
+        let err = crate::domain::message::pick_named(&one.as_str()[..SHORT_ID_LEN], both.clone()).unwrap_err();
+        assert!(err.to_string().contains("names 2 messages"), "{err}");
+        assert!(err.to_string().contains(one.as_str()) && err.to_string().contains(other.as_str()), "{err}");
+        // The whole id, or a suffix of its random part, still names one.
+        assert_eq!(crate::domain::message::pick_named(one.as_str(), both.clone()).unwrap(), one);
+        let suffix = &other.as_str()[MESSAGE_ID_LEN - 8..];
+        assert_eq!(crate::domain::message::pick_named(suffix, both).unwrap(), other);
     }
 
     #[test]
