@@ -350,7 +350,7 @@ pub fn pick_unique<'a>(reference: &str, candidates: &'a [MessageId]) -> Result<&
             }
             // Short ids, unless two of them are one (made by two replicas in one microsecond):
             // then the whole ids, so that the caller has something to tell them apart by.
-            let mut shown: Vec<&str> = many.iter().take(5).map(|id| short_id(id)).collect();
+            let mut shown: Vec<&str> = many.iter().take(5).map(short_id).collect();
             if shown.iter().collect::<std::collections::HashSet<_>>().len() < shown.len() {
                 shown = many.iter().take(5).map(MessageId::as_str).collect();
             }
