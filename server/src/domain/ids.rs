@@ -111,9 +111,16 @@ macro_rules! text_id {
 }
 
 text_id!(
-    /// A message: 24 random characters ([`new_message_id`]).
+    /// A message: 24 characters, the first 8 a clock, the rest random ([`new_message_id`]).
     MessageId
 );
+
+impl MessageId {
+    /// Its short id: the first [`SHORT_ID_LEN`] characters (all of a shorter id).
+    pub fn short(&self) -> &str {
+        self.0.get(..SHORT_ID_LEN).unwrap_or(&self.0)
+    }
+}
 text_id!(
     /// A card on the board (a job, or a schedule's own card).
     JobId
@@ -331,11 +338,6 @@ impl MessageRef {
     }
 }
 
-/// The short id of `id`: its first [`SHORT_ID_LEN`] characters (all of a shorter id).
-fn short_id(id: &MessageId) -> &str {
-    id.as_str().get(..SHORT_ID_LEN).unwrap_or(id.as_str())
-}
-
 /// Picks the one message a reference names among candidates, or says why it cannot.
 pub fn pick_unique<'a>(reference: &str, candidates: &'a [MessageId]) -> Result<&'a MessageId> {
     match candidates {
@@ -350,7 +352,7 @@ pub fn pick_unique<'a>(reference: &str, candidates: &'a [MessageId]) -> Result<&
             }
             // Short ids, unless two of them are one (made by two replicas in one microsecond):
             // then the whole ids, so that the caller has something to tell them apart by.
-            let mut shown: Vec<&str> = many.iter().take(5).map(short_id).collect();
+            let mut shown: Vec<&str> = many.iter().take(5).map(MessageId::short).collect();
             if shown.iter().collect::<std::collections::HashSet<_>>().len() < shown.len() {
                 shown = many.iter().take(5).map(MessageId::as_str).collect();
             }
@@ -384,7 +386,7 @@ mod tests {
             assert_eq!(id.as_str().len(), MESSAGE_ID_LEN);
             assert!(id.as_str().bytes().all(|c| ID_ALPHABET.contains(&c)), "{id}");
         }
-        let short: std::collections::HashSet<&str> = ids.iter().map(|id| &id.as_str()[..SHORT_ID_LEN]).collect();
+        let short: std::collections::HashSet<&str> = ids.iter().map(MessageId::short).collect();
         assert_eq!(short.len(), ids.len(), "one process never makes two ids with one short id");
         let tails: std::collections::HashSet<&str> = ids.iter().map(|id| &id.as_str()[SHORT_ID_LEN..]).collect();
         assert_eq!(tails.len(), ids.len(), "the random part differs");
@@ -403,9 +405,9 @@ mod tests {
         let last = AtomicU64::new(0);
         let wrap = SHORT_ID_SPAN * 637;
         let [a, b, c] = [wrap - 1, wrap, wrap + 1].map(|t| message_id_at(&last, t));
-        assert_eq!(&a.as_str()[..SHORT_ID_LEN], "zzzzzzzz");
-        assert_eq!(&b.as_str()[..SHORT_ID_LEN], "00000000");
-        assert_eq!(&c.as_str()[..SHORT_ID_LEN], "00000001");
+        assert_eq!(a.short(), "zzzzzzzz");
+        assert_eq!(b.short(), "00000000");
+        assert_eq!(c.short(), "00000001");
     }
 
     #[test]
@@ -427,10 +429,10 @@ mod tests {
     fn two_replicas_in_one_microsecond_share_a_short_id_and_a_reference_to_it_says_so() {
         let at = 1_796_000_000_000_000;
         let (one, other) = (message_id_at(&AtomicU64::new(0), at), message_id_at(&AtomicU64::new(0), at));
-        assert_eq!(one.as_str()[..SHORT_ID_LEN], other.as_str()[..SHORT_ID_LEN]);
+        assert_eq!(one.short(), other.short());
         assert_ne!(one, other, "the random part tells them apart");
         let both = vec![one.clone(), other.clone()];
-        let err = crate::domain::message::pick_named(&one.as_str()[..SHORT_ID_LEN], both.clone()).unwrap_err();
+        let err = crate::domain::message::pick_named(one.short(), both.clone()).unwrap_err();
         assert!(err.to_string().contains("names 2 messages"), "{err}");
         assert!(err.to_string().contains(one.as_str()) && err.to_string().contains(other.as_str()), "{err}");
         // The whole id, or a suffix of its random part, still names one.
