@@ -439,15 +439,19 @@ async fn timed_statements(
     lat
 }
 
-/// The floor's single-row commits per second from `clients` connections for `seconds`.
+/// The floor's single-row commits per second from `clients` connections for `seconds`. The
+/// connections are made before the clock starts, as Relay's senders are.
 async fn floor_commits(url: &str, clients: usize, seconds: u64) -> f64 {
+    let mut connected = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let c = db_client(url).await;
+        let stmt = c.prepare(FLOOR_INSERT).await.expect("floor statement");
+        connected.push((c, stmt));
+    }
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
-    for _ in 0..clients {
-        let url = url.to_owned();
+    for (c, stmt) in connected {
         tasks.push(tokio::spawn(async move {
-            let c = db_client(&url).await;
-            let stmt = c.prepare("insert into bench_floor (body) values ('floor load')").await.unwrap();
             let mut n = 0u64;
             while Instant::now() < deadline {
                 c.execute(&stmt, &[]).await.unwrap();
