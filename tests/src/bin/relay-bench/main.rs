@@ -165,16 +165,21 @@ struct Cpu {
     server: f64,
     postgres: f64,
     bench: f64,
+    /// Seconds the host's cores were busy, whoever with (the kernel's own work included).
+    host: f64,
 }
 
 impl Cpu {
     fn now(server: u32) -> Self {
-        // utime and stime, the 14th and 15th fields of /proc/PID/stat, in clock ticks (100 a second).
+        // utime and stime, the 14th and 15th fields of /proc/PID/stat, and cutime and cstime, the
+        // 16th and 17th (its children's that ended), in clock ticks (100 a second). The children's
+        // count: a backend whose connection closed is gone from /proc, its CPU added to the
+        // postmaster's.
         let ticks = |stat: &str| -> Option<(String, f64)> {
             let (head, tail) = stat.rsplit_once(')')?;
             let comm = head.split_once('(')?.1.to_owned();
             let fields: Vec<&str> = tail.split_whitespace().collect();
-            let t = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+            let t: f64 = fields.get(11..15)?.iter().map(|f| f.parse::<f64>().unwrap_or(0.0)).sum();
             Some((comm, t / 100.0))
         };
         let of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| ticks(&s));
@@ -186,22 +191,39 @@ impl Cpu {
             .filter(|(comm, _)| comm == "postgres")
             .map(|(_, t)| t)
             .sum();
+        // The host's line of /proc/stat: user, nice, system, idle, iowait, irq, softirq, steal, in
+        // clock ticks; busy is all but idle, iowait and what the hypervisor took.
+        let host = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|stat| {
+                let line = stat.lines().next()?.strip_prefix("cpu ")?.to_owned();
+                let t: Vec<f64> = line.split_whitespace().take(8).map(|f| f.parse().unwrap_or(0.0)).collect();
+                (t.len() == 8).then(|| (t[0] + t[1] + t[2] + t[5] + t[6]) / 100.0)
+            })
+            .unwrap_or(0.0);
         Self {
             server: of(&server.to_string()).map_or(0.0, |(_, t)| t),
             postgres,
             bench: of("self").map_or(0.0, |(_, t)| t),
+            host,
         }
     }
 
-    /// CPU microseconds per operation of each, since `before`.
-    fn per(self, before: Cpu, ops: f64) -> String {
+    /// Cores the host kept busy on average since `before`, `seconds` ago.
+    fn cores(&self, before: &Cpu, seconds: f64) -> f64 {
+        (self.host - before.host) / seconds.max(f64::MIN_POSITIVE)
+    }
+
+    /// CPU microseconds per operation of the server, Postgres and the benchmark, since `before`.
+    fn per_op(&self, before: &Cpu, ops: f64) -> [f64; 3] {
         let us = |after: f64, before: f64| (after - before) * 1e6 / ops.max(1.0);
-        format!(
-            "{:.0} / {:.0} / {:.0}",
-            us(self.server, before.server),
-            us(self.postgres, before.postgres),
-            us(self.bench, before.bench)
-        )
+        [us(self.server, before.server), us(self.postgres, before.postgres), us(self.bench, before.bench)]
+    }
+
+    /// The same, as the table prints it.
+    fn per(self, before: Cpu, ops: f64) -> String {
+        let [server, postgres, bench] = self.per_op(&before, ops);
+        format!("{server:.0} / {postgres:.0} / {bench:.0}")
     }
 }
 
@@ -382,9 +404,11 @@ struct Floor {
     insert: Quantiles,
     shaped: Quantiles,
     commits_per_s: HashMap<usize, f64>,
+    /// CPU microseconds a commit at each number of clients: the server (idle), Postgres, the benchmark.
+    cpu_per_commit: HashMap<usize, [f64; 3]>,
 }
 
-async fn floor(url: &str, seconds: u64) -> Floor {
+async fn floor(url: &str, seconds: u64, server: u32) -> Floor {
     let c = db_client(url).await;
     c.batch_execute(
         "create table if not exists bench_floor (id bigserial primary key, body text not null);
@@ -412,11 +436,13 @@ async fn floor(url: &str, seconds: u64) -> Floor {
          select pg_notify('bench_floor', (select seq from d)::text)",
     )
     .await;
-    let mut commits_per_s = HashMap::new();
+    let (mut commits_per_s, mut cpu_per_commit) = (HashMap::new(), HashMap::new());
     for clients in [1usize, 8, 32] {
-        commits_per_s.insert(clients, floor_commits(url, clients, seconds).await);
+        let (rate, cpu, _) = floor_commits(url, clients, seconds, server).await;
+        commits_per_s.insert(clients, rate);
+        cpu_per_commit.insert(clients, cpu);
     }
-    Floor { insert, shaped, commits_per_s }
+    Floor { insert, shaped, commits_per_s, cpu_per_commit }
 }
 
 /// The floor's single-row commit.
@@ -439,15 +465,18 @@ async fn timed_statements(
     lat
 }
 
-/// The floor's single-row commits per second from `clients` connections for `seconds`. The
-/// connections are made before the clock starts, as Relay's senders are.
-async fn floor_commits(url: &str, clients: usize, seconds: u64) -> f64 {
+/// The floor's single-row commits per second from `clients` connections for `seconds`, what its
+/// timed window cost the server (`pid`, idle meanwhile), Postgres and the benchmark in CPU
+/// microseconds a commit, and how many of the host's cores were busy. The connections are made
+/// before the clock starts, as Relay's senders are.
+async fn floor_commits(url: &str, clients: usize, seconds: u64, pid: u32) -> (f64, [f64; 3], f64) {
     let mut connected = Vec::with_capacity(clients);
     for _ in 0..clients {
         let c = db_client(url).await;
         let stmt = c.prepare(FLOOR_INSERT).await.expect("floor statement");
         connected.push((c, stmt));
     }
+    let before = Cpu::now(pid);
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
     for (c, stmt) in connected {
@@ -464,7 +493,15 @@ async fn floor_commits(url: &str, clients: usize, seconds: u64) -> f64 {
     for t in tasks {
         total += t.await.unwrap();
     }
-    total as f64 / seconds as f64
+    let after = Cpu::now(pid);
+    (total as f64 / seconds as f64, after.per_op(&before, total as f64), after.cores(&before, seconds as f64))
+}
+
+/// Adds one turn's CPU a operation (`per_op`), weighted by its operations a second, to `sum`.
+fn add_cpu(sum: &mut [f64; 3], per_op: [f64; 3], rate: f64) {
+    for (s, us) in sum.iter_mut().zip(per_op) {
+        *s += us * rate;
+    }
 }
 
 /// Endpoints claimed on one machine, each with its own session.
@@ -751,7 +788,7 @@ async fn main() {
     let (mut durable_push, mut durable_at32) = (None, None);
 
     // The floor, on the same cluster, before Relay loads it.
-    let f = floor(&db.url, args.seconds).await;
+    let f = floor(&db.url, args.seconds, server.pid()).await;
     println!(
         "floor: INSERT+COMMIT p50 {:.2} ms p99 {:.2} ms; relay-shaped send in one round trip p50 {:.2} ms p99 {:.2} ms; \
          commits/s @1 {:.0} @8 {:.0} @32 {:.0}",
@@ -875,10 +912,16 @@ async fn main() {
                 );
                 r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
                 rows.push(r);
+                // Beside it, what the floor's commit at as many clients cost.
+                let floor_cpu = f
+                    .cpu_per_commit
+                    .get(&n)
+                    .filter(|_| !hot)
+                    .map_or(String::new(), |[_, pg, bench]| format!("{pg:.0} / {bench:.0}"));
                 rows.push(Row {
                     what: "  cpu us per send: server / postgres / bench".into(),
                     relay: cpu,
-                    floor: String::new(),
+                    floor: floor_cpu,
                     ratio: String::new(),
                     target: String::new(),
                 });
@@ -887,13 +930,24 @@ async fn main() {
 
         // 32 senders to distinct inboxes and the floor's 32 clients again, in turns, so that both
         // meet the host's drift alike (the floor above was measured minutes before).
+        // What each side's turns cost in CPU, summed over the turns: (microseconds, operations).
         let (mut relay_sum, mut floor_sum, mut shed_sum) = (0.0, 0.0, 0);
+        let (mut relay_cpu, mut floor_cpu) = ([0.0; 3], [0.0; 3]);
+        let (mut relay_cores, mut floor_cores) = (0.0, 0.0);
         for _ in 0..THROUGHPUT_TURNS {
-            floor_sum += floor_commits(&db.url, 32, args.seconds).await;
+            let (rate, cpu, cores) = floor_commits(&db.url, 32, args.seconds, pid).await;
+            floor_sum += rate;
+            floor_cores += cores / THROUGHPUT_TURNS as f64;
+            add_cpu(&mut floor_cpu, cpu, rate);
+            let before = Cpu::now(pid);
             let (rate, shed) = throughput(&senders, &recipients, false, args.seconds).await;
+            let after = Cpu::now(pid);
+            add_cpu(&mut relay_cpu, after.per_op(&before, rate * args.seconds as f64), rate);
+            relay_cores += after.cores(&before, args.seconds as f64) / THROUGHPUT_TURNS as f64;
             relay_sum += rate;
             shed_sum += shed;
         }
+        let (relay_cpu, floor_cpu) = (relay_cpu.map(|us| us / relay_sum), floor_cpu.map(|us| us / floor_sum));
         let (relay, floor) = (relay_sum / THROUGHPUT_TURNS as f64, floor_sum / THROUGHPUT_TURNS as f64);
         let shed = if shed_sum > 0 { format!(" ({shed_sum} shed)") } else { String::new() };
         let mut r = row(
@@ -904,6 +958,44 @@ async fn main() {
             ">= 1.0x",
         );
         r.ratio = format!("{:.2}x", relay / floor);
+        rows.push(r);
+        let per = |[server, postgres, bench]: [f64; 3]| format!("{server:.0} / {postgres:.0} / {bench:.0}");
+        rows.push(Row {
+            what: "  cpu us per send, in turns: server / postgres / bench".into(),
+            relay: per(relay_cpu),
+            floor: String::new(),
+            ratio: String::new(),
+            target: String::new(),
+        });
+        rows.push(Row {
+            what: "  the floor's cpu us per commit, in turns: server / postgres / bench".into(),
+            relay: per(floor_cpu),
+            floor: String::new(),
+            ratio: String::new(),
+            target: String::new(),
+        });
+        // Whether a side was bound by the cores (all of them busy) or by waiting (for flushes, for
+        // its turn at a lock or a connection). The processes' own CPU above misses the kernel's
+        // work on their behalf done elsewhere (interrupts, the disk's flushes); the host's does not.
+        rows.push(Row {
+            what: "  host cores busy, in turns: relay / the floor".into(),
+            relay: format!("{relay_cores:.2} / {floor_cores:.2}"),
+            floor: String::new(),
+            ratio: String::new(),
+            target: format!("of {}", std::thread::available_parallelism().map_or(0, |n| n.get())),
+        });
+        // Postgres's CPU is what a deployment cannot spread over more machines: what a message asks
+        // of it, against what the floor's single-row commit asks.
+        let mut r = row(
+            "postgres cpu us per send @32, in turns with the floor",
+            format!("{:.0}", relay_cpu[1]),
+            Some(floor_cpu[1]),
+            relay_cpu[1],
+            "<= 1.0x",
+        );
+        if floor_cpu[1] > 0.0 {
+            r.ratio = format!("{:.2}x", relay_cpu[1] / floor_cpu[1]);
+        }
         rows.push(r);
     }
 
