@@ -71,6 +71,11 @@ struct Job {
 /// behind the calls in flight twice (the connection's task, then the writer's) before the next
 /// batch could start. Measured on two cores in four interleaved pairs: 10,250-11,115 against
 /// 7,886-9,238 sends/s at 32 senders, 4,700-4,949 against 3,955-4,279 at 8.
+///
+/// One batch is in flight at a time. Starting the next while one commits (a connection each) halved
+/// the batches, and each costs Postgres a fixed ~0.15 ms: in alternate runs on two cores, 8,758-8,874
+/// against 9,752-10,415 sends/s at 32 senders, 86-89 against 59-66 µs of Postgres CPU a send
+/// (docs/benchmarks.md, 2026-12-05).
 pub(super) struct Batcher {
     writer: Arc<Writer>,
     /// What the writer takes batches from.
