@@ -173,14 +173,16 @@ impl Cpu {
     fn now(server: u32) -> Self {
         // utime and stime, the 14th and 15th fields of /proc/PID/stat, and cutime and cstime, the
         // 16th and 17th (its children's that ended), in clock ticks (100 a second). The children's
-        // count: a backend whose connection closed is gone from /proc, its CPU added to the
-        // postmaster's.
-        let ticks = |stat: &str| -> Option<(String, f64)> {
+        // count for Postgres only: a backend whose connection closed is gone from /proc, its CPU
+        // added to the postmaster's. The benchmark's own children (the cluster's start script,
+        // nats-server) are not its work.
+        let ticks = |stat: &str| -> Option<(String, f64, f64)> {
             let (head, tail) = stat.rsplit_once(')')?;
             let comm = head.split_once('(')?.1.to_owned();
-            let fields: Vec<&str> = tail.split_whitespace().collect();
-            let t: f64 = fields.get(11..15)?.iter().map(|f| f.parse::<f64>().unwrap_or(0.0)).sum();
-            Some((comm, t / 100.0))
+            let field = |i: usize| tail.split_whitespace().nth(i).and_then(|f| f.parse::<f64>().ok());
+            let own = field(11)? + field(12)?;
+            let children = field(13)? + field(14)?;
+            Some((comm, own / 100.0, children / 100.0))
         };
         let of = |pid: &str| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok().and_then(|s| ticks(&s));
         let postgres = std::fs::read_dir("/proc")
@@ -188,8 +190,8 @@ impl Cpu {
             .flatten()
             .flatten()
             .filter_map(|e| of(e.file_name().to_str()?))
-            .filter(|(comm, _)| comm == "postgres")
-            .map(|(_, t)| t)
+            .filter(|(comm, ..)| comm == "postgres")
+            .map(|(_, own, children)| own + children)
             .sum();
         // The host's line of /proc/stat: user, nice, system, idle, iowait, irq, softirq, steal, in
         // clock ticks; busy is all but idle, iowait and what the hypervisor took.
@@ -202,9 +204,9 @@ impl Cpu {
             })
             .unwrap_or(0.0);
         Self {
-            server: of(&server.to_string()).map_or(0.0, |(_, t)| t),
+            server: of(&server.to_string()).map_or(0.0, |(_, own, _)| own),
             postgres,
-            bench: of("self").map_or(0.0, |(_, t)| t),
+            bench: of("self").map_or(0.0, |(_, own, _)| own),
             host,
         }
     }
@@ -222,9 +224,13 @@ impl Cpu {
 
     /// The same, as the table prints it.
     fn per(self, before: Cpu, ops: f64) -> String {
-        let [server, postgres, bench] = self.per_op(&before, ops);
-        format!("{server:.0} / {postgres:.0} / {bench:.0}")
+        cpu_row(self.per_op(&before, ops))
     }
+}
+
+/// CPU microseconds per operation of the server, Postgres and the benchmark, as the table prints them.
+fn cpu_row([server, postgres, bench]: [f64; 3]) -> String {
+    format!("{server:.0} / {postgres:.0} / {bench:.0}")
 }
 
 fn rss_mib(pid: u32) -> f64 {
@@ -438,9 +444,9 @@ async fn floor(url: &str, seconds: u64, server: u32) -> Floor {
     .await;
     let (mut commits_per_s, mut cpu_per_commit) = (HashMap::new(), HashMap::new());
     for clients in [1usize, 8, 32] {
-        let (rate, cpu, _) = floor_commits(url, clients, seconds, server).await;
-        commits_per_s.insert(clients, rate);
-        cpu_per_commit.insert(clients, cpu);
+        let run = floor_commits(url, clients, seconds, server).await;
+        commits_per_s.insert(clients, run.rate);
+        cpu_per_commit.insert(clients, run.cpu);
     }
     Floor { insert, shaped, commits_per_s, cpu_per_commit }
 }
@@ -469,7 +475,7 @@ async fn timed_statements(
 /// timed window cost the server (`pid`, idle meanwhile), Postgres and the benchmark in CPU
 /// microseconds a commit, and how many of the host's cores were busy. The connections are made
 /// before the clock starts, as Relay's senders are.
-async fn floor_commits(url: &str, clients: usize, seconds: u64, pid: u32) -> (f64, [f64; 3], f64) {
+async fn floor_commits(url: &str, clients: usize, seconds: u64, pid: u32) -> FloorRun {
     let mut connected = Vec::with_capacity(clients);
     for _ in 0..clients {
         let c = db_client(url).await;
@@ -494,7 +500,19 @@ async fn floor_commits(url: &str, clients: usize, seconds: u64, pid: u32) -> (f6
         total += t.await.unwrap();
     }
     let after = Cpu::now(pid);
-    (total as f64 / seconds as f64, after.per_op(&before, total as f64), after.cores(&before, seconds as f64))
+    FloorRun {
+        rate: total as f64 / seconds as f64,
+        cpu: after.per_op(&before, total as f64),
+        cores: after.cores(&before, seconds as f64),
+    }
+}
+
+/// One run of the floor's commits: commits a second, CPU microseconds a commit (server, Postgres,
+/// benchmark), and the host's cores busy.
+struct FloorRun {
+    rate: f64,
+    cpu: [f64; 3],
+    cores: f64,
 }
 
 /// Adds one turn's CPU a operation (`per_op`), weighted by its operations a second, to `sum`.
@@ -930,15 +948,15 @@ async fn main() {
 
         // 32 senders to distinct inboxes and the floor's 32 clients again, in turns, so that both
         // meet the host's drift alike (the floor above was measured minutes before).
-        // What each side's turns cost in CPU, summed over the turns: (microseconds, operations).
+        // Each side's CPU a message over its turns: per turn weighted by its rate, divided at the end.
         let (mut relay_sum, mut floor_sum, mut shed_sum) = (0.0, 0.0, 0);
         let (mut relay_cpu, mut floor_cpu) = ([0.0; 3], [0.0; 3]);
         let (mut relay_cores, mut floor_cores) = (0.0, 0.0);
         for _ in 0..THROUGHPUT_TURNS {
-            let (rate, cpu, cores) = floor_commits(&db.url, 32, args.seconds, pid).await;
-            floor_sum += rate;
-            floor_cores += cores / THROUGHPUT_TURNS as f64;
-            add_cpu(&mut floor_cpu, cpu, rate);
+            let run = floor_commits(&db.url, 32, args.seconds, pid).await;
+            floor_sum += run.rate;
+            floor_cores += run.cores / THROUGHPUT_TURNS as f64;
+            add_cpu(&mut floor_cpu, run.cpu, run.rate);
             let before = Cpu::now(pid);
             let (rate, shed) = throughput(&senders, &recipients, false, args.seconds).await;
             let after = Cpu::now(pid);
@@ -959,17 +977,16 @@ async fn main() {
         );
         r.ratio = format!("{:.2}x", relay / floor);
         rows.push(r);
-        let per = |[server, postgres, bench]: [f64; 3]| format!("{server:.0} / {postgres:.0} / {bench:.0}");
         rows.push(Row {
             what: "  cpu us per send, in turns: server / postgres / bench".into(),
-            relay: per(relay_cpu),
+            relay: cpu_row(relay_cpu),
             floor: String::new(),
             ratio: String::new(),
             target: String::new(),
         });
         rows.push(Row {
             what: "  the floor's cpu us per commit, in turns: server / postgres / bench".into(),
-            relay: per(floor_cpu),
+            relay: cpu_row(floor_cpu),
             floor: String::new(),
             ratio: String::new(),
             target: String::new(),
