@@ -103,6 +103,67 @@ async fn two_machines_of_one_account_exchange_messages() {
     assert_eq!(alice.inbox(0, true).await.unwrap().messages.len(), 0, "acknowledged messages are not shown again");
 }
 
+/// A short id is the clock part of a message id: two replicas make the same one only within one
+/// microsecond. When two messages an agent received share it, a reference by it names neither and
+/// the refusal shows both whole ids; each whole id still names its own message. The collision is
+/// made in the database, since two replicas cannot be made to pick the same microsecond.
+#[tokio::test]
+async fn two_messages_sharing_a_short_id_are_told_apart_by_their_whole_ids() {
+    let db = TestDb::new().await;
+    let (one, two) = tokio::join!(Server::start(&db), Server::start(&db));
+    let laptop = one.machine("acme", "laptop");
+    let desk = one.machine("acme", "desk");
+    let ci = one.machine("acme", "ci");
+    let mut alice = Agent::hello(&one.url, &laptop, "alice").await.unwrap();
+    let mut carol = Agent::hello(&two.url, &desk, "carol").await.unwrap();
+    let mut bob = Agent::hello(&one.url, &ci, "bob").await.unwrap();
+
+    let first = alice.send(&["ci/bob"], "from alice, through one replica").await.unwrap();
+    let second = carol.send(&["ci/bob"], "from carol, through the other").await.unwrap();
+    let short = &first.id[..8];
+    let collided = format!("{short}{}", &second.id[8..]);
+    let sql = db.sql().await;
+    sql.batch_execute(&format!(
+        "update messages set id = '{collided}', thread = '{collided}' where id = '{old}';
+         update deliveries set message_id = '{collided}' where message_id = '{old}';",
+        old = second.id
+    ))
+    .await
+    .unwrap();
+
+    let refused = bob
+        .rpc
+        .reply(ReplyRequest { id: short.to_owned(), body: "which one?".into(), client_id: String::new() })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(
+        refused.message().contains(&first.id) && refused.message().contains(&collided),
+        "the refusal shows both whole ids, the short ones being alike: {}",
+        refused.message()
+    );
+    assert_eq!(alice.inbox(0, false).await.unwrap().messages.len(), 0, "nothing was sent");
+    assert_eq!(carol.inbox(0, false).await.unwrap().messages.len(), 0, "nothing was sent");
+
+    // Each whole id names its own message: the reply goes to that one's sender.
+    for (id, sender) in [(collided.as_str(), &mut carol), (first.id.as_str(), &mut alice)] {
+        let reply = bob
+            .rpc
+            .reply(ReplyRequest { id: id.to_owned(), body: format!("re {id}"), client_id: String::new() })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(reply.reply_to, id);
+        assert_eq!(states(&reply.recipients), vec![(sender.address.clone(), DeliveryState::Queued)]);
+        let got = sender.inbox(5, true).await.unwrap().messages;
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].body.as_str(), got[0].reply_to.as_str()), (format!("re {id}").as_str(), id));
+    }
+    // A sender names what it sent among its own sends only: there the short id is unique.
+    let tracked = alice.rpc.track(TrackRequest { id: short.to_owned() }).await.unwrap().into_inner();
+    assert_eq!(tracked.id, first.id);
+}
+
 #[tokio::test]
 async fn offline_recipient_gets_everything_in_order_on_reconnect() {
     let (db, server, mut alice, mut bob, ci) = two_machines_with_token().await;
