@@ -1,8 +1,8 @@
 //! The core under concurrency and across replicas: sends written together keep each their own
 //! fate and every inbox gapless; sessions held in memory are dropped the moment they end anywhere;
-//! presence follows the replica that holds the stream.
+//! presence follows the replica that holds the stream, and an idle stream writes nothing.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use relay_proto::v1::*;
 use relay_tests::client::{Agent, next_message};
@@ -467,4 +467,69 @@ async fn a_crashed_replicas_streams_go_offline_and_free_their_handles() {
     assert_eq!(again.address, "acme/laptop/bob");
     watcher.send(&["bob"], "welcome back").await.unwrap();
     assert_eq!(again.inbox(0, false).await.unwrap().messages.len(), 1);
+}
+
+/// Presence is the replica's to keep: an idle push stream writes nothing. Over a full heartbeat
+/// period of every stream (the period at which each stream once renewed its own presence), no
+/// endpoint's or machine's row is written, while the replica renews its own liveness and every
+/// agent still shows online.
+#[tokio::test]
+async fn idle_push_streams_write_nothing_while_their_replica_keeps_them_online() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let ci = server.machine("acme", "ci");
+    let mut idle = agents(&server.url, &ci, "idle", 5).await;
+    let mut streams = Vec::new();
+    for agent in &mut idle {
+        let mut stream = agent.subscribe(0).await;
+        relay_tests::client::caught_up(&mut stream, WAIT).await;
+        streams.push(stream);
+    }
+    let sql = db.sql().await;
+    let rows = || async {
+        sql.query(
+            "select 'endpoint ' || id || ' ' || xmin::text from endpoints
+             union all select 'machine ' || id || ' ' || xmin::text from machines order by 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+    };
+    let alive =
+        || async { sql.query_one("select max(alive_until) from replicas", &[]).await.unwrap().get::<_, SystemTime>(0) };
+    let (before, renewed_from) = (rows().await, alive().await);
+
+    // Each stream's next heartbeat comes a full period after its opening ones.
+    for stream in &mut streams {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let event = tokio::time::timeout_at(deadline, stream.message())
+                .await
+                .expect("a periodic heartbeat within 30 s")
+                .expect("the push stream stays open")
+                .expect("the push stream stays open");
+            if let Some(push::Event::Heartbeat(_)) = event.event {
+                break;
+            }
+        }
+    }
+    eventually(WAIT, "the replica to renew its own liveness", || async {
+        (alive().await > renewed_from).then_some(())
+    })
+    .await;
+
+    assert_eq!(rows().await, before, "an idle stream rewrites no endpoint or machine");
+    let online: bool = sql
+        .query_one(
+            "select bool_and(relay_endpoint_online(e)) from endpoints e join machines m on m.id = e.machine_id
+             where m.name = 'ci'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(online, "every idle agent is online on its replica's liveness");
 }
