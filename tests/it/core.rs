@@ -4,8 +4,9 @@
 
 use std::time::{Duration, SystemTime};
 
+use ::relay_server::domain::presence::HEARTBEAT_EVERY;
 use relay_proto::v1::*;
-use relay_tests::client::{Agent, next_message};
+use relay_tests::client::{Agent, caught_up, next_heartbeat, next_message};
 use relay_tests::eventually;
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
@@ -470,7 +471,7 @@ async fn a_crashed_replicas_streams_go_offline_and_free_their_handles() {
 }
 
 /// Presence is the replica's to keep: an idle push stream writes nothing. Over a full heartbeat
-/// period of every stream (the period at which each stream once renewed its own presence), no
+/// period of every stream (when a stream keeping its own presence would have written it), no
 /// endpoint's or machine's row is written, while the replica renews its own liveness and every
 /// agent still shows online.
 #[tokio::test]
@@ -482,7 +483,7 @@ async fn idle_push_streams_write_nothing_while_their_replica_keeps_them_online()
     let mut streams = Vec::new();
     for agent in &mut idle {
         let mut stream = agent.subscribe(0).await;
-        relay_tests::client::caught_up(&mut stream, WAIT).await;
+        caught_up(&mut stream, WAIT).await;
         streams.push(stream);
     }
     let sql = db.sql().await;
@@ -504,17 +505,7 @@ async fn idle_push_streams_write_nothing_while_their_replica_keeps_them_online()
 
     // Each stream's next heartbeat comes a full period after its opening ones.
     for stream in &mut streams {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let event = tokio::time::timeout_at(deadline, stream.message())
-                .await
-                .expect("a periodic heartbeat within 30 s")
-                .expect("the push stream stays open")
-                .expect("the push stream stays open");
-            if let Some(push::Event::Heartbeat(_)) = event.event {
-                break;
-            }
-        }
+        next_heartbeat(stream, HEARTBEAT_EVERY * 3).await;
     }
     eventually(WAIT, "the replica to renew its own liveness", || async {
         (alive().await > renewed_from).then_some(())

@@ -123,13 +123,13 @@ async fn two_messages_sharing_a_short_id_are_told_apart_by_their_whole_ids() {
     let short = &first.id[..8];
     let collided = format!("{short}{}", &second.id[8..]);
     let sql = db.sql().await;
-    sql.batch_execute(&format!(
-        "update messages set id = '{collided}', thread = '{collided}' where id = '{old}';
-         update deliveries set message_id = '{collided}' where message_id = '{old}';",
-        old = second.id
-    ))
-    .await
-    .unwrap();
+    assert_eq!(second.thread, second.id, "it starts its own thread, which takes its id");
+    for statement in [
+        "update messages set id = $1, thread = $1 where id = $2",
+        "update deliveries set message_id = $1 where message_id = $2",
+    ] {
+        assert_eq!(sql.execute(statement, &[&collided, &second.id]).await.unwrap(), 1, "{statement}");
+    }
 
     let refused = bob
         .rpc

@@ -98,12 +98,18 @@ impl Agent {
 /// opens, the second once what waited is pushed). Panics after `limit`.
 pub async fn caught_up(stream: &mut Streaming<Push>, limit: Duration) {
     let deadline = tokio::time::Instant::now() + limit;
-    let mut beats = 0;
-    while beats < 2 {
-        if let Some(push::Event::Heartbeat(_)) = next_push(stream, deadline, "the stream to catch up").await {
-            beats += 1;
-        }
+    for _ in 0..2 {
+        heartbeat_by(stream, deadline, "the stream to catch up").await;
     }
+}
+
+/// The next heartbeat on a push stream, skipping messages; panics after `limit`.
+pub async fn next_heartbeat(stream: &mut Streaming<Push>, limit: Duration) {
+    heartbeat_by(stream, tokio::time::Instant::now() + limit, "a heartbeat").await;
+}
+
+async fn heartbeat_by(stream: &mut Streaming<Push>, deadline: tokio::time::Instant, awaited: &str) {
+    while !matches!(next_push(stream, deadline, awaited).await, Some(push::Event::Heartbeat(_))) {}
 }
 
 /// The next message on a push stream, skipping heartbeats; panics after `limit`.
