@@ -898,6 +898,8 @@ async fn main() {
         rows.push(row("grpc call, no database p50 (ms)", format!("{:.2}", call.p50), None, call.p50, ""));
     }
 
+    // The floor's commits/s and its CPU a commit in the turns below, for the ceiling after them.
+    let mut floor_in_turns: Option<(f64, [f64; 3])> = None;
     // Throughput at 1, 8 and 32 senders: to distinct recipients, and all into one inbox.
     if args.runs("throughput") {
         let senders: Vec<Client> = agents(&server.url, &laptop, "s", 32).await.into_iter().map(|a| a.rpc).collect();
@@ -967,6 +969,7 @@ async fn main() {
         }
         let (relay_cpu, floor_cpu) = (relay_cpu.map(|us| us / relay_sum), floor_cpu.map(|us| us / floor_sum));
         let (relay, floor) = (relay_sum / THROUGHPUT_TURNS as f64, floor_sum / THROUGHPUT_TURNS as f64);
+        floor_in_turns = Some((floor, floor_cpu));
         let shed = if shed_sum > 0 { format!(" ({shed_sum} shed)") } else { String::new() };
         let mut r = row(
             "throughput @32 distinct (msg/s), in turns with the floor",
@@ -1022,15 +1025,32 @@ async fn main() {
     if args.runs("throughput") {
         let before = Cpu::now(pid);
         let rate = health_calls(&server.url, 32, args.seconds).await;
-        let cpu = Cpu::now(pid).per(before, rate * args.seconds as f64);
+        let call = Cpu::now(pid).per_op(&before, rate * args.seconds as f64);
         rows.push(row("grpc calls @32, no database (calls/s)", format!("{rate:.0}"), None, rate, ""));
         rows.push(Row {
             what: "  cpu us per call: server / postgres / bench".into(),
-            relay: cpu,
+            relay: cpu_row(call),
             floor: String::new(),
             ratio: String::new(),
             target: String::new(),
         });
+        // What 32 senders could reach on this host's cores, all of them busy, if a send cost the
+        // server and its client no more than this bare call and Postgres no more than the floor's
+        // single-row commit: a send's CPU can hardly be less, so below the floor's rate, no send
+        // through this transport reaches it here.
+        if let Some((floor, floor_cpu)) = floor_in_turns {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+            let ceiling = cores * 1e6 / (call[0] + call[2] + floor_cpu[1]).max(1.0);
+            let mut r = row(
+                "  ceiling @32: a bare call and the floor's postgres cpu (msg/s)",
+                format!("{ceiling:.0}"),
+                Some(floor),
+                ceiling,
+                "",
+            );
+            r.ratio = format!("{:.2}x", ceiling / floor);
+            rows.push(r);
+        }
     }
 
     // NATS JetStream beside Relay, durable and with synchronous_commit=off.
