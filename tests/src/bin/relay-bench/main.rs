@@ -1036,8 +1036,8 @@ async fn main() {
         });
         // What 32 senders could reach on this host's cores, all of them busy, if a send cost the
         // server and its client no more than this bare call and Postgres no more than the floor's
-        // single-row commit: a send's CPU can hardly be less, so below the floor's rate, no send
-        // through this transport reaches it here.
+        // single-row commit. Below the floor's rate, reaching it here takes a send that costs
+        // Postgres well under a commit or the transport less than a bare call.
         if let Some((floor, floor_cpu)) = floor_in_turns {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
             let ceiling = cores * 1e6 / (call[0] + call[2] + floor_cpu[1]).max(1.0);
