@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use ::relay_server::domain::ids::SHORT_ID_LEN;
 use relay_proto::v1::*;
 use relay_tests::client::{Agent, caught_up, next_message};
 use relay_tests::eventually;
@@ -120,8 +121,8 @@ async fn two_messages_sharing_a_short_id_are_told_apart_by_their_whole_ids() {
 
     let first = alice.send(&["ci/bob"], "from alice, through one replica").await.unwrap();
     let second = carol.send(&["ci/bob"], "from carol, through the other").await.unwrap();
-    let short = &first.id[..8];
-    let collided = format!("{short}{}", &second.id[8..]);
+    let short = &first.id[..SHORT_ID_LEN];
+    let collided = format!("{short}{}", &second.id[SHORT_ID_LEN..]);
     let sql = db.sql().await;
     assert_eq!(second.thread, second.id, "it starts its own thread, which takes its id");
     for statement in [

@@ -233,6 +233,11 @@ fn cpu_row([server, postgres, bench]: [f64; 3]) -> String {
     format!("{server:.0} / {postgres:.0} / {bench:.0}")
 }
 
+/// The host's cores, as the scheduler offers them to this process (one when it cannot tell).
+fn host_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib: f64 = status
@@ -797,10 +802,7 @@ async fn main() {
     let fsync: String = stats.client.query_one("show fsync", &[]).await.map(|r| r.get(0)).unwrap_or_default();
     let sync: String =
         stats.client.query_one("show synchronous_commit", &[]).await.map(|r| r.get(0)).unwrap_or_default();
-    println!(
-        "relay-bench: server pid {pid}; postgres fsync={fsync} synchronous_commit={sync}; {} cores",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
+    println!("relay-bench: server pid {pid}; postgres fsync={fsync} synchronous_commit={sync}; {} cores", host_cores());
     let mut rows = Vec::new();
     // Relay's durable figures the nats phase sets beside JetStream's: send -> push, and msgs/s @32.
     let (mut durable_push, mut durable_at32) = (None, None);
@@ -1002,7 +1004,7 @@ async fn main() {
             relay: format!("{relay_cores:.2} / {floor_cores:.2}"),
             floor: String::new(),
             ratio: String::new(),
-            target: format!("of {}", std::thread::available_parallelism().map_or(0, |n| n.get())),
+            target: format!("of {}", host_cores()),
         });
         // Postgres's CPU is what a deployment cannot spread over more machines: what a message asks
         // of it, against what the floor's single-row commit asks.
@@ -1039,8 +1041,7 @@ async fn main() {
         // single-row commit. Below the floor's rate, reaching it here takes a send that costs
         // Postgres well under a commit or the transport less than a bare call.
         if let Some((floor, floor_cpu)) = floor_in_turns {
-            let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-            let ceiling = cores * 1e6 / (call[0] + call[2] + floor_cpu[1]).max(1.0);
+            let ceiling = host_cores() as f64 * 1e6 / (call[0] + call[2] + floor_cpu[1]).max(1.0);
             let mut r = row(
                 "  ceiling @32: a bare call and the floor's postgres cpu (msg/s)",
                 format!("{ceiling:.0}"),
