@@ -5,7 +5,7 @@ use relay_proto::v1::human_client::HumanClient;
 use relay_proto::v1::*;
 
 use crate::connection;
-use relay_agent::frame::visible;
+use relay_agent::frame::{short, visible};
 use relay_agent::relay::replicas::Replicas;
 use relay_agent::relay::session::authed;
 
@@ -102,7 +102,7 @@ fn client_id() -> String {
 
 fn print_sent(sent: &SendResponse) {
     let to: Vec<&str> = sent.recipients.iter().map(|r| r.address.as_str()).collect();
-    println!("sent {} to {}", &sent.id[..8], to.join(", "));
+    println!("sent {} to {}", short(&sent.id), to.join(", "));
     for r in &sent.redactions {
         println!("redacted {} {} span(s) before delivery", r.count, r.kind);
     }
@@ -170,7 +170,7 @@ pub async fn run(command: HumanCommand) -> anyhow::Result<()> {
                 // Bodies are other agents' text: nothing in them may steer the terminal.
                 println!(
                     "{}  from {}  thread {}{mark}\n{}\n",
-                    &m.id[..8],
+                    visible(short(&m.id)),
                     visible(&m.from),
                     visible(&m.thread),
                     visible(&m.body)

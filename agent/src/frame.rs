@@ -91,6 +91,7 @@ pub fn clip(text: &str, max: usize) -> String {
     format!("{}{mark}", &text[..end])
 }
 
+/// A message id's short form, as the server shows it (its first eight characters).
 pub fn short(id: &str) -> &str {
     id.get(..8).unwrap_or(id)
 }

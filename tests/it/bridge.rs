@@ -6,6 +6,7 @@ use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
 use relay_tests::pg::TestDb;
 use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::{Server, TwoMachines};
+use relay_tests::short_id;
 use serde_json::{Value, json};
 
 async fn world() -> TwoMachines {
@@ -216,8 +217,8 @@ async fn two_bridges_on_two_machines_message_each_other() {
     assert!(shown.contains(&format!("id=\"{id}\"")) && shown.contains("from=\"acme/laptop/alice\""), "{shown}");
     assert_eq!(shown.matches("<relay-message ").count(), 1, "{shown}");
 
-    let reply = bob.tool_ok("relay_reply", json!({ "id": &id[..8], "body": "looking" })).await;
-    assert!(text(&reply).contains(&format!("answering {}", &id[..8])), "{}", text(&reply));
+    let reply = bob.tool_ok("relay_reply", json!({ "id": short_id(&id), "body": "looking" })).await;
+    assert!(text(&reply).contains(&format!("answering {}", short_id(&id))), "{}", text(&reply));
     let back = alice.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
     let got = &back["structuredContent"]["messages"][0];
     assert_eq!(
@@ -267,7 +268,7 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
     let waiting = alice
         .start_request(
             "tools/call",
-            json!({ "name": "relay_ask_wait", "arguments": { "id": &ask_id[..8], "wait_s": 30 } }),
+            json!({ "name": "relay_ask_wait", "arguments": { "id": short_id(&ask_id), "wait_s": 30 } }),
         )
         .await;
     let asked = bob.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
@@ -285,7 +286,7 @@ async fn ask_waits_for_the_reply_and_ask_wait_keeps_waiting() {
         )
         .await;
     let asked = bob.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
-    let short = &asked["structuredContent"]["messages"][0]["id"].as_str().unwrap()[..8];
+    let short = short_id(asked["structuredContent"]["messages"][0]["id"].as_str().unwrap());
     bob.tool_ok("relay_reply", json!({ "id": short, "body": "443" })).await;
     let answer = alice.response(asking).await["result"].clone();
     assert_eq!(answer["structuredContent"]["replies"][0]["body"], "443");
@@ -358,7 +359,7 @@ async fn a_channel_push_arrives_at_once_and_is_hinted_until_read() {
     assert_eq!(state, 2, "pushed, not surfaced");
     let hinted = bob.tool_ok("relay_whoami", json!({})).await;
     let hint = hinted["structuredContent"]["hint"].as_str().expect("a hint in structuredContent");
-    assert!(hint.contains(&format!("{} from acme/laptop/alice", &id[..8])), "{hint}");
+    assert!(hint.contains(&format!("{} from acme/laptop/alice", short_id(id))), "{hint}");
     assert!(text(&hinted).contains(hint), "the same hint in the text: {}", text(&hinted));
     assert_eq!(db_state().await, 3, "the hint named it: surfaced");
     bob.tool_ok("relay_inbox", json!({})).await;

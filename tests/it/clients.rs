@@ -11,6 +11,7 @@ use relay_tests::mcp::{Bridge, bridge};
 use relay_tests::model_api::{Api, ModelApi, Reply};
 use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::TwoMachines;
+use relay_tests::short_id;
 use relay_tests::terminal::Terminal;
 use serde_json::json;
 
@@ -41,10 +42,6 @@ async fn online(bob: &mut Bridge, address: &str) {
     bob.wait_online(address, TURN).await
 }
 
-fn short(id: &str) -> &str {
-    &id[..8]
-}
-
 #[tokio::test]
 async fn an_idle_claude_code_session_is_woken_by_mail_from_another_machine_once_per_message() {
     let w = TwoMachines::start().await;
@@ -68,7 +65,7 @@ async fn an_idle_claude_code_session_is_woken_by_mail_from_another_machine_once_
         .wait_for("a turn woken by the first message", first + 1, TURN, |r| r.last_turn().contains("<relay-mail>"))
         .await;
     let notice = request.last_turn();
-    assert!(notice.contains(short(&one)) && notice.contains("from acme/ci/bob"), "{notice}");
+    assert!(notice.contains(short_id(&one)) && notice.contains("from acme/ci/bob"), "{notice}");
     assert!(notice.contains("mcp__relay__relay_inbox"), "the tool as Claude Code lists it: {notice}");
     assert!(!notice.contains("the first build is green"), "never the body in a user-role notice: {notice}");
     assert_eq!(state_of(&mut bob, &one).await, "surfaced", "named to the model: surfaced");
@@ -80,8 +77,8 @@ async fn an_idle_claude_code_session_is_woken_by_mail_from_another_machine_once_
         .wait_for("a turn woken by the second message", woken + 1, TURN, |r| r.last_turn().contains("<relay-mail>"))
         .await;
     let notice = request.last_turn();
-    assert!(notice.contains(short(&two)), "{notice}");
-    assert!(!notice.contains(short(&one)), "each message is announced once: {notice}");
+    assert!(notice.contains(short_id(&two)), "{notice}");
+    assert!(!notice.contains(short_id(&one)), "each message is announced once: {notice}");
 }
 
 #[tokio::test]
@@ -221,7 +218,7 @@ async fn an_idle_codex_session_is_woken_through_codex_queue() {
     let (_, request) =
         api.wait_for("a turn queued by the waiter", first + 1, TURN, |r| r.last_turn().contains("<relay-mail>")).await;
     let notice = request.last_turn();
-    assert!(notice.contains(short(&id)) && notice.contains("from acme/ci/bob"), "{notice}");
+    assert!(notice.contains(short_id(&id)) && notice.contains("from acme/ci/bob"), "{notice}");
     assert!(notice.contains("relay_inbox tool of mcp__relay"), "{notice}");
     assert!(!notice.contains("the deploy finished"), "{notice}");
 }
@@ -259,7 +256,7 @@ async fn gemini_cli_offers_the_relay_tools_and_hands_unseen_mail_over_once_at_th
     }
     let told: Vec<_> = requests.iter().filter(|r| r.last_turn().contains("<relay-mail>")).collect();
     assert_eq!(told.len(), 1, "told once: {}", api.summary());
-    assert!(told[0].last_turn().contains(short(&id)), "{}", told[0].last_turn());
+    assert!(told[0].last_turn().contains(short_id(&id)), "{}", told[0].last_turn());
     assert!(
         requests
             .iter()

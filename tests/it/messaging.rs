@@ -8,6 +8,7 @@ use relay_tests::client::{Agent, caught_up, next_message};
 use relay_tests::eventually;
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
+use relay_tests::short_id;
 use tonic::Code;
 
 const PUSH_WAIT: Duration = Duration::from_secs(10);
@@ -79,13 +80,13 @@ async fn two_machines_of_one_account_exchange_messages() {
     })
     .await;
     bob.rpc.confirm(ConfirmRequest { seqs: vec![pushed.seq], state: DeliveryState::Surfaced as i32 }).await.unwrap();
-    let tracked = alice.rpc.track(TrackRequest { id: sent.id[..8].to_owned() }).await.unwrap().into_inner();
+    let tracked = alice.rpc.track(TrackRequest { id: short_id(&sent.id).to_owned() }).await.unwrap().into_inner();
     assert_eq!(tracked.recipients[0].state(), DeliveryState::Surfaced);
 
     // Reply by short id: back to the sender, in the same thread; the original becomes read.
     let reply = bob
         .rpc
-        .reply(ReplyRequest { id: pushed.id[..8].to_owned(), body: "on it".into(), client_id: String::new() })
+        .reply(ReplyRequest { id: short_id(&pushed.id).to_owned(), body: "on it".into(), client_id: String::new() })
         .await
         .unwrap()
         .into_inner();

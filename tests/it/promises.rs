@@ -14,6 +14,7 @@ use relay_tests::client::{Agent, Bearer, channel};
 use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
 use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::TwoMachines;
+use relay_tests::short_id;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -414,7 +415,7 @@ async fn a_claude_code_session_without_channels_learns_of_its_mail_on_its_next_c
     .await;
     bob.tool_ok("relay_whoami", json!({})).await;
     let sent = alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "the deploy is blocked on you" })).await;
-    let short = &sent["structuredContent"]["id"].as_str().unwrap()[..8];
+    let short = short_id(sent["structuredContent"]["id"].as_str().unwrap());
     bob.notification("notifications/claude/channel", WAIT).await;
 
     let hinted = bob.tool_ok("relay_set_status", json!({ "state": "busy" })).await;

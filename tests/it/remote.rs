@@ -8,6 +8,7 @@ use relay_tests::mcp::{bridge, text};
 use relay_tests::pg::TestDb;
 use relay_tests::remote::RemoteAgent;
 use relay_tests::server::Server;
+use relay_tests::short_id;
 use serde_json::{Value, json};
 
 /// acme with a laptop (for a bridged agent) and a cloud machine (no bridge), the server serving
@@ -60,7 +61,7 @@ async fn a_cloud_agent_and_a_bridged_one_talk_through_the_mcp_endpoint() {
     let read = alice.tool_ok("relay_inbox", json!({})).await;
     let shown = text(&read);
     assert!(shown.contains("the nightly build is red") && shown.contains("acme/cloud/ci-bot"), "{shown}");
-    alice.tool_ok("relay_reply", json!({ "id": &id[..8], "body": "on it" })).await;
+    alice.tool_ok("relay_reply", json!({ "id": short_id(&id), "body": "on it" })).await;
 
     // Its mail is hinted on the next result, whatever the tool, in both channels.
     let hinted = ci.tool_ok("relay_whoami", json!({})).await;

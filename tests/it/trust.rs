@@ -9,6 +9,7 @@ use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
 use relay_tests::process::{COMMAND_LIMIT, RunWithinAsync};
 use relay_tests::server::{Server, human};
+use relay_tests::short_id;
 use relay_tests::{bin, free_port};
 use serde_json::{Value, json};
 
@@ -220,7 +221,7 @@ async fn required_replies_hold_the_stop_until_answered() {
     assert_eq!(decision["decision"], "block");
     let reason = decision["reason"].as_str().unwrap();
     assert!(
-        reason.contains(&asked.id[..8]) && reason.contains("acme/ci/bob") && reason.contains("relay_reply"),
+        reason.contains(short_id(&asked.id)) && reason.contains("acme/ci/bob") && reason.contains("relay_reply"),
         "{reason}"
     );
 
@@ -230,7 +231,7 @@ async fn required_replies_hold_the_stop_until_answered() {
     let again = stop_hook(&w, json!({ "stop_hook_active": false })).await;
     assert!(again.contains("\"block\""), "a later stop is held again while unanswered: {again}");
 
-    w.alice.tool_ok("relay_reply", json!({ "id": &asked.id[..8], "body": "fix/login" })).await;
+    w.alice.tool_ok("relay_reply", json!({ "id": short_id(&asked.id), "body": "fix/login" })).await;
     assert_eq!(stop_hook(&w, json!({ "stop_hook_active": false })).await, "", "answered: the stop goes ahead");
 }
 

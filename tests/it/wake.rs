@@ -12,7 +12,7 @@ use relay_tests::mcp::WAIT;
 use relay_tests::pg::TestDb;
 use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::{Server, TwoMachines};
-use relay_tests::{bin, eventually, signal};
+use relay_tests::{bin, eventually, short_id, signal};
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
@@ -325,7 +325,7 @@ async fn the_wake_hook_tells_an_idle_interactive_agent_of_its_mail_once_and_ends
     let woken = agent.hook("wake", "CLAUDE_CODE_ENTRYPOINT=cli", STOP_EVENT).await;
     let (rc, out, notice) = woken.finished(WAIT).await;
     assert_eq!((rc, out.as_str()), (2, ""), "{notice}");
-    assert!(notice.contains(&early[..8]) && notice.contains("from acme/ci/bob"), "{notice}");
+    assert!(notice.contains(short_id(&early)) && notice.contains("from acme/ci/bob"), "{notice}");
     assert!(!notice.contains("sent before anyone waits"), "never the body: {notice}");
 
     // The next stop arms a waiter that waits; a stop while it waits adds none.
@@ -337,7 +337,7 @@ async fn the_wake_hook_tells_an_idle_interactive_agent_of_its_mail_once_and_ends
     let later = bob.send(&["laptop/alice"], "sent while it waits").await.unwrap().id;
     let (rc, _, notice) = waiter.finished(WAIT).await;
     assert_eq!(rc, 2, "{notice}");
-    assert!(notice.contains(&later[..8]) && !notice.contains(&early[..8]), "each message once: {notice}");
+    assert!(notice.contains(short_id(&later)) && !notice.contains(short_id(&early)), "each message once: {notice}");
 
     // A waiter ends when its agent does.
     let orphan = agent.hook("wake", WAITER, STOP_EVENT).await;
@@ -365,7 +365,7 @@ async fn a_waiter_outlives_a_restart_of_the_relay() {
     let id = bob.send(&["laptop/alice"], "after the restart").await.unwrap().id;
     let (rc, _, notice) = waiter.finished(Duration::from_secs(30)).await;
     assert_eq!(rc, 2, "{notice}");
-    assert!(notice.contains(&id[..8]), "{notice}");
+    assert!(notice.contains(short_id(&id)), "{notice}");
 }
 
 #[tokio::test]
@@ -400,7 +400,10 @@ async fn end_of_turn_hooks_hand_unseen_mail_over_once_in_each_clients_words() {
         assert_eq!(rc, 0, "{hook}: {err}");
         let answer: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{hook} printed {out:?}: {e}"));
         let notice = answer[key].as_str().unwrap_or_default();
-        assert!(notice.contains(&id[..8]) && notice.contains(&format!("Read them with {tool}.")), "{hook}: {answer}");
+        assert!(
+            notice.contains(short_id(&id)) && notice.contains(&format!("Read them with {tool}.")),
+            "{hook}: {answer}"
+        );
         if hook != "cursor-stop" {
             assert!(answer["decision"] == "block" || answer["decision"] == "deny", "{hook}: {answer}");
         }

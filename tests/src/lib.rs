@@ -34,6 +34,12 @@ pub fn bin(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("{name} is not built next to {}: run `cargo build --workspace` first", exe.display()))
 }
 
+/// A message id's short form, as the server accepts and shows it: its first
+/// [`SHORT_ID_LEN`](relay_server::domain::ids::SHORT_ID_LEN) characters.
+pub fn short_id(id: &str) -> &str {
+    &id[..relay_server::domain::ids::SHORT_ID_LEN]
+}
+
 /// Sends signal `signal` (`libc::SIGTERM`, …) to process `pid`; whether it was delivered.
 pub fn signal(pid: u32, signal: i32) -> bool {
     // SAFETY: kill takes a pid and a signal number and touches no memory of ours.

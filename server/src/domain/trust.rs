@@ -178,7 +178,7 @@ pub fn check_decision(id: &HoldId, state: HoldState, release: bool, reason: &str
 
 /// What the sender of a held message is told of the human's decision.
 pub fn decision_notice(message_id: &MessageId, release: bool, reason: &str) -> String {
-    let short = &message_id.as_str()[..8];
+    let short = message_id.short();
     if release {
         format!("Your held message {short} was released by your account's human and delivered.")
     } else {

@@ -66,7 +66,7 @@ async fn main() {
         .await;
         let sent_at = tokio::time::Instant::now();
         let sent = bob.tool_ok("relay_send", json!({ "to": "laptop/alice", "body": format!("wake {n}") })).await;
-        let short = sent["structuredContent"]["id"].as_str().unwrap()[..8].to_owned();
+        let short = relay_tests::short_id(sent["structuredContent"]["id"].as_str().unwrap()).to_owned();
         let (index, woken) = api
             .wait_for("the woken turn", seen + 1, LIMIT, |r| {
                 r.api == Api::Anthropic && r.last_turn().contains("<relay-mail>") && r.last_turn().contains(&short)
