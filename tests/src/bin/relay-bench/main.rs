@@ -459,6 +459,44 @@ async fn floor(url: &str, seconds: u64, server: u32) -> Floor {
 /// The floor's single-row commit.
 const FLOOR_INSERT: &str = "insert into bench_floor (body) values ('floor probe')";
 
+/// The statement the server writes a lone plain send with (`relay_write_send_plain`), its
+/// argument built from the parameters: the message id, sender, account, client id, thread, body and
+/// inbox; no cap to speak of, replica 0.
+const SEND_STATEMENT: &str = "select outcome from relay_write_send_plain(
+         row($1::text, $2::bigint, $3::bigint, $4::text, $5::text, 1::smallint, $6::text, null::text, false, false,
+             array[$7::bigint], '{}'::bigint[], null::bigint)::relay_outgoing, 2147483647, 0)";
+
+/// Up to 1,000 plain sends from `from` to `to` (addresses) written by the server's own statement,
+/// called from the benchmark's connection one at a time for at most `limit`, each timed to its
+/// answer: a Relay send's database round trip without the server.
+async fn send_statements(url: &str, from: &str, to: &str, limit: Duration) -> Vec<Duration> {
+    let c = db_client(url).await;
+    let ids = c
+        .query_one(
+            "select s.id, s.account_id, r.id from endpoint_addresses s, endpoint_addresses r
+             where s.address = $1 and r.address = $2",
+            &[&from, &to],
+        )
+        .await
+        .expect("the agents' endpoints");
+    let (sender, account, inbox): (i64, i64, i64) = (ids.get(0), ids.get(1), ids.get(2));
+    let stmt = c.prepare(SEND_STATEMENT).await.expect("the send statement");
+    let mut lat = Vec::with_capacity(1000);
+    let start = Instant::now();
+    while lat.len() < 1000 && start.elapsed() < limit {
+        let id = relay_server::domain::ids::new_message_id();
+        let (client_id, body) = (format!("bench-{}", id.as_str()), format!("latency probe {}", lat.len()));
+        let t = Instant::now();
+        let row = c
+            .query_one(&stmt, &[&id.as_str(), &sender, &account, &client_id, &id.as_str(), &body, &inbox])
+            .await
+            .expect("the send statement");
+        lat.push(t.elapsed());
+        assert_eq!(row.get::<_, &str>(0), "stored", "the send statement stored nothing");
+    }
+    lat
+}
+
 /// Up to `count` runs of `stmt`, one at a time, for at most `limit`: each timed to its answer.
 async fn timed_statements(
     c: &tokio_postgres::Client,
@@ -887,6 +925,22 @@ async fn main() {
             "",
         ));
 
+        // The database's share: the server's own statement for such a send, from the benchmark's
+        // connection, to an inbox nobody streams (its notification wakes no stream here).
+        let carol = Agent::hello(&server.url, &ci, "carol").await.unwrap();
+        let statement = quantiles(
+            send_statements(&db.url, "bench/laptop/alice", "bench/ci/carol", Duration::from_secs(args.seconds * 4))
+                .await,
+        );
+        drop(carol);
+        rows.push(row(
+            "send's statement alone, in one round trip p50 (ms)",
+            format!("{:.2}", statement.p50),
+            Some(f.shaped.p50),
+            statement.p50,
+            "",
+        ));
+
         // The transport's share: a call through the same listener and layers that asks no database
         // (the health check), on a connection of its own, in the same run.
         let mut health = HealthClient::new(client::channel(&server.url).await);
@@ -898,6 +952,17 @@ async fn main() {
         }
         let call = quantiles(call_lat);
         rows.push(row("grpc call, no database p50 (ms)", format!("{:.2}", call.p50), None, call.p50, ""));
+        // A serial send is at least a bare call and then its statement's round trip, one after the
+        // other: their sum against the raw commit says what the serial rows' targets leave the
+        // server, on this host, for everything else a send does.
+        let bound = call.p50 + statement.p50;
+        rows.push(row(
+            "  bound: a bare call, then the send's statement p50 (ms)",
+            format!("{bound:.2}"),
+            Some(f.insert.p50),
+            bound,
+            "",
+        ));
     }
 
     // The floor's commits/s and its CPU a commit in the turns below, for the ceiling after them.
