@@ -122,7 +122,7 @@ async fn two_messages_sharing_a_short_id_are_told_apart_by_their_whole_ids() {
 
     let first = alice.send(&["ci/bob"], "from alice, through one replica").await.unwrap();
     let second = carol.send(&["ci/bob"], "from carol, through the other").await.unwrap();
-    let short = &first.id[..SHORT_ID_LEN];
+    let short = short_id(&first.id);
     let collided = format!("{short}{}", &second.id[SHORT_ID_LEN..]);
     let sql = db.sql().await;
     assert_eq!(second.thread, second.id, "it starts its own thread, which takes its id");

@@ -14,8 +14,8 @@ use crate::metrics::metrics;
 use crate::store::row::Col;
 
 /// A lone send's answer, from `relay_write_send_plain` (a plain send) or
-/// `relay_write_send_numbered` (any).
-const SEND_PLAIN: &str =
+/// `relay_write_send_numbered` (any). Public so that relay-bench times this very statement.
+pub const SEND_PLAIN: &str =
     "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_plain($1, $2, $3)";
 const SEND_NUMBERED: &str =
     "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_numbered($1, $2, $3)";
@@ -40,7 +40,7 @@ pub(crate) enum Written {
 /// One send as `relay_write_sends_numbered` takes it: the composite type `relay_outgoing` (migration 22).
 #[derive(Debug, ToSql)]
 #[postgres(name = "relay_outgoing")]
-pub(crate) struct BatchedSend {
+pub struct BatchedSend {
     pub id: MessageId,
     pub sender: EndpointId,
     pub account: AccountId,

@@ -30,7 +30,7 @@ macro_rules! message_joins {
     };
 }
 
-pub(crate) mod batch;
+pub mod batch;
 mod inbox;
 mod resolve;
 mod sent;

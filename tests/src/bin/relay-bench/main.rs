@@ -23,7 +23,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use relay_proto::v1::{HelloRequest, InboxRequest, Push, SendRequest, WhoAmIRequest, push};
+use relay_server::domain::delivery::Kind;
+use relay_server::domain::ids::{AccountId, EndpointId, ReplicaId, new_message_id};
 use relay_server::domain::limits;
+use relay_server::store::messages::batch;
 use relay_tests::client::{self, Agent, Client};
 use relay_tests::mcp::{Bridge, BridgeSpec};
 use relay_tests::pg::{self, TestDb};
@@ -459,19 +462,13 @@ async fn floor(url: &str, seconds: u64, server: u32) -> Floor {
 /// The floor's single-row commit.
 const FLOOR_INSERT: &str = "insert into bench_floor (body) values ('floor probe')";
 
-/// The statement the server writes a lone plain send with (`relay_write_send_plain`), its
-/// argument built from the parameters: the message id, sender, account, client id, thread, body and
-/// inbox; no cap to speak of, replica 0.
-const SEND_STATEMENT: &str = "select outcome from relay_write_send_plain(
-         row($1::text, $2::bigint, $3::bigint, $4::text, $5::text, 1::smallint, $6::text, null::text, false, false,
-             array[$7::bigint], '{}'::bigint[], null::bigint)::relay_outgoing, 2147483647, 0)";
-
-/// Up to 1,000 plain sends from `from` to `to` (addresses) written by the server's own statement,
-/// called from the benchmark's connection one at a time for at most `limit`, each timed to its
-/// answer: a Relay send's database round trip without the server.
+/// Up to 1,000 plain sends from `from` to `to` (addresses) written by the statement the server
+/// writes a lone plain send with (`SEND_PLAIN`, its argument as the server encodes it), called
+/// from the benchmark's connection one at a time for at most `limit`, each timed to its answer: a
+/// Relay send's database round trip without the server.
 async fn send_statements(url: &str, from: &str, to: &str, limit: Duration) -> Vec<Duration> {
     let c = db_client(url).await;
-    let ids = c
+    let agents = c
         .query_one(
             "select s.id, s.account_id, r.id from endpoint_addresses s, endpoint_addresses r
              where s.address = $1 and r.address = $2",
@@ -479,20 +476,30 @@ async fn send_statements(url: &str, from: &str, to: &str, limit: Duration) -> Ve
         )
         .await
         .expect("the agents' endpoints");
-    let (sender, account, inbox): (i64, i64, i64) = (ids.get(0), ids.get(1), ids.get(2));
-    let stmt = c.prepare(SEND_STATEMENT).await.expect("the send statement");
+    let stmt = c.prepare(batch::SEND_PLAIN).await.expect("the send statement");
     let mut lat = Vec::with_capacity(1000);
     let start = Instant::now();
     while lat.len() < 1000 && start.elapsed() < limit {
-        let id = relay_server::domain::ids::new_message_id();
-        let (client_id, body) = (format!("bench-{}", id.as_str()), format!("latency probe {}", lat.len()));
+        let id = new_message_id();
+        let send = batch::BatchedSend {
+            client_id: Some(format!("bench-{id}")),
+            thread: id.to_string(),
+            id,
+            sender: EndpointId(agents.get(0)),
+            account: AccountId(agents.get(1)),
+            kind: Kind::Message.to_db(),
+            body: format!("latency probe {}", lat.len()),
+            reply_to: None,
+            private: false,
+            require_reply: false,
+            recipients: vec![EndpointId(agents.get(2))],
+            contacts: Vec::new(),
+            read_by: None,
+        };
         let t = Instant::now();
-        let row = c
-            .query_one(&stmt, &[&id.as_str(), &sender, &account, &client_id, &id.as_str(), &body, &inbox])
-            .await
-            .expect("the send statement");
+        let row = c.query_one(&stmt, &[&send, &i32::MAX, &ReplicaId(0)]).await.expect("the send statement");
         lat.push(t.elapsed());
-        assert_eq!(row.get::<_, &str>(0), "stored", "the send statement stored nothing");
+        assert_eq!(row.get::<_, &str>("outcome"), "stored", "the send statement stored nothing");
     }
     lat
 }
