@@ -170,6 +170,9 @@ struct Cpu {
     bench: f64,
     /// Seconds the host's cores were busy, whoever with (the kernel's own work included).
     host: f64,
+    /// Seconds the hypervisor gave the host's cores to others while the host had work for them
+    /// (steal): a throttled or crowded host, whose figures are not comparable with a free one's.
+    stolen: f64,
 }
 
 impl Cpu {
@@ -198,25 +201,31 @@ impl Cpu {
             .sum();
         // The host's line of /proc/stat: user, nice, system, idle, iowait, irq, softirq, steal, in
         // clock ticks; busy is all but idle, iowait and what the hypervisor took.
-        let host = std::fs::read_to_string("/proc/stat")
+        let (host, stolen) = std::fs::read_to_string("/proc/stat")
             .ok()
             .and_then(|stat| {
                 let line = stat.lines().next()?.strip_prefix("cpu ")?.to_owned();
                 let t: Vec<f64> = line.split_whitespace().take(8).map(|f| f.parse().unwrap_or(0.0)).collect();
-                (t.len() == 8).then(|| (t[0] + t[1] + t[2] + t[5] + t[6]) / 100.0)
+                (t.len() == 8).then(|| ((t[0] + t[1] + t[2] + t[5] + t[6]) / 100.0, t[7] / 100.0))
             })
-            .unwrap_or(0.0);
+            .unwrap_or((0.0, 0.0));
         Self {
             server: of(&server.to_string()).map_or(0.0, |(_, own, _)| own),
             postgres,
             bench: of("self").map_or(0.0, |(_, own, _)| own),
             host,
+            stolen,
         }
     }
 
     /// Cores the host kept busy on average since `before`, `seconds` ago.
     fn cores(&self, before: &Cpu, seconds: f64) -> f64 {
         (self.host - before.host) / seconds.max(f64::MIN_POSITIVE)
+    }
+
+    /// The share of the host's cores' time the hypervisor took since `before`, `seconds` ago.
+    fn stolen_share(&self, before: &Cpu, seconds: f64) -> f64 {
+        (self.stolen - before.stolen) / (seconds * host_cores() as f64).max(f64::MIN_POSITIVE)
     }
 
     /// CPU microseconds per operation of the server, Postgres and the benchmark, since `before`.
@@ -239,6 +248,11 @@ fn cpu_row([server, postgres, bench]: [f64; 3]) -> String {
 /// The host's cores, as the scheduler offers them to this process (one when it cannot tell).
 fn host_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The host's load average over the last minute, from /proc/loadavg.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 fn rss_mib(pid: u32) -> f64 {
@@ -847,7 +861,12 @@ async fn main() {
     let fsync: String = stats.client.query_one("show fsync", &[]).await.map(|r| r.get(0)).unwrap_or_default();
     let sync: String =
         stats.client.query_one("show synchronous_commit", &[]).await.map(|r| r.get(0)).unwrap_or_default();
-    println!("relay-bench: server pid {pid}; postgres fsync={fsync} synchronous_commit={sync}; {} cores", host_cores());
+    let load = load_average().map_or("unknown".to_owned(), |l| format!("{l:.2}"));
+    println!(
+        "relay-bench: server pid {pid}; postgres fsync={fsync} synchronous_commit={sync}; {} cores, load average {load} at the start",
+        host_cores()
+    );
+    let (started, at_start) = (Instant::now(), Cpu::now(pid));
     let mut rows = Vec::new();
     // Relay's durable figures the nats phase sets beside JetStream's: send -> push, and msgs/s @32.
     let (mut durable_push, mut durable_at32) = (None, None);
@@ -1495,7 +1514,19 @@ async fn main() {
          of an ids row, the same sends written with random ids)"
     );
     println!("server rss at end: {:.0} MiB", rss_mib(pid));
+    // A host whose hypervisor takes its cores away (a throttled or crowded virtual machine) slows
+    // every figure unevenly: say so, so that such a run is not set beside a free one's.
+    let stolen = Cpu::now(pid).stolen_share(&at_start, started.elapsed().as_secs_f64());
+    println!(
+        "host cores' time taken by the hypervisor (steal) over the run: {:.1}%{}",
+        stolen * 100.0,
+        if stolen > STEAL_COMPARABLE { "; the figures are not comparable with a run on a free host" } else { "" }
+    );
 }
+
+/// The steal above which a run's figures are not set beside other runs' (at rest this host shows
+/// under 1%).
+const STEAL_COMPARABLE: f64 = 0.05;
 
 /// Agents of their own for the nats phase's Relay figures: a serial pair, and 32 senders to 32
 /// distinct inboxes, as the serial and throughput phases measure them.
