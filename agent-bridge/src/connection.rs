@@ -45,7 +45,7 @@ pub fn resolve() -> Result<BridgeConfig, ConnectError> {
         let (server, ca) = match env("RELAY_SERVER") {
             Some(server) => (server, env("RELAY_CA")),
             None => {
-                let stored = bridge_config::read(&bridge_config::default_path()?).ok_or(ConnectError::NotConfigured)?;
+                let stored = bridge_config::read(&bridge_config::default_path()?)?.ok_or(ConnectError::NotConfigured)?;
                 (stored.server, stored.ca)
             }
         };
@@ -55,7 +55,7 @@ pub fn resolve() -> Result<BridgeConfig, ConnectError> {
         return Ok(BridgeConfig { server, token, ca: env("RELAY_CA"), human_token: None });
     }
     let path = bridge_config::default_path()?;
-    bridge_config::read(&path).ok_or(ConnectError::NotConfigured)
+    bridge_config::read(&path)?.ok_or(ConnectError::NotConfigured)
 }
 
 /// What `agent-bridge human login` keeps: a person's credential, apart from any machine's.
@@ -75,8 +75,11 @@ pub fn human_config_path() -> Result<PathBuf, ConnectError> {
     Ok(bridge_config::default_path()?.with_file_name("human.toml"))
 }
 
-pub fn read_human(path: &Path) -> Option<HumanConfig> {
-    toml::from_str(&std::fs::read_to_string(path).ok()?).ok()
+/// The file `human login` wrote: `None` when there is none; an error naming the file, the line and
+/// the fix when it cannot be used.
+pub fn read_human(path: &Path) -> Result<Option<HumanConfig>, ConnectError> {
+    const FIX: &str = "fix that line, or write the file anew with `agent-bridge human login --server URL`";
+    Ok(bridge_config::read_toml(path, FIX)?)
 }
 
 pub fn write_human(path: &Path, config: &HumanConfig) -> Result<(), ConnectError> {
@@ -90,10 +93,10 @@ pub fn human_server() -> Result<(String, Option<String>), ConnectError> {
     if let Some(server) = env("RELAY_SERVER") {
         return Ok((server, env("RELAY_CA")));
     }
-    if let Some(stored) = read_human(&human_config_path()?) {
+    if let Some(stored) = read_human(&human_config_path()?)? {
         return Ok((stored.server, stored.ca));
     }
-    let machine = bridge_config::read(&bridge_config::default_path()?).ok_or(ConnectError::NoHumanServer)?;
+    let machine = bridge_config::read(&bridge_config::default_path()?)?.ok_or(ConnectError::NoHumanServer)?;
     Ok((machine.server, machine.ca))
 }
 
@@ -106,10 +109,11 @@ pub fn human_credentials() -> Result<(String, Option<String>, String), ConnectEr
         let (server, ca) = human_server()?;
         return Ok((server, ca, token));
     }
-    let stored = read_human(&human_config_path()?).map(|h| (h.server, h.ca, h.token)).or_else(|| {
-        let machine = bridge_config::read(&bridge_config::default_path().ok()?)?;
-        machine.human_token.map(|token| (machine.server, machine.ca, token))
-    });
+    let stored = match read_human(&human_config_path()?)? {
+        Some(human) => Some((human.server, human.ca, human.token)),
+        None => bridge_config::read(&bridge_config::default_path()?)?
+            .and_then(|machine| machine.human_token.map(|token| (machine.server, machine.ca, token))),
+    };
     if let Some((server, ca, token)) = stored {
         return match env("RELAY_SERVER") {
             // Some or all of the replicas it was stored for: those asked for.

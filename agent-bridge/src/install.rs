@@ -125,7 +125,8 @@ per message. Cursor cannot be woken from outside: an idle agent learns of mail a
 /// The `agent-bridge` found on PATH, if any.
 fn on_path() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(PROGRAM)).find(|p| p.is_file())
+    let file = format!("{PROGRAM}{}", std::env::consts::EXE_SUFFIX);
+    std::env::split_paths(&path).map(|d| d.join(&file)).find(|p| p.is_file())
 }
 
 fn this_program() -> Option<PathBuf> {
@@ -156,9 +157,10 @@ fn user_command() -> String {
     }
 }
 
-/// Whether `program` (a command's first word) is some `agent-bridge`.
+/// Whether `program` (a command's first word) is some `agent-bridge` (`agent-bridge.exe` on Windows).
 fn is_bridge(program: &str) -> bool {
-    Path::new(program).file_name().is_some_and(|n| n == PROGRAM)
+    let name = Path::new(program).file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    name == PROGRAM || name.strip_suffix(".exe").is_some_and(|stem| stem.eq_ignore_ascii_case(PROGRAM))
 }
 
 /// Whether a hook command is Relay's `hook SUB`, whatever path (quoted or not) it was written with.
@@ -195,14 +197,18 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
     tmp.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))?;
+    // A temporary file is made owner-only; the file it replaces keeps its permissions, and a new one
+    // gets the usual ones (on Windows, those of its directory).
     let permissions = match std::fs::metadata(path) {
-        Ok(meta) => meta.permissions(),
-        Err(_) => {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::Permissions::from_mode(0o644)
-        }
+        Ok(meta) => Some(meta.permissions()),
+        #[cfg(unix)]
+        Err(_) => Some(std::os::unix::fs::PermissionsExt::from_mode(0o644)),
+        #[cfg(not(unix))]
+        Err(_) => None,
     };
-    std::fs::set_permissions(tmp.path(), permissions).with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(permissions) = permissions {
+        std::fs::set_permissions(tmp.path(), permissions).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     tmp.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
@@ -493,6 +499,7 @@ mod tests {
         assert!(!std::fs::read_to_string(&path).unwrap().contains("rlm_"), "no token in client config");
     }
 
+    #[cfg(unix)]
     #[test]
     fn a_users_additions_to_the_relay_entry_stay_and_links_stay_links() {
         let dir = tempfile::tempdir().unwrap();

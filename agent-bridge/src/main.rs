@@ -12,6 +12,7 @@ mod hook;
 mod human;
 mod install;
 mod mcp;
+mod process;
 mod session_file;
 mod spawn;
 mod worker;
@@ -155,7 +156,7 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
     let keeper = session_file::Keeper {
-        path: session_file::session_path(std::os::unix::process::parent_id()),
+        path: session_file::session_path(agent_process()),
         ca: config.ca.clone(),
     };
     let relay = Arc::new(relay::Relay::new(replicas, config.ca.clone(), config.token, claim).with_watcher(keeper));
@@ -169,9 +170,18 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     std::process::exit(0);
 }
 
+/// The agent process that started this bridge: the one its session file is named after.
+fn agent_process() -> u32 {
+    #[cfg(unix)]
+    return std::os::unix::process::parent_id();
+    #[cfg(not(unix))]
+    return process::parent(std::process::id()).unwrap_or(0);
+}
+
 /// Resolves on SIGTERM, SIGINT or SIGHUP: a client ending, a terminal closing or an operator
 /// stopping the bridge, each of which it survives long enough to say goodbye and remove its
 /// session file. (SIGKILL cannot be caught; readers of session files skip a dead bridge's.)
+#[cfg(unix)]
 fn termination() -> anyhow::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot watch for SIGTERM")?;
@@ -182,6 +192,24 @@ fn termination() -> anyhow::Result<impl Future<Output = ()>> {
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
             _ = hup.recv() => "SIGHUP",
+        };
+        tracing::debug!(signal = name, "ending the session");
+    })
+}
+
+/// Resolves on Ctrl+C, Ctrl+Break or the console closing, each of which the bridge survives long
+/// enough to say goodbye and remove its session file.
+#[cfg(windows)]
+fn termination() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::windows::{ctrl_break, ctrl_c, ctrl_close};
+    let mut c = ctrl_c().context("cannot watch for Ctrl+C")?;
+    let mut brk = ctrl_break().context("cannot watch for Ctrl+Break")?;
+    let mut close = ctrl_close().context("cannot watch for the console closing")?;
+    Ok(async move {
+        let name = tokio::select! {
+            _ = c.recv() => "ctrl-c",
+            _ = brk.recv() => "ctrl-break",
+            _ = close.recv() => "ctrl-close",
         };
         tracing::debug!(signal = name, "ending the session");
     })
@@ -211,7 +239,14 @@ async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> an
         })?
         .into_inner();
     let path = bridge_config::default_path()?;
-    let human_token = bridge_config::read(&path).and_then(|c| c.human_token);
+    // Login is how a config that cannot be used is mended: it is written anew, said so.
+    let human_token = match bridge_config::read(&path) {
+        Ok(existing) => existing.and_then(|c| c.human_token),
+        Err(e) => {
+            eprintln!("note: replacing it: {e}");
+            None
+        }
+    };
     bridge_config::write(&path, &BridgeConfig { server, token, ca, human_token })?;
     eprintln!("logged in as machine {}/{}; config written to {}", reply.account, reply.machine, path.display());
     Ok(())

@@ -2,10 +2,11 @@
 //! agent starts (`agent-bridge spawn`, the Stop hook, Codex's notify program) find it through their
 //! process ancestry, so they act as that agent without a credential of their own.
 
-use std::os::unix::fs::DirBuilderExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+
+use crate::process;
 use serde::{Deserialize, Serialize};
 
 /// What a bridge leaves for `spawn`: how to call the server as this agent.
@@ -18,16 +19,42 @@ pub struct SessionFile {
     pub address: String,
 }
 
-/// Where session files live: the user's runtime directory, else a per-user one under the temp dir.
-fn session_dir() -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    match dirs::runtime_dir() {
-        Some(dir) => dir.join("agent-relay").join("sessions"),
-        None => {
-            let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0);
-            std::env::temp_dir().join(format!("agent-relay-{uid}")).join("sessions")
-        }
+/// Where session files live: `RELAY_SESSION_DIR` when set, else a directory every process of this
+/// user finds alike, whatever environment its client started it with. Clients choose what their
+/// programs inherit (Codex starts MCP servers with a fixed few variables and hooks with all of
+/// them), so the default depends on no variable a client may drop: on Linux the user's runtime
+/// directory `/run/user/UID` (what `XDG_RUNTIME_DIR` names on a systemd system) when it is there,
+/// else `/tmp/agent-relay-UID`; on macOS `~/Library/Caches/agent-relay`; on Windows
+/// `%LOCALAPPDATA%\agent-relay`.
+pub fn session_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("RELAY_SESSION_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
     }
+    platform_session_dir()
+}
+
+#[cfg(target_os = "linux")]
+fn platform_session_dir() -> PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    let runtime = PathBuf::from(format!("/run/user/{uid}"));
+    if private_dir(&runtime) {
+        return runtime.join("agent-relay").join("sessions");
+    }
+    PathBuf::from(format!("/tmp/agent-relay-{uid}")).join("sessions")
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+fn platform_session_dir() -> PathBuf {
+    let uid = rustix::process::geteuid().as_raw();
+    match dirs::cache_dir() {
+        Some(cache) => cache.join("agent-relay").join("sessions"),
+        None => PathBuf::from(format!("/tmp/agent-relay-{uid}")).join("sessions"),
+    }
+}
+
+#[cfg(not(unix))]
+fn platform_session_dir() -> PathBuf {
+    dirs::data_local_dir().unwrap_or_else(std::env::temp_dir).join("agent-relay").join("sessions")
 }
 
 /// The session file this bridge keeps for its agent: named by the agent's process and the
@@ -53,7 +80,7 @@ fn live_sessions(agent: u32) -> Vec<(PathBuf, u32)> {
             let name = entry.file_name().into_string().ok()?;
             let bridge: u32 = name.strip_prefix(&prefix)?.strip_suffix(".toml")?.parse().ok()?;
             let path = entry.path();
-            if !alive(bridge) {
+            if !process::alive(bridge) {
                 let _ = std::fs::remove_file(&path);
                 return None;
             }
@@ -64,27 +91,30 @@ fn live_sessions(agent: u32) -> Vec<(PathBuf, u32)> {
     found.into_iter().map(|(_, path, bridge)| (path, bridge)).collect()
 }
 
-/// Whether process `pid` is still running.
-pub fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-}
-
 /// Whether `dir` is a real directory of ours that nobody else can write: a shared temp dir could
 /// otherwise hold a folder or link someone planted.
-fn private_dir(dir: &std::path::Path) -> bool {
+#[cfg(unix)]
+fn private_dir(dir: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    let me = rustix::process::geteuid().as_raw();
     match std::fs::symlink_metadata(dir) {
-        Ok(meta) => meta.is_dir() && Some(meta.uid()) == me && meta.mode() & 0o022 == 0,
+        Ok(meta) => meta.is_dir() && meta.uid() == me && meta.mode() & 0o022 == 0,
         Err(_) => false,
     }
 }
 
+/// Whether `dir` is a real directory (not a link): on Windows it lies under the user's profile,
+/// whose permissions keep other users out.
+#[cfg(not(unix))]
+fn private_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|meta| meta.is_dir())
+}
+
 /// Writes the file owner-only; a failure only costs the agent the ability to spawn.
-pub fn write_session_at(path: &std::path::Path, file: &SessionFile) {
+pub fn write_session_at(path: &Path, file: &SessionFile) {
     let write = || -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+            relay_proto::bridge_config::private_dir_builder().recursive(true).create(dir)?;
             if !private_dir(dir) {
                 return Err(std::io::Error::other(format!(
                     "{} is not a private directory of this user",
@@ -121,12 +151,6 @@ impl relay_agent::relay::session::SessionWatcher for Keeper {
     fn ended(&self) {
         let _ = std::fs::remove_file(&self.path);
     }
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: fields resume after the last ')'.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A session a program started by an agent found, and where: the agent process whose bridge
@@ -175,7 +199,7 @@ pub fn find() -> anyhow::Result<Found> {
     }
     let mut pid = std::process::id();
     for _ in 0..64 {
-        let Some(parent) = parent_of(pid).filter(|p| *p > 1) else { break };
+        let Some(parent) = process::parent(pid).filter(|p| *p > 1) else { break };
         // An agent with two relay bridges: the one that connected last speaks for it.
         for (path, bridge) in live_sessions(parent) {
             let Ok(text) = std::fs::read_to_string(&path) else { continue };

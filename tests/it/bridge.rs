@@ -474,17 +474,17 @@ async fn two_bridges_of_one_agent_keep_their_own_session_files_until_they_exit()
     let runtime = tempfile::tempdir().unwrap();
     let start = |handle: &'static str| {
         let spec = BridgeSpec { server: &w.server.url, token: &w.laptop, handle: Some(handle), channels: false };
-        Bridge::start_with_env(spec, &[("XDG_RUNTIME_DIR", runtime.path().as_os_str())])
+        Bridge::start_with_env(spec, &[("RELAY_SESSION_DIR", runtime.path().as_os_str())])
     };
     let (mut alice, mut bob) = (start("alice"), start("bob"));
     for b in [&mut alice, &mut bob] {
         b.initialize("2025-06-18").await;
         b.tool_ok("relay_whoami", json!({})).await;
     }
-    let dir = runtime.path().join("agent-relay").join("sessions");
+    let dir = runtime.path();
     let files = || -> Vec<String> {
         let mut names: Vec<String> =
-            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         names.sort();
         names
     };
@@ -507,12 +507,12 @@ async fn two_bridges_of_one_agent_keep_their_own_session_files_until_they_exit()
 async fn a_bridge_stopped_by_a_signal_leaves_and_removes_its_session_file() {
     let w = world().await;
     let runtime = tempfile::tempdir().unwrap();
-    let dir = runtime.path().join("agent-relay").join("sessions");
+    let dir = runtime.path();
     let mut alice = bridge(&w.server.url, &w.laptop, "alice");
     alice.initialize("2025-06-18").await;
     for (signal, number) in [("TERM", libc::SIGTERM), ("INT", libc::SIGINT), ("HUP", libc::SIGHUP)] {
         let spec = BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("bob"), channels: false };
-        let mut bob = Bridge::start_with_env(spec, &[("XDG_RUNTIME_DIR", runtime.path().as_os_str())]);
+        let mut bob = Bridge::start_with_env(spec, &[("RELAY_SESSION_DIR", runtime.path().as_os_str())]);
         bob.initialize("2025-06-18").await;
         bob.tool_ok("relay_whoami", json!({})).await;
         let pid = bob.child.id().unwrap();

@@ -3,6 +3,10 @@
 //! run's container) and gives each test a database of its own.
 //!
 //! Run one area by its module path, e.g. `./test -p relay-tests --test it messaging::`.
+//!
+//! The suite runs on Linux, as its harness does (Postgres run as another user, network namespaces,
+//! `/proc`); macOS and Windows runners run the smoke test (`tests/smoke.rs`).
+#![cfg(target_os = "linux")]
 
 mod attacks;
 mod board;

@@ -165,7 +165,7 @@ impl StandIn {
             .env("HOME", dir.path())
             // Session files of its own: a hook then finds only this agent's bridge, never one that
             // another test's process started (all of `cargo test`'s tests share one process).
-            .env("XDG_RUNTIME_DIR", dir.path())
+            .env("RELAY_SESSION_DIR", dir.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .process_group(0)
@@ -189,7 +189,7 @@ impl StandIn {
     /// Waits until the bridge has written its session file, which its hooks find it by: it writes
     /// it once the relay took its Hello, a moment after the relay shows the agent online.
     async fn session_written(&self) {
-        let sessions = self.dir.path().join("agent-relay").join("sessions");
+        let sessions = self.dir.path();
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let written = std::fs::read_dir(&sessions)

@@ -3,6 +3,7 @@
 //! `target/clients` the first time a test asks for one, and not again while the lock file is
 //! unchanged. Without npm the test fails and says what to install: it is never skipped.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -110,6 +111,15 @@ pub fn agent_path() -> String {
     )
 }
 
+/// The person's runtime directory, as a desktop session sets `XDG_RUNTIME_DIR`: every client runs
+/// with it, though a client may not pass it on (Codex starts MCP servers with a fixed few
+/// variables), so nothing of the relay's may depend on it.
+pub fn runtime_dir(home: &Path) -> String {
+    let dir = home.join(".run");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).unwrap();
+    dir.display().to_string()
+}
+
 /// Runs `agent-bridge install CLIENT` in `cwd` for the person whose home is `home`.
 pub fn install(client: &str, home: &Path, cwd: &Path) -> String {
     let out = Command::new(bin("agent-bridge"))
@@ -191,6 +201,7 @@ impl ClaudeProject {
     pub fn env(&self, handle: &str) -> Vec<(&'static str, String)> {
         vec![
             ("HOME", self.home.path().display().to_string()),
+            ("XDG_RUNTIME_DIR", runtime_dir(self.home.path())),
             ("PATH", agent_path()),
             ("LANG", "C.UTF-8".into()),
             ("ANTHROPIC_API_KEY", CLAUDE_KEY.into()),
@@ -228,6 +239,7 @@ impl CodexHome {
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("HOME", self.home.path().display().to_string()),
+            ("XDG_RUNTIME_DIR", runtime_dir(self.home.path())),
             ("PATH", agent_path()),
             ("LANG", "C.UTF-8".into()),
             ("SCRIPTED_API_KEY", "scripted".into()),
@@ -274,6 +286,7 @@ impl GeminiHome {
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
             ("HOME", self.home.path().display().to_string()),
+            ("XDG_RUNTIME_DIR", runtime_dir(self.home.path())),
             ("PATH", agent_path()),
             ("LANG", "C.UTF-8".into()),
             ("GEMINI_API_KEY", "scripted".into()),

@@ -4,18 +4,34 @@
 //! container of the test run ([`pg::container`]); otherwise one throwaway cluster per test binary is
 //! started from the local Postgres binaries. Each test gets its own database either way. Every wait
 //! has a deadline ([`process`], [`eventually`]).
+//!
+//! The bridge over stdio ([`mcp`]), child processes with deadlines ([`process`]) and the helpers
+//! here build on every platform, for the smoke test macOS and Windows runners run; the rest of the
+//! harness (Postgres clusters run as another user, network namespaces, signals, terminals, `/proc`)
+//! is Linux's, as the integration suite that uses it.
 
-pub mod agent;
-pub mod client;
-pub mod clients;
-pub mod http;
 pub mod mcp;
-pub mod model_api;
-pub mod pg;
 pub mod process;
+
+#[cfg(target_os = "linux")]
+pub mod agent;
+#[cfg(target_os = "linux")]
+pub mod client;
+#[cfg(target_os = "linux")]
+pub mod clients;
+#[cfg(target_os = "linux")]
+pub mod http;
+#[cfg(target_os = "linux")]
+pub mod model_api;
+#[cfg(target_os = "linux")]
+pub mod pg;
+#[cfg(target_os = "linux")]
 pub mod proxy;
+#[cfg(target_os = "linux")]
 pub mod remote;
+#[cfg(target_os = "linux")]
 pub mod server;
+#[cfg(target_os = "linux")]
 pub mod terminal;
 
 use std::path::PathBuf;
@@ -41,6 +57,7 @@ pub fn short_id(id: &str) -> &str {
 }
 
 /// Sends signal `signal` (`libc::SIGTERM`, …) to process `pid`; whether it was delivered.
+#[cfg(target_os = "linux")]
 pub fn signal(pid: u32, signal: i32) -> bool {
     // SAFETY: kill takes a pid and a signal number and touches no memory of ours.
     unsafe { libc::kill(pid as libc::pid_t, signal) == 0 }
@@ -48,8 +65,10 @@ pub fn signal(pid: u32, signal: i32) -> bool {
 
 /// A process stopped (SIGSTOP) until dropped: a server that takes connections and never answers,
 /// or a bridge gone silent.
+#[cfg(target_os = "linux")]
 pub struct Frozen(u32);
 
+#[cfg(target_os = "linux")]
 impl Frozen {
     pub fn new(pid: u32) -> Self {
         assert!(signal(pid, libc::SIGSTOP), "process {pid} could not be stopped");
@@ -57,6 +76,7 @@ impl Frozen {
     }
 }
 
+#[cfg(target_os = "linux")]
 impl Drop for Frozen {
     fn drop(&mut self) {
         signal(self.0, libc::SIGCONT);
@@ -90,10 +110,7 @@ where
 pub fn free_port() -> u16 {
     use rand::Rng;
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
+    let first_ephemeral = first_ephemeral_port();
     // A kernel whose ephemeral range starts low leaves too little below it: take its ports then.
     let below = 10_000..first_ephemeral;
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -110,4 +127,19 @@ pub fn free_port() -> u16 {
         }
     }
     panic!("no free loopback port")
+}
+
+/// The first port of the kernel's ephemeral range.
+#[cfg(target_os = "linux")]
+fn first_ephemeral_port() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768)
+}
+
+/// The first port of the ephemeral range macOS and Windows use by default (IANA's).
+#[cfg(not(target_os = "linux"))]
+fn first_ephemeral_port() -> u16 {
+    49152
 }

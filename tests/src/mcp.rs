@@ -45,6 +45,7 @@ impl Bridge {
 
     /// [`Bridge::start`] in the network namespace at `netns` (`/run/netns/NAME`): the bridge sees only
     /// that namespace's network.
+    #[cfg(target_os = "linux")]
     pub fn start_in_netns(spec: BridgeSpec<'_>, netns: &Path) -> Self {
         let (mut cmd, home) = Self::command(spec, &[]);
         let namespace = std::fs::File::open(netns).unwrap_or_else(|e| panic!("open {}: {e}", netns.display()));

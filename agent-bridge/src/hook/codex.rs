@@ -11,11 +11,13 @@ use std::time::Duration;
 
 use relay_proto::v1::relay_client::RelayClient;
 use relay_proto::v1::{PeekTurn, PutPeekTurnsRequest, WhoAmIRequest};
+use anyhow::Context;
 use serde_json::Value;
 
 use super::Agent;
 use super::notice::{self, Client};
 use super::wake::{self, Woken};
+use crate::process;
 use crate::session_file::{self, Found};
 use relay_agent::relay::session::authed;
 
@@ -105,14 +107,7 @@ fn arm_waiter(found: &Found, thread: &str) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        command.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    crate::spawn::detach(&mut command);
     if let Err(e) = command.spawn() {
         tracing::warn!(error = %e, "cannot start the waiter that wakes this Codex session");
     }
@@ -135,7 +130,8 @@ pub async fn wake(thread: &str, agent_pid: u32, bridge: u32) -> anyhow::Result<E
         Woken::Ended(_) => return Ok(ExitCode::SUCCESS),
     };
     let Some(text) = notice::text(Client::Codex, agent.address(), &announcement) else { return Ok(ExitCode::SUCCESS) };
-    let codex = std::fs::read_link(format!("/proc/{agent_pid}/exe"))?;
+    let codex = process::executable(agent_pid)
+        .with_context(|| format!("cannot find the program of the Codex process {agent_pid}"))?;
     let queued = tokio::process::Command::new(&codex)
         .args(["queue", "--thread", thread, "--message", &text])
         .stdin(Stdio::null())

@@ -7,7 +7,6 @@
 //! agent's bridge ends, when the session token is refused, or after [`LIFETIME`]; the agent's next
 //! turn arms a new one. One waiter per agent (per Codex thread) at a time: a lock file says which.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use relay_proto::v1::{AnnounceRequest, Announcement, announce_event};
 use tonic::{Code, Status};
 
 use super::Agent;
+use crate::process;
 use crate::session_file::{self, Found};
 use relay_agent::relay::replicas::Replicas;
 use relay_agent::relay::session::authed;
@@ -108,24 +108,11 @@ async fn watch(found: &Found, replicas: &Replicas) -> Woken {
     }
 }
 
-/// Resolves when process `pid` ends; never for `None`. Uses a pidfd where the kernel has them
-/// (woken at once, nothing polled), else looks every two seconds.
+/// Resolves when process `pid` ends; never for `None`.
 async fn process_end(pid: Option<u32>) {
-    let Some(pid) = pid else { return std::future::pending().await };
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd >= 0 {
-        // SAFETY: the descriptor was just returned to us and is owned by nothing else, and it is
-        // registered once, here, for as long as the AsyncFd that owns it lives.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        if let Ok(readable) = unsafe { tokio::io::unix::AsyncFd::register(owned) } {
-            // A pidfd becomes readable when its process ends.
-            let _ = readable.readable().await;
-            return;
-        }
-    }
-    while session_file::alive(pid) {
-        tokio::time::sleep(Duration::from_secs(2)).await;
+    match pid {
+        Some(pid) => process::ended(pid).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -138,9 +125,9 @@ impl WaiterLock {
     /// Takes the lock at `path`; `None` when another live waiter holds it.
     pub fn take(path: &Path) -> Option<Self> {
         let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()?;
-        // SAFETY: flock on a descriptor we own; LOCK_NB makes it answer at once.
-        let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        taken.then_some(Self { _file: file })
+        // The operating system's own lock (flock, LockFileEx): it goes with the process that held it.
+        file.try_lock().ok()?;
+        Some(Self { _file: file })
     }
 }
 
@@ -161,7 +148,7 @@ fn sweep(dir: &Path) {
         let name = entry.file_name();
         let Some(name) = name.to_str().filter(|n| n.starts_with("wake-")) else { continue };
         let Some(pid) = name.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !session_file::alive(pid) {
+        if !process::alive(pid) {
             let _ = std::fs::remove_file(entry.path());
         }
     }

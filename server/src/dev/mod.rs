@@ -239,7 +239,7 @@ async fn provision(store: &Store, listen: &ListenOptions) -> anyhow::Result<Path
     let machine = names::sanitize(&host.to_string_lossy());
     let server = listen.local_url();
     let mut path = bridge_config::default_path()?;
-    if let Some(other) = bridge_config::read(&path).filter(|c| c.server != server) {
+    if let Some(other) = bridge_config::read(&path)?.filter(|c| c.server != server) {
         // Never clobber a login to a real server: the dev config goes beside it.
         path = path.with_file_name("bridge-dev.toml");
         eprintln!(
@@ -251,7 +251,7 @@ async fn provision(store: &Store, listen: &ListenOptions) -> anyhow::Result<Path
     }
     let ca = listen.tls_cert.as_ref().map(|p| p.display().to_string());
 
-    let existing = bridge_config::read(&path);
+    let existing = bridge_config::read(&path)?;
     let human_token = existing.as_ref().and_then(|c| c.human_token.clone());
     let token = match &existing {
         Some(c) if identity::machine_token_is(store, &c.token, DEV_ACCOUNT, &machine).await? => c.token.clone(),

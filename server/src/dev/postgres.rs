@@ -3,8 +3,10 @@
 //!
 //! Postgres refuses to run as root, so when we are root every Postgres program runs as the
 //! `postgres` user (through `runuser`) and the directories it uses are handed to that user.
+//!
+//! The private cluster listens on a Unix socket only, so it runs on Linux and macOS; on Windows
+//! `dev` is given a database instead (`--database-url`).
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -17,23 +19,37 @@ pub struct Owner {
     pub gid: u32,
 }
 
-/// Where the Postgres server programs are when `dev --pg-bin` does not say: the newest
-/// `/usr/lib/postgresql/*/bin`, else wherever `pg_ctl` is on `PATH`.
+/// Where packages put the Postgres server programs, `{}` standing for the major version.
+const INSTALLS: &[&str] = &[
+    // Debian and Ubuntu
+    "/usr/lib/postgresql/{}/bin",
+    // Red Hat and its kin, from the PostgreSQL project's repository
+    "/usr/pgsql-{}/bin",
+    // Homebrew's postgresql@NN, on Apple silicon and on Intel Macs
+    "/opt/homebrew/opt/postgresql@{}/bin",
+    "/usr/local/opt/postgresql@{}/bin",
+    // Postgres.app
+    "/Applications/Postgres.app/Contents/Versions/{}/bin",
+];
+
+/// A program's file name on this platform (`pg_ctl.exe` on Windows).
+fn program(name: &str) -> String {
+    format!("{name}{}", std::env::consts::EXE_SUFFIX)
+}
+
+/// Where the Postgres server programs are when `dev --pg-bin` does not say: the newest version any
+/// package installed in a known place ([`INSTALLS`]), else wherever `pg_ctl` is on `PATH`.
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
-        .filter(|(_, bin)| bin.join("pg_ctl").exists())
-        .collect();
-    versions.sort();
-    if let Some((_, bin)) = versions.pop() {
+    find_bin_dir(Path::new("/"), &std::env::var_os("PATH").unwrap_or_default())
+}
+
+/// [`bin_dir`] with the file system's root and `PATH` given.
+fn find_bin_dir(root: &Path, path: &std::ffi::OsStr) -> anyhow::Result<PathBuf> {
+    if let Some(bin) = newest_install(root) {
         return Ok(bin);
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join("pg_ctl");
+    for dir in std::env::split_paths(path) {
+        let candidate = dir.join(program("pg_ctl"));
         if candidate.exists() {
             // pg_ctl finds `postgres` beside its real location, so resolve links.
             let real = std::fs::canonicalize(&candidate).unwrap_or(candidate);
@@ -41,14 +57,47 @@ pub fn bin_dir() -> anyhow::Result<PathBuf> {
         }
     }
     bail!(
-        "cannot find the Postgres server programs (initdb, pg_ctl, postgres): install Postgres or name their directory with --pg-bin (RELAY_PG_BIN)"
+        "cannot find the Postgres server programs (initdb, pg_ctl, postgres): {}, or name their directory with --pg-bin (RELAY_PG_BIN)",
+        INSTALL_HINT
     )
 }
 
+/// How to get Postgres on this platform.
+#[cfg(target_os = "macos")]
+const INSTALL_HINT: &str = "install them with `brew install postgresql@17` or from https://postgresapp.com";
+#[cfg(target_os = "linux")]
+const INSTALL_HINT: &str =
+    "install them with `apt-get install postgresql` (Debian, Ubuntu) or `dnf install postgresql-server` (Fedora, RHEL)";
+#[cfg(not(any(target_os = "macos", target_os = "linux")))]
+const INSTALL_HINT: &str = "install Postgres";
+
+/// The newest of the [`INSTALLS`] under `root` that holds `pg_ctl`.
+fn newest_install(root: &Path) -> Option<PathBuf> {
+    let mut found: Vec<(u32, PathBuf)> = INSTALLS
+        .iter()
+        .filter_map(|pattern| {
+            let (before, after) = pattern.split_once("{}")?;
+            let (parent, prefix) = before.rsplit_once('/')?;
+            let parent = root.join(parent.trim_start_matches('/'));
+            let entries = std::fs::read_dir(parent).ok()?;
+            Some(entries.flatten().filter_map(move |entry| {
+                let name = entry.file_name();
+                let version: u32 = name.to_str()?.strip_prefix(prefix)?.parse().ok()?;
+                let bin = entry.path().join(after.trim_start_matches('/'));
+                bin.join(program("pg_ctl")).is_file().then_some((version, bin))
+            }))
+        })
+        .flatten()
+        .collect();
+    // The newest version; of two places with one version, the first in the list.
+    found.sort_by_key(|(version, _)| std::cmp::Reverse(*version));
+    found.into_iter().next().map(|(_, bin)| bin)
+}
+
 /// `Some(postgres user)` when this process is root.
+#[cfg(unix)]
 pub fn owner() -> anyhow::Result<Option<Owner>> {
-    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
-    if me != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
     let passwd = std::fs::read_to_string("/etc/passwd").context("cannot read /etc/passwd")?;
@@ -60,6 +109,12 @@ pub fn owner() -> anyhow::Result<Option<Owner>> {
     let parse =
         |i: usize| fields.get(i).and_then(|f| f.parse().ok()).context("malformed postgres entry in /etc/passwd");
     Ok(Some(Owner { uid: parse(2)?, gid: parse(3)? }))
+}
+
+/// Nobody to hand the cluster to: Windows has no root that Postgres refuses.
+#[cfg(not(unix))]
+pub fn owner() -> anyhow::Result<Option<Owner>> {
+    Ok(None)
 }
 
 /// A command running `program` from `bin` as the cluster owner.
@@ -76,16 +131,17 @@ pub fn command(bin: &Path, program: &str, owner: Option<Owner>) -> Command {
 
 /// Creates `dir` (mode 0700) and hands it to the owner.
 pub fn make_private_dir(dir: &Path, owner: Option<Owner>) -> anyhow::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
+    relay_proto::bridge_config::private_dir_builder()
         .recursive(true)
-        .mode(0o700)
         .create(dir)
         .with_context(|| format!("cannot create {}", dir.display()))?;
+    #[cfg(unix)]
     if let Some(owner) = owner {
         std::os::unix::fs::chown(dir, Some(owner.uid), Some(owner.gid))
             .with_context(|| format!("cannot hand {} to the postgres user", dir.display()))?;
     }
+    #[cfg(not(unix))]
+    let _ = owner;
     Ok(())
 }
 
@@ -117,8 +173,13 @@ impl DevCluster {
     /// Creates the cluster under `data_dir` unless it exists already, with the server programs in
     /// `bin` (found by [`bin_dir`] when absent).
     pub fn prepare(data_dir: &Path, bin: Option<PathBuf>) -> anyhow::Result<Self> {
+        if cfg!(not(unix)) {
+            bail!(
+                "relay-server dev starts a Postgres of its own on Linux and macOS only: on this system give it one with --database-url (DATABASE_URL)"
+            );
+        }
         let bin = match bin {
-            Some(bin) if !bin.join("pg_ctl").is_file() => {
+            Some(bin) if !bin.join(program("pg_ctl")).is_file() => {
                 bail!("--pg-bin {} holds no pg_ctl: name the directory of initdb, pg_ctl and postgres", bin.display())
             }
             Some(bin) => bin,
@@ -215,7 +276,13 @@ const DEV_PORT: u16 = 5432;
 
 fn socket_config(socket_dir: &Path, dbname: &str) -> tokio_postgres::Config {
     let mut config = tokio_postgres::Config::new();
-    config.host_path(socket_dir).port(DEV_PORT).user(DEV_USER).dbname(dbname);
+    #[cfg(unix)]
+    config.host_path(socket_dir);
+    // No cluster of dev's own runs here (see DevCluster::prepare): the name only completes the
+    // settings.
+    #[cfg(not(unix))]
+    config.host(&socket_dir.display().to_string());
+    config.port(DEV_PORT).user(DEV_USER).dbname(dbname);
     config
 }
 
@@ -247,4 +314,44 @@ pub fn running_dev_cluster(data_dir: &Path, start: &str) -> Result<tokio_postgre
         return Err(DevClusterError::NotRunning { dir, start: start.to_owned() });
     }
     Ok(socket_config(&socket_dir, DEV_DATABASE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn install(root: &Path, bin: &str) {
+        let bin = root.join(bin);
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join(program("pg_ctl")), "").unwrap();
+    }
+
+    #[test]
+    fn the_newest_postgres_a_package_installed_is_found() {
+        let root = tempfile::tempdir().unwrap();
+        assert_eq!(newest_install(root.path()), None, "nothing installed");
+        install(root.path(), "opt/homebrew/opt/postgresql@15/bin");
+        install(root.path(), "Applications/Postgres.app/Contents/Versions/17/bin");
+        install(root.path(), "opt/homebrew/opt/postgresql@16/bin");
+        // A directory without pg_ctl (a client-only package) is passed over.
+        std::fs::create_dir_all(root.path().join("usr/lib/postgresql/18/bin")).unwrap();
+        let found = newest_install(root.path()).unwrap();
+        assert_eq!(found, root.path().join("Applications/Postgres.app/Contents/Versions/17/bin"));
+        install(root.path(), "usr/lib/postgresql/18/bin");
+        assert_eq!(newest_install(root.path()).unwrap(), root.path().join("usr/lib/postgresql/18/bin"));
+        // Postgres.app's `latest` link and Homebrew's unversioned formula name no version.
+        install(root.path(), "Applications/Postgres.app/Contents/Versions/latest/bin");
+        install(root.path(), "usr/local/opt/postgresql/bin");
+        assert_eq!(newest_install(root.path()).unwrap(), root.path().join("usr/lib/postgresql/18/bin"));
+    }
+
+    #[test]
+    fn postgres_on_path_is_found_and_none_at_all_is_explained() {
+        let root = tempfile::tempdir().unwrap();
+        let none = find_bin_dir(root.path(), std::ffi::OsStr::new("")).unwrap_err().to_string();
+        assert!(none.contains(INSTALL_HINT) && none.contains("--pg-bin"), "{none}");
+        install(root.path(), "usr/local/bin");
+        let path = std::env::join_paths([root.path().join("nothing"), root.path().join("usr/local/bin")]).unwrap();
+        assert_eq!(find_bin_dir(root.path(), &path).unwrap(), root.path().join("usr/local/bin").canonicalize().unwrap());
+    }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use relay_server::domain::ids::{MESSAGE_ID_LEN, new_message_id, random_text};
 
-use crate::{Cpu, db_client};
+use super::{Cpu, db_client};
 
 /// Sends a batch: as the group-commit writer batches them under load.
 const BATCH: usize = 32;

@@ -22,7 +22,7 @@ use serde_json::json;
 const LIMIT: Duration = Duration::from_secs(60);
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let mut args = std::env::args().skip(1);
     let mut wakes = 20usize;
     while let Some(arg) = args.next() {
