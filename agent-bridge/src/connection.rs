@@ -45,7 +45,8 @@ pub fn resolve() -> Result<BridgeConfig, ConnectError> {
         let (server, ca) = match env("RELAY_SERVER") {
             Some(server) => (server, env("RELAY_CA")),
             None => {
-                let stored = bridge_config::read(&bridge_config::default_path()?)?.ok_or(ConnectError::NotConfigured)?;
+                let stored =
+                    bridge_config::read(&bridge_config::default_path()?)?.ok_or(ConnectError::NotConfigured)?;
                 (stored.server, stored.ca)
             }
         };

@@ -207,7 +207,8 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
         Err(_) => None,
     };
     if let Some(permissions) = permissions {
-        std::fs::set_permissions(tmp.path(), permissions).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::set_permissions(tmp.path(), permissions)
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     tmp.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

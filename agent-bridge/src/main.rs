@@ -155,10 +155,7 @@ async fn mcp(handle: Option<String>, harness: Harness, channels: bool) -> anyhow
     let replicas = Arc::new(relay::replicas::Replicas::new(&config.server, config.ca.as_deref())?);
     let spawn_grant = std::env::var("RELAY_SPAWN_GRANT").ok().filter(|g| !g.is_empty());
     let claim = Claim { handle: handle.filter(|h| !h.is_empty()), harness: harness.name().to_owned(), spawn_grant };
-    let keeper = session_file::Keeper {
-        path: session_file::session_path(agent_process()),
-        ca: config.ca.clone(),
-    };
+    let keeper = session_file::Keeper { path: session_file::session_path(agent_process()), ca: config.ca.clone() };
     let relay = Arc::new(relay::Relay::new(replicas, config.ca.clone(), config.token, claim).with_watcher(keeper));
     let tools = Arc::new(tools::Tools::new(relay, tools::Host::this_machine()));
     let options = mcp::session::Options { channels, version: env!("CARGO_PKG_VERSION") };

@@ -173,7 +173,10 @@ mod tests {
         let err = parse(path, text).unwrap_err();
         assert!(matches!(err, ConfigError::Malformed { line: 2, column: 9, .. }), "{err:?}");
         let said = err.to_string();
-        assert!(said.starts_with("/home/ada/.config/agent-relay/bridge.toml cannot be used: line 2, column 9:"), "{said}");
+        assert!(
+            said.starts_with("/home/ada/.config/agent-relay/bridge.toml cannot be used: line 2, column 9:"),
+            "{said}"
+        );
         assert!(said.contains("agent-bridge login --server URL"), "{said}");
         let missing = parse(path, "server = \"http://x\"\n").unwrap_err().to_string();
         assert!(missing.contains("token"), "a missing key is named: {missing}");

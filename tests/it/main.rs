@@ -28,6 +28,7 @@ mod logs;
 mod messaging;
 mod migrations;
 mod ops;
+mod portability;
 mod promises;
 mod quotas;
 mod redaction;

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
+use anyhow::Context;
 use relay_proto::v1::relay_client::RelayClient;
 use relay_proto::v1::{PeekTurn, PutPeekTurnsRequest, WhoAmIRequest};
-use anyhow::Context;
 use serde_json::Value;
 
 use super::Agent;

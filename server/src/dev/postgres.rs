@@ -352,6 +352,9 @@ mod tests {
         assert!(none.contains(INSTALL_HINT) && none.contains("--pg-bin"), "{none}");
         install(root.path(), "usr/local/bin");
         let path = std::env::join_paths([root.path().join("nothing"), root.path().join("usr/local/bin")]).unwrap();
-        assert_eq!(find_bin_dir(root.path(), &path).unwrap(), root.path().join("usr/local/bin").canonicalize().unwrap());
+        assert_eq!(
+            find_bin_dir(root.path(), &path).unwrap(),
+            root.path().join("usr/local/bin").canonicalize().unwrap()
+        );
     }
 }
