@@ -225,7 +225,7 @@ async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> an
     // Stored as checked: each replica's URL once, in the order given.
     let server = replicas.list_from(0);
     let reply = RelayClient::new(replicas.reachable().await)
-        .check_machine(authed(CheckMachineRequest {}, &token))
+        .check_machine(authed(CheckMachineRequest { client_version: relay_proto::release::VERSION.into() }, &token))
         .await
         .map_err(|status| match relay_agent::relay::replicas::untrusted_certificate(&status, ca.as_deref()) {
             Some(why) => anyhow::anyhow!("{why}"),
@@ -235,6 +235,8 @@ async fn login(server: String, token: Option<String>, ca: Option<PathBuf>) -> an
             None => anyhow::anyhow!("cannot check the token with {server}: {}", status.message()),
         })?
         .into_inner();
+    relay_proto::release::check(relay_proto::release::VERSION, &reply.server_version)
+        .map_err(|mismatch| anyhow::anyhow!("{mismatch}"))?;
     let path = bridge_config::default_path()?;
     // Login is how a config that cannot be used is mended: it is written anew, said so.
     let human_token = match bridge_config::read(&path) {

@@ -1,8 +1,10 @@
-//! The contracts the server and the bridge share: the `relay.v1` gRPC API, and the bridge's config
-//! file, which `relay-server dev` and `agent-bridge login` both write.
+//! The contracts the server and the bridge share: the `relay.v1` gRPC API, the bridge's config
+//! file, which `relay-server dev` and `agent-bridge login` both write, and which of their releases
+//! work together.
 
 pub mod bridge_config;
 pub mod codec;
+pub mod release;
 
 pub mod v1 {
     tonic::include_proto!("relay.v1");

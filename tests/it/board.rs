@@ -562,7 +562,7 @@ async fn a_card_agent_acts_only_as_its_card_and_only_while_the_card_runs() {
     assert_eq!(register.code(), Code::PermissionDenied, "{register:?}");
     let renew = RenewRequest { job_token: token.clone(), ..Default::default() };
     assert_eq!(as_worker.renew(renew).await.unwrap_err().code(), Code::PermissionDenied);
-    let check = client(channel(&url).await, &token).check_machine(CheckMachineRequest {}).await.unwrap_err();
+    let check = client(channel(&url).await, &token).check_machine(CheckMachineRequest::default()).await.unwrap_err();
     assert_eq!(check.code(), Code::PermissionDenied, "{check:?}");
 
     // Hello with it claims the card's endpoint and no other: not a handle it names, not a spawned

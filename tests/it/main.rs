@@ -37,4 +37,5 @@ mod scope;
 mod server;
 mod setup;
 mod trust;
+mod versions;
 mod wake;

@@ -10,62 +10,26 @@ use std::process::{Command, Stdio};
 use crate::bin;
 use crate::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
 
-/// Where the clients are installed: `target/clients`.
-fn dir() -> PathBuf {
-    // bin() is target/<profile>/agent-bridge.
-    let profile = bin("agent-bridge").parent().expect("profile directory").to_path_buf();
-    profile.parent().expect("target directory").join("clients")
-}
-
-fn source() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("clients")
-}
-
 /// The installed CLIs' directory of programs (`node_modules/.bin`), installing them first when
-/// they are missing or older than the lock file says. One test binary installs at a time (a lock
-/// file), and tests in one binary share the answer.
+/// they are missing or older than the lock file says (`tests/clients`).
 pub fn bin_dir() -> PathBuf {
     static READY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    READY.get_or_init(provision).clone()
-}
-
-fn provision() -> PathBuf {
-    let dir = dir();
-    std::fs::create_dir_all(&dir).expect("create target/clients");
-    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(".lock")).unwrap();
-    // SAFETY: flock on a descriptor we own; released when the file closes.
-    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) }, 0, "lock target/clients");
-    let wanted = std::fs::read(source().join("package-lock.json")).expect("tests/clients/package-lock.json");
-    let marker = dir.join("node_modules").join(".relay-installed-lock.json");
-    if std::fs::read(&marker).ok().as_deref() != Some(wanted.as_slice()) {
-        for file in ["package.json", "package-lock.json"] {
-            std::fs::copy(source().join(file), dir.join(file)).expect("copy the clients' package files");
-        }
-        eprintln!(
-            "installing the pinned agent CLIs (Claude Code, Codex, Gemini CLI) from npm into {} for the real-client tests; once per lock file",
-            dir.display()
-        );
-        let status = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund", "--ignore-scripts"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .status_within(INSTALL_LIMIT)
-            .unwrap_or_else(|e| {
-                panic!("cannot run npm ({e}): the real-client tests need Node.js 22 or later and npm (./test installs them)")
-            });
-        assert!(status.success(), "npm ci in {} failed: see its output above", dir.display());
-        // Install scripts stay off (Gemini CLI's would build a terminal library from source);
-        // Claude Code's own one only links its native binary into place, so it is run by name.
-        let linked = Command::new("node")
-            .arg(dir.join("node_modules/@anthropic-ai/claude-code/install.cjs"))
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .status_within(INSTALL_LIMIT)
-            .expect("run node");
-        assert!(linked.success(), "Claude Code's install script failed: see its output above");
-        std::fs::write(&marker, &wanted).expect("record the installed lock file");
-    }
-    dir.join("node_modules").join(".bin")
+    READY
+        .get_or_init(|| {
+            crate::npm::installed("clients", "the pinned agent CLIs (Claude Code, Codex, Gemini CLI)", |dir| {
+                // Install scripts stay off (Gemini CLI's would build a terminal library from
+                // source); Claude Code's own one only links its native binary into place, so it is
+                // run by name.
+                let linked = Command::new("node")
+                    .arg(dir.join("node_modules/@anthropic-ai/claude-code/install.cjs"))
+                    .current_dir(dir)
+                    .stdin(Stdio::null())
+                    .status_within(INSTALL_LIMIT)
+                    .expect("run node");
+                assert!(linked.success(), "Claude Code's install script failed: see its output above");
+            })
+        })
+        .clone()
 }
 
 /// One client's program.

@@ -20,9 +20,13 @@ pub mod client;
 #[cfg(target_os = "linux")]
 pub mod clients;
 #[cfg(target_os = "linux")]
+pub mod fake_relay;
+#[cfg(target_os = "linux")]
 pub mod http;
 #[cfg(target_os = "linux")]
 pub mod model_api;
+#[cfg(target_os = "linux")]
+pub mod npm;
 #[cfg(target_os = "linux")]
 pub mod pg;
 #[cfg(target_os = "linux")]

@@ -421,7 +421,7 @@ mod tests {
                 calls += 1;
                 async move {
                     let mut health = relay_proto::v1::relay_client::RelayClient::new(channel);
-                    health.check_machine(relay_proto::v1::CheckMachineRequest {}).await.map(|_| ())
+                    health.check_machine(relay_proto::v1::CheckMachineRequest::default()).await.map(|_| ())
                 }
             })
             .await;

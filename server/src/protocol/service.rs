@@ -45,6 +45,12 @@ impl RelayService {
     }
 }
 
+/// Refuses a bridge outside this server's release window, naming both versions and the mend.
+fn within_window(client_version: &str) -> Result<(), Status> {
+    relay_proto::release::check(client_version, relay_proto::release::VERSION)
+        .map_err(|mismatch| Status::failed_precondition(mismatch.to_string()))
+}
+
 #[tonic::async_trait]
 impl Relay for RelayService {
     type SubscribeStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Push, Status>> + Send>>;
@@ -55,11 +61,18 @@ impl Relay for RelayService {
         request: Request<CheckMachineRequest>,
     ) -> Result<Response<CheckMachineResponse>, Status> {
         let machine = auth::machine(&request)?;
-        Ok(Response::new(CheckMachineResponse { account: machine.account, machine: machine.machine }))
+        within_window(&request.get_ref().client_version)?;
+        Ok(Response::new(CheckMachineResponse {
+            account: machine.account,
+            machine: machine.machine,
+            server_version: relay_proto::release::VERSION.to_owned(),
+            server_time_ms: chrono::Utc::now().timestamp_millis(),
+        }))
     }
 
     async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
         let req = request.get_ref();
+        within_window(&req.client_version)?;
         let claim =
             Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
         let outcome = match auth::hello_credential(&request)? {
@@ -76,6 +89,7 @@ impl Relay for RelayService {
                 max_wait_s: limits::MAX_WAIT_S,
                 max_note_chars: limits::MAX_NOTE_CHARS as u32,
             }),
+            server_version: relay_proto::release::VERSION.to_owned(),
         }))
     }
 
