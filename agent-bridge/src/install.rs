@@ -14,7 +14,7 @@ use jsonc_parser::ParseOptions;
 use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
 use serde_json::{Value, json};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Client {
     Claude,
     Codex,
@@ -26,70 +26,207 @@ const ENTRY: &str = "relay";
 /// The program name every Relay entry runs, wherever it is installed.
 const PROGRAM: &str = "agent-bridge";
 
+impl Client {
+    pub const ALL: [Client; 4] = [Client::Claude, Client::Codex, Client::Gemini, Client::Cursor];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Client::Claude => "claude",
+            Client::Codex => "codex",
+            Client::Gemini => "gemini",
+            Client::Cursor => "cursor",
+        }
+    }
+
+    /// Where this client keeps what `install` writes for it: in project `cwd`, for the person whose
+    /// home is `home` (and whose Codex home is `codex_home`).
+    pub fn places(self, cwd: &Path, home: &Path, codex_home: &Path) -> Places {
+        let hook = |file: PathBuf, kind, sub, what| HookPlace { file, kind, sub, what };
+        match self {
+            // Project-scoped, and committed: the agent of this repository gets the relay.
+            Client::Claude => {
+                let settings = cwd.join(".claude").join("settings.json");
+                Places {
+                    mcp: cwd.join(".mcp.json"),
+                    project: true,
+                    hooks: vec![
+                        hook(settings.clone(), HookKind::Settings("Stop"), "stop", "the relay Stop hook"),
+                        hook(settings, HookKind::Settings("Stop"), "wake", "the relay wake hook (asyncRewake)"),
+                    ],
+                }
+            }
+            Client::Cursor => Places {
+                mcp: cwd.join(".cursor").join("mcp.json"),
+                project: true,
+                hooks: vec![hook(cwd.join(".cursor").join("hooks.json"), HookKind::CursorStop, "cursor-stop", "the relay stop hook")],
+            },
+            // User-scoped: these clients keep MCP servers in the user's config.
+            Client::Gemini => {
+                let settings = home.join(".gemini").join("settings.json");
+                Places {
+                    mcp: settings.clone(),
+                    project: false,
+                    hooks: vec![hook(settings, HookKind::Settings("AfterAgent"), "gemini-after-agent", "the relay AfterAgent hook")],
+                }
+            }
+            Client::Codex => {
+                let config = codex_home.join("config.toml");
+                Places {
+                    mcp: config.clone(),
+                    project: false,
+                    hooks: vec![
+                        hook(config, HookKind::CodexNotify, "codex-notify", "the relay notify program"),
+                        hook(codex_home.join("hooks.json"), HookKind::Settings("Stop"), "codex-stop", "the relay Stop hook"),
+                    ],
+                }
+            }
+        }
+    }
+}
+
+/// Where a client keeps what `install` writes for it.
+pub struct Places {
+    /// The file holding the `relay` MCP server entry.
+    pub mcp: PathBuf,
+    /// Whether the files are the project's (found from its folder) rather than the user's.
+    pub project: bool,
+    pub hooks: Vec<HookPlace>,
+}
+
+/// One of Relay's hooks in a client's files.
+pub struct HookPlace {
+    pub file: PathBuf,
+    pub kind: HookKind,
+    /// The hook's subcommand, `agent-bridge hook SUB`.
+    pub sub: &'static str,
+    pub what: &'static str,
+}
+
+/// How a client's file lists its hooks.
+#[derive(Clone, Copy)]
+pub enum HookKind {
+    /// `{"hooks": {EVENT: [{"hooks": [HOOK, …]}, …]}}` (Claude Code, Codex's hooks.json, Gemini CLI).
+    Settings(&'static str),
+    /// Cursor's `{"version": 1, "hooks": {"stop": [{"command": …}]}}`.
+    CursorStop,
+    /// Codex's `notify = [PROGRAM, "hook", "codex-notify"]` in config.toml.
+    CodexNotify,
+}
+
 pub fn run(client: Client) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let home = || dirs::home_dir().context("cannot find the home directory");
+    let home = dirs::home_dir().context("cannot find the home directory")?;
+    let codex_home = crate::codex::home().context("cannot find the home directory")?;
+    let places = client.places(&cwd, &home, &codex_home);
     let said = |changed: bool, what: &str, path: &Path| {
         let verb = if changed { "set" } else { "kept" };
         eprintln!("{verb} {what} in {}", path.display());
     };
+    let command = if places.project { project_command() } else { user_command() };
+    let program = shell_word(&command);
     match client {
-        // Project-scoped, and committed: the agent of this repository gets the relay.
         Client::Claude => {
-            let command = project_command();
-            let program = shell_word(&command);
-            let path = cwd.join(".mcp.json");
             said(
-                install_json(&path, &command, &["mcp", "--harness", "claude", "--channels"], &[])?,
+                install_json(&places.mcp, &command, &["mcp", "--harness", "claude", "--channels"], &[])?,
                 "the relay MCP server",
-                &path,
+                &places.mcp,
             );
-            let settings = cwd.join(".claude").join("settings.json");
-            let stop = HookSpec::claude("Stop", "stop", &program, json!({}));
-            said(install_hook(&settings, &stop)?, "the relay Stop hook", &settings);
+            let (stop, wake) = (&places.hooks[0], &places.hooks[1]);
+            let spec = HookSpec::claude("Stop", stop.sub, &program, json!({}));
+            said(install_hook(&stop.file, &spec)?, stop.what, &stop.file);
             // In the background after each turn; the hook ends itself before Claude Code would.
             let timeout = crate::hook::WAKE_LIFETIME.as_secs() + 60;
-            let wake = HookSpec::claude("Stop", "wake", &program, json!({ "asyncRewake": true, "timeout": timeout }));
-            said(install_hook(&settings, &wake)?, "the relay wake hook (asyncRewake)", &settings);
+            let spec = HookSpec::claude("Stop", wake.sub, &program, json!({ "asyncRewake": true, "timeout": timeout }));
+            said(install_hook(&wake.file, &spec)?, wake.what, &wake.file);
             eprintln!("{CLAUDE_NOTES}");
         }
         Client::Cursor => {
-            let command = project_command();
-            let path = cwd.join(".cursor").join("mcp.json");
-            said(install_json(&path, &command, &["mcp", "--harness", "cursor"], &[])?, "the relay MCP server", &path);
-            let hooks = cwd.join(".cursor").join("hooks.json");
-            let stop = format!("{} hook cursor-stop", shell_word(&command));
-            said(install_cursor_stop_hook(&hooks, &stop)?, "the relay stop hook", &hooks);
+            said(install_json(&places.mcp, &command, &["mcp", "--harness", "cursor"], &[])?, "the relay MCP server", &places.mcp);
+            let stop = &places.hooks[0];
+            said(install_cursor_stop_hook(&stop.file, &format!("{program} hook {}", stop.sub))?, stop.what, &stop.file);
             eprintln!("{CURSOR_NOTES}");
         }
-        // User-scoped: these clients keep MCP servers in the user's config.
         Client::Gemini => {
-            let command = user_command();
-            let path = home()?.join(".gemini").join("settings.json");
             // `trust` lets `gemini -p` call the relay tools without a confirmation per call.
             let trust = [("trust", json!(true))];
             said(
-                install_json(&path, &command, &["mcp", "--harness", "gemini"], &trust)?,
+                install_json(&places.mcp, &command, &["mcp", "--harness", "gemini"], &trust)?,
                 "the relay MCP server",
-                &path,
+                &places.mcp,
             );
-            let after = HookSpec::claude("AfterAgent", "gemini-after-agent", &shell_word(&command), json!({}));
-            said(install_hook(&path, &after)?, "the relay AfterAgent hook", &path);
+            let after = &places.hooks[0];
+            let spec = HookSpec::claude("AfterAgent", after.sub, &program, json!({}));
+            said(install_hook(&after.file, &spec)?, after.what, &after.file);
             eprintln!("{GEMINI_NOTES}");
         }
         Client::Codex => {
-            let command = user_command();
-            let codex_home = crate::codex::home().context("cannot find the home directory")?;
-            let path = codex_home.join("config.toml");
-            said(install_codex(&path, &command)?, "the relay MCP server (tools approved without a prompt)", &path);
-            said(install_codex_notify(&path, &command)?, "the relay notify program", &path);
-            let hooks = codex_home.join("hooks.json");
-            let stop = HookSpec::claude("Stop", "codex-stop", &shell_word(&command), json!({}));
-            said(install_hook(&hooks, &stop)?, "the relay Stop hook", &hooks);
+            said(install_codex(&places.mcp, &command)?, "the relay MCP server (tools approved without a prompt)", &places.mcp);
+            let (notify, stop) = (&places.hooks[0], &places.hooks[1]);
+            said(install_codex_notify(&notify.file, &command)?, notify.what, &notify.file);
+            let spec = HookSpec::claude("Stop", stop.sub, &program, json!({}));
+            said(install_hook(&stop.file, &spec)?, stop.what, &stop.file);
             eprintln!("{CODEX_NOTES}");
         }
     }
     Ok(())
+}
+
+/// A client file read back as JSON (JSONC); `None` when it does not exist.
+fn read_json(path: &Path) -> anyhow::Result<Option<Value>> {
+    let Some(text) = read_existing(path)? else { return Ok(None) };
+    let root = CstRootNode::parse(&text, &ParseOptions::default())
+        .map_err(|e| anyhow!("cannot parse {} as JSON: {e}", path.display()))?;
+    Ok(Some(root.value().and_then(|v| v.to_serde_value()).unwrap_or(Value::Null)))
+}
+
+/// A client file read back as TOML; `None` when it does not exist.
+fn read_toml(path: &Path) -> anyhow::Result<Option<toml_edit::DocumentMut>> {
+    let Some(text) = read_existing(path)? else { return Ok(None) };
+    text.parse().map(Some).with_context(|| format!("cannot parse {} as TOML", path.display()))
+}
+
+/// The command of the relay MCP server entry `install` wrote into `places.mcp`, if there is one.
+pub fn installed_command(client: Client, places: &Places) -> anyhow::Result<Option<String>> {
+    if let Client::Codex = client {
+        let Some(doc) = read_toml(&places.mcp)? else { return Ok(None) };
+        let command = doc.get("mcp_servers").and_then(|s| s.get(ENTRY)).and_then(|e| e.get("command"));
+        return Ok(command.and_then(|c| c.as_str()).map(str::to_owned));
+    }
+    let Some(doc) = read_json(&places.mcp)? else { return Ok(None) };
+    Ok(doc["mcpServers"][ENTRY]["command"].as_str().map(str::to_owned))
+}
+
+/// Whether one of Relay's hooks is in its place.
+pub fn hook_installed(place: &HookPlace) -> anyhow::Result<bool> {
+    let relay = |command: &Value| command.as_str().is_some_and(|c| is_relay_hook(c, place.sub));
+    Ok(match place.kind {
+        HookKind::Settings(event) => read_json(&place.file)?.is_some_and(|doc| {
+            doc["hooks"][event].as_array().into_iter().flatten().any(|group| {
+                group["hooks"].as_array().into_iter().flatten().any(|hook| relay(&hook["command"]))
+            })
+        }),
+        HookKind::CursorStop => read_json(&place.file)?
+            .is_some_and(|doc| doc["hooks"]["stop"].as_array().into_iter().flatten().any(|hook| relay(&hook["command"]))),
+        HookKind::CodexNotify => read_toml(&place.file)?.is_some_and(|doc| {
+            let words: Vec<&str> = doc
+                .get("notify")
+                .and_then(|n| n.as_array())
+                .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+                .unwrap_or_default();
+            matches!(words.as_slice(), [program, "hook", sub] if is_bridge(program) && *sub == place.sub)
+        }),
+    })
+}
+
+/// Where the program a client's entry runs is: a bare name is looked for on PATH.
+pub fn resolve_program(command: &str) -> Option<PathBuf> {
+    let path = Path::new(command);
+    if path.components().count() > 1 {
+        return path.is_file().then(|| path.to_path_buf());
+    }
+    let search = std::env::var_os("PATH")?;
+    let file = format!("{command}{}", if path.extension().is_none() { std::env::consts::EXE_SUFFIX } else { "" });
+    std::env::split_paths(&search).map(|d| d.join(&file)).find(|p| p.is_file())
 }
 
 /// How new messages reach a Claude Code session, and what the person approves once.

@@ -8,6 +8,7 @@
 
 mod codex;
 mod connection;
+mod doctor;
 mod hook;
 mod human;
 mod install;
@@ -67,6 +68,9 @@ enum Command {
         #[arg(long, env = "RELAY_CA")]
         ca: Option<PathBuf>,
     },
+    /// Check what this machine needs: the config and token, the server, the clock, each client set
+    /// up here; prints what to fix and exits non-zero when something is wrong.
+    Doctor,
     /// Add the bridge to an agent client's MCP configuration (idempotent; never writes the token).
     Install {
         #[arg(value_enum)]
@@ -264,6 +268,10 @@ async fn main() -> ExitCode {
         Command::Mcp { handle, harness, channels } => mcp(handle, harness, channels).await,
         Command::Login { server, token, ca } => login(server, token, ca).await,
         Command::Install { client } => install::run(client),
+        Command::Doctor => match doctor::run().await {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
         Command::Spawn { harness, scope, command } => spawn::spawn(harness.name().to_owned(), scope, command).await,
         Command::Human(command) => human::run(command).await,
         Command::Hook(event) => match hook::run(event).await {

@@ -155,6 +155,11 @@ impl Replicas {
         &self.urls[index]
     }
 
+    /// The channel of replica `index`, whether or not it is the one in use.
+    pub fn channel(&self, index: usize) -> Channel {
+        self.channels[index].clone()
+    }
+
     /// The list as the environment carries it; `from` first, the others after it in order, so
     /// whoever reads it starts on the replica known to work.
     pub fn list_from(&self, from: usize) -> String {
