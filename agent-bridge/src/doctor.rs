@@ -114,6 +114,19 @@ fn config(report: &mut Report) -> Option<bridge_config::BridgeConfig> {
             );
             return None;
         }
+        Err(connection::ConnectError::Config(bridge_config::ConfigError::Malformed {
+            path,
+            line,
+            column,
+            message,
+            fix,
+        })) => {
+            report.fail(
+                format!("config: {} cannot be used: line {line}, column {column}: {message}", path.display()),
+                fix,
+            );
+            return None;
+        }
         Err(e) => {
             report.fail(format!("config: {e}"), format!("mend or remove {}", path.display()));
             return None;
@@ -146,7 +159,10 @@ fn private_file(report: &mut Report, path: &Path) {
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         report.fail(
-            format!("config: {} is readable by other users (mode {mode:o}) and holds the machine's token", path.display()),
+            format!(
+                "config: {} is readable by other users (mode {mode:o}) and holds the machine's token",
+                path.display()
+            ),
             format!("chmod 600 {}", path.display()),
         );
     }
@@ -187,7 +203,10 @@ async fn server(report: &mut Report, config: &bridge_config::BridgeConfig) {
                 continue;
             }
             Ok(Err(status)) => {
-                let (what, fix) = match relay_agent::relay::replicas::untrusted_certificate(&status, config.ca.as_deref()) {
+                let (what, fix) = match relay_agent::relay::replicas::untrusted_certificate(
+                    &status,
+                    config.ca.as_deref(),
+                ) {
                     Some(why) => (why, format!("give the server's CA certificate: `{login} --ca PEM`")),
                     None => match status.code() {
                         Code::Unauthenticated => (
@@ -196,9 +215,10 @@ async fn server(report: &mut Report, config: &bridge_config::BridgeConfig) {
                                 "ask the account's admin for a new token (`relay-server admin machine add ACCOUNT/MACHINE`) and pipe it into `{login}`"
                             ),
                         ),
-                        Code::FailedPrecondition => {
-                            (status.message().to_owned(), "install a bridge of a release the server takes (above)".into())
-                        }
+                        Code::FailedPrecondition => (
+                            status.message().to_owned(),
+                            "install a bridge of a release the server takes (above)".into(),
+                        ),
                         _ => (
                             format!("cannot reach it: {}", status.message()),
                             format!("check that the server runs and the address is right (`{login}` changes it)"),
@@ -210,7 +230,11 @@ async fn server(report: &mut Report, config: &bridge_config::BridgeConfig) {
             }
             Ok(Ok(reply)) => reply.into_inner(),
         };
-        let version = if reply.server_version.is_empty() { "of an unstated release".to_owned() } else { reply.server_version.clone() };
+        let version = if reply.server_version.is_empty() {
+            "of an unstated release".to_owned()
+        } else {
+            reply.server_version.clone()
+        };
         report.ok(format!("server {url}: relay-server {version}, this machine is {}/{}", reply.account, reply.machine));
         if let Err(mismatch) = release::check(release::VERSION, &reply.server_version) {
             report.fail(format!("server {url}: {mismatch}"), "install a bridge of a release the server takes (above)");
@@ -238,7 +262,8 @@ fn clock(report: &mut Report, url: &str, server_ms: i64, sent: i64, received: i6
 
 /// Each client set up here (for a project-scoped client, in this folder).
 async fn clients(report: &mut Report) {
-    let (Ok(cwd), Some(home), Some(codex_home)) = (std::env::current_dir(), dirs::home_dir(), crate::codex::home()) else {
+    let (Ok(cwd), Some(home), Some(codex_home)) = (std::env::current_dir(), dirs::home_dir(), crate::codex::home())
+    else {
         report.fail("clients: cannot find the home directory or this folder", "run doctor from a folder of yours");
         return;
     };
@@ -275,7 +300,10 @@ async fn clients(report: &mut Report) {
                 Ok(true) => {}
                 Ok(false) => {
                     whole = false;
-                    report.fail(format!("{name}: {} is missing from {}", hook.what, hook.file.display()), reinstall.clone());
+                    report.fail(
+                        format!("{name}: {} is missing from {}", hook.what, hook.file.display()),
+                        reinstall.clone(),
+                    );
                 }
                 Err(e) => {
                     whole = false;
@@ -441,9 +469,8 @@ async fn version(report: &mut Report, client: Client) {
             upgrade,
         ),
         std::cmp::Ordering::Equal => report.ok(format!("{name}: version {measured}, as measured")),
-        std::cmp::Ordering::Greater => {
-            report.ok(format!("{name}: version {}, newer than {measured}, the one Relay was measured with", join(found)))
-        }
+        std::cmp::Ordering::Greater => report
+            .ok(format!("{name}: version {}, newer than {measured}, the one Relay was measured with", join(found))),
     }
 }
 

@@ -58,7 +58,12 @@ impl Client {
             Client::Cursor => Places {
                 mcp: cwd.join(".cursor").join("mcp.json"),
                 project: true,
-                hooks: vec![hook(cwd.join(".cursor").join("hooks.json"), HookKind::CursorStop, "cursor-stop", "the relay stop hook")],
+                hooks: vec![hook(
+                    cwd.join(".cursor").join("hooks.json"),
+                    HookKind::CursorStop,
+                    "cursor-stop",
+                    "the relay stop hook",
+                )],
             },
             // User-scoped: these clients keep MCP servers in the user's config.
             Client::Gemini => {
@@ -66,7 +71,12 @@ impl Client {
                 Places {
                     mcp: settings.clone(),
                     project: false,
-                    hooks: vec![hook(settings, HookKind::Settings("AfterAgent"), "gemini-after-agent", "the relay AfterAgent hook")],
+                    hooks: vec![hook(
+                        settings,
+                        HookKind::Settings("AfterAgent"),
+                        "gemini-after-agent",
+                        "the relay AfterAgent hook",
+                    )],
                 }
             }
             Client::Codex => {
@@ -76,7 +86,12 @@ impl Client {
                     project: false,
                     hooks: vec![
                         hook(config, HookKind::CodexNotify, "codex-notify", "the relay notify program"),
-                        hook(codex_home.join("hooks.json"), HookKind::Settings("Stop"), "codex-stop", "the relay Stop hook"),
+                        hook(
+                            codex_home.join("hooks.json"),
+                            HookKind::Settings("Stop"),
+                            "codex-stop",
+                            "the relay Stop hook",
+                        ),
                     ],
                 }
             }
@@ -141,7 +156,11 @@ pub fn run(client: Client) -> anyhow::Result<()> {
             eprintln!("{CLAUDE_NOTES}");
         }
         Client::Cursor => {
-            said(install_json(&places.mcp, &command, &["mcp", "--harness", "cursor"], &[])?, "the relay MCP server", &places.mcp);
+            said(
+                install_json(&places.mcp, &command, &["mcp", "--harness", "cursor"], &[])?,
+                "the relay MCP server",
+                &places.mcp,
+            );
             let stop = &places.hooks[0];
             said(install_cursor_stop_hook(&stop.file, &format!("{program} hook {}", stop.sub))?, stop.what, &stop.file);
             eprintln!("{CURSOR_NOTES}");
@@ -160,7 +179,11 @@ pub fn run(client: Client) -> anyhow::Result<()> {
             eprintln!("{GEMINI_NOTES}");
         }
         Client::Codex => {
-            said(install_codex(&places.mcp, &command)?, "the relay MCP server (tools approved without a prompt)", &places.mcp);
+            said(
+                install_codex(&places.mcp, &command)?,
+                "the relay MCP server (tools approved without a prompt)",
+                &places.mcp,
+            );
             let (notify, stop) = (&places.hooks[0], &places.hooks[1]);
             said(install_codex_notify(&notify.file, &command)?, notify.what, &notify.file);
             let spec = HookSpec::claude("Stop", stop.sub, &program, json!({}));
@@ -201,12 +224,15 @@ pub fn hook_installed(place: &HookPlace) -> anyhow::Result<bool> {
     let relay = |command: &Value| command.as_str().is_some_and(|c| is_relay_hook(c, place.sub));
     Ok(match place.kind {
         HookKind::Settings(event) => read_json(&place.file)?.is_some_and(|doc| {
-            doc["hooks"][event].as_array().into_iter().flatten().any(|group| {
-                group["hooks"].as_array().into_iter().flatten().any(|hook| relay(&hook["command"]))
-            })
+            doc["hooks"][event]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|group| group["hooks"].as_array().into_iter().flatten().any(|hook| relay(&hook["command"])))
         }),
-        HookKind::CursorStop => read_json(&place.file)?
-            .is_some_and(|doc| doc["hooks"]["stop"].as_array().into_iter().flatten().any(|hook| relay(&hook["command"]))),
+        HookKind::CursorStop => read_json(&place.file)?.is_some_and(|doc| {
+            doc["hooks"]["stop"].as_array().into_iter().flatten().any(|hook| relay(&hook["command"]))
+        }),
         HookKind::CodexNotify => read_toml(&place.file)?.is_some_and(|doc| {
             let words: Vec<&str> = doc
                 .get("notify")

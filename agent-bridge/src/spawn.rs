@@ -23,8 +23,8 @@ pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>)
     if command.is_empty() {
         bail!("give the worker's command after --, e.g. agent-bridge spawn -- codex exec \"…\"");
     }
-    let session = find_session()?;
     let machine = connection::resolve()?;
+    let session = find_session()?;
     let replicas = Replicas::new(&session.server, session.ca.as_deref())?;
     let request = SpawnRequest { harness: harness.clone(), scope: scope.unwrap_or_default() };
     let reserved = RelayClient::new(replicas.reachable().await)

@@ -467,4 +467,19 @@ fn mcp_without_a_configured_server_says_how_to_set_one_up() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty(), "nothing but MCP on stdout");
+
+    // A config it cannot use is named for what it is, by every command that reads it.
+    let config = home.path().join(".config/agent-relay/bridge.toml");
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(&config, "server = \"http://127.0.0.1:7447\"\ntoken = rlm_not_quoted\n").unwrap();
+    for args in [&["mcp"][..], &["spawn", "--", "true"], &["worker", "--once"], &["human", "holds"]] {
+        let out = bridge_cmd(home.path(), args);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            said.contains(&format!("{} cannot be used: line 2, column 9", config.display()))
+                && said.contains("agent-bridge login --server URL"),
+            "{args:?}: {said}"
+        );
+    }
 }

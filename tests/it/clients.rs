@@ -201,6 +201,19 @@ async fn an_idle_codex_session_is_woken_through_codex_queue() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     term.wait_for("Ask Codex", TURN).await;
+    // What the person approved is what doctor looks for: it finds the hook trusted, the rest whole.
+    let doctor = tokio::process::Command::new(relay_tests::bin("agent-bridge"))
+        .arg("doctor")
+        .current_dir(codex.project.path())
+        .env_clear()
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&doctor.stdout);
+    assert!(doctor.status.success(), "doctor after Codex trusted the hook:\n{said}");
+    assert!(said.contains("ok    codex: the relay MCP server and hooks"), "{said}");
 
     term.type_line("say hello");
     term.wait_for("Worked for", TURN).await;

@@ -17,6 +17,7 @@ mod connections;
 mod console;
 mod core;
 mod deploy;
+mod doctor;
 mod edges;
 mod failover;
 mod faults;

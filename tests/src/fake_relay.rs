@@ -14,9 +14,14 @@ use tonic_prost::ProstCodec;
 
 /// Serves as a server of `version` on a loopback port; its URL.
 pub async fn serve(version: &str) -> String {
+    serve_with_clock(version, 0).await
+}
+
+/// [`serve`], with a clock `ahead_ms` ahead of this machine's (behind when negative).
+pub async fn serve_with_clock(version: &str, ahead_ms: i64) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the stand-in server");
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let service = FakeRelay { version: version.to_owned() };
+    let service = FakeRelay { version: version.to_owned(), ahead_ms };
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
@@ -28,13 +33,14 @@ pub async fn serve(version: &str) -> String {
 #[derive(Clone)]
 struct FakeRelay {
     version: String,
+    ahead_ms: i64,
 }
 
 impl NamedService for FakeRelay {
     const NAME: &'static str = "relay.v1.Relay";
 }
 
-struct CheckMachine(String);
+struct CheckMachine(String, i64);
 
 impl UnaryService<CheckMachineRequest> for CheckMachine {
     type Response = CheckMachineResponse;
@@ -45,7 +51,7 @@ impl UnaryService<CheckMachineRequest> for CheckMachine {
             account: "acme".into(),
             machine: "laptop".into(),
             server_version: self.0.clone(),
-            server_time_ms: now_ms(),
+            server_time_ms: now_ms() + self.1,
         })))
     }
 }
@@ -83,11 +89,11 @@ impl Service<http::Request<Body>> for FakeRelay {
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let version = self.version.clone();
+        let (version, ahead_ms) = (self.version.clone(), self.ahead_ms);
         Box::pin(async move {
             Ok(match request.uri().path() {
                 "/relay.v1.Relay/CheckMachine" => {
-                    Grpc::new(ProstCodec::default()).unary(CheckMachine(version), request).await
+                    Grpc::new(ProstCodec::default()).unary(CheckMachine(version, ahead_ms), request).await
                 }
                 "/relay.v1.Relay/Hello" => Grpc::new(ProstCodec::default()).unary(Hello(version), request).await,
                 _ => Status::unimplemented("the stand-in answers CheckMachine and Hello only").into_http(),
