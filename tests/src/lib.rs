@@ -46,7 +46,8 @@ use std::time::Duration;
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("executable path");
     let here = exe.parent().expect("executable directory");
-    let candidates = [Some(here.join(name)), here.parent().map(|p| p.join(name))];
+    let name = format!("{name}{}", std::env::consts::EXE_SUFFIX);
+    let candidates = [Some(here.join(&name)), here.parent().map(|p| p.join(&name))];
     candidates
         .into_iter()
         .flatten()

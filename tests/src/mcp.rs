@@ -112,6 +112,11 @@ impl Bridge {
     /// A bridge of a machine that logged in: server and token come from the config file at
     /// `config` (as `agent-bridge login` or `relay-server dev` wrote it), none from the environment.
     pub fn start_configured(config: &Path, handle: &str) -> Self {
+        Self::start_configured_with_env(config, handle, &[])
+    }
+
+    /// [`Bridge::start_configured`] with extra environment variables (a shared `HOME`, say).
+    pub fn start_configured_with_env(config: &Path, handle: &str, env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let home = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(bin("agent-bridge"));
         cmd.args(["mcp", "--harness", "claude", "--handle", handle])
@@ -125,6 +130,9 @@ impl Bridge {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
+        for (name, value) in env {
+            cmd.env(name, value);
+        }
         Self::spawn(cmd, home)
     }
 
