@@ -98,6 +98,59 @@ fn silent(what: &str, command: &mut Command) {
     assert!(out.status.success() && said.trim().is_empty(), "{what} failed ({}):\n{said}", out.status);
 }
 
+/// Every workflow of the repository.
+fn workflows() -> Vec<PathBuf> {
+    let dir = repo().join(".github").join("workflows");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 2, "the CI and release workflows: {files:?}");
+    files
+}
+
+fn schema_check(files: &[PathBuf]) -> Output {
+    run(Command::new(tool("check-jsonschema")).args(["--builtin-schema", "vendor.github-workflows"]).args(files))
+}
+
+/// zizmor on the workflows in `dir`, with the repository's config (the findings it accepts in
+/// dist's release.yml, and why).
+fn zizmor(dir: &Path) -> Output {
+    let config = repo().join(".github").join("zizmor.yml");
+    run(Command::new(tool("zizmor"))
+        .args(["--offline", "--no-progress", "--format", "plain", "--config"])
+        .arg(config)
+        .arg(dir))
+}
+
+#[test]
+fn the_workflows_follow_githubs_workflow_schema() {
+    let out = schema_check(&workflows());
+    assert!(out.status.success(), "check-jsonschema:\n{}", text(&out));
+    // The check can fail: a job without `runs-on` is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("broken.yml");
+    std::fs::write(&broken, "on: push\njobs:\n  build:\n    steps:\n      - run: ./test\n").unwrap();
+    let out = schema_check(&[broken]);
+    assert!(!out.status.success(), "a job without runs-on passed:\n{}", text(&out));
+}
+
+#[test]
+fn zizmor_finds_nothing_to_audit_in_the_workflows() {
+    let out = zizmor(&repo().join(".github").join("workflows"));
+    assert!(out.status.success(), "zizmor:\n{}", text(&out));
+    // The audit can fail: a pull request's title expanded into a shell is a template injection.
+    let dir = tempfile::tempdir().unwrap();
+    let workflows = dir.path().join(".github").join("workflows");
+    std::fs::create_dir_all(&workflows).unwrap();
+    let injected = "on: pull_request_target\npermissions: {}\njobs:\n  greet:\n    runs-on: ubuntu-24.04\n    steps:\n      - run: echo \"${{ github.event.pull_request.title }}\"\n";
+    std::fs::write(workflows.join("injected.yml"), injected).unwrap();
+    let out = zizmor(&workflows);
+    assert!(!out.status.success() && text(&out).contains("template-injection"), "zizmor:\n{}", text(&out));
+}
+
 #[test]
 fn the_dockerfile_passes_hadolint() {
     silent(
