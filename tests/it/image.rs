@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use relay_tests::http::get;
 use relay_tests::mcp::{bridge, text};
-use relay_tests::pg::{TestDb, container};
+use relay_tests::pg::TestDb;
+use relay_tests::pg::container::{self, LIMITS};
 use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::{eventually, free_port};
 use serde_json::json;
@@ -21,10 +22,6 @@ use serde_json::json;
 const BUILD_LIMIT: Duration = Duration::from_secs(90 * 60);
 /// From `podman run` to a ready server: migrations included.
 const READY_LIMIT: Duration = Duration::from_secs(120);
-
-/// Limits a runtime without CAP_SYS_RESOURCE may set (the engine's defaults can be higher than the
-/// hard limits it runs under, and then no container starts).
-const LIMITS: [&str; 4] = ["--ulimit", "nofile=8192:8192", "--ulimit", "nproc=16384:16384"];
 
 /// The server's container, removed when the test ends however it ends (a test run that is killed
 /// leaves it labelled with the run, for the next run's sweep).

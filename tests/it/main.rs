@@ -33,6 +33,7 @@ mod portability;
 mod promises;
 mod quotas;
 mod redaction;
+mod release;
 mod remote;
 mod scope;
 mod server;

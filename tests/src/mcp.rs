@@ -136,6 +136,12 @@ impl Bridge {
         Self::spawn(cmd, home)
     }
 
+    /// A bridge `cmd` starts however it likes (in a container, say), spoken to over its stdio.
+    pub fn over(mut cmd: Command) -> Self {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).kill_on_drop(true);
+        Self::spawn(cmd, tempfile::tempdir().unwrap())
+    }
+
     fn spawn(mut cmd: Command, home: tempfile::TempDir) -> Self {
         let mut child = cmd.spawn().expect("start agent-bridge");
         let stdin = child.stdin.take();

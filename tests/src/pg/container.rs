@@ -15,6 +15,10 @@ use crate::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
 
 /// The image the container runs, built locally from `tests/container/postgres.Containerfile` and
 /// tagged by its content, so a changed file makes a new image rather than running a stale one.
+/// Limits every container the tests start asks for: the engine's defaults (a million files, as many
+/// processes) are more than a runtime without CAP_SYS_RESOURCE may set, and then no container starts.
+pub const LIMITS: [&str; 4] = ["--ulimit", "nofile=8192:8192", "--ulimit", "nproc=16384:16384"];
+
 pub fn image() -> &'static str {
     static IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     IMAGE.get_or_init(|| {
@@ -103,9 +107,7 @@ pub fn start() -> String {
         let mut args = vec!["run", "-d", "--rm", "--name", &name, "--label"];
         let label = format!("{RUN_LABEL}={run_id}");
         args.push(&label);
-        // The engine's default limits (a million files, as many processes) are more than a
-        // runtime without CAP_SYS_RESOURCE may set: ask for what Postgres needs here.
-        args.extend(["--ulimit", "nofile=8192:8192", "--ulimit", "nproc=16384:16384"]);
+        args.extend(LIMITS);
         // The host's network and its loopback only: no published port and no network of the
         // engine's own, which nested engines (a container in a container) and rootless ones do not
         // all provide. Trust is then open to this machine's users alone.
