@@ -16,6 +16,7 @@ mod clients;
 mod connections;
 mod console;
 mod core;
+mod cross;
 mod deploy;
 mod doctor;
 mod edges;

@@ -231,6 +231,21 @@ async fn an_archive_that_does_not_match_its_checksum_is_refused_and_nothing_inst
 
 #[test]
 #[ignore = "slow: a release build; ./test --slow runs it"]
+fn the_homebrew_formulas_fetch_the_release_archives_by_their_checksums() {
+    let distrib = built();
+    for program in ["agent-bridge", "relay-server"] {
+        let formula = std::fs::read_to_string(distrib.join(format!("{program}.rb"))).unwrap();
+        let archive = format!("{program}-{TARGET}.tar.gz");
+        let checksum = std::fs::read_to_string(distrib.join(format!("{archive}.sha256"))).unwrap();
+        let checksum = checksum.split_whitespace().next().unwrap();
+        let url = format!("{}/download/v{VERSION}/{archive}", relay_proto::release::RELEASES);
+        assert!(formula.contains(&format!("url \"{url}\"")), "{program}.rb fetches {url}:\n{formula}");
+        assert!(formula.contains(&format!("sha256 \"{checksum}\"")), "{program}.rb checks {checksum}:\n{formula}");
+    }
+}
+
+#[test]
+#[ignore = "slow: a release build; ./test --slow runs it"]
 fn the_linux_binaries_need_no_glibc_newer_than_the_baseline() {
     let distrib = built();
     for program in ["agent-bridge", "relay-server"] {
