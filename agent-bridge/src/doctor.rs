@@ -341,11 +341,11 @@ fn trusted(report: &mut Report, client: Client, places: &install::Places, cwd: &
 /// Codex runs a new hook only once the person trusts it, and keeps that trust in config.toml as
 /// `[hooks.state."HOOKS_FILE:EVENT:GROUP:INDEX"] trusted_hash = …`.
 fn codex_trust(report: &mut Report, places: &install::Places) {
-    for hook in places.hooks.iter().filter(|h| matches!(h.kind, install::HookKind::Settings(_))) {
+    let config: toml::Table =
+        std::fs::read_to_string(&places.mcp).ok().and_then(|t| toml::from_str(&t).ok()).unwrap_or_default();
+    let states = config.get("hooks").and_then(|h| h.get("state")).and_then(|s| s.as_table());
+    for hook in &places.hooks {
         let install::HookKind::Settings(event) = hook.kind else { continue };
-        let config: toml::Table =
-            std::fs::read_to_string(&places.mcp).ok().and_then(|t| toml::from_str(&t).ok()).unwrap_or_default();
-        let states = config.get("hooks").and_then(|h| h.get("state")).and_then(|s| s.as_table());
         let names = [hook.file.clone(), hook.file.canonicalize().unwrap_or_else(|_| hook.file.clone())]
             .map(|f| format!("{}:{}:", f.display(), event.to_ascii_lowercase()));
         let trusted = states.into_iter().flatten().any(|(key, state)| {

@@ -1,5 +1,6 @@
 //! What the bridge asks of other processes, answered the same way on Linux, macOS and Windows:
-//! whether one still runs, its parent, its executable, and when it ends.
+//! whether one still runs, its parent, its executable, and when it ends; and how it starts one
+//! apart from itself.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,6 +55,29 @@ pub async fn ended(pid: u32) {
     }
     while alive(pid) {
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Starts `command` apart from the caller: in a session of its own on Unix (no terminal's hangup or
+/// process group's signals reach it), a new process group without a console on Windows.
+pub fn detach(command: &mut std::process::Command) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
+        unsafe {
+            command.pre_exec(|| {
+                let _ = rustix::process::setsid();
+                Ok(())
+            });
+        }
+    }
+    #[cfg(windows)]
+    {
+        use std::os::windows::process::CommandExt;
+        const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+        const DETACHED_PROCESS: u32 = 0x0000_0008;
+        command.creation_flags(CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS);
     }
 }
 

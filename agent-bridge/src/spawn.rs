@@ -50,7 +50,7 @@ pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     // The worker outlives the shell command that started it.
-    detach(&mut supervisor);
+    crate::process::detach(&mut supervisor);
     if let Some(ca) = &session.ca {
         supervisor.env("RELAY_CA", ca);
     }
@@ -60,29 +60,6 @@ pub async fn spawn(harness: String, scope: Option<String>, command: Vec<String>)
         child.address, session.address
     );
     Ok(())
-}
-
-/// Starts `command` apart from the caller: in a session of its own on Unix (no terminal's hangup or
-/// process group's signals reach it), a new process group without a console on Windows.
-pub fn detach(command: &mut Command) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: setsid is async-signal-safe and touches nothing of the parent's.
-        unsafe {
-            command.pre_exec(|| {
-                let _ = rustix::process::setsid();
-                Ok(())
-            });
-        }
-    }
-    #[cfg(windows)]
-    {
-        use std::os::windows::process::CommandExt;
-        const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
-        const DETACHED_PROCESS: u32 = 0x0000_0008;
-        command.creation_flags(CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS);
-    }
 }
 
 /// Most of the worker's output kept for its final report.

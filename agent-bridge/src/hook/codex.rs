@@ -107,7 +107,7 @@ fn arm_waiter(found: &Found, thread: &str) {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    crate::spawn::detach(&mut command);
+    process::detach(&mut command);
     if let Err(e) = command.spawn() {
         tracing::warn!(error = %e, "cannot start the waiter that wakes this Codex session");
     }
