@@ -3,7 +3,8 @@
 //! hook finding its agent's session, and doctor passing the machine.
 //!
 //! `relay-server dev` starts its own Postgres cluster from the local server programs; with
-//! `DATABASE_URL` set (a Windows runner's Postgres service) it uses that database instead.
+//! `RELAY_SMOKE_DATABASE_URL` set (a Windows runner's Postgres service) it is given that database
+//! instead. A `DATABASE_URL` of the environment is never used: the test makes accounts and tokens.
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -59,7 +60,10 @@ fn scratch() -> tempfile::TempDir {
 
 fn relay_server(args: &[&str], home: &Path) -> Command {
     let mut cmd = Command::new(bin("relay-server"));
-    cmd.args(args).env("HOME", home).env("RELAY_LOG", "warn").stdin(Stdio::null());
+    cmd.args(args).env("HOME", home).env("RELAY_LOG", "warn").env_remove("DATABASE_URL").stdin(Stdio::null());
+    if let Some(url) = std::env::var_os("RELAY_SMOKE_DATABASE_URL").filter(|u| !u.is_empty()) {
+        cmd.env("DATABASE_URL", url);
+    }
     cmd
 }
 

@@ -163,7 +163,7 @@ fn private_file(report: &mut Report, path: &Path) {
                 "config: {} is readable by other users (mode {mode:o}) and holds the machine's token",
                 path.display()
             ),
-            format!("chmod 600 {}", path.display()),
+            format!("chmod 600 {}", shlex::try_quote(&path.to_string_lossy()).unwrap_or_default()),
         );
     }
 }
@@ -235,10 +235,8 @@ async fn server(report: &mut Report, config: &bridge_config::BridgeConfig) {
         } else {
             reply.server_version.clone()
         };
+        // The server took this bridge's release: it judges the window (a newer server may widen it).
         report.ok(format!("server {url}: relay-server {version}, this machine is {}/{}", reply.account, reply.machine));
-        if let Err(mismatch) = release::check(release::VERSION, &reply.server_version) {
-            report.fail(format!("server {url}: {mismatch}"), "install a bridge of a release the server takes (above)");
-        }
         if reply.server_time_ms != 0 {
             clock(report, &url, reply.server_time_ms, sent, received);
         }
@@ -285,7 +283,7 @@ async fn clients(report: &mut Report) {
             false => format!("run `agent-bridge install {name}`"),
         };
         let mut whole = true;
-        match install::resolve_program(&command) {
+        match crate::process::find_program(&command) {
             Some(_) => {}
             None => {
                 whole = false;
@@ -346,7 +344,7 @@ fn codex_trust(report: &mut Report, places: &install::Places) {
     let states = config.get("hooks").and_then(|h| h.get("state")).and_then(|s| s.as_table());
     for hook in &places.hooks {
         let install::HookKind::Settings(event) = hook.kind else { continue };
-        let names = [hook.file.clone(), hook.file.canonicalize().unwrap_or_else(|_| hook.file.clone())]
+        let names = [hook.file.clone(), dunce::canonicalize(&hook.file).unwrap_or_else(|_| hook.file.clone())]
             .map(|f| format!("{}:{}:", f.display(), event.to_ascii_lowercase()));
         let trusted = states.into_iter().flatten().any(|(key, state)| {
             names.iter().any(|name| key.starts_with(name.as_str())) && state.get("trusted_hash").is_some()
@@ -370,7 +368,7 @@ fn gemini_trust(report: &mut Report, cwd: &Path, home: &Path) {
         return;
     }
     let rules = read_json(&home.join(".gemini/trustedFolders.json"));
-    let folder = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    let folder = dunce::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
     if gemini_trusts(&rules, &folder) != Some(true) {
         report.fail(
             format!("gemini: this folder ({}) is not trusted, where Gemini CLI leaves the relay off", folder.display()),
@@ -387,7 +385,7 @@ fn gemini_trusts(rules: &Value, folder: &Path) -> Option<bool> {
         let Some(level) = level.as_str() else { continue };
         let rule_path = Path::new(rule);
         let holds = if level == "TRUST_PARENT" { rule_path.parent().unwrap_or(rule_path) } else { rule_path };
-        let holds = holds.canonicalize().unwrap_or_else(|_| holds.to_path_buf());
+        let holds = dunce::canonicalize(holds).unwrap_or_else(|_| holds.to_path_buf());
         if folder.starts_with(&holds) && best.is_none_or(|(len, _)| rule.len() > len) {
             best = Some((rule.len(), level));
         }
@@ -404,7 +402,7 @@ fn claude_trust(report: &mut Report, cwd: &Path, home: &Path) {
     let config_dir = std::env::var_os("CLAUDE_CONFIG_DIR").map(PathBuf::from);
     let state_file = config_dir.map_or_else(|| home.join(".claude.json"), |dir| dir.join(".claude.json"));
     let state = read_json(&state_file);
-    let folder = cwd.canonicalize().unwrap_or_else(|_| cwd.to_path_buf());
+    let folder = dunce::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
     let project = &state["projects"][folder.display().to_string()];
     if project["hasTrustDialogAccepted"] != Value::Bool(true) {
         report.fail(
@@ -441,7 +439,7 @@ async fn version(report: &mut Report, client: Client) {
         return;
     };
     let name = client.name();
-    let Some(program) = install::resolve_program(name) else {
+    let Some(program) = crate::process::find_program(name) else {
         report.note(format!("{name}: the `{name}` program is not on PATH here"));
         return;
     };

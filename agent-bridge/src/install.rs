@@ -244,17 +244,6 @@ pub fn hook_installed(place: &HookPlace) -> anyhow::Result<bool> {
     })
 }
 
-/// Where the program a client's entry runs is: a bare name is looked for on PATH.
-pub fn resolve_program(command: &str) -> Option<PathBuf> {
-    let path = Path::new(command);
-    if path.components().count() > 1 {
-        return path.is_file().then(|| path.to_path_buf());
-    }
-    let search = std::env::var_os("PATH")?;
-    let file = format!("{command}{}", if path.extension().is_none() { std::env::consts::EXE_SUFFIX } else { "" });
-    std::env::split_paths(&search).map(|d| d.join(&file)).find(|p| p.is_file())
-}
-
 /// How new messages reach a Claude Code session, and what the person approves once.
 const CLAUDE_NOTES: &str = "\
 An idle Claude Code session is woken when relay mail arrives: the wake hook runs in the background
@@ -293,7 +282,7 @@ fn on_path() -> Option<PathBuf> {
 }
 
 fn this_program() -> Option<PathBuf> {
-    std::env::current_exe().ok().and_then(|p| p.canonicalize().ok())
+    std::env::current_exe().ok().and_then(|p| dunce::canonicalize(p).ok())
 }
 
 /// For files a project commits: the bare name when any `agent-bridge` is on PATH, so the file works
@@ -313,7 +302,7 @@ fn project_command() -> String {
 /// For a user's own config: the bare name when PATH finds this very program, else its full path.
 fn user_command() -> String {
     let me = this_program();
-    match (&me, on_path().and_then(|p| p.canonicalize().ok())) {
+    match (&me, on_path().and_then(|p| dunce::canonicalize(p).ok())) {
         (Some(me), Some(found)) if *me == found => PROGRAM.to_owned(),
         (Some(me), _) => me.display().to_string(),
         (None, _) => PROGRAM.to_owned(),
@@ -354,7 +343,7 @@ fn read_existing(path: &Path) -> anyhow::Result<Option<String>> {
 /// is a link (dotfiles kept elsewhere) is written where it points, and stays a link.
 fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
     use std::io::Write;
-    let resolved = std::fs::canonicalize(path).ok();
+    let resolved = dunce::canonicalize(path).ok();
     let path = resolved.as_deref().unwrap_or(path);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

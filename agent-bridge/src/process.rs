@@ -27,7 +27,12 @@ pub fn alive(pid: u32) -> bool {
 
 /// The parent of process `pid`, while both run.
 pub fn parent(pid: u32) -> Option<u32> {
-    look(pid, ProcessRefreshKind::nothing(), |p| p.parent().map(Pid::as_u32)).flatten()
+    let (parent, started) = look(pid, ProcessRefreshKind::nothing(), |p| (p.parent(), p.start_time()))?;
+    let parent = parent?.as_u32();
+    // A child keeps its parent's number after the parent ended (on Windows, where numbers come back
+    // soon): a process that started after the child is another one that took the number.
+    let parent_started = look(parent, ProcessRefreshKind::nothing(), |p| p.start_time())?;
+    (parent_started <= started).then_some(parent)
 }
 
 /// The program process `pid` runs.
@@ -42,7 +47,15 @@ pub async fn ended(pid: u32) {
     let Ok(pid_i32) = i32::try_from(pid) else { return };
     let (done, told) = tokio::sync::oneshot::channel::<bool>();
     std::thread::spawn(move || {
-        let waited = waitpid_any::WaitHandle::open(pid_i32).and_then(|mut handle| handle.wait());
+        let waited = waitpid_any::WaitHandle::open(pid_i32).and_then(|mut handle| {
+            loop {
+                // A signal to this process interrupts the wait, which is then taken up again.
+                match handle.wait() {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    waited => break waited,
+                }
+            }
+        });
         // A process gone before it could be opened has ended too; any other failure is polled.
         let ended = match waited {
             Ok(()) => true,
@@ -76,9 +89,34 @@ pub fn detach(command: &mut std::process::Command) {
     {
         use std::os::windows::process::CommandExt;
         const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
-        const DETACHED_PROCESS: u32 = 0x0000_0008;
-        command.creation_flags(CREATE_NEW_PROCESS_GROUP | DETACHED_PROCESS);
+        // A console that shows no window, which the console programs it starts share (a process
+        // with no console at all would give each of them a window of its own).
+        const CREATE_NO_WINDOW: u32 = 0x0800_0000;
+        command.creation_flags(CREATE_NEW_PROCESS_GROUP | CREATE_NO_WINDOW);
     }
+}
+
+/// Where program `name` is: a path as given, a bare name looked for on `PATH` (on Windows with each
+/// ending `PATHEXT` lists, so an npm shim `codex.cmd` is found as `codex`).
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    find_program_in(name, &std::env::var_os("PATH")?)
+}
+
+/// [`find_program`] with `search` for `PATH`.
+fn find_program_in(name: &str, search: &std::ffi::OsStr) -> Option<PathBuf> {
+    let path = Path::new(name);
+    if path.components().count() > 1 {
+        return path.is_file().then(|| path.to_path_buf());
+    }
+    let endings: Vec<String> = if cfg!(windows) && path.extension().is_none() {
+        let listed = std::env::var("PATHEXT").unwrap_or_else(|_| ".COM;.EXE;.BAT;.CMD".into());
+        listed.split(';').filter(|e| !e.is_empty()).map(str::to_ascii_lowercase).collect()
+    } else {
+        vec![String::new()]
+    };
+    std::env::split_paths(search)
+        .flat_map(|dir| endings.iter().map(move |ending| dir.join(format!("{name}{ending}"))))
+        .find(|candidate| candidate.is_file())
 }
 
 /// The error `open` gives for a process that is not there (`ESRCH`; Windows answers
@@ -113,21 +151,37 @@ mod tests {
         assert!(alive(me));
         let exe = executable(me).expect("this test's executable");
         assert_eq!(exe.canonicalize().unwrap(), std::env::current_exe().unwrap().canonicalize().unwrap());
-        let child = sleeper();
+        let mut child = sleeper();
         assert_eq!(parent(child.id()), Some(me), "a child names this process as its parent");
-        drop(child);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn programs_are_found_on_path_by_name_or_taken_as_given() {
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(find_program(me.to_str().unwrap()), Some(me.clone()));
+        assert_eq!(find_program("/nonexistent/agent-bridge"), None);
+        let dir = me.parent().unwrap();
+        let name = me.file_stem().unwrap().to_str().unwrap();
+        let path = std::env::join_paths([Path::new("/nonexistent"), dir]).unwrap();
+        assert_eq!(find_program_in(name, &path), Some(me));
+        assert_eq!(find_program_in("agent-bridge-nowhere", &path), None);
     }
 
     #[tokio::test]
-    async fn an_ended_process_is_seen_to_end_and_to_be_gone() {
+    async fn a_waiter_waits_while_its_process_runs_and_is_told_when_it_ends() {
         let mut child = sleeper();
         let pid = child.id();
-        let watch = tokio::spawn(ended(pid));
+        let mut waiting = Box::pin(ended(pid));
+        // Polled, the waiter opens the process and waits on it: still running, nothing is told.
+        let early = tokio::time::timeout(Duration::from_millis(500), &mut waiting).await;
+        assert!(early.is_err(), "a process that runs has not ended");
         assert!(alive(pid));
         child.kill().unwrap();
-        // Reaped here, as an agent's client reaps its own children.
+        // Told of the end itself, before anyone reaps the process (as an agent's client may not).
+        tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("the end is told");
         child.wait().unwrap();
-        tokio::time::timeout(Duration::from_secs(10), watch).await.expect("the end is told").unwrap();
         assert!(!alive(pid), "a process that ended does not run");
         assert_eq!(parent(pid), None);
         // A process already gone ends at once.

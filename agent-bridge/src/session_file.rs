@@ -91,6 +91,13 @@ fn live_sessions(agent: u32) -> Vec<(PathBuf, u32)> {
     found.into_iter().map(|(_, path, bridge)| (path, bridge)).collect()
 }
 
+/// Whether `dir` may hold session files: a private directory of this user, and, when it is the
+/// platform's own, inside one (under a shared `/tmp`, someone else could have made the parent first
+/// and move `sessions` away).
+fn private_session_dir(dir: &Path) -> bool {
+    private_dir(dir) && (dir != platform_session_dir() || dir.parent().is_none_or(private_dir))
+}
+
 /// Whether `dir` is a real directory of ours that nobody else can write: a shared temp dir could
 /// otherwise hold a folder or link someone planted.
 #[cfg(unix)]
@@ -115,7 +122,7 @@ pub fn write_session_at(path: &Path, file: &SessionFile) {
     let write = || -> std::io::Result<()> {
         if let Some(dir) = path.parent() {
             relay_proto::bridge_config::private_dir_builder().recursive(true).create(dir)?;
-            if !private_dir(dir) {
+            if !private_session_dir(dir) {
                 return Err(std::io::Error::other(format!(
                     "{} is not a private directory of this user",
                     dir.display()
@@ -175,7 +182,7 @@ impl Found {
 /// after the agent process they belong to, so they never pass for a bridge's session file.
 pub fn agent_file(agent: u32, what: &str) -> anyhow::Result<PathBuf> {
     let dir = session_dir();
-    if !private_dir(&dir) {
+    if !private_session_dir(&dir) {
         bail!("{} is not a private directory of this user", dir.display());
     }
     Ok(dir.join(format!("{what}-{agent}")))
@@ -194,7 +201,7 @@ pub fn find() -> anyhow::Result<Found> {
         let session = toml::from_str(&text).context("malformed session file")?;
         return Ok(Found { session, path, agent: None, bridge: None });
     }
-    if !private_dir(&session_dir()) {
+    if !private_session_dir(&session_dir()) {
         bail!("no relay session found: {} is not a private directory of this user", session_dir().display());
     }
     let mut pid = std::process::id();

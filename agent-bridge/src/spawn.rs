@@ -70,7 +70,9 @@ pub async fn supervise(command: Vec<String>) -> anyhow::Result<()> {
     let grant = std::env::var("RELAY_SPAWN_GRANT").context("supervise runs only under agent-bridge spawn")?;
     let (program, args) = command.split_first().context("no worker command")?;
     let outcome = tokio::task::spawn_blocking({
-        let (program, args) = (program.clone(), args.to_vec());
+        // Found as a shell would (on Windows an npm shim, `codex.cmd`, answers to `codex`).
+        let program = crate::process::find_program(program).unwrap_or_else(|| program.into());
+        let args = args.to_vec();
         move || -> std::io::Result<(i32, String)> {
             let mut child = Command::new(program)
                 .args(args)

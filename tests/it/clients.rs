@@ -9,7 +9,7 @@ use std::time::Duration;
 use relay_tests::clients::{self, ClaudeProject, CodexHome, GeminiHome};
 use relay_tests::mcp::{Bridge, bridge};
 use relay_tests::model_api::{Api, ModelApi, Reply};
-use relay_tests::process::{EXIT_LIMIT, exit_within};
+use relay_tests::process::{EXIT_LIMIT, RunWithinAsync, exit_within};
 use relay_tests::server::TwoMachines;
 use relay_tests::short_id;
 use relay_tests::terminal::Terminal;
@@ -208,7 +208,7 @@ async fn an_idle_codex_session_is_woken_through_codex_queue() {
         .env_clear()
         .envs(env.iter().copied())
         .stdin(Stdio::null())
-        .output()
+        .output_within(relay_tests::process::COMMAND_LIMIT)
         .await
         .unwrap();
     let said = String::from_utf8_lossy(&doctor.stdout);

@@ -23,15 +23,15 @@ fn workspace() -> PathBuf {
 
 /// `cargo check` (or `cargo-zigbuild check`) of the whole workspace for `target`; its errors when it fails.
 fn check(mut cargo: Command, target: &str) {
+    // The workspace's own warnings fail it too (dependencies' are capped by cargo, as always).
     let out = cargo
         .args(["check", "--workspace", "--all-targets", "--locked", "--target", target])
+        .env("RUSTFLAGS", "-D warnings")
         .current_dir(workspace())
         .stdin(Stdio::null())
         .output_within(CHECK_LIMIT)
         .unwrap_or_else(|e| panic!("cannot run the check for {target} ({e}): ./test --slow installs what it needs"));
-    let said = String::from_utf8_lossy(&out.stderr);
-    let problems: Vec<&str> = said.lines().filter(|l| l.starts_with("error") || l.starts_with("warning")).collect();
-    assert!(out.status.success() && problems.is_empty(), "the workspace for {target}:\n{said}");
+    assert!(out.status.success(), "the workspace for {target}:\n{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! A stand-in `relay.v1.Relay` server of another release: it answers `CheckMachine` and `Hello`
-//! as a real server of `version` would (and nothing else), so a test can show the real bridge a
-//! server its own release cannot work with.
+//! as a real server of `version` would (taking a bridge within its release window, refusing one
+//! outside it in the same words; nothing else), so a test can show the real bridge a server of a
+//! release its own cannot work with.
 
 use std::convert::Infallible;
 use std::future::Ready;
@@ -46,7 +47,10 @@ impl UnaryService<CheckMachineRequest> for CheckMachine {
     type Response = CheckMachineResponse;
     type Future = Ready<Result<Response<CheckMachineResponse>, Status>>;
 
-    fn call(&mut self, _: Request<CheckMachineRequest>) -> Self::Future {
+    fn call(&mut self, request: Request<CheckMachineRequest>) -> Self::Future {
+        if let Err(refused) = window(&request.get_ref().client_version, &self.0) {
+            return std::future::ready(Err(refused));
+        }
         std::future::ready(Ok(Response::new(CheckMachineResponse {
             account: "acme".into(),
             machine: "laptop".into(),
@@ -63,7 +67,11 @@ impl UnaryService<HelloRequest> for Hello {
     type Future = Ready<Result<Response<HelloResponse>, Status>>;
 
     fn call(&mut self, request: Request<HelloRequest>) -> Self::Future {
-        let handle = request.into_inner().handle;
+        let request = request.into_inner();
+        if let Err(refused) = window(&request.client_version, &self.0) {
+            return std::future::ready(Err(refused));
+        }
+        let handle = request.handle;
         let endpoint = Endpoint { address: format!("acme/laptop/{handle}"), handle, ..Default::default() };
         std::future::ready(Ok(Response::new(HelloResponse {
             endpoint: Some(endpoint),
@@ -72,6 +80,11 @@ impl UnaryService<HelloRequest> for Hello {
             ..Default::default()
         })))
     }
+}
+
+/// What a server of `server`'s release says of a bridge of `bridge`'s.
+fn window(bridge: &str, server: &str) -> Result<(), Status> {
+    relay_proto::release::check(bridge, server).map_err(|mismatch| Status::failed_precondition(mismatch.to_string()))
 }
 
 fn now_ms() -> i64 {

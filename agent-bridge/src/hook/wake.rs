@@ -122,12 +122,25 @@ pub struct WaiterLock {
 }
 
 impl WaiterLock {
-    /// Takes the lock at `path`; `None` when another live waiter holds it.
+    /// Takes the lock at `path`; `None` when another live waiter holds it (or the lock cannot be
+    /// had at all, which is logged).
     pub fn take(path: &Path) -> Option<Self> {
-        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).ok()?;
+        let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path) {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!(error = %e, path = %path.display(), "cannot open the waiter's lock file; no waiter runs");
+                return None;
+            }
+        };
         // The operating system's own lock (flock, LockFileEx): it goes with the process that held it.
-        file.try_lock().ok()?;
-        Some(Self { _file: file })
+        match file.try_lock() {
+            Ok(()) => Some(Self { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => None,
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::warn!(error = %e, path = %path.display(), "cannot lock the waiter's lock file; no waiter runs");
+                None
+            }
+        }
     }
 }
 

@@ -202,12 +202,6 @@ impl Relay {
                     .await
                     .map_err(|status| self.error(status))?;
                 let reply = reply.into_inner();
-                // The server refuses a bridge outside its window; a server that did not check is
-                // refused here, with the same words.
-                if let Err(mismatch) = relay_proto::release::check(relay_proto::release::VERSION, &reply.server_version)
-                {
-                    return Err(RelayError::Refused(Status::failed_precondition(mismatch.to_string())));
-                }
                 let endpoint =
                     reply.endpoint.ok_or_else(|| RelayError::Unreachable("hello without an endpoint".into()))?;
                 (replica, Claimed { token: reply.session_token, endpoint, resumed: reply.resumed })

@@ -100,6 +100,11 @@ pub fn owner() -> anyhow::Result<Option<Owner>> {
     if !rustix::process::geteuid().is_root() {
         return Ok(None);
     }
+    if cfg!(target_os = "macos") {
+        bail!(
+            "relay-server dev does not run as root on macOS: Postgres refuses root, and there is no postgres user to run it as; run dev as your own user"
+        );
+    }
     let passwd = std::fs::read_to_string("/etc/passwd").context("cannot read /etc/passwd")?;
     let entry = passwd
         .lines()

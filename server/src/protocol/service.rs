@@ -72,10 +72,12 @@ impl Relay for RelayService {
 
     async fn hello(&self, request: Request<HelloRequest>) -> Result<Response<HelloResponse>, Status> {
         let req = request.get_ref();
-        within_window(&req.client_version)?;
         let claim =
             Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
-        let outcome = match auth::hello_credential(&request)? {
+        // Authenticated first: the server's release is told to its own callers only.
+        let credential = auth::hello_credential(&request)?;
+        within_window(&req.client_version)?;
+        let outcome = match credential {
             Credential::Card(agent) => self.identity.hello_card(&agent, claim).await?,
             _ => self.identity.hello(&auth::machine(&request)?, claim).await?,
         };
