@@ -22,6 +22,7 @@ mod doctor;
 mod edges;
 mod failover;
 mod faults;
+mod grpc_clients;
 mod harness;
 mod image;
 mod interop;

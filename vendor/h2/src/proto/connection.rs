@@ -82,13 +82,21 @@ struct DynConnection<'a, B: Buf = Bytes> {
 }
 
 /// RELAY PATCH: a budget of the control frames a peer sends (PING, SETTINGS, PRIORITY,
-/// RST_STREAM, WINDOW_UPDATE). Each costs work, some an answer, and none carries a request: a
-/// flood of them costs CPU without end. A peer past its budget is sent GOAWAY ENHANCE_YOUR_CALM.
-/// A client at work sends a handful a minute.
+/// RST_STREAM, WINDOW_UPDATE) that come without progress. Each costs work, some an answer, and none
+/// carries a request: a flood of them costs CPU without end. A peer past its budget is sent GOAWAY
+/// ENHANCE_YOUR_CALM. PINGs, SETTINGS and WINDOW_UPDATEs are free while DATA flows either way since
+/// the last free one, as gRPC's own ping policy has it: a receiving client returns window as data
+/// arrives, and gRPC's clients probe the bandwidth with PINGs and SETTINGS while it flows. PRIORITY and
+/// RST_STREAM always count (rapid reset). Answers cannot pile up for a peer that does not read them:
+/// one PING answer waits at a time, and no frame is read while it does.
 #[derive(Debug)]
 struct ControlFrames {
     tokens: f64,
     at: std::time::Instant,
+    /// DATA frames received so far.
+    data_received: u64,
+    /// DATA frames sent and received when the last free control frame came.
+    progress_mark: u64,
 }
 
 impl ControlFrames {
@@ -96,7 +104,7 @@ impl ControlFrames {
     const PER_SECOND: f64 = 50.0;
 
     fn new() -> Self {
-        Self { tokens: Self::BURST, at: std::time::Instant::now() }
+        Self { tokens: Self::BURST, at: std::time::Instant::now(), data_received: 0, progress_mark: 0 }
     }
 
     /// Takes one frame from the budget; an error once it is spent.
@@ -111,6 +119,17 @@ impl ControlFrames {
         }
         self.tokens -= 1.0;
         Ok(())
+    }
+
+    /// A frame that is free while data flows: free when DATA went either way since the last free
+    /// one (`data_sent`: the DATA frames written so far), else taken from the budget.
+    fn take_unless_data_flows(&mut self, data_sent: u64) -> Result<(), Error> {
+        let progress = data_sent + self.data_received;
+        if progress != self.progress_mark {
+            self.progress_mark = progress;
+            return Ok(());
+        }
+        self.take()
     }
 }
 
@@ -610,6 +629,7 @@ where
             }
             Some(Data(frame)) => {
                 tracing::trace!(?frame, "recv DATA");
+                self.control.data_received += 1; // RELAY PATCH
                 self.streams.recv_data(frame)?;
             }
             Some(Reset(frame)) => {
@@ -626,7 +646,7 @@ where
             }
             Some(Settings(frame)) => {
                 tracing::trace!(?frame, "recv SETTINGS");
-                self.control.take()?;
+                self.control.take_unless_data_flows(self.streams.data_frames_sent())?; // RELAY PATCH
                 return Ok(ReceivedFrame::Settings(frame));
             }
             Some(GoAway(frame)) => {
@@ -640,7 +660,7 @@ where
             }
             Some(Ping(frame)) => {
                 tracing::trace!(?frame, "recv PING");
-                self.control.take()?;
+                self.control.take_unless_data_flows(self.streams.data_frames_sent())?; // RELAY PATCH
                 let status = self.ping_pong.recv_ping(frame);
                 if status.is_shutdown() {
                     assert!(
@@ -654,7 +674,7 @@ where
             }
             Some(WindowUpdate(frame)) => {
                 tracing::trace!(?frame, "recv WINDOW_UPDATE");
-                self.control.take()?;
+                self.control.take_unless_data_flows(self.streams.data_frames_sent())?; // RELAY PATCH
                 self.streams.recv_window_update(frame)?;
             }
             Some(Priority(frame)) => {

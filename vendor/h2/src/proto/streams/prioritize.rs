@@ -56,6 +56,10 @@ pub(super) struct Prioritize {
 
     /// The maximum amount of bytes a stream should buffer.
     max_buffer_size: usize,
+
+    /// RELAY PATCH: the DATA frames written, for the control-frame budget (a peer's PINGs and
+    /// WINDOW_UPDATEs that accompany data cost it nothing).
+    data_frames_sent: u64,
 }
 
 #[derive(Debug, Eq, PartialEq)]
@@ -81,6 +85,11 @@ pub(crate) struct Prioritized<B> {
 // ===== impl Prioritize =====
 
 impl Prioritize {
+    /// RELAY PATCH: the DATA frames written so far.
+    pub(crate) fn data_frames_sent(&self) -> u64 {
+        self.data_frames_sent
+    }
+
     pub fn new(config: &Config) -> Prioritize {
         let mut flow = FlowControl::new();
 
@@ -101,6 +110,7 @@ impl Prioritize {
             last_opened_id: StreamId::ZERO,
             in_flight_data_frame: InFlightData::Nothing,
             max_buffer_size: config.local_max_buffer_size,
+            data_frames_sent: 0, // RELAY PATCH
         }
     }
 
@@ -541,6 +551,7 @@ impl Prioritize {
                     debug_assert_eq!(self.in_flight_data_frame, InFlightData::Nothing);
                     if let Frame::Data(ref frame) = frame {
                         self.in_flight_data_frame = InFlightData::DataFrame(frame.payload().stream);
+                        self.data_frames_sent += 1; // RELAY PATCH
                     }
                     dst.buffer(frame).expect("invalid frame");
 

@@ -48,6 +48,11 @@ pub(crate) enum PollReset {
 }
 
 impl Send {
+    /// RELAY PATCH: the DATA frames written so far.
+    pub(crate) fn data_frames_sent(&self) -> u64 {
+        self.prioritize.data_frames_sent()
+    }
+
     /// Create a new `Send`
     pub fn new(config: &Config) -> Self {
         Send {

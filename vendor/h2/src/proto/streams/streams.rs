@@ -384,6 +384,12 @@ impl<B> DynStreams<'_, B> {
         self.send_buffer.is_empty()
     }
 
+    /// RELAY PATCH: the DATA frames this side has written.
+    pub fn data_frames_sent(&self) -> u64 {
+        let me = self.inner.lock().unwrap();
+        me.actions.send.data_frames_sent()
+    }
+
     pub fn is_server(&self) -> bool {
         self.peer.is_server()
     }
