@@ -425,6 +425,11 @@ struct ListenArgs {
           default_value_t = connections::DEFAULT_MAX_CONNECTIONS_PER_CREDENTIAL as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_connections_per_credential: u32,
+    /// Browser Origins the MCP endpoint takes calls from, comma-separated (scheme://host[:port], `:*`
+    /// for any port). A loopback endpoint also takes this machine's pages (localhost, 127.0.0.1,
+    /// [::1]); calls without an Origin (agents) are never refused for it.
+    #[arg(long, env = "RELAY_MCP_ALLOWED_ORIGINS", value_delimiter = ',', value_name = "ORIGIN,…")]
+    mcp_allowed_origins: Vec<String>,
 }
 
 impl From<ListenArgs> for ListenOptions {
@@ -440,6 +445,7 @@ impl From<ListenArgs> for ListenOptions {
                 per_account: a.max_connections_per_account.map_or(a.max_connections as usize / 2, |n| n as usize),
                 per_credential: a.max_connections_per_credential as usize,
             },
+            mcp_allowed_origins: a.mcp_allowed_origins.into_iter().filter(|o| !o.trim().is_empty()).collect(),
         }
     }
 }

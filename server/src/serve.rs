@@ -94,6 +94,8 @@ pub struct ListenOptions {
     pub insecure_plaintext: bool,
     /// Connections held at once, and whose they may be (see `protocol::connections`).
     pub connections: connections::Limits,
+    /// Browser Origins the MCP endpoint takes besides this machine's pages on loopback.
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 impl ListenOptions {
@@ -264,6 +266,7 @@ pub async fn serve_with(
             let admission = admission.clone();
             crate::protocol::mcp::serve(
                 listener,
+                &options.mcp_allowed_origins,
                 identity,
                 remote,
                 admission,
@@ -402,6 +405,7 @@ mod tests {
             tls_key: None,
             insecure_plaintext: false,
             connections: connections::Limits { max: 16, per_address: 16, ..Default::default() },
+            mcp_allowed_origins: Vec::new(),
         }
     }
 

@@ -612,3 +612,104 @@ async fn gemini_cli_connects_as_the_readme_configures_it() {
     let said = listed("rlm_not_a_token");
     assert!(said.contains("relay:") && !said.contains("- Connected"), "{said}");
 }
+
+#[tokio::test]
+async fn a_page_of_this_machine_may_call_a_loopback_endpoint_and_a_session_ended_takes_its_agent_offline() {
+    let w = world().await;
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+
+    // A page served on this machine (the MCP Inspector, say) reaches a loopback endpoint.
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" }).to_string();
+    let bearer = format!("Bearer {}", w.cloud);
+    let (accept, kind) = (("Accept", "application/json, text/event-stream"), ("Content-Type", "application/json"));
+    let version = ("MCP-Protocol-Version", "2026-07-28");
+    for page in ["http://localhost:6274", "http://127.0.0.1:3000", "http://[::1]:5173"] {
+        let from_page = request(
+            &w.mcp,
+            "POST",
+            "/mcp",
+            &[accept, kind, ("Authorization", &bearer), version, ("Origin", page)],
+            &body,
+        )
+        .await;
+        assert_ne!(from_page.status, 403, "{page}: {from_page:?}");
+    }
+    // A page elsewhere does not, even with a token, and before its token is looked at.
+    let elsewhere = request(&w.mcp, "POST", "/mcp", &[accept, kind, ("Origin", "http://evil.example")], &body).await;
+    assert_eq!(elsewhere.status, 403, "{elsewhere:?}");
+
+    // A session's agent is online while the session lives; DELETE ends both at once (204).
+    let mut agent = RemoteAgent::initialize(&w.mcp, &w.cloud, None, "2025-06-18", "some-client").await;
+    let me = agent.tool_ok("relay_whoami", json!({})).await;
+    let address = structured(&me)["address"].as_str().unwrap().to_owned();
+    alice.wait_online(&address, std::time::Duration::from_secs(10)).await;
+    let session = agent.session.clone().unwrap();
+    let ended = request(
+        &w.mcp,
+        "DELETE",
+        "/mcp",
+        &[("Authorization", &bearer), ("Mcp-Session-Id", &session), ("MCP-Protocol-Version", "2025-06-18")],
+        "",
+    )
+    .await;
+    assert_eq!(ended.status, 204, "{ended:?}");
+    let listed = text(&alice.tool_ok("relay_list", json!({ "all": true })).await);
+    let line = listed.lines().find(|l| l.starts_with(&format!("{address} "))).unwrap_or_default();
+    assert!(!line.contains(" online "), "the agent went offline with its session: {listed}");
+    let call = json!({ "jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": { "name": "relay_whoami", "arguments": {} } });
+    let session_headers = [accept, kind, ("Authorization", bearer.as_str()), ("Mcp-Session-Id", session.as_str())];
+    let gone = request(&w.mcp, "POST", "/mcp", &session_headers, &call.to_string()).await;
+    assert_eq!(gone.status, 404, "the session is over: {gone:?}");
+}
+
+/// The scenarios of the official MCP conformance suite that apply to Relay's endpoint; the rest
+/// exercise a reference server's own tools, resources, prompts, logging, completion, sampling and
+/// elicitation, which Relay does not offer (docs/clients.md lists them and why).
+const CONFORMANCE: [&str; 6] = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "server-sse-polling",
+    "server-sse-multiple-streams",
+    "dns-rebinding-protection",
+];
+
+#[tokio::test]
+async fn the_official_mcp_conformance_scenarios_that_apply_pass() {
+    let w = world().await;
+    let suite = relay_tests::npm::tool("conformance");
+    let modules = suite.parent().and_then(std::path::Path::parent).unwrap().to_path_buf();
+    let preload = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp/with-bearer.mjs");
+    let url = format!("http://{}/mcp", w.mcp);
+    for scenario in CONFORMANCE {
+        let run = tokio::process::Command::new("node")
+            .env("PATH", relay_tests::clients::agent_path())
+            .arg("--import")
+            .arg(&preload)
+            .arg(modules.join("@modelcontextprotocol/conformance/dist/index.js"))
+            .args(["server", "--url", &url, "--scenario", scenario])
+            .env("RELAY_NODE_MODULES", &modules)
+            .env("RELAY_TOKEN", &w.cloud)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let out =
+            tokio::time::timeout(std::time::Duration::from_secs(120), run).await.expect("the scenario ends").unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        // What the suite said, its last lines (a failure to start prints its whole bundle).
+        let tail: Vec<&str> = said.lines().rev().take(40).collect();
+        let said = tail.into_iter().rev().collect::<Vec<_>>().join("\n");
+        let verdict =
+            said.lines().find(|l| l.trim_start().starts_with("Passed:")).unwrap_or_default().trim().to_owned();
+        eprintln!("conformance {scenario}: {verdict}");
+        let (passed, total) = verdict
+            .strip_prefix("Passed: ")
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|ratio| ratio.split_once('/'))
+            .unwrap_or_else(|| panic!("{scenario}: no verdict in:\n{said}"));
+        assert!(passed == total && verdict.contains(" 0 failed"), "{scenario}: {verdict}\n{said}");
+    }
+}

@@ -275,6 +275,7 @@ mod tests {
             tls_key: None,
             insecure_plaintext: false,
             connections: crate::protocol::connections::Limits { max: 16, per_address: 16, ..Default::default() },
+            mcp_allowed_origins: Vec::new(),
         }
     }
 

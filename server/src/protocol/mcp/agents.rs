@@ -72,15 +72,33 @@ impl Agents {
         Self { identity, in_process, kept: Mutex::default() }
     }
 
-    /// The tools of the agent `remote` is in `seat`, made on first use.
-    pub fn tools(&self, remote: &Remote, seat: &Seat<'_>) -> Arc<Tools> {
+    /// The session token of the agent `remote` is in `seat`: derived, so any replica finds it.
+    fn token(remote: &Remote, seat: &Seat<'_>) -> String {
         let purpose = match (&remote.handle, seat.mcp_session) {
             // A named handle is one agent whatever client speaks for it (the harness is updated).
             (Some(handle), _) => format!("handle\0{handle}"),
             (None, Some(session)) => format!("{}\0picked\0{session}", seat.harness),
             (None, None) => format!("{}\0picked", seat.harness),
         };
-        let token = ids::derived_session_token(&remote.machine_token, &purpose);
+        ids::derived_session_token(&remote.machine_token, &purpose)
+    }
+
+    /// Ends the relay session of the agent `remote` is in `seat`, as a bridge's goodbye does: it
+    /// goes offline at once and its handle is free. Whichever replica claimed it.
+    pub async fn end(&self, remote: &Remote, seat: &Seat<'_>) {
+        let token = Self::token(remote, seat);
+        self.kept.lock().expect("agents lock poisoned").remove(&ids::token_hash(&token));
+        // An agent that never called a tool has no session to end.
+        if let Ok(caller) = self.identity.caller(&token).await
+            && let Err(e) = self.identity.goodbye(&caller).await
+        {
+            tracing::warn!(error = %e, "cannot end the relay session of an ended MCP session");
+        }
+    }
+
+    /// The tools of the agent `remote` is in `seat`, made on first use.
+    pub fn tools(&self, remote: &Remote, seat: &Seat<'_>) -> Arc<Tools> {
+        let token = Self::token(remote, seat);
         let key = ids::token_hash(&token);
         let now = Instant::now();
         let mut kept = self.kept.lock().expect("agents lock poisoned");

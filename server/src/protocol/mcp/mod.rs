@@ -11,6 +11,7 @@
 
 mod agents;
 mod handler;
+mod origins;
 mod sessions;
 mod stream;
 
@@ -23,6 +24,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::SessionState;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
@@ -30,8 +32,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use self::agents::{Agents, Remote};
+use self::agents::{Agents, Remote, Seat};
 use self::handler::Handler;
+use self::origins::Origins;
 use self::sessions::Sessions;
 use self::stream::Streams;
 use super::admission::{AdmissionLayer, Refused};
@@ -69,8 +72,10 @@ pub fn url(addr: SocketAddr, tls: bool) -> String {
 }
 
 /// Serves `/mcp` on `listener` until `shutdown`.
+#[allow(clippy::too_many_arguments)]
 pub fn serve(
     listener: TcpListener,
+    allowed_origins: &[String],
     identity: IdentityService,
     remote: RemoteService,
     admission: AdmissionLayer,
@@ -80,12 +85,15 @@ pub fn serve(
 ) -> anyhow::Result<JoinHandle<()>> {
     let secure = tls.is_some();
     let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    let origins = Arc::new(Origins::new(allowed_origins, loopback)?);
     let agents = Arc::new(Agents::new(identity.clone(), in_process));
     let mut config = StreamableHttpServerConfig::default()
         .with_json_response(true)
         .with_cancellation_token(shutdown.child_token())
         .with_max_request_body_bytes(MAX_BODY_BYTES)
-        // Browsers send an Origin; agents do not. A page elsewhere may not call the endpoint.
+        // Browsers send an Origin; agents do not. The SDK holds its own requests to the same list
+        // the endpoint checks every request against (`check_origin`).
+        .with_allowed_origins(origins.entries())
         .enforce_origin_validation();
     // Sessions of the 2025 revisions outlive this replica: another takes them up.
     config.session_store = Some(Arc::new(Sessions(remote.clone())));
@@ -98,13 +106,19 @@ pub fn serve(
     let handler = Handler::new(agents.clone());
     let service =
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
+    let ending = Ending { service: service.clone(), agents: agents.clone(), remote: remote.clone() };
     let streams = Streams { agents, remote, shutdown: shutdown.clone(), open: Arc::default() };
     let auth = Auth { identity, admission, secure };
-    // POST and DELETE are the SDK's; a session's GET stream is ours, fed by the agent's push stream.
-    let mcp = get(stream::open).with_state(streams).post_service(service.clone()).delete_service(service);
+    // POST is the SDK's; a session's GET stream is ours, fed by the agent's push stream; DELETE is
+    // the SDK's, then ends the agent's relay session too.
+    let mcp = get(stream::open)
+        .with_state(streams)
+        .post_service(service)
+        .merge(axum::routing::delete(end_session).with_state(ending));
     let router = Router::new()
         .route(PATH, mcp)
         .layer(middleware::from_fn_with_state(auth.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(origins, check_origin))
         .layer(middleware::from_fn(count))
         .route(METADATA_PATH, get(metadata))
         .route(&format!("{METADATA_PATH}{PATH}"), get(metadata))
@@ -194,6 +208,55 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
     let remote = Remote { machine, machine_token: token.into(), handle };
     request.extensions_mut().insert(remote);
     next.run(request).await
+}
+
+/// What ending a session needs: the SDK's service, and the agents it served.
+#[derive(Clone)]
+struct Ending {
+    service: StreamableHttpService<Handler, LocalSessionManager>,
+    agents: Arc<Agents>,
+    remote: RemoteService,
+}
+
+/// `DELETE /mcp`: the client ends its session. The SDK ends the MCP session; the agent's relay
+/// session ends with it (offline at once, its handle free), and the answer is 204, as the clients
+/// of the SDKs expect.
+async fn end_session(State(ending): State<Ending>, request: Request) -> Response {
+    let remote = request.extensions().get::<Remote>().cloned();
+    let session = request.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    // Read before the SDK forgets it: the client's name says which agent the session picked.
+    let client = match &session {
+        Some(id) => ending.remote.session(id).await.ok().flatten().and_then(|state| {
+            let state = serde_json::from_str::<SessionState>(&state).ok()?;
+            Some(state.initialize_params.client_info.name)
+        }),
+        None => None,
+    };
+    let response = match tower::ServiceExt::oneshot(ending.service, request).await {
+        Ok(response) => response.into_response(),
+        Err(never) => match never {},
+    };
+    if !response.status().is_success() {
+        return response;
+    }
+    if let (Some(remote), Some(session)) = (remote, session.as_deref()) {
+        let harness = agents::harness_of(client.as_deref().unwrap_or_default());
+        ending.agents.end(&remote, &Seat { harness, mcp_session: Some(session) }).await;
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// Refuses a request from a browser page whose Origin the endpoint does not take (403), before
+/// anything else: a page elsewhere may not use a person's credentials here, nor a rebound name reach
+/// a server on their machine. Requests without an Origin (agents) pass.
+async fn check_origin(State(origins): State<Arc<Origins>>, request: Request, next: Next) -> Response {
+    match request.headers().get(header::ORIGIN) {
+        Some(origin) if !origin.to_str().is_ok_and(|o| origins.allows(o)) => {
+            let said = "this page's Origin may not call the relay's MCP endpoint (an operator allows Origins with --mcp-allowed-origins)";
+            json_response(StatusCode::FORBIDDEN, &json!({ "error": said }))
+        }
+        _ => next.run(request).await,
+    }
 }
 
 /// Counts each request to `/mcp` by its method and status.
