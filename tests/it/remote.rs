@@ -6,6 +6,7 @@ use relay_tests::free_port;
 use relay_tests::http::request;
 use relay_tests::mcp::{bridge, text};
 use relay_tests::pg::TestDb;
+use relay_tests::process::RunWithin;
 use relay_tests::remote::RemoteAgent;
 use relay_tests::server::Server;
 use relay_tests::short_id;
@@ -712,4 +713,48 @@ async fn the_official_mcp_conformance_scenarios_that_apply_pass() {
             .unwrap_or_else(|| panic!("{scenario}: no verdict in:\n{said}"));
         assert!(passed == total && verdict.contains(" 0 failed"), "{scenario}: {verdict}\n{said}");
     }
+}
+
+#[tokio::test]
+async fn an_operator_names_the_origins_the_endpoint_takes() {
+    let db = TestDb::new().await;
+    let mcp = format!("127.0.0.1:{}", free_port());
+    let env = [
+        ("RELAY_MCP_LISTEN", mcp.as_str()),
+        ("RELAY_MCP_ALLOWED_ORIGINS", "https://console.example.com,http://dev.example.com:*"),
+    ];
+    let server = Server::start_with_env(&db, free_port(), &env).await;
+    let cloud = server.machine("acme", "cloud");
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "ping" }).to_string();
+    let bearer = format!("Bearer {cloud}");
+    let status = |origin: &'static str| {
+        let (mcp, body, bearer) = (mcp.clone(), body.clone(), bearer.clone());
+        async move {
+            let headers = [
+                ("Accept", "application/json, text/event-stream"),
+                ("Content-Type", "application/json"),
+                ("Authorization", bearer.as_str()),
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Origin", origin),
+            ];
+            request(&mcp, "POST", "/mcp", &headers, &body).await.status
+        }
+    };
+    assert_ne!(status("https://console.example.com").await, 403);
+    assert_ne!(status("http://dev.example.com:5173").await, 403);
+    assert_ne!(status("http://localhost:6274").await, 403, "a loopback endpoint still takes this machine's pages");
+    assert_eq!(status("https://console.example.com:8443").await, 403);
+    assert_eq!(status("https://other.example").await, 403);
+
+    // A list that names something else than Origins stops the server before it serves.
+    let out = std::process::Command::new(relay_tests::bin("relay-server"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{}", free_port())])
+        .env("DATABASE_URL", &db.url)
+        .env("RELAY_MCP_LISTEN", format!("127.0.0.1:{}", free_port()))
+        .env("RELAY_MCP_ALLOWED_ORIGINS", "console.example.com")
+        .output_within(relay_tests::process::COMMAND_LIMIT)
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("\"console.example.com\" is not an Origin"), "{said}");
 }
