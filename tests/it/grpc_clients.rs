@@ -13,7 +13,6 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use relay_tests::client::Agent;
 use relay_tests::pg::TestDb;
-use relay_tests::process::{INSTALL_LIMIT, RunWithin};
 use relay_tests::server::Server;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -27,28 +26,10 @@ fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
-/// The Python of `target/grpc-venv`, made from tests/grpc/requirements.txt when missing or stale.
+/// The Python of `target/grpc-venv` (tests/grpc/requirements.txt).
 fn python() -> PathBuf {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let target = relay_tests::bin("relay-server").parent().and_then(Path::parent).unwrap().to_path_buf();
-            let venv = target.join("grpc-venv");
-            let requirements = tests_dir().join("grpc/requirements.txt");
-            let wanted = std::fs::read(&requirements).unwrap();
-            if std::fs::read(venv.join("requirements.txt")).ok().as_ref() != Some(&wanted) {
-                let _ = std::fs::remove_dir_all(&venv);
-                let mut made = std::process::Command::new("python3");
-                made.arg("-m").arg("venv").arg(&venv);
-                assert!(made.status_within(INSTALL_LIMIT).unwrap().success(), "python3 -m venv");
-                let mut pip = std::process::Command::new(venv.join("bin/pip"));
-                pip.args(["install", "-q", "-r"]).arg(&requirements);
-                assert!(pip.status_within(INSTALL_LIMIT).unwrap().success(), "pip install grpcio");
-                std::fs::write(venv.join("requirements.txt"), wanted).unwrap();
-            }
-            venv.join("bin/python")
-        })
-        .clone()
+    PYTHON.get_or_init(|| relay_tests::venv::made("grpc-venv", "grpc/requirements.txt").join("bin/python")).clone()
 }
 
 /// The Node.js with which `./test` runs the real clients (22 or later).

@@ -37,6 +37,8 @@ pub mod remote;
 pub mod server;
 #[cfg(target_os = "linux")]
 pub mod terminal;
+#[cfg(target_os = "linux")]
+pub mod venv;
 
 use std::path::PathBuf;
 use std::time::Duration;
