@@ -1,9 +1,14 @@
 //! One hostile client against a server at its defaults, while another account's agent sends: the
 //! attacks a client on the open internet can make with a token of its own or none (half-open calls,
-//! silent and preface-only sockets, huge requests, read floods, PING and SETTINGS floods, endpoints
-//! made as fast as it can). Each test measures the other agent's sends before and during the attack:
-//! none may fail, and they stay within a few times their own latency (the figures are printed).
-//! The attacker speaks from 127.0.0.2, the agent from 127.0.0.1: two clients, two addresses.
+//! silent and preface-only sockets, stalled TLS handshakes, huge requests, read floods, PING and
+//! SETTINGS floods, endpoints made as fast as it can). Each test measures the other agent's sends
+//! before and during the attack: none may fail, and they stay within a few times their own latency
+//! (the figures are printed).
+//!
+//! Every attack runs twice: from another address (the attacker at 127.0.0.2, the agent at
+//! 127.0.0.1), and from the agent's own address, as a neighbour behind one office NAT, proxy or CI
+//! fleet would (both at 127.0.0.1). Against the sockets attacks the agent opens a new connection
+//! for every send, so what is measured is whether it can still get in.
 //!
 //! The agent sends for 4 s under attack (40 sends: the p99 printed is the slowest). The bulk of
 //! them (p90) must stay within ten times the agent's own p99, and the slowest within a second and a
@@ -18,7 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use relay_proto::v1::relay_client::RelayClient;
 use relay_proto::v1::{ConfirmRequest, DeliveryState, HelloRequest, ListRequest, SendRequest};
-use relay_tests::client::{Agent, Bearer};
+use relay_tests::client::{Agent, Bearer, client};
 use relay_tests::free_port;
 use relay_tests::http::{get, sample};
 use relay_tests::pg::TestDb;
@@ -30,7 +35,38 @@ use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
-const ATTACKER: &str = "127.0.0.2";
+/// The address the agent speaks from; a neighbour's attacks come from it too.
+const AGENTS_ADDRESS: &str = "127.0.0.1";
+/// Another address.
+const ELSEWHERE: &str = "127.0.0.2";
+
+/// Each attack, from another address and from the agent's own.
+macro_rules! from_both_addresses {
+    ($($attack:ident),* $(,)?) => {$(
+        mod $attack {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn from_another_address() {
+                super::$attack(super::ELSEWHERE).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn from_the_agents_own_address() {
+                super::$attack(super::AGENTS_ADDRESS).await
+            }
+        }
+    )*};
+}
+
+from_both_addresses!(
+    half_open_calls_with_a_valid_token_take_nothing_from_another_account,
+    half_open_calls_with_an_unknown_token_take_nothing_either,
+    silent_and_preface_only_sockets_take_no_place_from_agents,
+    stalled_tls_handshakes_take_no_place_from_agents,
+    huge_requests_are_refused_unread_and_memory_stays_bounded,
+    a_read_flood_is_held_to_its_rate_and_told_when_to_retry,
+    ping_and_settings_floods_end_their_connection_and_nobody_elses,
+    one_machine_cannot_take_its_accounts_endpoints,
+);
 
 /// Each attack runs alone, as the figures are meant: two at once on a small machine would measure
 /// each other. (`cargo test` runs this file's tests as threads of one process; nextest, which runs
@@ -44,19 +80,43 @@ struct World {
     ops: String,
     acme: String,
     globex: String,
+    /// The address the attacker speaks from.
+    attacker: &'static str,
+    /// The certificate to trust, when the server speaks TLS.
+    ca: Option<String>,
     _db: TestDb,
+    _certificates: Option<tempfile::TempDir>,
     /// Last, so it is let go once the server and its database are gone.
     _alone: tokio::sync::MutexGuard<'static, ()>,
 }
 
-async fn world() -> World {
+async fn world(attacker: &'static str) -> World {
+    start(attacker, false).await
+}
+
+/// A server that speaks TLS.
+async fn tls_world(attacker: &'static str) -> World {
+    start(attacker, true).await
+}
+
+async fn start(attacker: &'static str, tls: bool) -> World {
     let alone = ONE_AT_A_TIME.lock().await;
     let db = TestDb::new().await;
     let ops = format!("127.0.0.1:{}", free_port());
-    let server = Server::start_with_env(&db, free_port(), &[("RELAY_OPS_LISTEN", &ops)]).await;
+    let env = [("RELAY_OPS_LISTEN", ops.as_str())];
+    let (server, ca, certificates) = if tls {
+        let dir = tempfile::tempdir().unwrap();
+        let issued = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+        std::fs::write(&cert, issued.cert.pem()).unwrap();
+        std::fs::write(&key, issued.signing_key.serialize_pem()).unwrap();
+        (Server::start_tls_with_env(&db, &cert, &key, &env).await, Some(issued.cert.pem()), Some(dir))
+    } else {
+        (Server::start_with_env(&db, free_port(), &env).await, None, None)
+    };
     let acme = server.machine("acme", "laptop");
     let globex = server.machine("globex", "box");
-    World { _alone: alone, server, ops, acme, globex, _db: db }
+    World { _alone: alone, server, ops, acme, globex, attacker, ca, _db: db, _certificates: certificates }
 }
 
 impl World {
@@ -65,6 +125,26 @@ impl World {
         let (status, text) = get(&self.ops, "/metrics").await.expect("the ops port answers");
         assert_eq!(status, 200);
         sample(&text, series).unwrap_or(0.0)
+    }
+
+    /// The server's address, for sockets.
+    fn target(&self) -> std::net::SocketAddr {
+        let host_port = self.server.url.split_once("://").map_or(self.server.url.as_str(), |(_, rest)| rest);
+        host_port.replace("localhost", "127.0.0.1").parse().unwrap()
+    }
+
+    /// A new connection of the agent's, from its address.
+    async fn agents_connection(&self) -> Result<Channel, tonic::transport::Error> {
+        let mut endpoint = tonic::transport::Endpoint::from_shared(self.server.url.clone())
+            .unwrap()
+            .local_address(Some(AGENTS_ADDRESS.parse::<IpAddr>().unwrap()))
+            .connect_timeout(Duration::from_secs(5));
+        if let Some(ca) = &self.ca {
+            let tls =
+                tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            endpoint = endpoint.tls_config(tls).unwrap();
+        }
+        endpoint.connect().await
     }
 }
 
@@ -78,11 +158,23 @@ struct Sends {
     p99: Duration,
 }
 
+/// How the agent sends.
+#[derive(Clone, Copy, PartialEq)]
+enum Connection {
+    /// Every send on the connection it opened first.
+    Kept,
+    /// Every send on a new connection, opened for it.
+    New,
+}
+
 /// globex's agent sends to its colleague for `length`, ten a second: a busy agent, well within
 /// its send rate.
-async fn sends(w: &World, length: Duration, handle: &str) -> Sends {
-    let mut agent = Agent::hello(&w.server.url, &w.globex, handle).await.expect("the agent connects");
-    let _colleague = Agent::hello(&w.server.url, &w.globex, &format!("{handle}-peer")).await.unwrap();
+async fn sends(w: &World, length: Duration, handle: &str, connection: Connection) -> Sends {
+    let hello = |handle: String| HelloRequest { handle, harness: "claude".into(), ..Default::default() };
+    let channel = w.agents_connection().await.expect("the agent connects");
+    let mut agent =
+        Agent::hello_on(channel.clone(), &w.globex, hello(handle.to_owned())).await.expect("the agent says hello");
+    let _colleague = Agent::hello_on(channel, &w.globex, hello(format!("{handle}-peer"))).await.unwrap();
     let to = format!("box/{handle}-peer");
     // The first send, which opens the connection, is not one of those measured.
     agent.send(&[&to], "starting").await.expect("the first send");
@@ -90,9 +182,16 @@ async fn sends(w: &World, length: Duration, handle: &str) -> Sends {
     let until = Instant::now() + length;
     while Instant::now() < until {
         let started = Instant::now();
-        match tokio::time::timeout(Duration::from_secs(10), agent.send(&[&to], "still working")).await {
+        let send = async {
+            if connection == Connection::New {
+                let channel = w.agents_connection().await.map_err(|e| format!("no connection: {e}"))?;
+                agent.rpc = client(channel, &agent.session_token);
+            }
+            agent.send(&[&to], "still working").await.map_err(|s| format!("{:?}: {}", s.code(), s.message()))
+        };
+        match tokio::time::timeout(Duration::from_secs(10), send).await {
             Ok(Ok(_)) => times.push(started.elapsed()),
-            Ok(Err(status)) => failed.push(format!("{:?}: {}", status.code(), status.message())),
+            Ok(Err(why)) => failed.push(why),
             Err(_) => failed.push("no answer in 10 s".into()),
         }
         tokio::time::sleep_until(started + Duration::from_millis(100)).await;
@@ -111,12 +210,23 @@ async fn sends(w: &World, length: Duration, handle: &str) -> Sends {
 /// Runs `attack` while the other agent sends, after measuring the agent alone; asserts the agent
 /// saw no failure and stayed within a few times its own latency.
 async fn under_attack<F: Future<Output = ()> + Send + 'static>(w: &World, name: &str, attack: F) {
+    under_attack_with(w, name, Connection::Kept, attack).await
+}
+
+async fn under_attack_with<F: Future<Output = ()> + Send + 'static>(
+    w: &World,
+    name: &str,
+    connection: Connection,
+    attack: F,
+) {
+    let name =
+        format!("{name} from {}", if w.attacker == AGENTS_ADDRESS { "the agent's address" } else { "another address" });
     let measure = std::env::var("RELAY_ATTACK_MEASURE_S").ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(4);
-    let alone = sends(w, Duration::from_secs(measure.div_ceil(2)), "alone").await;
+    let alone = sends(w, Duration::from_secs(measure.div_ceil(2)), "alone", connection).await;
     let attacking = tokio::spawn(attack);
     // The attack takes hold first.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let during = sends(w, Duration::from_secs(measure), "during").await;
+    let during = sends(w, Duration::from_secs(measure), "during", connection).await;
     attacking.abort();
     eprintln!(
         "{name}: the other agent's sends alone p50 {:?} p90 {:?} p99 {:?} ({} sends); under attack p50 {:?} p90 {:?} p99 {:?} ({} sends)",
@@ -144,18 +254,37 @@ async fn under_attack<F: Future<Output = ()> + Send + 'static>(w: &World, name: 
     );
 }
 
-/// A TCP connection to the server at `url` from the attacker's address.
-async fn attacker_socket(url: &str) -> TcpStream {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(format!("{ATTACKER}:0").parse().unwrap()).unwrap();
-    socket.connect(url.trim_start_matches("http://").parse().unwrap()).await.unwrap()
+/// A TCP connection to `target` from `from`.
+async fn socket_from(from: &str, target: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(format!("{from}:0").parse().unwrap())?;
+    socket.connect(target).await
+}
+
+/// Where the attacker speaks from and to: what an attack's task takes with it.
+#[derive(Clone)]
+struct Attacker {
+    from: &'static str,
+    target: std::net::SocketAddr,
+    url: String,
+}
+
+impl World {
+    fn attacker(&self) -> Attacker {
+        Attacker { from: self.attacker, target: self.target(), url: self.server.url.clone() }
+    }
+}
+
+/// A TCP connection to the server from the attacker's address.
+async fn attacker_socket(at: &Attacker) -> TcpStream {
+    socket_from(at.from, at.target).await.unwrap()
 }
 
 /// A gRPC client of the attacker's, speaking from its address with `token`.
 async fn attacker_client(w: &World, token: &str) -> RelayClient<InterceptedService<Channel, Bearer>> {
     let channel = tonic::transport::Endpoint::from_shared(w.server.url.clone())
         .unwrap()
-        .local_address(Some(ATTACKER.parse::<IpAddr>().unwrap()))
+        .local_address(Some(w.attacker.parse::<IpAddr>().unwrap()))
         .connect()
         .await
         .unwrap();
@@ -165,13 +294,14 @@ async fn attacker_client(w: &World, token: &str) -> RelayClient<InterceptedServi
 /// Opens `calls` Send calls with `token` that send their headers and never their message, a
 /// hundred to a connection, and holds them open; every second it opens as many again, on new
 /// connections, keeping the last five rounds, so calls the server ends are replaced.
-async fn half_open_calls(url: String, token: String, calls: usize) {
+async fn half_open_calls(at: Attacker, token: String, calls: usize) {
+    let url = &at.url;
     let mut rounds = VecDeque::new();
     loop {
         let mut held = Vec::new();
         let mut opened = 0;
         while opened < calls {
-            let Ok((client, connection)) = h2::client::handshake(attacker_socket(&url).await).await else { continue };
+            let Ok((client, connection)) = h2::client::handshake(attacker_socket(&at).await).await else { continue };
             tokio::spawn(connection);
             let Ok(mut client) = client.ready().await else { continue };
             for _ in 0..100 {
@@ -198,58 +328,58 @@ async fn half_open_calls(url: String, token: String, calls: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn half_open_calls_with_a_valid_token_take_nothing_from_another_account() {
-    let w = world().await;
+async fn half_open_calls_with_a_valid_token_take_nothing_from_another_account(from: &'static str) {
+    let w = world(from).await;
     let agent = Agent::hello(&w.server.url, &w.acme, "attacker").await.unwrap();
-    under_attack(&w, "half-open calls, valid token", half_open_calls(w.server.url.clone(), agent.session_token, 1100))
-        .await;
+    under_attack(&w, "half-open calls, valid token", half_open_calls(w.attacker(), agent.session_token, 1100)).await;
     // The attacker was held to its share: past it, its calls were refused.
     assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's calls were refused");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn half_open_calls_with_an_unknown_token_take_nothing_either() {
-    let w = world().await;
+async fn half_open_calls_with_an_unknown_token_take_nothing_either(from: &'static str) {
+    let w = world(from).await;
     let unknown = format!("rls_{}", "a".repeat(43));
-    under_attack(&w, "half-open calls, unknown token", half_open_calls(w.server.url.clone(), unknown, 1100)).await;
+    under_attack(&w, "half-open calls, unknown token", half_open_calls(w.attacker(), unknown, 1100)).await;
     // Refused as it authenticated, and its address held to its share while it did.
     let refused = w.metric(r#"relay_rpcs_total{method="/relay.v1.Relay/Send",code="UNAUTHENTICATED"}"#).await;
     assert!(refused > 0.0, "the unknown token was refused");
     assert!(w.metric(r#"relay_shed_total{reason="authentication"}"#).await > 0.0, "its address was held back");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn silent_and_preface_only_sockets_take_no_place_from_agents() {
-    let w = world().await;
-    let url = w.server.url.clone();
-    let attack = async move {
-        let target: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
-        // Always 200 more every 200 ms, the oldest let go past 2,000: the server sheds them
-        // long before.
-        let mut held = VecDeque::new();
-        loop {
-            for n in 0..200 {
-                let socket = TcpSocket::new_v4().unwrap();
-                socket.bind(format!("{ATTACKER}:0").parse().unwrap()).unwrap();
-                let Ok(mut stream) = socket.connect(target).await else { continue };
-                let said: &[u8] = if n % 2 == 0 { b"P" } else { b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" };
-                let _ = stream.write_all(said).await;
-                held.push_back(stream);
-            }
-            while held.len() > 2000 {
-                held.pop_front();
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+/// Opens 200 sockets every 200 ms that say `said(n)` of their setup and go silent, letting go of
+/// the oldest past 2,000: the server sheds them long before.
+async fn silent_sockets(at: Attacker, said: fn(usize) -> &'static [u8]) {
+    let mut held = VecDeque::new();
+    loop {
+        for n in 0..200 {
+            let Ok(mut stream) = socket_from(at.from, at.target).await else { continue };
+            let _ = stream.write_all(said(n)).await;
+            held.push_back(stream);
         }
-    };
-    under_attack(&w, "silent and preface-only sockets", attack).await;
-    assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's sockets were refused");
+        while held.len() > 2000 {
+            held.pop_front();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn huge_requests_are_refused_unread_and_memory_stays_bounded() {
-    let w = world().await;
+async fn silent_and_preface_only_sockets_take_no_place_from_agents(from: &'static str) {
+    let w = world(from).await;
+    let said = |n: usize| -> &'static [u8] { if n % 2 == 0 { b"P" } else { b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" } };
+    under_attack_with(&w, "silent and preface-only sockets", Connection::New, silent_sockets(w.attacker(), said)).await;
+    assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's sockets were shed");
+}
+
+async fn stalled_tls_handshakes_take_no_place_from_agents(from: &'static str) {
+    let w = tls_world(from).await;
+    // The first byte of a TLS record, or a handshake record's whole header: a ClientHello begun.
+    let said = |n: usize| -> &'static [u8] { if n % 2 == 0 { &[0x16] } else { &[0x16, 0x03, 0x01, 0x02, 0x00] } };
+    under_attack_with(&w, "stalled TLS handshakes", Connection::New, silent_sockets(w.attacker(), said)).await;
+    assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's sockets were shed");
+}
+
+async fn huge_requests_are_refused_unread_and_memory_stays_bounded(from: &'static str) {
+    let w = world(from).await;
     let agent = Agent::hello(&w.server.url, &w.acme, "attacker").await.unwrap();
     let mut client = attacker_client(&w, &agent.session_token).await;
     // A Confirm of a million seqs: refused for its size, before anything is decoded.
@@ -265,10 +395,11 @@ async fn huge_requests_are_refused_unread_and_memory_stays_bounded() {
 
     // Sixteen at a time, over and over, made by hand so the attacker's encoding costs nothing.
     let pid = w.server.pid();
-    let (url, token) = (w.server.url.clone(), agent.session_token.clone());
+    let (at, token) = (w.attacker(), agent.session_token.clone());
     let huge = framed(&prost::Message::encode_to_vec(&huge));
     let attack = async move {
-        let mut connection = h2_connection(&url).await;
+        let url = at.url.clone();
+        let mut connection = h2_connection(&at).await;
         loop {
             let calls: Vec<_> = (0..16)
                 .map(|_| {
@@ -279,7 +410,7 @@ async fn huge_requests_are_refused_unread_and_memory_stays_bounded() {
                 .collect();
             for call in calls {
                 if call.await.is_err() {
-                    connection = h2_connection(&url).await;
+                    connection = h2_connection(&at).await;
                 }
             }
         }
@@ -296,9 +427,8 @@ async fn huge_requests_are_refused_unread_and_memory_stays_bounded() {
     assert!(rss_kib < 512 * 1024, "the server's memory peaked at {} MiB", rss_kib / 1024);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_read_flood_is_held_to_its_rate_and_told_when_to_retry() {
-    let w = world().await;
+async fn a_read_flood_is_held_to_its_rate_and_told_when_to_retry(from: &'static str) {
+    let w = world(from).await;
     let agent = Agent::hello(&w.server.url, &w.acme, "attacker").await.unwrap();
     let client = attacker_client(&w, &agent.session_token).await;
     let flood = client.clone();
@@ -330,8 +460,8 @@ async fn a_read_flood_is_held_to_its_rate_and_told_when_to_retry() {
 }
 
 /// An HTTP/2 connection of the attacker's.
-async fn h2_connection(url: &str) -> h2::client::SendRequest<Bytes> {
-    let (client, connection) = h2::client::handshake(attacker_socket(url).await).await.expect("an HTTP/2 connection");
+async fn h2_connection(at: &Attacker) -> h2::client::SendRequest<Bytes> {
+    let (client, connection) = h2::client::handshake(attacker_socket(at).await).await.expect("an HTTP/2 connection");
     tokio::spawn(connection);
     client
 }
@@ -381,8 +511,8 @@ fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
 
 /// Floods one connection with `kind` frames until the server ends it; whether it ended it with
 /// GOAWAY ENHANCE_YOUR_CALM (error code 11).
-async fn flood_frames(url: &str, kind: u8, payload: &[u8]) -> bool {
-    let mut stream = attacker_socket(url).await;
+async fn flood_frames(at: &Attacker, kind: u8, payload: &[u8]) -> bool {
+    let mut stream = attacker_socket(at).await;
     stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
     stream.write_all(&frame(4, 0, &[])).await.unwrap();
     let (mut read, mut write) = stream.into_split();
@@ -416,23 +546,21 @@ async fn flood_frames(url: &str, kind: u8, payload: &[u8]) -> bool {
     calmed
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ping_and_settings_floods_end_their_connection_and_nobody_elses() {
-    let w = world().await;
-    let url = w.server.url.clone();
-    assert!(flood_frames(&url, 6, &[0; 8]).await, "a PING flood ends with GOAWAY ENHANCE_YOUR_CALM");
-    assert!(flood_frames(&url, 4, &[]).await, "a SETTINGS flood too");
+async fn ping_and_settings_floods_end_their_connection_and_nobody_elses(from: &'static str) {
+    let w = world(from).await;
+    let at = w.attacker();
+    assert!(flood_frames(&at, 6, &[0; 8]).await, "a PING flood ends with GOAWAY ENHANCE_YOUR_CALM");
+    assert!(flood_frames(&at, 4, &[]).await, "a SETTINGS flood too");
     let attack = async move {
         loop {
-            flood_frames(&url, 6, &[0; 8]).await;
+            flood_frames(&at, 6, &[0; 8]).await;
         }
     };
     under_attack(&w, "PING floods", attack).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_machine_cannot_take_its_accounts_endpoints() {
-    let w = world().await;
+async fn one_machine_cannot_take_its_accounts_endpoints(from: &'static str) {
+    let w = world(from).await;
     let other = w.server.machine("acme", "desk");
     let mut client = attacker_client(&w, &w.acme).await;
     let (mut made, mut refusal) = (0, None);
@@ -462,7 +590,7 @@ async fn one_machine_cannot_take_its_accounts_endpoints() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_are_refused_as_invalid_and_change_nothing() {
-    let w = world().await;
+    let w = world(ELSEWHERE).await;
     let agent = Agent::hello(&w.server.url, &w.acme, "sender").await.unwrap();
     let bob = Agent::hello(&w.server.url, &w.acme, "bob").await.unwrap();
     // Raw gRPC frames: a protobuf that does not parse, a string that is not UTF-8, an unknown enum.
@@ -485,7 +613,7 @@ async fn malformed_requests_are_refused_as_invalid_and_change_nothing() {
         ),
     ];
     for (what, message) in malformed {
-        let mut connection = h2_connection(&w.server.url).await;
+        let mut connection = h2_connection(&w.attacker()).await;
         let status = raw_call(&mut connection, &w.server.url, &agent.session_token, "Send", framed(&message)).await;
         assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
     }

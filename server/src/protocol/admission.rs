@@ -2,9 +2,11 @@
 //! Every budget belongs to someone, so one client filling its own cannot refuse another's calls.
 //! In the order a call meets them:
 //!
-//! 1. **Its address**, before anything else is known of the caller: at most `per_address` calls of
-//!    one address may be in their authentication at once, and an address whose credentials keep
-//!    failing is refused for a while before its calls reach the database.
+//! 1. **Its address**, unless its credential is one this replica has accepted before: at most
+//!    `per_address` calls of one address may be in their authentication at once, and an address
+//!    whose credentials keep failing is refused for a while before its calls reach the database.
+//!    A credential known from memory passes neither gate, so an agent is not refused because a
+//!    neighbour behind its address (an office, a proxy, a CI fleet) presents bad ones.
 //! 2. **Authentication** by the credential the method takes (`auth`).
 //! 3. **Its credential's share**: calls in flight with one token (`per_credential`), held from here
 //!    to the answer. Then the request message must arrive, whole, within `request_wait` and within
@@ -21,8 +23,8 @@
 //! and when to retry. Health and reflection pass untouched, so readiness answers however busy the
 //! replica is.
 
-use std::collections::HashMap;
-use std::hash::Hash;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -39,7 +41,7 @@ use tower::{BoxError, Layer, Service, ServiceExt};
 
 use super::calls::{Kind, advise_retry, advise_retry_after, ran_too_long};
 use super::connections;
-use super::credential::Credential;
+use super::credential::{Credential, Issued};
 use crate::domain::caller::Holder;
 use crate::domain::ids::AccountId;
 use crate::domain::rate::{Bucket, Rate};
@@ -164,9 +166,48 @@ impl Drop for Place {
     }
 }
 
+/// Credentials this replica has accepted, known by a keyed hash of the header that presents them.
+/// Membership only lets a call past the address's gates: it is still authenticated (a revoked one
+/// is refused then, and forgotten).
+struct Known {
+    hasher: RandomState,
+    seen: Mutex<HashSet<u64>>,
+}
+
+/// Most credentials remembered; past it the memory starts again (each is learnt back by its next
+/// accepted call).
+const MAX_KNOWN: usize = 100_000;
+
+impl Known {
+    fn key(&self, authorization: Option<&http::HeaderValue>) -> Option<u64> {
+        authorization.map(|value| self.hasher.hash_one(value.as_bytes()))
+    }
+
+    fn has(&self, key: Option<u64>) -> bool {
+        key.is_some_and(|key| self.seen.lock().expect("admission lock poisoned").contains(&key))
+    }
+
+    fn learn(&self, key: u64) {
+        let mut seen = self.seen.lock().expect("admission lock poisoned");
+        if seen.len() >= MAX_KNOWN {
+            seen.clear();
+        }
+        seen.insert(key);
+    }
+
+    fn learn_value(&self, authorization: &http::HeaderValue) {
+        self.learn(self.hasher.hash_one(authorization.as_bytes()));
+    }
+
+    fn forget(&self, key: u64) {
+        self.seen.lock().expect("admission lock poisoned").remove(&key);
+    }
+}
+
 /// The budgets of one replica, shared by every call.
 struct Budgets {
     limits: RpcLimits,
+    known: Known,
     addresses: Arc<Counts<IpAddr>>,
     failed_auth: Mutex<HashMap<IpAddr, Bucket>>,
     credentials: Arc<Counts<Holder>>,
@@ -188,6 +229,7 @@ impl Budgets {
     fn new(limits: RpcLimits) -> Self {
         Self {
             limits,
+            known: Known { hasher: RandomState::new(), seen: Mutex::default() },
             addresses: Counts::new(limits.per_address),
             failed_auth: Mutex::default(),
             credentials: Counts::new(limits.per_credential),
@@ -197,6 +239,23 @@ impl Budgets {
             account_streams: Counts::new(limits.streams_per_account),
             server_streams: Counts::new(limits.max_waiting),
         }
+    }
+
+    /// A call from `ip` presenting `authorization` arrives: past the address's gates at once when
+    /// the credential is known, else it takes a place among its address's calls being
+    /// authenticated.
+    fn arrive(
+        self: &Arc<Self>,
+        ip: Option<IpAddr>,
+        authorization: Option<&http::HeaderValue>,
+    ) -> std::result::Result<Arrival, Denied> {
+        let key = self.known.key(authorization);
+        let known = self.known.has(key);
+        let place = match ip {
+            Some(ip) if !known => Some(self.admit_address(ip)?),
+            _ => None,
+        };
+        Ok(Arrival { budgets: self.clone(), ip, key, _place: place })
     }
 
     /// A place among the calls of address `ip` being authenticated, unless its credentials keep
@@ -251,6 +310,33 @@ impl Budgets {
             return None;
         }
         bucket.ready(rate, now).err()
+    }
+}
+
+/// A call on its way through authentication; say how it went.
+pub struct Arrival {
+    budgets: Arc<Budgets>,
+    ip: Option<IpAddr>,
+    key: Option<u64>,
+    _place: Option<Place>,
+}
+
+impl Arrival {
+    /// Its credential was accepted: known from now on. Gives back the address's place.
+    pub fn accepted(self) {
+        if let Some(key) = self.key {
+            self.budgets.known.learn(key);
+        }
+    }
+
+    /// Its credential was not accepted: counted against its address, and no longer known.
+    pub fn refused(self) {
+        if let Some(key) = self.key {
+            self.budgets.known.forget(key);
+        }
+        if let Some(ip) = self.ip {
+            self.budgets.auth_refused(ip, true);
+        }
     }
 }
 
@@ -335,7 +421,7 @@ async fn admit<S>(
     request: Request<Body>,
     inner: S,
     gatekeeper: &dyn Gatekeeper,
-    budgets: &Budgets,
+    budgets: &Arc<Budgets>,
     path: &str,
 ) -> std::result::Result<Response<Body>, Refusal>
 where
@@ -348,20 +434,22 @@ where
     let connection = request.extensions().get::<connections::Info>().cloned();
     let ip = connection.as_ref().and_then(|c| c.peer.map(|p| p.ip()));
 
-    // 1. The address, until the caller is known.
-    let unknown = ip.map(|ip| budgets.admit_address(ip)).transpose().map_err(Denied::refusal)?;
+    // 1. The address, unless the credential is known.
+    let arrival = budgets.arrive(ip, request.headers().get(http::header::AUTHORIZATION)).map_err(Denied::refusal)?;
 
     // 2. Who it is.
     let credential = match gatekeeper.authenticate(path, request.headers()).await {
         Ok(credential) => credential,
         Err(err) => {
-            if let (Some(ip), Error::Unauthenticated(_)) = (ip, &err) {
-                budgets.auth_refused(ip, true);
+            if let Error::Unauthenticated(_) = &err {
+                arrival.refused();
             }
             return Err(err.into());
         }
     };
-    drop(unknown);
+    if credential.is_some() {
+        arrival.accepted();
+    }
     if let (Some(connection), Some(credential)) = (&connection, &credential) {
         connection.authenticated(credential.account_id(), &credential.holder()).map_err(|over| {
             let (whose, share) = match over {
@@ -473,7 +561,7 @@ where
 
     // 6. The time budget.
     let call = inner.oneshot(request);
-    let response = match kind.budget(limits.timeout) {
+    let mut response = match kind.budget(limits.timeout) {
         None => call.await,
         Some(budget) => match tokio::time::timeout(budget, call).await {
             Ok(outcome) => outcome,
@@ -486,6 +574,10 @@ where
     }
     .map_err(|e| Refusal::Failed(e.into()))?;
     drop(held);
+    // A credential the call issued is one the replica has accepted.
+    if let Some(Issued(credential)) = response.extensions_mut().remove::<Issued>() {
+        budgets.known.learn_value(&credential);
+    }
     if streaming.is_empty() {
         return Ok(response);
     }
@@ -584,14 +676,13 @@ pub struct Held {
 /// The door other transports take into the budgets and rates gRPC calls meet: the same failed
 /// authentications per address, the same shares per credential, the same call rates.
 impl AdmissionLayer {
-    /// A place among the requests of address `ip` being authenticated (see step 1).
-    pub fn admit_address(&self, ip: IpAddr) -> std::result::Result<Held, Refused> {
-        self.budgets.admit_address(ip).map(|place| Held { _place: place }).map_err(Denied::refused)
-    }
-
-    /// Counts a credential from `ip` that was not accepted.
-    pub fn failed_authentication(&self, ip: IpAddr) {
-        self.budgets.auth_refused(ip, true);
+    /// A request from `ip` presenting `authorization` arrives (see step 1).
+    pub fn arrive(
+        &self,
+        ip: Option<IpAddr>,
+        authorization: Option<&http::HeaderValue>,
+    ) -> std::result::Result<Arrival, Refused> {
+        self.budgets.arrive(ip, authorization).map_err(Denied::refused)
     }
 
     /// A place among the credential's requests in flight, and one off its call rates (steps 3 and 5).
@@ -944,6 +1035,24 @@ mod tests {
         );
         let elsewhere = call_from("/relay.v1.Relay/WhoAmI", "Bearer 1:1", "10.0.0.8:1", Body::empty());
         assert_eq!(status_of(&service.oneshot(elsewhere).await.unwrap()), Code::Ok, "other addresses are not");
+    }
+
+    #[tokio::test]
+    async fn a_known_credential_is_not_refused_for_its_neighbours_failures() {
+        let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), RpcLimits::default());
+        let from_office = |token: &str| call_from("/relay.v1.Relay/WhoAmI", token, "10.0.0.7:1", Body::empty());
+        let honest = service.clone().oneshot(from_office("Bearer 1:1")).await.unwrap();
+        assert_eq!(status_of(&honest), Code::Ok);
+        for _ in 0..DEFAULT_FAILED_AUTH.burst as usize * 2 {
+            service.clone().oneshot(from_office("Bearer bad")).await.unwrap();
+        }
+        let refused = service.clone().oneshot(from_office("Bearer bad")).await.unwrap();
+        assert_eq!(status_of(&refused), Code::ResourceExhausted, "the failing credentials are held back");
+        let honest = service.clone().oneshot(from_office("Bearer 1:1")).await.unwrap();
+        assert_eq!(status_of(&honest), Code::Ok, "the credential accepted before is not: {}", message_of(&honest));
+        // A credential the replica has not accepted yet meets the address's gate.
+        let newcomer = service.oneshot(from_office("Bearer 1:2")).await.unwrap();
+        assert_eq!(status_of(&newcomer), Code::ResourceExhausted);
     }
 
     #[tokio::test]

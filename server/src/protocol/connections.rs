@@ -1,12 +1,14 @@
 //! Who may hold a connection. At most `max` at once per replica, and at most `per_address` not yet
 //! authenticated from one address. A connection must finish its setup — its TLS handshake, then the
 //! HTTP/2 preface and the header of its first frame — within [`SETUP`] of being accepted, however
-//! it spends that time (silent, or dribbling a byte at a time), or it is closed. When every place is
-//! taken, a new connection takes the place of the oldest one that has not authenticated a call yet
-//! (agents authenticate within milliseconds of connecting; a socket that never does is nobody's),
-//! and is refused only when all of them have. So nobody can exhaust the server's descriptors, or
-//! the places of agents that work, by holding sockets open. TLS is done here, with the certificate
-//! of `protocol::tls`.
+//! it spends that time (silent, or dribbling a byte at a time), or it is closed. A new connection
+//! whose address holds its share takes the place of that address's oldest connection that has not
+//! authenticated a call yet; when every place of the replica is taken, of anyone's oldest such
+//! connection (agents authenticate within milliseconds of connecting; a socket that never does is
+//! nobody's). It is refused only when every place is held by a connection that authenticated. So
+//! nobody can exhaust the server's descriptors, or keep out an agent that works — behind the same
+//! address (an office, a CI fleet) or another — by holding sockets open. TLS is done here, with
+//! the certificate of `protocol::tls`; a handshake shed for a newcomer stops at once.
 
 use std::collections::HashMap;
 use std::io;
@@ -173,32 +175,28 @@ fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
     }
 }
 
-/// Why a new connection was not taken.
-enum Full {
-    /// Its address holds `per_address` unauthenticated ones.
-    Address,
-    /// Every place is taken by a connection that authenticated.
-    Everyone,
-}
+/// Every place is taken by a connection that authenticated: a new one is refused.
+struct Full;
 
 impl Registry {
-    /// A place for a connection from `ip`, taking the oldest unauthenticated connection's when all
-    /// are taken.
+    /// A place for a connection from `ip`. At its address's share of connections that have not
+    /// authenticated, it takes the place of that address's oldest one, so a neighbour that holds
+    /// sockets open cannot keep an agent behind the same address out; at the replica's cap, the
+    /// oldest unauthenticated one of anyone's.
     fn admit(self: &Arc<Self>, ip: Option<IpAddr>) -> Result<Place, Full> {
         let mut held = self.held.lock().expect("connections lock poisoned");
         let unauthenticated = |h: &&Arc<Held>| !h.authenticated.load(Ordering::Relaxed);
-        if let Some(ip) = ip
-            && held.values().filter(unauthenticated).filter(|h| h.ip == Some(ip)).count() >= self.limits.per_address
-        {
-            return Err(Full::Address);
+        if let Some(ip) = ip {
+            let of_address = || held.values().filter(unauthenticated).filter(|h| h.ip == Some(ip));
+            if of_address().count() >= self.limits.per_address {
+                let oldest = of_address().min_by_key(|h| h.opened).cloned().expect("the address holds some");
+                shed_for_newcomer(&mut held, &oldest, Shed::shares);
+            }
         }
         if held.len() >= self.limits.max {
             let oldest = held.values().filter(unauthenticated).min_by_key(|h| h.opened).cloned();
-            let Some(oldest) = oldest else { return Err(Full::Everyone) };
-            held.remove(&oldest.id);
-            oldest.close.cancel();
-            metrics().shed(Shed::connections);
-            tracing::debug!(peer = ?oldest.ip, "unauthenticated connection closed for a newcomer: every place was taken");
+            let Some(oldest) = oldest else { return Err(Full) };
+            shed_for_newcomer(&mut held, &oldest, Shed::connections);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let state = Arc::new(Held {
@@ -213,6 +211,15 @@ impl Registry {
         metrics().connections.set(held.len() as i64);
         Ok(Place { registry: self.clone(), state })
     }
+}
+
+/// Closes `oldest`, giving its place to a newcomer; counted as `shed` (its address's share, or the
+/// replica's).
+fn shed_for_newcomer(held: &mut HashMap<u64, Arc<Held>>, oldest: &Held, shed: Shed) {
+    held.remove(&oldest.id);
+    oldest.close.cancel();
+    metrics().shed(shed);
+    tracing::debug!(peer = ?oldest.ip, ?shed, "unauthenticated connection closed for a newcomer");
 }
 
 /// A connection's place; given back when the connection ends.
@@ -297,7 +304,7 @@ pub fn admit(
         per_account: limits.per_account.max(1),
         per_credential: limits.per_credential.max(1),
     };
-    let (max, per_address) = (limits.max, limits.per_address);
+    let max = limits.max;
     let registry =
         Arc::new(Registry { held: Mutex::default(), owners: Mutex::default(), next: AtomicU64::new(0), limits });
     let in_process = InProcess { tx: tx.clone(), registry: registry.clone() };
@@ -318,21 +325,11 @@ pub fn admit(
             };
             let place = match registry.admit(Some(peer.ip())) {
                 Ok(place) => place,
-                Err(full) => {
-                    metrics().shed(match full {
-                        Full::Address => Shed::shares,
-                        Full::Everyone => Shed::connections,
-                    });
+                Err(Full) => {
+                    metrics().shed(Shed::connections);
                     if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                         warned = Some(Instant::now());
-                        match full {
-                            Full::Address => tracing::warn!(
-                                %peer, per_address, "connection refused: its address holds as many unauthenticated ones as it may"
-                            ),
-                            Full::Everyone => {
-                                tracing::warn!(%peer, max, "connection refused: the replica holds as many as it takes")
-                            }
-                        }
+                        tracing::warn!(%peer, max, "connection refused: the replica holds as many as it takes");
                     }
                     continue;
                 }
@@ -344,14 +341,22 @@ pub fn admit(
                 let deadline = tokio::time::Instant::now() + SETUP;
                 let stream = match tls {
                     None => Stream::Plain(stream),
-                    Some(tls) => match tokio::time::timeout_at(deadline, tls.accept(stream)).await {
-                        Ok(Ok(stream)) => Stream::Tls(Box::new(stream)),
-                        Ok(Err(e)) => {
+                    // A handshake ends with its place: shed for a newcomer, it stops at once.
+                    Some(tls) => match tokio::select! {
+                        handshake = tokio::time::timeout_at(deadline, tls.accept(stream)) => Some(handshake),
+                        () = place.state.close.cancelled() => None,
+                    } {
+                        Some(Ok(Ok(stream))) => Stream::Tls(Box::new(stream)),
+                        Some(Ok(Err(e))) => {
                             tracing::debug!(%peer, error = %e, "connection closed: tls handshake failed");
                             return;
                         }
-                        Err(_) => {
+                        Some(Err(_)) => {
                             tracing::debug!(%peer, "connection closed: tls handshake not done in time");
+                            return;
+                        }
+                        None => {
+                            tracing::debug!(%peer, "connection closed during its tls handshake: its place was given to a newcomer");
                             return;
                         }
                     },

@@ -33,3 +33,15 @@ impl Credential {
         }
     }
 }
+
+/// A credential a call issued (the session token of `Hello`), left in its response for admission:
+/// the replica knows it from its first use, as one it has accepted.
+#[derive(Debug, Clone)]
+pub struct Issued(pub http::HeaderValue);
+
+impl Issued {
+    /// The bearer token `token`, as a client presents it; `None` if it could not be a header.
+    pub fn bearer(token: &str) -> Option<Self> {
+        http::HeaderValue::try_from(format!("Bearer {token}")).ok().map(Self)
+    }
+}

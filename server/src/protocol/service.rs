@@ -7,6 +7,7 @@ use tonic::{Request, Response, Status};
 
 use super::auth::{self, Credential, bearer};
 use super::convert::{self, selector_list as selectors};
+use super::credential::Issued;
 use crate::app::App;
 use crate::app::approvals::ApprovalsService;
 use crate::app::board::BoardService;
@@ -81,7 +82,8 @@ impl Relay for RelayService {
             Credential::Card(agent) => self.identity.hello_card(&agent, claim).await?,
             _ => self.identity.hello(&auth::machine(&request)?, claim).await?,
         };
-        Ok(Response::new(HelloResponse {
+        let issued = Issued::bearer(&outcome.session_token);
+        let mut response = Response::new(HelloResponse {
             endpoint: Some(outcome.endpoint.into()),
             session_token: outcome.session_token,
             resumed: outcome.resumed,
@@ -92,7 +94,11 @@ impl Relay for RelayService {
                 max_note_chars: limits::MAX_NOTE_CHARS as u32,
             }),
             server_version: relay_proto::release::VERSION.to_owned(),
-        }))
+        });
+        if let Some(issued) = issued {
+            response.extensions_mut().insert(issued);
+        }
+        Ok(response)
     }
 
     async fn goodbye(&self, request: Request<GoodbyeRequest>) -> Result<Response<GoodbyeResponse>, Status> {

@@ -169,8 +169,8 @@ async fn metadata(State(auth): State<Auth>, headers: HeaderMap) -> Response {
 /// counts them, among the streams and waiting calls of the agent's session and its account.
 async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next) -> Response {
     let ip = request.extensions().get::<ConnectInfo<Peer>>().map(|ConnectInfo(Peer(peer))| peer.ip());
-    let unknown = match ip.map(|ip| auth.admission.admit_address(ip)).transpose() {
-        Ok(place) => place,
+    let arrival = match auth.admission.arrive(ip, request.headers().get(header::AUTHORIZATION)) {
+        Ok(arrival) => arrival,
         Err(refused) => return too_many(&refused),
     };
     let presented = request
@@ -184,18 +184,15 @@ async fn authenticate(State(auth): State<Auth>, mut request: Request, next: Next
     let Some(token) = presented.map(str::to_owned) else {
         return unauthorized(&base, None);
     };
-    let failed = |why: &str| {
-        if let Some(ip) = ip {
-            auth.admission.failed_authentication(ip);
-        }
-        unauthorized(&base, Some(why))
-    };
     let machine = match auth.identity.machine(&token).await {
         Ok(machine) => machine,
-        Err(crate::domain::Error::Unauthenticated(why)) => return failed(&why),
+        Err(crate::domain::Error::Unauthenticated(why)) => {
+            arrival.refused();
+            return unauthorized(&base, Some(&why));
+        }
         Err(e) => return (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
     };
-    drop(unknown);
+    arrival.accepted();
     let _in_flight = match auth.admission.admit_credential(&Credential::Machine(machine.clone()), PATH) {
         Ok(place) => place,
         Err(refused) => return too_many(&refused),
