@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use relay_tests::clients::{self, ClaudeProject, CodexHome, GeminiHome};
 use relay_tests::mcp::{Bridge, bridge};
-use relay_tests::model_api::{Api, ModelApi, Reply};
+use relay_tests::model_api::{Api, ModelApi, Reply, Request, ToolCost};
 use relay_tests::process::{EXIT_LIMIT, RunWithinAsync, exit_within};
 use relay_tests::server::TwoMachines;
 use relay_tests::short_id;
@@ -17,6 +17,30 @@ use serde_json::json;
 
 /// Long enough for a CLI to start, ask its model and run its hooks on a loaded machine.
 const TURN: Duration = Duration::from_secs(90);
+
+/// The most tokens Relay's tool definitions may cost a client's model on every turn.
+const TOOL_TOKENS: usize = 2_500;
+
+/// Relay's tool definitions in `client`'s model request, printed, and held to [`TOOL_TOKENS`].
+fn tool_definitions_fit(client: &str, request: &Request) {
+    let cost = request.relay_tools();
+    let relay = cost.relay_bytes();
+    println!(
+        "{client}: Relay's tool definitions in its model request: {relay} bytes, about {} tokens{}",
+        ToolCost::tokens(relay),
+        if cost.client_added > 0 {
+            format!(
+                " (the client adds {} bytes, about {} tokens, of its own to them)",
+                cost.client_added,
+                ToolCost::tokens(cost.client_added)
+            )
+        } else {
+            String::new()
+        }
+    );
+    assert!(relay > 0, "{client}: Relay's tools are in the request");
+    assert!(ToolCost::tokens(relay) <= TOOL_TOKENS, "{client}: {relay} bytes of Relay's tool definitions");
+}
 
 /// bob, on the other machine, ready to send.
 async fn bob(w: &TwoMachines) -> Bridge {
@@ -104,7 +128,9 @@ async fn claude_code_in_print_mode_is_not_held_by_the_wake_hook() {
         .output();
     let out = tokio::time::timeout(TURN, run).await.expect("claude -p was held").unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(api.requests().iter().any(|r| r.last_turn().contains("say hello")), "{}", api.summary());
+    let asked = api.requests().into_iter().find(|r| r.last_turn().contains("say hello"));
+    let asked = asked.unwrap_or_else(|| panic!("the model was asked: {}", api.summary()));
+    tool_definitions_fit("Claude Code", &asked);
     assert!(!api.requests().iter().any(|r| r.contains("<relay-mail>")), "no wake in print mode: {}", api.summary());
     let state = state_of(&mut bob, &waiting).await;
     assert!(state == "queued" || state == "pushed", "the wake hook claimed nothing it did not show: {state}");
@@ -145,6 +171,9 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
     let api = ModelApi::start().await;
     let mut bob = bob(&w).await;
     let codex = CodexHome::new(&w.server.url, &w.laptop, &api.url);
+    // The account's operator, which is listed the most tools: what its model is sent is the most
+    // any agent's is.
+    w.server.admin_ok(&["operator", "acme", "laptop/codex-1"]);
     // relay_send is neither read-only nor idempotent: without the install's approval mode,
     // `codex exec` (which cannot ask) refuses it.
     let call = Reply::Tool {
@@ -162,8 +191,11 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
         .output();
     let out = tokio::time::timeout(TURN, run).await.expect("codex exec hung").unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let offered = api.requests().first().map(|r| r.tools()).unwrap_or_default();
+    let first = api.requests().first().cloned().expect("codex asked its model");
+    let offered = first.tools();
     assert!(offered.iter().any(|t| t == "mcp__relay.relay_inbox"), "the relay tools are offered: {offered:?}");
+    assert!(offered.iter().any(|t| t == "mcp__relay.close_job"), "and the operator's: {offered:?}");
+    tool_definitions_fit("Codex, as the account's operator", &first);
     let (_, answered) =
         api.wait_for("the tool's answer", 0, TURN, |r| r.last_turn().contains("function_call_output")).await;
     assert!(answered.last_turn().contains("acme/ci/bob"), "the send went through: {}", answered.last_turn());
@@ -267,6 +299,7 @@ async fn gemini_cli_offers_the_relay_tools_and_hands_unseen_mail_over_once_at_th
     for tool in ["mcp_relay_relay_inbox", "mcp_relay_relay_send", "mcp_relay_post_job"] {
         assert!(offered.iter().any(|t| t == tool), "{tool} offered to gemini -p: {offered:?}");
     }
+    tool_definitions_fit("Gemini CLI", &requests[0]);
     let told: Vec<_> = requests.iter().filter(|r| r.last_turn().contains("<relay-mail>")).collect();
     assert_eq!(told.len(), 1, "told once: {}", api.summary());
     assert!(told[0].last_turn().contains(short_id(&id)), "{}", told[0].last_turn());

@@ -19,10 +19,10 @@ use tonic::transport::Channel;
 
 /// A distinct GitHub token for each field, so a leak names its path. None of them is live.
 fn secret(n: u32) -> String {
-    format!("ghp_{}{n:04}", "Zq8x".repeat(8))
+    format!("ghp_aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY{n:04}")
 }
 
-const MARKER: &str = "[REDACTED:github-token]";
+const MARKER: &str = "[REDACTED:github-pat]";
 
 fn redacted(text: &str, n: u32) {
     assert!(text.contains(MARKER) && !text.contains(&secret(n)), "secret {n} is not redacted in {text:?}");
@@ -170,7 +170,7 @@ async fn agent_written_text_is_stored_redacted() {
     }
     let got = bob.inbox(10, true).await.unwrap().messages;
     let bodies: Vec<&str> = got.iter().map(|m| m.body.as_str()).filter(|b| b.starts_with("try ")).collect();
-    assert_eq!(bodies, vec!["try [REDACTED:github-token] now"; 3], "{got:?}");
+    assert_eq!(bodies, vec!["try [REDACTED:github-pat] now"; 3], "{got:?}");
 
     // Identifiers kept as written are refused when they hold a token (each fits its field's
     // characters): a repository path, a branch, a client id, a thread id.

@@ -69,21 +69,21 @@ fn refused(result: &Value) -> bool {
 async fn credentials_never_reach_the_recipient_or_the_database() {
     let mut w = world().await;
     let body =
-        "deploy with ghp_1234567890abcdefghijklmnopqrstuvwxyzAB and AKIAIOSFODNN7EXAMPLE, db password=hunter2hunter2";
+        "deploy with ghp_8pQz3LmW1xKc7RtY5nV2bJ0dF9gH4sA6eUoT and AKIAZ3MXQ7RTWK5NV2HB, db password=hunter2hunter2";
     let sent = w.alice.tool_ok("relay_send", json!({ "to": "ci/bob", "body": body })).await;
     assert!(text(&sent).contains("Redacted 3 credential spans"), "{}", text(&sent));
     let kinds: Vec<&str> =
         sent["structuredContent"]["redacted"].as_array().unwrap().iter().map(|r| r["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["aws-access-key", "github-token", "password"]);
+    assert_eq!(kinds, ["aws-access-token", "github-pat", "password"]);
 
     let got = w.bob.inbox(5, true).await.unwrap().messages.remove(0).body;
     assert_eq!(
         got,
-        "deploy with [REDACTED:github-token] and [REDACTED:aws-access-key], db password=[REDACTED:password]"
+        "deploy with [REDACTED:github-pat] and [REDACTED:aws-access-token], db password=[REDACTED:password]"
     );
     let (client, conn) = tokio_postgres::connect(&w.db.url, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
-    for secret in ["ghp_1234567890", "AKIAIOSFODNN7EXAMPLE", "hunter2"] {
+    for secret in ["ghp_8pQz3LmW1x", "AKIAZ3MXQ7RTWK5NV2HB", "hunter2"] {
         let hits: i64 = client
             .query_one("select count(*) from messages where position($1 in body) > 0", &[&secret])
             .await
@@ -243,7 +243,7 @@ async fn peek_shows_redacted_turns_only_when_allowed_and_records_who_looked() {
     std::fs::write(
         &transcript,
         [
-            r#"{"type":"user","message":{"role":"user","content":"rotate the key ghp_1234567890abcdefghijklmnopqrstuvwxyzAB"}}"#,
+            r#"{"type":"user","message":{"role":"user","content":"rotate the key ghp_8pQz3LmW1xKc7RtY5nV2bJ0dF9gH4sA6eUoT"}}"#,
             r#"{"type":"assistant","message":{"content":[{"type":"text","text":"Rotating it now."},{"type":"tool_use","name":"Bash","input":{}}]}}"#,
         ]
         .join("\n"),
@@ -260,7 +260,7 @@ async fn peek_shows_redacted_turns_only_when_allowed_and_records_who_looked() {
     stop_hook(&w, event.clone()).await;
     let view = w.bob.rpc.peek(PeekRequest { endpoint: "laptop/alice".into(), turns: 3 }).await.unwrap().into_inner();
     assert_eq!(view.turns.len(), 2);
-    assert_eq!(view.turns[0].text, "rotate the key [REDACTED:github-token]", "peeked turns are redacted");
+    assert_eq!(view.turns[0].text, "rotate the key [REDACTED:github-pat]", "peeked turns are redacted");
     assert_eq!(view.turns[1].tools, ["Bash"]);
     // Codex has no stop hook: its notify program appends each finished turn instead.
     let notify = json!({ "type": "agent-turn-complete", "input-messages": ["bump the version"], "last-assistant-message": "Bumped to 1.2." });
@@ -275,7 +275,7 @@ async fn peek_shows_redacted_turns_only_when_allowed_and_records_who_looked() {
     let texts: Vec<&str> = view.turns.iter().map(|t| t.text.as_str()).collect();
     assert_eq!(
         texts,
-        ["rotate the key [REDACTED:github-token]", "Rotating it now.", "bump the version", "Bumped to 1.2."]
+        ["rotate the key [REDACTED:github-pat]", "Rotating it now.", "bump the version", "Bumped to 1.2."]
     );
     let outsider = w.gina.rpc.peek(PeekRequest { endpoint: "acme/laptop/alice".into(), turns: 3 }).await;
     assert!(outsider.is_ok(), "a contact that may message alice may peek");

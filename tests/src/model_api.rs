@@ -88,6 +88,81 @@ impl Request {
     }
 }
 
+/// What Relay's tool definitions cost in one request, as the client wrote them for its model.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToolCost {
+    /// Bytes of Relay's tools: their entries in the request's tools, the names of tools the
+    /// client defers (listed elsewhere in the request), and Relay's instructions where the client
+    /// passes them on.
+    pub bytes: usize,
+    /// Of those, what the client adds to every tool of its own (Gemini CLI's `wait_for_previous`).
+    pub client_added: usize,
+}
+
+impl ToolCost {
+    /// Relay's own bytes.
+    pub fn relay_bytes(self) -> usize {
+        self.bytes - self.client_added
+    }
+
+    /// Tokens, at four bytes a token.
+    pub fn tokens(bytes: usize) -> usize {
+        bytes.div_ceil(4)
+    }
+}
+
+impl Request {
+    /// What Relay's tools cost the model in this request.
+    pub fn relay_tools(&self) -> ToolCost {
+        let size = |v: &Value| v.to_string().len();
+        let mut cost = ToolCost::default();
+        match self.api {
+            Api::Anthropic | Api::OpenAi => {
+                for tool in self.body["tools"].as_array().into_iter().flatten() {
+                    if tool["name"].as_str().is_some_and(|n| n.starts_with("mcp__relay")) {
+                        cost.bytes += size(tool);
+                    }
+                }
+            }
+            Api::Gemini => {
+                for group in self.body["tools"].as_array().into_iter().flatten() {
+                    for f in group["functionDeclarations"].as_array().into_iter().flatten() {
+                        if f["name"].as_str().is_some_and(|n| n.starts_with("mcp_relay_")) {
+                            cost.bytes += size(f);
+                            for parameters in [&f["parameters"], &f["parametersJsonSchema"]] {
+                                if let Some(added) = parameters["properties"].get("wait_for_previous") {
+                                    // `"wait_for_previous":` and its schema, with a comma.
+                                    cost.client_added += size(added) + "\"wait_for_previous\":,".len();
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Deferred tools are named outside the tools, and the instructions go in the prompt.
+        let mut rest = self.body.clone();
+        if let Some(object) = rest.as_object_mut() {
+            object.remove("tools");
+        }
+        let rest = rest.to_string();
+        let mut at = 0;
+        while let Some(found) = rest[at..].find("mcp__relay__") {
+            let start = at + found;
+            let end = rest[start..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .map_or(rest.len(), |e| start + e);
+            cost.bytes += end - start + 1;
+            at = end;
+        }
+        let instructions = relay_agent::tools::INSTRUCTIONS;
+        if rest.contains(&serde_json::to_string(instructions).unwrap()[1..40]) {
+            cost.bytes += instructions.len();
+        }
+        cost
+    }
+}
+
 /// What the model answers.
 #[derive(Debug, Clone)]
 pub enum Reply {

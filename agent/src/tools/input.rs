@@ -34,11 +34,11 @@ pub struct List {
 #[serde(deny_unknown_fields)]
 pub struct Send {
     pub to: Addresses<MAX_RECIPIENTS>,
-    /// the message (at most 64 KiB); never put credentials in it
+    /// at most 64 KiB; never credentials
     pub body: NonBlank,
-    /// continue this thread (a thread id from an earlier message)
+    /// thread id to continue
     pub thread: Option<Text>,
-    /// the message carries private data: only recipients allowed private data may get it
+    /// private data: only recipients allowed it get it
     pub private: Option<Flag>,
 }
 
@@ -68,7 +68,7 @@ pub struct Ask {
     /// seconds to wait for the reply
     #[serde(default)]
     pub wait_s: Seconds<ASK_WAIT_DEFAULT_S, MAX_WAIT_S>,
-    /// the recipient must reply before it stops (default false)
+    /// the recipient must reply before it stops
     pub require_reply: Option<Flag>,
 }
 
@@ -113,10 +113,10 @@ pub struct Rules {
     pub rules_in: Option<Selectors>,
     #[serde(rename = "out")]
     pub rules_out: Option<Selectors>,
-    /// a preset for both directions: open, tree (parent and descendants), parent, none
+    /// a preset for in and out; tree: parent and descendants
     pub scope: Option<Word<ScopePreset>>,
     pub allow: Option<Selectors>,
-    /// for lift: the cap id, as show lists it (cap-<n>)
+    /// for lift: the cap id (cap-<n>)
     pub cap: Option<NonBlank>,
     /// for why (default: you)
     pub from: Option<Text>,
@@ -168,15 +168,15 @@ pub struct SetPeek {
 pub struct PostJob {
     /// one line naming the work
     pub title: NonBlank,
-    /// everything the agent needs: context, constraints, files, how to tell it is done
+    /// all the agent needs: context, files, how to tell it is done
     pub detail: Option<Text>,
-    /// a repository path or folder name (default: the one you are working in)
+    /// repository path or folder name (default: yours)
     pub repo: Option<Text>,
-    /// makes it recurring: five cron fields in this machine's time zone ("0 9 * * 1-5" = 09:00 on weekdays) or @hourly, @daily, @weekly, @monthly, @yearly
+    /// makes it recurring: cron in this machine's time zone ("0 9 * * 1-5") or @hourly, @daily, @weekly, @monthly
     pub schedule: Option<Text>,
     /// the CLI that does the work (default: yours)
     pub agent: Option<Word<AgentCli>>,
-    /// whether the work ends in a pull request (default: true once, false on a schedule)
+    /// the work ends in a pull request (default: true, false on a schedule)
     pub requires_pr: Option<Flag>,
 }
 

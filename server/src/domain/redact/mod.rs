@@ -11,6 +11,9 @@
 //! invisible characters that split a word left out, and what they find is replaced in the text as
 //! written, escapes and all.
 
+#[cfg(test)]
+mod corpus;
+mod gitleaks;
 mod rules;
 #[cfg(test)]
 mod shapes;
@@ -24,7 +27,8 @@ use std::sync::LazyLock;
 use aho_corasick::AhoCorasick;
 use regex::Regex;
 
-use rules::{RULES, placeholder};
+use gitleaks::Vendored;
+use rules::{OWN_SHAPES, OWN_TOKENS, Rule, placeholder};
 
 /// Spans replaced, by kind.
 pub type Counts = BTreeMap<&'static str, u32>;
@@ -95,25 +99,57 @@ pub fn holds_credential(text: &str) -> Option<Vec<&'static str>> {
     (found.total() > 0).then(|| found.counts.into_keys().collect())
 }
 
-/// The rules compiled, and one automaton for all their keywords.
+/// One way of finding a secret: one of Relay's own rules, or one of gitleaks'.
+enum Detector {
+    Own(&'static Rule, Regex),
+    Vendored(Vendored),
+}
+
+impl Detector {
+    fn keywords(&self) -> Vec<&str> {
+        match self {
+            Self::Own(rule, _) => rule.keywords.to_vec(),
+            Self::Vendored(rule) => rule.keywords.iter().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// Every detector in the order they claim spans, and one automaton for all their keywords.
 struct Compiled {
-    patterns: Vec<Regex>,
+    detectors: Vec<Detector>,
     keywords: AhoCorasick,
-    /// For each keyword of `keywords`, the rule it belongs to.
+    /// For each keyword of `keywords`, the detector it belongs to.
     keyword_rule: Vec<usize>,
+    /// gitleaks' global allowlist.
+    allowed: Vec<gitleaks::Allow>,
 }
 
 static COMPILED: LazyLock<Compiled> = LazyLock::new(|| {
     // Word boundaries in ASCII: a Unicode one would send the regex engine to its slow path on
     // any text with a non-ASCII character in it.
-    let patterns = RULES
+    let own = |rule: &'static Rule| {
+        Detector::Own(
+            rule,
+            Regex::new(&rule.pattern.replace(r"\b", r"(?-u:\b)")).expect("redaction patterns are valid"),
+        )
+    };
+    let (vendored, allowed) = gitleaks::load();
+    // Relay's own token shapes first, then gitleaks' token rules; its rules of context (a generic
+    // assignment, a curl command line) after Relay's, so a known token is named by its kind
+    // wherever it stands.
+    let (generic, specific): (Vec<_>, Vec<_>) =
+        vendored.into_iter().partition(|rule| rule.id.starts_with("generic") || rule.id.starts_with("curl-"));
+    let detectors: Vec<Detector> = OWN_TOKENS
         .iter()
-        .map(|rule| Regex::new(&rule.pattern.replace(r"\b", r"(?-u:\b)")).expect("redaction patterns are valid"))
+        .map(own)
+        .chain(specific.into_iter().map(Detector::Vendored))
+        .chain(OWN_SHAPES.iter().map(own))
+        .chain(generic.into_iter().map(Detector::Vendored))
         .collect();
     let (mut words, mut keyword_rule) = (Vec::new(), Vec::new());
-    for (at, rule) in RULES.iter().enumerate() {
-        for word in rule.keywords {
-            words.push(*word);
+    for (at, detector) in detectors.iter().enumerate() {
+        for word in detector.keywords() {
+            words.push(word.to_owned());
             keyword_rule.push(at);
         }
     }
@@ -121,7 +157,7 @@ static COMPILED: LazyLock<Compiled> = LazyLock::new(|| {
         .ascii_case_insensitive(true)
         .build(&words)
         .expect("redaction keywords build an automaton");
-    Compiled { patterns, keywords, keyword_rule }
+    Compiled { detectors, keywords, keyword_rule, allowed }
 });
 
 /// Zero-width characters that can hide inside a token to split it from its shape.
@@ -216,26 +252,40 @@ fn escape(s: &str) -> Option<(char, usize)> {
 pub fn redact(body: &str) -> Redacted {
     let view = View::of(body);
     let compiled = &*COMPILED;
-    let mut tried = vec![false; RULES.len()];
+    let mut tried = vec![false; compiled.detectors.len()];
     for found in compiled.keywords.find_overlapping_iter(view.text.as_ref()) {
         tried[compiled.keyword_rule[found.pattern().as_usize()]] = true;
     }
-    // Spans of the view, each claimed by the first rule that found it.
+    // Spans of the view, each claimed by the first detector that found it.
     let mut claimed: Vec<(Range<usize>, &'static str)> = Vec::new();
-    for (at, rule) in RULES.iter().enumerate() {
-        if !rule.keywords.is_empty() && !tried[at] {
+    for (at, detector) in compiled.detectors.iter().enumerate() {
+        if !detector.keywords().is_empty() && !tried[at] {
             continue;
         }
-        for caps in compiled.patterns[at].captures_iter(&view.text) {
-            let Some(secret) = caps.get(rule.group).filter(|s| !s.is_empty()) else { continue };
-            if (rule.group != 0 && placeholder(secret.as_str())) || !rule.check.accepts(&caps, secret.as_str()) {
-                continue;
-            }
+        let (regex, kind) = match detector {
+            Detector::Own(rule, regex) => (regex, rule.kind),
+            Detector::Vendored(rule) => (&rule.regex, rule.id),
+        };
+        for caps in regex.captures_iter(&view.text) {
+            let secret = match detector {
+                Detector::Own(rule, _) => {
+                    let Some(secret) = caps.get(rule.group).filter(|s| !s.is_empty()) else { continue };
+                    if (rule.group != 0 && placeholder(secret.as_str())) || !rule.check.accepts(&caps, secret.as_str())
+                    {
+                        continue;
+                    }
+                    secret
+                }
+                Detector::Vendored(rule) => {
+                    let Some(secret) = vendored_secret(rule, &caps, &view.text, compiled) else { continue };
+                    secret
+                }
+            };
             let span = secret.range();
             if claimed.iter().any(|(taken, _)| taken.start < span.end && span.start < taken.end) {
                 continue;
             }
-            claimed.push((span, rule.kind));
+            claimed.push((span, kind));
         }
     }
     let mut counts = Counts::new();
@@ -254,6 +304,31 @@ pub fn redact(body: &str) -> Redacted {
     }
     text.push_str(&body[last..]);
     Redacted { text: RedactedText(text), counts }
+}
+
+/// The secret of a gitleaks rule's match, unless its entropy or an allowlist lets it pass.
+fn vendored_secret<'t>(
+    rule: &Vendored,
+    caps: &regex::Captures<'t>,
+    text: &'t str,
+    compiled: &Compiled,
+) -> Option<regex::Match<'t>> {
+    let whole = caps.get(0)?;
+    let secret = match rule.group {
+        Some(group) => caps.get(group)?,
+        None => (1..caps.len()).find_map(|g| caps.get(g).filter(|m| !m.is_empty())).unwrap_or(whole),
+    };
+    if secret.is_empty() || secret.as_str().starts_with("[REDACTED") || !rule.random_enough(secret.as_str()) {
+        return None;
+    }
+    let line_start = text[..whole.start()].rfind('\n').map_or(0, |at| at + 1);
+    let line_end = text[whole.end()..].find('\n').map_or(text.len(), |at| whole.end() + at);
+    let finding =
+        gitleaks::Finding { secret: secret.as_str(), matched: whole.as_str(), line: &text[line_start..line_end] };
+    if compiled.allowed.iter().chain(&rule.allow).any(|allow| allow.allows(&finding)) {
+        return None;
+    }
+    Some(secret)
 }
 
 #[cfg(test)]
@@ -279,9 +354,9 @@ mod tests {
                 &["private-key"],
             ),
             owned(
-                "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
-                "export AWS_ACCESS_KEY_ID=[REDACTED:aws-access-key]",
-                &["aws-access-key"],
+                "export AWS_ACCESS_KEY_ID=AKIAZ3MXQ7RTWK5NV2HB",
+                "export AWS_ACCESS_KEY_ID=[REDACTED:aws-access-token]",
+                &["aws-access-token"],
             ),
             owned(
                 "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -289,30 +364,30 @@ mod tests {
                 &["aws-secret-key"],
             ),
             owned(
-                r#"{"AccessKeyId": "ASIAIOSFODNN7EXAMPLE", "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}"#,
-                r#"{"AccessKeyId": "[REDACTED:aws-access-key]", "SecretAccessKey": "[REDACTED:aws-secret-key]"}"#,
-                &["aws-access-key", "aws-secret-key"],
+                r#"{"AccessKeyId": "ASIAQ4TZ2XW7NRB3KV6M", "SecretAccessKey": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}"#,
+                r#"{"AccessKeyId": "[REDACTED:aws-access-token]", "SecretAccessKey": "[REDACTED:aws-secret-key]"}"#,
+                &["aws-access-token", "aws-secret-key"],
             ),
             owned(
-                "use ghp_1234567890abcdefghijklmnopqrstuvwxyzAB to push",
-                "use [REDACTED:github-token] to push",
-                &["github-token"],
+                "use ghp_8pQz3LmW1xKc7RtY5nV2bJ0dF9gH4sA6eUoT to push",
+                "use [REDACTED:github-pat] to push",
+                &["github-pat"],
             ),
             owned(
-                "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123456789",
-                "[REDACTED:github-token]",
-                &["github-token"],
+                "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",
+                "[REDACTED:github-fine-grained-pat]",
+                &["github-fine-grained-pat"],
             ),
             // Split by a zero-width space, which a model or a terminal never shows.
             owned(
-                "use ghp_1234567890abcdef\u{200B}ghijklmnopqrstuvwxyzAB to push",
-                "use [REDACTED:github-token] to push",
-                &["github-token"],
+                "use ghp_8pQz3LmW1xKc7RtY\u{200B}5nV2bJ0dF9gH4sA6eUoT to push",
+                "use [REDACTED:github-pat] to push",
+                &["github-pat"],
             ),
             owned(
-                "ghp_1234567890\u{2060}abcdefghij\u{FEFF}klmnopqrstuvwxyz\u{200D}AB",
-                "[REDACTED:github-token]",
-                &["github-token"],
+                "ghp_8pQz3LmW1x\u{2060}Kc7RtY5nV2\u{FEFF}bJ0dF9gH4sA6eU\u{200D}oT",
+                "[REDACTED:github-pat]",
+                &["github-pat"],
             ),
             owned(&format!("github_token: {hex40}"), "github_token: [REDACTED:github-token]", &["github-token"]),
             owned(&format!("export GH_TOKEN={hex40}"), "export GH_TOKEN=[REDACTED:github-token]", &["github-token"]),
@@ -321,25 +396,21 @@ mod tests {
                 "my GitHub token [REDACTED:github-token] expires",
                 &["github-token"],
             ),
-            owned(
-                "GITLAB_TOKEN: glpat-xYz12345678901234567",
-                "GITLAB_TOKEN: [REDACTED:gitlab-token]",
-                &["gitlab-token"],
-            ),
+            owned("GITLAB_TOKEN: glpat-xYz12345678901234567", "GITLAB_TOKEN: [REDACTED:gitlab-pat]", &["gitlab-pat"]),
             owned(
                 "bot token xoxb-123456789012-1234567890123-AbCdEfGhIjKl",
-                "bot token [REDACTED:slack-token]",
-                &["slack-token"],
+                "bot token [REDACTED:slack-bot-token]",
+                &["slack-bot-token"],
             ),
             owned(
                 "SLACK_APP_TOKEN=xapp-1-A0123456789-1234567890123-0123456789abcdef0123456789abcdef",
-                "SLACK_APP_TOKEN=[REDACTED:slack-token]",
-                &["slack-token"],
+                "SLACK_APP_TOKEN=[REDACTED:slack-app-token]",
+                &["slack-app-token"],
             ),
             owned(
                 "post to https://hooks.slack.com/services/T00000000/B00000000/XXXXXXXXXXXXXXXXXXXXXXXX now",
-                "post to [REDACTED:slack-webhook] now",
-                &["slack-webhook"],
+                "post to [REDACTED:slack-webhook-url] now",
+                &["slack-webhook-url"],
             ),
             owned(
                 "cookie eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
@@ -358,23 +429,23 @@ mod tests {
             ),
             owned(
                 "key 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 works",
-                "key [REDACTED:openai-key] works",
-                &["openai-key"],
+                "key [REDACTED:openai-api-key] works",
+                &["openai-api-key"],
             ),
             owned(
                 &format!("ANTHROPIC_API_KEY=\"{anthropic}\""),
-                "ANTHROPIC_API_KEY=\"[REDACTED:anthropic-key]\"",
-                &["anthropic-key"],
+                "ANTHROPIC_API_KEY=\"[REDACTED:anthropic-api-key]\"",
+                &["anthropic-api-key"],
             ),
             owned(
                 "stripe.api_key = 'sk_live_4eC39HqLyjWDarjtT1zdp7dc'",
-                "stripe.api_key = '[REDACTED:stripe-key]'",
-                &["stripe-key"],
+                "stripe.api_key = '[REDACTED:stripe-access-token]'",
+                &["stripe-access-token"],
             ),
             owned(
                 "maps key AIzaSyA1b2C3d4E5f6G7h8I9j0K_lMnOpQrStUv in the app",
-                "maps key [REDACTED:google-api-key] in the app",
-                &["google-api-key"],
+                "maps key [REDACTED:gcp-api-key] in the app",
+                &["gcp-api-key"],
             ),
             owned("db password=hunter2hunter2 ok", "db password=[REDACTED:password] ok", &["password"]),
             owned("DB_PASSWORD=hunter2", "DB_PASSWORD=[REDACTED:password]", &["password"]),
@@ -482,11 +553,11 @@ mod tests {
     #[test]
     fn several_spans_are_counted() {
         let out = redact(
-            "a ghp_1234567890abcdefghijklmnopqrstuvwxyzAB b ghp_abcdefghijklmnopqrstuvwxyz1234567890AB c AKIAIOSFODNN7EXAMPLE",
+            "a ghp_8pQz3LmW1xKc7RtY5nV2bJ0dF9gH4sA6eUoT b ghp_Zr4Kd9Wq2Ly7Hx1Nc6Vb3Mt8Gf5Js0Pa2QeR c AKIAZ3MXQ7RTWK5NV2HB",
         );
-        assert_eq!(out.counts.get("github-token"), Some(&2));
-        assert_eq!(out.counts.get("aws-access-key"), Some(&1));
-        assert!(!out.text.as_str().contains("ghp_1") && !out.text.as_str().contains("AKIA"));
+        assert_eq!(out.counts.get("github-pat"), Some(&2));
+        assert_eq!(out.counts.get("aws-access-token"), Some(&1));
+        assert!(!out.text.as_str().contains("ghp_8") && !out.text.as_str().contains("AKIA"));
         assert_eq!(redact(out.text.as_str()).total(), 0, "markers are not redacted again");
     }
 
@@ -496,13 +567,13 @@ mod tests {
             assert_eq!(redact(text).text.as_str(), text, "nothing redacted, nothing taken out");
         }
         // Around a credential they stay; inside it they go with it.
-        let out = redact("x\u{200B}y ghp_1234567890abcdef\u{200B}ghijklmnopqrstuvwxyzAB z\u{200B}z ok\u{2060}k");
-        assert_eq!(out.text.as_str(), "x\u{200B}y [REDACTED:github-token] z\u{200B}z ok\u{2060}k");
+        let out = redact("x\u{200B}y ghp_8pQz3LmW1xKc7RtY\u{200B}5nV2bJ0dF9gH4sA6eUoT z\u{200B}z ok\u{2060}k");
+        assert_eq!(out.text.as_str(), "x\u{200B}y [REDACTED:github-pat] z\u{200B}z ok\u{2060}k");
         let out =
-            redact("a\u{200B}b AKIAIOSFODNN7EXAMPLE c\u{200D}d ghp_1234567890abcdefghijklmnopqrstuvwxyzAB e\u{FEFF}f");
+            redact("a\u{200B}b AKIAZ3MXQ7RTWK5NV2HB c\u{200D}d ghp_8pQz3LmW1xKc7RtY5nV2bJ0dF9gH4sA6eUoT e\u{FEFF}f");
         assert_eq!(
             out.text.as_str(),
-            "a\u{200B}b [REDACTED:aws-access-key] c\u{200D}d [REDACTED:github-token] e\u{FEFF}f",
+            "a\u{200B}b [REDACTED:aws-access-token] c\u{200D}d [REDACTED:github-pat] e\u{FEFF}f",
             "hidden characters follow the text through several rules' edits"
         );
     }
@@ -529,7 +600,7 @@ mod tests {
 
     #[test]
     fn escapes_hide_nothing_and_stay_where_nothing_was_found() {
-        let token = "ghp_1234567890abcdefghijklmnopqrstuvwxyzAB";
+        let token = "ghp_8pQz3LmW1xKc7RtY5nV2bJ0dF9gH4sA6eUoT";
         for wrapped in [
             token.replacen('_', "%5F", 1),
             token.replacen('_', r"\u005f", 1),
@@ -539,7 +610,7 @@ mod tests {
         ] {
             assert_eq!(
                 redact(&format!("a%20b {wrapped} c&amp;d")).text.as_str(),
-                "a%20b [REDACTED:github-token] c&amp;d"
+                "a%20b [REDACTED:github-pat] c&amp;d"
             );
         }
         for text in ["100%25 done", r#"{\"path\": \"C:\\temp\"}"#, "a &#38; b", r"\u00e9t\u00e9"] {

@@ -1,13 +1,13 @@
-//! The shapes of credential Relay knows, as data: one table, read in order. Each rule names its
-//! kind (what the marker says), the words one of which a text must hold for its pattern to be
-//! tried, the pattern, the capture group holding the secret, and a check for what a pattern
-//! cannot say. Coverage follows gitleaks' rule set, in expressions of Relay's own fitted to what
-//! agents paste: tokens with a known prefix anywhere, and a secret without one only where a name
-//! says what it is.
+//! Relay's own rules, as data: its tokens, and the shapes agents paste that gitleaks' rule set
+//! (`gitleaks.rs`, tried between the two tables here) does not cover: secrets known by their name
+//! or their place rather than a prefix (AWS secret keys, Azure storage keys and SAS signatures,
+//! passwords in connection strings, command lines and assignments), and the prefixed tokens of
+//! services it has no rule for. Each rule names its kind (what the marker says), the words one of
+//! which a text must hold for its pattern to be tried, the pattern, the capture group holding the
+//! secret, and a check for what a pattern cannot say.
 //!
-//! Order matters: whole blocks and specific token shapes first, generic assignments last. Where
-//! two rules find overlapping spans the earlier wins, so a known token inside an assignment is
-//! named by its kind.
+//! Where two rules find overlapping spans the earlier wins, so a known token inside an assignment
+//! is named by its kind.
 
 use regex::Captures;
 
@@ -69,24 +69,17 @@ macro_rules! assignment {
     };
 }
 
-pub(super) const RULES: &[Rule] = &[
-    // Keys, as PEM blocks (a block cut short still counts), as base64 of one (kubeconfig's
-    // `client-key-data`), and age's.
+pub(super) const OWN_TOKENS: &[Rule] = &[
+    // Keys, as PEM blocks (a block cut short still counts) and as base64 of one (kubeconfig's
+    // `client-key-data`).
     rule(
         "private-key",
         &["private key"],
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?s:.*?)(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|\z)",
     ),
     checked("private-key", &["ls0tls1crudjti"], r"\bLS0tLS1CRUdJTi[A-Za-z0-9+/]{20,}={0,2}", Check::Base64PrivateKey),
-    rule("age-key", &["age-secret-key-1"], r"\bAGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}\b"),
     // Relay's own, of every kind: `rl` and a letter.
     rule("relay-token", &["rl"], r"\brl[a-z]_[0-9a-f]{64}\b"),
-    // Cloud.
-    rule(
-        "aws-access-key",
-        &["akia", "asia", "abia", "acca", "agpa", "aida", "aroa", "aipa", "anpa", "anva", "apka", "a3t"],
-        r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AROA|AIPA|ANPA|ANVA|APKA)[A-Z0-9]{16}\b",
-    ),
     // The secret has no prefix: it is known by its name, `aws…secret…` or AWS JSON's `SecretAccessKey`.
     group(
         "aws-secret-key",
@@ -94,31 +87,11 @@ pub(super) const RULES: &[Rule] = &[
         r#"(?i)(?:aws.{0,20}?(?:secret|private)|secret_?access_?key).{0,20}?["']?\s*[:=]\s*["']?([A-Za-z0-9/+=]{40})(?:[^A-Za-z0-9/+=]|$)"#,
         1,
     ),
-    rule("google-api-key", &["aiza"], r"\bAIza[0-9A-Za-z_-]{35}"),
     rule("google-oauth", &["gocspx-", "ya29."], r"\b(?:GOCSPX-[A-Za-z0-9_-]{28}|ya29\.[A-Za-z0-9_-]{30,})"),
     group("azure-storage-key", &["accountkey="], r"(?i)\bAccountKey=([A-Za-z0-9+/]{86}==)", 1),
     group("azure-sas", &["sig="], r"[?&]sig=([A-Za-z0-9%+/=]{30,})", 1),
-    group(
-        "azure-client-secret",
-        &["q~"],
-        r"(?:^|[^A-Za-z0-9_~.-])([A-Za-z0-9_~.]{3}\dQ~[A-Za-z0-9_~.-]{31,34})(?:[^A-Za-z0-9_~.-]|$)",
-        1,
-    ),
-    rule("digitalocean-token", &["_v1_"], r"\bdo[por]_v1_[a-f0-9]{64}\b"),
     rule("heroku-key", &["hrku-"], r"\bHRKU-[A-Za-z0-9_-]{60}"),
-    rule("fly-token", &["fo1_", "fm1", "fm2"], r"\b(?:fo1_[A-Za-z0-9_-]{43}|fm[12][ar]?_[A-Za-z0-9+/]{100,}={0,3})"),
     rule("supabase-token", &["sbp_"], r"\bsbp_[a-f0-9]{40}\b"),
-    rule("databricks-token", &["dapi"], r"\bdapi[a-f0-9]{32}(?:-\d)?\b"),
-    rule("vault-token", &["hvs.", "hvb.", "hvr."], r"\bhv[sbr]\.[A-Za-z0-9_-]{24,}"),
-    rule("terraform-token", &["atlasv1"], r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,70}"),
-    rule("doppler-token", &["dp."], r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,44}\b"),
-    rule("pulumi-token", &["pul-"], r"\bpul-[a-f0-9]{40}\b"),
-    // Forges and package registries.
-    rule(
-        "github-token",
-        &["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"],
-        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{22,255})\b",
-    ),
     // A classic token is 40 hex digits, like a commit hash: only a name saying GitHub and token
     // (or key, secret, …) right before it makes it one.
     group(
@@ -127,40 +100,8 @@ pub(super) const RULES: &[Rule] = &[
         r#"(?i-u)(?:\b(?:[\w.-]{0,30}?[_.-])?gh|\b[\w.-]{0,30}?github)[\w .-]{0,20}?(?:token|pat|secret|key|auth|oauth|password|credentials?)[\w.-]{0,10}?["']?[ \t]*(?:=>|[:=])?[ \t]*["']?([0-9a-f]{40})\b"#,
         1,
     ),
-    rule(
-        "gitlab-token",
-        &[
-            "glpat-",
-            "glptt-",
-            "glrt-",
-            "gldt-",
-            "glft-",
-            "glsoat-",
-            "glcbt-",
-            "glimt-",
-            "glagent-",
-            "gloas-",
-            "gr1348941",
-        ],
-        r"\b(?:(?:glpat|glptt|glrt|gldt|glft|glsoat|glcbt|glimt|glagent|gloas)-[A-Za-z0-9_-]{20,}(?:\.[A-Za-z0-9_-]+)*|GR1348941[A-Za-z0-9_-]{20,})",
-    ),
-    rule("atlassian-token", &["atatt3", "atbb"], r"\b(?:ATATT3[A-Za-z0-9_=-]{30,}|ATBB[A-Za-z0-9]{32})"),
-    rule("npm-token", &["npm_"], r"\bnpm_[A-Za-z0-9]{36}\b"),
-    rule("pypi-token", &["pypi-ageichlwas5vcmc"], r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
-    rule("rubygems-token", &["rubygems_"], r"\brubygems_[0-9a-f]{48}\b"),
     rule("docker-token", &["dckr_"], r"\bdckr_(?:pat|oat)_[A-Za-z0-9_-]{20,}"),
     rule("nuget-key", &["oy2"], r"\boy2[a-z0-9]{43}\b"),
-    // Chat.
-    rule(
-        "slack-token",
-        &["xox", "xapp-"],
-        r"\b(?:xox[abposre]-[A-Za-z0-9-]{10,}|xoxe(?:\.xox[bp])?-\d-[A-Za-z0-9-]{20,}|xapp-\d-[A-Za-z0-9-]{10,})",
-    ),
-    rule(
-        "slack-webhook",
-        &["hooks.slack.com"],
-        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]{20,}",
-    ),
     rule(
         "discord-webhook",
         &["discord"],
@@ -170,43 +111,26 @@ pub(super) const RULES: &[Rule] = &[
     rule("discord-token", &["discord"], r"\b[MNO][A-Za-z0-9_-]{23,27}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,40}\b"),
     group("telegram-token", &[":aa"], r"\b(\d{8,10}:AA[A-Za-z0-9_-]{33})(?:[^A-Za-z0-9_-]|$)", 1),
     // Payments.
-    rule(
-        "stripe-key",
-        &["sk_", "rk_", "whsec_"],
-        r"\b(?:(?:sk|rk)_(?:live|test|prod)_[A-Za-z0-9]{10,99}|whsec_[A-Za-z0-9+/=]{24,})",
-    ),
-    rule("square-token", &["sq0", "eaaa"], r"\b(?:sq0(?:atp|csp|idp)-[A-Za-z0-9_-]{22,60}|EAAA[A-Za-z0-9_-]{60})"),
+    rule("stripe-webhook-secret", &["whsec_"], r"\bwhsec_[A-Za-z0-9+/=]{24,}"),
     rule("braintree-token", &["access_token$production"], r"\baccess_token\$production\$[0-9a-z]{16}\$[0-9a-f]{32}"),
-    rule("shopify-token", &["shpat_", "shpca_", "shppa_", "shpss_"], r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"),
-    // Mail, messaging and the services agents' code talks to.
-    rule("sendgrid-key", &["sg."], r"\bSG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}"),
     rule("mailgun-key", &["key-"], r"\bkey-[0-9a-f]{32}\b"),
     rule("mailchimp-key", &["-us"], r"\b[0-9a-f]{32}-us\d{1,2}\b"),
-    rule("twilio-key", &["sk"], r"\bSK[0-9a-fA-F]{32}\b"),
-    rule("postman-key", &["pmak-"], r"\bPMAK-[a-f0-9]{24}-[a-f0-9]{34}\b"),
     rule("newrelic-key", &["nrak-", "nrjs-", "nrii-"], r"\bNR(?:AK|JS|II)-[A-Za-z0-9]{19,32}\b"),
     rule("sentry-token", &["sntrys_", "sntryu_"], r"\bsntr(?:ys|yu)_[A-Za-z0-9+/=_-]{40,}"),
-    rule(
-        "grafana-token",
-        &["glc_", "glsa_"],
-        r"\b(?:glc_[A-Za-z0-9+/]{32,400}={0,2}|glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8})",
-    ),
-    rule("linear-key", &["lin_api_", "lin_oauth_"], r"\blin_(?:api|oauth)_[A-Za-z0-9]{40}\b"),
-    rule("notion-token", &["ntn_", "secret_"], r"\b(?:ntn_[0-9]{11}[A-Za-z0-9]{35}|secret_[A-Za-z0-9]{43})\b"),
-    rule("1password-token", &["ops_eyj"], r"\bops_eyJ[A-Za-z0-9+/]{100,}={0,3}"),
-    rule("dynatrace-token", &["dt0c01."], r"\bdt0c01\.[A-Z0-9]{24}\.[A-Z0-9]{64}\b"),
     rule("facebook-token", &["eaa"], r"\bEAA[A-Za-z0-9]{90,}"),
     rule("twitter-token", &["aaaaaaaaaaaaaaaaaaaaaa"], r"\bA{22}[A-Za-z0-9%=]{60,}"),
     rule("mapbox-token", &["sk.eyj"], r"\bsk\.eyJ[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}"),
-    // AI providers.
-    rule("anthropic-key", &["sk-ant-"], r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
-    checked("openai-key", &["sk-"], r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", Check::Mixed),
     rule("huggingface-token", &["hf_"], r"\bhf_[A-Za-z0-9]{34,}\b"),
     rule("groq-key", &["gsk_"], r"\bgsk_[A-Za-z0-9]{48,}"),
     rule("xai-key", &["xai-"], r"\bxai-[A-Za-z0-9]{60,}"),
     rule("replicate-token", &["r8_"], r"\br8_[A-Za-z0-9]{37}\b"),
-    rule("perplexity-key", &["pplx-"], r"\bpplx-[A-Za-z0-9]{40,}"),
-    // Generic shapes: tokens, credentials in URLs, headers and command lines.
+];
+
+/// Shapes without a prefix of their own, tried after every token shape: tokens, credentials in
+/// URLs, headers and command lines, and assignments.
+pub(super) const OWN_SHAPES: &[Rule] = &[
+    // After gitleaks' rules, so `sk-ant-…` is named Anthropic's.
+    checked("openai-key", &["sk-"], r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", Check::Mixed),
     rule("jwt", &["eyj"], r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
     // The password runs to the last `@` that a host follows, so it may hold `/`, `@` or `!`.
     Rule {
@@ -218,6 +142,22 @@ pub(super) const RULES: &[Rule] = &[
     },
     group("bearer-token", &["bearer"], r"(?i)\bbearer\s+([A-Za-z0-9._~+/=-]{16,})", 1),
     group("okta-token", &["ssws"], r"(?i)\bSSWS\s+([A-Za-z0-9_-]{40,})", 1),
+    // Docker's config.json keeps each registry's login as base64 of `user:password`.
+    Rule {
+        kind: "docker-auth",
+        keywords: &["\"auth\""],
+        pattern: r#""auth"\s*:\s*"([A-Za-z0-9+/]{8,}={0,2})""#,
+        group: 1,
+        check: Check::Base64Credentials,
+    },
+    // Said in prose: "the password is hunter2". A word alone is not one ("is required").
+    Rule {
+        kind: "password",
+        keywords: &["pass", "pwd"],
+        pattern: r#"(?i)\b(?:password|passwd|passphrase|pwd)\s+(?:is|was)\s*:?\s+["'`]?([^\s"'`]{5,}[^\s"'`.,;:!?)])"#,
+        group: 1,
+        check: Check::Mixed,
+    },
     Rule {
         kind: "basic-auth",
         keywords: &["basic"],
