@@ -9,7 +9,7 @@ use relay_proto::v1::worker_client::WorkerClient;
 use relay_proto::v1::*;
 use relay_tests::agent::{StandIn, executable};
 use relay_tests::client::{Agent, Bearer, channel, client};
-use relay_tests::mcp::{Bridge, BridgeSpec, text};
+use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, text, tool_names as listed};
 use relay_tests::pg::TestDb;
 use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::server::Server;
@@ -81,6 +81,41 @@ async fn board(env: &[(&str, &str)]) -> Board {
         Bridge::start(BridgeSpec { server: &server.url, token: &laptop, handle: Some("alice"), channels: false });
     alice.initialize("2025-06-18").await;
     Board { server, laptop, ci, alice, repo }
+}
+
+/// The board's tools cost a model words on every turn: they are listed to an account's agents once
+/// its board has a repository, and until then only `add_repo`, to its operator.
+#[tokio::test]
+async fn the_boards_tools_are_listed_once_the_account_has_a_repository() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let laptop = server.machine("acme", "laptop");
+    let ci = server.machine("acme", "ci");
+    server.admin_ok(&["operator", "acme", "laptop/alice"]);
+    let start = |token: &str, handle: &str| {
+        Bridge::start(BridgeSpec { server: &server.url, token, handle: Some(handle), channels: false })
+    };
+    let (mut alice, mut bob) = (start(&laptop, "alice"), start(&ci, "bob"));
+    alice.initialize("2025-06-18").await;
+    bob.initialize("2025-06-18").await;
+    let board_tools = ["post_job", "list_jobs", "read_job", "edit_job"];
+    let has = |names: &[String], tool: &str| names.iter().any(|n| n == tool);
+    let before = listed(&alice.request("tools/list", json!({})).await);
+    assert!(board_tools.iter().all(|t| !has(&before, t)), "no board yet: {before:?}");
+    assert!(has(&before, "add_repo"), "the operator may start one: {before:?}");
+    let bobs = listed(&bob.request("tools/list", json!({})).await);
+    assert!(board_tools.iter().all(|t| !has(&bobs, t)), "{bobs:?}");
+
+    let repo = tempfile::tempdir().unwrap();
+    git_repo(&repo.path().join("app"));
+    let path = repo.path().join("app").display().to_string();
+    alice.tool_ok("add_repo", json!({ "path": path })).await;
+    alice.notification("notifications/tools/list_changed", WAIT).await;
+    let after = listed(&alice.request("tools/list", json!({})).await);
+    assert!(board_tools.iter().all(|t| has(&after, t)), "{after:?}");
+    // Another agent of the account sees them the next time its client lists tools.
+    let others = listed(&bob.request("tools/list", json!({})).await);
+    assert!(board_tools.iter().all(|t| has(&others, t)), "{others:?}");
 }
 
 /// A worker asking again and again with nothing to do does not rewrite its machine each time: it

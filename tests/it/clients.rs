@@ -171,9 +171,15 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
     let api = ModelApi::start().await;
     let mut bob = bob(&w).await;
     let codex = CodexHome::new(&w.server.url, &w.laptop, &api.url);
-    // The account's operator, which is listed the most tools: what its model is sent is the most
-    // any agent's is.
+    // The account's operator, of an account with a board: listed every tool but the board agent's,
+    // what its model is sent is the most any agent's is.
     w.server.admin_ok(&["operator", "acme", "laptop/codex-1"]);
+    let repo = tempfile::tempdir().unwrap();
+    let init = std::process::Command::new("git").args(["init", "-q"]).current_dir(repo.path()).status().unwrap();
+    assert!(init.success(), "git init");
+    let path = repo.path().display().to_string();
+    let mut worker = relay_tests::client::worker_client(relay_tests::client::channel(&w.server.url).await, &w.laptop);
+    worker.register_repo(relay_proto::v1::RegisterRepoRequest { path }).await.expect("the repository is on the board");
     // relay_send is neither read-only nor idempotent: without the install's approval mode,
     // `codex exec` (which cannot ask) refuses it.
     let call = Reply::Tool {
@@ -194,7 +200,9 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
     let first = api.requests().first().cloned().expect("codex asked its model");
     let offered = first.tools();
     assert!(offered.iter().any(|t| t == "mcp__relay.relay_inbox"), "the relay tools are offered: {offered:?}");
-    assert!(offered.iter().any(|t| t == "mcp__relay.close_job"), "and the operator's: {offered:?}");
+    for tool in ["mcp__relay.close_job", "mcp__relay.post_job"] {
+        assert!(offered.iter().any(|t| t == tool), "the operator's and the board's: {offered:?}");
+    }
     tool_definitions_fit("Codex, as the account's operator", &first);
     let (_, answered) =
         api.wait_for("the tool's answer", 0, TURN, |r| r.last_turn().contains("function_call_output")).await;
@@ -296,9 +304,10 @@ async fn gemini_cli_offers_the_relay_tools_and_hands_unseen_mail_over_once_at_th
 
     let requests = api.requests();
     let offered = requests.first().map(|r| r.tools()).unwrap_or_default();
-    for tool in ["mcp_relay_relay_inbox", "mcp_relay_relay_send", "mcp_relay_post_job"] {
+    for tool in ["mcp_relay_relay_inbox", "mcp_relay_relay_send"] {
         assert!(offered.iter().any(|t| t == tool), "{tool} offered to gemini -p: {offered:?}");
     }
+    assert!(!offered.iter().any(|t| t == "mcp_relay_post_job"), "no board, no board tools: {offered:?}");
     tool_definitions_fit("Gemini CLI", &requests[0]);
     let told: Vec<_> = requests.iter().filter(|r| r.last_turn().contains("<relay-mail>")).collect();
     assert_eq!(told.len(), 1, "told once: {}", api.summary());

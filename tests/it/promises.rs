@@ -11,7 +11,7 @@ use relay_proto::v1::{
     ListRequest, PeekTurn, PutPeekTurnsRequest, RegisterRepoRequest, SetPeekRequest, UpdateProfileRequest,
 };
 use relay_tests::client::{Agent, Bearer, channel};
-use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text};
+use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text, tool_names};
 use relay_tests::process::{EXIT_LIMIT, exit_within};
 use relay_tests::server::TwoMachines;
 use relay_tests::short_id;
@@ -527,10 +527,6 @@ async fn the_protocol_is_held_to_exactly() {
     assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "room to list again: {listed}");
     b.close();
     assert!(tokio::time::timeout(Duration::from_secs(10), b.child.wait()).await.is_ok());
-}
-
-fn tool_names(listed: &serde_json::Value) -> Vec<String> {
-    listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
 }
 
 #[tokio::test]

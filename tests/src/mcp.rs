@@ -305,6 +305,11 @@ impl Bridge {
 }
 
 /// The text content of a tool result.
+/// The names a `tools/list` answer lists.
+pub fn tool_names(listed: &Value) -> Vec<String> {
+    listed["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+}
+
 pub fn text(result: &Value) -> String {
     result["content"].as_array().map_or_else(String::new, |items| {
         items.iter().filter_map(|c| c["text"].as_str()).collect::<Vec<_>>().join("\n")

@@ -477,14 +477,14 @@ async fn forward_pushes(session: Arc<Session>, mut pushed: mpsc::Receiver<Messag
     }
 }
 
-/// Tells the client to list tools again when the endpoint's role changes (the operator's tools
-/// come or go).
+/// Tells the client to list tools again when what decides the listing changes (the operator's or
+/// the board's tools come or go).
 async fn announce_role_changes(session: Arc<Session>) {
     let mut ready = session.ready.subscribe();
     if ready.wait_for(|r| *r).await.is_err() {
         return;
     }
-    let mut role = session.tools.role_changes();
+    let mut role = session.tools.listing_changes();
     role.mark_unchanged();
     while role.changed().await.is_ok() {
         session.send(jsonrpc::notification("notifications/tools/list_changed", json!({}))).await;

@@ -238,6 +238,8 @@ async fn add_repo(tools: &Tools, args: input::AddRepo) -> Result<Outcome> {
     let path = tools.host().expand_home(&args.path.0);
     let request = AddRepoRequest { path };
     let repo = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.add_repo(r).await }).await?;
+    // The board's tools are listed from now on.
+    tools.observe_board(true);
     let text =
         format!("{} is on the board as \"{}\" ({}); post_job can use it now.", repo.path, repo.name, repo.machine);
     Ok(Outcome::data(text, &output::Repo { name: repo.name, path: repo.path, machine: repo.machine }))

@@ -26,7 +26,7 @@ pub struct Whoami {}
 pub struct List {
     /// include offline and ended agents
     pub all: Option<Flag>,
-    /// list the agents of contact accounts instead, as account/machine/handle
+    /// contact accounts' agents instead
     pub contacts: Option<Flag>,
 }
 

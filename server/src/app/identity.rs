@@ -292,8 +292,8 @@ impl IdentityService {
     }
 
     /// The caller's endpoint and how many messages wait unread.
-    pub async fn whoami(&self, caller: &Caller) -> Result<(Endpoint, u64)> {
-        identity::endpoint_with_unread_on(&self.core.store.client().await?, caller.endpoint_id).await
+    pub async fn whoami(&self, caller: &Caller) -> Result<identity::WhoAmI> {
+        identity::whoami(&self.core.store.client().await?, caller.endpoint_id, caller.account_id).await
     }
 
     /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.

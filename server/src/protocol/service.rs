@@ -109,8 +109,8 @@ impl Relay for RelayService {
 
     async fn who_am_i(&self, request: Request<WhoAmIRequest>) -> Result<Response<WhoAmIResponse>, Status> {
         let caller = auth::caller(&request)?;
-        let (endpoint, unread) = self.identity.whoami(&caller).await?;
-        Ok(Response::new(WhoAmIResponse { endpoint: Some(endpoint.into()), unread }))
+        let me = self.identity.whoami(&caller).await?;
+        Ok(Response::new(WhoAmIResponse { endpoint: Some(me.endpoint.into()), unread: me.unread, board: me.board }))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {

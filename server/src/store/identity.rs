@@ -575,17 +575,26 @@ pub(crate) async fn endpoint_on(client: &impl GenericClient, id: EndpointId) -> 
 /// An endpoint as everyone sees it and how many messages wait unread in its inbox (the counter
 /// the writers keep), in one statement: what whoami answers, and what an agent with no push stream
 /// asks with every tool call.
-pub(crate) async fn endpoint_with_unread_on(client: &impl GenericClient, id: EndpointId) -> Result<(Endpoint, u64)> {
+pub(crate) async fn whoami(client: &impl GenericClient, id: EndpointId, account: AccountId) -> Result<WhoAmI> {
     let sql = format!(
-        "select {ENDPOINT_COLUMNS}, e.unread from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
+        "select {ENDPOINT_COLUMNS}, e.unread, exists (select 1 from repos r where r.account_id = $2) as board
+         from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
     );
     let stmt = client.prepare_cached(&sql).await?;
     let row = client
-        .query_opt(&stmt, &[&id])
+        .query_opt(&stmt, &[&id, &account])
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Endpoint, "no such endpoint"))?;
     let unread: i32 = row.col("unread")?;
-    Ok((Endpoint::from_row(&row)?, unread.max(0) as u64))
+    Ok(WhoAmI { endpoint: Endpoint::from_row(&row)?, unread: unread.max(0) as u64, board: row.col("board")? })
+}
+
+/// An endpoint as it sees itself.
+pub struct WhoAmI {
+    pub endpoint: Endpoint,
+    pub unread: u64,
+    /// Its account has a repository on the board.
+    pub board: bool,
 }
 
 /// Ids of the accounts that are mutual contacts of `account_id`.

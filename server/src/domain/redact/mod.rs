@@ -112,6 +112,14 @@ impl Detector {
             Self::Vendored(rule) => rule.keywords.iter().map(String::as_str).collect(),
         }
     }
+
+    /// Whether it is tried only where one of its keywords is.
+    fn gated(&self) -> bool {
+        match self {
+            Self::Own(rule, _) => !rule.keywords.is_empty(),
+            Self::Vendored(rule) => !rule.keywords.is_empty(),
+        }
+    }
 }
 
 /// Every detector in the order they claim spans, and one automaton for all their keywords.
@@ -259,7 +267,7 @@ pub fn redact(body: &str) -> Redacted {
     // Spans of the view, each claimed by the first detector that found it.
     let mut claimed: Vec<(Range<usize>, &'static str)> = Vec::new();
     for (at, detector) in compiled.detectors.iter().enumerate() {
-        if !detector.keywords().is_empty() && !tried[at] {
+        if detector.gated() && !tried[at] {
             continue;
         }
         let (regex, kind) = match detector {

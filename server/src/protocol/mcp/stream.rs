@@ -109,7 +109,7 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
         // Ends when the client goes (the event channel closes), taking the push stream with it.
         let _guard = guard;
         let _held = held;
-        let mut role = tools.role_changes();
+        let mut role = tools.listing_changes();
         role.mark_unchanged();
         loop {
             let event = tokio::select! {
