@@ -217,6 +217,8 @@ pub async fn serve_with(
     let app = App::start(core, settings.retention)?;
     let listener = push::listener::start(store.clone(), hub, app.messaging.sends(), shutdown.clone()).await?;
     tracing::info!(%replica, "replica registered");
+    // The redaction rules are compiled now, beside the start, rather than in the first write.
+    tokio::task::spawn_blocking(crate::domain::redact::prepare);
 
     let (health, health_service) = tonic_health::server::health_reporter();
     let readiness = follow_readiness(&store, health, shutdown.clone());

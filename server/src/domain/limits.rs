@@ -324,9 +324,9 @@ mod tests {
         assert!(err.contains("a thread id must not contain a credential") && !err.contains(&token), "{err}");
         assert!(thread(&format!("review:{token}")).is_err());
         assert!(client_id(&"a".repeat(65)).is_err());
-        let forge = format!("ghp_{}", "Ab1".repeat(12));
-        let refused = client_id(&forge).unwrap_err().to_string();
-        assert!(refused.contains("must not contain a credential") && refused.contains("github-token"), "{refused}");
+        let forge = "ghp_Zr4Kd9Wq2Ly7Hx1Nc6Vb3Mt8Gf5Js0Pa2QeR";
+        let refused = client_id(forge).unwrap_err().to_string();
+        assert!(refused.contains("must not contain a credential") && refused.contains("github-pat"), "{refused}");
         assert!(!refused.contains(&forge), "the refusal does not repeat the credential: {refused}");
         short_text("note", "reading the diff", MAX_NOTE_CHARS).unwrap();
         assert!(short_text("note", "two\nlines", MAX_NOTE_CHARS).is_err());

@@ -168,6 +168,11 @@ static COMPILED: LazyLock<Compiled> = LazyLock::new(|| {
     Compiled { detectors, keywords, keyword_rule, allowed }
 });
 
+/// Compiles the rules (some 250 regexes, a tenth of a second), so no write waits for it.
+pub fn prepare() {
+    LazyLock::force(&COMPILED);
+}
+
 /// Zero-width characters that can hide inside a token to split it from its shape.
 const INVISIBLE: [char; 6] = ['\u{200B}', '\u{200C}', '\u{200D}', '\u{2060}', '\u{FEFF}', '\u{00AD}'];
 
