@@ -405,13 +405,16 @@ async fn huge_requests_are_refused_unread_and_memory_stays_bounded(from: &'stati
                 .map(|_| {
                     let (mut connection, url, token, huge) =
                         (connection.clone(), url.clone(), token.clone(), huge.clone());
-                    tokio::spawn(async move { raw_call(&mut connection, &url, &token, "Confirm", huge).await })
+                    tokio::spawn(async move { try_raw_call(&mut connection, &url, &token, "Confirm", huge).await })
                 })
                 .collect();
+            // The server ends a connection that keeps sending what it refuses: open another.
+            let mut ended = false;
             for call in calls {
-                if call.await.is_err() {
-                    connection = h2_connection(&at).await;
-                }
+                ended |= !matches!(call.await, Ok(Ok(_)));
+            }
+            if ended {
+                connection = h2_connection(&at).await;
             }
         }
     };
@@ -483,22 +486,33 @@ async fn raw_call(
     method: &str,
     framed: Bytes,
 ) -> tonic::Status {
-    let mut client = connection.clone().ready().await.expect("room for a call");
+    try_raw_call(connection, url, token, method, framed).await.expect("an answer")
+}
+
+/// [`raw_call`], or why no answer came (the server ended the connection).
+async fn try_raw_call(
+    connection: &mut h2::client::SendRequest<Bytes>,
+    url: &str,
+    token: &str,
+    method: &str,
+    framed: Bytes,
+) -> Result<tonic::Status, h2::Error> {
+    let mut client = connection.clone().ready().await?;
     let request = http::Request::post(format!("{url}/relay.v1.Relay/{method}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .header("authorization", format!("Bearer {token}"))
         .body(())
         .unwrap();
-    let (response, mut body) = client.send_request(request, false).expect("the call opens");
+    let (response, mut body) = client.send_request(request, false)?;
     // The server may answer before it has read it all; what it did not read is of no matter.
     let _ = body.send_data(framed, true);
-    let (head, mut rest) = response.await.expect("an answer").into_parts();
+    let (head, mut rest) = response.await?.into_parts();
     let trailers = match rest.trailers().await {
         Ok(Some(trailers)) => trailers,
         _ => head.headers,
     };
-    tonic::Status::from_header_map(&trailers).expect("a gRPC status")
+    Ok(tonic::Status::from_header_map(&trailers).expect("a gRPC status"))
 }
 
 /// An HTTP/2 frame header: length, type, flags, stream 0.

@@ -255,7 +255,7 @@ impl Budgets {
             Some(ip) if !known => Some(self.admit_address(ip)?),
             _ => None,
         };
-        Ok(Arrival { budgets: self.clone(), ip, key, _place: place })
+        Ok(Arrival { budgets: self.clone(), ip, key, known, _place: place })
     }
 
     /// A place among the calls of address `ip` being authenticated, unless its credentials keep
@@ -318,13 +318,17 @@ pub struct Arrival {
     budgets: Arc<Budgets>,
     ip: Option<IpAddr>,
     key: Option<u64>,
+    /// Its credential was known as it arrived.
+    known: bool,
     _place: Option<Place>,
 }
 
 impl Arrival {
     /// Its credential was accepted: known from now on. Gives back the address's place.
     pub fn accepted(self) {
-        if let Some(key) = self.key {
+        if let Some(key) = self.key
+            && !self.known
+        {
             self.budgets.known.learn(key);
         }
     }
