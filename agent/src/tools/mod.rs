@@ -236,11 +236,11 @@ impl Tools {
         self.listed.send_if_modified(|known| known.operator.replace(operator).unwrap_or(false) != operator);
     }
 
-    /// Learns whether the account has a repository on its board; a change from what was listed
-    /// is announced.
+    /// Learns whether the account has a repository on its board; a change from what was known is
+    /// announced. The first word is not: the listing that asked for it already shows it. (Another
+    /// session's first repository is seen at this session's next listing.)
     pub fn observe_board(&self, board: bool) {
-        // Unknown counts as a board: a listing without the word offered its tools.
-        self.listed.send_if_modified(|known| known.board.replace(board).unwrap_or(true) != board);
+        self.listed.send_if_modified(|known| known.board.replace(board).is_some_and(|before| before != board));
     }
 
     /// Tells when what decides the listing changes (the operator's or the board's tools come or go).

@@ -166,41 +166,55 @@ impl Drop for Place {
     }
 }
 
-/// Credentials this replica has accepted, known by a keyed hash of the header that presents them.
-/// Membership only lets a call past the address's gates: it is still authenticated (a revoked one
-/// is refused then, and forgotten).
+/// Credentials this replica has accepted, known by a keyed hash of the token (however the header
+/// that presents it is spaced, one token is one key). Membership only lets a call past the
+/// address's gates: it is still authenticated (a revoked one is refused then, and forgotten).
 struct Known {
     hasher: RandomState,
-    seen: Mutex<HashSet<u64>>,
+    seen: Mutex<Seen>,
 }
 
-/// Most credentials remembered; past it the memory starts again (each is learnt back by its next
-/// accepted call).
+/// The keys, and the order they were learnt in: past [`MAX_KNOWN`] the oldest is forgotten, so no
+/// flood of new credentials empties the memory at once.
+#[derive(Default)]
+struct Seen {
+    keys: HashSet<u64>,
+    order: std::collections::VecDeque<u64>,
+}
+
+/// Most credentials remembered.
 const MAX_KNOWN: usize = 100_000;
 
 impl Known {
     fn key(&self, authorization: Option<&http::HeaderValue>) -> Option<u64> {
-        authorization.map(|value| self.hasher.hash_one(value.as_bytes()))
+        let bytes = authorization?.as_bytes();
+        // The token as authentication reads it: after `Bearer `, trimmed.
+        let token = bytes.strip_prefix(b"Bearer ").map_or(bytes, <[u8]>::trim_ascii);
+        Some(self.hasher.hash_one(token))
     }
 
     fn has(&self, key: Option<u64>) -> bool {
-        key.is_some_and(|key| self.seen.lock().expect("admission lock poisoned").contains(&key))
+        key.is_some_and(|key| self.seen.lock().expect("admission lock poisoned").keys.contains(&key))
     }
 
     fn learn(&self, key: u64) {
         let mut seen = self.seen.lock().expect("admission lock poisoned");
-        if seen.len() >= MAX_KNOWN {
-            seen.clear();
+        if !seen.keys.insert(key) {
+            return;
         }
-        seen.insert(key);
-    }
-
-    fn learn_value(&self, authorization: &http::HeaderValue) {
-        self.learn(self.hasher.hash_one(authorization.as_bytes()));
+        seen.order.push_back(key);
+        while seen.order.len() > MAX_KNOWN {
+            if let Some(oldest) = seen.order.pop_front() {
+                seen.keys.remove(&oldest);
+            }
+        }
     }
 
     fn forget(&self, key: u64) {
-        self.seen.lock().expect("admission lock poisoned").remove(&key);
+        let mut seen = self.seen.lock().expect("admission lock poisoned");
+        if seen.keys.remove(&key) {
+            seen.order.retain(|k| *k != key);
+        }
     }
 }
 
@@ -579,8 +593,10 @@ where
     .map_err(|e| Refusal::Failed(e.into()))?;
     drop(held);
     // A credential the call issued is one the replica has accepted.
-    if let Some(Issued(credential)) = response.extensions_mut().remove::<Issued>() {
-        budgets.known.learn_value(&credential);
+    if let Some(key) =
+        response.extensions_mut().remove::<Issued>().and_then(|Issued(header)| budgets.known.key(Some(&header)))
+    {
+        budgets.known.learn(key);
     }
     if streaming.is_empty() {
         return Ok(response);

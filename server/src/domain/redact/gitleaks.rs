@@ -7,12 +7,23 @@
 //!
 //! The regexes are Go's (RE2): `\w`, `\d`, `\s` and `\b` are ASCII there, so they are read as
 //! ASCII classes here, which also keeps the regex engine on its fast path.
+//!
+//! One change is made to what the rules say: most end a token where a config file does — before a
+//! quote, a space, a `;` or the end ([`CONFIG_END`]). A message is prose, where a token also ends a
+//! sentence, a clause or a bracket, so there it may end before `,)]}>|` and a `.` or `:` that ends
+//! a sentence too ([`PROSE_END`]).
 
 use aho_corasick::AhoCorasick;
 use regex::{Regex, RegexBuilder, RegexSet};
 use serde::Deserialize;
 
 const SOURCE: &str = include_str!("../../../../vendor/gitleaks/gitleaks.toml");
+
+/// How gitleaks' rules end a token (its `secretSuffix`).
+const CONFIG_END: &str = r#"(?:[\x60'"\s;]|\\[nr]|$)"#;
+/// The same, in prose: also before `,)]}>|`, and a `.` or `:` that ends a sentence or a clause
+/// (not one inside a file name: `…-<hash>.png`).
+const PROSE_END: &str = r#"(?:[\x60'"\s;,)\]}>|]|[.:](?:[\x60'"\s]|$)|\\[nr]|$)"#;
 
 #[derive(Deserialize)]
 struct File {
@@ -145,7 +156,7 @@ pub(super) fn load() -> (Vec<Vendored>, Vec<Allow>) {
         .into_iter()
         .filter(|rule| rule.path.is_none())
         .filter_map(|rule| {
-            let regex = compile(rule.regex.as_deref()?);
+            let regex = compile(&rule.regex?.replace(CONFIG_END, PROSE_END));
             Some(Vendored {
                 id: Box::leak(rule.id.into_boxed_str()),
                 keywords: rule.keywords.iter().map(|k| k.to_lowercase()).collect(),
@@ -180,6 +191,19 @@ pub(super) fn ascii_classes(go: &str) -> String {
                     out.push(c);
                     break;
                 };
+                // `\x{…}`, `\p{…}` and `\P{…}` keep their braces.
+                if matches!(next, 'x' | 'p' | 'P') && chars.peek() == Some(&'{') {
+                    out.push('\\');
+                    out.push(next);
+                    for c in chars.by_ref() {
+                        out.push(c);
+                        if c == '}' {
+                            break;
+                        }
+                    }
+                    class_start = false;
+                    continue;
+                }
                 match (next, in_class) {
                     ('w', _) => out.push_str("[0-9A-Za-z_]"),
                     ('W', _) => out.push_str("[^0-9A-Za-z_]"),
@@ -220,6 +244,17 @@ pub(super) fn ascii_classes(go: &str) -> String {
             ']' if in_class && !class_start => {
                 in_class = false;
                 out.push(c);
+            }
+            // In a class RE2 reads these as themselves; Rust reads `[` as a nested class and
+            // `&&`, `--`, `~~` as set operations.
+            '[' | '&' | '~' if in_class => {
+                out.push('\\');
+                out.push(c);
+                class_start = false;
+            }
+            '-' if in_class && chars.peek() == Some(&'-') => {
+                out.push_str(r"\-");
+                class_start = false;
             }
             _ => {
                 class_start = false;
@@ -277,6 +312,8 @@ mod tests {
         assert_eq!(ascii_classes(r"\\w[]a]"), r"\\w[]a]");
         assert_eq!(ascii_classes(r"^\$(?:\d+|{\d+})$"), r"^\$(?:[0-9]+|\{[0-9]+})$");
         assert_eq!(ascii_classes(r"a{2,}b{1,3}"), r"a{2,}b{1,3}");
+        assert_eq!(ascii_classes(r"[a&&b~~c--d[e]"), r"[a\&\&b\~\~c\--d\[e]");
+        assert_eq!(ascii_classes(r"\x{41}\p{L}"), r"\x{41}\p{L}");
     }
 
     #[test]

@@ -564,6 +564,20 @@ mod tests {
     }
 
     #[test]
+    fn a_token_ending_a_sentence_or_a_bracket_is_caught() {
+        for text in [
+            "(sk_live_4eC39HqLyjWDarjtT1zdp7dc)",
+            "use sk_live_4eC39HqLyjWDarjtT1zdp7dc, then retry",
+            "the npm token is npm_hp66GcdqlXwvlvAFJ9B17HGQaZOyeuS7PsFG.",
+            "[pul-e5fb6e18c48e05b509daa9aadece4ff545782d93]",
+            "key: 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).",
+        ] {
+            let out = redact(text);
+            assert_eq!(out.total(), 1, "{text}: {:?}", out.text);
+        }
+    }
+
+    #[test]
     fn several_spans_are_counted() {
         let out = redact(
             "a ghp_8pQz3LmW1xKc7RtY5nV2bJ0dF9gH4sA6eUoT b ghp_Zr4Kd9Wq2Ly7Hx1Nc6Vb3Mt8Gf5Js0Pa2QeR c AKIAZ3MXQ7RTWK5NV2HB",
