@@ -9,7 +9,7 @@ use relay_proto::v1::worker_client::WorkerClient;
 use relay_proto::v1::*;
 use relay_tests::agent::{StandIn, executable};
 use relay_tests::client::{Agent, Bearer, channel, client};
-use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, text, tool_names as listed};
+use relay_tests::mcp::{Bridge, BridgeSpec, WAIT, bridge, text, tool_names as listed};
 use relay_tests::pg::TestDb;
 use relay_tests::process::{COMMAND_LIMIT, RunWithin};
 use relay_tests::server::Server;
@@ -92,10 +92,7 @@ async fn the_boards_tools_are_listed_once_the_account_has_a_repository() {
     let laptop = server.machine("acme", "laptop");
     let ci = server.machine("acme", "ci");
     server.admin_ok(&["operator", "acme", "laptop/alice"]);
-    let start = |token: &str, handle: &str| {
-        Bridge::start(BridgeSpec { server: &server.url, token, handle: Some(handle), channels: false })
-    };
-    let (mut alice, mut bob) = (start(&laptop, "alice"), start(&ci, "bob"));
+    let (mut alice, mut bob) = (bridge(&server.url, &laptop, "alice"), bridge(&server.url, &ci, "bob"));
     alice.initialize("2025-06-18").await;
     bob.initialize("2025-06-18").await;
     let board_tools = ["post_job", "list_jobs", "read_job", "edit_job"];

@@ -6,10 +6,11 @@
 use std::process::Stdio;
 use std::time::Duration;
 
+use relay_tests::client::{channel, worker_client};
 use relay_tests::clients::{self, ClaudeProject, CodexHome, GeminiHome};
 use relay_tests::mcp::{Bridge, bridge};
 use relay_tests::model_api::{Api, ModelApi, Reply, Request, ToolCost};
-use relay_tests::process::{EXIT_LIMIT, RunWithinAsync, exit_within};
+use relay_tests::process::{COMMAND_LIMIT, EXIT_LIMIT, RunWithin, RunWithinAsync, exit_within};
 use relay_tests::server::TwoMachines;
 use relay_tests::short_id;
 use relay_tests::terminal::Terminal;
@@ -175,10 +176,11 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
     // what its model is sent is the most any agent's is.
     w.server.admin_ok(&["operator", "acme", "laptop/codex-1"]);
     let repo = tempfile::tempdir().unwrap();
-    let init = std::process::Command::new("git").args(["init", "-q"]).current_dir(repo.path()).status().unwrap();
-    assert!(init.success(), "git init");
+    let mut init = std::process::Command::new("git");
+    init.args(["init", "-q"]).current_dir(repo.path());
+    assert!(init.status_within(COMMAND_LIMIT).unwrap().success(), "git init");
     let path = repo.path().display().to_string();
-    let mut worker = relay_tests::client::worker_client(relay_tests::client::channel(&w.server.url).await, &w.laptop);
+    let mut worker = worker_client(channel(&w.server.url).await, &w.laptop);
     worker.register_repo(relay_proto::v1::RegisterRepoRequest { path }).await.expect("the repository is on the board");
     // relay_send is neither read-only nor idempotent: without the install's approval mode,
     // `codex exec` (which cannot ask) refuses it.

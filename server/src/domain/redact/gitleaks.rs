@@ -195,12 +195,7 @@ pub(super) fn ascii_classes(go: &str) -> String {
                 if matches!(next, 'x' | 'p' | 'P') && chars.peek() == Some(&'{') {
                     out.push('\\');
                     out.push(next);
-                    for c in chars.by_ref() {
-                        out.push(c);
-                        if c == '}' {
-                            break;
-                        }
-                    }
+                    copy_through(&mut chars, '}', &mut out);
                     class_start = false;
                     continue;
                 }
@@ -223,12 +218,7 @@ pub(super) fn ascii_classes(go: &str) -> String {
             '[' if in_class && chars.peek() == Some(&':') => {
                 // A POSIX class, `[:alnum:]`, copied whole.
                 out.push(c);
-                for p in chars.by_ref() {
-                    out.push(p);
-                    if p == ']' {
-                        break;
-                    }
-                }
+                copy_through(&mut chars, ']', &mut out);
                 class_start = false;
             }
             '[' if !in_class => {
@@ -263,6 +253,16 @@ pub(super) fn ascii_classes(go: &str) -> String {
         }
     }
     out
+}
+
+/// Copies `chars` to `out` up to and including the first `end`.
+fn copy_through(chars: &mut impl Iterator<Item = char>, end: char, out: &mut String) {
+    for c in chars {
+        out.push(c);
+        if c == end {
+            break;
+        }
+    }
 }
 
 /// Whether what follows a `{` makes it a repetition: `n}`, `n,}` or `n,m}`.
