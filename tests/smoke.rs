@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use relay_tests::bin;
 use relay_tests::mcp::{Bridge, text};
-use relay_tests::process::{COMMAND_LIMIT, RunWithin};
+use relay_tests::process::{COMMAND_LIMIT, RunWithin, wait_within};
 use serde_json::json;
 
 /// Longest the dev server may take to serve: a first run makes its cluster.
@@ -79,6 +79,12 @@ fn agent_bridge(args: &[&str], home: &Path, config: &Path) -> Command {
     cmd
 }
 
+/// What `child` said and how it ended, killed (and the test failed) past [`COMMAND_LIMIT`].
+fn finish(mut child: Child, what: &str) -> Output {
+    wait_within(&mut child, COMMAND_LIMIT, what);
+    child.wait_with_output().unwrap()
+}
+
 fn said(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
@@ -138,7 +144,7 @@ async fn two_agents_on_two_machines_talk_and_a_hook_finds_its_session() {
         .spawn()
         .unwrap();
     std::io::Write::write_all(&mut login.stdin.take().unwrap(), &added.stdout).unwrap();
-    let login = login.wait_with_output().unwrap();
+    let login = finish(login, "agent-bridge login");
     assert!(login.status.success(), "login: {}", said(&login));
     assert!(said(&login).contains("logged in as machine local/box2"), "{}", said(&login));
 
@@ -166,7 +172,7 @@ async fn two_agents_on_two_machines_talk_and_a_hook_finds_its_session() {
         .spawn()
         .unwrap();
     std::io::Write::write_all(&mut hook.stdin.take().unwrap(), b"{}").unwrap();
-    let hooked = tokio::task::block_in_place(|| hook.wait_with_output()).unwrap();
+    let hooked = tokio::task::block_in_place(|| finish(hook, "the hook"));
     assert!(hooked.status.success(), "the hook: {}", said(&hooked));
     let answer: serde_json::Value = serde_json::from_slice(&hooked.stdout)
         .unwrap_or_else(|e| panic!("the hook's answer is JSON ({e}): {}", said(&hooked)));

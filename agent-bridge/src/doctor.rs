@@ -428,8 +428,9 @@ fn claude_trust(report: &mut Report, cwd: &Path, home: &Path) {
 }
 
 /// A JSON file, or `null` when it is missing or unreadable.
+/// A client's JSON file as the installer reads it (comments allowed); `null` when absent or unreadable.
 fn read_json(path: &Path) -> Value {
-    std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null)
+    install::read_json(path).ok().flatten().unwrap_or(Value::Null)
 }
 
 /// The client's version against the one Relay was measured with.

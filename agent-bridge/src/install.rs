@@ -195,7 +195,7 @@ pub fn run(client: Client) -> anyhow::Result<()> {
 }
 
 /// A client file read back as JSON (JSONC); `None` when it does not exist.
-fn read_json(path: &Path) -> anyhow::Result<Option<Value>> {
+pub(crate) fn read_json(path: &Path) -> anyhow::Result<Option<Value>> {
     let Some(text) = read_existing(path)? else { return Ok(None) };
     let root = CstRootNode::parse(&text, &ParseOptions::default())
         .map_err(|e| anyhow!("cannot parse {} as JSON: {e}", path.display()))?;
@@ -276,9 +276,7 @@ per message. Cursor cannot be woken from outside: an idle agent learns of mail a
 
 /// The `agent-bridge` found on PATH, if any.
 fn on_path() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    let file = format!("{PROGRAM}{}", std::env::consts::EXE_SUFFIX);
-    std::env::split_paths(&path).map(|d| d.join(&file)).find(|p| p.is_file())
+    crate::process::find_program(PROGRAM)
 }
 
 fn this_program() -> Option<PathBuf> {
