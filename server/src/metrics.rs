@@ -80,6 +80,7 @@ pub enum Purged {
     peeks,
     console_sessions,
     mcp_sessions,
+    mcp_answers,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -96,6 +96,7 @@ async fn purge(rounds: &Rounds) {
             m.purged(Purged::peeks, purged.peeks);
             m.purged(Purged::console_sessions, purged.console_sessions);
             m.purged(Purged::mcp_sessions, purged.mcp_sessions);
+            m.purged(Purged::mcp_answers, purged.mcp_answers);
             if purged.total() > 0 {
                 tracing::info!(
                     messages = purged.messages,
@@ -103,6 +104,7 @@ async fn purge(rounds: &Rounds) {
                     peeks = purged.peeks,
                     console_sessions = purged.console_sessions,
                     mcp_sessions = purged.mcp_sessions,
+                    mcp_answers = purged.mcp_answers,
                     "purged past retention"
                 );
             }

@@ -7,7 +7,7 @@ use relay_tests::http::request;
 use relay_tests::mcp::{bridge, text};
 use relay_tests::pg::TestDb;
 use relay_tests::process::RunWithin;
-use relay_tests::remote::RemoteAgent;
+use relay_tests::remote::{RemoteAgent, response_in};
 use relay_tests::server::Server;
 use relay_tests::short_id;
 use serde_json::{Value, json};
@@ -255,12 +255,17 @@ async fn a_long_wait_streams_progress_ends_at_the_first_message_and_takes_nothin
     RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot")).tool_ok("relay_whoami", json!({})).await;
 
     // The client goes away while its call waits: the call ends, and the message sent after it is
-    // still unread for the next call.
+    // still unread for the next call. Reconnecting after the last event it had, it is told so.
     let mut gone = start_waiting(&w.mcp, &w.cloud, 60).await;
     let streamed = read_until(&mut gone, "notifications/progress").await;
     assert!(streamed.contains("text/event-stream"), "{streamed}");
     assert!(streamed.contains("waiting for a message: 10 s of 60 s"), "{streamed}");
     drop(gone);
+    let last = answer_event_ids(&streamed).pop().expect("the progress event's id");
+    let told = resume(&w.mcp, &w.cloud, None, &last).await;
+    assert_eq!(told.status, 200, "{told:?}");
+    let ended = response_in(&told, 7).expect("the call's end");
+    assert!(ended["error"]["message"].as_str().unwrap().contains("stopped waiting"), "{ended}");
     alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "first" })).await;
     let mut next = start_waiting(&w.mcp, &w.cloud, 60).await;
     let answer = read_until(&mut next, "\"id\":7").await;
@@ -272,6 +277,93 @@ async fn a_long_wait_streams_progress_ends_at_the_first_message_and_takes_nothin
     alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "second" })).await;
     let answer = read_until(&mut waiting, "\"id\":7").await;
     assert!(answer.contains("second"), "{answer}");
+}
+
+/// The ids of a call's answer events in what its stream sent, in order (a session stream's ids are
+/// plain numbers).
+fn answer_event_ids(streamed: &str) -> Vec<String> {
+    let ids = streamed.lines().filter_map(|l| l.strip_prefix("id:")).map(|id| id.trim().to_owned());
+    ids.filter(|id| id.contains('/')).collect()
+}
+
+/// `GET /mcp` with `Last-Event-ID: last`, in `session` when given: a call's answer resumed.
+async fn resume(mcp: &str, token: &str, session: Option<&str>, last: &str) -> relay_tests::http::Answer {
+    let bearer = format!("Bearer {token}");
+    let mut headers =
+        vec![("Authorization", bearer.as_str()), ("Accept", "text/event-stream"), ("Last-Event-ID", last)];
+    if let Some(session) = session {
+        headers.extend([("Mcp-Session-Id", session), ("MCP-Protocol-Version", "2025-06-18")]);
+    }
+    request(mcp, "GET", "/mcp", &headers, "").await
+}
+
+/// A `relay_inbox` that waits up to `wait_s` in `session` (2025-06-18), on a connection of its own.
+async fn start_waiting_in(mcp: &str, token: &str, session: &str, wait_s: u32) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": { "name": "relay_inbox", "arguments": { "wait_s": wait_s } },
+    })
+    .to_string();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {mcp}\r\nAuthorization: Bearer {token}\r\nRelay-Handle: ci-bot\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(mcp).await.expect("connect to the mcp endpoint");
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    stream
+}
+
+#[tokio::test]
+async fn a_calls_answer_resumes_after_the_last_event_its_client_had_at_any_replica() {
+    let w = world().await;
+    let other_mcp = format!("127.0.0.1:{}", free_port());
+    let _other = Server::start_with_env(&w.db, free_port(), &[("RELAY_MCP_LISTEN", other_mcp.as_str())]).await;
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    let mut agent = RemoteAgent::initialize(&w.mcp, &w.cloud, Some("ci-bot"), "2025-06-18", "claude-code").await;
+    agent.tool_ok("relay_whoami", json!({})).await;
+    let session = agent.session.clone().unwrap();
+
+    // An answer lost on its way: the client had only the first event (which names the stream and
+    // says when to reconnect). Reconnecting with its id, at either replica, it gets the rest.
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "kept for you" })).await;
+    let (answer, response) = agent.exchange("tools/call", json!({ "name": "relay_inbox", "arguments": {} })).await;
+    let call = response["id"].as_i64().unwrap();
+    assert!(answer.body.starts_with("id: ") && answer.body.contains("retry: 3000"), "{}", answer.body);
+    let ids = answer_event_ids(&answer.body);
+    assert_eq!(ids.len(), 2, "the first event and the answer: {}", answer.body);
+    for at in [&other_mcp, &w.mcp] {
+        let resumed = resume(at, &w.cloud, Some(&session), &ids[0]).await;
+        assert_eq!(resumed.status, 200, "{resumed:?}");
+        assert!(resumed.header("content-type").is_some_and(|t| t.starts_with("text/event-stream")), "{resumed:?}");
+        assert_eq!(answer_event_ids(&resumed.body), ids[1..], "{resumed:?}");
+        let again = response_in(&resumed, call).expect("the answer, resumed");
+        assert!(again["result"]["content"][0]["text"].as_str().unwrap().contains("kept for you"), "{again}");
+    }
+    // Nothing follows the answer; another machine's token reads nothing; an id this endpoint never
+    // sent is refused.
+    assert_eq!(resume(&other_mcp, &w.cloud, Some(&session), &ids[1]).await.status, 404);
+    let stranger = w.server.machine("acme", "stranger");
+    let foreign = resume(&w.mcp, &stranger, None, &ids[0]).await;
+    assert_eq!(foreign.status, 404, "{foreign:?}");
+    assert!(!foreign.body.contains("kept for you"));
+    assert_eq!(resume(&w.mcp, &w.cloud, Some(&session), "0/1").await.status, 400);
+
+    // A wait whose client leaves stops before it takes anything: the client, reconnecting to the
+    // other replica after the first event, is told so, and mail sent since is still unread.
+    let mut waiting = start_waiting_in(&w.mcp, &w.cloud, &session, 60).await;
+    let head = read_until(&mut waiting, "retry:").await;
+    let first = answer_event_ids(&head).pop().expect("the first event's id");
+    drop(waiting);
+    let told = resume(&other_mcp, &w.cloud, Some(&session), &first).await;
+    let ended = response_in(&told, 9).unwrap_or_else(|| panic!("the call's end: {told:?}"));
+    assert!(ended["error"]["message"].as_str().unwrap().contains("stopped waiting"), "{ended}");
+    alice.tool_ok("relay_send", json!({ "to": "cloud/ci-bot", "body": "after you left" })).await;
+    let read = agent.tool_ok("relay_inbox", json!({})).await;
+    assert!(text(&read).contains("after you left"), "{read}");
 }
 
 /// Opens the GET stream of `session` (after event `last` when given) on a connection of its own.

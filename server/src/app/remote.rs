@@ -6,11 +6,23 @@ use std::time::Duration;
 
 use super::Core;
 use crate::domain::Result;
-use crate::domain::ids;
-use crate::store::remote;
+use crate::domain::ids::{self, MachineId, ReplicaId};
+use crate::store::{remote, replicas};
 
 /// How long a session is kept since it began or was last taken up by a replica.
 pub const SESSION_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long what an answer stream sent after its client left is kept for the client to resume.
+pub const ANSWER_TTL: Duration = Duration::from_secs(10 * 60);
+
+/// The events an answer stream at `/mcp` sent, kept for its client to resume.
+#[derive(Debug, Clone)]
+pub struct KeptAnswer {
+    pub stream: [u8; 16],
+    /// The machine that asked: the only one that reads it back.
+    pub machine: MachineId,
+    /// (seq, data), in order.
+    pub events: Vec<(i32, String)>,
+}
 
 #[derive(Clone)]
 pub struct RemoteService {
@@ -36,5 +48,35 @@ impl RemoteService {
     pub async fn end_session(&self, id: &str) -> Result<()> {
         let db = self.core.store.client().await?;
         remote::end_session(&db, &ids::token_hash(id)).await
+    }
+
+    /// This replica, which names the answer streams it serves.
+    pub fn replica(&self) -> ReplicaId {
+        self.core.store.replica()
+    }
+
+    pub async fn replica_alive(&self, replica: ReplicaId) -> Result<bool> {
+        let db = self.core.store.client().await?;
+        replicas::alive(&db, replica).await
+    }
+
+    /// Keeps `answers` for [`ANSWER_TTL`], in one statement.
+    pub async fn keep_answers(&self, answers: &[std::sync::Arc<KeptAnswer>]) -> Result<()> {
+        let events = answers.iter().flat_map(|a| a.events.iter().map(move |(seq, data)| (a, *seq, data.as_str())));
+        let (mut streams, mut seqs, mut machines, mut data) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (answer, seq, text) in events {
+            streams.push(&answer.stream[..]);
+            seqs.push(seq);
+            machines.push(answer.machine);
+            data.push(text);
+        }
+        let db = self.core.store.client().await?;
+        remote::keep_answers(&db, &streams, &seqs, &machines, &data, ANSWER_TTL.as_secs_f64()).await
+    }
+
+    /// The kept events of answer stream `stream` of `machine`; empty when none is kept.
+    pub async fn answer(&self, stream: &[u8], machine: MachineId) -> Result<Vec<(i32, String)>> {
+        let db = self.core.store.client().await?;
+        remote::answer(&db, stream, machine).await
     }
 }

@@ -18,11 +18,13 @@ pub struct Purged {
     pub console_sessions: u64,
     /// Sessions of MCP clients at `/mcp` unused past their time.
     pub mcp_sessions: u64,
+    /// Answers kept for MCP clients to resume, past their time.
+    pub mcp_answers: u64,
 }
 
 impl Purged {
     pub fn total(&self) -> u64 {
-        self.messages + self.cards + self.peeks + self.console_sessions + self.mcp_sessions
+        self.messages + self.cards + self.peeks + self.console_sessions + self.mcp_sessions + self.mcp_answers
     }
 }
 
@@ -52,6 +54,7 @@ impl OpsService {
         let peeks = drain(|| retention::purge_peeks(&db, keep.audit.as_secs_f64(), PURGE_BATCH)).await?;
         let console_sessions = drain(|| console::purge_sessions(&db, PURGE_BATCH)).await?;
         let mcp_sessions = drain(|| remote::purge_sessions(&db, PURGE_BATCH)).await?;
-        Ok(Purged { messages, cards, peeks, console_sessions, mcp_sessions })
+        let mcp_answers = drain(|| remote::purge_answers(&db, PURGE_BATCH)).await?;
+        Ok(Purged { messages, cards, peeks, console_sessions, mcp_sessions, mcp_answers })
     }
 }

@@ -211,6 +211,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "sends_checked_by_their_writers",
         sql: include_str!("../../migrations/0039_sends_checked_by_their_writers.sql"),
     },
+    Migration {
+        version: 40,
+        name: "mcp_answers_kept",
+        sql: include_str!("../../migrations/0040_mcp_answers_kept.sql"),
+    },
 ];
 
 /// A SQL function whose current body is the file `server/migrations/functions/NAME.sql` (a

@@ -16,7 +16,7 @@ pub mod observe;
 pub(crate) mod pages;
 mod push_marks;
 pub mod remote;
-mod replicas;
+pub(crate) mod replicas;
 pub mod retention;
 pub(crate) mod row;
 pub mod scope;

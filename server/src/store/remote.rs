@@ -5,7 +5,7 @@ use deadpool_postgres::GenericClient;
 
 use super::row::Col;
 use crate::domain::Result;
-use crate::domain::ids::TokenHash;
+use crate::domain::ids::{MachineId, TokenHash};
 
 /// Keeps (or replaces) the state of session `id_hash` for `ttl_s` seconds.
 pub(crate) async fn keep_session(c: &impl GenericClient, id_hash: &TokenHash, state: &str, ttl_s: f64) -> Result<()> {
@@ -41,5 +41,48 @@ pub(crate) async fn purge_sessions(c: &impl GenericClient, batch: i64) -> Result
                    select id_hash from mcp_sessions where expires_at < now()
                    order by expires_at limit $1 for update skip locked)
                delete from mcp_sessions s using doomed where s.id_hash = doomed.id_hash";
+    Ok(c.execute(sql, &[&batch]).await?)
+}
+
+/// Keeps the events of answer streams for `ttl_s` seconds, in one statement: row `i` is event
+/// `seqs[i]` of stream `streams[i]`, which only machine `machines[i]` reads back.
+pub(crate) async fn keep_answers(
+    c: &impl GenericClient,
+    streams: &[&[u8]],
+    seqs: &[i32],
+    machines: &[MachineId],
+    data: &[&str],
+    ttl_s: f64,
+) -> Result<()> {
+    let stmt = c
+        .prepare_cached(
+            "insert into mcp_answers (stream, seq, machine_id, data, kept_until)
+             select e.stream, e.seq, e.machine_id, e.data, now() + make_interval(secs => $5)
+             from unnest($1::bytea[], $2::integer[], $3::bigint[], $4::text[]) as e (stream, seq, machine_id, data)
+             on conflict (stream, seq) do nothing",
+        )
+        .await?;
+    c.execute(&stmt, &[&streams, &seqs, &machines, &data, &ttl_s]).await?;
+    Ok(())
+}
+
+/// The kept events of answer stream `stream` of `machine`, in order; empty when none is kept.
+pub(crate) async fn answer(c: &impl GenericClient, stream: &[u8], machine: MachineId) -> Result<Vec<(i32, String)>> {
+    let stmt = c
+        .prepare_cached(
+            "select seq, data from mcp_answers
+             where stream = $1 and machine_id = $2 and kept_until > now() order by seq",
+        )
+        .await?;
+    let rows = c.query(&stmt, &[&stream, &machine]).await?;
+    rows.iter().map(|row| Ok((row.col("seq")?, row.col("data")?))).collect()
+}
+
+/// Deletes up to `batch` answers kept past their time.
+pub(crate) async fn purge_answers(c: &impl GenericClient, batch: i64) -> Result<u64> {
+    let sql = "with doomed as (
+                   select stream, seq from mcp_answers where kept_until < now()
+                   order by kept_until limit $1 for update skip locked)
+               delete from mcp_answers a using doomed where a.stream = doomed.stream and a.seq = doomed.seq";
     Ok(c.execute(sql, &[&batch]).await?)
 }

@@ -53,3 +53,9 @@ impl Store {
         Ok(())
     }
 }
+
+/// Whether replica `id` is alive: its row renewed within its lease.
+pub(crate) async fn alive(c: &impl deadpool_postgres::GenericClient, id: ReplicaId) -> Result<bool> {
+    let stmt = c.prepare_cached("select exists (select 1 from replicas where id = $1 and alive_until > now())").await?;
+    c.query_one(&stmt, &[&id]).await?.only()
+}

@@ -15,6 +15,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use super::agents::{Agents, Remote, Seat, harness_of};
+use super::resume::Departure;
 
 /// The revisions spoken, newest first: the stateless one, and the 2025 ones clients in use speak.
 pub const VERSIONS: [ProtocolVersion; 4] = [
@@ -89,7 +90,9 @@ impl ServerHandler for Handler {
         let arguments = request.arguments.unwrap_or_default();
         // A call that waits for mail says it still waits, when the client asked for progress: the
         // answer becomes an event stream, which proxies keep open.
-        let waiting = catalog::wait_of(&request.name, &arguments)
+        let wait_s = catalog::wait_of(&request.name, &arguments);
+        let waits = wait_s.is_some();
+        let waiting = wait_s
             .zip(context.meta.get_progress_token())
             .map(|(wait_s, token)| report_waiting(&context, token, wait_s));
         let progress = async {
@@ -98,11 +101,20 @@ impl ServerHandler for Handler {
                 None => std::future::pending().await,
             }
         };
-        // A cancelled request, or a client gone, ends the call (a wait among them) at once.
+        // A call that waits stops when its client leaves, before it takes what it waited for;
+        // any other call ends and its answer is kept for the client to resume.
+        let departed = async {
+            match context.extensions.get::<http::request::Parts>().and_then(|p| p.extensions.get::<Departure>()) {
+                Some(Departure(departure)) if waits => departure.cancelled().await,
+                _ => std::future::pending().await,
+            }
+        };
+        // A cancelled request ends the call (a wait among them) at once.
         let outcome = tokio::select! {
             outcome = tools.call(&request.name, &arguments) => outcome,
             () = progress => unreachable!("progress reports until the call ends"),
             () = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled", None)),
+            () = departed => return Err(ErrorData::internal_error(DEPARTED, None)),
         };
         let mut result: CallToolResult = serde_json::from_value(outcome.render(version))
             .map_err(|e| ErrorData::internal_error(format!("cannot shape the result: {e}"), None))?;
@@ -110,6 +122,10 @@ impl ServerHandler for Handler {
         Ok(CallToolResponse::Complete(result))
     }
 }
+
+/// What a client resuming a wait that stopped when it left is told.
+const DEPARTED: &str = "the call stopped waiting when its client's connection closed, before it took anything: \
+                        what it waited for is still unread (a relay_ask's request may have gone out: look before asking again)";
 
 /// How often a waiting call says it still waits.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);

@@ -12,6 +12,7 @@
 mod agents;
 mod handler;
 mod origins;
+mod resume;
 mod sessions;
 mod stream;
 
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use self::agents::{Agents, Remote, Seat};
 use self::handler::Handler;
 use self::origins::Origins;
+use self::resume::Answers;
 use self::sessions::Sessions;
 use self::stream::Streams;
 use super::admission::{AdmissionLayer, Refused};
@@ -107,13 +109,18 @@ pub fn serve(
     let service =
         StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
     let ending = Ending { service: service.clone(), agents: agents.clone(), remote: remote.clone() };
-    let streams = Streams { agents, remote, shutdown: shutdown.clone(), open: Arc::default() };
+    let answers = Answers::start(remote.clone());
+    let streams =
+        Streams { agents, remote, answers: answers.clone(), shutdown: shutdown.clone(), open: Arc::default() };
+    // An answer that streams gets ids of this endpoint's own, and is kept if its client leaves.
+    let posts = tower::Layer::layer(&middleware::from_fn_with_state(answers, resume::resumable), service);
     let auth = Auth { identity, admission, secure };
-    // POST is the SDK's; a session's GET stream is ours, fed by the agent's push stream; DELETE is
-    // the SDK's, then ends the agent's relay session too.
+    // POST is the SDK's, its answer streams made resumable; GET is ours: a session's stream, fed
+    // by the agent's push stream, or an answer resumed; DELETE is the SDK's, then ends the agent's
+    // relay session too.
     let mcp = get(stream::open)
         .with_state(streams)
-        .post_service(service)
+        .post_service(posts)
         .merge(axum::routing::delete(end_session).with_state(ending));
     let router = Router::new()
         .route(PATH, mcp)

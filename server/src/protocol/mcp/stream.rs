@@ -2,7 +2,8 @@
 //! (the agent is online, as a bridge's is) and each new message comes as a notification — the
 //! channel form for Claude Code, a log message for other clients — and the tool list is announced
 //! again when the agent's role changes. Each message's event id is its seq in the agent's inbox,
-//! so a client reconnecting with `Last-Event-ID` resumes after what it had, on any replica.
+//! so a client reconnecting with `Last-Event-ID` resumes after what it had, on any replica. The
+//! same `GET` with the id of a call's answer event resumes that answer instead (see [`super::resume`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -25,6 +26,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use super::agents::{Agents, Remote, Seat, harness_of};
+use super::resume::{Answers, EventId};
 use crate::app::remote::RemoteService;
 use crate::metrics::metrics;
 
@@ -35,6 +37,8 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub struct Streams {
     pub agents: Arc<Agents>,
     pub remote: RemoteService,
+    /// Answer streams whose client left, to resume.
+    pub answers: Arc<Answers>,
     /// Ends every stream when the server stops.
     pub shutdown: CancellationToken,
     /// The sessions whose stream is open on this replica, one each: a client reconnecting (its
@@ -70,6 +74,17 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
     };
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let last_event = header("last-event-id");
+    // A call's answer stream, resumed after its connection broke (any revision).
+    if let Some(id) = last_event.as_deref().and_then(EventId::parse) {
+        return streams.answers.resume(remote.machine.machine_id, id).await;
+    }
+    let after_seq = match last_event.as_deref().map(|id| id.trim().parse::<u64>()) {
+        None => 0,
+        Some(Ok(seq)) => seq,
+        Some(Err(_)) => {
+            return (StatusCode::BAD_REQUEST, "Last-Event-ID names no event this endpoint sent").into_response();
+        }
+    };
     // The stateless revision has no stream to open: its requests stream their own answers.
     let Some(session) = header("mcp-session-id") else {
         return (StatusCode::METHOD_NOT_ALLOWED, "a stream of notifications belongs to a session: initialize first")
@@ -83,7 +98,6 @@ pub async fn open(State(streams): State<Streams>, request: Request) -> Response 
     let Some(params) = serde_json::from_str::<SessionState>(&initialized).ok().map(|s| s.initialize_params) else {
         return (StatusCode::INTERNAL_SERVER_ERROR, "the session's state cannot be read").into_response();
     };
-    let after_seq = last_event.and_then(|id| id.parse::<u64>().ok()).unwrap_or(0);
     let stop = streams.shutdown.child_token();
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
     let taken = streams.open.lock().expect("streams lock poisoned").insert(session.clone(), (id, stop.clone()));
