@@ -192,7 +192,7 @@ impl StandIn {
         let sessions = self.dir.path();
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
-            let written = std::fs::read_dir(&sessions)
+            let written = std::fs::read_dir(sessions)
                 .map(|entries| entries.flatten().any(|e| e.path().extension().is_some_and(|x| x == "toml")))
                 .unwrap_or(false);
             if written {

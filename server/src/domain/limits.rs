@@ -327,7 +327,7 @@ mod tests {
         let forge = "ghp_Zr4Kd9Wq2Ly7Hx1Nc6Vb3Mt8Gf5Js0Pa2QeR";
         let refused = client_id(forge).unwrap_err().to_string();
         assert!(refused.contains("must not contain a credential") && refused.contains("github-pat"), "{refused}");
-        assert!(!refused.contains(&forge), "the refusal does not repeat the credential: {refused}");
+        assert!(!refused.contains(forge), "the refusal does not repeat the credential: {refused}");
         short_text("note", "reading the diff", MAX_NOTE_CHARS).unwrap();
         assert!(short_text("note", "two\nlines", MAX_NOTE_CHARS).is_err());
         assert!(short_text("note", &"é".repeat(MAX_NOTE_CHARS + 1), MAX_NOTE_CHARS).is_err());

@@ -1275,40 +1275,51 @@ pub async fn main() {
             });
         }
 
-        let recipients: Vec<String> = agents(&server.url, &ci, "mr", 32).await.into_iter().map(|a| a.address).collect();
-        let mut senders = Vec::new();
-        for i in 0..32 {
-            let mut sender = Http::connect(&mcp, &cloud, &format!("mh{i}")).await;
-            sender.call("relay_whoami", serde_json::json!({})).await;
-            senders.push(sender);
-        }
-        stats.reset_statements().await;
-        let before = Cpu::now(pid);
-        let deadline = Instant::now() + Duration::from_secs(args.seconds);
-        let sent = futures_join(senders.into_iter().zip(recipients).map(|(mut sender, to)| async move {
-            let mut n = 0u64;
-            while Instant::now() < deadline {
-                sender.call("relay_send", serde_json::json!({ "to": to, "body": format!("m{n}") })).await;
-                n += 1;
+        // Stateless calls answered in JSON, then calls in 2025 sessions, whose answers stream and
+        // are kept for their clients to resume.
+        for (session, prefix, label) in [(false, "mh", ""), (true, "ms", " in 2025 sessions")] {
+            let recipients: Vec<String> =
+                agents(&server.url, &ci, &format!("{prefix}r"), 32).await.into_iter().map(|a| a.address).collect();
+            let mut senders = Vec::new();
+            for i in 0..32 {
+                let handle = format!("{prefix}{i}");
+                let mut sender = if session {
+                    Http::session(&mcp, &cloud, &handle).await
+                } else {
+                    Http::connect(&mcp, &cloud, &handle).await
+                };
+                sender.call("relay_whoami", serde_json::json!({})).await;
+                senders.push(sender);
             }
-            n
-        }))
-        .await;
-        let total: u64 = sent.iter().sum();
-        let rate = total as f64 / args.seconds as f64;
-        let cpu = Cpu::now(pid).per(before, total as f64);
-        stats.print_statements("throughput @32 over http /mcp", "send", total as f64).await;
-        let floor = f.commits_per_s.get(&32).copied();
-        let mut r = row("throughput @32 over http /mcp (msg/s)", format!("{rate:.0}"), floor, rate, "");
-        r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
-        rows.push(r);
-        rows.push(Row {
-            what: "  cpu us per send: server / postgres / bench".into(),
-            relay: cpu,
-            floor: String::new(),
-            ratio: String::new(),
-            target: String::new(),
-        });
+            stats.reset_statements().await;
+            let before = Cpu::now(pid);
+            let deadline = Instant::now() + Duration::from_secs(args.seconds);
+            let sent = futures_join(senders.into_iter().zip(recipients).map(|(mut sender, to)| async move {
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    sender.call("relay_send", serde_json::json!({ "to": to, "body": format!("m{n}") })).await;
+                    n += 1;
+                }
+                n
+            }))
+            .await;
+            let total: u64 = sent.iter().sum();
+            let rate = total as f64 / args.seconds as f64;
+            let cpu = Cpu::now(pid).per(before, total as f64);
+            let phase = format!("throughput @32 over http /mcp{label}");
+            stats.print_statements(&phase, "send", total as f64).await;
+            let floor = f.commits_per_s.get(&32).copied();
+            let mut r = row(&format!("{phase} (msg/s)"), format!("{rate:.0}"), floor, rate, "");
+            r.ratio = floor.map_or(String::new(), |fl| format!("{:.2}x", rate / fl));
+            rows.push(r);
+            rows.push(Row {
+                what: "  cpu us per send: server / postgres / bench".into(),
+                relay: cpu,
+                floor: String::new(),
+                ratio: String::new(),
+                target: String::new(),
+            });
+        }
     }
 
     // A fixed offered rate, open loop, over 50 pairs.
@@ -1648,11 +1659,13 @@ async fn seed_unread(url: &str, address: &str, prefix: &str, n: i64) {
 }
 
 /// A client of the MCP endpoint on one HTTP/1.1 connection it keeps, as an agent's client would:
-/// stateless tool calls (2026-07-28), each answered in JSON.
+/// stateless tool calls (2026-07-28), each answered in JSON, or the calls of a 2025-06-18 session,
+/// each answered as an event stream.
 struct Http {
     stream: tokio::io::BufReader<tokio::net::TcpStream>,
     head: String,
     next_id: u64,
+    session: bool,
 }
 
 impl Http {
@@ -1664,7 +1677,35 @@ impl Http {
              Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
              MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\n"
         );
-        Self { stream: tokio::io::BufReader::new(stream), head, next_id: 1 }
+        Self { stream: tokio::io::BufReader::new(stream), head, next_id: 1, session: false }
+    }
+
+    /// A client that has initialized a 2025-06-18 session.
+    async fn session(addr: &str, token: &str, handle: &str) -> Self {
+        use tokio::io::AsyncWriteExt;
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect to the mcp endpoint");
+        let _ = stream.set_nodelay(true);
+        let mut head = format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nRelay-Handle: {handle}\r\n\
+             Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+        );
+        let mut http = Self { stream: tokio::io::BufReader::new(stream), head: head.clone(), next_id: 2, session: true };
+        let initialize = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "relay-bench", "version": "1" } },
+        })
+        .to_string();
+        let request = format!("{head}Content-Length: {}\r\n\r\n{initialize}", initialize.len());
+        http.stream.get_mut().write_all(request.as_bytes()).await.expect("send to the mcp endpoint");
+        let (headers, _) = http.read_answer().await;
+        let session = headers.get("mcp-session-id").expect("a session id");
+        head.push_str(&format!("Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: 2025-06-18\r\n"));
+        let initialized = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+        let request = format!("{head}Content-Length: {}\r\n\r\n{initialized}", initialized.len());
+        http.stream.get_mut().write_all(request.as_bytes()).await.expect("send to the mcp endpoint");
+        http.read_answer().await;
+        http.head = head;
+        http
     }
 
     /// Calls tool `name`; its result, which must not be an error.
@@ -1672,31 +1713,37 @@ impl Http {
         use tokio::io::AsyncWriteExt;
         let id = self.next_id;
         self.next_id += 1;
-        let body = serde_json::json!({
-            "jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": { "name": name, "arguments": arguments, "_meta": {
+        let mut body = serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": name, "arguments": arguments },
+        });
+        if !self.session {
+            body["params"]["_meta"] = serde_json::json!({
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientInfo": { "name": "relay-bench", "version": "1" },
                 "io.modelcontextprotocol/clientCapabilities": {},
-            } },
-        })
-        .to_string();
+            });
+        }
+        let body = body.to_string();
         let request = format!("{}Mcp-Name: {name}\r\nContent-Length: {}\r\n\r\n{body}", self.head, body.len());
         let exchange = async {
             self.stream.get_mut().write_all(request.as_bytes()).await.expect("send to the mcp endpoint");
-            self.read_answer().await
+            self.read_answer().await.1
         };
         let answer = tokio::time::timeout(PHASE_LIMIT, exchange).await.expect("the mcp endpoint answers in time");
-        let answer: serde_json::Value = serde_json::from_slice(&answer).expect("a JSON answer");
+        let answer = String::from_utf8(answer).expect("an answer in UTF-8");
+        // An event stream's answer is the event whose data is a response.
+        let json = answer.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim).find(|d| d.contains("\"id\""));
+        let answer: serde_json::Value = serde_json::from_str(json.unwrap_or(&answer)).expect("a JSON answer");
         let result = answer["result"].clone();
         assert!(result.is_object() && result["isError"] != true, "{name}: {answer}");
         result
     }
 
-    /// One answer's body, by its Content-Length.
-    async fn read_answer(&mut self) -> Vec<u8> {
+    /// One answer: its headers (names in lowercase) and its body, by its Content-Length or its
+    /// chunks.
+    async fn read_answer(&mut self) -> (std::collections::HashMap<String, String>, Vec<u8>) {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt};
-        let mut length = 0;
+        let mut headers = std::collections::HashMap::new();
         let mut line = String::new();
         loop {
             line.clear();
@@ -1704,14 +1751,28 @@ impl Http {
             if line == "\r\n" || line.is_empty() {
                 break;
             }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().expect("a content length");
+            if let Some((name, value)) = line.split_once(':') {
+                headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
             }
         }
-        let mut answer = vec![0; length];
-        self.stream.read_exact(&mut answer).await.expect("read the answer");
-        answer
+        let mut answer = Vec::new();
+        if headers.get("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+            loop {
+                line.clear();
+                self.stream.read_line(&mut line).await.expect("read a chunk's size");
+                let size = usize::from_str_radix(line.trim(), 16).expect("a chunk size");
+                let mut chunk = vec![0; size + 2];
+                self.stream.read_exact(&mut chunk).await.expect("read a chunk");
+                if size == 0 {
+                    break;
+                }
+                answer.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            let length = headers.get("content-length").map_or(0, |l| l.parse().expect("a content length"));
+            answer.resize(length, 0);
+            self.stream.read_exact(&mut answer).await.expect("read the answer");
+        }
+        (headers, answer)
     }
 }
