@@ -43,31 +43,7 @@ enum Command {
     /// Serve gRPC (applies pending migrations first).
     Serve {
         #[command(flatten)]
-        db: DbArgs,
-        #[command(flatten)]
-        listen: ListenArgs,
-        #[command(flatten)]
-        limits: LimitArgs,
-        #[command(flatten)]
-        rpc: RpcArgs,
-        #[command(flatten)]
-        retention: RetentionArgs,
-        #[command(flatten)]
-        timings: TimingArgs,
-        #[command(flatten)]
-        quotas: QuotaArgs,
-        /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (off by default).
-        #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
-        ops_listen: Option<Listen>,
-        /// Serve the web console on this address (off by default): HTTPS with --tls-cert and
-        /// --tls-key, plaintext only on loopback unless --insecure-plaintext.
-        #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
-        console_listen: Option<Listen>,
-        /// Serve the relay tools to remote MCP clients (Streamable HTTP, path /mcp) on this address
-        /// (off by default): HTTPS with --tls-cert and --tls-key, plaintext only on loopback unless
-        /// --insecure-plaintext.
-        #[arg(long, env = "RELAY_MCP_LISTEN", value_name = "ADDR|off")]
-        mcp_listen: Option<Listen>,
+        serve: ServeArgs,
     },
     /// Apply pending migrations and exit.
     Migrate {
@@ -75,33 +51,11 @@ enum Command {
         db: DbArgs,
     },
     /// Serve on a private Postgres cluster from the local binaries, and set this machine up as a client.
+    /// The side listeners are on by default here: ops 127.0.0.1:7448, console 127.0.0.1:7449, MCP
+    /// 127.0.0.1:7450 (each skipped with a warning when taken, or with `off`).
     Dev {
         #[command(flatten)]
-        db: DbArgs,
-        #[command(flatten)]
-        listen: ListenArgs,
-        #[command(flatten)]
-        limits: LimitArgs,
-        #[command(flatten)]
-        rpc: RpcArgs,
-        #[command(flatten)]
-        retention: RetentionArgs,
-        #[command(flatten)]
-        timings: TimingArgs,
-        #[command(flatten)]
-        quotas: QuotaArgs,
-        /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address [default:
-        /// 127.0.0.1:7448, skipped with a warning when taken].
-        #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
-        ops_listen: Option<Listen>,
-        /// Serve the web console on this address [default: 127.0.0.1:7449, skipped with a warning
-        /// when taken].
-        #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
-        console_listen: Option<Listen>,
-        /// Serve the relay tools to remote MCP clients (path /mcp) on this address [default:
-        /// 127.0.0.1:7450, skipped with a warning when taken].
-        #[arg(long, env = "RELAY_MCP_LISTEN", value_name = "ADDR|off")]
-        mcp_listen: Option<Listen>,
+        serve: ServeArgs,
         /// Where the private cluster lives.
         #[arg(long, env = "RELAY_DATA_DIR")]
         data_dir: Option<PathBuf>,
@@ -122,6 +76,51 @@ enum Command {
         #[command(subcommand)]
         command: AdminArgs,
     },
+}
+
+/// What `serve` and `dev` both take.
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    #[command(flatten)]
+    listen: ListenArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    settings: SettingsArgs,
+    /// Serve /healthz, /readyz and /metrics over plaintext HTTP on this address (serve: off by
+    /// default).
+    #[arg(long, env = "RELAY_OPS_LISTEN", value_name = "ADDR|off")]
+    ops_listen: Option<Listen>,
+    /// Serve the web console on this address (serve: off by default): HTTPS with --tls-cert and
+    /// --tls-key, plaintext only on loopback unless --insecure-plaintext.
+    #[arg(long, env = "RELAY_CONSOLE_LISTEN", value_name = "ADDR|off")]
+    console_listen: Option<Listen>,
+    /// Serve the relay tools to remote MCP clients (Streamable HTTP, path /mcp) on this address
+    /// (serve: off by default): HTTPS with --tls-cert and --tls-key, plaintext only on loopback
+    /// unless --insecure-plaintext.
+    #[arg(long, env = "RELAY_MCP_LISTEN", value_name = "ADDR|off")]
+    mcp_listen: Option<Listen>,
+}
+
+/// The server's tunables, as `serve` and `dev` take them.
+#[derive(Args)]
+struct SettingsArgs {
+    #[command(flatten)]
+    rpc: RpcArgs,
+    #[command(flatten)]
+    retention: RetentionArgs,
+    #[command(flatten)]
+    timings: TimingArgs,
+    #[command(flatten)]
+    quotas: QuotaArgs,
+}
+
+impl From<SettingsArgs> for Settings {
+    fn from(a: SettingsArgs) -> Self {
+        Settings { rpc: a.rpc.into(), retention: a.retention.into(), quotas: a.quotas.into(), timings: a.timings.into() }
+    }
 }
 
 #[derive(Args)]
@@ -557,19 +556,9 @@ fn init_logging(format: LogFormat, default: &str) {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve {
-            db,
-            listen,
-            limits,
-            rpc,
-            retention,
-            timings,
-            quotas,
-            ops_listen,
-            console_listen,
-            mcp_listen,
-        } => {
+        Command::Serve { serve } => {
             init_logging(cli.log_format, "info");
+            let ServeArgs { db, listen, limits, settings, ops_listen, console_listen, mcp_listen } = serve;
             let listen = ListenOptions::from(listen);
             listen.tls()?;
             let ops = match ops_listen {
@@ -591,12 +580,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(Listen::Off) | None => None,
             };
             let store = serve::open_store(db.config()?).await?.with_max_unread(limits.max_unread);
-            let settings = Settings {
-                rpc: rpc.into(),
-                retention: retention.into(),
-                quotas: quotas.into(),
-                timings: timings.into(),
-            };
+            let settings = Settings::from(settings);
             let side = SideListeners { ops, console, mcp };
             serve::serve(store, &listen, settings, side, serve::termination()).await
         }
@@ -606,21 +590,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             say(cli.log_format, "database schema is up to date");
             Ok(())
         }
-        Command::Dev {
-            db,
-            listen,
-            limits,
-            rpc,
-            retention,
-            timings,
-            quotas,
-            ops_listen,
-            console_listen,
-            mcp_listen,
-            data_dir,
-            pg_bin,
-        } => {
+        Command::Dev { serve, data_dir, pg_bin } => {
             init_logging(cli.log_format, "info");
+            let ServeArgs { db, listen, limits, settings, ops_listen, console_listen, mcp_listen } = serve;
             dev::run(DevOptions {
                 listen: listen.into(),
                 database_url: db.url()?,
@@ -628,12 +600,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 pg_bin,
                 pool_size: db.db_pool_size,
                 max_unread: limits.max_unread,
-                settings: Settings {
-                    rpc: rpc.into(),
-                    retention: retention.into(),
-                    quotas: quotas.into(),
-                    timings: timings.into(),
-                },
+                settings: settings.into(),
                 ops_listen,
                 console_listen,
                 mcp_listen,
