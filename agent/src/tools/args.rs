@@ -21,17 +21,8 @@ pub struct ArgError(pub String);
 /// A tool's `inputSchema`: the schema derived from its argument type, inlined, without the
 /// Rust-sized number formats.
 pub fn input_schema<T: JsonSchema>() -> Value {
-    let generator = schemars::generate::SchemaSettings::draft07()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-        })
-        .into_generator();
-    let mut schema = generator.into_root_schema_for::<T>().to_value();
-    super::output::plain_numbers(&mut schema);
+    let mut schema = super::output::derived::<T>();
     if let Some(object) = schema.as_object_mut() {
-        object.remove("title");
-        object.remove("description");
         // Unknown arguments are refused by name when a call is read: saying so in every schema
         // would cost each client's model the words on every turn.
         object.remove("additionalProperties");

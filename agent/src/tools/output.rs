@@ -20,18 +20,7 @@ fn is_false(b: &bool) -> bool {
 
 /// A tool's `outputSchema`: the derived schema, inlined, with the shared fields added.
 pub fn schema<T: JsonSchema>() -> Value {
-    let generator = schemars::generate::SchemaSettings::draft07()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-        })
-        .into_generator();
-    let mut schema = generator.into_root_schema_for::<T>().to_value();
-    plain_numbers(&mut schema);
-    if let Some(object) = schema.as_object_mut() {
-        object.remove("title");
-        object.remove("description");
-    }
+    let mut schema = derived::<T>();
     let properties = schema["properties"].as_object_mut().expect("an output is an object");
     properties.insert(
         UNTRUSTED.into(),
@@ -45,10 +34,29 @@ pub fn schema<T: JsonSchema>() -> Value {
     schema
 }
 
+/// The schema derived from `T`, as every tool's input and output is given: draft-07, subschemas
+/// inlined, without the type's own title and doc comment (the tool's description says what it is)
+/// and without Rust-sized number formats.
+pub(super) fn derived<T: JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft07()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .into_generator();
+    let mut schema = generator.into_root_schema_for::<T>().to_value();
+    plain_numbers(&mut schema);
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("title");
+        object.remove("description");
+    }
+    schema
+}
+
 /// Drops the Rust-sized number formats (`uint32`, `int64`, …) the derivation writes: they are not
 /// formats JSON Schema knows, and clients warn about them at every start. An unsigned field keeps
 /// its `minimum: 0`.
-pub(super) fn plain_numbers(schema: &mut Value) {
+fn plain_numbers(schema: &mut Value) {
     match schema {
         Value::Object(object) => {
             if object.get("format").and_then(Value::as_str).is_some_and(|f| {
