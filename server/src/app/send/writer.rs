@@ -60,22 +60,13 @@ struct Job {
 
 /// One writer a replica: every send queues for it, so sends arriving together share one batch, one
 /// commit and, for one busy inbox, one row lock, instead of spreading over writers that each commit
-/// a smaller batch. Measured with the plain writers (migration 32) on two cores, in seven interleaved
-/// pairs of runs against two writers: 1,950-3,040 against 1,410-2,540 sends/s at 8 concurrent
-/// senders (ahead in every pair), 3,580-5,650 against 2,940-5,770 at 32 (ahead in five pairs, within
-/// 7% in the other two); at 2,000 sends/s offered, p99 alike. Three did worse. (Before the plain
-/// writers, with a subtransaction per batch, two measured best.)
+/// a smaller batch.
 ///
 /// The writer runs on a thread of its own, with a connection of its own whose socket that thread
-/// also drives: each batch is one round trip, and on the server's shared runtime its answer waited
-/// behind the calls in flight twice (the connection's task, then the writer's) before the next
-/// batch could start. Measured on two cores in four interleaved pairs: 10,250-11,115 against
-/// 7,886-9,238 sends/s at 32 senders, 4,700-4,949 against 3,955-4,279 at 8.
-///
-/// One batch is in flight at a time. Starting the next while one commits (a connection each) halved
-/// the batches, and each costs Postgres a fixed ~0.15 ms: in alternate runs on two cores, 8,758-8,874
-/// against 9,752-10,415 sends/s at 32 senders, 86-89 against 59-66 µs of Postgres CPU a send
-/// (docs/benchmarks.md, 2026-12-05).
+/// also drives: each batch is one round trip, where on the server's shared runtime its answer would
+/// wait behind the calls in flight before the next batch could start. One batch is in flight at a
+/// time: each costs Postgres a fixed time, so overlapping them halves the batches and costs more.
+/// Each choice was measured against its alternatives: docs/benchmarks.md, "What the figures decided".
 pub(super) struct Batcher {
     writer: Arc<Writer>,
     /// What the writer takes batches from.
