@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("migrations");
+    let dir =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("migrations");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut found: Vec<(i32, String, String)> = std::fs::read_dir(&dir)
         .expect("read server/migrations")

@@ -119,7 +119,12 @@ struct SettingsArgs {
 
 impl From<SettingsArgs> for Settings {
     fn from(a: SettingsArgs) -> Self {
-        Settings { rpc: a.rpc.into(), retention: a.retention.into(), quotas: a.quotas.into(), timings: a.timings.into() }
+        Settings {
+            rpc: a.rpc.into(),
+            retention: a.retention.into(),
+            quotas: a.quotas.into(),
+            timings: a.timings.into(),
+        }
     }
 }
 

@@ -365,7 +365,8 @@ async fn silent_sockets(at: Attacker, said: fn(usize) -> &'static [u8]) {
 
 async fn silent_and_preface_only_sockets_take_no_place_from_agents(from: &'static str) {
     let w = world(from).await;
-    let said = |n: usize| -> &'static [u8] { if n.is_multiple_of(2) { b"P" } else { b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" } };
+    let said =
+        |n: usize| -> &'static [u8] { if n.is_multiple_of(2) { b"P" } else { b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" } };
     under_attack_with(&w, "silent and preface-only sockets", Connection::New, silent_sockets(w.attacker(), said)).await;
     assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's sockets were shed");
 }
@@ -373,7 +374,8 @@ async fn silent_and_preface_only_sockets_take_no_place_from_agents(from: &'stati
 async fn stalled_tls_handshakes_take_no_place_from_agents(from: &'static str) {
     let w = tls_world(from).await;
     // The first byte of a TLS record, or a handshake record's whole header: a ClientHello begun.
-    let said = |n: usize| -> &'static [u8] { if n.is_multiple_of(2) { &[0x16] } else { &[0x16, 0x03, 0x01, 0x02, 0x00] } };
+    let said =
+        |n: usize| -> &'static [u8] { if n.is_multiple_of(2) { &[0x16] } else { &[0x16, 0x03, 0x01, 0x02, 0x00] } };
     under_attack_with(&w, "stalled TLS handshakes", Connection::New, silent_sockets(w.attacker(), said)).await;
     assert!(w.metric(r#"relay_shed_total{reason="shares"}"#).await > 0.0, "the attacker's sockets were shed");
 }

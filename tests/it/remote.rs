@@ -676,7 +676,7 @@ async fn a_machine_tokens_call_rate_is_one_over_http_and_grpc() {
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
 }
 
-/// The README's Gemini CLI settings, with the real CLI: connected with the token from its
+/// The Gemini CLI settings docs/clients.md gives, with the real CLI: connected with the token from its
 /// environment, and not with a wrong one.
 #[tokio::test]
 async fn gemini_cli_connects_as_the_readme_configures_it() {

@@ -352,7 +352,7 @@ async fn admin_with_no_flag_and_no_database_url_uses_the_default_dev_cluster() {
     assert!(terminate(&mut dev.0).await.success());
 }
 
-/// The README's walk-through, as a newcomer runs it: `relay-server dev`, a second account and
+/// The walk-through of the README and docs/reach-and-trust.md, as a newcomer runs it: `relay-server dev`, a second account and
 /// machines added with `relay-server admin` (no database settings), each machine logged in with its
 /// token piped straight in, the two accounts' people making the contact from the human CLI, and then
 /// an agent of one account messaging an agent of the other.

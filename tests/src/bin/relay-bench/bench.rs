@@ -1689,7 +1689,8 @@ impl Http {
             "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nRelay-Handle: {handle}\r\n\
              Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
         );
-        let mut http = Self { stream: tokio::io::BufReader::new(stream), head: head.clone(), next_id: 2, session: true };
+        let mut http =
+            Self { stream: tokio::io::BufReader::new(stream), head: head.clone(), next_id: 2, session: true };
         let initialize = serde_json::json!({
             "jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "relay-bench", "version": "1" } },
