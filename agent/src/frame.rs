@@ -91,9 +91,9 @@ pub fn clip(text: &str, max: usize) -> String {
     format!("{}{mark}", &text[..end])
 }
 
-/// A message id's short form, as the server shows it (its first eight characters).
+/// A message id's short form, as the server shows it (its first characters).
 pub fn short(id: &str) -> &str {
-    id.get(..8).unwrap_or(id)
+    id.get(..relay_proto::timing::SHORT_ID_LEN).unwrap_or(id)
 }
 
 fn attr(value: &str) -> String {

@@ -1,10 +1,11 @@
 //! The contracts the server and the bridge share: the `relay.v1` gRPC API, the bridge's config
-//! file, which `relay-server dev` and `agent-bridge login` both write, and which of their releases
-//! work together.
+//! file, which `relay-server dev` and `agent-bridge login` both write, which of their releases
+//! work together, and the timing of their streams.
 
 pub mod bridge_config;
 pub mod codec;
 pub mod release;
+pub mod timing;
 
 pub mod v1 {
     tonic::include_proto!("relay.v1");

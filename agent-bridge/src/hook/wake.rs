@@ -17,6 +17,7 @@ use tonic::{Code, Status};
 use super::Agent;
 use crate::process;
 use crate::session_file::{self, Found};
+use relay_agent::relay::reopen::{Reopening, within_silence};
 use relay_agent::relay::replicas::Replicas;
 use relay_agent::relay::session::authed;
 
@@ -25,10 +26,6 @@ use relay_agent::relay::session::authed;
 pub const LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
 /// Longest the server may take to answer the call at all.
 const OPENING: Duration = Duration::from_secs(10);
-/// The server says it is alive every 10 s while it waits: this much silence means it is not.
-const SILENCE: Duration = Duration::from_secs(35);
-const FIRST_RETRY: Duration = Duration::from_millis(200);
-const MAX_RETRY: Duration = Duration::from_secs(5);
 
 /// How a wait ended.
 #[derive(Debug)]
@@ -50,10 +47,7 @@ pub async fn announce(replicas: &Replicas, token: &str, wait: bool) -> Result<Op
             .map_err(|_| Status::deadline_exceeded("the relay server did not answer in time"))??;
         let mut stream = opened.into_inner();
         loop {
-            let next = tokio::time::timeout(SILENCE, stream.message())
-                .await
-                .map_err(|_| Status::deadline_exceeded("the relay server went silent"))??;
-            match next.and_then(|e| e.event) {
+            match within_silence(stream.message()).await?.and_then(|e| e.event) {
                 None => return Ok(None),
                 Some(announce_event::Event::Waiting(_)) => {}
                 Some(announce_event::Event::Announcement(a)) => return Ok(Some(a)),
@@ -85,13 +79,18 @@ pub async fn until_mail(agent: &Agent) -> Woken {
 }
 
 async fn watch(found: &Found, replicas: &Replicas) -> Woken {
-    let mut retry = FIRST_RETRY;
+    let mut reopening = Reopening::default();
     loop {
         // A bridge that had to claim its endpoint again wrote its new token to the file.
         let Some(session) = found.reread() else { return Woken::Ended("the agent's relay session ended".into()) };
-        match announce(replicas, &session.session_token, true).await {
+        let (replica, _) = replicas.current();
+        let reason = match announce(replicas, &session.session_token, true).await {
             Ok(Some(announcement)) if !announcement.messages.is_empty() => return Woken::Mail(announcement),
-            Ok(_) => retry = FIRST_RETRY,
+            Ok(_) => {
+                // The stream ended without mail (a server stopping ends it): open it again.
+                reopening.progressed();
+                "the wait ended without mail".to_owned()
+            }
             Err(status) if status.code() == Code::Unauthenticated => {
                 let renewed = found.reread().is_some_and(|now| now.session_token != session.session_token);
                 if !renewed {
@@ -99,12 +98,9 @@ async fn watch(found: &Found, replicas: &Replicas) -> Woken {
                 }
                 continue;
             }
-            Err(status) => {
-                tracing::info!(error = %status.message(), retry_ms = retry.as_millis() as u64, "waiting for mail again")
-            }
-        }
-        tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(MAX_RETRY);
+            Err(status) => status.message().to_owned(),
+        };
+        reopening.pause(replicas, replica, "wait for mail", &reason).await;
     }
 }
 

@@ -4,18 +4,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
 use relay_proto::v1::{Message, SubscribeRequest, push};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::reopen::{Reopening, within_silence};
 use super::session::{Relay, authed};
-
-const FIRST_RETRY: Duration = Duration::from_millis(200);
-const MAX_RETRY: Duration = Duration::from_secs(5);
-/// The server sends a heartbeat every 10 s; this much silence means the connection is dead.
-const SILENCE: Duration = Duration::from_secs(35);
 
 /// How far the stream has brought this bridge. While the stream is open and has handed on
 /// everything the server had for it, the messages it handed on are all there is unread; otherwise
@@ -53,10 +48,7 @@ pub async fn run(
 ) {
     let mut last_seq = after_seq;
     let mut address: Option<String> = None;
-    let mut retry = FIRST_RETRY;
-    // Replicas moved to since the stream last delivered anything: each is tried at once, and
-    // backoff starts only once every one of them failed.
-    let mut hops = 0;
+    let mut reopening = Reopening::default();
     loop {
         if stop.is_cancelled() {
             return;
@@ -92,25 +84,18 @@ pub async fn run(
             // the next heartbeat.
             let mut opened = false;
             loop {
-                let next = tokio::time::timeout(SILENCE, stream.message()).await;
-                let push = match next {
-                    Err(_) => {
-                        let why = "push stream went silent";
-                        relay.replicas().fail_over(replica, why);
-                        return Err(why.to_owned());
-                    }
-                    Ok(Err(status)) => {
+                let push = match within_silence(stream.message()).await {
+                    Err(status) => {
                         if status.code() == tonic::Code::Unauthenticated {
                             relay.renew(&session).await.map_err(|e| e.to_string())?;
                         }
                         relay.replicas().failed(replica, &status);
                         return Err(status.message().to_owned());
                     }
-                    Ok(Ok(None)) => return Err("push stream closed by the server".to_owned()),
-                    Ok(Ok(Some(push))) => push,
+                    Ok(None) => return Err("push stream closed by the server".to_owned()),
+                    Ok(Some(push)) => push,
                 };
-                retry = FIRST_RETRY;
-                hops = 0;
+                reopening.progressed();
                 match push.event {
                     Some(push::Event::Message(message)) if message.seq > last_seq => {
                         last_seq = message.seq;
@@ -141,18 +126,9 @@ pub async fn run(
             Ok(()) => return,
             Err(reason) => reason,
         };
-        let (now, _) = relay.client();
-        if now != replica && hops + 1 < relay.replicas().count() {
-            hops += 1;
-            tracing::info!(reason, replica = %relay.replicas().url(now), "push stream interrupted; reopening on the next replica");
-            continue;
-        }
-        hops = 0;
-        tracing::info!(reason, retry_ms = retry.as_millis() as u64, "push stream interrupted; reopening");
         tokio::select! {
-            () = tokio::time::sleep(retry) => {}
+            () = reopening.pause(relay.replicas(), replica, "push stream", &reason) => {}
             () = stop.cancelled() => return,
         }
-        retry = (retry * 2).min(MAX_RETRY);
     }
 }

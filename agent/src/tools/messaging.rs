@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use rand::Rng;
+use relay_proto::timing::Backoff;
 use relay_proto::v1::*;
 use serde_json::{Map, Value};
 
@@ -43,8 +44,8 @@ pub(super) fn client_id() -> String {
 
 /// How long a send whose answer was lost is tried again, with its id, before the model is told.
 const PATIENCE: Duration = Duration::from_secs(60);
-const FIRST_RETRY: Duration = Duration::from_millis(500);
-const MAX_RETRY: Duration = Duration::from_secs(8);
+/// How soon such a send is tried again.
+const RETRYING: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(8));
 
 /// Makes a send (or a reply) with the client id `what` was given before, when an earlier call of
 /// the same send never learned its outcome. Once its outcome is in doubt (a request that left and
@@ -68,8 +69,9 @@ where
     let (id, mut in_doubt) = tools.client_id_for(key).await;
     set_id(&mut request, id);
     let started = tokio::time::Instant::now();
-    let mut retry = FIRST_RETRY;
+    let mut backoff = RETRYING;
     loop {
+        let retry = backoff.next_wait();
         // Once: a lost answer comes back as such (not as "unreachable"), and this loop retries.
         match tools.relay().call_once(Duration::ZERO, request.clone(), call.clone()).await {
             Ok(sent) => {
@@ -93,7 +95,6 @@ where
             }
         }
         tokio::time::sleep(retry).await;
-        retry = (retry * 2).min(MAX_RETRY);
     }
 }
 

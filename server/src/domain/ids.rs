@@ -165,7 +165,7 @@ impl TokenHash {
 const ID_ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 /// 24 characters of base 36: about 124 random bits.
 pub const MESSAGE_ID_LEN: usize = 24;
-pub const SHORT_ID_LEN: usize = 8;
+pub const SHORT_ID_LEN: usize = relay_proto::timing::SHORT_ID_LEN;
 pub const MIN_SUFFIX_LEN: usize = 4;
 
 /// A new message id: its first 8 characters count microseconds (in base 36, so they wrap every

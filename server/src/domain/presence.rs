@@ -10,8 +10,6 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use super::Error;
 use super::ids::Seq;
 
-/// How often a push stream tells its bridge it is alive (no database work).
-pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(10);
 /// A replica's liveness lasts this long and is renewed every [`REPLICA_RENEW`]: a crashed replica's
 /// streams count as closed within [`REPLICA_LEASE`].
 pub const REPLICA_LEASE: Duration = Duration::from_secs(15);

@@ -6,14 +6,12 @@
 //! it only tells its client it is alive and checks the session from memory.
 
 use futures_util::future::BoxFuture;
-use tokio::time::{Instant, interval_at};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::Hub;
 use super::events::{self, Events, Sender, Slot};
+use crate::domain::Result;
 use crate::domain::message::Announcement;
-use crate::domain::{Result, presence};
 use crate::metrics::metrics;
 use crate::store::Store;
 use crate::store::identity::Caller;
@@ -48,15 +46,9 @@ pub fn open(
     shutdown: CancellationToken,
     session: SessionCheck,
 ) -> AnnounceStream {
-    let (tx, events) = events::channel(2);
-    let task = async move {
-        if let Err(err) = feed(&store, &hub, &caller, wait, &session, &tx, &shutdown).await {
-            tracing::debug!(endpoint = %caller.address(), error = %err, "announcement ended");
-            tx.fail(err).await;
-        }
-    };
-    tokio::spawn(task.instrument(tracing::Span::current()));
-    events
+    events::open(2, "announcement", move |tx| async move {
+        feed(&store, &hub, &caller, wait, &session, &tx, &shutdown).await
+    })
 }
 
 async fn feed(
@@ -73,7 +65,7 @@ async fn feed(
     if wait && !tx.send(Event::Waiting).await {
         return Ok(());
     }
-    let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
+    let mut beats = events::heartbeats();
     let _counted = wait.then(Waiting::new);
     loop {
         waiter.seen();

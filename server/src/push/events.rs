@@ -1,12 +1,18 @@
-//! The buffer between a stream's task and its call: the events it carries, or the error that ends it.
+//! The one mechanism behind every server stream (an endpoint's push stream, a waiting
+//! announcement): a task that feeds a buffer, beating every [`HEARTBEAT_EVERY`] while it waits, and
+//! the call that reads the buffer — the events the task sends, then the error that ended it, if any.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use relay_proto::timing::HEARTBEAT_EVERY;
 use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval, interval_at};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
 
 use crate::domain::{Error, Result};
 
@@ -41,12 +47,43 @@ pub(super) fn channel<E>(capacity: usize) -> (Sender<E>, Events<E>) {
     (Sender(tx), Events(ReceiverStream::new(rx)))
 }
 
+/// Opens a stream of `capacity` events fed by `feed`, run as a task in the call's span (so what it
+/// logs names its caller). The stream ends when `feed` does; an error it returns is the stream's
+/// last item.
+pub(super) fn open<E, F>(capacity: usize, what: &'static str, feed: impl FnOnce(Sender<E>) -> F) -> Events<E>
+where
+    E: Send + 'static,
+    F: Future<Output = crate::domain::Result<()>> + Send + 'static,
+{
+    let (tx, events) = channel(capacity);
+    let fed = feed(tx.clone());
+    let task = async move {
+        if let Err(err) = fed.await {
+            tracing::debug!(error = %err, "{what} ended");
+            tx.fail(err).await;
+        }
+    };
+    tokio::spawn(task.instrument(tracing::Span::current()));
+    events
+}
+
+/// The beats of a stream that waits, the first one period from now.
+pub(super) fn heartbeats() -> Interval {
+    interval_at(Instant::now() + HEARTBEAT_EVERY, HEARTBEAT_EVERY)
+}
+
 /// A client that stops reading for this long is treated as gone rather than holding the task forever.
 const STALLED: Duration = Duration::from_secs(60);
 
 /// The feeding task's end of the buffer. Every wait on the client has a deadline: a client that is
 /// connected but does not read holds a task for [`STALLED`] at most.
 pub(super) struct Sender<E>(mpsc::Sender<Slot<E>>);
+
+impl<E> Clone for Sender<E> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
 
 impl<E> Sender<E> {
     /// Hands the call `event`; `false` when the client is gone or stopped reading.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use relay_proto::timing::Backoff;
 use tokio::task::JoinHandle;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Socket};
@@ -18,10 +19,10 @@ use crate::store::identity::{CONTROL_CHANNEL, Control};
 use crate::store::messages::{DELIVERY_CHANNEL, DeliveryNotice};
 use crate::store::{DbConfig, DbTls, Store};
 
-const FIRST_RETRY: Duration = Duration::from_millis(250);
+/// How soon the notification connection is reopened: at once after a blip, every 10 s at most.
+const REOPENING: Backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(10));
 const PROBE_EVERY: Duration = Duration::from_secs(30);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_RETRY: Duration = Duration::from_secs(10);
 
 type Driver = JoinHandle<std::result::Result<(), tokio_postgres::Error>>;
 
@@ -68,7 +69,8 @@ pub async fn start(store: Store, hub: Hub, kept: Arc<dyn Kept>, shutdown: Cancel
     memory.heard();
     Ok(tokio::spawn(async move {
         let mut current = Some(first);
-        let mut retry = FIRST_RETRY;
+        let mut backoff = REOPENING;
+        let mut retry = backoff.next_wait();
         loop {
             if let Some((client, mut driver)) = current.take() {
                 // A half-open connection would swallow notifications silently: probe it now and then.
@@ -106,15 +108,16 @@ pub async fn start(store: Store, hub: Hub, kept: Arc<dyn Kept>, shutdown: Cancel
                     tracing::info!("notification connection restored");
                     crate::metrics::metrics().listen_reconnects.inc();
                     current = Some(session);
-                    retry = FIRST_RETRY;
+                    backoff.reset();
+                    retry = backoff.next_wait();
                     memory.heard();
                     // Notifications sent while we were away are gone: everyone re-reads and rechecks.
                     hub.wake_all();
                     hub.all_changed();
                 }
                 Err(e) => {
+                    retry = backoff.next_wait();
                     tracing::warn!(error = %e, retry_ms = retry.as_millis() as u64, "cannot reopen the notification connection");
-                    retry = (retry * 2).min(MAX_RETRY);
                 }
             }
         }

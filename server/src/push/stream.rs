@@ -1,15 +1,13 @@
 //! One endpoint's push stream: everything unread above the bridge's last seq, then each new delivery.
 
-use tokio::time::{Instant, interval_at};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::Hub;
 use super::events::{self, Events, Sender, Slot};
 use crate::domain::ids::Seq;
 use crate::domain::message::Message;
 use crate::domain::presence::OpenStream;
-use crate::domain::{Error, Result, presence};
+use crate::domain::{Error, Result};
 use crate::metrics::{Step, metrics};
 use crate::store::Store;
 use crate::store::identity::{self, Caller};
@@ -39,27 +37,20 @@ const _: () = assert!(std::mem::size_of::<Slot<Event>>() == 16);
 /// Starts the task that feeds the stream; it ends when the client goes away (a send fails), the
 /// session ends, or the server shuts down.
 pub fn open(store: Store, hub: Hub, caller: Caller, after_seq: Seq, shutdown: CancellationToken) -> PushStream {
-    let (tx, events) = events::channel(BUFFER);
-    // In the call's span, so what the stream logs names its caller.
-    let task = async move {
+    events::open(BUFFER, "push stream", move |tx| async move {
         let address = caller.address();
         tracing::debug!(endpoint = %address, %after_seq, "push stream opened");
         let mut generation = None;
         let _open = OpenGauge::new();
         let outcome = feed(&store, &hub, &caller, after_seq, &tx, &shutdown, &mut generation).await;
-        if let Err(err) = outcome {
-            tracing::debug!(endpoint = %address, error = %err, "push stream failed");
-            tx.fail(err).await;
-        }
         if let Some(generation) = generation
             && let Err(e) = Box::pin(release_presence(&store, &caller, generation)).await
         {
             tracing::warn!(endpoint = %address, error = %e, "cannot release presence");
         }
         tracing::debug!(endpoint = %address, "push stream closed");
-    };
-    tokio::spawn(task.instrument(tracing::Span::current()));
-    events
+        outcome
+    })
 }
 
 /// Counts a stream in `relay_push_streams` while its task runs.
@@ -103,7 +94,7 @@ async fn feed(
     // Presence is the replica's to keep: an idle stream only tells its bridge it is alive, and
     // reads the database only when something changed.
     let mut head = opened.head;
-    let mut beats = interval_at(Instant::now() + presence::HEARTBEAT_EVERY, presence::HEARTBEAT_EVERY);
+    let mut beats = events::heartbeats();
     // Read what waits, then again only on a wake-up: a heartbeat or a recheck reads no inbox.
     let mut unread_may_wait = true;
     // After the first drain a heartbeat says the backlog is through: the bridge knows at once that
