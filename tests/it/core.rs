@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use ::relay_server::domain::presence::HEARTBEAT_EVERY;
+use relay_proto::timing::HEARTBEAT_EVERY;
 use relay_proto::v1::*;
 use relay_tests::client::{Agent, caught_up, next_heartbeat, next_message};
 use relay_tests::eventually;
