@@ -5,8 +5,9 @@
 //!    `relay_rpc_duration_seconds`);
 //! 2. a span per call (`rpc`, with service, method, caller, code, latency) and one event when it ends;
 //! 3. catch-panic: a handler that panics answers INTERNAL and is logged; the server keeps serving;
-//! 4. admission (`admission`): budgets per address, credential, account and server, the request
-//!    message's size and arrival, authentication, call rates and a time budget per call.
+//! 4. admission (`admission`), a layer per step, in this order: the address's budget,
+//!    authentication, the credential's share, the request message whole and in time, call rates,
+//!    the account's and the server's shares, and a time budget per call.
 //!
 //! Health and reflection pass admission untouched, so readiness probes answer however busy the
 //! server is.
@@ -25,7 +26,9 @@ use tower_http::trace::{MakeSpan, OnEos, OnResponse, Trace, TraceLayer};
 use tracing::Span;
 use tracing::field::Empty;
 
-use super::admission::{Admission, AdmissionLayer};
+use super::admission::{
+    Address, AdmissionLayer, Authenticate, Bypass, CredentialShare, Rates, Shares, Stepped, TimeBudget, WholeMessage,
+};
 use super::calls::split_path;
 use crate::metrics::metrics;
 
@@ -50,11 +53,36 @@ impl RpcLayers {
 /// The trace layer with the spans and events of [`RpcSpan`] and [`RpcEnd`].
 pub type RpcTrace<S> = Trace<S, SharedClassifier<GrpcErrorsAsFailures>, RpcSpan, (), RpcEnd, (), RpcEnd, ()>;
 
+/// Admission's steps in front of a service, outermost first; health and reflection go around them.
+pub type Admitted<S> = Bypass<
+    Stepped<
+        Address,
+        Stepped<
+            Authenticate,
+            Stepped<CredentialShare, Stepped<WholeMessage, Stepped<Rates, Stepped<Shares, Stepped<TimeBudget, S>>>>>,
+        >,
+    >,
+    S,
+>;
+
+/// `inner` behind admission's steps, in the order the admission module gives.
+pub fn admitted<S: Clone>(admission: &AdmissionLayer, inner: S) -> Admitted<S> {
+    let steps = tower::ServiceBuilder::new()
+        .layer(admission.address())
+        .layer(admission.authenticate())
+        .layer(admission.credential_share())
+        .layer(admission.whole_message())
+        .layer(admission.rates())
+        .layer(admission.shares())
+        .layer(admission.time_budget());
+    Bypass { admitted: steps.service(inner.clone()), plain: inner }
+}
+
 impl<S: Clone> Layer<S> for RpcLayers {
-    type Service = Measured<RpcTrace<CatchPanic<Admission<S>, PanicToStatus>>>;
+    type Service = Measured<RpcTrace<CatchPanic<Admitted<S>, PanicToStatus>>>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        let admitted = self.admission.layer(inner);
+        let admitted = admitted(&self.admission, inner);
         let guarded = CatchPanic::custom(admitted, PanicToStatus);
         let traced = TraceLayer::new_for_grpc()
             .make_span_with(RpcSpan)

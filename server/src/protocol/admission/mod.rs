@@ -12,40 +12,57 @@
 //!    to the answer. Then the request message must arrive, whole, within `request_wait` and within
 //!    its method's size (`limits::request_bytes`): a call whose client sends its headers and
 //!    nothing more ends, and no call holds more memory than its method allows.
-//! 4. **Its account's share** (`per_account`), then the server's (`max_concurrent`). Calls that wait
+//! 4. **Call rates** per credential and per account (`Gatekeeper::admit_rate`): before the shares
+//!    below, so a call held back for its rate holds only its credential's place.
+//! 5. **Its account's share** (`per_account`), then the server's (`max_concurrent`). Calls that wait
 //!    (long polls, permission requests) and streams count apart from calls doing work, with their
 //!    own shares per account and per credential; a stream holds its stream places for its life and
 //!    its call places only until it starts streaming.
-//! 5. **Call rates** per credential and per account (`Gatekeeper::admit_rate`).
 //! 6. **A time budget** by the method's kind ([`Kind::budget`]).
 //!
 //! Every refusal is RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED, INVALID_ARGUMENT) with what was full
 //! and when to retry. Health and reflection pass untouched, so readiness answers however busy the
 //! replica is.
+//!
+//! Each step is a tower layer of its own (a [`Job`] in [`Step`]), in a module of its own;
+//! `protocol::layers` composes them in this order, behind [`Bypass`].
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::net::IpAddr;
-use std::pin::Pin;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use http::{Request, Response};
-use http_body_util::BodyExt;
 use tonic::Status;
 use tonic::body::Body;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-use super::calls::{Kind, advise_retry, advise_retry_after, ran_too_long};
-use super::connections;
-use super::credential::{Credential, Issued};
+mod address;
+mod authenticate;
+mod budget;
+mod credential;
+mod message;
+mod rates;
+mod shares;
+
+pub use address::Address;
+pub use authenticate::Authenticate;
+pub use budget::TimeBudget;
+pub use credential::CredentialShare;
+pub use message::WholeMessage;
+pub use rates::Rates;
+pub use shares::Shares;
+
+use super::calls::{Kind, advise_retry, advise_retry_after};
+use super::credential::Credential;
 use crate::domain::caller::Holder;
 use crate::domain::ids::AccountId;
 use crate::domain::rate::{Bucket, Rate};
-use crate::domain::{Error, Result, limits};
+use crate::domain::{Error, Result};
 use crate::metrics::{Shed, metrics};
 
 /// The time budget of an ordinary call.
@@ -358,7 +375,8 @@ impl Arrival {
     }
 }
 
-/// The admission layer; see the module.
+/// Admission's state — the budgets of the replica and what authenticates — from which each step's
+/// layer is made; see the module.
 #[derive(Clone)]
 pub struct AdmissionLayer {
     gatekeeper: Arc<dyn Gatekeeper>,
@@ -369,32 +387,74 @@ impl AdmissionLayer {
     pub fn new(gatekeeper: Arc<dyn Gatekeeper>, limits: RpcLimits) -> Self {
         Self { gatekeeper, budgets: Arc::new(Budgets::new(limits)) }
     }
-}
 
-impl<S> Layer<S> for AdmissionLayer {
-    type Service = Admission<S>;
+    pub fn address(&self) -> Step<Address> {
+        Step(Address { budgets: self.budgets.clone() })
+    }
 
-    fn layer(&self, inner: S) -> Self::Service {
-        Admission { inner, gatekeeper: self.gatekeeper.clone(), budgets: self.budgets.clone() }
+    pub fn authenticate(&self) -> Step<Authenticate> {
+        Step(Authenticate { gatekeeper: self.gatekeeper.clone(), budgets: self.budgets.clone() })
+    }
+
+    pub fn credential_share(&self) -> Step<CredentialShare> {
+        Step(CredentialShare { budgets: self.budgets.clone() })
+    }
+
+    pub fn whole_message(&self) -> Step<WholeMessage> {
+        Step(WholeMessage { wait: self.budgets.limits.request_wait })
+    }
+
+    pub fn rates(&self) -> Step<Rates> {
+        Step(Rates { gatekeeper: self.gatekeeper.clone() })
+    }
+
+    pub fn shares(&self) -> Step<Shares> {
+        Step(Shares { budgets: self.budgets.clone() })
+    }
+
+    pub fn time_budget(&self) -> Step<TimeBudget> {
+        Step(TimeBudget { timeout: self.budgets.limits.timeout })
     }
 }
 
-#[derive(Clone)]
-pub struct Admission<S> {
-    inner: S,
-    gatekeeper: Arc<dyn Gatekeeper>,
-    budgets: Arc<Budgets>,
+/// What a step's `next` is: the rest of the stack.
+pub trait Next: Service<Request<Body>, Response = Response<Body>, Error: Into<BoxError>, Future: Send> + Send + 'static {}
+
+impl<S> Next for S where S: Service<Request<Body>, Response = Response<Body>, Error: Into<BoxError>, Future: Send> + Send + 'static {}
+
+/// One step of admission: it sees a call, and runs the rest of the stack (`next`) when the call may
+/// go on, or refuses it.
+pub trait Job: Clone + Send + Sync + 'static {
+    fn admit<S: Next>(
+        &self,
+        request: Request<Body>,
+        next: S,
+    ) -> impl Future<Output = std::result::Result<Response<Body>, Refusal>> + Send;
 }
 
-impl<S> Service<Request<Body>> for Admission<S>
-where
-    S: Service<Request<Body>, Response = Response<Body>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-{
+/// A [`Job`] as a tower layer.
+#[derive(Clone)]
+pub struct Step<J>(J);
+
+impl<J: Clone, S> Layer<S> for Step<J> {
+    type Service = Stepped<J, S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Stepped { job: self.0.clone(), inner }
+    }
+}
+
+/// A [`Job`] in front of the rest of the stack.
+#[derive(Clone)]
+pub struct Stepped<J, S> {
+    job: J,
+    inner: S,
+}
+
+impl<J: Job, S: Next + Clone> Service<Request<Body>> for Stepped<J, S> {
     type Response = Response<Body>;
     type Error = BoxError;
-    type Future = BoxFuture<'static, std::result::Result<Self::Response, BoxError>>;
+    type Future = BoxFuture<'static, std::result::Result<Response<Body>, BoxError>>;
 
     /// Always ready: whether a call may run is decided per call, in `call`.
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {
@@ -402,14 +462,9 @@ where
     }
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let inner = self.inner.clone();
-        let path = request.uri().path().to_owned();
-        if Kind::of(&path) == Kind::Infrastructure {
-            return Box::pin(async move { inner.oneshot(request).await.map_err(Into::into) });
-        }
-        let (gatekeeper, budgets) = (self.gatekeeper.clone(), self.budgets.clone());
+        let (job, inner) = (self.job.clone(), self.inner.clone());
         Box::pin(async move {
-            match admit(request, inner, &*gatekeeper, &budgets, &path).await {
+            match job.admit(request, inner).await {
                 Ok(response) => Ok(response),
                 Err(Refusal::Status(status)) => Ok(status.into_http()),
                 Err(Refusal::Failed(e)) => Err(e),
@@ -418,7 +473,39 @@ where
     }
 }
 
-enum Refusal {
+/// Health and reflection go straight to `plain`; every other call through `admitted`.
+#[derive(Clone)]
+pub struct Bypass<A, S> {
+    pub admitted: A,
+    pub plain: S,
+}
+
+impl<A, S> Service<Request<Body>> for Bypass<A, S>
+where
+    A: Service<Request<Body>, Response = Response<Body>, Error = BoxError> + Clone + Send + 'static,
+    A::Future: Send + 'static,
+    S: Next + Clone,
+{
+    type Response = Response<Body>;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, std::result::Result<Response<Body>, BoxError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<std::result::Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        if Kind::of(request.uri().path()) == Kind::Infrastructure {
+            let plain = self.plain.clone();
+            return Box::pin(async move { plain.oneshot(request).await.map_err(Into::into) });
+        }
+        let admitted = self.admitted.clone();
+        Box::pin(admitted.oneshot(request))
+    }
+}
+
+/// Why a step did not let a call on: a status to answer with, or the call failed underneath.
+pub enum Refusal {
     Status(Status),
     Failed(BoxError),
 }
@@ -432,195 +519,6 @@ impl From<Status> for Refusal {
 impl From<Error> for Refusal {
     fn from(err: Error) -> Self {
         Self::Status(err.into())
-    }
-}
-
-async fn admit<S>(
-    request: Request<Body>,
-    inner: S,
-    gatekeeper: &dyn Gatekeeper,
-    budgets: &Arc<Budgets>,
-    path: &str,
-) -> std::result::Result<Response<Body>, Refusal>
-where
-    S: Service<Request<Body>, Response = Response<Body>> + Send,
-    S::Future: Send,
-    S::Error: Into<BoxError>,
-{
-    let kind = Kind::of(path);
-    let limits = budgets.limits;
-    let connection = request.extensions().get::<connections::Info>().cloned();
-    let ip = connection.as_ref().and_then(|c| c.peer.map(|p| p.ip()));
-
-    // 1. The address, unless the credential is known.
-    let arrival = budgets.arrive(ip, request.headers().get(http::header::AUTHORIZATION)).map_err(Denied::refusal)?;
-
-    // 2. Who it is.
-    let credential = match gatekeeper.authenticate(path, request.headers()).await {
-        Ok(credential) => credential,
-        Err(err) => {
-            if let Error::Unauthenticated(_) = &err {
-                arrival.refused();
-            }
-            return Err(err.into());
-        }
-    };
-    if credential.is_some() {
-        arrival.accepted();
-    }
-    if let (Some(connection), Some(credential)) = (&connection, &credential) {
-        connection.authenticated(credential.account_id(), &credential.holder()).map_err(|over| {
-            let (whose, share) = match over {
-                connections::OverShare::Account(share) => ("the account", share),
-                connections::OverShare::Credential(share) => ("this credential", share),
-            };
-            refused(
-                Shed::shares,
-                format!(
-                    "{whose} holds {share} connections to this server, its share: this call was refused; make calls on a connection already open, or close some"
-                ),
-                None,
-            )
-        })?;
-    }
-
-    // 3. Its credential's share, then the request message, whole, in time.
-    let holder = credential.as_ref().map(Credential::holder);
-    let account = credential.as_ref().map(Credential::account_id);
-    let waits = matches!(kind, Kind::LongPoll | Kind::ServerTimed);
-    let mut held = Vec::new();
-    if let Some(holder) = &holder {
-        held.push(budgets.admit_credential(holder).map_err(Denied::refusal)?);
-    }
-    let (mut parts, body) = request.into_parts();
-    let message = read_message(body, limits.request_wait, limits::request_bytes(path)).await?;
-    if let Some(credential) = credential.clone() {
-        parts.extensions.insert(credential);
-    }
-    let request = Request::from_parts(parts, Body::new(http_body_util::Full::new(message)));
-
-    // 4. Its account's share, then the server's; waiting calls and streams apart.
-    let mut streaming = Vec::new();
-    if waits || kind == Kind::Stream {
-        if let Some(holder) = &holder {
-            streaming.push(budgets.credential_streams.take(holder.clone()).ok_or_else(|| {
-                refused(
-                    Shed::shares,
-                    format!(
-                        "this credential has {} streams and waiting calls open, its share: close one before opening another",
-                        limits.streams_per_credential
-                    ),
-                    None,
-                )
-            })?);
-        }
-        if let Some(account) = account {
-            streaming.push(budgets.account_streams.take(account).ok_or_else(|| {
-                refused(
-                    Shed::shares,
-                    format!(
-                        "the account has {} streams and waiting calls open, its share of the server: this one was refused; retry after a short backoff",
-                        limits.streams_per_account
-                    ),
-                    None,
-                )
-            })?);
-        }
-        streaming.push(budgets.server_streams.take(()).ok_or_else(|| {
-            refused(
-                Shed::calls,
-                format!(
-                    "the server is at its limit of {} waiting calls and refused this one: retry after a short backoff",
-                    limits.max_waiting
-                ),
-                None,
-            )
-        })?);
-    }
-    if !waits {
-        if let Some(account) = account {
-            held.push(budgets.accounts.take(account).ok_or_else(|| {
-                refused(
-                    Shed::shares,
-                    format!(
-                        "the account has {} calls in flight, its share of the server: this one was refused; retry after a short backoff",
-                        limits.per_account
-                    ),
-                    None,
-                )
-            })?);
-        }
-        held.push(budgets.server.take(()).ok_or_else(|| {
-            refused(
-                Shed::calls,
-                format!(
-                    "the server is at its limit of {} calls in flight and refused this one: retry after a short backoff",
-                    limits.max_concurrent
-                ),
-                None,
-            )
-        })?);
-    }
-
-    // 5. Its rates. A call past them waits out what its caller is told to wait (up to
-    // `MAX_RATE_HOLD`) before it is answered, holding only its credential's place: a client that
-    // ignores the wait and calls on gets no more refusals a second than that place allows, where
-    // answering at once would let it spend the server's CPU on refusals.
-    if let Some(credential) = &credential
-        && let Err(refusal) = gatekeeper.admit_rate(credential, path)
-    {
-        if let Error::Throttled { retry_after, .. } = &refusal {
-            held.truncate(1);
-            drop(streaming);
-            tokio::time::sleep((*retry_after).min(MAX_RATE_HOLD)).await;
-        }
-        return Err(refusal.into());
-    }
-
-    // 6. The time budget.
-    let call = inner.oneshot(request);
-    let mut response = match kind.budget(limits.timeout) {
-        None => call.await,
-        Some(budget) => match tokio::time::timeout(budget, call).await {
-            Ok(outcome) => outcome,
-            Err(_) => {
-                // Dropping the handler's future rolls back whatever it had not committed.
-                tracing::warn!(budget_s = budget.as_secs_f64(), "rpc ran past its time budget; stopped");
-                return Err(ran_too_long(path, budget).into());
-            }
-        },
-    }
-    .map_err(|e| Refusal::Failed(e.into()))?;
-    drop(held);
-    // A credential the call issued is one the replica has accepted.
-    if let Some(key) =
-        response.extensions_mut().remove::<Issued>().and_then(|Issued(header)| budgets.known.key(Some(&header)))
-    {
-        budgets.known.learn(key);
-    }
-    if streaming.is_empty() {
-        return Ok(response);
-    }
-    // A stream keeps its stream places for as long as its body lives.
-    Ok(response.map(|body| Body::new(Holding { body, _places: streaming })))
-}
-
-/// The request's message, whole: at most `max` bytes, all of it within `wait`.
-async fn read_message(body: Body, wait: Duration, max: usize) -> std::result::Result<Bytes, Refusal> {
-    let read = http_body_util::Limited::new(body, max).collect();
-    match tokio::time::timeout(wait, read).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Status::invalid_argument(format!(
-            "the request is larger than the {max} bytes this method takes: nothing was done"
-        ))
-        .into()),
-        // The client reset the call or went away while sending it: nobody is there to answer.
-        Ok(Err(e)) => Err(Refusal::Failed(e)),
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "the request message did not arrive within {} s of the call's headers: nothing was done",
-            wait.as_secs_f64()
-        ))
-        .into()),
     }
 }
 
@@ -724,49 +622,30 @@ pub fn retry_in(wait: Duration) -> String {
     format!("retry in {} s", crate::domain::rate::whole_seconds(wait))
 }
 
-/// A response body that holds places until it is done.
-struct Holding {
-    body: Body,
-    _places: Vec<Place>,
-}
-
-impl http_body::Body for Holding {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<std::result::Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use crate::domain::ids::TokenHash;
+pub(super) mod testing {
+    //! What the steps' tests share: a gatekeeper, calls, and handlers.
+
     use std::convert::Infallible;
     use std::net::SocketAddr;
+    use std::pin::Pin;
 
+    use bytes::Bytes;
     use tokio::sync::Notify;
     use tonic::Code;
 
     use super::*;
-    use crate::domain::caller::Caller;
-    use crate::domain::ids::{EndpointId, MachineId};
-    use crate::protocol::layers::{RpcLayers, panicked};
+    use crate::domain::caller::{Caller, Holder};
+    use crate::domain::ids::{AccountId, EndpointId, MachineId, TokenHash};
+    use crate::domain::limits;
+    use crate::domain::rate::Rate;
+    use crate::protocol::calls::Kind;
+    use crate::protocol::connections;
+    use crate::protocol::layers::{Admitted, admitted};
 
     /// Authenticates `Bearer <account>:<endpoint>` as that endpoint of that account; refuses
     /// `Bearer bad`; refuses the rate of endpoint 99.
-    struct Stub;
+    pub struct Stub;
 
     impl Gatekeeper for Stub {
         fn authenticate<'a>(
@@ -804,20 +683,27 @@ mod tests {
         }
     }
 
-    fn admission<S: Clone>(inner: S, limits: RpcLimits) -> Admission<S> {
-        AdmissionLayer::new(Arc::new(Stub), limits).layer(inner)
+    /// The whole of admission, in front of `inner`.
+    pub fn admission<S: Clone>(inner: S, limits: RpcLimits) -> Admitted<S> {
+        admitted(&AdmissionLayer::new(Arc::new(Stub), limits), inner)
     }
 
-    fn limits(max_concurrent: usize) -> RpcLimits {
+    /// A handler that answers every call at once.
+    pub fn answering()
+    -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future: Send> + Clone + Send {
+        tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) })
+    }
+
+    pub fn limits(max_concurrent: usize) -> RpcLimits {
         RpcLimits { max_concurrent, max_waiting: max_concurrent, ..RpcLimits::default() }
     }
 
     /// A call of `path` by endpoint `endpoint` of account `account`, from 10.0.0.1.
-    fn call(path: &str, account: i64, endpoint: i64) -> Request<Body> {
+    pub fn call(path: &str, account: i64, endpoint: i64) -> Request<Body> {
         call_from(path, &format!("Bearer {account}:{endpoint}"), "10.0.0.1:5000", Body::empty())
     }
 
-    fn call_from(path: &str, token: &str, peer: &str, body: Body) -> Request<Body> {
+    pub fn call_from(path: &str, token: &str, peer: &str, body: Body) -> Request<Body> {
         let mut request =
             Request::builder().uri(format!("http://relay{path}")).header("authorization", token).body(body).unwrap();
         let peer: SocketAddr = peer.parse().unwrap();
@@ -825,20 +711,20 @@ mod tests {
         request
     }
 
-    fn ok() -> Response<Body> {
+    pub fn ok() -> Response<Body> {
         Status::ok("").into_http()
     }
 
-    fn status_of<B>(response: &Response<B>) -> Code {
+    pub fn status_of<B>(response: &Response<B>) -> Code {
         Status::from_header_map(response.headers()).map_or(Code::Ok, |s| s.code())
     }
 
-    fn message_of<B>(response: &Response<B>) -> String {
+    pub fn message_of<B>(response: &Response<B>) -> String {
         Status::from_header_map(response.headers()).map(|s| s.message().to_owned()).unwrap_or_default()
     }
 
     /// A request body whose message never comes.
-    struct Never;
+    pub struct Never;
 
     impl http_body::Body for Never {
         type Data = Bytes;
@@ -854,7 +740,7 @@ mod tests {
 
     /// A handler that holds calls to `held` until released (saying when one entered), and answers
     /// anything else at once.
-    fn gated(
+    pub fn gated(
         held: &'static str,
     ) -> (
         Arc<Notify>,
@@ -881,6 +767,17 @@ mod tests {
         };
         (entered, release, handler)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use tonic::Code;
+
+    use super::testing::*;
+    use super::*;
+    use crate::protocol::layers::{RpcLayers, panicked};
 
     #[tokio::test]
     async fn a_panicking_handler_answers_internal_and_gives_its_places_back() {
@@ -897,205 +794,5 @@ mod tests {
         assert_eq!(boom.headers()["content-type"], "application/grpc");
         // With a limit of one, the next call still runs: the panicked call gave its place back.
         assert_eq!(status_of(&single.oneshot(call("/relay.v1.Relay/Send", 1, 1)).await.unwrap()), Code::Ok);
-    }
-
-    // The clock is paused and jumps ahead whenever every task waits, so the real defaults are tested
-    // without the test taking minutes.
-    #[tokio::test(start_paused = true)]
-    async fn a_stuck_ordinary_call_is_stopped_but_a_long_poll_and_a_stream_are_not() {
-        let handler = tower::service_fn(|req: Request<Body>| async move {
-            match req.uri().path() {
-                "/relay.v1.Relay/Send" => std::future::pending::<()>().await,
-                _ => tokio::time::sleep(Duration::from_secs(u64::from(limits::MAX_WAIT_S))).await,
-            }
-            Ok::<_, Infallible>(ok())
-        });
-        let service = admission(handler, RpcLimits::default());
-        let started = tokio::time::Instant::now();
-        let stuck = service.clone().oneshot(call("/relay.v1.Relay/Send", 1, 1)).await.unwrap();
-        assert_eq!(status_of(&stuck), Code::DeadlineExceeded);
-        assert_eq!(started.elapsed(), DEFAULT_RPC_TIMEOUT);
-        assert!(message_of(&stuck).starts_with("relay.v1.Relay/Send took longer than the server allows (30 s)"));
-
-        let started = tokio::time::Instant::now();
-        let waited = service.clone().oneshot(call("/relay.v1.Relay/Inbox", 1, 1)).await.unwrap();
-        assert_eq!(status_of(&waited), Code::Ok, "a long poll is not cut while it waits");
-        assert_eq!(started.elapsed(), Duration::from_secs(u64::from(limits::MAX_WAIT_S)));
-
-        let stream = service.oneshot(call("/relay.v1.Relay/Subscribe", 1, 1)).await.unwrap();
-        assert_eq!(status_of(&stream), Code::Ok, "a stream's setup is not timed");
-    }
-
-    #[tokio::test]
-    async fn beyond_the_servers_limit_calls_are_refused_at_once_but_health_still_answers() {
-        let (entered, release, handler) = gated("/relay.v1.Relay/Send");
-        let service = admission(handler, limits(1));
-        let held = tokio::spawn(service.clone().oneshot(call("/relay.v1.Relay/Send", 1, 1)));
-        entered.notified().await;
-        let refused = service.clone().oneshot(call("/relay.v1.Relay/WhoAmI", 2, 2)).await.unwrap();
-        assert_eq!(status_of(&refused), Code::ResourceExhausted);
-        assert_eq!(
-            message_of(&refused),
-            "the server is at its limit of 1 calls in flight and refused this one: retry after a short backoff"
-        );
-        assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "250");
-        let health = service.clone().oneshot(call("/grpc.health.v1.Health/Check", 2, 2)).await.unwrap();
-        assert_eq!(status_of(&health), Code::Ok, "health bypasses admission");
-        release.notify_one();
-        assert_eq!(status_of(&held.await.unwrap().unwrap()), Code::Ok);
-        assert_eq!(status_of(&service.oneshot(call("/relay.v1.Relay/WhoAmI", 2, 2)).await.unwrap()), Code::Ok);
-    }
-
-    #[tokio::test]
-    async fn an_account_filling_its_share_refuses_its_own_calls_not_anothers() {
-        let (entered, release, handler) = gated("/relay.v1.Relay/Send");
-        let shares = RpcLimits { per_account: 2, per_credential: 1, ..limits(16) };
-        let service = admission(handler, shares);
-        let mut held = Vec::new();
-        for endpoint in [1, 2] {
-            held.push(tokio::spawn(service.clone().oneshot(call("/relay.v1.Relay/Send", 1, endpoint))));
-            entered.notified().await;
-        }
-        let same_credential = service.clone().oneshot(call("/relay.v1.Relay/WhoAmI", 1, 1)).await.unwrap();
-        assert_eq!(status_of(&same_credential), Code::ResourceExhausted);
-        assert!(message_of(&same_credential).starts_with("this credential has 1 calls in flight"));
-        let same_account = service.clone().oneshot(call("/relay.v1.Relay/WhoAmI", 1, 3)).await.unwrap();
-        assert_eq!(status_of(&same_account), Code::ResourceExhausted);
-        assert!(message_of(&same_account).starts_with("the account has 2 calls in flight, its share"));
-        let other_account = service.clone().oneshot(call("/relay.v1.Relay/WhoAmI", 2, 4)).await.unwrap();
-        assert_eq!(status_of(&other_account), Code::Ok, "another account is not refused");
-        release.notify_waiters();
-        for call in held {
-            assert_eq!(status_of(&call.await.unwrap().unwrap()), Code::Ok);
-        }
-    }
-
-    #[tokio::test]
-    async fn waiting_calls_and_streams_have_their_own_places() {
-        let (entered, release, handler) = gated("/relay.v1.Relay/Inbox");
-        let service = admission(handler, RpcLimits { streams_per_credential: 1, max_waiting: 8, ..limits(1) });
-        let waiting = tokio::spawn(service.clone().oneshot(call("/relay.v1.Relay/Inbox", 1, 1)));
-        entered.notified().await;
-        let ordinary = service.clone().oneshot(call("/relay.v1.Relay/WhoAmI", 1, 1)).await.unwrap();
-        assert_eq!(status_of(&ordinary), Code::Ok, "a waiting call holds no ordinary place");
-        let second = service.clone().oneshot(call("/relay.v1.Relay/AskWait", 1, 1)).await.unwrap();
-        assert_eq!(status_of(&second), Code::ResourceExhausted);
-        assert!(message_of(&second).starts_with("this credential has 1 streams and waiting calls open"));
-        let elsewhere = service.clone().oneshot(call("/relay.v1.Relay/Subscribe", 2, 2)).await.unwrap();
-        assert_eq!(status_of(&elsewhere), Code::Ok);
-        // A stream keeps its place while its body lives, and gives it back with it.
-        let again = service.clone().oneshot(call("/relay.v1.Relay/Announce", 2, 2)).await.unwrap();
-        assert_eq!(status_of(&again), Code::ResourceExhausted, "{}", message_of(&again));
-        drop(elsewhere);
-        let after = service.clone().oneshot(call("/relay.v1.Relay/Announce", 2, 2)).await.unwrap();
-        assert_eq!(status_of(&after), Code::Ok);
-        release.notify_one();
-        assert_eq!(status_of(&waiting.await.unwrap().unwrap()), Code::Ok);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_call_whose_message_never_comes_ends_and_holds_no_place_of_its_account() {
-        let service = admission(
-            tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }),
-            RpcLimits { per_account: 1, ..RpcLimits::default() },
-        );
-        let headers_only = call_from("/relay.v1.Relay/Send", "Bearer 1:1", "10.0.0.1:5000", Body::new(Never));
-        let half_open = tokio::spawn(service.clone().oneshot(headers_only));
-        tokio::task::yield_now().await;
-        // Meanwhile another agent of the same account works.
-        let other = service.clone().oneshot(call("/relay.v1.Relay/Send", 1, 2)).await.unwrap();
-        assert_eq!(status_of(&other), Code::Ok);
-        let started = tokio::time::Instant::now();
-        let ended = half_open.await.unwrap().unwrap();
-        assert_eq!(status_of(&ended), Code::DeadlineExceeded);
-        assert!(
-            message_of(&ended).starts_with("the request message did not arrive within 5 s"),
-            "{}",
-            message_of(&ended)
-        );
-        assert!(started.elapsed() <= DEFAULT_REQUEST_WAIT);
-    }
-
-    #[tokio::test]
-    async fn a_request_larger_than_its_method_takes_is_refused_unread() {
-        let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), RpcLimits::default());
-        let big = Body::new(http_body_util::Full::new(Bytes::from(vec![0u8; 20 * 1024])));
-        let refused = service
-            .clone()
-            .oneshot(call_from("/relay.v1.Relay/Confirm", "Bearer 1:1", "10.0.0.1:1", big))
-            .await
-            .unwrap();
-        assert_eq!(status_of(&refused), Code::InvalidArgument);
-        assert_eq!(
-            message_of(&refused),
-            "the request is larger than the 16384 bytes this method takes: nothing was done"
-        );
-        let body = Body::new(http_body_util::Full::new(Bytes::from(vec![0u8; 20 * 1024])));
-        let send = service.oneshot(call_from("/relay.v1.Relay/Send", "Bearer 1:1", "10.0.0.1:1", body)).await.unwrap();
-        assert_eq!(status_of(&send), Code::Ok, "a send may carry a 64 KiB body");
-    }
-
-    #[tokio::test]
-    async fn an_address_whose_credentials_keep_failing_is_refused_before_asking_who_it_is() {
-        let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), RpcLimits::default());
-        let bad = || call_from("/relay.v1.Relay/WhoAmI", "Bearer bad", "10.0.0.7:1", Body::empty());
-        let mut refused_early = None;
-        for _ in 0..DEFAULT_FAILED_AUTH.burst as usize + 5 {
-            let answer = service.clone().oneshot(bad()).await.unwrap();
-            if status_of(&answer) == Code::ResourceExhausted {
-                refused_early = Some(message_of(&answer));
-                break;
-            }
-            assert_eq!(status_of(&answer), Code::Unauthenticated);
-        }
-        let said = refused_early.expect("the address is refused once past its failures");
-        assert!(
-            said.contains("presented a credential the server does not accept") && said.contains("retry in"),
-            "{said}"
-        );
-        let elsewhere = call_from("/relay.v1.Relay/WhoAmI", "Bearer 1:1", "10.0.0.8:1", Body::empty());
-        assert_eq!(status_of(&service.oneshot(elsewhere).await.unwrap()), Code::Ok, "other addresses are not");
-    }
-
-    #[tokio::test]
-    async fn a_known_credential_is_not_refused_for_its_neighbours_failures() {
-        let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), RpcLimits::default());
-        let from_office = |token: &str| call_from("/relay.v1.Relay/WhoAmI", token, "10.0.0.7:1", Body::empty());
-        let honest = service.clone().oneshot(from_office("Bearer 1:1")).await.unwrap();
-        assert_eq!(status_of(&honest), Code::Ok);
-        for _ in 0..DEFAULT_FAILED_AUTH.burst as usize * 2 {
-            service.clone().oneshot(from_office("Bearer bad")).await.unwrap();
-        }
-        let refused = service.clone().oneshot(from_office("Bearer bad")).await.unwrap();
-        assert_eq!(status_of(&refused), Code::ResourceExhausted, "the failing credentials are held back");
-        let honest = service.clone().oneshot(from_office("Bearer 1:1")).await.unwrap();
-        assert_eq!(status_of(&honest), Code::Ok, "the credential accepted before is not: {}", message_of(&honest));
-        // A credential the replica has not accepted yet meets the address's gate.
-        let newcomer = service.oneshot(from_office("Bearer 1:2")).await.unwrap();
-        assert_eq!(status_of(&newcomer), Code::ResourceExhausted);
-    }
-
-    #[tokio::test]
-    async fn behind_a_proxy_failed_authentications_can_be_left_to_it() {
-        let limits = RpcLimits { failed_auth: Rate::UNLIMITED, ..RpcLimits::default() };
-        let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), limits);
-        for _ in 0..DEFAULT_FAILED_AUTH.burst as usize * 2 {
-            let bad = call_from("/relay.v1.Relay/WhoAmI", "Bearer bad", "10.0.0.7:1", Body::empty());
-            assert_eq!(status_of(&service.clone().oneshot(bad).await.unwrap()), Code::Unauthenticated);
-        }
-        let good = call_from("/relay.v1.Relay/WhoAmI", "Bearer 1:1", "10.0.0.7:1", Body::empty());
-        assert_eq!(status_of(&service.oneshot(good).await.unwrap()), Code::Ok, "the proxy's address is not refused");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_call_past_its_rate_is_refused_with_a_real_wait() {
-        let service = admission(tower::service_fn(|_| async { Ok::<_, Infallible>(ok()) }), RpcLimits::default());
-        let started = tokio::time::Instant::now();
-        let refused = service.oneshot(call("/relay.v1.Relay/List", 1, 99)).await.unwrap();
-        // Held for the wait it names, so a caller that ignores it floods no faster than its places.
-        assert_eq!(started.elapsed(), Duration::from_millis(300));
-        assert_eq!(status_of(&refused), Code::ResourceExhausted);
-        assert!(message_of(&refused).ends_with("try again in 1 s"), "{}", message_of(&refused));
-        assert_eq!(refused.headers()["grpc-retry-pushback-ms"], "300");
     }
 }
