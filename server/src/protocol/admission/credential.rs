@@ -37,8 +37,10 @@ mod tests {
         let (entered, release, handler) = gated("/relay.v1.Relay/Send");
         let admission = AdmissionLayer::new(Arc::new(Stub), RpcLimits { per_credential: 1, ..RpcLimits::default() });
         // Authentication puts the credential on the request; the share counts by it.
-        let service =
-            tower::ServiceBuilder::new().layer(admission.authenticate()).layer(admission.credential_share()).service(handler);
+        let service = tower::ServiceBuilder::new()
+            .layer(admission.authenticate())
+            .layer(admission.credential_share())
+            .service(handler);
         let held = tokio::spawn(service.clone().oneshot(call("/relay.v1.Relay/Send", 1, 1)));
         entered.notified().await;
         let again = service.clone().oneshot(call("/relay.v1.Relay/WhoAmI", 1, 1)).await.unwrap();

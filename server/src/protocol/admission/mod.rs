@@ -28,9 +28,9 @@
 //! `protocol::layers` composes them in this order, behind [`Bypass`].
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::hash::{BuildHasher, Hash, RandomState};
 use std::net::IpAddr;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -418,9 +418,15 @@ impl AdmissionLayer {
 }
 
 /// What a step's `next` is: the rest of the stack.
-pub trait Next: Service<Request<Body>, Response = Response<Body>, Error: Into<BoxError>, Future: Send> + Send + 'static {}
+pub trait Next:
+    Service<Request<Body>, Response = Response<Body>, Error: Into<BoxError>, Future: Send> + Send + 'static
+{
+}
 
-impl<S> Next for S where S: Service<Request<Body>, Response = Response<Body>, Error: Into<BoxError>, Future: Send> + Send + 'static {}
+impl<S> Next for S where
+    S: Service<Request<Body>, Response = Response<Body>, Error: Into<BoxError>, Future: Send> + Send + 'static
+{
+}
 
 /// One step of admission: it sees a call, and runs the rest of the stack (`next`) when the call may
 /// go on, or refuses it.
