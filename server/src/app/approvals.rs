@@ -9,13 +9,13 @@ use tokio::time::Instant;
 
 use super::Core;
 use super::board::is_operator;
+use crate::domain::caller::Caller;
 use crate::domain::caller::Human;
 use crate::domain::ids::{self, AccountId, ApprovalId};
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{self as rules, Approval, ApprovalState, Decision};
 use crate::domain::{Error, Result};
 use crate::store::approvals::{self, NewApproval, Verdict};
-use crate::store::identity::Caller;
 
 /// Permission requests of board agents, to the operator and then the human.
 #[derive(Clone)]

@@ -9,12 +9,12 @@ use super::notices::notify_board;
 use super::{Core, optional};
 use crate::domain::board::{self as rules, Cause, Cleanup, Column, Event, Job, Repo, hold_reason};
 use crate::domain::caller::Human;
+use crate::domain::caller::{Caller, MachineIdentity};
 use crate::domain::ids::{self, JobId, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result, limits};
 use crate::store::board::{self, NewJob};
-use crate::store::identity::{Caller, MachineIdentity};
 
 /// The job board: cards, repositories, workers' leases, schedules, pull requests.
 #[derive(Clone)]

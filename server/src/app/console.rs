@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use super::Core;
 use super::quotas::SignInRates;
-use crate::domain::address::HUMAN;
 use crate::domain::caller::Human;
 use crate::domain::console::{self as rules, Agents, Board, ContactRow, DONE_SHOWN, Inbox, MESSAGES_SHOWN, Received};
 use crate::domain::delivery::{self, State};
 use crate::domain::ids::{self, AccountId, TokenKind};
+use crate::domain::names::HUMAN;
 use crate::domain::{Error, Result};
 use crate::push::hub::Waiter;
 use crate::store::{board, console, contacts, identity, messages};

@@ -12,12 +12,13 @@ use super::quotas::{Call, CallRates};
 use super::{Core, optional};
 use crate::domain::board as board_rules;
 use crate::domain::caller::{Attempt, CardAgent};
+use crate::domain::caller::{Caller, MachineIdentity};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{self, TokenHash, TokenKind};
 use crate::domain::names::{self, NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits, presence};
-use crate::store::identity::{self, Caller, MachineIdentity};
+use crate::store::identity;
 use crate::store::{Store, board, spawn};
 
 /// Who calls: machines, sessions and endpoints, profiles, the list of agents.

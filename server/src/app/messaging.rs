@@ -11,12 +11,13 @@ use super::{Core, optional};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{self, Kind, State};
 use crate::domain::ids::{MessageId, Seq};
+use crate::domain::message::Sent;
 use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
 use crate::domain::{Error, Result, limits};
 use crate::push::announce::{self, AnnounceStream};
 use crate::push::stream::{self, PushStream};
-use crate::store::messages::{self, Look, Outgoing, Sent};
+use crate::store::messages::{self, Look, Outgoing};
 use crate::store::pages::Page;
 
 /// Messages: sending (through the send pipeline), the inbox, replies waited for, tracking, push and announcements.

@@ -24,13 +24,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::caller::Caller;
 use crate::domain::limits::Quotas;
 use crate::domain::retention::Retention;
 use crate::domain::timings::Timings;
 use crate::domain::{Result, limits};
 use crate::push::Hub;
 use crate::store::Store;
-use crate::store::identity::Caller;
 
 /// Every area's service.
 #[derive(Clone)]

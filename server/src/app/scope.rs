@@ -5,15 +5,17 @@
 use deadpool_postgres::GenericClient;
 
 use super::Core;
+use crate::domain::caller::Caller;
 use crate::domain::delivery::Kind;
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{self, CapId, EndpointId, TokenKind};
+use crate::domain::message::Sent;
 use crate::domain::names;
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::scope::{self as domain_scope, Dir, GroupView, Peer, RulesView, Selector, Verdict};
 use crate::domain::{EntityKind, Error, Result, limits};
-use crate::store::identity::{self, Caller};
-use crate::store::messages::{Outgoing, Sent};
+use crate::store::identity;
+use crate::store::messages::Outgoing;
 use crate::store::scope::{self, RuleChange};
 use crate::store::spawn;
 

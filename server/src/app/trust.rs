@@ -3,6 +3,7 @@
 
 use super::Core;
 use super::messaging::{Delivered, NewMessage};
+use crate::domain::caller::Caller;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{self, HoldId, TokenKind};
@@ -12,7 +13,7 @@ use crate::domain::redact::{RedactedText, redact};
 use crate::domain::trust::MAX_PEEK_TURNS;
 use crate::domain::trust::{self as rules, Contact, Hold, HoldState, Peek, PeekTurn, Peeker};
 use crate::domain::{EntityKind, Error, Result, limits};
-use crate::store::identity::{Caller, contact_accounts};
+use crate::store::identity::contact_accounts;
 use crate::store::messages::{self, Outgoing, Target};
 use crate::store::trust::{self, KeptTurn};
 use crate::store::{Store, contacts, scope};

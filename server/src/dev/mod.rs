@@ -100,7 +100,7 @@ pub async fn run(options: DevOptions) -> anyhow::Result<()> {
     let console_url = console
         .as_ref()
         .and_then(|l| l.local_addr().ok())
-        .map(|addr| console::url(addr, options.listen.tls_cert.is_some()));
+        .map(|addr| crate::protocol::web::url(addr, options.listen.tls_cert.is_some()));
     let mcp = match options.mcp_listen {
         Some(Listen::At(addr)) => {
             options.listen.check_mcp(addr)?;

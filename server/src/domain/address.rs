@@ -14,7 +14,7 @@ pub struct Address {
     pub handle: String,
 }
 
-pub use super::names::{BOARD, HUMAN};
+use super::names::{BOARD, HUMAN};
 
 /// The refusal of a message to the board's notice sender.
 pub fn board_reads_nothing(address: &str) -> Error {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-pub use super::board::{LEASE_S, PR_CHECK_S};
+use super::board::{LEASE_S, PR_CHECK_S};
 
 /// Seconds the operator, then the human, has to answer a permission request, by default.
 pub const APPROVAL_WAIT_S: u64 = 300;

@@ -8,7 +8,7 @@
 use futures_util::future::BoxFuture;
 
 use super::admission::Gatekeeper;
-pub use super::credential::Credential;
+use super::credential::Credential;
 use super::layers;
 use crate::app::App;
 use crate::app::identity::IdentityService;

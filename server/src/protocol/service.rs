@@ -5,8 +5,9 @@ use relay_proto::v1::relay_server::Relay;
 use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
-use super::auth::{self, Credential, bearer};
+use super::auth::{self, bearer};
 use super::convert::{self, selector_list as selectors};
+use super::credential::Credential;
 use super::credential::Issued;
 use crate::app::App;
 use crate::app::approvals::ApprovalsService;

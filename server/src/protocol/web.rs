@@ -86,7 +86,11 @@ pub fn serve(
                     () = stop.cancelled() => return,
                 };
                 match accepted {
-                    Ok((stream, peer)) => connection(what, stream, peer, &router, &held, &stop),
+                    Ok((stream, peer)) => {
+                        // An event stream's events are small writes: none may wait out a delayed ACK.
+                        let _ = stream.set_nodelay(true);
+                        connection(what, stream, peer, &router, &held, &stop);
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot accept a connection");
                         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -309,6 +313,7 @@ impl TlsListener {
                         continue;
                     }
                 };
+                let _ = stream.set_nodelay(true);
                 let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {

@@ -11,10 +11,10 @@ use tokio_util::sync::CancellationToken;
 use super::Hub;
 use super::events::{self, Events, Sender, Slot};
 use crate::domain::Result;
+use crate::domain::caller::Caller;
 use crate::domain::message::Announcement;
 use crate::metrics::metrics;
 use crate::store::Store;
-use crate::store::identity::Caller;
 use crate::store::messages;
 
 /// Most messages one announcement names (and moves to surfaced); more wait for the next.

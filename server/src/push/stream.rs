@@ -4,13 +4,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::Hub;
 use super::events::{self, Events, Sender, Slot};
+use crate::domain::caller::Caller;
 use crate::domain::ids::Seq;
 use crate::domain::message::Message;
 use crate::domain::presence::OpenStream;
 use crate::domain::{Error, Result};
 use crate::metrics::{Step, metrics};
 use crate::store::Store;
-use crate::store::identity::{self, Caller};
+use crate::store::identity;
 use crate::store::messages;
 
 const BATCH: i64 = 100;

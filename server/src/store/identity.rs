@@ -14,7 +14,7 @@ use crate::domain::presence::{self, OpenStream};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result};
 
-pub use crate::domain::caller::{Attempt, Caller, MachineIdentity};
+use crate::domain::caller::{Attempt, Caller, MachineIdentity};
 
 /// A caller from the columns `endpoint_id, account_id, account, machine_id, machine, handle`, of no attempt.
 fn caller_from_row(row: &Row, session_hash: TokenHash) -> Result<Caller> {

@@ -3,11 +3,12 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::identity::{Caller, caller_of};
+use super::identity::caller_of;
 use super::row::Col;
 use crate::domain::Result;
-use crate::domain::address::BOARD;
+use crate::domain::caller::Caller;
 use crate::domain::ids::{AccountId, EndpointId, JobId};
+use crate::domain::names::BOARD;
 
 /// Who a card's notices may go to, and what they name.
 pub(crate) struct Audience {

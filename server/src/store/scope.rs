@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use deadpool_postgres::GenericClient;
 use tokio_postgres::types::ToSql;
 
-use super::identity::{Caller, ENDPOINT_COLUMNS};
+use super::identity::ENDPOINT_COLUMNS;
 use super::row::{Col, FromRow};
 use crate::domain::address::{Address, Origin};
+use crate::domain::caller::Caller;
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{AccountId, CapId, EndpointId, GroupId};
 use crate::domain::names::{NameKind, validate};

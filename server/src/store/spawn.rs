@@ -3,8 +3,8 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::identity::MachineIdentity;
 use super::row::Col;
+use crate::domain::caller::MachineIdentity;
 use crate::domain::ids::{self, EndpointId, MachineId, TokenHash, TokenKind};
 use crate::domain::{Error, Result};
 

@@ -2,15 +2,16 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::identity::{Caller, caller_of};
+use super::identity::caller_of;
 use super::messages::{Target, WITHDRAWN};
 use super::row::Col;
-use crate::domain::address::HUMAN;
+use crate::domain::caller::Caller;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
 use crate::domain::ids;
 use crate::domain::ids::{AccountId, EndpointId, HoldId, MessageId, Seq};
 use crate::domain::message::Message;
+use crate::domain::names::HUMAN;
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{
     HeldMessage, Hold as HoldView, HoldState, MAX_PEEK_TURNS, PeekState, PeekTurn, Peeker as PeekerView,

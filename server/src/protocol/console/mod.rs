@@ -26,8 +26,6 @@ use super::tls::ReloadingCert;
 use super::web;
 use crate::app::App;
 
-pub use web::Peer;
-
 /// Where `dev` serves the console unless told otherwise.
 pub const DEV_CONSOLE_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 7449);
 
@@ -42,8 +40,6 @@ pub fn check(addr: SocketAddr, tls: bool, insecure_plaintext: bool) -> anyhow::R
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     web::bind("the console", addr).await
 }
-
-pub use web::url;
 
 /// Serves the console on `listener` until `shutdown`, over TLS with `tls` when given.
 pub fn serve(

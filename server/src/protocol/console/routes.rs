@@ -26,6 +26,7 @@ use crate::domain::caller::Human;
 use crate::domain::console::{SESSION_TTL, csrf_matches, csrf_token};
 use crate::domain::ids::new_message_id;
 use crate::domain::{Error, Result};
+use crate::protocol::web;
 
 /// No inline script or style, nothing from elsewhere, never in a frame.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
@@ -353,7 +354,7 @@ async fn sign_in_page(State(c): State<Console>, headers: HeaderMap) -> Response 
 
 async fn sign_in(
     State(c): State<Console>,
-    ConnectInfo(super::Peer(peer)): ConnectInfo<super::Peer>,
+    ConnectInfo(web::Peer(peer)): ConnectInfo<web::Peer>,
     headers: HeaderMap,
     Form(fields): Form<Fields>,
 ) -> Response {

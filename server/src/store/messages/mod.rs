@@ -43,8 +43,6 @@ pub(crate) use resolve::{
 pub(crate) use sent::{previous_send, recipient_states, replies_to, sent_like, thread_of};
 pub(crate) use write::{check_room, deliver, hold_contacts, lock_inboxes, mark_read, store_message};
 
-pub use crate::domain::message::Sent;
-
 /// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
 pub const DELIVERY_CHANNEL: &str = "relay_delivery";
 

@@ -4,10 +4,11 @@
 use deadpool_postgres::GenericClient;
 
 use super::{Recipient, Target};
-use crate::domain::address::{self, Address, BOARD, HUMAN, Origin};
+use crate::domain::address::{self, Address, Origin};
 use crate::domain::caller::Caller;
 use crate::domain::ids::{AccountId, EndpointId, MessageId, MessageRef};
 use crate::domain::message::pick_named;
+use crate::domain::names::{BOARD, HUMAN};
 use crate::domain::scope::{Reach, Verdict};
 use crate::domain::{EntityKind, Error, Result};
 use crate::store::row::Col;

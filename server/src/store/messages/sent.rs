@@ -4,10 +4,10 @@
 use deadpool_postgres::GenericClient;
 
 use super::{MESSAGE_COLUMNS, MESSAGE_JOINS, WITHDRAWN};
-use crate::domain::address::HUMAN;
 use crate::domain::delivery::State;
 use crate::domain::ids::{EndpointId, MessageId};
 use crate::domain::message::{Message, Recipient, Sent};
+use crate::domain::names::HUMAN;
 use crate::domain::{Result, presence};
 use crate::store::identity::ONLINE;
 use crate::store::row::{Col, FromRow};

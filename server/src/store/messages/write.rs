@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use deadpool_postgres::GenericClient;
 
 use super::{Outgoing, READ, Target};
-use crate::domain::address::HUMAN;
 use crate::domain::caller::Caller;
 use crate::domain::delivery::State;
 use crate::domain::ids::{self, AccountId, EndpointId, MessageId};
 use crate::domain::message::{Recipient, Sent};
+use crate::domain::names::HUMAN;
 use crate::domain::{EntityKind, Error, Result, limits, presence};
 use crate::store::Tx;
 use crate::store::identity::ONLINE;
