@@ -22,6 +22,8 @@ pub(crate) mod row;
 pub mod scope;
 pub mod sessions;
 pub mod spawn;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod tls;
 pub mod trust;
 

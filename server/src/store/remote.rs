@@ -86,3 +86,69 @@ pub(crate) async fn purge_answers(c: &impl GenericClient, batch: i64) -> Result<
                delete from mcp_answers a using doomed where a.stream = doomed.stream and a.seq = doomed.seq";
     Ok(c.execute(sql, &[&batch]).await?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing;
+
+    const TTL: f64 = 600.0;
+
+    fn hash(id: &str) -> TokenHash {
+        crate::domain::ids::token_hash(id)
+    }
+
+    #[tokio::test]
+    async fn a_session_reads_back_as_kept_until_it_ends_and_keeping_it_again_replaces_it() {
+        let db = testing::db().await;
+        let c = db.store.client().await.unwrap();
+        assert_eq!(session(&c, &hash("s1"), TTL).await.unwrap(), None, "nothing is kept before");
+        keep_session(&c, &hash("s1"), "first", TTL).await.unwrap();
+        keep_session(&c, &hash("s2"), "other", TTL).await.unwrap();
+        assert_eq!(session(&c, &hash("s1"), TTL).await.unwrap().as_deref(), Some("first"));
+        keep_session(&c, &hash("s1"), "second", TTL).await.unwrap();
+        assert_eq!(session(&c, &hash("s1"), TTL).await.unwrap().as_deref(), Some("second"));
+        end_session(&c, &hash("s1")).await.unwrap();
+        assert_eq!(session(&c, &hash("s1"), TTL).await.unwrap(), None);
+        assert_eq!(session(&c, &hash("s2"), TTL).await.unwrap().as_deref(), Some("other"), "only that one ends");
+        end_session(&c, &hash("s1")).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_session_read_in_time_lives_on_and_one_past_its_time_is_gone_and_purged() {
+        let db = testing::db().await;
+        let c = db.store.client().await.unwrap();
+        keep_session(&c, &hash("old"), "state", -1.0).await.unwrap();
+        keep_session(&c, &hash("young"), "state", 1.0).await.unwrap();
+        // Read within its time, a session's time starts again.
+        assert!(session(&c, &hash("young"), TTL).await.unwrap().is_some());
+        assert_eq!(session(&c, &hash("old"), TTL).await.unwrap(), None, "past its time, it is not read");
+        assert_eq!(purge_sessions(&c, 100).await.unwrap(), 1);
+        assert_eq!(purge_sessions(&c, 100).await.unwrap(), 0);
+        assert!(session(&c, &hash("young"), TTL).await.unwrap().is_some(), "the purge took only the expired one");
+    }
+
+    #[tokio::test]
+    async fn an_answer_reads_back_in_order_only_by_its_machine_and_is_purged_past_its_time() {
+        let db = testing::db().await;
+        let (_, mine) = db.machine("acme", "cloud").await;
+        let (_, theirs) = db.machine("globex", "box").await;
+        let c = db.store.client().await.unwrap();
+        let (a, b, old) = ([1u8; 16], [2u8; 16], [3u8; 16]);
+        let streams: [&[u8]; 5] = [&a, &a, &a, &b, &old];
+        keep_answers(&c, &streams[..4], &[2, 0, 1, 0], &[mine, mine, mine, theirs], &["two", "", "one", "b"], TTL)
+            .await
+            .unwrap();
+        keep_answers(&c, &streams[4..], &[0], &[mine], &["old"], -1.0).await.unwrap();
+        let read = answer(&c, &a, mine).await.unwrap();
+        assert_eq!(read, vec![(0, String::new()), (1, "one".into()), (2, "two".into())], "in seq order");
+        assert!(answer(&c, &a, theirs).await.unwrap().is_empty(), "another machine reads nothing");
+        assert!(answer(&c, &[9u8; 16], mine).await.unwrap().is_empty(), "nor does an unknown stream");
+        // Written again (a retried batch), an event keeps what it first said.
+        keep_answers(&c, &streams[..1], &[1], &[mine], &["changed"], TTL).await.unwrap();
+        assert_eq!(answer(&c, &a, mine).await.unwrap()[1].1, "one");
+        assert!(answer(&c, &old, mine).await.unwrap().is_empty(), "past its time, it is not read");
+        assert_eq!(purge_answers(&c, 100).await.unwrap(), 1);
+        assert_eq!(answer(&c, &a, mine).await.unwrap().len(), 3, "the purge took only the expired one");
+    }
+}

@@ -59,3 +59,24 @@ pub(crate) async fn alive(c: &impl deadpool_postgres::GenericClient, id: Replica
     let stmt = c.prepare_cached("select exists (select 1 from replicas where id = $1 and alive_until > now())").await?;
     c.query_one(&stmt, &[&id]).await?.only()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_replica_is_alive_from_its_registration_until_it_retires() {
+        let db = testing::db().await;
+        let id = db.store.register_replica().await.unwrap();
+        assert_eq!(db.store.replica(), id);
+        let c = db.store.client().await.unwrap();
+        assert!(alive(&c, id).await.unwrap());
+        assert!(!alive(&c, ReplicaId(id.0 + 1000)).await.unwrap(), "no other replica is");
+        db.store.retire_replica().await.unwrap();
+        assert!(!alive(&c, id).await.unwrap());
+        // Renewed after it was given up for dead, it takes its row again.
+        db.store.renew_replica().await.unwrap();
+        assert!(alive(&c, id).await.unwrap());
+    }
+}
