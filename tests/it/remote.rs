@@ -34,6 +34,17 @@ async fn world() -> World {
     World { server, mcp, ops, laptop, cloud, db }
 }
 
+/// A second replica on the same database, serving `/mcp` at the address returned, and alice, a
+/// bridged agent on the laptop.
+async fn second_replica_and_alice(w: &World) -> (String, Server, relay_tests::mcp::Bridge) {
+    let other_mcp = format!("127.0.0.1:{}", free_port());
+    let other = Server::start_with_env(&w.db, free_port(), &[("RELAY_MCP_LISTEN", other_mcp.as_str())]).await;
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    (other_mcp, other, alice)
+}
+
 fn structured(result: &Value) -> &Value {
     &result["structuredContent"]
 }
@@ -118,11 +129,7 @@ async fn without_a_handle_one_is_picked_and_kept() {
 #[tokio::test]
 async fn any_replica_answers_for_the_same_agent() {
     let w = world().await;
-    let other_mcp = format!("127.0.0.1:{}", free_port());
-    let _other = Server::start_with_env(&w.db, free_port(), &[("RELAY_MCP_LISTEN", other_mcp.as_str())]).await;
-    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
-    alice.initialize("2025-06-18").await;
-    alice.tool_ok("relay_whoami", json!({})).await;
+    let (other_mcp, _other, mut alice) = second_replica_and_alice(&w).await;
 
     let mut on_first = RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot"));
     on_first.tool_ok("relay_send", json!({ "to": "laptop/alice", "body": "one" })).await;
@@ -318,11 +325,7 @@ async fn start_waiting_in(mcp: &str, token: &str, session: &str, wait_s: u32) ->
 #[tokio::test]
 async fn a_calls_answer_resumes_after_the_last_event_its_client_had_at_any_replica() {
     let w = world().await;
-    let other_mcp = format!("127.0.0.1:{}", free_port());
-    let _other = Server::start_with_env(&w.db, free_port(), &[("RELAY_MCP_LISTEN", other_mcp.as_str())]).await;
-    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
-    alice.initialize("2025-06-18").await;
-    alice.tool_ok("relay_whoami", json!({})).await;
+    let (other_mcp, _other, mut alice) = second_replica_and_alice(&w).await;
     let mut agent = RemoteAgent::initialize(&w.mcp, &w.cloud, Some("ci-bot"), "2025-06-18", "claude-code").await;
     agent.tool_ok("relay_whoami", json!({})).await;
     let session = agent.session.clone().unwrap();
@@ -622,11 +625,7 @@ fn a_plaintext_endpoint_on_a_public_address_is_refused() {
 #[tokio::test]
 async fn a_replica_killed_mid_wait_loses_nothing_and_the_next_request_goes_on_at_another() {
     let w = world().await;
-    let other_mcp = format!("127.0.0.1:{}", free_port());
-    let mut doomed = Server::start_with_env(&w.db, free_port(), &[("RELAY_MCP_LISTEN", other_mcp.as_str())]).await;
-    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
-    alice.initialize("2025-06-18").await;
-    alice.tool_ok("relay_whoami", json!({})).await;
+    let (other_mcp, mut doomed, mut alice) = second_replica_and_alice(&w).await;
     RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot")).tool_ok("relay_whoami", json!({})).await;
 
     // Requests alternate between the replicas; one waits on the replica that is then killed (-9).
