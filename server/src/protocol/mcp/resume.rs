@@ -143,21 +143,20 @@ impl Answers {
             if let Some(mut done) = draining {
                 let _ = tokio::time::timeout_at(until, done.wait_for(|done| *done)).await;
             }
-            let unwritten = self.unwritten.lock().expect("answers lock poisoned").get(&id.stream).cloned();
-            if let Some(answer) = unwritten {
-                return Ok(if answer.machine == machine { answer.events.clone() } else { Vec::new() });
-            }
-            let kept = self.remote.answer(&id.stream, machine).await?;
-            if !kept.is_empty() || tokio::time::Instant::now() >= until {
-                return Ok(kept);
-            }
+            // Asked before looking: a stream is kept (here, then in the database) before it stops
+            // streaming or draining, so one that may still come when asked is found by the next look.
             let may_come = if id.replica == self.remote.replica() {
                 self.live.lock().expect("answers lock poisoned").contains(&id.stream)
                     || self.draining.lock().expect("answers lock poisoned").contains_key(&id.stream)
             } else {
                 self.remote.replica_alive(id.replica).await?
             };
-            if !may_come {
+            let unwritten = self.unwritten.lock().expect("answers lock poisoned").get(&id.stream).cloned();
+            if let Some(answer) = unwritten {
+                return Ok(if answer.machine == machine { answer.events.clone() } else { Vec::new() });
+            }
+            let kept = self.remote.answer(&id.stream, machine).await?;
+            if !kept.is_empty() || !may_come || tokio::time::Instant::now() >= until {
                 return Ok(kept);
             }
             tokio::time::sleep(LOOK_EVERY).await;
