@@ -50,15 +50,20 @@ pub(super) fn channel<E>(capacity: usize) -> (Sender<E>, Events<E>) {
 /// Opens a stream of `capacity` events fed by `feed`, run as a task in the call's span (so what it
 /// logs names its caller). The stream ends when `feed` does; an error it returns is the stream's
 /// last item.
-pub(super) fn open<E, F>(capacity: usize, what: &'static str, feed: impl FnOnce(Sender<E>) -> F) -> Events<E>
+pub(super) fn open<E, F>(
+    capacity: usize,
+    what: &'static str,
+    feed: impl FnOnce(Sender<E>) -> F + Send + 'static,
+) -> Events<E>
 where
     E: Send + 'static,
     F: Future<Output = crate::domain::Result<()>> + Send + 'static,
 {
     let (tx, events) = channel(capacity);
-    let fed = feed(tx.clone());
+    // The feed's future is made inside the task, not moved into it: a future moved into an async
+    // block and awaited there takes its room twice, and thousands of streams sit idle at once.
     let task = async move {
-        if let Err(err) = fed.await {
+        if let Err(err) = feed(tx.clone()).await {
             tracing::debug!(error = %err, "{what} ended");
             tx.fail(err).await;
         }

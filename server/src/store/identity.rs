@@ -612,6 +612,69 @@ pub(crate) async fn contact_accounts(client: &impl GenericClient, account_id: Ac
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::token_hash;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn an_account_name_is_taken_once_and_found_by_name() {
+        let db = testing::db().await;
+        let c = db.store.client().await.unwrap();
+        insert_account(&c, "acme").await.unwrap();
+        let again = insert_account(&c, "acme").await.unwrap_err();
+        assert!(matches!(&again, Error::AlreadyExists(m) if m == "account acme already exists"), "{again:?}");
+        ensure_account(&c, "acme").await.unwrap();
+        ensure_account(&c, "globex").await.unwrap();
+        let acme = account_id(&c, "acme").await.unwrap().expect("acme exists");
+        assert_eq!(account_id(&c, "initech").await.unwrap(), None);
+        let named = accounts_named(&c, &["acme", "initech"]).await.unwrap();
+        assert_eq!(named, vec![(acme, "acme".to_owned())], "only the names that exist");
+    }
+
+    #[tokio::test]
+    async fn a_live_machine_keeps_its_token_unless_replaced_and_a_revoked_one_takes_a_new_one() {
+        let db = testing::db().await;
+        let c = db.store.client().await.unwrap();
+        insert_account(&c, "acme").await.unwrap();
+        let acme = account_id(&c, "acme").await.unwrap().unwrap();
+        let (first, second, third) = (token_hash("first"), token_hash("second"), token_hash("third"));
+        assert!(upsert_machine_token(&c, acme, "laptop", &first, false).await.unwrap(), "a new machine");
+        assert!(!upsert_machine_token(&c, acme, "laptop", &second, false).await.unwrap(), "a live one keeps its token");
+        assert!(machine_by_token(&c, &second).await.unwrap().is_none());
+        let (found, revoked) = machine_by_token(&c, &first).await.unwrap().expect("the first token holds");
+        assert_eq!((found.account.as_str(), found.machine.as_str(), revoked), ("acme", "laptop", false));
+
+        let revoked_id = revoke_machine(&c, "acme", "laptop").await.unwrap().expect("it exists");
+        assert_eq!(revoked_id, found.machine_id);
+        assert!(machine_by_token(&c, &first).await.unwrap().unwrap().1, "found, and revoked");
+        assert_eq!(revoke_machine(&c, "acme", "desktop").await.unwrap(), None, "no such machine");
+        assert!(upsert_machine_token(&c, acme, "laptop", &second, false).await.unwrap(), "revoked: a new token");
+        let (again, revoked) = machine_by_token(&c, &second).await.unwrap().unwrap();
+        assert_eq!((again.machine_id, revoked), (found.machine_id, false), "the same machine, live again");
+        assert!(upsert_machine_token(&c, acme, "laptop", &third, true).await.unwrap(), "replaced while live");
+        assert!(machine_by_token(&c, &second).await.unwrap().is_none(), "the old token holds no more");
+    }
+
+    #[tokio::test]
+    async fn a_contact_is_one_row_whichever_side_makes_it_and_lists_the_other_account() {
+        let db = testing::db().await;
+        let c = db.store.client().await.unwrap();
+        for name in ["acme", "globex", "initech"] {
+            insert_account(&c, name).await.unwrap();
+        }
+        let id = |name| account_id(&c, name);
+        let (acme, globex, initech) = (
+            id("acme").await.unwrap().unwrap(),
+            id("globex").await.unwrap().unwrap(),
+            id("initech").await.unwrap().unwrap(),
+        );
+        insert_contact(&c, globex, acme).await.unwrap();
+        insert_contact(&c, acme, globex).await.unwrap();
+        let rows: i64 = c.query_one("select count(*) from contacts", &[]).await.unwrap().get(0);
+        assert_eq!(rows, 1, "made twice, from either side, it is one contact");
+        assert_eq!(contact_accounts(&c, acme).await.unwrap(), vec![globex]);
+        assert_eq!(contact_accounts(&c, globex).await.unwrap(), vec![acme]);
+        assert!(contact_accounts(&c, initech).await.unwrap().is_empty());
+    }
 
     #[test]
     fn endpoints_read_online_as_everywhere_else() {
