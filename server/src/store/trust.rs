@@ -439,6 +439,76 @@ pub(crate) async fn still_reachable(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::trust::MAX_PEEK_TURNS;
+    use crate::store::testing;
+
+    fn turn(text: &str) -> KeptTurn {
+        let text = RedactedText::from_agent(text);
+        KeptTurn {
+            role: RedactedText::from_agent("assistant"),
+            text,
+            tools: vec![RedactedText::from_agent("relay_send")],
+        }
+    }
+
+    fn texts(state: &PeekState) -> Vec<&str> {
+        state.turns.iter().map(|t| t.text.as_str()).collect()
+    }
+
+    #[tokio::test]
+    async fn turns_are_kept_only_while_peeking_is_allowed_and_only_the_last_ones() {
+        let db = testing::db().await;
+        let (_, machine) = db.machine("acme", "laptop").await;
+        let sql = db.test.sql().await;
+        let id: i64 = sql
+            .query_one("insert into endpoints (machine_id, handle) values ($1, 'claude-1') returning id", &[&machine])
+            .await
+            .unwrap()
+            .get(0);
+        let endpoint = EndpointId(id);
+        let mut c = db.store.client().await.unwrap();
+
+        let tx = c.transaction().await.unwrap();
+        assert!(!keep_peek_turns(&tx, endpoint, &[turn("unseen")], false).await.unwrap(), "not while peeking is off");
+        tx.commit().await.unwrap();
+        let state = peek_state(&c, endpoint).await.unwrap();
+        assert!(!state.peek_on && state.turns.is_empty() && state.updated_at.is_none());
+
+        set_peek_on(&c, endpoint, true).await.unwrap();
+        let first: Vec<KeptTurn> = (0..MAX_PEEK_TURNS - 1).map(|i| turn(&format!("t{i}"))).collect();
+        let tx = c.transaction().await.unwrap();
+        assert!(keep_peek_turns(&tx, endpoint, &first, false).await.unwrap());
+        assert!(keep_peek_turns(&tx, endpoint, &[turn("x"), turn("y")], true).await.unwrap());
+        tx.commit().await.unwrap();
+        let state = peek_state(&c, endpoint).await.unwrap();
+        assert_eq!(state.turns.len(), MAX_PEEK_TURNS, "only the last ones are kept");
+        assert_eq!(texts(&state).first(), Some(&"t1"), "the oldest went first");
+        assert_eq!(texts(&state).last(), Some(&"y"));
+        assert_eq!(
+            (state.turns[0].role.as_str(), state.turns[0].tools.as_slice()),
+            ("assistant", &["relay_send".to_owned()][..])
+        );
+
+        let tx = c.transaction().await.unwrap();
+        assert!(keep_peek_turns(&tx, endpoint, &[turn("alone")], false).await.unwrap(), "without append, replaced");
+        tx.commit().await.unwrap();
+        assert_eq!(texts(&peek_state(&c, endpoint).await.unwrap()), ["alone"]);
+        delete_peek_turns(&c, endpoint).await.unwrap();
+        let state = peek_state(&c, endpoint).await.unwrap();
+        assert!(state.peek_on && state.turns.is_empty(), "deleted, and peeking still allowed");
+    }
+
+    #[tokio::test]
+    async fn an_accounts_human_inbox_is_made_once_and_found_after() {
+        let db = testing::db().await;
+        let (account, _) = db.machine("acme", "laptop").await;
+        let c = db.store.client().await.unwrap();
+        let made = ensure_human(&c, account).await.unwrap();
+        assert_eq!(ensure_human(&c, account).await.unwrap(), made, "the same inbox the second time");
+        assert_eq!(human_caller(&c, account).await.unwrap().endpoint_id, made, "the human's caller is that inbox");
+        let (other, _) = db.machine("globex", "box").await;
+        assert_ne!(ensure_human(&c, other).await.unwrap(), made, "each account has its own");
+    }
 
     #[test]
     fn hold_states_are_the_ones_the_table_allows() {
