@@ -5,7 +5,7 @@
 use relay_tests::pg::TestDb;
 
 use super::{DbConfig, Store, migrate};
-use crate::domain::ids::{AccountId, MachineId};
+use crate::domain::ids::{AccountId, EndpointId, MachineId};
 
 /// A migrated database of this test's own, and the store on it.
 pub struct Db {
@@ -41,5 +41,18 @@ impl Db {
             .unwrap()
             .get(0);
         (AccountId(account), MachineId(machine))
+    }
+
+    /// An endpoint `handle` of `machine`, as a claim leaves it, with `unread` messages counted.
+    pub async fn endpoint(&self, machine: MachineId, handle: &str, unread: i32) -> EndpointId {
+        let sql = self.test.sql().await;
+        let row = sql
+            .query_one(
+                "insert into endpoints (machine_id, handle, unread) values ($1, $2, $3) returning id",
+                &[&machine, &handle, &unread],
+            )
+            .await
+            .unwrap();
+        EndpointId(row.get(0))
     }
 }

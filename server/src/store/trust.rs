@@ -459,13 +459,7 @@ mod tests {
     async fn turns_are_kept_only_while_peeking_is_allowed_and_only_the_last_ones() {
         let db = testing::db().await;
         let (_, machine) = db.machine("acme", "laptop").await;
-        let sql = db.test.sql().await;
-        let id: i64 = sql
-            .query_one("insert into endpoints (machine_id, handle) values ($1, 'claude-1') returning id", &[&machine])
-            .await
-            .unwrap()
-            .get(0);
-        let endpoint = EndpointId(id);
+        let endpoint = db.endpoint(machine, "claude-1", 0).await;
         let mut c = db.store.client().await.unwrap();
 
         let tx = c.transaction().await.unwrap();

@@ -37,7 +37,10 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 /// How long a resume at another replica looks for a stream the replica that served it is still
 /// reading to its end.
 const LOOK_LIMIT: Duration = Duration::from_secs(20);
-const LOOK_EVERY: Duration = Duration::from_millis(250);
+/// How often it looks: here a look reads memory first; elsewhere each look is two reads of the
+/// database, so a client holding many resumes open costs it little.
+const LOOK_EVERY_HERE: Duration = Duration::from_millis(250);
+const LOOK_EVERY_ELSEWHERE: Duration = Duration::from_secs(1);
 /// What the first event tells a client to wait before reconnecting.
 const RETRY_MS: u64 = 3000;
 /// Answers waiting to be written; past it, an answer is not kept (and a warning says so).
@@ -138,6 +141,8 @@ impl Answers {
     /// the replica that serves it lives.
     async fn kept(&self, machine: MachineId, id: EventId) -> crate::domain::Result<Vec<(i32, String)>> {
         let until = tokio::time::Instant::now() + LOOK_LIMIT;
+        let here = id.replica == self.remote.replica();
+        let every = if here { LOOK_EVERY_HERE } else { LOOK_EVERY_ELSEWHERE };
         loop {
             let draining = self.draining.lock().expect("answers lock poisoned").get(&id.stream).cloned();
             if let Some(mut done) = draining {
@@ -145,7 +150,7 @@ impl Answers {
             }
             // Asked before looking: a stream is kept (here, then in the database) before it stops
             // streaming or draining, so one that may still come when asked is found by the next look.
-            let may_come = if id.replica == self.remote.replica() {
+            let may_come = if here {
                 self.live.lock().expect("answers lock poisoned").contains(&id.stream)
                     || self.draining.lock().expect("answers lock poisoned").contains_key(&id.stream)
             } else {
@@ -159,7 +164,7 @@ impl Answers {
             if !kept.is_empty() || !may_come || tokio::time::Instant::now() >= until {
                 return Ok(kept);
             }
-            tokio::time::sleep(LOOK_EVERY).await;
+            tokio::time::sleep(every).await;
         }
     }
 

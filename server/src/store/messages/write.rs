@@ -219,18 +219,10 @@ mod tests {
     async fn a_send_is_refused_when_a_targets_unread_reach_the_cap_and_names_that_target() {
         let db = testing::db().await;
         let (account, machine) = db.machine("acme", "laptop").await;
-        let sql = db.test.sql().await;
         let mut targets = Vec::new();
         for (handle, unread) in [("roomy", 2), ("full", 3)] {
-            let id: i64 = sql
-                .query_one(
-                    "insert into endpoints (machine_id, handle, unread) values ($1, $2, $3) returning id",
-                    &[&machine, &handle, &unread],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            targets.push(Target { id: EndpointId(id), address: format!("acme/laptop/{handle}"), account_id: account });
+            let id = db.endpoint(machine, handle, unread).await;
+            targets.push(Target { id, address: format!("acme/laptop/{handle}"), account_id: account });
         }
         let c = db.store.client().await.unwrap();
         check_room(&c, &targets[..1], 3).await.expect("two unread of three: room");
