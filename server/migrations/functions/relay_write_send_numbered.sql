@@ -1,5 +1,7 @@
--- Writes one send that has no batch-mates in one statement (message, inbox heads, deliveries,
--- reply mark) and answers each recipient's seq and relation and when it was stored.
+-- Writes one message that has no batch-mates in one statement (message, inbox heads, deliveries,
+-- reply mark) and answers each recipient's seq and relation and when it was stored. Also the
+-- writer of what is written inside a larger transaction: a message held for a human (written with
+-- no recipients; the hold names them) and what the system sends.
 create or replace function relay_write_send_numbered(s relay_outgoing, cap integer, replica bigint, out outcome text, out offline bigint[], out offline_seen timestamp with time zone[], out seqs bigint[], out relations text[], out sent_at timestamp with time zone)
  returns record
  language plpgsql
@@ -16,14 +18,14 @@ declare
 begin
     perform set_config('relay.counted', 'on', true);
 
-    -- Several inboxes are locked first, in id order, as every writer locks them (see migration 10).
+    -- Several inboxes are locked first, as every writer locks them (`relay_lock_inboxes`).
     -- A send to one inbox of its own account takes no lock ahead: the update of the head locks its
     -- only inbox, and nothing it takes before that is what a writer holding an inbox waits for (a
     -- reply's delivery or a contact would be: a send with either still locks first). Only a retry
     -- racing its own first attempt, written by another writer, waits on the message's key; should
     -- that writer wait for this inbox, Postgres refuses one of the two and the client retries.
     if cardinality(s.recipients) <> 1 or s.read_by is not null or cardinality(s.contacts) > 0 then
-        perform 1 from endpoints e where e.id = any(s.recipients || s.read_by) order by e.id for no key update;
+        perform 1 from relay_lock_inboxes(s.recipients || s.read_by);
     end if;
 
     -- The message first: a retry is answered with the first result whatever has changed since, so a
@@ -96,8 +98,11 @@ begin
         raise exception 'inbox full' using errcode = 'RLY02', detail = full_id::text;
     end if;
 
-    -- Its recipients are distinct: up to 300 fit one notification, named straight away.
-    if cardinality(s.recipients) <= 300 then
+    -- Its recipients are distinct: up to 300 fit one notification, named straight away. A message
+    -- held for a human has none yet: `relay_write_release` delivers it.
+    if cardinality(s.recipients) = 0 then
+        null;
+    elsif cardinality(s.recipients) <= 300 then
         perform pg_notify('relay_delivery', 'r' || replica || ':' || array_to_string(s.recipients, ','));
     else
         perform relay_announce_delivered(replica, s.recipients);

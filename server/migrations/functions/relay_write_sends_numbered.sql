@@ -21,13 +21,11 @@ declare
 begin
     perform set_config('relay.counted', 'on', true);
 
-    -- Every inbox the batch touches, locked in id order up front (inboxes before their
-    -- deliveries, as everywhere): concurrent batches never deadlock. `no key update` is what the
-    -- writes below need, and unlike `update` it lets another batch's foreign key check on a
-    -- sender through: two batches sending each other's inboxes messages do not wait on each other.
+    -- Every inbox the batch touches, locked up front as every writer locks them
+    -- (`relay_lock_inboxes`): concurrent batches never deadlock.
     inboxes := array(select r from unnest(sends) s, unnest(s.recipients) r
                      union select s.read_by from unnest(sends) s where s.read_by is not null);
-    perform 1 from endpoints where id = any(inboxes) order by id for no key update;
+    perform 1 from relay_lock_inboxes(inboxes);
 
     if cardinality(sends) = 1 then
         stored := relay_write_send_set(sends, cap);

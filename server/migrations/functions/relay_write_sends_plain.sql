@@ -16,9 +16,9 @@ begin
         raise exception 'not a set of plain sends: one recipient each, no contact, nothing read' using errcode = '22023';
     end if;
 
-    -- Every inbox, locked in id order as every writer locks them (see migration 10).
+    -- Every inbox, locked as every writer locks them (`relay_lock_inboxes`).
     inboxes := array(select distinct s.recipients[1] from unnest(sends) s order by 1);
-    perform 1 from endpoints where id = any(inboxes) order by id for no key update;
+    perform 1 from relay_lock_inboxes(inboxes);
 
     -- Counted as if no send were a duplicate, so that no check refuses one once written. An inbox
     -- that would refuse (full, its machine revoked, gone) sends the batch to the writer that sorts

@@ -47,7 +47,10 @@ pub(crate) async fn notify_board(
     if readers.is_empty() {
         return Ok(());
     }
-    messages::lock_inboxes(tx, readers.iter().map(|(t, _)| t.id).collect()).await?;
+    let inboxes: Vec<EndpointId> = readers.iter().map(|(t, _)| t.id).collect();
+    // Found live above; should a machine be revoked since, its agent no longer reads anything.
+    let revoked = messages::lock_inboxes(tx, &inboxes).await?;
+    readers.retain(|(t, _)| !revoked.contains(&t.id));
     let sender = notices::board_sender(tx, account_id).await?;
     let thread = format!("card:{job_id}");
     for (target, reader) in readers {
@@ -67,7 +70,7 @@ pub(crate) async fn notify_board(
             private: false,
             require_reply: false,
         };
-        messages::store_message(tx, &sender, &targets, &out, None).await?;
+        messages::write_system(tx, &sender, &targets, &out).await?;
     }
     Ok(())
 }

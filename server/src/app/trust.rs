@@ -6,7 +6,7 @@ use super::messaging::{Delivered, NewMessage};
 use crate::domain::caller::Caller;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{self, HoldId, TokenKind};
+use crate::domain::ids::{self, EndpointId, HoldId, TokenKind};
 use crate::domain::message::Message;
 use crate::domain::names::{NameKind, validate};
 use crate::domain::redact::{RedactedText, redact};
@@ -160,10 +160,12 @@ impl TrustService {
         })?;
         rules::check_decision(id, held.state, release, reason)?;
         // The recipients' inboxes and the sender's (it gets the notice), all before writing any.
-        messages::lock_inboxes(&tx, held.recipients.iter().copied().chain([held.sender_id]).collect()).await?;
+        let inboxes: Vec<EndpointId> = held.recipients.iter().copied().chain([held.sender_id]).collect();
+        let revoked = messages::lock_inboxes(&tx, &inboxes).await?;
         if release {
             let targets = trust::still_reachable(&tx, held.sender_id, &held.message_id, &held.recipients).await?;
-            messages::deliver(&tx, &held.message_id, &targets).await?;
+            let recipients: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
+            messages::release(&tx, &held.message_id, &recipients).await?;
         }
         let decided = if release { HoldState::Released } else { HoldState::Rejected };
         trust::set_decision(&tx, id, decided, reason, &person.name).await?;
@@ -177,8 +179,11 @@ impl TrustService {
             private: false,
             require_reply: false,
         };
-        let target = [Target { id: held.sender_id, address: held.sender, account_id: person.account_id }];
-        messages::store_message(&tx, &me, &target, &notice, None).await?;
+        // A sender whose machine was revoked reads nothing any more: the decision is kept on the hold.
+        if !revoked.contains(&held.sender_id) {
+            let target = [Target { id: held.sender_id, address: held.sender, account_id: person.account_id }];
+            messages::write_system(&tx, &me, &target, &notice).await?;
+        }
         let view = trust::holds_on(&tx, person, true).await?.into_iter().find(|h| &h.id == id);
         tx.commit().await?;
         let view = view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))?;

@@ -47,6 +47,11 @@ row_id!(
     /// A running server process's liveness row: the streams it holds are online while it lives.
     ReplicaId
 );
+impl ReplicaId {
+    /// No replica: what it writes is announced to every replica, the writing one's included.
+    pub const NONE: Self = Self(0);
+}
+
 row_id!(
     /// A cap's row: selectors set on an endpoint by one of its ancestors.
     CapId

@@ -193,8 +193,8 @@ fn heard(hub: &Hub, memory: &Memory, channel: &str, payload: &str) {
     match DeliveryNotice::parse(payload) {
         Some(DeliveryNotice::One(recipient)) => hub.wake(recipient),
         // This replica woke its own waiters when it committed the batch.
-        Some(DeliveryNotice::Batch { replica, .. }) if replica != ReplicaId(0) && replica == memory.store.replica() => {
-        }
+        Some(DeliveryNotice::Batch { replica, .. })
+            if replica != ReplicaId::NONE && replica == memory.store.replica() => {}
         Some(DeliveryNotice::Batch { recipients, .. }) => recipients.into_iter().for_each(|r| hub.wake(r)),
         None => tracing::warn!(payload, "malformed delivery notification"),
     }

@@ -137,8 +137,7 @@ pub(crate) async fn ask(tx: &Transaction<'_>, asker: &Caller, target: Target, bo
         private: false,
         require_reply: false,
     };
-    super::messages::store_message(tx, asker, &[target], &out, None).await?;
-    Ok(())
+    super::messages::write_system(tx, asker, &[target], &out).await
 }
 
 /// The endpoint that asked, as the sender of its question.

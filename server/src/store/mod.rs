@@ -36,7 +36,6 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-pub(crate) use error::from_sqlstate;
 pub use error::is_unique_violation;
 
 /// An open transaction. Repository functions that lock rows take one, so a lock is never taken on

@@ -4,7 +4,7 @@
 //! with whatever else is queued, in a transaction of its own that re-checks what a concurrent change
 //! could break (under lock the contacts relied on and room in each inbox, and that no recipient's
 //! machine was revoked). A send held for the account's human, and a report the system sends, are
-//! written in one transaction each. The SQL is the store's (`store::messages`).
+//! written by the same writer in one transaction each. The SQL is the store's (`store::messages`).
 
 mod limit;
 mod resolved;
@@ -17,17 +17,17 @@ use deadpool_postgres::GenericClient;
 
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{Kind, State};
-use crate::domain::ids::{self, AccountId, EndpointId, MessageId, MessageRef};
+use crate::domain::ids::{self, EndpointId, HoldId, MessageId, MessageRef, ReplicaId};
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::redact::RedactedText;
-use crate::domain::{EntityKind, Error, Result, limits};
+use crate::domain::{Error, Result, limits};
 use crate::store::Store;
-use crate::store::messages::batch::{BatchedSend, Written};
+use crate::store::messages::write::{self, NewMessage, Written};
 use crate::store::messages::{
-    Outgoing, ReplyTo, Resolved, Target, check_room, check_thread, endpoint_at, hold_contacts, lock_inboxes, mark_read,
-    previous_send, reply_to, resolve_addresses, resolve_received, store_message,
+    Outgoing, ReplyTo, Resolved, Target, check_room, check_thread, endpoint_at, previous_send, reply_to,
+    resolve_addresses, resolve_received,
 };
-use crate::store::{from_sqlstate, trust::hold_class};
+use crate::store::trust::{self, hold_class};
 use limit::SendLimit;
 use resolved::{Key, ResolvedCache};
 use writer::{Batcher, Waker};
@@ -85,7 +85,7 @@ impl Sends {
         let resolution = resolve_send(&self.store.client().await?, caller, &out).await?;
         let known = match resolution {
             Resolution::Retry(sent) => return Ok(sent),
-            Resolution::Held(held) => return self.send_held(caller, held, &out).await,
+            Resolution::Held(held, class) => return self.send_held(caller, held, &out, class).await,
             Resolution::Allowed(known) => known,
         };
         if let (Some(ticket), Some(key)) = (ticket, key) {
@@ -132,32 +132,39 @@ impl Sends {
             private: false,
             require_reply: false,
         };
-        if held {
-            return self.reply_held(caller, &targets, &out, &original).await;
-        }
         let id = ids::new_message_id();
         let write = Write { caller, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: Some(&original) };
+        if let Some(class) = held {
+            return self.write_held(write, class).await;
+        }
         self.write_send(write).await
     }
 
     /// Sends to one known endpoint without scope rules: for reports the system makes on an
-    /// endpoint's behalf (a worker's final result to its parent). One transaction, not batched.
+    /// endpoint's behalf (a worker's final result to its parent). One statement of the writer, not
+    /// batched.
     pub(crate) async fn send_unscoped(&self, sender: &Caller, out: Outgoing<'_>) -> Result<Sent> {
-        let mut client = self.store.client().await?;
+        let client = self.store.client().await?;
         if let Some(client_id) = out.client_id
             && let Some(sent) = previous_send(&client, sender.endpoint_id, client_id).await?
         {
             return Ok(sent);
         }
-        let tx = client.transaction().await?;
         let address = out.to.first().ok_or_else(|| Error::invalid("no recipient"))?;
-        let id = endpoint_at(&tx, address).await?;
-        let targets = [Target { id, address: address.clone(), account_id: sender.account_id }];
-        let sent = store_message(&tx, sender, &targets, &out, None)
-            .await?
-            .ok_or_else(|| Error::Unavailable("a concurrent send with this client id is in progress; retry".into()))?;
-        tx.commit().await?;
-        Ok(sent)
+        let targets = [Target {
+            id: endpoint_at(&client, address).await?,
+            address: address.clone(),
+            account_id: sender.account_id,
+        }];
+        let id = ids::new_message_id();
+        let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
+        let w = Write { caller: sender, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: None };
+        // One statement, uncapped: a report on what a worker did is not lost to a full inbox.
+        match write::write_one(&client, &w.message(), i32::MAX, ReplicaId::NONE).await? {
+            Written::Stored { offline, .. } => Ok(w.stored(&offline)),
+            Written::Duplicate => first_answer(&client, sender, &out).await,
+            Written::Refused(why) => Err(why.into_error(sender.account_id, &targets, u32::MAX)),
+        }
     }
 
     /// Writes a send whose recipients are resolved and allowed.
@@ -174,57 +181,53 @@ impl Sends {
 
     /// Hands a resolved, allowed send to the batched writer and reads its outcome.
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
-        match self.writer.write(w.batch_entry(), w.caller.address()).await? {
+        match self.writer.write(w.message(), w.caller.address()).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => first_answer(&self.store.client().await?, w.caller, w.out).await,
-            Written::Refused { state, message, detail } => {
-                Err(w.refusal(&state, &message, detail.as_deref(), self.cap))
-            }
+            Written::Refused(why) => Err(why.into_error(w.caller.account_id, w.targets, self.cap)),
         }
     }
 
-    /// A send the account's human must release first: stored with its hold in one transaction.
-    async fn send_held(&self, caller: &Caller, held: Resolved, out: &Outgoing<'_>) -> Result<Sent> {
-        let mut client = self.store.client().await?;
-        let tx = client.transaction().await?;
-        hold_contacts(&tx, caller, &held.targets).await?;
-        check_room(&tx, &held.targets, self.cap).await?;
-        match store_message(&tx, caller, &held.targets, out, None).await? {
-            Some(mut sent) => {
-                tx.commit().await?;
-                sent.skipped = held.skipped;
-                Ok(sent)
-            }
-            None => {
-                drop(tx);
-                first_answer(&client, caller, out).await
-            }
-        }
-    }
-
-    /// A reply the account's human must release first, stored with its hold in one transaction;
-    /// the message it answers becomes read.
-    async fn reply_held(
+    /// A send the account's human must release first: resolved like any other, then written with
+    /// its hold.
+    async fn send_held(
         &self,
         caller: &Caller,
-        targets: &[Target],
+        held: Resolved,
         out: &Outgoing<'_>,
-        original: &MessageId,
+        class: &'static str,
     ) -> Result<Sent> {
+        let id = ids::new_message_id();
+        let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
+        let write = Write { caller, id: &id, thread: &thread, targets: &held.targets, out, reply_to: None };
+        let mut sent = self.write_held(write, class).await?;
+        if !sent.duplicate {
+            sent.skipped = held.skipped;
+        }
+        Ok(sent)
+    }
+
+    /// Writes a send or reply the account's human must release first, in one transaction with its
+    /// hold: by the writer every send takes, delivered to no one until the hold is released (a
+    /// reply's original becomes read now). Refused, as the send would be, when an inbox is full.
+    async fn write_held(&self, w: Write<'_>, class: &'static str) -> Result<Sent> {
         let mut client = self.store.client().await?;
         let tx = client.transaction().await?;
-        // The replier's inbox with the heads, in id order: inboxes before their deliveries.
-        let inboxes: Vec<EndpointId> = targets.iter().map(|t| t.id).chain([caller.endpoint_id]).collect();
-        lock_inboxes(&tx, inboxes).await?;
-        hold_contacts(&tx, caller, targets).await?;
-        check_room(&tx, targets, self.cap).await?;
-        let Some(sent) = store_message(&tx, caller, targets, out, Some(original)).await? else {
-            drop(tx);
-            return first_answer(&client, caller, out).await;
-        };
-        mark_read(&tx, original, caller.endpoint_id).await?;
-        tx.commit().await?;
-        Ok(sent)
+        check_room(&tx, w.targets, self.cap).await?;
+        let message = NewMessage { recipients: Vec::new(), ..w.message() };
+        let cap = i32::try_from(self.cap).unwrap_or(i32::MAX);
+        match write::write_one(&tx, &message, cap, ReplicaId::NONE).await? {
+            Written::Stored { .. } => {
+                let hold = trust::hold(&tx, w.caller, w.id, class, w.targets).await?;
+                tx.commit().await?;
+                Ok(w.held(hold))
+            }
+            Written::Duplicate => {
+                drop(tx);
+                first_answer(&client, w.caller, w.out).await
+            }
+            Written::Refused(why) => Err(why.into_error(w.caller.account_id, w.targets, self.cap)),
+        }
     }
 }
 
@@ -268,8 +271,9 @@ async fn first_answer(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_
 enum Resolution {
     /// A retry of an earlier send: its result.
     Retry(Sent),
-    /// Recipients the send may reach once the account's human releases it.
-    Held(Resolved),
+    /// Recipients the send may reach once the account's human releases it, and the hold class
+    /// that keeps it.
+    Held(Resolved, &'static str),
     /// Recipients the send goes to now.
     Allowed(Resolved),
 }
@@ -296,9 +300,12 @@ async fn resolve_send(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_
         return Ok(Resolution::Retry(sent));
     }
     let (targets, skipped) = resolved?;
-    let held = hold_class(c, caller, &targets, out.private).await?.is_some();
+    let hold = hold_class(c, caller, &targets, out.private).await?;
     let known = Resolved { targets, skipped };
-    Ok(if held { Resolution::Held(known) } else { Resolution::Allowed(known) })
+    Ok(match hold {
+        Some(class) => Resolution::Held(known, class),
+        None => Resolution::Allowed(known),
+    })
 }
 
 /// A resolved, allowed send on its way to the batched writer.
@@ -312,28 +319,9 @@ struct Write<'a> {
 }
 
 impl Write<'_> {
-    /// The send as the batched writer takes it.
-    fn batch_entry(&self) -> BatchedSend {
-        let mut contacts: Vec<AccountId> =
-            self.targets.iter().map(|t| t.account_id).filter(|a| *a != self.caller.account_id).collect();
-        contacts.sort_unstable();
-        contacts.dedup();
-        BatchedSend {
-            id: self.id.clone(),
-            sender: self.caller.endpoint_id,
-            account: self.caller.account_id,
-            client_id: self.out.client_id.map(str::to_owned),
-            thread: self.thread.to_owned(),
-            kind: self.out.kind.to_db(),
-            body: self.out.body.as_str().to_owned(),
-            reply_to: self.reply_to.cloned(),
-            private: self.out.private,
-            require_reply: self.out.require_reply,
-            recipients: self.targets.iter().map(|t| t.id).collect(),
-            contacts,
-            // A reply reads the message it answers.
-            read_by: self.reply_to.map(|_| self.caller.endpoint_id),
-        }
+    /// The message as the writer takes it.
+    fn message(&self) -> NewMessage {
+        NewMessage::new(self.caller, self.id.clone(), self.thread.to_owned(), self.targets, self.out, self.reply_to)
     }
 
     /// What the sender is told of a send the batch stored.
@@ -358,36 +346,25 @@ impl Write<'_> {
         }
     }
 
-    /// The error for a send the writer refused (`relay_write_send_numbered` and
-    /// `relay_write_sends_numbered` say why by SQLSTATE).
-    fn refusal(&self, state: &str, message: &str, detail: Option<&str>, cap: u32) -> Error {
-        match state {
-            // A contact it relied on was dropped.
-            "RLY01" => {
-                let gone: Vec<&str> = self
-                    .targets
-                    .iter()
-                    .filter(|t| t.account_id != self.caller.account_id)
-                    .map(|t| t.address.as_str())
-                    .collect();
-                Error::not_found(
-                    EntityKind::Endpoint,
-                    format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
-                )
-            }
-            // A recipient's machine was revoked since the send was resolved; the detail names it.
-            "RLY03" => {
-                let gone: Option<EndpointId> = detail.and_then(|d| d.parse().ok()).map(EndpointId);
-                let address = self.targets.iter().find(|t| Some(t.id) == gone).map_or("a recipient", |t| &t.address);
-                Error::not_found(EntityKind::Endpoint, format!("no agent you can reach at {address}: nothing was sent"))
-            }
-            // An inbox is full; the detail names it.
-            "RLY02" => {
-                let full: Option<EndpointId> = detail.and_then(|d| d.parse().ok()).map(EndpointId);
-                let address = self.targets.iter().find(|t| Some(t.id) == full).map_or("a recipient", |t| &t.address);
-                limits::inbox_full(address, cap)
-            }
-            _ => from_sqlstate(state, message),
+    /// What the sender is told of a send written with hold `hold`: nobody has it yet.
+    fn held(&self, hold: HoldId) -> Sent {
+        Sent {
+            id: self.id.clone(),
+            thread: self.thread.to_owned(),
+            recipients: self
+                .targets
+                .iter()
+                .map(|t| Recipient {
+                    address: t.address.clone(),
+                    state: None,
+                    reason: "held for the account's human".to_owned(),
+                    online: false,
+                })
+                .collect(),
+            duplicate: false,
+            reply_to: self.reply_to.cloned(),
+            skipped: Vec::new(),
+            hold: Some(hold),
         }
     }
 }

@@ -37,7 +37,7 @@ use crate::domain::ids::{EndpointId, ReplicaId, Seq};
 use crate::domain::message::Message;
 use crate::domain::{Error, Result, limits};
 use crate::metrics::{Shed, Step, metrics};
-use crate::store::messages::batch::{self, BatchedSend, Written};
+use crate::store::messages::write::{self, NewMessage, Written};
 
 /// Sends written together at most: written again one by one, each takes a subtransaction, and
 /// Postgres tracks up to 64 per transaction cheaply.
@@ -51,7 +51,7 @@ const QUEUE: usize = 2 * MAX_BATCH;
 pub type Waker = Arc<dyn Fn(EndpointId, &mut dyn FnMut() -> Vec<Message>) + Send + Sync>;
 
 struct Job {
-    send: BatchedSend,
+    send: NewMessage,
     /// The sender's address, as its recipients see it.
     from: String,
     done: oneshot::Sender<Result<Written>>,
@@ -115,7 +115,7 @@ impl Batcher {
     /// (or failed). A send that finds its writer idle and nothing queued is written by the calling
     /// task itself: handing it to the writer's task and its answer back costs two wake-ups, a
     /// fifth of a lone send's time on two cores.
-    pub(super) async fn write(&self, send: BatchedSend, from: String) -> Result<Written> {
+    pub(super) async fn write(&self, send: NewMessage, from: String) -> Result<Written> {
         let (done, answer) = oneshot::channel();
         let (writer, queue) = (&self.writer, &self.queue);
         let job = Job { send, from, done, queued: Instant::now() };
@@ -275,10 +275,10 @@ impl Writer {
         let cap = i32::try_from(self.cap).unwrap_or(i32::MAX);
         let replica = ReplicaId(self.replica.load(Ordering::Relaxed));
         if let [job] = jobs {
-            return Ok(vec![batch::write_one(&client, &job.send, cap, replica).await]);
+            return Ok(vec![write::write_one(&client, &job.send, cap, replica).await]);
         }
-        let sends: Vec<&BatchedSend> = jobs.iter().map(|j| &j.send).collect();
-        Ok(batch::write_set(&client, &sends, cap, replica).await?.into_iter().map(Ok).collect())
+        let sends: Vec<&NewMessage> = jobs.iter().map(|j| &j.send).collect();
+        Ok(write::write_set(&client, &sends, cap, replica).await?.into_iter().map(Ok).collect())
     }
 }
 
@@ -295,7 +295,7 @@ enum Via {
 #[derive(Default)]
 struct Delivered {
     /// The stored sends whose answer numbered every recipient, with sender, kind and time.
-    sends: Vec<(BatchedSend, String, Kind, DateTime<Utc>)>,
+    sends: Vec<(NewMessage, String, Kind, DateTime<Utc>)>,
     /// Per recipient, its deliveries in batch order, which is seq order; `None` once a send to it
     /// did not say (its stream then reads instead).
     inboxes: HashMap<EndpointId, Option<Vec<Delivery>>>,
@@ -311,7 +311,7 @@ struct Delivery {
 
 impl Delivered {
     /// A stored send and what the writer answered of its recipients (in their order).
-    fn add(&mut self, send: BatchedSend, from: String, seqs: &[Seq], relations: &[String], sent_at: DateTime<Utc>) {
+    fn add(&mut self, send: NewMessage, from: String, seqs: &[Seq], relations: &[String], sent_at: DateTime<Utc>) {
         let n = send.recipients.len();
         // A send's recipients are resolved as a set; the seqs are counted on that.
         let kind = Kind::from_db(send.kind)
@@ -354,7 +354,7 @@ fn distinct(recipients: &[EndpointId]) -> bool {
 }
 
 /// The message recipient `seq` was delivered, as its stream pushes it.
-fn as_pushed(send: &BatchedSend, from: &str, seq: Seq, relation: &str, kind: Kind, sent_at: &DateTime<Utc>) -> Message {
+fn as_pushed(send: &NewMessage, from: &str, seq: Seq, relation: &str, kind: Kind, sent_at: &DateTime<Utc>) -> Message {
     Message {
         id: send.id.clone(),
         seq,

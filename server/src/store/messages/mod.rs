@@ -2,8 +2,8 @@
 //!
 //! * `resolve`: a send's recipients found and allowed, by reads outside any transaction (the send
 //!   pipeline, `app::send`, calls them and keeps what they found).
-//! * `batch`: the group-commit writer's statements; `write`: what waits for a human, and what the
-//!   system sends, written in a transaction of its own.
+//! * `write`: the writer, the one way a message is written, whether a send, a batch of them, a
+//!   message held for a human or what the system sends.
 //! * `inbox`: what a recipient reads, and its deliveries moved forward as they are pushed,
 //!   shown and read.
 //! * `sent`: what a sender reads about its messages: their recipients' states, the replies they
@@ -30,20 +30,19 @@ macro_rules! message_joins {
     };
 }
 
-pub mod batch;
 mod inbox;
 mod resolve;
 mod sent;
-mod write;
+pub mod write;
 
 pub(crate) use inbox::{Look, Version, advance, announce, look, recent, take_unread, unread_after, unread_count};
 pub(crate) use resolve::{
     ReplyTo, check_thread, endpoint_at, reply_to, resolve_addresses, resolve_received, unknown_addresses,
 };
 pub(crate) use sent::{previous_send, recipient_states, replies_to, sent_like, thread_of};
-pub(crate) use write::{check_room, deliver, hold_contacts, lock_inboxes, mark_read, store_message};
+pub(crate) use write::{check_room, lock_inboxes, release, write_system};
 
-/// Channel of the LISTEN/NOTIFY fan-out; the payload is `<recipient endpoint id>:<seq>`.
+/// Channel of the LISTEN/NOTIFY fan-out; the payload is a [`DeliveryNotice`].
 pub const DELIVERY_CHANNEL: &str = "relay_delivery";
 
 /// Delivery states as SQL text spells them. They are written into the statements rather than
@@ -110,10 +109,11 @@ impl FromRow for Message {
 /// A notification on [`DELIVERY_CHANNEL`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum DeliveryNotice {
-    /// `<recipient>:<seq>`: one delivery.
+    /// `<endpoint>:<seq>`: one endpoint to look at its inbox again: a delivery as the previous
+    /// release announced it, or seq 0 for news that is not a delivery (a permission decided).
     One(EndpointId),
-    /// `r<replica>:<recipient>,<recipient>,…`: the recipients of a batch of sends a replica
-    /// committed together (it woke its own waiters itself).
+    /// `r<replica>:<recipient>,<recipient>,…`: the recipients of what a replica's writer committed
+    /// (it woke its own waiters itself; replica 0, `ReplicaId::NONE`: nobody did).
     Batch { replica: ReplicaId, recipients: Vec<EndpointId> },
 }
 

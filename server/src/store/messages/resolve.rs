@@ -229,8 +229,8 @@ pub(crate) async fn resolve_received(
 pub(crate) struct ReplyTo {
     pub thread: String,
     pub target: Target,
-    /// It waits for the account's human before anyone sees it.
-    pub held: bool,
+    /// The hold class that keeps it for the account's human before anyone sees it.
+    pub held: Option<&'static str>,
 }
 
 /// Resolves a reply to message `original`: its sender, who must still be reachable and allowed.
@@ -272,5 +272,5 @@ pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: 
     if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
         return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
     }
-    Ok(ReplyTo { thread, target, held: hold.is_some() })
+    Ok(ReplyTo { thread, target, held: hold })
 }

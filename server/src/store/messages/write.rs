@@ -1,182 +1,237 @@
-//! Writing a message in a transaction the caller holds: sends and replies held for a human, board
-//! notices, hold decisions and the reports the system sends. Batched sends are written by
-//! `relay_write_sends_numbered` (see `batch`), which takes the same locks in the same order: every
-//! inbox in id order before any of its deliveries.
+//! The writer. Every message is written by the SQL functions of `migrations/functions` named
+//! `relay_write_*` and by nothing else: a send alone or a batch of sends as a set (the group-commit
+//! writer, `app::send::writer`), a message held for a human (written with no recipients yet, then
+//! delivered by [`release`]), and what the system sends inside a transaction of its own. All of them
+//! lock inboxes in the one order `relay_lock_inboxes` takes them, and keep the unread counters in the
+//! same statement. Each answers per message: stored (with each recipient's seq), a duplicate of an
+//! earlier send, or refused with the SQLSTATE that says why ([`Refusal`]).
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
+use postgres_types::ToSql;
 
-use super::{Outgoing, READ, Target};
+use super::{Outgoing, Target};
 use crate::domain::caller::Caller;
-use crate::domain::delivery::State;
-use crate::domain::ids::{self, AccountId, EndpointId, MessageId};
-use crate::domain::message::{Recipient, Sent};
-use crate::domain::names::HUMAN;
+use crate::domain::ids::{self, AccountId, EndpointId, MessageId, ReplicaId, Seq};
 use crate::domain::{EntityKind, Error, Result, limits, presence};
+use crate::metrics::metrics;
 use crate::store::Tx;
-use crate::store::identity::ONLINE;
-use crate::store::messages::DELIVERY_CHANNEL;
+use crate::store::error::from_sqlstate;
 use crate::store::row::Col;
-use crate::store::trust;
 
-/// Locks the contact rows a send to other accounts relies on (`for key share`, which only a
-/// drop conflicts with), so a contact dropped while the send is under way cannot let it through:
-/// the drop waits for the send, or the send sees the contact gone and is refused like an unknown
-/// address.
-pub(crate) async fn hold_contacts(tx: &Tx<'_>, caller: &Caller, targets: &[Target]) -> Result<()> {
-    let mut others: Vec<AccountId> = targets.iter().map(|t| t.account_id).filter(|a| *a != caller.account_id).collect();
-    if others.is_empty() {
-        return Ok(());
-    }
-    others.sort_unstable();
-    others.dedup();
-    let stmt = tx
-        .prepare_cached(
-            "select case when c.account_a = $1 then c.account_b else c.account_a end
-             from contacts c
-             where (c.account_a = $1 and c.account_b = any($2)) or (c.account_b = $1 and c.account_a = any($2))
-             for key share",
-        )
-        .await?;
-    let held: Vec<AccountId> =
-        tx.query(&stmt, &[&caller.account_id, &others]).await?.iter().map(|r| r.only()).collect::<Result<_>>()?;
-    let gone: Vec<&str> = targets
-        .iter()
-        .filter(|t| t.account_id != caller.account_id && !held.contains(&t.account_id))
-        .map(|t| t.address.as_str())
-        .collect();
-    if !gone.is_empty() {
-        return Err(Error::not_found(
-            EntityKind::Endpoint,
-            format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
-        ));
-    }
-    Ok(())
+/// A lone message's answer, from `relay_write_send_plain` (a plain send) or
+/// `relay_write_send_numbered` (any). Public so that relay-bench times this very statement.
+pub const SEND_PLAIN: &str =
+    "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_plain($1, $2, $3)";
+const SEND_NUMBERED: &str =
+    "select outcome, offline, offline_seen, seqs, relations, sent_at from relay_write_send_numbered($1, $2, $3)";
+/// A batch's answer, one row per send, from `relay_write_sends_plain` (plain sends) or
+/// `relay_write_sends_numbered` (any).
+const SENDS_PLAIN: &str = "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
+                           from relay_write_sends_plain($1, $2, $3)";
+const SENDS_NUMBERED: &str = "select n, outcome, code, message, detail, offline, offline_seen, seqs, relations, sent_at \
+                              from relay_write_sends_numbered($1, $2, $3)";
+
+/// What the system writes is refused by no inbox cap: a report on what happened is not lost to a
+/// full inbox (a board notice checks for room itself and says when it skips one).
+const UNCAPPED: i32 = i32::MAX;
+
+/// What became of one message.
+pub(crate) enum Written {
+    /// Stored; recipients not online, with when they were last seen; each recipient's seq and how
+    /// it stands to the sender, in the order of the message's recipients; when it was stored.
+    Stored { offline: HashMap<EndpointId, String>, seqs: Vec<Seq>, relations: Vec<String>, sent_at: DateTime<Utc> },
+    /// A send with the same client id was stored before.
+    Duplicate,
+    /// Refused by the writer.
+    Refused(Refusal),
 }
 
-/// Locks every inbox a transaction is about to write, in id order and before any of their
-/// deliveries: the order a send's batch takes them, so the two never wait on each other in
-/// opposite orders (a writer that locked one inbox, then another, could deadlock with a batch).
-pub(crate) async fn lock_inboxes(tx: &Tx<'_>, mut inboxes: Vec<EndpointId>) -> Result<()> {
-    inboxes.sort_unstable();
-    inboxes.dedup();
-    let stmt = tx.prepare_cached("select 1 from endpoints where id = any($1) order by id for no key update").await?;
-    tx.execute(&stmt, &[&inboxes]).await?;
-    Ok(())
+/// Why the writer refused a message: its SQLSTATE, message and detail.
+pub(crate) struct Refusal {
+    pub state: String,
+    pub message: String,
+    pub detail: Option<String>,
 }
 
-/// Inserts the message and its deliveries. `None` when a concurrent send with the same client id
-/// already stored it.
-pub(crate) async fn store_message(
-    tx: &deadpool_postgres::Transaction<'_>,
-    caller: &Caller,
-    targets: &[Target],
-    out: &Outgoing<'_>,
-    reply_to: Option<&MessageId>,
-) -> Result<Option<Sent>> {
-    let id = ids::new_message_id();
-    let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
-    let insert = tx
-        .prepare_cached(
-            "insert into messages (id, sender_id, client_id, thread, kind, body, reply_to, private, require_reply)
-             values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             on conflict (sender_id, client_id) do nothing",
-        )
-        .await?;
-    let inserted = tx
-        .execute(
-            &insert,
-            &[
-                &id,
-                &caller.endpoint_id,
-                &out.client_id,
-                &thread,
-                &out.kind.to_db(),
-                &out.body.as_str(),
-                &reply_to,
-                &out.private,
-                &out.require_reply,
-            ],
-        )
-        .await?;
-    if inserted == 0 {
-        return Ok(None);
-    }
-    let (hold, offline) = match trust::hold_class(tx, caller, targets, out.private).await? {
-        Some(class) => (Some(trust::hold(tx, caller, &id, class, targets).await?), HashMap::new()),
-        None => (None, deliver(tx, &id, targets).await?),
-    };
-    let recipients = targets
-        .iter()
-        .map(|t| match hold {
-            Some(_) => Recipient {
-                address: t.address.clone(),
-                state: None,
-                reason: "held for the account's human".to_owned(),
-                online: false,
-            },
-            None => Recipient {
-                address: t.address.clone(),
-                state: Some(State::Queued),
-                reason: offline.get(&t.id).cloned().unwrap_or_default(),
-                online: !offline.contains_key(&t.id),
-            },
-        })
-        .collect();
-    Ok(Some(Sent { id, thread, recipients, duplicate: false, reply_to: reply_to.cloned(), skipped: Vec::new(), hold }))
-}
-
-/// Gives each target a delivery of the message with the next seq of its inbox, and announces it.
-/// Returns, for each recipient that is offline, what its sender is told about that.
-pub(crate) async fn deliver(
-    tx: &Tx<'_>,
-    message_id: &MessageId,
-    targets: &[Target],
-) -> Result<HashMap<EndpointId, String>> {
-    // Lock the recipients' inbox heads in id order (no deadlock between concurrent sends),
-    // then take the next seq of each. The same read says who is offline.
-    let mut ids: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
-    ids.sort_unstable();
-    let lock = tx
-        .prepare_cached(&format!(
-            "select e.id, {ONLINE} as online, e.last_seen_at, m.name = '{HUMAN}' as system
-             from endpoints e join machines m on m.id = e.machine_id
-             where e.id = any($1) order by e.id for no key update of e"
-        ))
-        .await?;
-    let mut offline: HashMap<EndpointId, String> = HashMap::new();
-    for r in tx.query(&lock, &[&ids]).await? {
-        if !r.col::<bool>("online")? && !r.col::<bool>("system")? {
-            offline.insert(r.col("id")?, presence::offline_reason(r.col("last_seen_at")?));
+impl Refusal {
+    /// The error its sender reads, naming the recipient at fault where the writer said which.
+    pub(crate) fn into_error(self, sender: AccountId, targets: &[Target], cap: u32) -> Error {
+        let named = || -> &str {
+            let id: Option<EndpointId> = self.detail.as_deref().and_then(|d| d.parse().ok()).map(EndpointId);
+            targets.iter().find(|t| Some(t.id) == id).map_or("a recipient", |t| &t.address)
+        };
+        match self.state.as_str() {
+            // A contact it relied on was dropped.
+            "RLY01" => {
+                let gone: Vec<&str> =
+                    targets.iter().filter(|t| t.account_id != sender).map(|t| t.address.as_str()).collect();
+                Error::not_found(
+                    EntityKind::Endpoint,
+                    format!("no agent you can reach at {}: nothing was sent", gone.join(", ")),
+                )
+            }
+            // An inbox is full; the detail names it.
+            "RLY02" => limits::inbox_full(named(), cap),
+            // A recipient's machine was revoked since the send was resolved; the detail names it.
+            "RLY03" => Error::not_found(
+                EntityKind::Endpoint,
+                format!("no agent you can reach at {}: nothing was sent", named()),
+            ),
+            _ => from_sqlstate(&self.state, &self.message),
         }
     }
-    let bump = tx
-        .prepare_cached("update endpoints set head_seq = head_seq + 1 where id = any($1) returning id, head_seq")
-        .await?;
-    let heads = tx.query(&bump, &[&ids]).await?;
-    let (recipients, seqs): (Vec<i64>, Vec<i64>) = heads
-        .iter()
-        .map(|r| Ok((r.col::<i64>("id")?, r.col::<i64>("head_seq")?)))
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .unzip();
+}
 
-    let deliver = tx
-        .prepare_cached(
-            "insert into deliveries (recipient_id, seq, message_id)
-             select r, s, $3 from unnest($1::bigint[], $2::bigint[]) as t(r, s)",
-        )
-        .await?;
-    tx.execute(&deliver, &[&recipients, &seqs, &message_id]).await?;
-    // Sent with the transaction: listeners hear of it only once it is committed.
-    let notify = tx
-        .prepare_cached(&format!(
-            "select pg_notify('{DELIVERY_CHANNEL}', r::text || ':' || s::text) from unnest($1::bigint[], $2::bigint[]) as t(r, s)"
-        ))
-        .await?;
-    tx.query(&notify, &[&recipients, &seqs]).await?;
-    Ok(offline)
+/// One message as the writers take it: the composite type `relay_outgoing` (migration 22).
+#[derive(Debug, ToSql)]
+#[postgres(name = "relay_outgoing")]
+pub struct NewMessage {
+    pub id: MessageId,
+    pub sender: EndpointId,
+    pub account: AccountId,
+    pub client_id: Option<String>,
+    pub thread: String,
+    pub kind: i16,
+    pub body: String,
+    pub reply_to: Option<MessageId>,
+    pub private: bool,
+    pub require_reply: bool,
+    /// The endpoints it is delivered to now: none for a message held for a human.
+    pub recipients: Vec<EndpointId>,
+    /// The other accounts whose contact it relies on.
+    pub contacts: Vec<AccountId>,
+    /// For a reply: the endpoint whose delivery of `reply_to` becomes read.
+    pub read_by: Option<EndpointId>,
+}
+
+impl NewMessage {
+    /// Message `id` in `thread` from `sender` to `targets`; a reply when it answers `reply_to`,
+    /// which becomes read.
+    pub(crate) fn new(
+        sender: &Caller,
+        id: MessageId,
+        thread: String,
+        targets: &[Target],
+        out: &Outgoing<'_>,
+        reply_to: Option<&MessageId>,
+    ) -> Self {
+        let mut contacts: Vec<AccountId> =
+            targets.iter().map(|t| t.account_id).filter(|a| *a != sender.account_id).collect();
+        contacts.sort_unstable();
+        contacts.dedup();
+        Self {
+            id,
+            sender: sender.endpoint_id,
+            account: sender.account_id,
+            client_id: out.client_id.map(str::to_owned),
+            thread,
+            kind: out.kind.to_db(),
+            body: out.body.as_str().to_owned(),
+            reply_to: reply_to.cloned(),
+            private: out.private,
+            require_reply: out.require_reply,
+            recipients: targets.iter().map(|t| t.id).collect(),
+            contacts,
+            read_by: reply_to.map(|_| sender.endpoint_id),
+        }
+    }
+
+    /// To one inbox, relying on no contact, reading no message (not a reply): what
+    /// `relay_write_send_plain` and `relay_write_sends_plain` write.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.recipients.len() == 1 && self.contacts.is_empty() && self.read_by.is_none()
+    }
+}
+
+/// Writes one message alone: one statement (migration 26); a plain one, three short writes
+/// (migration 32). `cap` is the most unread messages an inbox holds; `replica` the writing
+/// replica, whose own streams skip the notification (`ReplicaId::NONE`: every replica hears it).
+/// Inside a transaction the client holds, a refusal leaves that transaction failed.
+pub(crate) async fn write_one(
+    client: &impl GenericClient,
+    message: &NewMessage,
+    cap: i32,
+    replica: ReplicaId,
+) -> Result<Written> {
+    let stmt = client.prepare_cached(if message.is_plain() { SEND_PLAIN } else { SEND_NUMBERED }).await?;
+    match client.query_one(&stmt, &[message, &cap, &replica]).await {
+        Ok(row) => written(&row),
+        // Refused: it raises, and says why by SQLSTATE.
+        Err(e) => match e.as_db_error() {
+            Some(db) => Ok(Written::Refused(Refusal {
+                state: db.code().code().to_owned(),
+                message: db.message().to_owned(),
+                detail: db.detail().map(str::to_owned),
+            })),
+            None => Err(e.into()),
+        },
+    }
+}
+
+/// Writes a batch of sends in one statement and answers each, in order.
+pub(crate) async fn write_set(
+    client: &impl GenericClient,
+    sends: &[&NewMessage],
+    cap: i32,
+    replica: ReplicaId,
+) -> Result<Vec<Written>> {
+    let set = async |statement: &str| {
+        let stmt = client.prepare_cached(statement).await?;
+        client.query(&stmt, &[&sends, &cap, &replica]).await
+    };
+    // Plain sends, the common batch, are written as sets once their inboxes are checked
+    // (migration 32). Should the set break a constraint anyway (its sender gone) or meet a
+    // deadlock, nothing of it was written, and the numbered writer sorts the failing send from
+    // the rest. Any other error (a timeout, the database going away) is the batch's.
+    let rows = if sends.iter().all(|s| s.is_plain()) {
+        match set(SENDS_PLAIN).await {
+            Err(e) if e.code().is_some_and(sorted_send_by_send) => {
+                tracing::warn!(error = %e, sends = sends.len(), "a set of plain sends failed; written send by send");
+                metrics().send_sets_rewritten.inc();
+                set(SENDS_NUMBERED).await?
+            }
+            rows => rows?,
+        }
+    } else {
+        set(SENDS_NUMBERED).await?
+    };
+    if rows.len() != sends.len() {
+        return Err(Error::Internal(format!("the batch writer answered {} of {} sends", rows.len(), sends.len())));
+    }
+    rows.iter().map(written).collect()
+}
+
+/// Writes what the system sends (a board notice, a hold's outcome, a permission question) in the
+/// caller's transaction: no inbox cap refuses it, and every replica hears of it. The writer counts
+/// the deliveries it writes, and so does every writer after it in that transaction
+/// (`relay.counted`, see migrations/README.md).
+pub(crate) async fn write_system(tx: &Tx<'_>, sender: &Caller, targets: &[Target], out: &Outgoing<'_>) -> Result<()> {
+    let id = ids::new_message_id();
+    let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
+    let message = NewMessage::new(sender, id, thread, targets, out, None);
+    match write_one(tx, &message, UNCAPPED, ReplicaId::NONE).await? {
+        Written::Stored { .. } | Written::Duplicate => Ok(()),
+        Written::Refused(why) => Err(why.into_error(sender.account_id, targets, u32::MAX)),
+    }
+}
+
+/// Delivers a message held for a human, now released, to `recipients`: the next seq of each inbox.
+pub(crate) async fn release(tx: &Tx<'_>, message: &MessageId, recipients: &[EndpointId]) -> Result<()> {
+    let stmt = tx.prepare_cached("select relay_write_release($1, $2, $3)").await?;
+    tx.execute(&stmt, &[message, &recipients, &ReplicaId::NONE]).await?;
+    Ok(())
+}
+
+/// Locks every inbox a transaction is about to write, in the one order every writer takes them
+/// (`relay_lock_inboxes`), before any is written: a transaction that writes several messages one by
+/// one would otherwise take them in its own order. Answers those whose machine was revoked, which
+/// the writer would refuse.
+pub(crate) async fn lock_inboxes(tx: &Tx<'_>, inboxes: &[EndpointId]) -> Result<Vec<EndpointId>> {
+    let stmt = tx.prepare_cached("select id from relay_lock_inboxes($1) where revoked").await?;
+    tx.query(&stmt, &[&inboxes]).await?.iter().map(|r| r.only()).collect()
 }
 
 /// Refuses a send that would take a target's unread messages past `cap`: one read of the
@@ -196,24 +251,215 @@ pub(crate) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: 
     }
 }
 
-/// Marks the delivery of message `message_id` to `recipient` read, if it was not yet: the message
-/// a held reply answers. The caller has locked the recipient's inbox first.
-pub(crate) async fn mark_read(c: &impl GenericClient, message_id: &MessageId, recipient: EndpointId) -> Result<()> {
-    c.execute(
-        &format!(
-            "update deliveries set state = {READ}, updated_at = now()
-             where message_id = $1 and recipient_id = $2 and state < {READ}"
-        ),
-        &[&message_id, &recipient],
-    )
-    .await?;
-    Ok(())
+/// Whether a set of plain sends that failed with `code` is written again send by send: a broken
+/// constraint (class 23) belongs to one of its sends, and a deadlock to the moment.
+fn sorted_send_by_send(code: &tokio_postgres::error::SqlState) -> bool {
+    code.code().starts_with("23") || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+}
+
+/// One message's outcome, from its row of any of the writers.
+fn written(row: &tokio_postgres::Row) -> Result<Written> {
+    let outcome: String = row.col("outcome")?;
+    match outcome.as_str() {
+        "stored" => {
+            let ids: Vec<EndpointId> = row.col::<Option<Vec<EndpointId>>>("offline")?.unwrap_or_default();
+            let seen: Vec<Option<DateTime<Utc>>> =
+                row.col::<Option<Vec<Option<DateTime<Utc>>>>>("offline_seen")?.unwrap_or_default();
+            let offline = ids.into_iter().zip(seen).map(|(id, seen)| (id, presence::offline_reason(seen))).collect();
+            Ok(Written::Stored {
+                offline,
+                seqs: row.col::<Option<Vec<Seq>>>("seqs")?.unwrap_or_default(),
+                relations: row.col::<Option<Vec<String>>>("relations")?.unwrap_or_default(),
+                sent_at: row.col("sent_at")?,
+            })
+        }
+        "duplicate" => Ok(Written::Duplicate),
+        _ => Ok(Written::Refused(Refusal {
+            state: row.col::<Option<String>>("code")?.unwrap_or_default(),
+            message: row.col::<Option<String>>("message")?.unwrap_or_default(),
+            detail: row.col("detail")?,
+        })),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::testing;
+    use crate::domain::delivery::Kind;
+    use crate::domain::ids::MachineId;
+    use crate::domain::redact::RedactedText;
+    use crate::store::identity::caller_of;
+    use crate::store::testing::{self, Db};
+    use tokio_postgres::error::SqlState;
+
+    /// Agents `handles` of acme's laptop, each with `unread` counted: the first as a sender, and
+    /// every one as a target.
+    async fn agents(db: &Db, handles: &[(&str, i32)]) -> (Caller, Vec<Target>, MachineId) {
+        let (account, machine) = db.machine("acme", "laptop").await;
+        let mut targets = Vec::new();
+        for (handle, unread) in handles {
+            let id = db.endpoint(machine, handle, *unread).await;
+            targets.push(Target { id, address: format!("acme/laptop/{handle}"), account_id: account });
+        }
+        let c = db.store.client().await.unwrap();
+        (caller_of(&c, targets[0].id).await.unwrap(), targets, machine)
+    }
+
+    fn message(from: &Caller, to: &[Target], client_id: Option<&str>, reply_to: Option<&MessageId>) -> NewMessage {
+        let body = RedactedText::from_agent("the build is green");
+        let kind = if reply_to.is_some() { Kind::Reply } else { Kind::Message };
+        let out =
+            Outgoing { to: &[], body: &body, thread: None, kind, client_id, private: false, require_reply: false };
+        let id = ids::new_message_id();
+        NewMessage::new(from, id.clone(), id.to_string(), to, &out, reply_to)
+    }
+
+    /// Each inbox's (head seq, unread count), and the seqs it holds of `message`.
+    async fn inbox(db: &Db, id: EndpointId, message: &MessageId) -> (i64, i32, Vec<i64>) {
+        let sql = db.test.sql().await;
+        let row = sql.query_one("select head_seq, unread from endpoints where id = $1", &[&id]).await.unwrap();
+        let seqs = sql
+            .query(
+                "select seq from deliveries where recipient_id = $1 and message_id = $2 order by seq",
+                &[&id, message],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        (row.get(0), row.get(1), seqs)
+    }
+
+    fn stored_seqs(written: &Written) -> Vec<Seq> {
+        match written {
+            Written::Stored { seqs, .. } => seqs.clone(),
+            Written::Duplicate => panic!("a duplicate, not stored"),
+            Written::Refused(why) => panic!("refused: {} {}", why.state, why.message),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_takes_gapless_seqs_in_its_order_and_a_retry_is_answered_as_a_duplicate() {
+        let db = testing::db().await;
+        let (ann, to, _) = agents(&db, &[("ann", 0), ("bob", 0)]).await;
+        let bob = &to[1..];
+        let sends = [message(&ann, bob, Some("c1"), None), message(&ann, bob, Some("c2"), None)];
+        let c = db.store.client().await.unwrap();
+        let written = write_set(&c, &sends.iter().collect::<Vec<_>>(), 10, ReplicaId::NONE).await.unwrap();
+        assert_eq!(written.iter().map(stored_seqs).collect::<Vec<_>>(), [vec![Seq(1)], vec![Seq(2)]]);
+        assert_eq!(inbox(&db, bob[0].id, &sends[1].id).await, (2, 2, vec![2]));
+
+        let retry = message(&ann, bob, Some("c1"), None);
+        assert!(matches!(write_one(&c, &retry, 10, ReplicaId::NONE).await.unwrap(), Written::Duplicate));
+        assert_eq!(inbox(&db, bob[0].id, &retry.id).await, (2, 2, vec![]), "a retry writes nothing");
+    }
+
+    #[tokio::test]
+    async fn a_full_inbox_refuses_the_send_naming_it_and_keeps_nothing_of_it() {
+        let db = testing::db().await;
+        let (ann, to, _) = agents(&db, &[("ann", 0), ("bob", 3), ("cid", 0)]).await;
+        let c = db.store.client().await.unwrap();
+        let send = message(&ann, &to[1..], None, None);
+        let Written::Refused(why) = write_one(&c, &send, 3, ReplicaId::NONE).await.unwrap() else {
+            panic!("bob holds 3 of 3 unread: refused");
+        };
+        assert_eq!(
+            why.into_error(ann.account_id, &to, 3).to_string(),
+            limits::inbox_full("acme/laptop/bob", 3).to_string()
+        );
+        assert_eq!(inbox(&db, to[2].id, &send.id).await, (0, 0, vec![]), "its other recipient got nothing either");
+        let stored: i64 = db.test.sql().await.query_one("select count(*) from messages", &[]).await.unwrap().get(0);
+        assert_eq!(stored, 0);
+    }
+
+    #[tokio::test]
+    async fn a_held_reply_reaches_nobody_and_reads_its_original_until_release_delivers_it() {
+        let db = testing::db().await;
+        let (ann, to, _) = agents(&db, &[("ann", 0), ("bob", 0)]).await;
+        let c = db.store.client().await.unwrap();
+        let bob = caller_of(&c, to[1].id).await.unwrap();
+        let question = message(&bob, &to[..1], None, None);
+        stored_seqs(&write_one(&c, &question, 10, ReplicaId::NONE).await.unwrap());
+        assert_eq!(inbox(&db, ann.endpoint_id, &question.id).await, (1, 1, vec![1]));
+
+        // Held: written with no recipients, as the send path writes one for its hold.
+        let mut c = db.store.client().await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        let reply = NewMessage { recipients: Vec::new(), ..message(&ann, &to[1..], None, Some(&question.id)) };
+        stored_seqs(&write_one(&tx, &reply, 10, ReplicaId::NONE).await.unwrap());
+        tx.commit().await.unwrap();
+        assert_eq!(inbox(&db, to[1].id, &reply.id).await, (0, 0, vec![]), "nobody has a held message");
+        assert_eq!(inbox(&db, ann.endpoint_id, &question.id).await, (1, 0, vec![1]), "the question is read");
+
+        let tx = c.transaction().await.unwrap();
+        release(&tx, &reply.id, &[to[1].id]).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(inbox(&db, to[1].id, &reply.id).await, (1, 1, vec![1]), "released: bob's next seq");
+    }
+
+    #[tokio::test]
+    async fn what_the_system_writes_passes_a_full_inbox_but_not_a_revoked_machine() {
+        let db = testing::db().await;
+        let (ann, to, machine) = agents(&db, &[("ann", 0), ("bob", 500)]).await;
+        let body = RedactedText::from_agent("card 7 is done");
+        let out = Outgoing {
+            to: &[],
+            body: &body,
+            thread: None,
+            kind: Kind::Message,
+            client_id: None,
+            private: false,
+            require_reply: false,
+        };
+        let mut c = db.store.client().await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        write_system(&tx, &ann, &to[1..], &out).await.expect("no cap refuses a notice");
+        tx.commit().await.unwrap();
+        let unread: i32 = db
+            .test
+            .sql()
+            .await
+            .query_one("select unread from endpoints where id = $1", &[&to[1].id])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(unread, 501);
+
+        db.test.sql().await.execute("update machines set revoked_at = now() where id = $1", &[&machine]).await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        let refused = write_system(&tx, &ann, &to[1..], &out).await.unwrap_err();
+        assert!(matches!(refused, Error::NotFound { kind: EntityKind::Endpoint, .. }), "{refused:?}");
+        assert_eq!(refused.to_string(), "no agent you can reach at acme/laptop/bob: nothing was sent");
+    }
+
+    #[tokio::test]
+    async fn locking_inboxes_holds_them_to_the_end_and_names_those_of_revoked_machines() {
+        let db = testing::db().await;
+        let (_, to, _) = agents(&db, &[("ann", 0)]).await;
+        let (_, gone) = db.machine("acme", "old-laptop").await;
+        let old = db.endpoint(gone, "bob", 0).await;
+        db.test.sql().await.execute("update machines set revoked_at = now() where id = $1", &[&gone]).await.unwrap();
+
+        let mut c = db.store.client().await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        assert_eq!(lock_inboxes(&tx, &[old, to[0].id]).await.unwrap(), [old]);
+        let other = db.test.sql().await;
+        let taken = other.execute("select 1 from endpoints where id = $1 for no key update nowait", &[&to[0].id]).await;
+        assert_eq!(taken.unwrap_err().code(), Some(&SqlState::LOCK_NOT_AVAILABLE), "held until the transaction ends");
+        tx.commit().await.unwrap();
+        other.execute("select 1 from endpoints where id = $1 for no key update nowait", &[&to[0].id]).await.unwrap();
+    }
+
+    #[test]
+    fn a_failed_set_is_written_send_by_send_only_for_what_one_send_or_the_moment_caused() {
+        for code in [SqlState::FOREIGN_KEY_VIOLATION, SqlState::UNIQUE_VIOLATION, SqlState::T_R_DEADLOCK_DETECTED] {
+            assert!(sorted_send_by_send(&code), "{code:?} is sorted send by send");
+        }
+        for code in [SqlState::QUERY_CANCELED, SqlState::LOCK_NOT_AVAILABLE, SqlState::ADMIN_SHUTDOWN] {
+            assert!(!sorted_send_by_send(&code), "{code:?} fails the batch: written again it would wait again");
+        }
+    }
 
     #[tokio::test]
     async fn a_send_is_refused_when_a_targets_unread_reach_the_cap_and_names_that_target() {

@@ -26,7 +26,7 @@ use relay_proto::v1::{HelloRequest, InboxRequest, Push, SendRequest, WhoAmIReque
 use relay_server::domain::delivery::Kind;
 use relay_server::domain::ids::{AccountId, EndpointId, ReplicaId, new_message_id};
 use relay_server::domain::limits;
-use relay_server::store::messages::batch;
+use relay_server::store::messages::write;
 use relay_tests::client::{self, Agent, Client};
 use relay_tests::mcp::{Bridge, BridgeSpec};
 use relay_tests::pg::{self, TestDb};
@@ -495,12 +495,12 @@ async fn send_statements(url: &str, from: &str, to: &str, limit: Duration) -> Ve
         )
         .await
         .expect("the agents' endpoints");
-    let stmt = c.prepare(batch::SEND_PLAIN).await.expect("the send statement");
+    let stmt = c.prepare(write::SEND_PLAIN).await.expect("the send statement");
     let mut lat = Vec::with_capacity(1000);
     let start = Instant::now();
     while lat.len() < 1000 && start.elapsed() < limit {
         let id = new_message_id();
-        let send = batch::BatchedSend {
+        let send = write::NewMessage {
             client_id: Some(format!("bench-{id}")),
             thread: id.to_string(),
             id,
