@@ -12,6 +12,7 @@ use crate::domain::ids::{AccountId, ApprovalId, EndpointId, JobId, TokenHash};
 use crate::domain::redact::redact;
 use crate::domain::trust::{Approval as ApprovalView, ApprovalState, Decision as PermissionDecision};
 use crate::domain::{EntityKind, Error, Result};
+use tokio_postgres::Row;
 
 /// Approval states as SQL text spells them: literals in the text, where the partial index
 /// `approvals_open` (migration 5) needs them.
@@ -70,8 +71,14 @@ pub(crate) async fn worked_card(
         &[&token_hash, &account_id],
     )
     .await?
-    .map(|r| Ok(WorkedCard { id: r.col("id")?, title: r.col("title")?, operator: r.col("operator")? }))
+    .map(|row| WorkedCard::from_row(&row))
     .transpose()
+}
+
+impl FromRow for WorkedCard {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(WorkedCard { id: row.col("id")?, title: row.col("title")?, operator: row.col("operator")? })
+    }
 }
 
 /// The inbox of the account's operator endpoint (`machine/handle`) as a recipient, while the
@@ -250,17 +257,19 @@ pub(crate) async fn due(c: &impl GenericClient, wait_s: f64, limit: i64) -> Resu
             &[&wait_s, &limit],
         )
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Due {
-                id: r.col("id")?,
-                account_id: r.col("account_id")?,
-                requester: r.col("requester_id")?,
-                with_human: r.col("with_human")?,
-                overdue: r.col("overdue")?,
-            })
+    rows.iter().map(Due::from_row).collect()
+}
+
+impl FromRow for Due {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Due {
+            id: row.col("id")?,
+            account_id: row.col("account_id")?,
+            requester: row.col("requester_id")?,
+            with_human: row.col("with_human")?,
+            overdue: row.col("overdue")?,
         })
-        .collect()
+    }
 }
 
 /// Wakes the requester's waiting call on whichever replica holds it (at commit).
@@ -323,17 +332,21 @@ pub(crate) async fn open(c: &impl GenericClient, account_id: AccountId) -> Resul
     )
     .await?
     .iter()
-    .map(|r| {
-        Ok(ApprovalView {
-            id: r.col("id")?,
-            state: ApprovalState::from_db(r.col("state")?)?,
-            job_id: r.col("job_id")?,
-            requester: r.col("requester")?,
-            tool: r.col("tool")?,
-            input: r.col("input")?,
-        })
-    })
+    .map(ApprovalView::from_row)
     .collect()
+}
+
+impl FromRow for ApprovalView {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(ApprovalView {
+            id: row.col("id")?,
+            state: ApprovalState::from_db(row.col("state")?)?,
+            job_id: row.col("job_id")?,
+            requester: row.col("requester")?,
+            tool: row.col("tool")?,
+            input: row.col("input")?,
+        })
+    }
 }
 
 #[cfg(test)]

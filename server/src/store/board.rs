@@ -205,9 +205,13 @@ pub(crate) async fn repos(c: &impl GenericClient, account_id: AccountId) -> Resu
             &[&account_id],
         )
         .await?;
-    rows.iter()
-        .map(|r| Ok(RepoView { name: r.col("name")?, path: r.col("path")?, machine: r.col("machine")? }))
-        .collect()
+    rows.iter().map(RepoView::from_row).collect()
+}
+
+impl FromRow for RepoView {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(RepoView { name: row.col("name")?, path: row.col("path")?, machine: row.col("machine")? })
+    }
 }
 
 /// How many of the account's cards (of one repository, or all) are Done.
@@ -294,14 +298,18 @@ pub(crate) async fn lock_dispatched(
         &[&token_hash, &account_id],
     )
     .await?
-    .map(|row| {
+    .map(|row| DispatchedCard::from_row(&row))
+    .transpose()
+}
+
+impl FromRow for DispatchedCard {
+    fn from_row(row: &Row) -> Result<Self> {
         Ok(DispatchedCard {
             id: row.col("id")?,
             column: Column::from_db(row.col("state")?)?,
             requires_pr: row.col("requires_pr")?,
         })
-    })
-    .transpose()
+    }
 }
 
 /// Moves the card to Review with its pull request or summary; its lease ends.
@@ -347,15 +355,19 @@ pub(crate) async fn prs_to_follow(
     )
     .await?
     .iter()
-    .map(|r| {
-        Ok(FollowPr {
-            id: r.col("id")?,
-            pr_url: r.col("pr_url")?,
-            repo_path: r.col("repo_path")?,
-            repo: r.col("repo")?,
-        })
-    })
+    .map(FollowPr::from_row)
     .collect()
+}
+
+impl FromRow for FollowPr {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(FollowPr {
+            id: row.col("id")?,
+            pr_url: row.col("pr_url")?,
+            repo_path: row.col("repo_path")?,
+            repo: row.col("repo")?,
+        })
+    }
 }
 
 /// A card in Review with a pull request on one of the machine's repositories, locked: its account
@@ -480,8 +492,14 @@ pub(crate) async fn cleanups(c: &impl GenericClient, machine_id: MachineId) -> R
     )
     .await?
     .iter()
-    .map(|r| Ok(Cleanup { id: r.col("id")?, worktree: r.col("worktree")?, repo_path: r.col("repo_path")? }))
+    .map(Cleanup::from_row)
     .collect()
+}
+
+impl FromRow for Cleanup {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Cleanup { id: row.col("id")?, worktree: row.col("worktree")?, repo_path: row.col("repo_path")? })
+    }
 }
 
 /// Extends the lease of the in-progress card the machine holds under `token_hash`, with what its
@@ -539,23 +557,24 @@ pub(crate) async fn attempt_holder(c: &impl GenericClient, token_hash: &TokenHas
              where j.job_token_hash = $1",
         )
         .await?;
-    c.query_opt(&stmt, &[&token_hash])
-        .await?
-        .map(|row| {
-            Ok(AttemptHolder {
-                card: row.col("card")?,
-                column: Column::from_db(row.col("state")?)?,
-                lease_live: row.col("lease_live")?,
-                machine: MachineIdentity {
-                    machine_id: row.col("machine_id")?,
-                    machine: row.col("machine")?,
-                    account_id: row.col("account_id")?,
-                    account: row.col("account")?,
-                },
-                revoked: row.col("revoked")?,
-            })
+    c.query_opt(&stmt, &[&token_hash]).await?.map(|row| AttemptHolder::from_row(&row)).transpose()
+}
+
+impl FromRow for AttemptHolder {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(AttemptHolder {
+            card: row.col("card")?,
+            column: Column::from_db(row.col("state")?)?,
+            lease_live: row.col("lease_live")?,
+            machine: MachineIdentity {
+                machine_id: row.col("machine_id")?,
+                machine: row.col("machine")?,
+                account_id: row.col("account_id")?,
+                account: row.col("account")?,
+            },
+            revoked: row.col("revoked")?,
         })
-        .transpose()
+    }
 }
 
 /// Holds the attempt `token_hash` in progress under a live lease until the transaction ends
@@ -585,14 +604,18 @@ pub(crate) async fn lock_leased(
         &[&token_hash, &machine_id],
     )
     .await?
-    .map(|row| {
+    .map(|row| LeasedCard::from_row(&row))
+    .transpose()
+}
+
+impl FromRow for LeasedCard {
+    fn from_row(row: &Row) -> Result<Self> {
         Ok(LeasedCard {
             id: row.col("id")?,
             column: Column::from_db(row.col("state")?)?,
             attempts: row.col("attempts")?,
         })
-    })
-    .transpose()
+    }
 }
 
 /// Puts a card whose agent ended unfinished back in To do with the error; its token and lease end.
@@ -646,13 +669,19 @@ pub(crate) async fn expire_leases(c: &impl GenericClient) -> Result<Vec<LostLeas
     )
     .await?
     .iter()
-    .map(|r| Ok(LostLease {
-        id: r.col("id")?,
-        account_id: r.col("account_id")?,
-        attempts: r.col("attempts")?,
-        machine: r.col("machine")?,
-    }))
+    .map(LostLease::from_row)
     .collect()
+}
+
+impl FromRow for LostLease {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(LostLease {
+            id: row.col("id")?,
+            account_id: row.col("account_id")?,
+            attempts: row.col("attempts")?,
+            machine: row.col("machine")?,
+        })
+    }
 }
 
 /// A schedule that came due, of `jobs` as `j` (the scheduler's probe reads the same).
@@ -681,18 +710,22 @@ pub(crate) async fn lock_due_schedules(c: &Tx<'_>) -> Result<Vec<DueSchedule>> {
     )
     .await?
     .iter()
-    .map(|r| {
-        Ok(DueSchedule {
-            id: r.col("id")?,
-            expr: r.col("schedule")?,
-            zone: r.col("time_zone")?,
-            account_id: r.col("account_id")?,
-            last_skip_reason: r.col("last_skip_reason")?,
-            slot: r.col("next_run_at")?,
-            now: r.col("now")?,
-        })
-    })
+    .map(DueSchedule::from_row)
     .collect()
+}
+
+impl FromRow for DueSchedule {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(DueSchedule {
+            id: row.col("id")?,
+            expr: row.col("schedule")?,
+            zone: row.col("time_zone")?,
+            account_id: row.col("account_id")?,
+            last_skip_reason: row.col("last_skip_reason")?,
+            slot: row.col("next_run_at")?,
+            now: row.col("now")?,
+        })
+    }
 }
 
 /// Stops a schedule that cannot be evaluated, with the reason.

@@ -4,7 +4,7 @@ use deadpool_postgres::GenericClient;
 
 use super::is_unique_violation;
 use super::messages::{SURFACED, WITHDRAWN};
-use super::row::Col;
+use super::row::{Col, FromRow};
 use super::trust::{HOLD_PENDING, HOLD_REJECTED};
 use crate::domain::caller::Human;
 use crate::domain::ids::{AccountId, TokenHash};
@@ -12,6 +12,7 @@ use crate::domain::names::{NameKind, validate};
 use crate::domain::trust::Contact as ContactView;
 use crate::domain::{EntityKind, Error, Result};
 use crate::store::Tx;
+use tokio_postgres::Row;
 
 /// The id of the account named `name`.
 pub(crate) async fn account_id(c: &impl GenericClient, name: &str) -> Result<AccountId> {
@@ -127,7 +128,13 @@ pub(crate) async fn list_contacts(c: &impl GenericClient, account_id: AccountId)
             &[&account_id],
         )
         .await?;
-    rows.iter().map(|r| Ok(ContactView { account: r.col("account")?, state: r.col("state")?, withdrawn: 0 })).collect()
+    rows.iter().map(ContactView::from_row).collect()
+}
+
+impl FromRow for ContactView {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(ContactView { account: row.col("account")?, state: row.col("state")?, withdrawn: 0 })
+    }
 }
 
 /// Names of the account's contacts across which private data may go.

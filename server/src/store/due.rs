@@ -3,9 +3,10 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::row::Col;
+use super::row::{Col, FromRow};
 use super::{approvals, board};
 use crate::domain::Result;
+use tokio_postgres::Row;
 
 /// Which of the round's jobs have work waiting.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,5 +30,11 @@ pub(crate) async fn probe(c: &impl GenericClient, approval_wait_s: f64) -> Resul
     );
     let stmt = c.prepare_cached(&sql).await?;
     let row = c.query_one(&stmt, &[&approval_wait_s]).await?;
-    Ok(DueWork { schedules: row.col("schedules")?, leases: row.col("leases")?, approvals: row.col("approvals")? })
+    DueWork::from_row(&row)
+}
+
+impl FromRow for DueWork {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(DueWork { schedules: row.col("schedules")?, leases: row.col("leases")?, approvals: row.col("approvals")? })
+    }
 }

@@ -432,14 +432,17 @@ pub(crate) async fn holder(
             &[&machine_id, &handle],
         )
         .await?;
-    row.map(|row| {
+    row.map(|row| presence::Holder::from_row(&row)).transpose()
+}
+
+impl FromRow for presence::Holder {
+    fn from_row(row: &Row) -> Result<Self> {
         Ok(presence::Holder {
             harness: row.col("harness")?,
             since: row.col("since")?,
             stream_open: row.col("stream_open")?,
         })
-    })
-    .transpose()
+    }
 }
 
 /// Forgets the turns peekers saw of the endpoint's previous session.
@@ -484,10 +487,18 @@ pub(crate) async fn open_stream(
     let lease = presence::secs(presence::REPLICA_LEASE);
     c.query_opt(&stmt, &[&caller.endpoint_id, &caller.session_hash, &lease, &replica])
         .await?
-        .map(|r| {
-            Ok(OpenStream { generation: r.col("stream_gen")?, head: r.col("head_seq")?, operator: r.col("operator")? })
-        })
+        .map(|row| OpenStream::from_row(&row))
         .transpose()
+}
+
+impl FromRow for OpenStream {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(OpenStream {
+            generation: row.col("stream_gen")?,
+            head: row.col("head_seq")?,
+            operator: row.col("operator")?,
+        })
+    }
 }
 
 /// Whether the endpoint is its account's operator while stream `generation` is still its newest,

@@ -4,11 +4,12 @@
 use deadpool_postgres::GenericClient;
 
 use super::identity::caller_of;
-use super::row::Col;
+use super::row::{Col, FromRow};
 use crate::domain::Result;
 use crate::domain::caller::Caller;
 use crate::domain::ids::{AccountId, EndpointId, JobId};
 use crate::domain::names::BOARD;
+use tokio_postgres::Row;
 
 /// Who a card's notices may go to, and what they name.
 pub(crate) struct Audience {
@@ -30,12 +31,18 @@ pub(crate) async fn audience(c: &impl GenericClient, account_id: AccountId, job_
             &[&job_id, &account_id],
         )
         .await?;
-    Ok(Audience {
-        title: row.col("title")?,
-        poster: row.col("poster")?,
-        account: row.col("account")?,
-        operator: row.col("operator")?,
-    })
+    Audience::from_row(&row)
+}
+
+impl FromRow for Audience {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Audience {
+            title: row.col("title")?,
+            poster: row.col("poster")?,
+            account: row.col("account")?,
+            operator: row.col("operator")?,
+        })
+    }
 }
 
 /// The account's endpoints at `addresses` on machines not revoked, with their addresses.

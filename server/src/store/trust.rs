@@ -4,7 +4,7 @@ use deadpool_postgres::GenericClient;
 
 use super::identity::caller_of;
 use super::messages::{Target, WITHDRAWN};
-use super::row::Col;
+use super::row::{Col, FromRow};
 use crate::domain::caller::Caller;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
@@ -18,6 +18,7 @@ use crate::domain::trust::{
 };
 use crate::domain::{Error, Result};
 use crate::store::Tx;
+use tokio_postgres::Row;
 
 /// One turn of an agent's conversation, kept for peeking.
 pub struct KeptTurn {
@@ -87,13 +88,19 @@ pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &HoldId) ->
     else {
         return Ok(None);
     };
-    Ok(Some(HeldMessage {
-        message_id: row.col("message_id")?,
-        recipients: row.col("recipients")?,
-        state: HoldState::from_db(row.col("state")?)?,
-        sender_id: row.col("sender_id")?,
-        sender: row.col("sender")?,
-    }))
+    Ok(Some(HeldMessage::from_row(&row)?))
+}
+
+impl FromRow for HeldMessage {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(HeldMessage {
+            message_id: row.col("message_id")?,
+            recipients: row.col("recipients")?,
+            state: HoldState::from_db(row.col("state")?)?,
+            sender_id: row.col("sender_id")?,
+            sender: row.col("sender")?,
+        })
+    }
 }
 
 /// Records the human's decision on hold `id`; an empty reason is stored as none.
@@ -373,20 +380,22 @@ pub(crate) async fn holds_on(client: &impl GenericClient, human: &Human, all: bo
             &[&human.account_id, &all],
         )
         .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(HoldView {
-                id: r.col("id")?,
-                class: r.col("class")?,
-                state: HoldState::from_db(r.col("state")?)?,
-                reason: r.col("reason")?,
-                from: r.col("sender")?,
-                body: r.col("body")?,
-                message_id: r.col("message_id")?,
-                to: r.col("recipients")?,
-            })
+    rows.iter().map(HoldView::from_row).collect()
+}
+
+impl FromRow for HoldView {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(HoldView {
+            id: row.col("id")?,
+            class: row.col("class")?,
+            state: HoldState::from_db(row.col("state")?)?,
+            reason: row.col("reason")?,
+            from: row.col("sender")?,
+            body: row.col("body")?,
+            message_id: row.col("message_id")?,
+            to: row.col("recipients")?,
         })
-        .collect()
+    }
 }
 
 /// A held message's recipients, checked again as a send would be now: reach, rules, private
