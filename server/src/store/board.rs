@@ -828,6 +828,55 @@ pub(crate) async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_claimed_card_whose_lease_lapses_goes_back_to_todo_once_and_its_token_opens_nothing() {
+        let db = testing::db().await;
+        let (account_id, machine_id) = db.machine("acme", "laptop").await;
+        let laptop = MachineIdentity { machine_id, machine: "laptop".into(), account_id, account: "acme".into() };
+        let mut c = db.store.client().await.unwrap();
+        insert_repo(&c, &laptop, "/src/app", "app", "pat").await.unwrap();
+        insert_repo(&c, &laptop, "/src/app", "app again", "pat").await.unwrap();
+        let repos = repos(&c, account_id).await.unwrap();
+        assert_eq!(repos.len(), 1, "a path is one repository");
+        let repo_id = RepoId(db.test.sql().await.query_one("select id from repos", &[]).await.unwrap().get(0));
+        let id = JobId::new("j1");
+        let new = NewJob {
+            id: &id,
+            account_id,
+            repo_id,
+            title: "fix the build",
+            detail: "",
+            agent: "claude",
+            requires_pr: false,
+            schedule: None,
+            posted_by: "pat",
+        };
+        insert_job(&c, &new).await.unwrap();
+
+        let token = TokenHash::from_stored(b"job-token".to_vec());
+        let tx = c.transaction().await.unwrap();
+        assert_eq!(claim_next(&tx, machine_id, 60.0, &token).await.unwrap(), Some(id.clone()));
+        tx.commit().await.unwrap();
+        let holder = attempt_holder(&c, &token).await.unwrap().expect("the attempt the token names");
+        assert_eq!((holder.card.clone(), holder.column, holder.lease_live), (id.clone(), Column::InProgress, true));
+        assert_eq!(expire_leases(&c).await.unwrap().len(), 0, "a live lease is kept");
+
+        db.test.sql().await.execute("update jobs set lease_until = now() - interval '1 second'", &[]).await.unwrap();
+        let lost = expire_leases(&c).await.unwrap();
+        assert_eq!(lost.len(), 1);
+        assert_eq!((&lost[0].id, lost[0].attempts, lost[0].machine.as_str()), (&id, 1, "laptop"));
+        assert!(expire_leases(&c).await.unwrap().is_empty(), "lost once");
+        let card = job(&c, account_id, &id).await.unwrap();
+        assert_eq!(card.column, Column::Todo);
+        assert!(
+            card.last_error.as_deref().is_some_and(|e| e.contains("stopped renewing its lease")),
+            "{:?}",
+            card.last_error
+        );
+        assert!(attempt_holder(&c, &token).await.unwrap().is_none(), "the attempt's token ended with it");
+    }
 
     #[test]
     fn card_columns_and_kinds_are_the_ones_the_table_allows() {

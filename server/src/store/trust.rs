@@ -513,6 +513,71 @@ mod tests {
         assert_ne!(ensure_human(&c, other).await.unwrap(), made, "each account has its own");
     }
 
+    #[tokio::test]
+    async fn a_hold_keeps_its_message_for_its_own_account_until_decided_then_lists_only_when_asked_for_all() {
+        use crate::domain::ids::ReplicaId;
+        use crate::store::messages::{Outgoing, write};
+
+        let db = testing::db().await;
+        let (acme, machine) = db.machine("acme", "laptop").await;
+        let (ann, bob) = (db.endpoint(machine, "ann", 0).await, db.endpoint(machine, "bob", 0).await);
+        let (globex, _) = db.machine("globex", "box").await;
+        let mut c = db.store.client().await.unwrap();
+        assert_eq!(set_hold_class(&c, acme, "contact", true).await.unwrap(), ["contact"]);
+        let sender = caller_of(&c, ann).await.unwrap();
+        let outside = Target { id: bob, address: "globex/box/bob".into(), account_id: globex };
+        let inside = Target { id: bob, address: "acme/laptop/bob".into(), account_id: acme };
+        assert_eq!(hold_class(&c, &sender, std::slice::from_ref(&outside), false).await.unwrap(), Some("contact"));
+        assert_eq!(hold_class(&c, &sender, std::slice::from_ref(&inside), false).await.unwrap(), None);
+
+        // Written as the send path writes a held message: by the writer, to nobody yet, beside its hold.
+        let body = RedactedText::from_agent("may I deploy?");
+        let out = Outgoing {
+            to: &[],
+            body: &body,
+            thread: None,
+            kind: Kind::Message,
+            client_id: None,
+            private: false,
+            require_reply: false,
+        };
+        let id = ids::new_message_id();
+        let targets = [inside];
+        let message = write::NewMessage {
+            recipients: Vec::new(),
+            ..write::NewMessage::new(&sender, id.clone(), id.to_string(), &targets, &out, None)
+        };
+        let tx = c.transaction().await.unwrap();
+        assert!(matches!(
+            write::write_one(&tx, &message, 10, ReplicaId::NONE).await.unwrap(),
+            write::Written::Stored { .. }
+        ));
+        let hold_id = hold(&tx, &sender, &id, "contact", &targets).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let tx = c.transaction().await.unwrap();
+        assert!(lock_hold(&tx, globex, &hold_id).await.unwrap().is_none(), "another account's hold is not found");
+        let held = lock_hold(&tx, acme, &hold_id).await.unwrap().expect("the account's own hold");
+        assert_eq!((held.message_id, held.recipients, held.state), (id.clone(), vec![bob], HoldState::Pending));
+        assert_eq!((held.sender_id, held.sender.as_str()), (ann, "acme/laptop/ann"));
+        set_decision(&tx, &hold_id, HoldState::Released, "", "pat").await.unwrap();
+        tx.commit().await.unwrap();
+
+        let human = Human { account_id: acme, account: "acme".into(), name: "pat".into() };
+        assert!(holds_on(&c, &human, false).await.unwrap().is_empty(), "decided: no longer pending");
+        let all = holds_on(&c, &human, true).await.unwrap();
+        assert_eq!(all.len(), 1);
+        let decided = &all[0];
+        assert_eq!(
+            (decided.state, decided.reason.as_str(), decided.body.as_str()),
+            (HoldState::Released, "", "may I deploy?")
+        );
+        assert_eq!(
+            (decided.from.as_str(), decided.to.clone()),
+            ("acme/laptop/ann", vec!["acme/laptop/bob".to_owned()])
+        );
+    }
+
     #[test]
     fn hold_states_are_the_ones_the_table_allows() {
         let table = include_str!("../../migrations/0004_trust.sql");
