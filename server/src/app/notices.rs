@@ -5,7 +5,6 @@ use deadpool_postgres::Transaction;
 
 use crate::domain::Result;
 use crate::domain::board::{self, Event, Reader};
-use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, EndpointId, JobId};
 use crate::domain::redact::redact;
 use crate::store::messages::{self, Outgoing, Target};
@@ -61,15 +60,7 @@ pub(crate) async fn notify_board(
         }
         // Redacted again as a whole: the notice quotes agent text, and only redacted text is stored.
         let body = redact(&board::notice(job_id, &card.title, event, reader, operator.as_deref())).text;
-        let out = Outgoing {
-            to: &[],
-            body: &body,
-            thread: Some(&thread),
-            kind: Kind::Message,
-            client_id: None,
-            private: false,
-            require_reply: false,
-        };
+        let out = Outgoing { thread: Some(&thread), ..Outgoing::notice(&body) };
         messages::write_system(tx, &sender, &targets, &out).await?;
     }
     Ok(())

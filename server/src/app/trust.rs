@@ -170,15 +170,7 @@ impl TrustService {
         let decided = if release { HoldState::Released } else { HoldState::Rejected };
         trust::set_decision(&tx, id, decided, reason, &person.name).await?;
         let body = redact(&rules::decision_notice(&held.message_id, release, reason)).text;
-        let notice = Outgoing {
-            to: &[],
-            body: &body,
-            thread: None,
-            kind: Kind::Message,
-            client_id: None,
-            private: false,
-            require_reply: false,
-        };
+        let notice = Outgoing::notice(&body);
         // A sender whose machine was revoked reads nothing any more: the decision is kept on the hold.
         if !revoked.contains(&held.sender_id) {
             let target = [Target { id: held.sender_id, address: held.sender, account_id: person.account_id }];

@@ -135,15 +135,7 @@ pub(crate) async fn human_target(c: &impl GenericClient, account_id: AccountId, 
 pub(crate) async fn ask(tx: &Transaction<'_>, asker: &Caller, target: Target, body: &str) -> Result<()> {
     // The question quotes the agent's (redacted) input: redacted again as a whole for storing.
     let body = redact(body).text;
-    let out = Outgoing {
-        to: &[],
-        body: &body,
-        thread: None,
-        kind: Kind::Ask,
-        client_id: None,
-        private: false,
-        require_reply: false,
-    };
+    let out = Outgoing { kind: Kind::Ask, ..Outgoing::notice(&body) };
     super::messages::write_system(tx, asker, &[target], &out).await
 }
 

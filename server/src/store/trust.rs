@@ -532,15 +532,7 @@ mod tests {
 
         // Written as the send path writes a held message: by the writer, to nobody yet, beside its hold.
         let body = RedactedText::from_agent("may I deploy?");
-        let out = Outgoing {
-            to: &[],
-            body: &body,
-            thread: None,
-            kind: Kind::Message,
-            client_id: None,
-            private: false,
-            require_reply: false,
-        };
+        let out = Outgoing::notice(&body);
         let id = ids::new_message_id();
         let targets = [inside];
         let message = write::NewMessage {

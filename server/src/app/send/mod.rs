@@ -324,47 +324,36 @@ impl Write<'_> {
         NewMessage::new(self.caller, self.id.clone(), self.thread.to_owned(), self.targets, self.out, self.reply_to)
     }
 
-    /// What the sender is told of a send the batch stored.
+    /// What the sender is told of a send the writer stored: queued for each recipient, with why
+    /// one is not online now.
     fn stored(&self, offline: &HashMap<EndpointId, String>) -> Sent {
-        Sent {
-            id: self.id.clone(),
-            thread: self.thread.to_owned(),
-            recipients: self
-                .targets
-                .iter()
-                .map(|t| Recipient {
-                    address: t.address.clone(),
-                    state: Some(State::Queued),
-                    reason: offline.get(&t.id).cloned().unwrap_or_default(),
-                    online: !offline.contains_key(&t.id),
-                })
-                .collect(),
-            duplicate: false,
-            reply_to: self.reply_to.cloned(),
-            skipped: Vec::new(),
-            hold: None,
-        }
+        self.answer(None, |t| Recipient {
+            address: t.address.clone(),
+            state: Some(State::Queued),
+            reason: offline.get(&t.id).cloned().unwrap_or_default(),
+            online: !offline.contains_key(&t.id),
+        })
     }
 
     /// What the sender is told of a send written with hold `hold`: nobody has it yet.
     fn held(&self, hold: HoldId) -> Sent {
+        self.answer(Some(hold), |t| Recipient {
+            address: t.address.clone(),
+            state: None,
+            reason: "held for the account's human".to_owned(),
+            online: false,
+        })
+    }
+
+    fn answer(&self, hold: Option<HoldId>, recipient: impl Fn(&Target) -> Recipient) -> Sent {
         Sent {
             id: self.id.clone(),
             thread: self.thread.to_owned(),
-            recipients: self
-                .targets
-                .iter()
-                .map(|t| Recipient {
-                    address: t.address.clone(),
-                    state: None,
-                    reason: "held for the account's human".to_owned(),
-                    online: false,
-                })
-                .collect(),
+            recipients: self.targets.iter().map(recipient).collect(),
             duplicate: false,
             reply_to: self.reply_to.cloned(),
             skipped: Vec::new(),
-            hold: Some(hold),
+            hold,
         }
     }
 }

@@ -63,6 +63,14 @@ pub struct Outgoing<'a> {
     pub require_reply: bool,
 }
 
+impl<'a> Outgoing<'a> {
+    /// What the system writes to known endpoints (a notice, a question, a report): to no address,
+    /// in no thread, with no client id, plain.
+    pub fn notice(body: &'a RedactedText) -> Self {
+        Self { to: &[], body, thread: None, kind: Kind::Message, client_id: None, private: false, require_reply: false }
+    }
+}
+
 /// A send's recipients, resolved and allowed, and the group members it skipped: what the
 /// resolution cache keeps.
 #[derive(Clone)]

@@ -403,15 +403,7 @@ mod tests {
         let db = testing::db().await;
         let (ann, to, machine) = agents(&db, &[("ann", 0), ("bob", 500)]).await;
         let body = RedactedText::from_agent("card 7 is done");
-        let out = Outgoing {
-            to: &[],
-            body: &body,
-            thread: None,
-            kind: Kind::Message,
-            client_id: None,
-            private: false,
-            require_reply: false,
-        };
+        let out = Outgoing::notice(&body);
         let mut c = db.store.client().await.unwrap();
         let tx = c.transaction().await.unwrap();
         write_system(&tx, &ann, &to[1..], &out).await.expect("no cap refuses a notice");
