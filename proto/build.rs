@@ -1,6 +1,7 @@
-use std::{env, path::PathBuf};
-
+#[cfg(feature = "grpc")]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    use std::{env, path::PathBuf};
+
     // A vendored protoc keeps the build free of system packages.
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     // SAFETY: build scripts are single-threaded; prost-build reads PROTOC from the environment.
@@ -14,3 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=relay");
     Ok(())
 }
+
+/// Without the gRPC contract there is nothing to generate.
+#[cfg(not(feature = "grpc"))]
+fn main() {}

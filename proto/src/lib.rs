@@ -2,11 +2,14 @@
 //! file, which `relay-server dev` and `agent-bridge login` both write, which of their releases
 //! work together, and the timing of their streams.
 
+#[cfg(feature = "grpc")]
 pub mod bridge_config;
+#[cfg(feature = "grpc")]
 pub mod codec;
 pub mod release;
 pub mod timing;
 
+#[cfg(feature = "grpc")]
 pub mod v1 {
     tonic::include_proto!("relay.v1");
 

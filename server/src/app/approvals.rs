@@ -15,6 +15,7 @@ use crate::domain::ids::{self, AccountId, ApprovalId};
 use crate::domain::redact::RedactedText;
 use crate::domain::trust::{self as rules, Approval, ApprovalState, Decision};
 use crate::domain::{Error, Result};
+use crate::store;
 use crate::store::approvals::{self, NewApproval, Verdict};
 
 /// Permission requests of board agents, to the operator and then the human.
@@ -97,7 +98,7 @@ impl ApprovalsService {
             return Err(Error::invalid("a permission request names the tool"));
         }
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let card = approvals::worked_card(&tx, caller.account_id, &token_hash).await?.ok_or_else(not_working)?;
         let id = ApprovalId::new(format!("a{}", ids::random_text(9)));
         let operator = match &card.operator {
@@ -124,7 +125,7 @@ impl ApprovalsService {
             ),
         };
         approvals::ask(&tx, caller, target, &body).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         Ok(id)
     }
 
@@ -158,7 +159,7 @@ impl ApprovalsService {
     /// The account's open requests, oldest first.
     pub async fn approvals(&self, person: &Human) -> Result<Vec<Approval>> {
         let db = self.core.store.client().await?;
-        approvals::open(&db, person.account_id).await
+        Ok(approvals::open(&db, person.account_id).await?)
     }
 }
 
@@ -182,11 +183,11 @@ async fn settle(db: &mut deadpool_postgres::Object, request: &approvals::Due, wa
 
 /// Hands a request still with the operator to the account's human, with the whole wait to answer.
 async fn hand_to_human(db: &mut deadpool_postgres::Object, request: &approvals::Due, wait_s: f64) -> Result<()> {
-    let tx = db.transaction().await?;
+    let tx = store::begin(db).await?;
     if let Some(handed) = approvals::escalate(&tx, &request.id, wait_s).await? {
         ask_the_human(&tx, &request.id, &handed).await?;
     }
-    tx.commit().await?;
+    store::commit(tx).await?;
     Ok(())
 }
 
@@ -195,7 +196,7 @@ async fn ask_the_human(tx: &Transaction<'_>, id: &ApprovalId, handed: &approvals
     let asker = approvals::requester(tx, handed.requester).await?;
     let body = rules::approval_escalation(id, &asker.address(), &handed.job_id, &handed.tool, &handed.input);
     let target = approvals::human_target(tx, asker.account_id, &asker.account).await?;
-    approvals::ask(tx, &asker, target, &body).await
+    Ok(approvals::ask(tx, &asker, target, &body).await?)
 }
 
 /// Decides an open request (`human`: pending or escalated; else pending only) and wakes the agent
@@ -210,7 +211,7 @@ async fn decide(
 ) -> Result<Decision> {
     let wait_s = wait.as_secs_f64();
     let id = &ApprovalId::new(id.trim());
-    let tx = db.transaction().await?;
+    let tx = store::begin(db).await?;
     let Some(decided) = approvals::decide(&tx, account_id, id, verdict, &approvals::open_states(human), wait_s).await?
     else {
         let current = approvals::decision(&tx, account_id, id).await?;
@@ -221,6 +222,6 @@ async fn decide(
     }
     approvals::wake(&tx, decided.requester).await?;
     let decision = approvals::decision(&tx, account_id, id).await?;
-    tx.commit().await?;
+    store::commit(tx).await?;
     Ok(decision)
 }

@@ -14,6 +14,7 @@ use crate::domain::ids::{self, JobId, TokenKind};
 use crate::domain::redact::RedactedText;
 use crate::domain::schedule::Schedule;
 use crate::domain::{EntityKind, Error, Result, limits};
+use crate::store;
 use crate::store::board::{self, NewJob};
 
 /// The job board: cards, repositories, workers' leases, schedules, pull requests.
@@ -82,7 +83,7 @@ impl BoardService {
         let detail = detail.as_str();
         rules::detail(detail)?;
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let repo_id = board::resolve_repo(&tx, caller, post.repo, post.cwd).await?;
         let agent = match optional(post.agent).filter(|a| !a.trim().is_empty()) {
             Some(a) => rules::agent(a)?,
@@ -107,7 +108,7 @@ impl BoardService {
         };
         board::insert_job(&tx, &new).await?;
         let job = board::job(&tx, caller.account_id, &id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         tracing::info!(card = %job.id, by = %caller.address(), "card posted");
         Ok(job)
     }
@@ -125,7 +126,7 @@ impl BoardService {
 
     pub async fn read_job(&self, caller: &Caller, id: &str) -> Result<Job> {
         let db = self.core.store.client().await?;
-        board::job(&db, caller.account_id, &JobId::new(id.trim())).await
+        Ok(board::job(&db, caller.account_id, &JobId::new(id.trim())).await?)
     }
 
     /// Replaces the given fields of a card still in To do.
@@ -134,7 +135,7 @@ impl BoardService {
         let (title, detail) = (edit.title.map(RedactedText::from_agent), edit.detail.map(RedactedText::from_agent));
         let id = &JobId::new(id.trim());
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         rules::check_editable(board::lock_card(&tx, caller.account_id, id).await?)?;
         let mut changed = Vec::new();
         if let Some(title) = &title {
@@ -169,7 +170,7 @@ impl BoardService {
         }
         board::mark_edited(&tx, id, &caller.address()).await?;
         let mut job = board::job(&tx, caller.account_id, id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         job.changed = changed.into_iter().map(str::to_owned).collect();
         Ok(job)
     }
@@ -185,7 +186,7 @@ impl BoardService {
             )
         })?;
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let card = board::lock_dispatched(&tx, caller.account_id, &token_hash).await?.ok_or_else(|| {
             Error::FailedPrecondition("the card this agent was dispatched for is no longer its to finish".into())
         })?;
@@ -196,7 +197,7 @@ impl BoardService {
         notify_board(&tx, caller.account_id, &card.id, review, Some(caller.endpoint_id), self.core.store.max_unread())
             .await?;
         let job = board::job(&tx, caller.account_id, &card.id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         // The database ended the agent's session with the attempt; this replica forgets it now.
         self.core.store.sessions().forget_attempt(&card.id);
         tracing::info!(card = %job.id, by = %caller.address(), "card finished");
@@ -222,7 +223,7 @@ impl BoardService {
         let note = RedactedText::from_agent(note);
         let id = &JobId::new(id.trim());
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         if operator_only {
             is_operator(&tx, actor).await?;
         }
@@ -237,7 +238,7 @@ impl BoardService {
         };
         notify_board(&tx, actor.account_id, id, event, Some(actor.endpoint_id), self.core.store.max_unread()).await?;
         let job = board::job(&tx, actor.account_id, id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         tracing::info!(card = %job.id, by, state = job.column.name(), "card closed");
         Ok(job)
     }
@@ -287,7 +288,7 @@ impl BoardService {
     pub async fn claim(&self, machine: &MachineIdentity) -> Result<(Option<(Job, String)>, Vec<Cleanup>)> {
         let token = ids::new_token(TokenKind::JobToken);
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         board::worker_seen(&tx, machine.machine_id).await?;
         let claimed =
             match board::claim_next(&tx, machine.machine_id, self.core.lease_s(), &ids::token_hash(&token)).await? {
@@ -295,7 +296,7 @@ impl BoardService {
                 None => None,
             };
         let cleanup = board::cleanups(&tx, machine.machine_id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         if let Some((job, _)) = &claimed {
             tracing::info!(card = %job.id, machine = %machine.machine, attempt = job.attempts, "card claimed");
         }
@@ -306,7 +307,7 @@ impl BoardService {
     /// every `--pr-check-s` (60 s).
     pub async fn prs_to_follow(&self, machine: &MachineIdentity) -> Result<Vec<rules::FollowPr>> {
         let db = self.core.store.client().await?;
-        board::prs_to_follow(&db, machine.machine_id, self.core.timings.pr_check.as_secs_f64()).await
+        Ok(board::prs_to_follow(&db, machine.machine_id, self.core.timings.pr_check.as_secs_f64()).await?)
     }
 
     /// What the forge said of a card's pull request (`state` empty when the check failed with
@@ -320,7 +321,7 @@ impl BoardService {
         }
         let id = &JobId::new(id.trim());
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let (account_id, pr_url) = board::lock_followed(&tx, machine.machine_id, id).await?.ok_or_else(|| {
             Error::FailedPrecondition(format!("card {id} of this machine is not in Review with a pull request"))
         })?;
@@ -339,7 +340,7 @@ impl BoardService {
             }
         }
         let job = board::job(&tx, account_id, id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         tracing::info!(card = %id, pr = ?state.map(rules::PrState::db), "pull request checked");
         Ok(job)
     }
@@ -388,7 +389,7 @@ impl BoardService {
         let error = error.as_str();
         ids::check_token(TokenKind::JobToken, job_token)?;
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let card =
             board::lock_leased(&tx, machine.machine_id, &ids::token_hash(job_token)).await?.ok_or_else(|| {
                 Error::not_found(EntityKind::Card, "no card holds this job token (its lease may have expired)")
@@ -403,7 +404,7 @@ impl BoardService {
             board::set_exited(&tx, &card.id, &exited).await?;
         }
         let job = board::job(&tx, machine.account_id, &card.id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         self.core.store.sessions().forget_attempt(&card.id);
         tracing::info!(card = %job.id, state = job.column.name(), exit_code, "card agent ended");
         Ok(job)
@@ -413,7 +414,7 @@ impl BoardService {
         limits::count("card ids", ids.len(), limits::MAX_CLEANED_IDS)?;
         let ids: Vec<JobId> = ids.iter().map(|id| JobId::new(id.trim())).collect();
         let db = self.core.store.client().await?;
-        board::mark_cleaned(&db, machine.machine_id, &ids).await
+        Ok(board::mark_cleaned(&db, machine.machine_id, &ids).await?)
     }
 
     // ---- the scheduler's rounds ----------------------------------------------------------------
@@ -422,13 +423,13 @@ impl BoardService {
     /// operator and the poster. How many went back.
     pub async fn expire_leases(&self) -> Result<u64> {
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let expired = board::expire_leases(&tx).await?;
         for lost in &expired {
             let event = Event::returned(lost.attempts, Cause::LeaseLost { machine: &lost.machine });
             notify_board(&tx, lost.account_id, &lost.id, event, None, self.core.store.max_unread()).await?;
         }
-        tx.commit().await?;
+        store::commit(tx).await?;
         for lost in &expired {
             self.core.store.sessions().forget_attempt(&lost.id);
         }
@@ -441,7 +442,7 @@ impl BoardService {
     pub async fn fire_due_schedules(&self) -> Result<u32> {
         let cap = self.core.store.max_unread();
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let due = board::lock_due_schedules(&tx).await?;
         let mut fired = 0;
         for schedule in &due {
@@ -473,7 +474,7 @@ impl BoardService {
             notify_board(&tx, schedule.account_id, card, Event::Fired { run: run.as_str() }, None, cap).await?;
             fired += 1;
         }
-        tx.commit().await?;
+        store::commit(tx).await?;
         Ok(fired)
     }
 }

@@ -90,7 +90,7 @@ impl ConsoleService {
 
     pub async fn sign_out(&self, session: &str) -> Result<()> {
         ids::check_token(TokenKind::Console, session)?;
-        console::delete_session(&self.core.store.client().await?, &ids::token_hash(session)).await
+        Ok(console::delete_session(&self.core.store.client().await?, &ids::token_hash(session)).await?)
     }
 
     /// The account's board: open cards, the newest done ones, and its repositories.

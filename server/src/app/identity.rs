@@ -18,6 +18,7 @@ use crate::domain::ids::{self, TokenHash, TokenKind};
 use crate::domain::names::{self, NameKind, check_claimable, validate};
 use crate::domain::redact::RedactedText;
 use crate::domain::{EntityKind, Error, Result, limits, presence};
+use crate::store;
 use crate::store::identity;
 use crate::store::{Store, board, spawn};
 
@@ -190,7 +191,7 @@ impl IdentityService {
             )));
         }
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         if !board::hold_attempt(&tx, &agent.attempt.token_hash).await? {
             return Err(Error::Unauthenticated(format!(
                 "the attempt at card {card} ended as this agent said hello: a card's agent acts only while its card is in progress"
@@ -205,7 +206,7 @@ impl IdentityService {
             attempt: Some(&agent.attempt.token_hash),
         };
         let outcome = self.claim_endpoint(&tx, &agent.machine, wanted).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         tracing::info!(endpoint = %outcome.endpoint.address, card = %card, resumed = outcome.resumed, harness, "hello");
         Ok(outcome)
     }
@@ -294,7 +295,7 @@ impl IdentityService {
 
     /// The caller's endpoint and how many messages wait unread.
     pub async fn whoami(&self, caller: &Caller) -> Result<identity::WhoAmI> {
-        identity::whoami(&self.core.store.client().await?, caller.endpoint_id, caller.account_id).await
+        Ok(identity::whoami(&self.core.store.client().await?, caller.endpoint_id, caller.account_id).await?)
     }
 
     /// Endpoints of the caller's account, or of its contact accounts; online ones unless `all`.
@@ -302,7 +303,7 @@ impl IdentityService {
         let db = self.core.store.client().await?;
         let accounts =
             if contacts { identity::contact_accounts(&db, caller.account_id).await? } else { vec![caller.account_id] };
-        identity::endpoints_of(&db, &accounts, all).await
+        Ok(identity::endpoints_of(&db, &accounts, all).await?)
     }
 
     /// Status, note, now and title: checked against the limits and redacted, since others read them.
@@ -323,7 +324,7 @@ impl IdentityService {
         let db = self.core.store.client().await?;
         identity::set_profile(&db, caller.endpoint_id, change.status, note.as_ref(), now.as_ref(), title.as_ref())
             .await?;
-        identity::endpoint_on(&db, caller.endpoint_id).await
+        Ok(identity::endpoint_on(&db, caller.endpoint_id).await?)
     }
 }
 
@@ -363,13 +364,13 @@ async fn authenticate_machine(store: &Store, token: &str) -> Result<MachineIdent
 
 pub async fn create_account(store: &Store, name: &str) -> Result<()> {
     validate(NameKind::Account, name)?;
-    identity::insert_account(&store.client().await?, name).await
+    Ok(identity::insert_account(&store.client().await?, name).await?)
 }
 
 /// Creates the account if it does not exist yet.
 pub async fn ensure_account(store: &Store, name: &str) -> Result<()> {
     validate(NameKind::Account, name)?;
-    identity::ensure_account(&store.client().await?, name).await
+    Ok(identity::ensure_account(&store.client().await?, name).await?)
 }
 
 /// Registers a machine (or re-admits a revoked one) and returns its new token, shown only now.
@@ -405,12 +406,12 @@ async fn issue_machine_token(store: &Store, account: &str, machine: &str, replac
 pub async fn revoke_machine(store: &Store, path: &str) -> Result<()> {
     let (account, machine) = split_machine_path(path)?;
     let mut db = store.client().await?;
-    let tx = db.transaction().await?;
+    let tx = store::begin(&mut db).await?;
     let machine_id = identity::revoke_machine(&tx, account, machine)
         .await?
         .ok_or_else(|| Error::not_found(EntityKind::Machine, format!("no machine {account}/{machine}")))?;
     identity::end_machine_sessions(&tx, machine_id).await?;
-    tx.commit().await?;
+    store::commit(tx).await?;
     // Replicas forget the machine's sessions and what they resolved on the database's notices.
     store.sessions().forget_machine(machine_id);
     Ok(())
@@ -432,7 +433,7 @@ pub async fn add_contact(store: &Store, first: &str, second: &str) -> Result<()>
             .ok_or_else(|| Error::not_found(EntityKind::Account, format!("no account {name}")))
     };
     let (a, b) = (id_of(first)?, id_of(second)?);
-    identity::insert_contact(&db, a, b).await
+    Ok(identity::insert_contact(&db, a, b).await?)
 }
 
 /// Whether `token` is the live token of `account/machine` (the dev command reuses a valid config).

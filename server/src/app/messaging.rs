@@ -17,6 +17,7 @@ use crate::domain::redact::{Counts, redact};
 use crate::domain::{Error, Result, limits};
 use crate::push::announce::{self, AnnounceStream};
 use crate::push::stream::{self, PushStream};
+use crate::store;
 use crate::store::messages::{self, Look, Outgoing};
 use crate::store::pages::Page;
 
@@ -182,7 +183,7 @@ impl MessagingService {
     async fn take_unread(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let (db, inbox, limit) = (self.core.store.client().await?, caller.endpoint_id, i64::from(limit));
         if ack {
-            return messages::take_unread(&db, inbox, limit, State::Read).await;
+            return Ok(messages::take_unread(&db, inbox, limit, State::Read).await?);
         }
         let held = self.core.store.pages().get(inbox, limit);
         let seen = held.as_ref().and_then(|p| Some((p.version, p.messages.last()?.id.as_str())));
@@ -207,7 +208,7 @@ impl MessagingService {
         reference: &str,
     ) -> Result<(MessageId, Vec<Message>, Vec<Recipient>)> {
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let id = sent_message(&tx, caller, reference).await?;
         let replies = messages::replies_to(&tx, &id, caller.endpoint_id).await?;
         if !replies.is_empty() {
@@ -216,7 +217,7 @@ impl MessagingService {
             messages::advance(&tx, caller.endpoint_id, &seqs, State::Read).await?;
         }
         let recipients = messages::recipient_states(&tx, &id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         Ok((id, replies, recipients))
     }
 

@@ -109,12 +109,12 @@ impl Core {
     /// What the scheduler's round has to do now (one read).
     pub async fn due_work(&self) -> Result<crate::store::due::DueWork> {
         let db = self.store.client().await?;
-        crate::store::due::probe(&db, self.timings.approval_wait.as_secs_f64()).await
+        Ok(crate::store::due::probe(&db, self.timings.approval_wait.as_secs_f64()).await?)
     }
 
     /// The human inbox of `person`'s account, as the sender and recipient a person's commands act for.
     pub(crate) async fn me(&self, person: &crate::domain::caller::Human) -> Result<Caller> {
-        crate::store::trust::human_caller(&self.store.client().await?, person.account_id).await
+        Ok(crate::store::trust::human_caller(&self.store.client().await?, person.account_id).await?)
     }
 
     /// How many endpoints an account, and one machine's agents, may hold.

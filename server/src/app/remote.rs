@@ -36,18 +36,18 @@ impl RemoteService {
 
     pub async fn keep_session(&self, id: &str, state: &str) -> Result<()> {
         let db = self.core.store.client().await?;
-        remote::keep_session(&db, &ids::token_hash(id), state, SESSION_TTL.as_secs_f64()).await
+        Ok(remote::keep_session(&db, &ids::token_hash(id), state, SESSION_TTL.as_secs_f64()).await?)
     }
 
     /// The state of session `id`, unless it ended or expired.
     pub async fn session(&self, id: &str) -> Result<Option<String>> {
         let db = self.core.store.client().await?;
-        remote::session(&db, &ids::token_hash(id), SESSION_TTL.as_secs_f64()).await
+        Ok(remote::session(&db, &ids::token_hash(id), SESSION_TTL.as_secs_f64()).await?)
     }
 
     pub async fn end_session(&self, id: &str) -> Result<()> {
         let db = self.core.store.client().await?;
-        remote::end_session(&db, &ids::token_hash(id)).await
+        Ok(remote::end_session(&db, &ids::token_hash(id)).await?)
     }
 
     /// This replica, which names the answer streams it serves.
@@ -57,7 +57,7 @@ impl RemoteService {
 
     pub async fn replica_alive(&self, replica: ReplicaId) -> Result<bool> {
         let db = self.core.store.client().await?;
-        replicas::alive(&db, replica).await
+        Ok(replicas::alive(&db, replica).await?)
     }
 
     /// Keeps `answers` for [`ANSWER_TTL`], in one statement.
@@ -71,12 +71,12 @@ impl RemoteService {
             data.push(text);
         }
         let db = self.core.store.client().await?;
-        remote::keep_answers(&db, &streams, &seqs, &machines, &data, ANSWER_TTL.as_secs_f64()).await
+        Ok(remote::keep_answers(&db, &streams, &seqs, &machines, &data, ANSWER_TTL.as_secs_f64()).await?)
     }
 
     /// The kept events of answer stream `stream` of `machine`; empty when none is kept.
     pub async fn answer(&self, stream: &[u8], machine: MachineId) -> Result<Vec<(i32, String)>> {
         let db = self.core.store.client().await?;
-        remote::answer(&db, stream, machine).await
+        Ok(remote::answer(&db, stream, machine).await?)
     }
 }

@@ -32,7 +32,7 @@ impl Purged {
 async fn drain<F, Fut>(mut batch: F) -> Result<u64>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<u64>>,
+    Fut: Future<Output = crate::store::Result<u64>>,
 {
     let mut total = 0;
     for _ in 0..PURGE_BATCHES_PER_ROUND {

@@ -14,6 +14,7 @@ use crate::domain::names;
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::scope::{self as domain_scope, Dir, GroupView, Peer, RulesView, Selector, Verdict};
 use crate::domain::{EntityKind, Error, Result, limits};
+use crate::store;
 use crate::store::identity;
 use crate::store::messages::Outgoing;
 use crate::store::scope::{self, RuleChange};
@@ -87,14 +88,14 @@ impl ScopeService {
     pub async fn show_rules(&self, caller: &Caller, endpoint: &str) -> Result<RulesView> {
         let db = self.core.store.client().await?;
         let (id, _) = rules_target(&db, caller, endpoint).await?;
-        scope::read_rules(&db, id).await
+        Ok(scope::read_rules(&db, id).await?)
     }
 
     /// Own rules are replaced; a descendant gets a new cap by the caller, which can only narrow.
     pub async fn set_rules(&self, caller: &Caller, endpoint: &str, set: RuleSet<'_>) -> Result<RulesView> {
         let (rules_in, rules_out) = set.changes()?;
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
         for (dir, change) in [(Dir::In, rules_in), (Dir::Out, rules_out)] {
             match change {
@@ -111,7 +112,7 @@ impl ScopeService {
             }
         }
         let view = scope::read_rules(&tx, id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         self.messaging.scope_changed();
         Ok(view)
     }
@@ -129,7 +130,7 @@ impl ScopeService {
             return Err(Error::invalid("widen takes in or out"));
         }
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let (id, descendant) = rules_target(&tx, caller, endpoint).await?;
         if !descendant {
             return Err(Error::invalid("widen loosens caps you set on an agent you spawned: name it with endpoint"));
@@ -144,7 +145,7 @@ impl ScopeService {
             }
         }
         let view = scope::read_rules(&tx, id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         self.messaging.scope_changed();
         Ok(view)
     }
@@ -155,7 +156,7 @@ impl ScopeService {
             Error::invalid(format!("invalid cap id {cap:?}: caps are named cap-<n>, as rules show lists them"))
         })?;
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let (id, _) = rules_target(&tx, caller, endpoint).await?;
         let set_by = scope::cap_setter(&tx, cap_id, id)
             .await?
@@ -170,7 +171,7 @@ impl ScopeService {
         }
         scope::delete_cap(&tx, cap_id).await?;
         let view = scope::read_rules(&tx, id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         self.messaging.scope_changed();
         Ok(view)
     }
@@ -234,7 +235,7 @@ impl ScopeService {
         let (rules_in, rules_out) = (parse(rules_in)?, parse(rules_out)?);
         domain_scope::check_group_name(name)?;
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         if scope::group_count(&tx, caller.account_id).await? >= i64::from(self.core.quotas.max_groups) {
             return Err(limits::no_room_for_groups(&caller.account, self.core.quotas.max_groups));
         }
@@ -243,7 +244,7 @@ impl ScopeService {
             .ok_or_else(|| Error::AlreadyExists(format!("group {name} already exists in your account")))?;
         scope::insert_member(&tx, id, caller.endpoint_id).await?;
         let view = scope::group_view(&tx, id).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         self.messaging.scope_changed();
         Ok(view)
     }
@@ -276,7 +277,7 @@ impl ScopeService {
             return Err(Error::not_found(EntityKind::Group, format!("{address} is not a member of group {name}")));
         }
         self.messaging.scope_changed();
-        scope::group_view(&db, group).await
+        Ok(scope::group_view(&db, group).await?)
     }
 
     pub async fn group_rules(
@@ -301,14 +302,14 @@ impl ScopeService {
             }
         }
         self.messaging.scope_changed();
-        scope::group_view(&db, group).await
+        Ok(scope::group_view(&db, group).await?)
     }
 
     pub async fn group_show(&self, caller: &Caller, name: &str) -> Result<GroupView> {
         let name = needs_name(name)?;
         let db = self.core.store.client().await?;
         let (group, _) = scope::group_id(&db, caller, name).await?;
-        scope::group_view(&db, group).await
+        Ok(scope::group_view(&db, group).await?)
     }
 
     pub async fn group_list(&self, caller: &Caller) -> Result<Vec<GroupView>> {
@@ -347,7 +348,7 @@ impl ScopeService {
         };
         let grant = ids::new_token(TokenKind::SpawnGrant);
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let taken = spawn::child_handles(&tx, caller.machine_id, &caller.handle).await?;
         let handle = names::child_handle(&caller.handle, &taken);
         if let Some(full) = identity::no_room_for(&tx, caller.machine_id, &handle, self.core.endpoint_caps()).await? {
@@ -362,7 +363,7 @@ impl ScopeService {
             }
         }
         let endpoint = identity::endpoint_on(&tx, child).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         tracing::info!(parent = %caller.address(), child = %endpoint.address, "spawn reserved");
         Ok((endpoint, grant))
     }

@@ -13,6 +13,7 @@ use crate::domain::redact::{RedactedText, redact};
 use crate::domain::trust::MAX_PEEK_TURNS;
 use crate::domain::trust::{self as rules, Contact, Hold, HoldState, Peek, PeekTurn, Peeker};
 use crate::domain::{EntityKind, Error, Result, limits};
+use crate::store;
 use crate::store::identity::contact_accounts;
 use crate::store::messages::{self, Outgoing, Target};
 use crate::store::trust::{self, KeptTurn};
@@ -62,9 +63,9 @@ impl TrustService {
             })
             .collect();
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let stored = trust::keep_peek_turns(&tx, caller.endpoint_id, &turns, append).await?;
-        tx.commit().await?;
+        store::commit(tx).await?;
         Ok(stored)
     }
 
@@ -89,7 +90,7 @@ impl TrustService {
 
     /// Who peeked at the caller, newest first.
     pub async fn peekers(&self, caller: &Caller) -> Result<Vec<Peeker>> {
-        trust::peekers(&self.core.store.client().await?, caller.endpoint_id).await
+        Ok(trust::peekers(&self.core.store.client().await?, caller.endpoint_id).await?)
     }
 
     /// Asks to the caller that require a reply it has not given yet, and that it can still answer:
@@ -99,7 +100,7 @@ impl TrustService {
         let db = self.core.store.client().await?;
         let mut reach = contact_accounts(&db, caller.account_id).await?;
         reach.push(caller.account_id);
-        trust::unanswered_asks(&db, caller.endpoint_id, &reach).await
+        Ok(trust::unanswered_asks(&db, caller.endpoint_id, &reach).await?)
     }
 
     // ---- an account's person -----------------------------------------------------------------
@@ -143,7 +144,7 @@ impl TrustService {
     }
 
     pub async fn holds(&self, person: &Human, all: bool) -> Result<Vec<Hold>> {
-        trust::holds_on(&self.core.store.client().await?, person, all).await
+        Ok(trust::holds_on(&self.core.store.client().await?, person, all).await?)
     }
 
     /// Releases a held message to its recipients (delivers it), or rejects it with a reason its
@@ -154,7 +155,7 @@ impl TrustService {
         let mut db = self.core.store.client().await?;
         let me = trust::human_caller(&db, person.account_id).await?;
         let id = &HoldId::new(id.trim());
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let held = trust::lock_hold(&tx, person.account_id, id).await?.ok_or_else(|| {
             Error::not_found(EntityKind::Hold, format!("no hold {id} in your account: holds lists them"))
         })?;
@@ -177,7 +178,7 @@ impl TrustService {
             messages::write_system(&tx, &me, &target, &notice).await?;
         }
         let view = trust::holds_on(&tx, person, true).await?.into_iter().find(|h| &h.id == id);
-        tx.commit().await?;
+        store::commit(tx).await?;
         let view = view.ok_or_else(|| Error::Internal("the decided hold vanished".into()))?;
         tracing::info!(account = %person.account, hold = %view.id, state = %view.state, "hold decided");
         Ok(view)
@@ -196,7 +197,7 @@ impl TrustService {
     pub async fn contact_request(&self, person: &Human, account: &str) -> Result<Contact> {
         let other = account.trim();
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let other_id = contacts::account_id(&tx, other).await?;
         if other_id == person.account_id {
             return Err(Error::invalid("an account cannot be its own contact"));
@@ -212,7 +213,7 @@ impl TrustService {
             contacts::insert_request(&tx, person.account_id, other_id).await?;
             "requested"
         };
-        tx.commit().await?;
+        store::commit(tx).await?;
         self.messaging.scope_changed();
         let view = Contact { account: other.to_owned(), state: state.to_owned(), withdrawn: 0 };
         tracing::info!(account = %person.account, other = %view.account, state = %view.state, "contact request");
@@ -222,7 +223,7 @@ impl TrustService {
     pub async fn contact_accept(&self, person: &Human, account: &str) -> Result<Contact> {
         let other = account.trim();
         let mut db = self.core.store.client().await?;
-        let tx = db.transaction().await?;
+        let tx = store::begin(&mut db).await?;
         let other_id = contacts::account_id(&tx, other).await?;
         if !contact_accounts(&tx, person.account_id).await?.contains(&other_id) {
             if !contacts::requested(&tx, other_id, person.account_id).await? {
@@ -233,13 +234,13 @@ impl TrustService {
             }
             contacts::make_contact(&tx, person.account_id, other_id).await?;
         }
-        tx.commit().await?;
+        store::commit(tx).await?;
         self.messaging.scope_changed();
         Ok(Contact { account: other.to_owned(), state: "contact".to_owned(), withdrawn: 0 })
     }
 
     pub async fn contact_list(&self, person: &Human) -> Result<Vec<Contact>> {
-        contacts::list_contacts(&self.core.store.client().await?, person.account_id).await
+        Ok(contacts::list_contacts(&self.core.store.client().await?, person.account_id).await?)
     }
 
     /// Allows or forbids private data across a contact.
@@ -295,7 +296,7 @@ pub async fn drop_contact(store: &Store, account: &str, other: &str) -> Result<C
 
 async fn drop_contact_once(store: &Store, account: &str, other: &str) -> Result<Contact> {
     let mut db = store.client().await?;
-    let tx = db.transaction().await?;
+    let tx = store::begin(&mut db).await?;
     let (me, other_id) = (contacts::account_id(&tx, account).await?, contacts::account_id(&tx, other).await?);
     // Inboxes first, before the contact and the deliveries: the order a send's batch takes them.
     contacts::lock_inboxes_between(&tx, me, other_id).await?;
@@ -309,7 +310,7 @@ async fn drop_contact_once(store: &Store, account: &str, other: &str) -> Result<
     contacts::reject_holds_between(&tx, me, other_id, &held).await?;
     let reason = format!("withdrawn: the contact between {account} and {other} was dropped before it was seen");
     let withdrawn = contacts::withdraw_between(&tx, me, other_id, &reason).await?;
-    tx.commit().await?;
+    store::commit(tx).await?;
     Ok(Contact { account: other.to_owned(), state: "none".to_owned(), withdrawn: withdrawn as u32 })
 }
 

@@ -39,6 +39,23 @@ pub fn state_from_wire(state: wire::DeliveryState) -> Option<State> {
     }
 }
 
+/// A value of the server's as `relay.v1` carries it. `From` would do, but the orphan rule forbids
+/// it here (both sides belong to other crates), so each conversion below is one of these.
+pub trait WireFrom<T> {
+    fn wire_from(value: T) -> Self;
+}
+
+/// [`WireFrom`] seen from the other side, as `Into` is to `From`.
+pub trait IntoWire<W> {
+    fn into_wire(self) -> W;
+}
+
+impl<T, W: WireFrom<T>> IntoWire<W> for T {
+    fn into_wire(self) -> W {
+        W::wire_from(self)
+    }
+}
+
 /// A delivery's seq as the wire carries it: inboxes number from 1.
 fn seq(seq: Seq) -> u64 {
     u64::try_from(seq.0).unwrap_or_default()
@@ -72,7 +89,7 @@ pub fn known<E: TryFrom<i32>>(field: &str, value: i32) -> Result<E> {
 /// One event of a push stream, as the bridge receives it.
 pub fn push(event: Event) -> wire::Push {
     let event = match event {
-        Event::Message(m) => wire::push::Event::Message((*m).into()),
+        Event::Message(m) => wire::push::Event::Message((*m).into_wire()),
         Event::Heartbeat { head_seq, operator } => {
             wire::push::Event::Heartbeat(wire::Heartbeat { head_seq: seq(head_seq), operator: Some(operator) })
         }
@@ -84,13 +101,13 @@ pub fn push(event: Event) -> wire::Push {
 pub fn announce_event(event: announce::Event) -> wire::AnnounceEvent {
     let event = match event {
         announce::Event::Waiting => wire::announce_event::Event::Waiting(wire::Waiting {}),
-        announce::Event::Announced(a) => wire::announce_event::Event::Announcement((*a).into()),
+        announce::Event::Announced(a) => wire::announce_event::Event::Announcement((*a).into_wire()),
     };
     wire::AnnounceEvent { event: Some(event) }
 }
 
-impl From<Announcement> for wire::Announcement {
-    fn from(a: Announcement) -> Self {
+impl WireFrom<Announcement> for wire::Announcement {
+    fn wire_from(a: Announcement) -> Self {
         let messages = a
             .messages
             .into_iter()
@@ -122,8 +139,8 @@ pub fn sent(sent: Sent, redacted: &Counts) -> wire::SendResponse {
     }
 }
 
-impl From<Delivered> for wire::SendResponse {
-    fn from(d: Delivered) -> Self {
+impl WireFrom<Delivered> for wire::SendResponse {
+    fn wire_from(d: Delivered) -> Self {
         sent(d.sent, &d.redacted)
     }
 }
@@ -138,12 +155,12 @@ fn selectors(rule: Option<Vec<String>>) -> Option<wire::Selectors> {
 }
 
 /// Converts every item of a list.
-pub fn all<T, U: From<T>>(list: Vec<T>) -> Vec<U> {
-    list.into_iter().map(U::from).collect()
+pub fn all<T, U: WireFrom<T>>(list: Vec<T>) -> Vec<U> {
+    list.into_iter().map(U::wire_from).collect()
 }
 
-impl From<Endpoint> for wire::Endpoint {
-    fn from(e: Endpoint) -> Self {
+impl WireFrom<Endpoint> for wire::Endpoint {
+    fn wire_from(e: Endpoint) -> Self {
         Self {
             address: e.address,
             account: e.account,
@@ -163,8 +180,8 @@ impl From<Endpoint> for wire::Endpoint {
     }
 }
 
-impl From<Message> for wire::Message {
-    fn from(m: Message) -> Self {
+impl WireFrom<Message> for wire::Message {
+    fn wire_from(m: Message) -> Self {
         Self {
             id: m.id.into(),
             seq: seq(m.seq),
@@ -181,20 +198,20 @@ impl From<Message> for wire::Message {
     }
 }
 
-impl From<Recipient> for wire::RecipientState {
-    fn from(r: Recipient) -> Self {
+impl WireFrom<Recipient> for wire::RecipientState {
+    fn wire_from(r: Recipient) -> Self {
         Self { address: r.address, state: delivery_state(r.state) as i32, reason: r.reason, online: r.online }
     }
 }
 
-impl From<Repo> for wire::RepoView {
-    fn from(r: Repo) -> Self {
+impl WireFrom<Repo> for wire::RepoView {
+    fn wire_from(r: Repo) -> Self {
         Self { name: r.name, path: r.path, machine: r.machine }
     }
 }
 
-impl From<Job> for wire::JobView {
-    fn from(j: Job) -> Self {
+impl WireFrom<Job> for wire::JobView {
+    fn wire_from(j: Job) -> Self {
         let next_run_local = j.next_run_local().unwrap_or_default();
         let text = Option::unwrap_or_default;
         Self {
@@ -202,7 +219,7 @@ impl From<Job> for wire::JobView {
             state: j.column.name().to_owned(),
             title: j.title,
             detail: j.detail,
-            repo: Some(j.repo.into()),
+            repo: Some(j.repo.into_wire()),
             agent: j.agent.name().to_owned(),
             requires_pr: j.requires_pr,
             schedule: text(j.schedule),
@@ -238,20 +255,20 @@ fn instant(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
     at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)).unwrap_or_default()
 }
 
-impl From<Cleanup> for wire::Cleanup {
-    fn from(c: Cleanup) -> Self {
+impl WireFrom<Cleanup> for wire::Cleanup {
+    fn wire_from(c: Cleanup) -> Self {
         Self { id: c.id.into(), worktree: c.worktree, repo_path: c.repo_path }
     }
 }
 
-impl From<CapView> for wire::Cap {
-    fn from(c: CapView) -> Self {
+impl WireFrom<CapView> for wire::Cap {
+    fn wire_from(c: CapView) -> Self {
         Self { id: c.id, dir: c.dir, selectors: c.selectors, by: c.by, on: c.on }
     }
 }
 
-impl From<RulesView> for wire::RulesView {
-    fn from(r: RulesView) -> Self {
+impl WireFrom<RulesView> for wire::RulesView {
+    fn wire_from(r: RulesView) -> Self {
         Self {
             address: r.address,
             parent: r.parent,
@@ -263,8 +280,8 @@ impl From<RulesView> for wire::RulesView {
     }
 }
 
-impl From<GroupView> for wire::GroupView {
-    fn from(g: GroupView) -> Self {
+impl WireFrom<GroupView> for wire::GroupView {
+    fn wire_from(g: GroupView) -> Self {
         Self {
             name: g.name,
             owner: g.owner,
@@ -275,14 +292,14 @@ impl From<GroupView> for wire::GroupView {
     }
 }
 
-impl From<Peer> for wire::Peer {
-    fn from(p: Peer) -> Self {
-        Self { endpoint: Some(p.endpoint.into()), reason: p.reason }
+impl WireFrom<Peer> for wire::Peer {
+    fn wire_from(p: Peer) -> Self {
+        Self { endpoint: Some(p.endpoint.into_wire()), reason: p.reason }
     }
 }
 
-impl From<Hold> for wire::HoldView {
-    fn from(h: Hold) -> Self {
+impl WireFrom<Hold> for wire::HoldView {
+    fn wire_from(h: Hold) -> Self {
         Self {
             id: h.id.into(),
             class: h.class,
@@ -296,32 +313,31 @@ impl From<Hold> for wire::HoldView {
     }
 }
 
-impl From<PeekTurn> for wire::PeekTurn {
-    fn from(t: PeekTurn) -> Self {
+impl WireFrom<PeekTurn> for wire::PeekTurn {
+    fn wire_from(t: PeekTurn) -> Self {
         Self { role: t.role, text: t.text, tools: t.tools }
     }
 }
 
-impl From<wire::PeekTurn> for PeekTurn {
-    fn from(t: wire::PeekTurn) -> Self {
-        Self { role: t.role, text: t.text, tools: t.tools }
-    }
+/// A peek turn as a bridge reports it.
+pub fn peek_turn(t: wire::PeekTurn) -> PeekTurn {
+    PeekTurn { role: t.role, text: t.text, tools: t.tools }
 }
 
-impl From<Peek> for wire::PeekView {
-    fn from(p: Peek) -> Self {
+impl WireFrom<Peek> for wire::PeekView {
+    fn wire_from(p: Peek) -> Self {
         Self { endpoint: p.endpoint, turns: all(p.turns), updated_at: instant(p.updated_at) }
     }
 }
 
-impl From<Peeker> for wire::PeekerView {
-    fn from(p: Peeker) -> Self {
+impl WireFrom<Peeker> for wire::PeekerView {
+    fn wire_from(p: Peeker) -> Self {
         Self { by: p.by, at: instant(Some(p.at)), turns: p.turns }
     }
 }
 
-impl From<Approval> for wire::ApprovalView {
-    fn from(a: Approval) -> Self {
+impl WireFrom<Approval> for wire::ApprovalView {
+    fn wire_from(a: Approval) -> Self {
         Self {
             id: a.id.into(),
             state: a.state.as_db().to_owned(),
@@ -333,14 +349,14 @@ impl From<Approval> for wire::ApprovalView {
     }
 }
 
-impl From<Decision> for wire::PermissionDecision {
-    fn from(d: Decision) -> Self {
+impl WireFrom<Decision> for wire::PermissionDecision {
+    fn wire_from(d: Decision) -> Self {
         Self { id: d.id.into(), state: d.state.as_db().to_owned(), reason: d.reason, decided_by: d.decided_by }
     }
 }
 
-impl From<Contact> for wire::ContactView {
-    fn from(c: Contact) -> Self {
+impl WireFrom<Contact> for wire::ContactView {
+    fn wire_from(c: Contact) -> Self {
         Self { account: c.account, state: c.state, withdrawn: c.withdrawn }
     }
 }

@@ -6,9 +6,10 @@ use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
 use super::auth::{self, bearer};
-use super::convert::{self, selector_list as selectors};
+use super::convert::{self, IntoWire, selector_list as selectors};
 use super::credential::Credential;
 use super::credential::Issued;
+use super::status::to_status;
 use crate::app::App;
 use crate::app::approvals::ApprovalsService;
 use crate::app::board::BoardService;
@@ -62,7 +63,7 @@ impl Relay for RelayService {
         &self,
         request: Request<CheckMachineRequest>,
     ) -> Result<Response<CheckMachineResponse>, Status> {
-        let machine = auth::machine(&request)?;
+        let machine = auth::machine(&request).map_err(to_status)?;
         within_window(&request.get_ref().client_version)?;
         Ok(Response::new(CheckMachineResponse {
             account: machine.account,
@@ -77,15 +78,15 @@ impl Relay for RelayService {
         let claim =
             Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
         // Authenticated first: the server's release is told to its own callers only.
-        let credential = auth::hello_credential(&request)?;
+        let credential = auth::hello_credential(&request).map_err(to_status)?;
         within_window(&req.client_version)?;
         let outcome = match credential {
-            Credential::Card(agent) => self.identity.hello_card(&agent, claim).await?,
-            _ => self.identity.hello(&auth::machine(&request)?, claim).await?,
+            Credential::Card(agent) => self.identity.hello_card(&agent, claim).await.map_err(to_status)?,
+            _ => self.identity.hello(&auth::machine(&request).map_err(to_status)?, claim).await.map_err(to_status)?,
         };
         let issued = Issued::bearer(&outcome.session_token);
         let mut response = Response::new(HelloResponse {
-            endpoint: Some(outcome.endpoint.into()),
+            endpoint: Some(outcome.endpoint.into_wire()),
             session_token: outcome.session_token,
             resumed: outcome.resumed,
             limits: Some(Limits {
@@ -103,56 +104,64 @@ impl Relay for RelayService {
     }
 
     async fn goodbye(&self, request: Request<GoodbyeRequest>) -> Result<Response<GoodbyeResponse>, Status> {
-        let caller = auth::caller(&request)?;
-        self.identity.goodbye(&caller).await?;
+        let caller = auth::caller(&request).map_err(to_status)?;
+        self.identity.goodbye(&caller).await.map_err(to_status)?;
         Ok(Response::new(GoodbyeResponse {}))
     }
 
     async fn who_am_i(&self, request: Request<WhoAmIRequest>) -> Result<Response<WhoAmIResponse>, Status> {
-        let caller = auth::caller(&request)?;
-        let me = self.identity.whoami(&caller).await?;
-        Ok(Response::new(WhoAmIResponse { endpoint: Some(me.endpoint.into()), unread: me.unread, board: me.board }))
+        let caller = auth::caller(&request).map_err(to_status)?;
+        let me = self.identity.whoami(&caller).await.map_err(to_status)?;
+        Ok(Response::new(WhoAmIResponse {
+            endpoint: Some(me.endpoint.into_wire()),
+            unread: me.unread,
+            board: me.board,
+        }))
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        let endpoints = self.identity.list(&caller, req.all, req.contacts).await?;
+        let endpoints = self.identity.list(&caller, req.all, req.contacts).await.map_err(to_status)?;
         Ok(Response::new(ListResponse { endpoints: convert::all(endpoints) }))
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
         let send = NewMessage {
             to: &req.to,
             body: &req.body,
             thread: &req.thread,
-            kind: convert::kind_from_wire(req.kind)?,
+            kind: convert::kind_from_wire(req.kind).map_err(to_status)?,
             client_id: &req.client_id,
             private: req.private,
             require_reply: req.require_reply,
         };
-        Ok(Response::new(self.messaging.send(&caller, send).await?.into()))
+        Ok(Response::new(self.messaging.send(&caller, send).await.map_err(to_status)?.into_wire()))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        Ok(Response::new(self.messaging.reply(&caller, &req.id, &req.body, &req.client_id).await?.into()))
+        Ok(Response::new(
+            self.messaging.reply(&caller, &req.id, &req.body, &req.client_id).await.map_err(to_status)?.into_wire(),
+        ))
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        let (messages, remaining) = self.messaging.inbox(&caller, req.wait_s, req.limit, req.ack).await?;
+        let (messages, remaining) =
+            self.messaging.inbox(&caller, req.wait_s, req.limit, req.ack).await.map_err(to_status)?;
         Ok(Response::new(InboxResponse { messages: convert::all(messages), remaining }))
     }
 
     async fn ask_wait(&self, request: Request<AskWaitRequest>) -> Result<Response<AskWaitResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        let (id, replies, recipients) = self.messaging.ask_wait(&caller, &req.id, req.wait_s).await?;
+        let (id, replies, recipients) =
+            self.messaging.ask_wait(&caller, &req.id, req.wait_s).await.map_err(to_status)?;
         Ok(Response::new(AskWaitResponse {
             id: id.into_string(),
             replies: convert::all(replies),
@@ -161,8 +170,8 @@ impl Relay for RelayService {
     }
 
     async fn track(&self, request: Request<TrackRequest>) -> Result<Response<TrackResponse>, Status> {
-        let caller = auth::caller(&request)?;
-        let sent = self.messaging.track(&caller, &request.get_ref().id).await?;
+        let caller = auth::caller(&request).map_err(to_status)?;
+        let sent = self.messaging.track(&caller, &request.get_ref().id).await.map_err(to_status)?;
         Ok(Response::new(TrackResponse {
             id: sent.id.into_string(),
             thread: sent.thread,
@@ -171,7 +180,7 @@ impl Relay for RelayService {
     }
 
     async fn update_profile(&self, request: Request<UpdateProfileRequest>) -> Result<Response<Endpoint>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
         let change = ProfileChange {
             status: req.status.as_deref(),
@@ -179,30 +188,32 @@ impl Relay for RelayService {
             now: req.now.as_deref(),
             title: req.title.as_deref(),
         };
-        Ok(Response::new(self.identity.update_profile(&caller, change).await?.into()))
+        Ok(Response::new(self.identity.update_profile(&caller, change).await.map_err(to_status)?.into_wire()))
     }
 
     async fn subscribe(&self, request: Request<SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
-        let caller = auth::caller(&request)?;
-        let stream = self.messaging.subscribe(caller, delivery::seq(request.get_ref().after_seq)?);
-        let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(Status::from));
+        let caller = auth::caller(&request).map_err(to_status)?;
+        let stream = self.messaging.subscribe(caller, delivery::seq(request.get_ref().after_seq).map_err(to_status)?);
+        let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(to_status));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn announce(&self, request: Request<AnnounceRequest>) -> Result<Response<Self::AnnounceStream>, Status> {
-        let caller = auth::caller(&request)?;
-        let stream = self.messaging.announce(caller, bearer(&request)?, request.get_ref().wait);
-        let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::announce_event).map_err(Status::from));
+        let caller = auth::caller(&request).map_err(to_status)?;
+        let stream = self.messaging.announce(caller, bearer(&request).map_err(to_status)?, request.get_ref().wait);
+        let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::announce_event).map_err(to_status));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn show_rules(&self, request: Request<ShowRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request)?;
-        Ok(Response::new(self.scope.show_rules(&caller, &request.get_ref().endpoint).await?.into()))
+        let caller = auth::caller(&request).map_err(to_status)?;
+        Ok(Response::new(
+            self.scope.show_rules(&caller, &request.get_ref().endpoint).await.map_err(to_status)?.into_wire(),
+        ))
     }
 
     async fn set_rules(&self, request: Request<SetRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
         let set = RuleSet {
             scope: &req.scope,
@@ -210,77 +221,86 @@ impl Relay for RelayService {
             rules_out: selectors(&req.rules_out),
             allow: &req.allow,
         };
-        Ok(Response::new(self.scope.set_rules(&caller, &req.endpoint, set).await?.into()))
+        Ok(Response::new(self.scope.set_rules(&caller, &req.endpoint, set).await.map_err(to_status)?.into_wire()))
     }
 
     async fn widen_rules(&self, request: Request<WidenRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
         let (rules_in, rules_out) = (selectors(&req.rules_in), selectors(&req.rules_out));
-        Ok(Response::new(self.scope.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await?.into()))
+        Ok(Response::new(
+            self.scope.widen_rules(&caller, &req.endpoint, rules_in, rules_out).await.map_err(to_status)?.into_wire(),
+        ))
     }
 
     async fn lift_cap(&self, request: Request<LiftCapRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        Ok(Response::new(self.scope.lift_cap(&caller, &req.endpoint, &req.cap).await?.into()))
+        Ok(Response::new(self.scope.lift_cap(&caller, &req.endpoint, &req.cap).await.map_err(to_status)?.into_wire()))
     }
 
     async fn why(&self, request: Request<WhyRequest>) -> Result<Response<WhyResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        let (from, to, verdict) = self.scope.why(&caller, &req.from, &req.to).await?;
+        let (from, to, verdict) = self.scope.why(&caller, &req.from, &req.to).await.map_err(to_status)?;
         Ok(Response::new(WhyResponse { from, to, allowed: verdict.allowed, reasons: verdict.reasons }))
     }
 
     async fn peers(&self, request: Request<PeersRequest>) -> Result<Response<PeersResponse>, Status> {
-        let caller = auth::caller(&request)?;
-        let peers = self.scope.peers(&caller, request.get_ref().all).await?;
+        let caller = auth::caller(&request).map_err(to_status)?;
+        let peers = self.scope.peers(&caller, request.get_ref().all).await.map_err(to_status)?;
         Ok(Response::new(PeersResponse { peers: convert::all(peers) }))
     }
 
     async fn group(&self, request: Request<GroupRequest>) -> Result<Response<GroupResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
         let (name, rules_in, rules_out) = (&req.name, selectors(&req.rules_in), selectors(&req.rules_out));
-        let one = |g: GroupView| GroupResponse { groups: vec![g.into()], note: String::new() };
-        let response = match convert::known::<GroupAction>("action", req.action)? {
-            GroupAction::Create => one(self.scope.group_create(&caller, name, rules_in, rules_out).await?),
-            action @ (GroupAction::Add | GroupAction::Remove) => {
-                one(self.scope.group_member(&caller, name, &req.endpoint, action == GroupAction::Add).await?)
+        let one = |g: GroupView| GroupResponse { groups: vec![g.into_wire()], note: String::new() };
+        let response = match convert::known::<GroupAction>("action", req.action).map_err(to_status)? {
+            GroupAction::Create => {
+                one(self.scope.group_create(&caller, name, rules_in, rules_out).await.map_err(to_status)?)
             }
-            GroupAction::Rules => one(self.scope.group_rules(&caller, name, rules_in, rules_out).await?),
-            GroupAction::Show => one(self.scope.group_show(&caller, name).await?),
-            GroupAction::Ls => {
-                GroupResponse { groups: convert::all(self.scope.group_list(&caller).await?), note: String::new() }
+            action @ (GroupAction::Add | GroupAction::Remove) => one(self
+                .scope
+                .group_member(&caller, name, &req.endpoint, action == GroupAction::Add)
+                .await
+                .map_err(to_status)?),
+            GroupAction::Rules => {
+                one(self.scope.group_rules(&caller, name, rules_in, rules_out).await.map_err(to_status)?)
             }
+            GroupAction::Show => one(self.scope.group_show(&caller, name).await.map_err(to_status)?),
+            GroupAction::Ls => GroupResponse {
+                groups: convert::all(self.scope.group_list(&caller).await.map_err(to_status)?),
+                note: String::new(),
+            },
             GroupAction::Drop => {
-                let name = self.scope.group_drop(&caller, name).await?;
+                let name = self.scope.group_drop(&caller, name).await.map_err(to_status)?;
                 GroupResponse { groups: Vec::new(), note: format!("group {name} dropped") }
             }
             GroupAction::Unspecified => {
-                return Err(Error::invalid("action must be create, add, remove, rules, ls, show or drop").into());
+                return Err(to_status(Error::invalid("action must be create, add, remove, rules, ls, show or drop")));
             }
         };
         Ok(Response::new(response))
     }
 
     async fn spawn(&self, request: Request<SpawnRequest>) -> Result<Response<SpawnResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        let (endpoint, grant) = self.scope.spawn(&caller, &req.harness, &req.scope).await?;
-        Ok(Response::new(SpawnResponse { endpoint: Some(endpoint.into()), grant }))
+        let (endpoint, grant) = self.scope.spawn(&caller, &req.harness, &req.scope).await.map_err(to_status)?;
+        Ok(Response::new(SpawnResponse { endpoint: Some(endpoint.into_wire()), grant }))
     }
 
     async fn spawn_result(&self, request: Request<SpawnResultRequest>) -> Result<Response<SendResponse>, Status> {
-        let grant = bearer(&request)?.to_owned();
+        let grant = bearer(&request).map_err(to_status)?.to_owned();
         let req = request.get_ref();
-        let sent = self.scope.spawn_result(&grant, req.exit_code, &req.output).await?;
+        let sent = self.scope.spawn_result(&grant, req.exit_code, &req.output).await.map_err(to_status)?;
         Ok(Response::new(convert::sent(sent, &Counts::new())))
     }
 
     async fn post_job(&self, request: Request<PostJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
         let post = Post {
             title: &r.title,
@@ -292,23 +312,23 @@ impl Relay for RelayService {
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
         };
-        Ok(Response::new(self.board.post_job(&caller, post).await?.into()))
+        Ok(Response::new(self.board.post_job(&caller, post).await.map_err(to_status)?.into_wire()))
     }
 
     async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
-        let (jobs, archived) = self.board.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await?;
+        let (jobs, archived) = self.board.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await.map_err(to_status)?;
         Ok(Response::new(ListJobsResponse { jobs: convert::all(jobs), archived }))
     }
 
     async fn read_job(&self, request: Request<ReadJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request)?;
-        Ok(Response::new(self.board.read_job(&caller, &request.get_ref().id).await?.into()))
+        let caller = auth::caller(&request).map_err(to_status)?;
+        Ok(Response::new(self.board.read_job(&caller, &request.get_ref().id).await.map_err(to_status)?.into_wire()))
     }
 
     async fn edit_job(&self, request: Request<EditJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
         let edit = Edit {
             title: r.title.as_deref(),
@@ -319,30 +339,32 @@ impl Relay for RelayService {
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
         };
-        Ok(Response::new(self.board.edit_job(&caller, &r.id, edit).await?.into()))
+        Ok(Response::new(self.board.edit_job(&caller, &r.id, edit).await.map_err(to_status)?.into_wire()))
     }
 
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
-        Ok(Response::new(self.board.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await?.into()))
+        Ok(Response::new(
+            self.board.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await.map_err(to_status)?.into_wire(),
+        ))
     }
 
     async fn close_job(&self, request: Request<CloseJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
-        Ok(Response::new(self.board.close_job(&caller, &r.id, r.accept, &r.note).await?.into()))
+        Ok(Response::new(self.board.close_job(&caller, &r.id, r.accept, &r.note).await.map_err(to_status)?.into_wire()))
     }
 
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
-        let caller = auth::caller(&request)?;
-        Ok(Response::new(self.board.add_repo(&caller, &request.get_ref().path).await?.into()))
+        let caller = auth::caller(&request).map_err(to_status)?;
+        Ok(Response::new(self.board.add_repo(&caller, &request.get_ref().path).await.map_err(to_status)?.into_wire()))
     }
 
     async fn set_peek(&self, request: Request<SetPeekRequest>) -> Result<Response<SetPeekResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let on = request.get_ref().on;
-        self.trust.set_peek(&caller, on).await?;
+        self.trust.set_peek(&caller, on).await.map_err(to_status)?;
         Ok(Response::new(SetPeekResponse { on }))
     }
 
@@ -350,54 +372,75 @@ impl Relay for RelayService {
         &self,
         request: Request<PutPeekTurnsRequest>,
     ) -> Result<Response<PutPeekTurnsResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let request = request.into_inner();
-        let kept = self.trust.put_peek_turns(&caller, convert::all(request.turns), request.append).await?;
+        let kept = self
+            .trust
+            .put_peek_turns(&caller, request.turns.into_iter().map(convert::peek_turn).collect(), request.append)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(PutPeekTurnsResponse { kept }))
     }
 
     async fn peek(&self, request: Request<PeekRequest>) -> Result<Response<PeekView>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
-        Ok(Response::new(self.trust.peek(&caller, &r.endpoint, r.turns).await?.into()))
+        Ok(Response::new(self.trust.peek(&caller, &r.endpoint, r.turns).await.map_err(to_status)?.into_wire()))
     }
 
     async fn peekers(&self, request: Request<PeekersRequest>) -> Result<Response<PeekersResponse>, Status> {
-        let caller = auth::caller(&request)?;
-        Ok(Response::new(PeekersResponse { peekers: convert::all(self.trust.peekers(&caller).await?) }))
+        let caller = auth::caller(&request).map_err(to_status)?;
+        Ok(Response::new(PeekersResponse {
+            peekers: convert::all(self.trust.peekers(&caller).await.map_err(to_status)?),
+        }))
     }
 
     async fn pending_replies(
         &self,
         request: Request<PendingRepliesRequest>,
     ) -> Result<Response<PendingRepliesResponse>, Status> {
-        let caller = auth::caller(&request)?;
-        Ok(Response::new(PendingRepliesResponse { requests: convert::all(self.trust.pending_replies(&caller).await?) }))
+        let caller = auth::caller(&request).map_err(to_status)?;
+        Ok(Response::new(PendingRepliesResponse {
+            requests: convert::all(self.trust.pending_replies(&caller).await.map_err(to_status)?),
+        }))
     }
 
     async fn request_permission(
         &self,
         request: Request<PermissionRequest>,
     ) -> Result<Response<PermissionDecision>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
-        Ok(Response::new(self.approvals.request_permission(&caller, &r.job_token, &r.tool, &r.input).await?.into()))
+        Ok(Response::new(
+            self.approvals
+                .request_permission(&caller, &r.job_token, &r.tool, &r.input)
+                .await
+                .map_err(to_status)?
+                .into_wire(),
+        ))
     }
 
     async fn answer_permission(
         &self,
         request: Request<AnswerPermissionRequest>,
     ) -> Result<Response<PermissionDecision>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let r = request.get_ref();
-        Ok(Response::new(self.approvals.answer_permission(&caller, &r.id, &r.decision, &r.reason).await?.into()))
+        Ok(Response::new(
+            self.approvals
+                .answer_permission(&caller, &r.id, &r.decision, &r.reason)
+                .await
+                .map_err(to_status)?
+                .into_wire(),
+        ))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {
-        let caller = auth::caller(&request)?;
+        let caller = auth::caller(&request).map_err(to_status)?;
         let req = request.get_ref();
-        let state = convert::known::<DeliveryState>("state", req.state)?;
-        let updated = self.messaging.confirm(&caller, &req.seqs, convert::state_from_wire(state)).await?;
+        let state = convert::known::<DeliveryState>("state", req.state).map_err(to_status)?;
+        let updated =
+            self.messaging.confirm(&caller, &req.seqs, convert::state_from_wire(state)).await.map_err(to_status)?;
         Ok(Response::new(ConfirmResponse { updated: updated as u32 }))
     }
 }

@@ -24,9 +24,3 @@ pub fn to_status(err: Error) -> Status {
     }
     status
 }
-
-impl From<Error> for Status {
-    fn from(err: Error) -> Self {
-        to_status(err)
-    }
-}

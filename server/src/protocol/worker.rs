@@ -5,7 +5,8 @@ use relay_proto::v1::*;
 use tonic::{Request, Response, Status};
 
 use super::auth;
-use super::convert;
+use super::convert::{self, IntoWire};
+use super::status::to_status;
 
 use crate::app::App;
 use crate::app::board::BoardService;
@@ -22,7 +23,7 @@ impl WorkerService {
     }
 
     async fn follow(&self, machine: &crate::domain::caller::MachineIdentity) -> Result<Vec<FollowPr>, Status> {
-        let follow = self.board.prs_to_follow(machine).await?;
+        let follow = self.board.prs_to_follow(machine).await.map_err(to_status)?;
         Ok(follow
             .into_iter()
             .map(|f| FollowPr { id: f.id.into_string(), pr_url: f.pr_url, repo_path: f.repo_path, repo: f.repo })
@@ -33,46 +34,55 @@ impl WorkerService {
 #[tonic::async_trait]
 impl Worker for WorkerService {
     async fn register_repo(&self, request: Request<RegisterRepoRequest>) -> Result<Response<RepoView>, Status> {
-        let machine = auth::machine(&request)?;
-        Ok(Response::new(self.board.register_repo(&machine, &request.get_ref().path).await?.into()))
+        let machine = auth::machine(&request).map_err(to_status)?;
+        Ok(Response::new(
+            self.board.register_repo(&machine, &request.get_ref().path).await.map_err(to_status)?.into_wire(),
+        ))
     }
 
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
-        let machine = auth::machine(&request)?;
+        let machine = auth::machine(&request).map_err(to_status)?;
         if request.get_ref().follow_only {
             let follow = self.follow(&machine).await?;
             return Ok(Response::new(ClaimResponse { claimed: None, cleanup: Vec::new(), follow }));
         }
-        let (claimed, cleanup) = self.board.claim(&machine).await?;
+        let (claimed, cleanup) = self.board.claim(&machine).await.map_err(to_status)?;
         let lease_s = self.board.lease_s();
-        let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into()), job_token, lease_s });
+        let claimed = claimed.map(|(job, job_token)| ClaimedJob { job: Some(job.into_wire()), job_token, lease_s });
         // Pull requests are asked for apart (`follow_only`), on the worker's own beat.
         Ok(Response::new(ClaimResponse { claimed, cleanup: convert::all(cleanup), follow: Vec::new() }))
     }
 
     async fn pr_checked(&self, request: Request<PrCheckedRequest>) -> Result<Response<JobView>, Status> {
-        let machine = auth::machine(&request)?;
+        let machine = auth::machine(&request).map_err(to_status)?;
         let r = request.get_ref();
-        Ok(Response::new(self.board.pr_checked(&machine, &r.id, &r.state, &r.error).await?.into()))
+        Ok(Response::new(
+            self.board.pr_checked(&machine, &r.id, &r.state, &r.error).await.map_err(to_status)?.into_wire(),
+        ))
     }
 
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
-        let machine = auth::machine(&request)?;
+        let machine = auth::machine(&request).map_err(to_status)?;
         let r = request.get_ref();
-        let (in_progress, state) =
-            self.board.renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch).await?;
+        let (in_progress, state) = self
+            .board
+            .renew(&machine, &r.job_token, &r.agent_state, &r.worktree, &r.branch)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(RenewResponse { in_progress, state, lease_s: self.board.lease_s() }))
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
-        let machine = auth::machine(&request)?;
+        let machine = auth::machine(&request).map_err(to_status)?;
         let r = request.get_ref();
-        Ok(Response::new(self.board.release(&machine, &r.job_token, r.exit_code, &r.error).await?.into()))
+        Ok(Response::new(
+            self.board.release(&machine, &r.job_token, r.exit_code, &r.error).await.map_err(to_status)?.into_wire(),
+        ))
     }
 
     async fn cleaned(&self, request: Request<CleanedRequest>) -> Result<Response<CleanedResponse>, Status> {
-        let machine = auth::machine(&request)?;
-        self.board.cleaned(&machine, &request.get_ref().ids).await?;
+        let machine = auth::machine(&request).map_err(to_status)?;
+        self.board.cleaned(&machine, &request.get_ref().ids).await.map_err(to_status)?;
         Ok(Response::new(CleanedResponse {}))
     }
 }

@@ -108,5 +108,5 @@ impl Drop for Waiting {
 }
 
 async fn look(store: &Store, caller: &Caller) -> Result<Announcement> {
-    messages::announce(&store.client().await?, caller.endpoint_id, MOST).await
+    Ok(messages::announce(&store.client().await?, caller.endpoint_id, MOST).await?)
 }

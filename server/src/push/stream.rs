@@ -157,18 +157,18 @@ async fn feed(
 /// The stream becomes its endpoint's newest, and the endpoint stays online while this replica is
 /// alive. Returns its generation and the inbox head, or `None` when the session is no longer valid.
 async fn open_presence(store: &Store, caller: &Caller) -> Result<Option<OpenStream>> {
-    identity::open_stream(&store.client().await?, caller, store.replica()).await
+    Ok(identity::open_stream(&store.client().await?, caller, store.replica()).await?)
 }
 
 /// Whether the endpoint is its account's operator while this stream is still its newest; `None`
 /// once it is not. Read only when the endpoint or its machine changed, never on a timer.
 async fn stream_current(store: &Store, caller: &Caller, generation: i64) -> Result<Option<bool>> {
-    identity::stream_current(&store.client().await?, caller, generation).await
+    Ok(identity::stream_current(&store.client().await?, caller, generation).await?)
 }
 
 /// The stream closed: the endpoint stays online for the reconnect grace if it was the newest.
 async fn release_presence(store: &Store, caller: &Caller, generation: i64) -> Result<()> {
-    identity::close_stream(&store.client().await?, caller, generation).await
+    Ok(identity::close_stream(&store.client().await?, caller, generation).await?)
 }
 
 fn gone() -> Error {

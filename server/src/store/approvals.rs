@@ -11,7 +11,8 @@ use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, ApprovalId, EndpointId, JobId, TokenHash};
 use crate::domain::redact::redact;
 use crate::domain::trust::{Approval as ApprovalView, ApprovalState, Decision as PermissionDecision};
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error};
+use crate::store::Result;
 use tokio_postgres::Row;
 
 /// Approval states as SQL text spells them: literals in the text, where the partial index

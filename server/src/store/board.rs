@@ -13,7 +13,8 @@ use crate::domain::board::{
 use crate::domain::caller::{Caller, MachineIdentity};
 use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, RepoId, ScheduleId, TokenHash};
 use crate::domain::schedule::Schedule;
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error};
+use crate::store::Result;
 use crate::store::Tx;
 
 /// Card columns and kinds as SQL text spells them: literals in the text, where the partial indexes
@@ -113,14 +114,14 @@ pub(crate) async fn lock_card(c: &Tx<'_>, account_id: AccountId, id: &JobId) -> 
         .query_opt("select state, kind from jobs where id = $1 and account_id = $2 for update", &[&id, &account_id])
         .await?
         .ok_or_else(|| no_card(id))?;
-    Column::from_db(row.col("state")?)
+    Ok(Column::from_db(row.col("state")?)?)
 }
 
 /// Names the account's operator endpoint (`machine/handle`).
 pub(crate) async fn set_operator(c: &impl GenericClient, account: &str, endpoint: &str) -> Result<()> {
     let updated = c.execute("update accounts set operator = $2 where name = $1", &[&account, &endpoint]).await?;
     if updated == 0 {
-        return Err(Error::not_found(EntityKind::Account, format!("no account {account}")));
+        return Err(Error::not_found(EntityKind::Account, format!("no account {account}")).into());
     }
     Ok(())
 }
@@ -528,10 +529,10 @@ pub(crate) async fn renew_lease(
 
 /// The column of the card whose current attempt holds `token_hash`.
 pub(crate) async fn column_of_token(c: &impl GenericClient, token_hash: &TokenHash) -> Result<Option<Column>> {
-    c.query_opt("select state from jobs where job_token_hash = $1", &[&token_hash])
+    Ok(c.query_opt("select state from jobs where job_token_hash = $1", &[&token_hash])
         .await?
         .map(|r| Column::from_db(r.only()?))
-        .transpose()
+        .transpose()?)
 }
 
 /// The attempt a job token names, as its agent authenticates with it.
@@ -784,7 +785,7 @@ pub(crate) async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: 
     let rows = if repo.is_empty() {
         let cwd = cwd.trim();
         if cwd.is_empty() {
-            return Err(Error::invalid("no repo given: pass repo (a path or a folder name from list_jobs)"));
+            return Err(Error::invalid("no repo given: pass repo (a path or a folder name from list_jobs)").into());
         }
         c.query(
             "select id, name, path from repos where machine_id = $1 and ($2 = path or $2 like path || '/%')
@@ -813,13 +814,13 @@ pub(crate) async fn resolve_repo(c: &impl GenericClient, caller: &Caller, repo: 
                 "{} is not inside a repository on the board: pass repo, or have the operator add it with add_repo",
                 cwd.trim()
             ),
-        )),
+        ).into()),
         [] => Err(Error::not_found(
             EntityKind::Repository,
             format!(
                 "no repository {repo:?} on the board: pass a path or folder name that list_jobs shows, or add it with add_repo"
             ),
-        )),
+        ).into()),
         [one] => one.col("id"),
         [first, ..] => first.col("id"),
     }

@@ -3,9 +3,9 @@
 use deadpool_postgres::GenericClient;
 
 use super::row::Col;
-use crate::domain::Result;
 use crate::domain::caller::Human;
 use crate::domain::ids::TokenHash;
+use crate::store::Result;
 
 /// Channel on which triggers (migrations 21 and 25) announce that something an account's people
 /// see changed: a card, a hold, a permission request (and, for the previous release, a console

@@ -10,7 +10,8 @@ use crate::domain::caller::Human;
 use crate::domain::ids::{AccountId, TokenHash};
 use crate::domain::names::{NameKind, validate};
 use crate::domain::trust::Contact as ContactView;
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error};
+use crate::store::Result;
 use crate::store::Tx;
 use tokio_postgres::Row;
 

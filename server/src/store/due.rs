@@ -5,7 +5,7 @@ use deadpool_postgres::GenericClient;
 
 use super::row::{Col, FromRow};
 use super::{approvals, board};
-use crate::domain::Result;
+use crate::store::Result;
 use tokio_postgres::Row;
 
 /// Which of the round's jobs have work waiting.

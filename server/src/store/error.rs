@@ -5,14 +5,31 @@ use tokio_postgres::error::SqlState;
 
 use crate::domain::{EntityKind, Error};
 
-impl From<tokio_postgres::Error> for Error {
+/// What a repository answers when it fails: a domain error, a failure of Postgres or of the pool
+/// already classified as one here. The store's own type because only it may convert from
+/// tokio-postgres and deadpool (the orphan rule keeps `relay-domain` free of both); the
+/// application's `?` turns it into the domain error it holds.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct StoreError(#[from] Error);
+
+/// The result of a repository call.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl From<StoreError> for Error {
+    fn from(err: StoreError) -> Self {
+        err.0
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
     fn from(err: tokio_postgres::Error) -> Self {
         let Some(code) = err.code() else {
             // No SQLSTATE: the connection broke or could not be made.
             tracing::warn!(error = %err, "database connection error");
-            return Error::Unavailable("database unavailable; try again shortly".into());
+            return StoreError(Error::Unavailable("database unavailable; try again shortly".into()));
         };
-        from_code(code, &err)
+        StoreError(from_code(code, &err))
     }
 }
 
@@ -45,7 +62,7 @@ fn from_code(code: &SqlState, err: &dyn std::fmt::Display) -> Error {
     }
 }
 
-impl From<PoolError> for Error {
+impl From<PoolError> for StoreError {
     fn from(err: PoolError) -> Self {
         match err {
             PoolError::Backend(err) => err.into(),
@@ -54,7 +71,7 @@ impl From<PoolError> for Error {
                     crate::metrics::metrics().pool_timeouts.inc();
                 }
                 tracing::warn!(error = %other, "database pool error");
-                Error::Unavailable("database unavailable; try again shortly".into())
+                StoreError(Error::Unavailable("database unavailable; try again shortly".into()))
             }
         }
     }

@@ -12,7 +12,8 @@ use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{AccountId, EndpointId, JobId, MachineId, ReplicaId, TokenHash};
 use crate::domain::presence::{self, OpenStream};
 use crate::domain::redact::RedactedText;
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error};
+use crate::store::{Result, StoreError};
 
 use crate::domain::caller::{Attempt, Caller, MachineIdentity};
 
@@ -113,7 +114,11 @@ impl FromRow for Endpoint {
 pub(crate) async fn insert_account(c: &impl GenericClient, name: &str) -> Result<()> {
     let stmt = c.prepare_cached("insert into accounts (name) values ($1)").await?;
     c.execute(&stmt, &[&name]).await.map_err(|e| {
-        if is_unique_violation(&e) { Error::AlreadyExists(format!("account {name} already exists")) } else { e.into() }
+        if is_unique_violation(&e) {
+            StoreError::from(Error::AlreadyExists(format!("account {name} already exists")))
+        } else {
+            StoreError::from(e)
+        }
     })?;
     Ok(())
 }
@@ -631,7 +636,7 @@ mod tests {
         let db = testing::db().await;
         let c = db.store.client().await.unwrap();
         insert_account(&c, "acme").await.unwrap();
-        let again = insert_account(&c, "acme").await.unwrap_err();
+        let again = Error::from(insert_account(&c, "acme").await.unwrap_err());
         assert!(matches!(&again, Error::AlreadyExists(m) if m == "account acme already exists"), "{again:?}");
         ensure_account(&c, "acme").await.unwrap();
         ensure_account(&c, "globex").await.unwrap();

@@ -8,7 +8,6 @@ pub mod due;
 mod error;
 pub(crate) mod heard;
 pub mod identity;
-mod ids;
 pub mod messages;
 pub mod migrate;
 pub mod notices;
@@ -36,14 +35,24 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use tokio_postgres::NoTls;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-pub use error::is_unique_violation;
+pub use error::{Result, StoreError, is_unique_violation};
 
 /// An open transaction. Repository functions that lock rows take one, so a lock is never taken on
 /// a connection in autocommit, where it would end with its statement.
 pub type Tx<'a> = deadpool_postgres::Transaction<'a>;
 
+/// Begins a transaction on `client`: for the application, which owns its transactions' extent.
+pub async fn begin(client: &mut deadpool_postgres::Object) -> Result<Tx<'_>> {
+    Ok(client.transaction().await?)
+}
+
+/// Commits `tx`.
+pub async fn commit(tx: Tx<'_>) -> Result<()> {
+    Ok(tx.commit().await?)
+}
+
+use crate::domain::Error;
 use crate::domain::ids::{EndpointId, Seq};
-use crate::domain::{Error, Result};
 
 /// How connections to the database are protected.
 #[derive(Clone)]
@@ -126,14 +135,14 @@ fn build_pool(config: &DbConfig, size: usize) -> Result<Pool> {
         DbTls::None => Manager::from_config(config.pg.clone(), NoTls, recycling),
         DbTls::Rustls(tls) => Manager::from_config(config.pg.clone(), tls.clone(), recycling),
     };
-    Pool::builder(manager)
+    Ok(Pool::builder(manager)
         .max_size(size)
         .wait_timeout(Some(Duration::from_secs(5)))
         .create_timeout(Some(Duration::from_secs(5)))
         .recycle_timeout(Some(Duration::from_secs(5)))
         .runtime(Runtime::Tokio1)
         .build()
-        .map_err(|e| Error::Internal(format!("cannot build the database pool: {e}")))
+        .map_err(|e| Error::Internal(format!("cannot build the database pool: {e}")))?)
 }
 
 impl Store {
@@ -229,10 +238,10 @@ impl Store {
         let answered = tokio::time::timeout(within, async {
             let client = self.client().await?;
             client.simple_query("select 1").await?;
-            Ok::<_, Error>(())
+            Ok::<_, StoreError>(())
         })
         .await;
-        answered.unwrap_or_else(|_| Err(Error::Unavailable("the database did not answer in time".into())))
+        answered.unwrap_or_else(|_| Err(Error::Unavailable("the database did not answer in time".into()).into()))
     }
 
     /// Sets the pool's gauges to what it holds now.

@@ -5,10 +5,10 @@ use deadpool_postgres::GenericClient;
 
 use super::identity::caller_of;
 use super::row::{Col, FromRow};
-use crate::domain::Result;
 use crate::domain::caller::Caller;
 use crate::domain::ids::{AccountId, EndpointId, JobId};
 use crate::domain::names::BOARD;
+use crate::store::Result;
 use tokio_postgres::Row;
 
 /// Who a card's notices may go to, and what they name.

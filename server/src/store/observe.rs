@@ -3,8 +3,8 @@
 use deadpool_postgres::GenericClient;
 
 use super::row::Col;
-use crate::domain::Result;
 use crate::domain::trust::ApprovalState;
+use crate::store::Result;
 
 /// Permission requests waiting for a decision, by state (pending or escalated); one index scan of
 /// the open ones.

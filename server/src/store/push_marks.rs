@@ -15,8 +15,8 @@ use std::time::Duration;
 use deadpool_postgres::Pool;
 use tokio::sync::Notify;
 
-use crate::domain::Result;
 use crate::domain::ids::{EndpointId, Seq};
+use crate::store::Result;
 
 /// How long a round of marks gathers before it is written.
 const GATHER: Duration = Duration::from_millis(5);

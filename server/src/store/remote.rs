@@ -4,8 +4,8 @@
 use deadpool_postgres::GenericClient;
 
 use super::row::Col;
-use crate::domain::Result;
 use crate::domain::ids::{MachineId, TokenHash};
+use crate::store::Result;
 
 /// Keeps (or replaces) the state of session `id_hash` for `ttl_s` seconds.
 pub(crate) async fn keep_session(c: &impl GenericClient, id_hash: &TokenHash, state: &str, ttl_s: f64) -> Result<()> {

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use super::Store;
 use super::row::Col;
 use crate::domain::ids::ReplicaId;
-use crate::domain::{Result, presence};
+use crate::domain::presence;
+use crate::store::Result;
 
 impl Store {
     /// The replica this store's push streams belong to; 0 before [`Store::register_replica`].

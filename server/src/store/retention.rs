@@ -5,8 +5,8 @@ use deadpool_postgres::GenericClient;
 
 use super::messages::READ;
 use super::trust::HOLD_PENDING;
-use crate::domain::Result;
 use crate::domain::board::Column;
+use crate::store::Result;
 
 const DONE: &str = Column::Done.db();
 

@@ -13,7 +13,8 @@ use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::{AccountId, CapId, EndpointId, GroupId};
 use crate::domain::names::{NameKind, validate};
 use crate::domain::scope::{self, Cap, Dir, GroupView, Party, Reach, RulesView, Scoped, Selector, Verdict};
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error};
+use crate::store::{Result, StoreError};
 
 /// A change to one direction of a rule: `None` leaves it, `Some(None)` opens it.
 pub type RuleChange = Option<Option<Vec<Selector>>>;
@@ -21,7 +22,10 @@ pub type RuleChange = Option<Option<Vec<Selector>>>;
 fn parse_stored(raw: Option<Vec<String>>) -> Result<Option<Vec<Selector>>> {
     raw.map(|list| {
         list.iter()
-            .map(|s| Selector::parse(s).map_err(|e| Error::Internal(format!("stored selector {s:?} is invalid: {e}"))))
+            .map(|s| {
+                Selector::parse(s)
+                    .map_err(|e| StoreError::from(Error::Internal(format!("stored selector {s:?} is invalid: {e}"))))
+            })
             .collect()
     })
     .transpose()
@@ -191,7 +195,7 @@ pub(crate) async fn resolve_in_reach(
         Some(row) if reach(caller.account_id, contacts, row.col("account_id")?) != Reach::None => {
             Ok((row.col("id")?, address))
         }
-        _ => Err(super::messages::unknown_addresses(c, caller, contacts, &[address], false).await?),
+        _ => Err(super::messages::unknown_addresses(c, caller, contacts, &[address], false).await?.into()),
     }
 }
 
@@ -203,7 +207,8 @@ pub(crate) async fn messageable(c: &impl GenericClient, caller: &Caller, raw: &s
     if let Some(why) = verdicts.get(&id).and_then(Verdict::refusal) {
         return Err(Error::PermissionDenied(format!(
             "you may not message {address}, so you may not peek at it: {why}"
-        )));
+        ))
+        .into());
     }
     Ok((id, address))
 }

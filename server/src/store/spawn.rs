@@ -4,9 +4,10 @@
 use deadpool_postgres::GenericClient;
 
 use super::row::Col;
+use crate::domain::Error;
 use crate::domain::caller::MachineIdentity;
 use crate::domain::ids::{self, EndpointId, MachineId, TokenHash, TokenKind};
-use crate::domain::{Error, Result};
+use crate::store::Result;
 
 /// How long a reserved child endpoint waits for its worker's bridge before its handle is free again.
 const RESERVATION_S: f64 = 600.0;

@@ -5,6 +5,7 @@ use deadpool_postgres::GenericClient;
 use super::identity::caller_of;
 use super::messages::{Target, WITHDRAWN};
 use super::row::{Col, FromRow};
+use crate::domain::Error;
 use crate::domain::caller::Caller;
 use crate::domain::caller::Human;
 use crate::domain::delivery::Kind;
@@ -16,7 +17,7 @@ use crate::domain::redact::RedactedText;
 use crate::domain::trust::{
     HeldMessage, Hold as HoldView, HoldState, MAX_PEEK_TURNS, PeekState, PeekTurn, Peeker as PeekerView,
 };
-use crate::domain::{Error, Result};
+use crate::store::Result;
 use crate::store::Tx;
 use tokio_postgres::Row;
 
@@ -317,7 +318,7 @@ pub(crate) async fn check_private(c: &impl GenericClient, caller: &Caller, targe
         "private data may not leave account {} for {}: that contact does not allow private data (the accounts' humans can allow it); nothing was sent",
         caller.account,
         refused.join(", ")
-    )))
+    )).into())
 }
 
 /// Refuses private data that may not reach a target, and says which hold class, if any, keeps
@@ -440,7 +441,8 @@ pub(crate) async fn still_reachable(
         return Err(Error::FailedPrecondition(format!(
             "it can no longer be delivered as it was sent ({}): reject it instead",
             refused.join("; ")
-        )));
+        ))
+        .into());
     }
     Ok(targets)
 }

@@ -21,6 +21,7 @@ use crate::domain::ids::{self, EndpointId, HoldId, MessageId, MessageRef, Replic
 use crate::domain::message::{Recipient, Sent};
 use crate::domain::redact::RedactedText;
 use crate::domain::{Error, Result, limits};
+use crate::store;
 use crate::store::Store;
 use crate::store::messages::write::{self, NewMessage, Written};
 use crate::store::messages::{
@@ -212,14 +213,14 @@ impl Sends {
     /// reply's original becomes read now). Refused, as the send would be, when an inbox is full.
     async fn write_held(&self, w: Write<'_>, class: &'static str) -> Result<Sent> {
         let mut client = self.store.client().await?;
-        let tx = client.transaction().await?;
+        let tx = store::begin(&mut client).await?;
         check_room(&tx, w.targets, self.cap).await?;
         let message = NewMessage { recipients: Vec::new(), ..w.message() };
         let cap = i32::try_from(self.cap).unwrap_or(i32::MAX);
         match write::write_one(&tx, &message, cap, ReplicaId::NONE).await? {
             Written::Stored { .. } => {
                 let hold = trust::hold(&tx, w.caller, w.id, class, w.targets).await?;
-                tx.commit().await?;
+                store::commit(tx).await?;
                 Ok(w.held(hold))
             }
             Written::Duplicate => {

@@ -37,6 +37,7 @@ use crate::domain::ids::{EndpointId, ReplicaId, Seq};
 use crate::domain::message::Message;
 use crate::domain::{Error, Result, limits};
 use crate::metrics::{Shed, Step, metrics};
+use crate::store::StoreError;
 use crate::store::messages::write::{self, NewMessage, Written};
 
 /// Sends written together at most: written again one by one, each takes a subtransaction, and
@@ -262,20 +263,20 @@ impl Writer {
                          (allow each replica RELAY_DB_POOL_SIZE + 3 connections)"
                     );
                 }
-                Ok(self.pool.get().await?)
+                Ok(self.pool.get().await.map_err(StoreError::from)?)
             }
         }
     }
 
     async fn write(&self, via: Via, jobs: &[Job]) -> Result<Vec<Result<Written>>> {
         let client = match via {
-            Via::Pool => self.pool.get().await?,
+            Via::Pool => self.pool.get().await.map_err(StoreError::from)?,
             Via::Own => self.own_connection().await?,
         };
         let cap = i32::try_from(self.cap).unwrap_or(i32::MAX);
         let replica = ReplicaId(self.replica.load(Ordering::Relaxed));
         if let [job] = jobs {
-            return Ok(vec![write::write_one(&client, &job.send, cap, replica).await]);
+            return Ok(vec![Ok(write::write_one(&client, &job.send, cap, replica).await?)]);
         }
         let sends: Vec<&NewMessage> = jobs.iter().map(|j| &j.send).collect();
         Ok(write::write_set(&client, &sends, cap, replica).await?.into_iter().map(Ok).collect())

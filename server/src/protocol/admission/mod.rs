@@ -524,7 +524,7 @@ impl From<Status> for Refusal {
 
 impl From<Error> for Refusal {
     fn from(err: Error) -> Self {
-        Self::Status(err.into())
+        Self::Status(crate::protocol::status::to_status(err))
     }
 }
 

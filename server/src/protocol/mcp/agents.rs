@@ -21,6 +21,7 @@ use crate::domain::caller::MachineIdentity;
 use crate::domain::ids::{self, TokenHash};
 use crate::metrics::metrics;
 use crate::protocol::connections::InProcess;
+use crate::protocol::convert::IntoWire;
 use crate::protocol::status::to_status;
 
 /// Agents kept at most; past it, the one idle longest is dropped (its session lives on). Each holds
@@ -161,7 +162,11 @@ impl Claimer for Derived {
                 spawn_grant: "",
             };
             let outcome = self.identity.hello_derived(&self.machine, claim, &self.token).await.map_err(to_status)?;
-            Ok(Claimed { token: outcome.session_token, endpoint: outcome.endpoint.into(), resumed: outcome.resumed })
+            Ok(Claimed {
+                token: outcome.session_token,
+                endpoint: outcome.endpoint.into_wire(),
+                resumed: outcome.resumed,
+            })
         })
     }
 }

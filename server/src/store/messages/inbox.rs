@@ -4,10 +4,10 @@
 use deadpool_postgres::GenericClient;
 
 use super::{MESSAGE_COLUMNS, READ, WITHDRAWN};
-use crate::domain::Result;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{EndpointId, Seq};
 use crate::domain::message::{Announced, Announcement, Message};
+use crate::store::Result;
 use crate::store::row::{Col, FromRow};
 
 /// The columns of a page of unread messages, as `relay_unread` and `relay_take_unread` answer them

@@ -13,11 +13,11 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
 use super::row::{Col, FromRow};
-use crate::domain::Result;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{AccountId, EndpointId, ReplicaId};
 use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::RedactedText;
+use crate::store::Result;
 
 /// What each delivery `d` is joined with: its message `m`, the sender's address `ea`, and both
 /// endpoints for the relation.

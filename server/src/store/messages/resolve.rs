@@ -10,8 +10,9 @@ use crate::domain::ids::{AccountId, EndpointId, MessageId, MessageRef};
 use crate::domain::message::pick_named;
 use crate::domain::names::{BOARD, HUMAN};
 use crate::domain::scope::{Reach, Verdict};
-use crate::domain::{EntityKind, Error, Result};
+use crate::domain::{EntityKind, Error};
 use crate::store::row::Col;
+use crate::store::{Result, StoreError};
 use crate::store::{identity, scope, trust};
 
 /// A thread continued by a send must be one the caller took part in: it sent or received a
@@ -32,7 +33,7 @@ pub(crate) async fn check_thread(c: &impl GenericClient, caller: &Caller, thread
         format!(
             "no thread {thread:?} among your messages: leave thread out to start one, or use a thread id from a message you sent or received"
         ),
-    ))
+    ).into())
 }
 
 /// The refusal of a send to `unknown` addresses, each with the nearest address the caller can
@@ -79,7 +80,7 @@ pub(crate) async fn resolve_addresses(
         }
         let address = Address::parse(raw, origin)?;
         if address.is_board() {
-            return Err(address::board_reads_nothing(&address.to_string()));
+            return Err(address::board_reads_nothing(&address.to_string()).into());
         }
         if !wanted.contains(&address) {
             wanted.push(address);
@@ -139,14 +140,14 @@ pub(crate) async fn resolve_addresses(
             Some(row) => {
                 let id: EndpointId = row.col("id")?;
                 if id == caller.endpoint_id {
-                    return Err(Error::invalid("you cannot message yourself"));
+                    return Err(Error::invalid("you cannot message yourself").into());
                 }
                 targets.push(Target { id, address: text, account_id: row.col("account_id")? });
             }
         }
     }
     if !unknown.is_empty() {
-        return Err(unknown_addresses(tx, caller, &contacts, &unknown, true).await?);
+        return Err(unknown_addresses(tx, caller, &contacts, &unknown, true).await?.into());
     }
 
     let mut members: Vec<Target> = Vec::new();
@@ -164,7 +165,7 @@ pub(crate) async fn resolve_addresses(
     let refused: Vec<String> =
         targets.iter().filter_map(|t| refusal(t).map(|why| format!("{}: {why}", t.address))).collect();
     if !refused.is_empty() {
-        return Err(Error::PermissionDenied(format!("not allowed, nothing was sent: {}", refused.join("; "))));
+        return Err(Error::PermissionDenied(format!("not allowed, nothing was sent: {}", refused.join("; "))).into());
     }
     let mut skipped = Vec::new();
     for member in members {
@@ -179,7 +180,8 @@ pub(crate) async fn resolve_addresses(
             format!("group:{} has no other live members; nothing was sent", groups.join(", group:"))
         } else {
             format!("no member you may message, nothing was sent: {}", why.join("; "))
-        }));
+        })
+        .into());
     }
     Ok((targets, skipped))
 }
@@ -199,13 +201,13 @@ pub(crate) async fn resolve_received(
     reference: &MessageRef,
 ) -> Result<MessageId> {
     match reference {
-        MessageRef::Last => c
+        MessageRef::Last => Ok(c
             .query_one("select last_shown from endpoints where id = $1", &[&caller.endpoint_id])
             .await?
             .only::<Option<MessageId>>()?
             .ok_or_else(|| {
                 Error::not_found(EntityKind::Message, "no message was shown to you yet, so there is no last one")
-            }),
+            })?),
         MessageRef::Text(text) => {
             let stmt = c
                 .prepare_cached(
@@ -220,7 +222,7 @@ pub(crate) async fn resolve_received(
                 .iter()
                 .map(|r| r.only::<MessageId>())
                 .collect::<Result<_>>()?;
-            pick_named(text, candidates)
+            Ok(pick_named(text, candidates)?)
         }
     }
 }
@@ -247,20 +249,20 @@ pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: 
         )
         .await?;
     let (row, contacts) = tokio::try_join!(
-        async { Ok::<_, Error>(c.query_one(&asked, &[&original]).await?) },
+        async { Ok::<_, StoreError>(c.query_one(&asked, &[&original]).await?) },
         identity::contact_accounts(c, caller.account_id),
     )?;
     let (thread, sender_id, sender_address): (String, EndpointId, String) =
         (row.col("thread")?, row.col("sender_id")?, row.col("address")?);
     if address::is_board_address(&sender_address) {
-        return Err(address::board_reads_nothing(&sender_address));
+        return Err(address::board_reads_nothing(&sender_address).into());
     }
     if scope::reach(caller.account_id, &contacts, row.col("account_id")?) == Reach::None
         || row.col::<bool>("revoked")?
     {
         return Err(Error::FailedPrecondition(format!(
             "{sender_address} is no longer reachable from your account (its machine was revoked or the contact ended), so the reply was not sent"
-        )));
+        )).into());
     }
     // An asker that ended its session still gets the reply: it waits in its inbox for its return.
     let target = Target { id: sender_id, address: sender_address, account_id: row.col("account_id")? };
@@ -270,7 +272,7 @@ pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: 
         trust::hold_class(c, caller, std::slice::from_ref(&target), false),
     )?;
     if let Some(why) = verdicts.get(&sender_id).and_then(Verdict::refusal) {
-        return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")));
+        return Err(Error::PermissionDenied(format!("not allowed, the reply was not sent: {why}")).into());
     }
     Ok(ReplyTo { thread, target, held: hold })
 }

@@ -8,7 +8,8 @@ use crate::domain::delivery::State;
 use crate::domain::ids::{EndpointId, MessageId};
 use crate::domain::message::{Message, Recipient, Sent};
 use crate::domain::names::HUMAN;
-use crate::domain::{Result, presence};
+use crate::domain::presence;
+use crate::store::Result;
 use crate::store::identity::ONLINE;
 use crate::store::row::{Col, FromRow};
 

@@ -15,8 +15,9 @@ use postgres_types::ToSql;
 use super::{Outgoing, Target};
 use crate::domain::caller::Caller;
 use crate::domain::ids::{self, AccountId, EndpointId, MessageId, ReplicaId, Seq};
-use crate::domain::{EntityKind, Error, Result, limits, presence};
+use crate::domain::{EntityKind, Error, limits, presence};
 use crate::metrics::metrics;
+use crate::store::Result;
 use crate::store::Tx;
 use crate::store::error::from_sqlstate;
 use crate::store::row::Col;
@@ -199,7 +200,9 @@ pub(crate) async fn write_set(
         set(SENDS_NUMBERED).await?
     };
     if rows.len() != sends.len() {
-        return Err(Error::Internal(format!("the batch writer answered {} of {} sends", rows.len(), sends.len())));
+        return Err(
+            Error::Internal(format!("the batch writer answered {} of {} sends", rows.len(), sends.len())).into()
+        );
     }
     rows.iter().map(written).collect()
 }
@@ -214,7 +217,7 @@ pub(crate) async fn write_system(tx: &Tx<'_>, sender: &Caller, targets: &[Target
     let message = NewMessage::new(sender, id, thread, targets, out, None);
     match write_one(tx, &message, UNCAPPED, ReplicaId::NONE).await? {
         Written::Stored { .. } | Written::Duplicate => Ok(()),
-        Written::Refused(why) => Err(why.into_error(sender.account_id, targets, u32::MAX)),
+        Written::Refused(why) => Err(why.into_error(sender.account_id, targets, u32::MAX).into()),
     }
 }
 
@@ -246,7 +249,7 @@ pub(crate) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: 
     };
     let id: EndpointId = row.only()?;
     match targets.iter().find(|t| t.id == id) {
-        Some(target) => Err(limits::inbox_full(&target.address, cap)),
+        Some(target) => Err(limits::inbox_full(&target.address, cap).into()),
         None => Ok(()),
     }
 }
@@ -420,7 +423,7 @@ mod tests {
 
         db.test.sql().await.execute("update machines set revoked_at = now() where id = $1", &[&machine]).await.unwrap();
         let tx = c.transaction().await.unwrap();
-        let refused = write_system(&tx, &ann, &to[1..], &out).await.unwrap_err();
+        let refused = Error::from(write_system(&tx, &ann, &to[1..], &out).await.unwrap_err());
         assert!(matches!(refused, Error::NotFound { kind: EntityKind::Endpoint, .. }), "{refused:?}");
         assert_eq!(refused.to_string(), "no agent you can reach at acme/laptop/bob: nothing was sent");
     }

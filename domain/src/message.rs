@@ -39,10 +39,10 @@ pub struct Announcement {
     pub unread: u64,
 }
 
-#[cfg(test)]
+#[cfg(any(test, feature = "testing"))]
 impl Message {
     /// A plain message at `seq` of an inbox, for tests of what carries messages.
-    pub(crate) fn at_seq(seq: i64) -> Self {
+    pub fn at_seq(seq: i64) -> Self {
         Self {
             id: MessageId::new(format!("m{seq}")),
             seq: Seq(seq),

@@ -437,13 +437,13 @@ mod tests {
         assert_eq!(one.short(), other.short());
         assert_ne!(one, other, "the random part tells them apart");
         let both = vec![one.clone(), other.clone()];
-        let err = crate::domain::message::pick_named(one.short(), both.clone()).unwrap_err();
+        let err = crate::message::pick_named(one.short(), both.clone()).unwrap_err();
         assert!(err.to_string().contains("names 2 messages"), "{err}");
         assert!(err.to_string().contains(one.as_str()) && err.to_string().contains(other.as_str()), "{err}");
         // The whole id, or a suffix of its random part, still names one.
-        assert_eq!(crate::domain::message::pick_named(one.as_str(), both.clone()).unwrap(), one);
+        assert_eq!(crate::message::pick_named(one.as_str(), both.clone()).unwrap(), one);
         let suffix = &other.as_str()[MESSAGE_ID_LEN - 8..];
-        assert_eq!(crate::domain::message::pick_named(suffix, both).unwrap(), other);
+        assert_eq!(crate::message::pick_named(suffix, both).unwrap(), other);
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! Row ids as Postgres reads and writes them: `bigint`, and arrays of it.
+//! Ids as Postgres reads and writes them: row ids as `bigint`, text ids as `text`, token hashes as
+//! `bytea` (and arrays of each). Encodings only: the store owns every statement.
 
 use bytes::BytesMut;
-use tokio_postgres::types::{FromSql, IsNull, ToSql, Type, accepts, to_sql_checked};
+use postgres_types::{FromSql, IsNull, ToSql, Type, accepts, to_sql_checked};
 
-use crate::domain::ids::{
+use crate::ids::{
     AccountId, ApprovalId, CapId, EndpointId, GroupId, HoldId, JobId, MachineId, MessageId, ReplicaId, RepoId,
     ScheduleId, Seq, TokenHash,
 };

@@ -15,7 +15,7 @@ struct Examples {
     fps: Vec<String>,
 }
 
-const EXAMPLES: &str = include_str!("../../../../vendor/gitleaks/examples.json");
+const EXAMPLES: &str = include_str!("../../../vendor/gitleaks/examples.json");
 
 /// Whether gitleaks' rule `id` alone finds a secret in `text`.
 fn rule_finds(id: &str, text: &str) -> bool {

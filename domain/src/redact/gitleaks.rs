@@ -17,7 +17,7 @@ use aho_corasick::AhoCorasick;
 use regex::{Regex, RegexBuilder, RegexSet};
 use serde::Deserialize;
 
-const SOURCE: &str = include_str!("../../../../vendor/gitleaks/gitleaks.toml");
+const SOURCE: &str = include_str!("../../../vendor/gitleaks/gitleaks.toml");
 
 /// How gitleaks' rules end a token (its `secretSuffix`).
 const CONFIG_END: &str = r#"(?:[\x60'"\s;]|\\[nr]|$)"#;

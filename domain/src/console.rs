@@ -82,7 +82,7 @@ pub struct ContactRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ids::{TokenKind, new_token, token_hash};
+    use crate::ids::{TokenKind, new_token, token_hash};
 
     #[test]
     fn the_form_token_belongs_to_its_session_alone() {

@@ -1,7 +1,7 @@
 //! Input limits and the validation of free-form fields.
 
 use super::{Error, Result};
-use crate::domain::rate::{Rate, whole_seconds};
+use crate::rate::{Rate, whole_seconds};
 
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub const MAX_RECIPIENTS: usize = 32;

@@ -607,7 +607,7 @@ mod tests {
 
     #[test]
     fn relay_tokens_of_every_kind_are_caught() {
-        use crate::domain::ids::{TokenKind, new_token};
+        use crate::ids::{TokenKind, new_token};
         let kinds = [
             TokenKind::Machine,
             TokenKind::Session,
