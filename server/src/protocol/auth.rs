@@ -6,10 +6,12 @@
 //! never reaches a handler, and a job token reaches nothing but `Hello`.
 
 use futures_util::future::BoxFuture;
+use tonic::Status;
 
 use super::admission::Gatekeeper;
 use super::credential::Credential;
 use super::layers;
+use super::status::to_status;
 use crate::app::App;
 use crate::app::identity::IdentityService;
 use crate::app::quotas::Call;
@@ -116,34 +118,34 @@ fn missing() -> Error {
 }
 
 /// The agent the layer authenticated by its session token.
-pub fn caller<T>(request: &tonic::Request<T>) -> Result<Caller> {
+pub fn caller<T>(request: &tonic::Request<T>) -> std::result::Result<Caller, Status> {
     match request.extensions().get::<Credential>() {
         Some(Credential::Session(caller)) => Ok(caller.clone()),
-        _ => Err(missing()),
+        _ => Err(to_status(missing())),
     }
 }
 
 /// The machine the layer authenticated by its machine token.
-pub fn machine<T>(request: &tonic::Request<T>) -> Result<MachineIdentity> {
+pub fn machine<T>(request: &tonic::Request<T>) -> std::result::Result<MachineIdentity, Status> {
     match request.extensions().get::<Credential>() {
         Some(Credential::Machine(machine)) => Ok(machine.clone()),
-        _ => Err(missing()),
+        _ => Err(to_status(missing())),
     }
 }
 
 /// Whoever the layer authenticated for `Hello`: a machine, or a card's agent.
-pub fn hello_credential<T>(request: &tonic::Request<T>) -> Result<Credential> {
+pub fn hello_credential<T>(request: &tonic::Request<T>) -> std::result::Result<Credential, Status> {
     match request.extensions().get::<Credential>() {
         Some(credential @ (Credential::Machine(_) | Credential::Card(_))) => Ok(credential.clone()),
-        _ => Err(missing()),
+        _ => Err(to_status(missing())),
     }
 }
 
 /// The person the layer authenticated by a human token.
-pub fn person<T>(request: &tonic::Request<T>) -> Result<Human> {
+pub fn person<T>(request: &tonic::Request<T>) -> std::result::Result<Human, Status> {
     match request.extensions().get::<Credential>() {
         Some(Credential::Person(person)) => Ok(person.clone()),
-        _ => Err(missing()),
+        _ => Err(to_status(missing())),
     }
 }
 

@@ -28,14 +28,14 @@ impl HumanService {
 #[tonic::async_trait]
 impl Human for HumanService {
     async fn contact_request(&self, request: Request<ContactRequestRequest>) -> Result<Response<ContactView>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         Ok(Response::new(
             self.trust.contact_request(&person, &request.get_ref().account).await.map_err(to_status)?.into_wire(),
         ))
     }
 
     async fn contact_accept(&self, request: Request<ContactAcceptRequest>) -> Result<Response<ContactView>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         Ok(Response::new(
             self.trust.contact_accept(&person, &request.get_ref().account).await.map_err(to_status)?.into_wire(),
         ))
@@ -45,14 +45,14 @@ impl Human for HumanService {
         &self,
         request: Request<ContactListRequest>,
     ) -> Result<Response<ContactListResponse>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         Ok(Response::new(ContactListResponse {
             contacts: convert::all(self.trust.contact_list(&person).await.map_err(to_status)?),
         }))
     }
 
     async fn contact_private(&self, request: Request<ContactPrivateRequest>) -> Result<Response<ContactView>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.trust.contact_private(&person, &r.account, r.allow).await.map_err(to_status)?.into_wire(),
@@ -60,7 +60,7 @@ impl Human for HumanService {
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         let (messages, remaining) =
             self.trust.human_inbox(&person, r.wait_s, r.limit, r.ack).await.map_err(to_status)?;
@@ -68,7 +68,7 @@ impl Human for HumanService {
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         let sent = self
             .trust
@@ -79,7 +79,7 @@ impl Human for HumanService {
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.trust.human_reply(&person, &r.id, &r.body, &r.client_id).await.map_err(to_status)?.into_wire(),
@@ -87,14 +87,14 @@ impl Human for HumanService {
     }
 
     async fn holds(&self, request: Request<HoldsRequest>) -> Result<Response<HoldsResponse>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         Ok(Response::new(HoldsResponse {
             holds: convert::all(self.trust.holds(&person, request.get_ref().all).await.map_err(to_status)?),
         }))
     }
 
     async fn decide_hold(&self, request: Request<DecideHoldRequest>) -> Result<Response<HoldView>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.trust.decide_hold(&person, &r.id, r.release, &r.reason).await.map_err(to_status)?.into_wire(),
@@ -102,7 +102,7 @@ impl Human for HumanService {
     }
 
     async fn hold_policy(&self, request: Request<HoldPolicyRequest>) -> Result<Response<HoldPolicyResponse>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(HoldPolicyResponse {
             classes: self.trust.hold_policy(&person, &r.class, r.on).await.map_err(to_status)?,
@@ -110,14 +110,14 @@ impl Human for HumanService {
     }
 
     async fn approvals(&self, request: Request<ApprovalsRequest>) -> Result<Response<ApprovalsResponse>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         Ok(Response::new(ApprovalsResponse {
             approvals: convert::all(self.approvals.approvals(&person).await.map_err(to_status)?),
         }))
     }
 
     async fn approve(&self, request: Request<AnswerPermissionRequest>) -> Result<Response<PermissionDecision>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.approvals.approve(&person, &r.id, &r.decision, &r.reason).await.map_err(to_status)?.into_wire(),
@@ -125,7 +125,7 @@ impl Human for HumanService {
     }
 
     async fn contact_drop(&self, request: Request<ContactDropRequest>) -> Result<Response<ContactView>, Status> {
-        let person = auth::person(&request).map_err(to_status)?;
+        let person = auth::person(&request)?;
         Ok(Response::new(
             self.trust.contact_drop(&person, &request.get_ref().account).await.map_err(to_status)?.into_wire(),
         ))

@@ -63,7 +63,7 @@ impl Relay for RelayService {
         &self,
         request: Request<CheckMachineRequest>,
     ) -> Result<Response<CheckMachineResponse>, Status> {
-        let machine = auth::machine(&request).map_err(to_status)?;
+        let machine = auth::machine(&request)?;
         within_window(&request.get_ref().client_version)?;
         Ok(Response::new(CheckMachineResponse {
             account: machine.account,
@@ -78,11 +78,11 @@ impl Relay for RelayService {
         let claim =
             Claim { handle: &req.handle, harness: &req.harness, resume: &req.resume, spawn_grant: &req.spawn_grant };
         // Authenticated first: the server's release is told to its own callers only.
-        let credential = auth::hello_credential(&request).map_err(to_status)?;
+        let credential = auth::hello_credential(&request)?;
         within_window(&req.client_version)?;
         let outcome = match credential {
             Credential::Card(agent) => self.identity.hello_card(&agent, claim).await.map_err(to_status)?,
-            _ => self.identity.hello(&auth::machine(&request).map_err(to_status)?, claim).await.map_err(to_status)?,
+            _ => self.identity.hello(&auth::machine(&request)?, claim).await.map_err(to_status)?,
         };
         let issued = Issued::bearer(&outcome.session_token);
         let mut response = Response::new(HelloResponse {
@@ -104,13 +104,13 @@ impl Relay for RelayService {
     }
 
     async fn goodbye(&self, request: Request<GoodbyeRequest>) -> Result<Response<GoodbyeResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         self.identity.goodbye(&caller).await.map_err(to_status)?;
         Ok(Response::new(GoodbyeResponse {}))
     }
 
     async fn who_am_i(&self, request: Request<WhoAmIRequest>) -> Result<Response<WhoAmIResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let me = self.identity.whoami(&caller).await.map_err(to_status)?;
         Ok(Response::new(WhoAmIResponse {
             endpoint: Some(me.endpoint.into_wire()),
@@ -120,14 +120,14 @@ impl Relay for RelayService {
     }
 
     async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let endpoints = self.identity.list(&caller, req.all, req.contacts).await.map_err(to_status)?;
         Ok(Response::new(ListResponse { endpoints: convert::all(endpoints) }))
     }
 
     async fn send(&self, request: Request<SendRequest>) -> Result<Response<SendResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let send = NewMessage {
             to: &req.to,
@@ -142,7 +142,7 @@ impl Relay for RelayService {
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         Ok(Response::new(
             self.messaging.reply(&caller, &req.id, &req.body, &req.client_id).await.map_err(to_status)?.into_wire(),
@@ -150,7 +150,7 @@ impl Relay for RelayService {
     }
 
     async fn inbox(&self, request: Request<InboxRequest>) -> Result<Response<InboxResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (messages, remaining) =
             self.messaging.inbox(&caller, req.wait_s, req.limit, req.ack).await.map_err(to_status)?;
@@ -158,7 +158,7 @@ impl Relay for RelayService {
     }
 
     async fn ask_wait(&self, request: Request<AskWaitRequest>) -> Result<Response<AskWaitResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (id, replies, recipients) =
             self.messaging.ask_wait(&caller, &req.id, req.wait_s).await.map_err(to_status)?;
@@ -170,7 +170,7 @@ impl Relay for RelayService {
     }
 
     async fn track(&self, request: Request<TrackRequest>) -> Result<Response<TrackResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let sent = self.messaging.track(&caller, &request.get_ref().id).await.map_err(to_status)?;
         Ok(Response::new(TrackResponse {
             id: sent.id.into_string(),
@@ -180,7 +180,7 @@ impl Relay for RelayService {
     }
 
     async fn update_profile(&self, request: Request<UpdateProfileRequest>) -> Result<Response<Endpoint>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let change = ProfileChange {
             status: req.status.as_deref(),
@@ -192,28 +192,28 @@ impl Relay for RelayService {
     }
 
     async fn subscribe(&self, request: Request<SubscribeRequest>) -> Result<Response<Self::SubscribeStream>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let stream = self.messaging.subscribe(caller, delivery::seq(request.get_ref().after_seq).map_err(to_status)?);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::push).map_err(to_status));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn announce(&self, request: Request<AnnounceRequest>) -> Result<Response<Self::AnnounceStream>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let stream = self.messaging.announce(caller, bearer(&request).map_err(to_status)?, request.get_ref().wait);
         let wire = tokio_stream::StreamExt::map(stream, |item| item.map(convert::announce_event).map_err(to_status));
         Ok(Response::new(Box::pin(wire)))
     }
 
     async fn show_rules(&self, request: Request<ShowRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(
             self.scope.show_rules(&caller, &request.get_ref().endpoint).await.map_err(to_status)?.into_wire(),
         ))
     }
 
     async fn set_rules(&self, request: Request<SetRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let set = RuleSet {
             scope: &req.scope,
@@ -225,7 +225,7 @@ impl Relay for RelayService {
     }
 
     async fn widen_rules(&self, request: Request<WidenRulesRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (rules_in, rules_out) = (selectors(&req.rules_in), selectors(&req.rules_out));
         Ok(Response::new(
@@ -234,26 +234,26 @@ impl Relay for RelayService {
     }
 
     async fn lift_cap(&self, request: Request<LiftCapRequest>) -> Result<Response<RulesView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         Ok(Response::new(self.scope.lift_cap(&caller, &req.endpoint, &req.cap).await.map_err(to_status)?.into_wire()))
     }
 
     async fn why(&self, request: Request<WhyRequest>) -> Result<Response<WhyResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (from, to, verdict) = self.scope.why(&caller, &req.from, &req.to).await.map_err(to_status)?;
         Ok(Response::new(WhyResponse { from, to, allowed: verdict.allowed, reasons: verdict.reasons }))
     }
 
     async fn peers(&self, request: Request<PeersRequest>) -> Result<Response<PeersResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let peers = self.scope.peers(&caller, request.get_ref().all).await.map_err(to_status)?;
         Ok(Response::new(PeersResponse { peers: convert::all(peers) }))
     }
 
     async fn group(&self, request: Request<GroupRequest>) -> Result<Response<GroupResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (name, rules_in, rules_out) = (&req.name, selectors(&req.rules_in), selectors(&req.rules_out));
         let one = |g: GroupView| GroupResponse { groups: vec![g.into_wire()], note: String::new() };
@@ -286,7 +286,7 @@ impl Relay for RelayService {
     }
 
     async fn spawn(&self, request: Request<SpawnRequest>) -> Result<Response<SpawnResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let (endpoint, grant) = self.scope.spawn(&caller, &req.harness, &req.scope).await.map_err(to_status)?;
         Ok(Response::new(SpawnResponse { endpoint: Some(endpoint.into_wire()), grant }))
@@ -300,7 +300,7 @@ impl Relay for RelayService {
     }
 
     async fn post_job(&self, request: Request<PostJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         let post = Post {
             title: &r.title,
@@ -316,19 +316,19 @@ impl Relay for RelayService {
     }
 
     async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         let (jobs, archived) = self.board.list_jobs(&caller, &r.state, &r.repo, &r.cwd).await.map_err(to_status)?;
         Ok(Response::new(ListJobsResponse { jobs: convert::all(jobs), archived }))
     }
 
     async fn read_job(&self, request: Request<ReadJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(self.board.read_job(&caller, &request.get_ref().id).await.map_err(to_status)?.into_wire()))
     }
 
     async fn edit_job(&self, request: Request<EditJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         let edit = Edit {
             title: r.title.as_deref(),
@@ -343,7 +343,7 @@ impl Relay for RelayService {
     }
 
     async fn finish_job(&self, request: Request<FinishJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.board.finish_job(&caller, &r.job_token, &r.pr_url, &r.summary).await.map_err(to_status)?.into_wire(),
@@ -351,18 +351,18 @@ impl Relay for RelayService {
     }
 
     async fn close_job(&self, request: Request<CloseJobRequest>) -> Result<Response<JobView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.board.close_job(&caller, &r.id, r.accept, &r.note).await.map_err(to_status)?.into_wire()))
     }
 
     async fn add_repo(&self, request: Request<AddRepoRequest>) -> Result<Response<RepoView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(self.board.add_repo(&caller, &request.get_ref().path).await.map_err(to_status)?.into_wire()))
     }
 
     async fn set_peek(&self, request: Request<SetPeekRequest>) -> Result<Response<SetPeekResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let on = request.get_ref().on;
         self.trust.set_peek(&caller, on).await.map_err(to_status)?;
         Ok(Response::new(SetPeekResponse { on }))
@@ -372,7 +372,7 @@ impl Relay for RelayService {
         &self,
         request: Request<PutPeekTurnsRequest>,
     ) -> Result<Response<PutPeekTurnsResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let request = request.into_inner();
         let kept = self
             .trust
@@ -383,13 +383,13 @@ impl Relay for RelayService {
     }
 
     async fn peek(&self, request: Request<PeekRequest>) -> Result<Response<PeekView>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(self.trust.peek(&caller, &r.endpoint, r.turns).await.map_err(to_status)?.into_wire()))
     }
 
     async fn peekers(&self, request: Request<PeekersRequest>) -> Result<Response<PeekersResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(PeekersResponse {
             peekers: convert::all(self.trust.peekers(&caller).await.map_err(to_status)?),
         }))
@@ -399,7 +399,7 @@ impl Relay for RelayService {
         &self,
         request: Request<PendingRepliesRequest>,
     ) -> Result<Response<PendingRepliesResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         Ok(Response::new(PendingRepliesResponse {
             requests: convert::all(self.trust.pending_replies(&caller).await.map_err(to_status)?),
         }))
@@ -409,7 +409,7 @@ impl Relay for RelayService {
         &self,
         request: Request<PermissionRequest>,
     ) -> Result<Response<PermissionDecision>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.approvals
@@ -424,7 +424,7 @@ impl Relay for RelayService {
         &self,
         request: Request<AnswerPermissionRequest>,
     ) -> Result<Response<PermissionDecision>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.approvals
@@ -436,7 +436,7 @@ impl Relay for RelayService {
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {
-        let caller = auth::caller(&request).map_err(to_status)?;
+        let caller = auth::caller(&request)?;
         let req = request.get_ref();
         let state = convert::known::<DeliveryState>("state", req.state).map_err(to_status)?;
         let updated =

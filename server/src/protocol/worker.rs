@@ -34,14 +34,14 @@ impl WorkerService {
 #[tonic::async_trait]
 impl Worker for WorkerService {
     async fn register_repo(&self, request: Request<RegisterRepoRequest>) -> Result<Response<RepoView>, Status> {
-        let machine = auth::machine(&request).map_err(to_status)?;
+        let machine = auth::machine(&request)?;
         Ok(Response::new(
             self.board.register_repo(&machine, &request.get_ref().path).await.map_err(to_status)?.into_wire(),
         ))
     }
 
     async fn claim(&self, request: Request<ClaimRequest>) -> Result<Response<ClaimResponse>, Status> {
-        let machine = auth::machine(&request).map_err(to_status)?;
+        let machine = auth::machine(&request)?;
         if request.get_ref().follow_only {
             let follow = self.follow(&machine).await?;
             return Ok(Response::new(ClaimResponse { claimed: None, cleanup: Vec::new(), follow }));
@@ -54,7 +54,7 @@ impl Worker for WorkerService {
     }
 
     async fn pr_checked(&self, request: Request<PrCheckedRequest>) -> Result<Response<JobView>, Status> {
-        let machine = auth::machine(&request).map_err(to_status)?;
+        let machine = auth::machine(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.board.pr_checked(&machine, &r.id, &r.state, &r.error).await.map_err(to_status)?.into_wire(),
@@ -62,7 +62,7 @@ impl Worker for WorkerService {
     }
 
     async fn renew(&self, request: Request<RenewRequest>) -> Result<Response<RenewResponse>, Status> {
-        let machine = auth::machine(&request).map_err(to_status)?;
+        let machine = auth::machine(&request)?;
         let r = request.get_ref();
         let (in_progress, state) = self
             .board
@@ -73,7 +73,7 @@ impl Worker for WorkerService {
     }
 
     async fn release(&self, request: Request<ReleaseRequest>) -> Result<Response<JobView>, Status> {
-        let machine = auth::machine(&request).map_err(to_status)?;
+        let machine = auth::machine(&request)?;
         let r = request.get_ref();
         Ok(Response::new(
             self.board.release(&machine, &r.job_token, r.exit_code, &r.error).await.map_err(to_status)?.into_wire(),
@@ -81,7 +81,7 @@ impl Worker for WorkerService {
     }
 
     async fn cleaned(&self, request: Request<CleanedRequest>) -> Result<Response<CleanedResponse>, Status> {
-        let machine = auth::machine(&request).map_err(to_status)?;
+        let machine = auth::machine(&request)?;
         self.board.cleaned(&machine, &request.get_ref().ids).await.map_err(to_status)?;
         Ok(Response::new(CleanedResponse {}))
     }
