@@ -43,7 +43,8 @@ impl EntityKind {
 
 /// Every failure the server can report, by what the caller can do about it.
 ///
-/// Store errors are mapped here in `store::error`; these map to gRPC status in `protocol::status`.
+/// relay-server maps Postgres failures to these in `store::error` (its `StoreError` holds one) and
+/// these to gRPC statuses in `protocol::status`.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum Error {
     /// The request itself is wrong; retrying it unchanged will fail again.

@@ -17,7 +17,7 @@ use tonic::{Code, Status};
 use super::Agent;
 use crate::process;
 use crate::session_file::{self, Found};
-use relay_agent::relay::reopen::{Reopening, within_silence};
+use relay_agent::relay::reopen::{self, Attempt, Kept, within_silence};
 use relay_agent::relay::replicas::Replicas;
 use relay_agent::relay::session::authed;
 
@@ -79,28 +79,38 @@ pub async fn until_mail(agent: &Agent) -> Woken {
 }
 
 async fn watch(found: &Found, replicas: &Replicas) -> Woken {
-    let mut reopening = Reopening::default();
-    loop {
+    reopen::keep(replicas, "wait for mail", &mut Wait { found, replicas }).await
+}
+
+/// The agent's wait for mail: one `Announce` stream at a time, with the session the bridge last wrote.
+struct Wait<'a> {
+    found: &'a Found,
+    replicas: &'a Replicas,
+}
+
+impl Kept for Wait<'_> {
+    type Done = Woken;
+
+    async fn open(&mut self) -> Attempt<Woken> {
         // A bridge that had to claim its endpoint again wrote its new token to the file.
-        let Some(session) = found.reread() else { return Woken::Ended("the agent's relay session ended".into()) };
-        let (replica, _) = replicas.current();
-        let reason = match announce(replicas, &session.session_token, true).await {
-            Ok(Some(announcement)) if !announcement.messages.is_empty() => return Woken::Mail(announcement),
-            Ok(_) => {
-                // The stream ended without mail (a server stopping ends it): open it again.
-                reopening.progressed();
-                "the wait ended without mail".to_owned()
-            }
-            Err(status) if status.code() == Code::Unauthenticated => {
-                let renewed = found.reread().is_some_and(|now| now.session_token != session.session_token);
-                if !renewed {
-                    return Woken::Ended(format!("the relay refused the session: {}", status.message()));
-                }
-                continue;
-            }
-            Err(status) => status.message().to_owned(),
+        let Some(session) = self.found.reread() else {
+            return Attempt::Done(Woken::Ended("the agent's relay session ended".into()));
         };
-        reopening.pause(replicas, replica, "wait for mail", &reason).await;
+        let (replica, _) = self.replicas.current();
+        match announce(self.replicas, &session.session_token, true).await {
+            Ok(Some(announcement)) if !announcement.messages.is_empty() => Attempt::Done(Woken::Mail(announcement)),
+            // The stream ended without mail (a server stopping ends it): open it again.
+            Ok(_) => Attempt::Failed { on: replica, reason: "the wait ended without mail".into(), progressed: true },
+            Err(status) if status.code() == Code::Unauthenticated => {
+                let renewed = self.found.reread().is_some_and(|now| now.session_token != session.session_token);
+                if renewed {
+                    Attempt::Again
+                } else {
+                    Attempt::Done(Woken::Ended(format!("the relay refused the session: {}", status.message())))
+                }
+            }
+            Err(status) => Attempt::Failed { on: replica, reason: status.message().to_owned(), progressed: false },
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use relay_proto::v1::{Message, SubscribeRequest, push};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::reopen::{Reopening, within_silence};
+use super::reopen::{self, Attempt, Kept, within_silence};
 use super::session::{Relay, authed};
 
 /// How far the stream has brought this bridge. While the stream is open and has handed on
@@ -42,93 +42,112 @@ pub async fn run(
     relay: Arc<Relay>,
     sink: mpsc::Sender<Message>,
     progress: Arc<Progress>,
-    role: impl Fn(bool),
+    role: impl Fn(bool) + Send + Sync,
     after_seq: u64,
     stop: CancellationToken,
 ) {
-    let mut last_seq = after_seq;
-    let mut address: Option<String> = None;
-    let mut reopening = Reopening::default();
-    loop {
-        if stop.is_cancelled() {
-            return;
+    let mut stream =
+        PushStream { relay: relay.clone(), sink, progress: progress.clone(), role, last_seq: after_seq, address: None };
+    tokio::select! {
+        () = reopen::keep(relay.replicas(), "push stream", &mut stream) => {}
+        () = stop.cancelled() => {}
+    }
+    progress.set_caught_up(false);
+}
+
+/// The push stream and how far it brought the bridge.
+struct PushStream<R> {
+    relay: Arc<Relay>,
+    sink: mpsc::Sender<Message>,
+    progress: Arc<Progress>,
+    role: R,
+    /// The newest seq handed on, which a reopened stream resumes above.
+    last_seq: u64,
+    /// The endpoint the stream is of: another one has its own seqs.
+    address: Option<String>,
+}
+
+impl<R: Fn(bool) + Send + Sync> Kept for PushStream<R> {
+    /// Whoever took the messages is gone.
+    type Done = ();
+
+    async fn open(&mut self) -> Attempt<()> {
+        self.progress.set_caught_up(false);
+        let mut replica = self.relay.client().0;
+        let mut progressed = false;
+        let outcome = self.follow(&mut replica, &mut progressed).await;
+        self.progress.set_caught_up(false);
+        match outcome {
+            Ok(()) => Attempt::Done(()),
+            Err(reason) => Attempt::Failed { on: replica, reason, progressed },
         }
-        progress.set_caught_up(false);
-        let mut replica = relay.client().0;
-        let attempt = async {
-            // Resumed on the replica in use, should the bridge have moved.
-            let session = relay.session().await.map_err(|e| e.to_string())?;
-            let (at, mut client) = relay.client();
-            replica = at;
-            if address.as_ref() != Some(&session.endpoint.address) {
-                // A different endpoint (not the first one) has its own sequence.
-                if address.replace(session.endpoint.address.clone()).is_some() {
-                    last_seq = 0;
-                    progress.received.store(0, Ordering::Release);
-                }
+    }
+}
+
+impl<R: Fn(bool)> PushStream<R> {
+    /// Opens the stream on the replica in use (named in `replica`) and hands on what it brings
+    /// (`progressed` once it brought anything) until it fails, or until nobody takes the messages.
+    async fn follow(&mut self, replica: &mut usize, progressed: &mut bool) -> Result<(), String> {
+        let relay = &self.relay;
+        // Resumed on the replica in use, should the bridge have moved.
+        let session = relay.session().await.map_err(|e| e.to_string())?;
+        let (at, mut client) = relay.client();
+        *replica = at;
+        if self.address.as_ref() != Some(&session.endpoint.address) {
+            // A different endpoint (not the first one) has its own sequence.
+            if self.address.replace(session.endpoint.address.clone()).is_some() {
+                self.last_seq = 0;
+                self.progress.received.store(0, Ordering::Release);
             }
-            let request = authed(SubscribeRequest { after_seq: last_seq }, &session.token);
-            let mut stream = match client.subscribe(request).await {
-                Ok(response) => response.into_inner(),
+        }
+        let request = authed(SubscribeRequest { after_seq: self.last_seq }, &session.token);
+        let mut stream = match client.subscribe(request).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                if status.code() == tonic::Code::Unauthenticated {
+                    relay.renew(&session).await.map_err(|e| e.to_string())?;
+                }
+                relay.replicas().failed(*replica, &status);
+                return Err(status.message().to_owned());
+            }
+        };
+        // The server opens with a heartbeat naming the inbox head, then sends what is unread above
+        // `after_seq` and a heartbeat once that backlog is through, then heartbeats between
+        // deliveries: caught up at once when nothing lies above what this bridge has, else from the
+        // next heartbeat.
+        let mut opened = false;
+        loop {
+            let push = match within_silence(stream.message()).await {
                 Err(status) => {
                     if status.code() == tonic::Code::Unauthenticated {
                         relay.renew(&session).await.map_err(|e| e.to_string())?;
                     }
-                    relay.replicas().failed(replica, &status);
+                    relay.replicas().failed(*replica, &status);
                     return Err(status.message().to_owned());
                 }
+                Ok(None) => return Err("push stream closed by the server".to_owned()),
+                Ok(Some(push)) => push,
             };
-            // The server opens with a heartbeat naming the inbox head, then sends what is unread
-            // above `after_seq` and a heartbeat once that backlog is through, then heartbeats between
-            // deliveries: caught up at once when nothing lies above what this bridge has, else from
-            // the next heartbeat.
-            let mut opened = false;
-            loop {
-                let push = match within_silence(stream.message()).await {
-                    Err(status) => {
-                        if status.code() == tonic::Code::Unauthenticated {
-                            relay.renew(&session).await.map_err(|e| e.to_string())?;
-                        }
-                        relay.replicas().failed(replica, &status);
-                        return Err(status.message().to_owned());
+            *progressed = true;
+            match push.event {
+                Some(push::Event::Message(message)) if message.seq > self.last_seq => {
+                    self.last_seq = message.seq;
+                    self.progress.received.fetch_max(message.seq, Ordering::AcqRel);
+                    if self.sink.send(message).await.is_err() {
+                        return Ok(());
                     }
-                    Ok(None) => return Err("push stream closed by the server".to_owned()),
-                    Ok(Some(push)) => push,
-                };
-                reopening.progressed();
-                match push.event {
-                    Some(push::Event::Message(message)) if message.seq > last_seq => {
-                        last_seq = message.seq;
-                        progress.received.fetch_max(message.seq, Ordering::AcqRel);
-                        if sink.send(message).await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    Some(push::Event::Heartbeat(beat)) => {
-                        if opened || beat.head_seq <= last_seq {
-                            progress.set_caught_up(true);
-                        }
-                        opened = true;
-                        if let Some(operator) = beat.operator {
-                            role(operator);
-                        }
-                    }
-                    _ => {}
                 }
+                Some(push::Event::Heartbeat(beat)) => {
+                    if opened || beat.head_seq <= self.last_seq {
+                        self.progress.set_caught_up(true);
+                    }
+                    opened = true;
+                    if let Some(operator) = beat.operator {
+                        (self.role)(operator);
+                    }
+                }
+                _ => {}
             }
-        };
-        let outcome = tokio::select! {
-            outcome = attempt => outcome,
-            () = stop.cancelled() => return,
-        };
-        progress.set_caught_up(false);
-        let reason = match outcome {
-            Ok(()) => return,
-            Err(reason) => reason,
-        };
-        tokio::select! {
-            () = reopening.pause(relay.replicas(), replica, "push stream", &reason) => {}
-            () = stop.cancelled() => return,
         }
     }
 }

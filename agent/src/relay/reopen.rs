@@ -1,7 +1,8 @@
-//! Keeping a server stream open (the push stream, a wait for mail): a stream silent for longer than
-//! the server's heartbeats allow is given up ([`SILENCE`]), and one that failed is reopened — at
-//! once on the next replica while the client has replicas it has not tried since the stream last
-//! brought something, else after a backoff that the stream's next event starts over.
+//! Keeping a server stream open (the push stream, a wait for mail): one mechanism, [`keep`], for
+//! every stream a client holds. A stream silent for longer than the server's heartbeats allow is
+//! given up ([`within_silence`]), and one that failed is opened again — at once on the next replica
+//! while the client has replicas it has not tried since the stream last brought something, else
+//! after a backoff that the stream's next event starts over.
 
 use std::future::Future;
 
@@ -15,9 +16,47 @@ pub async fn within_silence<T>(next: impl Future<Output = Result<Option<T>, Stat
     tokio::time::timeout(SILENCE, next).await.map_err(|_| Status::deadline_exceeded("the relay server went silent"))?
 }
 
+/// What one opening of a kept stream came to.
+#[derive(Debug)]
+pub enum Attempt<T> {
+    /// The stream is done with: [`keep`] answers this.
+    Done(T),
+    /// Open it again at once (its credential was renewed meanwhile).
+    Again,
+    /// It failed or ended on replica `on` for `reason`, after bringing something or not.
+    Failed { on: usize, reason: String, progressed: bool },
+}
+
+/// A server stream a client keeps open.
+pub trait Kept {
+    /// What it answers once it is done with.
+    type Done;
+
+    /// Opens the stream and follows it until it is done with, fails or ends.
+    fn open(&mut self) -> impl Future<Output = Attempt<Self::Done>> + Send;
+}
+
+/// Keeps `stream` (named `what` in the log) open: opens it until it is done with, pausing between
+/// failures as the replicas and the backoff say.
+pub async fn keep<K: Kept>(replicas: &Replicas, what: &str, stream: &mut K) -> K::Done {
+    let mut reopening = Reopening::default();
+    loop {
+        match stream.open().await {
+            Attempt::Done(done) => return done,
+            Attempt::Again => {}
+            Attempt::Failed { on, reason, progressed } => {
+                if progressed {
+                    reopening.progressed();
+                }
+                reopening.pause(replicas, on, what, &reason).await;
+            }
+        }
+    }
+}
+
 /// When a failed stream is opened again.
 #[derive(Debug)]
-pub struct Reopening {
+struct Reopening {
     backoff: Backoff,
     /// Replicas moved to since the stream last brought something.
     hops: usize,
@@ -31,14 +70,14 @@ impl Default for Reopening {
 
 impl Reopening {
     /// The stream brought something: a later failure starts over.
-    pub fn progressed(&mut self) {
+    fn progressed(&mut self) {
         self.backoff.reset();
         self.hops = 0;
     }
 
     /// Waits before opening `what` again after it failed on replica `failed_on` for `reason`: not at
     /// all when the client has since moved to a replica it has not tried, else the backoff.
-    pub async fn pause(&mut self, replicas: &Replicas, failed_on: usize, what: &str, reason: &str) {
+    async fn pause(&mut self, replicas: &Replicas, failed_on: usize, what: &str, reason: &str) {
         let (now, _) = replicas.current();
         if now != failed_on && self.hops + 1 < replicas.count() {
             self.hops += 1;
@@ -92,5 +131,37 @@ mod tests {
         assert_eq!(heard, 4, "a beat late by less than the margin is heard");
         assert_eq!(gave_up.code(), tonic::Code::DeadlineExceeded);
         assert_eq!(last.elapsed(), HEARTBEAT_EVERY * SILENT_BEATS + SILENCE_MARGIN);
+    }
+
+    /// Openings as scripted, each recorded with when it was made.
+    struct Scripted {
+        script: Vec<Attempt<u8>>,
+        opened: Vec<u128>,
+        start: Instant,
+    }
+
+    impl Kept for Scripted {
+        type Done = u8;
+
+        async fn open(&mut self) -> Attempt<u8> {
+            self.opened.push(self.start.elapsed().as_millis());
+            self.script.pop().expect("no more openings than scripted")
+        }
+    }
+
+    /// Failures wait the doubling backoff, a failure after progress starts it over, a renewed
+    /// credential opens again at once, and the stream's end is what `keep` answers.
+    #[tokio::test(start_paused = true)]
+    async fn a_kept_stream_backs_off_between_failures_and_starts_over_after_progress() {
+        let replicas = Replicas::new("http://127.0.0.1:9", None).expect("one replica");
+        let failed = |progressed| Attempt::Failed { on: 0, reason: "gone".into(), progressed };
+        let mut script =
+            vec![failed(false), failed(false), failed(true), Attempt::Again, failed(false), Attempt::Done(7)];
+        script.reverse();
+        let mut stream = Scripted { script, opened: Vec::new(), start: Instant::now() };
+        assert_eq!(keep(&replicas, "test stream", &mut stream).await, 7);
+        // 200 and 400 ms after the first two failures; 200 again after one that had progressed; none
+        // after Again; then 400.
+        assert_eq!(stream.opened, [0, 200, 600, 800, 800, 1200]);
     }
 }
