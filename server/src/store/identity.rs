@@ -631,6 +631,48 @@ mod tests {
     use crate::domain::ids::token_hash;
     use crate::store::testing;
 
+    const CAPS: EndpointCaps = EndpointCaps { account: 100, machine: 10 };
+
+    #[tokio::test]
+    async fn a_claimed_handle_is_held_while_its_session_lives_and_its_newest_stream_alone_is_current() {
+        let db = testing::db().await;
+        let (_, machine) = db.machine("acme", "laptop").await;
+        let replica = db.store.register_replica().await.unwrap();
+        let c = db.store.client().await.unwrap();
+        let (first, second) =
+            (TokenHash::from_stored(b"session-1".to_vec()), TokenHash::from_stored(b"session-2".to_vec()));
+        let id = claim_handle(&c, machine, "claude-1", "claude-code", &first, None, CAPS).await.unwrap().expect("free");
+        assert!(
+            claim_handle(&c, machine, "claude-1", "codex", &second, None, CAPS).await.unwrap().is_none(),
+            "held by a live session"
+        );
+        let held = holder(&c, machine, "claude-1").await.unwrap().expect("its holder");
+        assert_eq!((held.harness.as_str(), held.stream_open), ("claude-code", false));
+
+        let caller = Caller { session_hash: first.clone(), ..caller_of(&c, id).await.unwrap() };
+        let opened = open_stream(&c, &caller, replica).await.unwrap().expect("a live session opens a stream");
+        assert_eq!((opened.head, opened.operator), (crate::domain::ids::Seq(0), false));
+        let newer = open_stream(&c, &caller, replica).await.unwrap().expect("and another");
+        assert_eq!(newer.generation, opened.generation + 1);
+        assert_eq!(stream_current(&c, &caller, opened.generation).await.unwrap(), None, "superseded");
+        assert_eq!(stream_current(&c, &caller, newer.generation).await.unwrap(), Some(false));
+        assert!(holder(&c, machine, "claude-1").await.unwrap().unwrap().stream_open);
+        close_stream(&c, &caller, opened.generation).await.unwrap();
+        assert!(
+            holder(&c, machine, "claude-1").await.unwrap().unwrap().stream_open,
+            "closing an older stream closes nothing"
+        );
+        close_stream(&c, &caller, newer.generation).await.unwrap();
+        assert!(!holder(&c, machine, "claude-1").await.unwrap().unwrap().stream_open);
+
+        end_session(&c, id).await.unwrap();
+        assert!(live_handles(&c, machine).await.unwrap().is_empty());
+        assert!(open_stream(&c, &caller, replica).await.unwrap().is_none(), "an ended session opens nothing");
+        let again = claim_handle(&c, machine, "claude-1", "codex", &second, None, CAPS).await.unwrap();
+        assert_eq!(again, Some(id), "the handle, and its inbox, go to the next session");
+        assert_eq!(live_handles(&c, machine).await.unwrap(), ["claude-1"]);
+    }
+
     #[tokio::test]
     async fn an_account_name_is_taken_once_and_found_by_name() {
         let db = testing::db().await;

@@ -456,3 +456,55 @@ pub(crate) async fn group_members_for_send(
     .map(|r| Ok((r.col("id")?, r.col("address")?)))
     .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::identity::caller_of;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_groups_name_is_taken_once_its_members_come_and_go_and_rules_read_back_as_set() {
+        let db = testing::db().await;
+        let (account, machine) = db.machine("acme", "laptop").await;
+        let (ann, bob) = (db.endpoint(machine, "ann", 0).await, db.endpoint(machine, "bob", 0).await);
+        let c = db.store.client().await.unwrap();
+        let reviewers_only = Some(vec![Selector::parse("handle:rev-*").unwrap()]);
+        let group =
+            insert_group(&c, account, "reviewers", ann, &reviewers_only, &None).await.unwrap().expect("a new name");
+        assert!(
+            insert_group(&c, account, "reviewers", bob, &None, &None).await.unwrap().is_none(),
+            "a name is taken once"
+        );
+        assert_eq!(group_count(&c, account).await.unwrap(), 1);
+        insert_member(&c, group, bob).await.unwrap();
+        ensure_member(&c, group, bob).await.unwrap();
+        let owner = caller_of(&c, ann).await.unwrap();
+        assert_eq!(group_id(&c, &owner, "reviewers").await.unwrap(), (group, ann));
+        let expected = GroupView {
+            name: "reviewers".into(),
+            owner: "acme/laptop/ann".into(),
+            rules_in: Some(vec!["handle:rev-*".into()]),
+            rules_out: None,
+            members: vec!["acme/laptop/bob".into()],
+        };
+        assert_eq!(group_view(&c, group).await.unwrap(), expected, "a member added twice is there once");
+        assert_eq!(read_rules(&c, bob).await.unwrap().groups, ["reviewers"]);
+        assert_eq!(remove_member(&c, group, bob).await.unwrap(), 1);
+        assert_eq!(remove_member(&c, group, bob).await.unwrap(), 0, "gone already");
+
+        set_own_rule(&c, bob, Dir::Out, &reviewers_only).await.unwrap();
+        let rules = read_rules(&c, bob).await.unwrap();
+        assert_eq!(
+            (rules.address.as_str(), rules.rules_in, rules.rules_out),
+            ("acme/laptop/bob", None, Some(vec!["handle:rev-*".into()]))
+        );
+        assert!(rules.groups.is_empty());
+
+        delete_group(&c, group).await.unwrap();
+        let gone = Error::from(group_id(&c, &owner, "reviewers").await.unwrap_err());
+        assert!(matches!(gone, Error::NotFound { kind: EntityKind::Group, .. }), "{gone:?}");
+        let bad = Error::from(group_id(&c, &owner, "no/slashes").await.unwrap_err());
+        assert!(matches!(bad, Error::Invalid(_)), "{bad:?}");
+    }
+}

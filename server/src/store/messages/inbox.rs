@@ -169,6 +169,63 @@ pub(crate) async fn advance(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::ids::{self as ids_, ReplicaId};
+    use crate::domain::redact::RedactedText;
+    use crate::store::identity::caller_of;
+    use crate::store::messages::write::{NewMessage, Written, write_one};
+    use crate::store::messages::{Outgoing, Target};
+    use crate::store::testing;
+
+    fn seqs(messages: &[Message]) -> Vec<i64> {
+        messages.iter().map(|m| m.seq.0).collect()
+    }
+
+    #[tokio::test]
+    async fn an_inbox_is_announced_once_read_in_seq_order_and_looked_at_again_for_nothing() {
+        let db = testing::db().await;
+        let (account, machine) = db.machine("acme", "laptop").await;
+        let (ann, bob) = (db.endpoint(machine, "ann", 0).await, db.endpoint(machine, "bob", 0).await);
+        let c = db.store.client().await.unwrap();
+        let sender = caller_of(&c, ann).await.unwrap();
+        let to = [Target { id: bob, address: "acme/laptop/bob".into(), account_id: account }];
+        let send = async |text: &str| {
+            let body = RedactedText::from_agent(text);
+            let id = ids_::new_message_id();
+            let message = NewMessage::new(&sender, id.clone(), id.to_string(), &to, &Outgoing::notice(&body), None);
+            assert!(matches!(write_one(&c, &message, 100, ReplicaId::NONE).await.unwrap(), Written::Stored { .. }));
+            id
+        };
+        for text in ["one", "two", "three"] {
+            send(text).await;
+        }
+        assert_eq!(unread_count(&c, bob).await.unwrap(), 3);
+        assert_eq!(seqs(&unread_after(&c, bob, Seq(1), 10).await.unwrap()), [2, 3]);
+
+        // Each message is announced once, whoever asks.
+        let first = announce(&c, bob, 2).await.unwrap();
+        assert_eq!(first.messages.iter().map(|m| m.seq.0).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!((first.unread, first.messages[0].from.as_str()), (3, "acme/laptop/ann"));
+        assert_eq!(announce(&c, bob, 2).await.unwrap().messages.len(), 1, "only the third is left to announce");
+        assert!(announce(&c, bob, 2).await.unwrap().messages.is_empty());
+
+        assert_eq!(advance(&c, bob, &[Seq(1)], State::Read).await.unwrap(), (1, Some(2)));
+        assert_eq!(advance(&c, bob, &[Seq(1)], State::Read).await.unwrap().0, 0, "read already: nothing moves");
+        let (page, left) = take_unread(&c, bob, 10, State::Read).await.unwrap();
+        assert_eq!((seqs(&page), left), (vec![2, 3], 0));
+        assert_eq!(unread_count(&c, bob).await.unwrap(), 0);
+        let newest: Vec<(i64, bool)> = recent(&c, bob, 10).await.unwrap().iter().map(|(m, r)| (m.seq.0, *r)).collect();
+        assert_eq!(newest, [(3, true), (2, true), (1, true)]);
+
+        // A look shows the page and the version it read; the same look at that version reads nothing more.
+        let four = send("four").await;
+        let Look::Page { messages, left, version } = look(&c, bob, 10, None).await.unwrap() else {
+            panic!("a first look shows a page");
+        };
+        assert_eq!((seqs(&messages), left), (vec![4], 1), "shown, not read");
+        let version = version.expect("a page carries its version");
+        assert_eq!(version, Version { head: 4, unread: 1 });
+        assert!(matches!(look(&c, bob, 10, Some((version, four.as_str()))).await.unwrap(), Look::Unchanged));
+    }
 
     #[test]
     fn unread_reads_spell_the_partial_index_predicate() {
