@@ -226,3 +226,42 @@ pub(crate) async fn withdraw_between(c: &impl GenericClient, a: AccountId, b: Ac
     )
     .await?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::delivery::State;
+    use crate::store::messages::{Target, recipient_states, unread_count};
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_request_answered_makes_one_contact_and_dropping_it_withdraws_what_was_not_seen() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (globex, boxed) = db.machine("globex", "box").await;
+        let (ann, gus) = (db.endpoint(laptop, "ann", 0).await, db.endpoint(boxed, "gus", 0).await);
+        let c = db.store.client().await.unwrap();
+        assert_eq!(account_id(&c, "globex").await.unwrap(), globex);
+        assert!(matches!(Error::from(account_id(&c, "nobody").await.unwrap_err()), Error::NotFound { .. }));
+        assert!(matches!(Error::from(account_id(&c, "Not A Name").await.unwrap_err()), Error::Invalid(_)));
+
+        insert_request(&c, acme, globex).await.unwrap();
+        insert_request(&c, acme, globex).await.unwrap();
+        assert!(requested(&c, acme, globex).await.unwrap() && !requested(&c, globex, acme).await.unwrap());
+        let states = |list: Vec<ContactView>| list.into_iter().map(|v| (v.account, v.state)).collect::<Vec<_>>();
+        assert_eq!(states(list_contacts(&c, acme).await.unwrap()), [("globex".to_owned(), "requested".to_owned())]);
+        assert_eq!(states(list_contacts(&c, globex).await.unwrap()), [("acme".to_owned(), "pending".to_owned())]);
+        make_contact(&c, globex, acme).await.unwrap();
+        assert_eq!(states(list_contacts(&c, acme).await.unwrap()), [("globex".to_owned(), "contact".to_owned())]);
+
+        let to_gus = [Target { id: gus, address: "globex/box/gus".into(), account_id: globex }];
+        let sent = db.send(ann, &to_gus, "the api moved", None, None).await;
+        assert_eq!(unread_count(&c, gus).await.unwrap(), 1);
+        assert_eq!(withdraw_between(&c, acme, globex, "the contact ended").await.unwrap(), 1);
+        assert_eq!(unread_count(&c, gus).await.unwrap(), 0, "a withdrawn message is not unread");
+        let recipient = &recipient_states(&c, &sent).await.unwrap()[0];
+        assert_eq!((recipient.state, recipient.reason.as_str()), (Some(State::Withdrawn), "the contact ended"));
+        assert_eq!(delete_contact(&c, acme, globex).await.unwrap(), 1);
+        assert_eq!(delete_contact(&c, globex, acme).await.unwrap(), 0, "one row, whichever side drops it");
+    }
+}

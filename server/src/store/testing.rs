@@ -4,8 +4,13 @@
 
 use relay_tests::pg::TestDb;
 
+use super::identity::caller_of;
+use super::messages::write::{NewMessage, Written, write_one};
+use super::messages::{Outgoing, Target};
 use super::{DbConfig, Store, migrate};
-use crate::domain::ids::{AccountId, EndpointId, MachineId};
+use crate::domain::delivery::Kind;
+use crate::domain::ids::{self, AccountId, EndpointId, MachineId, MessageId, ReplicaId};
+use crate::domain::redact::RedactedText;
 
 /// A migrated database of this test's own, and the store on it.
 pub struct Db {
@@ -54,5 +59,35 @@ impl Db {
             .await
             .unwrap();
         EndpointId(row.get(0))
+    }
+
+    /// Writes `text` from `from` to `to` as a send stores it, by the writer; a reply when it
+    /// answers `reply_to`. Its id.
+    pub async fn send(
+        &self,
+        from: EndpointId,
+        to: &[Target],
+        text: &str,
+        client_id: Option<&str>,
+        reply_to: Option<&MessageId>,
+    ) -> MessageId {
+        let c = self.store.client().await.unwrap();
+        let sender = caller_of(&c, from).await.unwrap();
+        let body = RedactedText::from_agent(text);
+        let kind = if reply_to.is_some() { Kind::Reply } else { Kind::Message };
+        let out = Outgoing { kind, client_id, ..Outgoing::notice(&body) };
+        let id = ids::new_message_id();
+        let thread = match reply_to {
+            Some(original) => {
+                c.query_one("select thread from messages where id = $1", &[original]).await.unwrap().get(0)
+            }
+            None => id.to_string(),
+        };
+        let message = NewMessage::new(&sender, id.clone(), thread, to, &out, reply_to);
+        match write_one(&c, &message, 1000, ReplicaId::NONE).await.unwrap() {
+            Written::Stored { .. } => id,
+            Written::Duplicate => panic!("a duplicate of an earlier send"),
+            Written::Refused(why) => panic!("refused: {} {}", why.state, why.message),
+        }
     }
 }

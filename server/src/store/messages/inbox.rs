@@ -169,11 +169,7 @@ pub(crate) async fn advance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::ids::{self as ids_, ReplicaId};
-    use crate::domain::redact::RedactedText;
-    use crate::store::identity::caller_of;
-    use crate::store::messages::write::{NewMessage, Written, write_one};
-    use crate::store::messages::{Outgoing, Target};
+    use crate::store::messages::Target;
     use crate::store::testing;
 
     fn seqs(messages: &[Message]) -> Vec<i64> {
@@ -186,15 +182,8 @@ mod tests {
         let (account, machine) = db.machine("acme", "laptop").await;
         let (ann, bob) = (db.endpoint(machine, "ann", 0).await, db.endpoint(machine, "bob", 0).await);
         let c = db.store.client().await.unwrap();
-        let sender = caller_of(&c, ann).await.unwrap();
         let to = [Target { id: bob, address: "acme/laptop/bob".into(), account_id: account }];
-        let send = async |text: &str| {
-            let body = RedactedText::from_agent(text);
-            let id = ids_::new_message_id();
-            let message = NewMessage::new(&sender, id.clone(), id.to_string(), &to, &Outgoing::notice(&body), None);
-            assert!(matches!(write_one(&c, &message, 100, ReplicaId::NONE).await.unwrap(), Written::Stored { .. }));
-            id
-        };
+        let send = async |text: &str| db.send(ann, &to, text, None, None).await;
         for text in ["one", "two", "three"] {
             send(text).await;
         }

@@ -95,3 +95,34 @@ pub(crate) async fn previous_send(c: &impl GenericClient, sender: EndpointId, cl
         hold,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::messages::Target;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_sender_reads_its_earlier_send_by_client_id_and_the_replies_it_got() {
+        let db = testing::db().await;
+        let (account, machine) = db.machine("acme", "laptop").await;
+        let (ann, bob) = (db.endpoint(machine, "ann", 0).await, db.endpoint(machine, "bob", 0).await);
+        let c = db.store.client().await.unwrap();
+        let target = |id, handle: &str| Target { id, address: format!("acme/laptop/{handle}"), account_id: account };
+        assert!(previous_send(&c, ann, "c1").await.unwrap().is_none());
+
+        let question = db.send(ann, &[target(bob, "bob")], "which branch?", Some("c1"), None).await;
+        let earlier = previous_send(&c, ann, "c1").await.unwrap().expect("the send with that client id");
+        assert_eq!((&earlier.id, earlier.duplicate, earlier.hold.is_none()), (&question, true, true));
+        let to: Vec<(&str, Option<State>)> = earlier.recipients.iter().map(|r| (r.address.as_str(), r.state)).collect();
+        assert_eq!(to, [("acme/laptop/bob", Some(State::Queued))]);
+        assert!(previous_send(&c, bob, "c1").await.unwrap().is_none(), "client ids are the sender's own");
+
+        let reply = db.send(bob, &[target(ann, "ann")], "main", None, Some(&question)).await;
+        let replies = replies_to(&c, &question, ann).await.unwrap();
+        assert_eq!(replies.iter().map(|m| &m.id).collect::<Vec<_>>(), [&reply]);
+        assert_eq!(thread_of(&c, &reply).await.unwrap(), (question.to_string(), Some(question.clone())));
+        assert_eq!(sent_like(&c, ann, &question.as_str()[..8]).await.unwrap(), [question.clone()]);
+        assert!(sent_like(&c, bob, &question.as_str()[..8]).await.unwrap().is_empty(), "only what the sender sent");
+    }
+}
