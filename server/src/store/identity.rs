@@ -634,6 +634,36 @@ mod tests {
     const CAPS: EndpointCaps = EndpointCaps { account: 100, machine: 10 };
 
     #[tokio::test]
+    async fn a_machine_token_finds_its_machine_and_a_session_hash_its_endpoint_until_the_session_ends() {
+        let db = testing::db().await;
+        let (account, machine) = db.machine("acme", "laptop").await;
+        let c = db.store.client().await.unwrap();
+        // The test machine's token hash is its account id and name.
+        let token = TokenHash::from_stored(format!("{}/laptop", account.0).into_bytes());
+        let (found, revoked) = machine_by_token(&c, &token).await.unwrap().expect("the machine of that token");
+        assert_eq!(
+            (found.machine_id, found.account.as_str(), found.machine.as_str(), revoked),
+            (machine, "acme", "laptop", false)
+        );
+        assert!(machine_by_token(&c, &TokenHash::from_stored(b"unknown".to_vec())).await.unwrap().is_none());
+
+        let session = TokenHash::from_stored(b"session".to_vec());
+        let id = claim_handle(&c, machine, "claude-1", "claude-code", &session, None, CAPS).await.unwrap().unwrap();
+        let stored = session_caller(&c, session.clone()).await.unwrap().expect("the session's endpoint");
+        assert_eq!((stored.caller.endpoint_id, stored.caller.handle.as_str(), stored.live), (id, "claude-1", true));
+        assert!(!stored.attempt_over && stored.caller.attempt.is_none());
+        assert_eq!(resume_session(&c, &session, machine, "codex", None).await.unwrap(), Some(id));
+        let (_, other) = db.machine("acme", "desk").await;
+        assert_eq!(resume_session(&c, &session, other, "codex", None).await.unwrap(), None, "only on its own machine");
+
+        end_session(&c, id).await.unwrap();
+        assert!(session_caller(&c, session.clone()).await.unwrap().is_none(), "an ended session's hash finds nothing");
+        assert_eq!(resume_session(&c, &session, machine, "codex", None).await.unwrap(), None);
+        assert_eq!(revoke_machine(&c, "acme", "laptop").await.unwrap(), Some(machine));
+        assert!(machine_by_token(&c, &token).await.unwrap().expect("still found").1, "and said to be revoked");
+    }
+
+    #[tokio::test]
     async fn a_claimed_handle_is_held_while_its_session_lives_and_its_newest_stream_alone_is_current() {
         let db = testing::db().await;
         let (_, machine) = db.machine("acme", "laptop").await;

@@ -80,7 +80,7 @@ pub(crate) struct Resolved {
 }
 
 /// A recipient resolved to its endpoint.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub id: EndpointId,
     pub address: String,

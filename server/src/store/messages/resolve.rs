@@ -276,3 +276,53 @@ pub(crate) async fn reply_to(c: &impl GenericClient, caller: &Caller, original: 
     }
     Ok(ReplyTo { thread, target, held: hold })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::MessageRef;
+    use crate::store::messages::take_unread;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn addresses_resolve_all_or_nothing_within_reach_and_a_received_message_by_any_of_its_names() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (_, boxed) = db.machine("globex", "box").await;
+        let (ann, bob) = (db.endpoint(laptop, "ann", 0).await, db.endpoint(laptop, "bob", 0).await);
+        db.endpoint(boxed, "gus", 0).await;
+        let c = db.store.client().await.unwrap();
+        let caller = identity::caller_of(&c, ann).await.unwrap();
+        let to = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+
+        let (targets, skipped) = resolve_addresses(&c, &caller, &to(&["bob", "acme/laptop/bob"])).await.unwrap();
+        assert_eq!(targets.iter().map(|t| (t.id, t.address.as_str())).collect::<Vec<_>>(), [(bob, "acme/laptop/bob")]);
+        assert!(skipped.is_empty());
+        let refused = |e: StoreError| Error::from(e);
+        let missing = refused(resolve_addresses(&c, &caller, &to(&["bob", "nobody"])).await.unwrap_err());
+        assert!(
+            matches!(&missing, Error::NotFound { .. }) && missing.to_string().contains("acme/laptop/nobody"),
+            "{missing}"
+        );
+        let stranger = refused(resolve_addresses(&c, &caller, &to(&["globex/box/gus"])).await.unwrap_err());
+        assert!(matches!(&stranger, Error::NotFound { .. }), "out of reach reads as absent: {stranger}");
+        let myself = refused(resolve_addresses(&c, &caller, &to(&["ann"])).await.unwrap_err());
+        assert!(matches!(&myself, Error::Invalid(_)), "{myself}");
+
+        // A message bob received, named by its whole id, its short id, a suffix, or as the last shown.
+        let to_bob = [Target { id: bob, address: "acme/laptop/bob".into(), account_id: acme }];
+        let sent = db.send(ann, &to_bob, "ship it", None, None).await;
+        let reader = identity::caller_of(&c, bob).await.unwrap();
+        let id = sent.as_str();
+        for name in [id, &id[..8], &id[id.len() - 6..]] {
+            let named = MessageRef::parse(name).unwrap();
+            assert_eq!(resolve_received(&c, &reader, &named).await.unwrap(), sent, "{name}");
+        }
+        let last = MessageRef::parse("last").unwrap();
+        assert!(matches!(Error::from(resolve_received(&c, &reader, &last).await.unwrap_err()), Error::NotFound { .. }));
+        take_unread(&c, bob, 10, crate::domain::delivery::State::Surfaced).await.unwrap();
+        assert_eq!(resolve_received(&c, &reader, &last).await.unwrap(), sent, "shown: now the last");
+        let not_hers = MessageRef::parse(&id[..8]).unwrap();
+        assert!(resolve_received(&c, &caller, &not_hers).await.is_err(), "ann did not receive it");
+    }
+}
