@@ -345,6 +345,65 @@ impl FromRow for ApprovalView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_request_goes_to_the_human_once_is_decided_once_and_one_past_its_deadline_is_refused() {
+        let db = testing::db().await;
+        let (account, machine) = db.machine("acme", "laptop").await;
+        let worker = db.endpoint(machine, "job-c1", 0).await;
+        let card = db.card(account, machine, "c1").await;
+        let c = db.store.client().await.unwrap();
+        let ask = async |id: &ApprovalId| {
+            let new = NewApproval {
+                id,
+                account_id: account,
+                job_id: &card,
+                requester: worker,
+                tool: "Bash",
+                input: "rm -rf build",
+                state: ApprovalState::Pending,
+            };
+            insert(&c, &new, 60.0).await.unwrap();
+        };
+        let (first, second) = (ApprovalId::new("a1"), ApprovalId::new("a2"));
+        ask(&first).await;
+        let listed: Vec<(ApprovalId, ApprovalState)> =
+            open(&c, account).await.unwrap().into_iter().map(|a| (a.id, a.state)).collect();
+        assert_eq!(listed, [(first.clone(), ApprovalState::Pending)]);
+        assert!(due(&c, 60.0, 10).await.unwrap().is_empty(), "nothing is past its deadline");
+
+        let handed = escalate(&c, &first, 60.0).await.unwrap().expect("pending: handed to the human");
+        assert_eq!((handed.requester, handed.tool.as_str(), &handed.job_id), (worker, "Bash", &card));
+        assert!(escalate(&c, &first, 60.0).await.unwrap().is_none(), "handed on once");
+        let allow = Verdict { state: ApprovalState::Allow, reason: " fine ", by: "pat" };
+        assert!(
+            decide(&c, account, &first, &allow, &open_states(false), 60.0).await.unwrap().is_none(),
+            "no longer the operator's"
+        );
+        assert!(decide(&c, account, &first, &allow, &open_states(true), 60.0).await.unwrap().is_some());
+        assert!(decide(&c, account, &first, &allow, &open_states(true), 60.0).await.unwrap().is_none(), "decided once");
+        let decided = decision(&c, account, &first).await.unwrap();
+        assert_eq!(
+            (decided.state, decided.reason.as_str(), decided.decided_by.as_str()),
+            (ApprovalState::Allow, "fine", "pat")
+        );
+        let (other, _) = db.machine("globex", "box").await;
+        assert!(matches!(Error::from(decision(&c, other, &first).await.unwrap_err()), Error::NotFound { .. }));
+
+        // One whose deadlines have passed: due and overdue, refused once.
+        ask(&second).await;
+        let moved = "update approvals set escalate_at = now() - interval '2 minutes', expire_at = now() - interval '1 minute' where id = 'a2'";
+        db.test.sql().await.execute(moved, &[]).await.unwrap();
+        let late: Vec<(ApprovalId, bool, bool)> =
+            due(&c, 60.0, 10).await.unwrap().into_iter().map(|d| (d.id, d.with_human, d.overdue)).collect();
+        assert_eq!(late, [(second.clone(), false, true)]);
+        assert!(expire(&c, account, &second, 60.0).await.unwrap());
+        assert!(!expire(&c, account, &second, 60.0).await.unwrap(), "refused once");
+        let refused = decision(&c, account, &second).await.unwrap();
+        assert_eq!((refused.state, refused.decided_by.as_str()), (ApprovalState::Deny, "timeout"));
+        assert!(open(&c, account).await.unwrap().is_empty());
+    }
 
     #[test]
     fn approval_states_are_the_ones_the_table_allows() {

@@ -4,12 +4,14 @@
 
 use relay_tests::pg::TestDb;
 
+use super::board::{NewJob, insert_job, insert_repo};
 use super::identity::caller_of;
 use super::messages::write::{NewMessage, Written, write_one};
 use super::messages::{Outgoing, Target};
 use super::{DbConfig, Store, migrate};
+use crate::domain::caller::MachineIdentity;
 use crate::domain::delivery::Kind;
-use crate::domain::ids::{self, AccountId, EndpointId, MachineId, MessageId, ReplicaId};
+use crate::domain::ids::{self, AccountId, EndpointId, JobId, MachineId, MessageId, ReplicaId, RepoId};
 use crate::domain::redact::RedactedText;
 
 /// A migrated database of this test's own, and the store on it.
@@ -89,5 +91,31 @@ impl Db {
             Written::Duplicate => panic!("a duplicate of an earlier send"),
             Written::Refused(why) => panic!("refused: {} {}", why.state, why.message),
         }
+    }
+
+    /// Card `id` in To do on a repository of `machine` (acme's laptop).
+    pub async fn card(&self, account_id: AccountId, machine_id: MachineId, id: &str) -> JobId {
+        let c = self.store.client().await.unwrap();
+        let laptop = MachineIdentity { machine_id, machine: "laptop".into(), account_id, account: "acme".into() };
+        insert_repo(&c, &laptop, "/src/app", "app", "pat").await.unwrap();
+        let repo: i64 = c
+            .query_one("select id from repos where machine_id = $1 and path = '/src/app'", &[&machine_id])
+            .await
+            .unwrap()
+            .get(0);
+        let id = JobId::new(id);
+        let new = NewJob {
+            id: &id,
+            account_id,
+            repo_id: RepoId(repo),
+            title: "fix the build",
+            detail: "",
+            agent: "claude",
+            requires_pr: false,
+            schedule: None,
+            posted_by: "pat",
+        };
+        insert_job(&c, &new).await.unwrap();
+        id
     }
 }
