@@ -464,6 +464,43 @@ mod tests {
     use crate::store::testing;
 
     #[tokio::test]
+    async fn rules_and_caps_decide_who_may_message_whom() {
+        let db = testing::db().await;
+        let (_, machine) = db.machine("acme", "laptop").await;
+        let (ann, bob, rev) = (
+            db.endpoint(machine, "ann", 0).await,
+            db.endpoint(machine, "bob", 0).await,
+            db.endpoint(machine, "rev-1", 0).await,
+        );
+        let c = db.store.client().await.unwrap();
+        let (from_ann, from_rev) = (caller_of(&c, ann).await.unwrap(), caller_of(&c, rev).await.unwrap());
+        let allowed = async |from: &Caller| decide_many(&c, from, &[], &[bob]).await.unwrap()[&bob].refusal().is_none();
+        assert!(allowed(&from_ann).await && allowed(&from_rev).await, "open by default");
+
+        set_own_rule(&c, bob, Dir::In, &Some(vec![Selector::parse("handle:rev-*").unwrap()])).await.unwrap();
+        assert!(!allowed(&from_ann).await && allowed(&from_rev).await, "bob takes only reviewers");
+        let refused = Error::from(messageable(&c, &from_ann, "bob").await.unwrap_err());
+        assert!(matches!(refused, Error::PermissionDenied(_)), "{refused:?}");
+        assert_eq!(messageable(&c, &from_rev, "bob").await.unwrap(), (bob, "acme/laptop/bob".to_owned()));
+
+        // A cap set on rev-1 by ann binds what rev-1 sends, whatever its own rules say.
+        insert_cap(&c, rev, Dir::Out, &[Selector::parse("handle:ann").unwrap()], ann).await.unwrap();
+        assert!(!allowed(&from_rev).await, "capped to ann");
+        let cap = CapId(db.test.sql().await.query_one("select id from caps", &[]).await.unwrap().get(0));
+        assert_eq!(cap_setter(&c, cap, rev).await.unwrap(), Some(ann));
+        assert_eq!(cap_setter(&c, cap, bob).await.unwrap(), None, "a cap is found only on the endpoint it binds");
+        let caps = read_rules(&c, rev).await.unwrap().caps;
+        assert_eq!(
+            (caps.len(), caps[0].selectors.clone(), caps[0].by.as_str()),
+            (1, vec!["handle:ann".to_owned()], "acme/laptop/ann")
+        );
+        assert_eq!(widen_caps(&c, rev, Dir::Out, ann, &[Selector::parse("handle:bob").unwrap()]).await.unwrap(), 1);
+        assert!(allowed(&from_rev).await, "widened to bob");
+        delete_cap(&c, cap).await.unwrap();
+        assert!(read_rules(&c, rev).await.unwrap().caps.is_empty());
+    }
+
+    #[tokio::test]
     async fn a_groups_name_is_taken_once_its_members_come_and_go_and_rules_read_back_as_set() {
         let db = testing::db().await;
         let (account, machine) = db.machine("acme", "laptop").await;
