@@ -832,6 +832,53 @@ mod tests {
     use crate::store::testing;
 
     #[tokio::test]
+    async fn a_card_goes_through_review_to_done_its_pull_request_followed_until_merged_and_its_worktree_cleaned() {
+        let db = testing::db().await;
+        let (account_id, machine_id) = db.machine("acme", "laptop").await;
+        let (_, desk) = db.machine("acme", "desk").await;
+        let id = db.card(account_id, machine_id, "c1").await;
+        let mut c = db.store.client().await.unwrap();
+        let token = TokenHash::from_stored(b"job-token".to_vec());
+        let tx = c.transaction().await.unwrap();
+        claim_next(&tx, machine_id, 60.0, &token).await.unwrap().expect("the card");
+        tx.commit().await.unwrap();
+        assert!(renew_lease(&c, machine_id, &token, 60.0, "running", "/wt/c1", "").await.unwrap());
+        assert!(
+            !renew_lease(&c, desk, &token, 60.0, "running", "", "").await.unwrap(),
+            "only the machine that leased it"
+        );
+        let card = job(&c, account_id, &id).await.unwrap();
+        assert_eq!(
+            (card.worktree.as_deref(), card.branch.as_deref()),
+            (Some("/wt/c1"), Some("relay/c1")),
+            "an empty branch keeps the one known"
+        );
+
+        let tx = c.transaction().await.unwrap();
+        let dispatched = lock_dispatched(&tx, account_id, &token).await.unwrap().expect("the token's card");
+        assert_eq!((dispatched.id, dispatched.column), (id.clone(), Column::InProgress));
+        set_review(&tx, &id, Some("https://forge.example/acme/app/pull/7"), "fixed").await.unwrap();
+        tx.commit().await.unwrap();
+        let follow: Vec<String> =
+            prs_to_follow(&c, machine_id, 0.0).await.unwrap().into_iter().map(|f| f.pr_url).collect();
+        assert_eq!(follow, ["https://forge.example/acme/app/pull/7"]);
+        set_pr_checked(&c, &id, Some(PrState::Open), None).await.unwrap();
+        assert!(prs_to_follow(&c, machine_id, 3600.0).await.unwrap().is_empty(), "asked just now");
+        set_pr_checked(&c, &id, Some(PrState::Merged), None).await.unwrap();
+        assert!(prs_to_follow(&c, machine_id, 0.0).await.unwrap().is_empty(), "merged: nothing more to follow");
+
+        assert!(cleanups(&c, machine_id).await.unwrap().is_empty(), "not done yet");
+        set_done(&c, &id).await.unwrap();
+        assert_eq!(column_of_token(&c, &token).await.unwrap(), None, "a done card's token names nothing");
+        let cleanup: Vec<String> = cleanups(&c, machine_id).await.unwrap().into_iter().map(|c| c.worktree).collect();
+        assert_eq!(cleanup, ["/wt/c1"]);
+        mark_cleaned(&c, desk, std::slice::from_ref(&id)).await.unwrap();
+        assert_eq!(cleanups(&c, machine_id).await.unwrap().len(), 1, "another machine cannot mark it cleaned");
+        mark_cleaned(&c, machine_id, &[id]).await.unwrap();
+        assert!(cleanups(&c, machine_id).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
     async fn a_claimed_card_whose_lease_lapses_goes_back_to_todo_once_and_its_token_opens_nothing() {
         let db = testing::db().await;
         let (account_id, machine_id) = db.machine("acme", "laptop").await;
