@@ -879,6 +879,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_due_schedule_is_locked_by_one_replica_posts_its_run_and_moves_on() {
+        let db = testing::db().await;
+        let (account_id, machine_id) = db.machine("acme", "laptop").await;
+        db.card(account_id, machine_id, "c1").await;
+        let mut c = db.store.client().await.unwrap();
+        let mut other = db.store.client().await.unwrap();
+        let repo_id = RepoId(c.query_one("select id from repos", &[]).await.unwrap().get(0));
+        let daily = Schedule::parse("0 9 * * *", "UTC").unwrap();
+        let slot = Utc::now() - chrono::Duration::minutes(5);
+        let new = NewJob {
+            id: &JobId::new("s1"),
+            account_id,
+            repo_id,
+            title: "rotate the logs",
+            detail: "",
+            agent: "claude",
+            requires_pr: false,
+            schedule: Some((&daily, slot)),
+            posted_by: "pat",
+        };
+        insert_job(&c, &new).await.unwrap();
+        let schedule = ScheduleId::new("s1");
+
+        let tx = c.transaction().await.unwrap();
+        let due = lock_due_schedules(&tx).await.unwrap();
+        assert_eq!(
+            due.iter().map(|d| (&d.id, d.expr.as_str(), d.zone.as_str())).collect::<Vec<_>>(),
+            [(&schedule, "0 9 * * *", "UTC")]
+        );
+        assert!(due[0].slot <= due[0].now && due[0].last_skip_reason.is_empty());
+        let beside = other.transaction().await.unwrap();
+        assert!(lock_due_schedules(&beside).await.unwrap().is_empty(), "another replica skips what this one holds");
+        drop(beside);
+        assert_eq!(last_run(&tx, &schedule).await.unwrap(), None, "it never ran");
+        let run = JobId::new("r1");
+        insert_run(&tx, &schedule, &run).await.unwrap();
+        advance_schedule(&tx, &schedule, Utc::now() + chrono::Duration::hours(1)).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let posted = job(&c, account_id, &run).await.unwrap();
+        assert_eq!(
+            (posted.title.as_str(), posted.column, posted.schedule_id.as_ref()),
+            ("rotate the logs", Column::Todo, Some(&schedule))
+        );
+        assert_eq!(last_run(&c, &schedule).await.unwrap(), Some((Column::Todo, false)));
+        let tx = c.transaction().await.unwrap();
+        assert!(lock_due_schedules(&tx).await.unwrap().is_empty(), "moved to its next run");
+        park_schedule(&tx, &schedule, "its repository is gone").await.unwrap();
+        tx.commit().await.unwrap();
+        let parked = job(&c, account_id, &JobId::new("s1")).await.unwrap();
+        assert_eq!((parked.next_run_at, parked.last_skip_reason.as_deref()), (None, Some("its repository is gone")));
+    }
+
+    #[tokio::test]
     async fn a_claimed_card_whose_lease_lapses_goes_back_to_todo_once_and_its_token_opens_nothing() {
         let db = testing::db().await;
         let (account_id, machine_id) = db.machine("acme", "laptop").await;
