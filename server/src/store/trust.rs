@@ -572,6 +572,32 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn private_data_crosses_only_a_contact_that_allows_it_and_a_held_message_is_checked_again_on_release() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (globex, boxed) = db.machine("globex", "box").await;
+        let (ann, gus) = (db.endpoint(laptop, "ann", 0).await, db.endpoint(boxed, "gus", 0).await);
+        let c = db.store.client().await.unwrap();
+        super::super::contacts::make_contact(&c, acme, globex).await.unwrap();
+        let sender = caller_of(&c, ann).await.unwrap();
+        let to_gus = [Target { id: gus, address: "globex/box/gus".into(), account_id: globex }];
+        let refused = Error::from(check_private(&c, &sender, &to_gus).await.unwrap_err());
+        assert!(matches!(&refused, Error::PermissionDenied(m) if m.contains("globex/box/gus")), "{refused:?}");
+        assert!(hold_class(&c, &sender, &to_gus, true).await.is_err(), "a private send is refused before any hold");
+        assert_eq!(set_private_ok(&c, acme, "globex", true).await.unwrap(), 1);
+        assert_eq!(set_private_ok(&c, acme, "initech", true).await.unwrap(), 0, "not a contact");
+        check_private(&c, &sender, &to_gus).await.expect("allowed now");
+
+        // A message written for a hold (to nobody yet) is checked again when released.
+        let held = db.send(ann, &[], "the keys are in the vault", None, None).await;
+        let targets = still_reachable(&c, ann, &held, &[gus]).await.unwrap();
+        assert_eq!(targets.iter().map(|t| t.id).collect::<Vec<_>>(), [gus]);
+        db.test.sql().await.execute("update machines set revoked_at = now() where id = $1", &[&boxed]).await.unwrap();
+        let gone = Error::from(still_reachable(&c, ann, &held, &[gus]).await.unwrap_err());
+        assert!(matches!(&gone, Error::FailedPrecondition(m) if m.contains("its machine was revoked")), "{gone:?}");
+    }
+
     #[test]
     fn hold_states_are_the_ones_the_table_allows() {
         let table = include_str!("../../migrations/0004_trust.sql");
