@@ -69,3 +69,44 @@ pub(crate) async fn purge_sessions(c: &impl GenericClient, batch: i64) -> Result
                delete from console_sessions s using doomed where s.id_hash = doomed.id_hash";
     Ok(c.execute(sql, &[&batch]).await?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::contacts::{human_by_token, insert_human, revoke_human};
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_persons_console_session_lives_until_it_is_deleted_or_its_person_is_revoked() {
+        let db = testing::db().await;
+        let (account_id, _) = db.machine("acme", "laptop").await;
+        let c = db.store.client().await.unwrap();
+        let token = TokenHash::from_stored(b"human-token".to_vec());
+        assert!(insert_human(&c, account_id, "pat", &token).await.unwrap());
+        assert!(
+            !insert_human(&c, account_id, "pat", &TokenHash::from_stored(b"other".to_vec())).await.unwrap(),
+            "one pat"
+        );
+        let (pat, revoked) = human_by_token(&c, &token).await.unwrap().expect("pat's token");
+        assert_eq!((pat.name.as_str(), pat.account.as_str(), revoked), ("pat", "acme", false));
+
+        let (first, second) =
+            (TokenHash::from_stored(b"console-1".to_vec()), TokenHash::from_stored(b"console-2".to_vec()));
+        assert!(insert_session(&c, &first, &pat, 3600.0).await.unwrap());
+        assert!(insert_session(&c, &second, &pat, 3600.0).await.unwrap());
+        let (person, left_s) = session_person(&c, &first).await.unwrap().expect("a live session");
+        assert!(
+            (person.account_id, person.name.as_str()) == (account_id, "pat") && left_s > 3500.0 && left_s <= 3600.0,
+            "{person:?} {left_s}"
+        );
+        delete_session(&c, &first).await.unwrap();
+        assert!(session_person(&c, &first).await.unwrap().is_none(), "signed out");
+        assert_eq!(purge_sessions(&c, 10).await.unwrap(), 0, "the other still lives");
+
+        assert_eq!(revoke_human(&c, account_id, "pat").await.unwrap(), 1);
+        assert!(session_person(&c, &second).await.unwrap().is_none(), "a revoked person's sessions end");
+        assert!(!insert_session(&c, &TokenHash::from_stored(b"console-3".to_vec()), &pat, 3600.0).await.unwrap());
+        assert_eq!(purge_sessions(&c, 10).await.unwrap(), 1);
+        assert!(human_by_token(&c, &token).await.unwrap().expect("still found").1, "and said to be revoked");
+    }
+}

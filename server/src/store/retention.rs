@@ -51,3 +51,42 @@ pub(crate) async fn purge_peeks(c: &impl GenericClient, age_s: f64, batch: i64) 
                delete from peeks p using doomed where p.id = doomed.id";
     Ok(c.execute(sql, &[&age_s, &batch]).await?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::delivery::State;
+    use crate::domain::ids::Seq;
+    use crate::store::messages::{Target, advance};
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn only_old_messages_nobody_has_to_read_any_more_are_purged_in_bounded_batches() {
+        let db = testing::db().await;
+        let (account_id, machine) = db.machine("acme", "laptop").await;
+        let (ann, bob) = (db.endpoint(machine, "ann", 0).await, db.endpoint(machine, "bob", 0).await);
+        let c = db.store.client().await.unwrap();
+        let to_bob = [Target { id: bob, address: "acme/laptop/bob".into(), account_id }];
+        for text in ["read", "also read", "unread"] {
+            db.send(ann, &to_bob, text, None, None).await;
+        }
+        advance(&c, bob, &[Seq(1), Seq(2)], State::Read).await.unwrap();
+        let held = db.send(ann, &[], "waiting for the human", None, None).await;
+        c.execute(
+            "insert into holds (id, account_id, message_id, class, recipients) values ('h1', $1, $2, 'contact', $3)",
+            &[&account_id, &held, &vec![bob]],
+        )
+        .await
+        .unwrap();
+        let count = async || -> i64 { c.query_one("select count(*) from messages", &[]).await.unwrap().get(0) };
+
+        assert_eq!(purge_messages(&c, 3600.0, 10).await.unwrap(), 0, "nothing is old yet");
+        c.execute("update messages set created_at = now() - interval '2 hours'", &[]).await.unwrap();
+        assert_eq!(purge_messages(&c, 3600.0, 1).await.unwrap(), 1, "one batch of one");
+        assert_eq!(purge_messages(&c, 3600.0, 10).await.unwrap(), 1, "the other read one");
+        assert_eq!(purge_messages(&c, 3600.0, 10).await.unwrap(), 0);
+        assert_eq!(count().await, 2, "the unread one and the held one stay");
+        let deliveries: i64 = c.query_one("select count(*) from deliveries", &[]).await.unwrap().get(0);
+        assert_eq!(deliveries, 1, "the purged messages' deliveries went with them");
+    }
+}
