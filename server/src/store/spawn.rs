@@ -85,3 +85,38 @@ pub(crate) async fn granted_endpoint(
         .ok_or_else(|| Error::Unauthenticated("unknown or used spawn grant".into()))?
         .only()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{StoreError, testing};
+
+    #[tokio::test]
+    async fn a_spawn_grant_opens_its_child_on_its_own_machine_only_until_it_is_spent() {
+        let db = testing::db().await;
+        let (account_id, machine_id) = db.machine("acme", "laptop").await;
+        let (_, desk) = db.machine("acme", "desk").await;
+        let parent = db.endpoint(machine_id, "lead", 0).await;
+        let c = db.store.client().await.unwrap();
+        let grant = ids::new_token(TokenKind::SpawnGrant);
+        let hash = ids::token_hash(&grant);
+        assert!(child_handles(&c, machine_id, "lead").await.unwrap().is_empty());
+        let child = insert_child(&c, machine_id, "lead-1", "claude-code", parent, &hash).await.unwrap();
+        assert_eq!(child_handles(&c, machine_id, "lead").await.unwrap(), ["lead-1"]);
+        assert_eq!(address_of(&c, child).await.unwrap(), "acme/laptop/lead-1");
+        assert_eq!(grant_holder(&c, &hash).await.unwrap(), Some((child, Some(parent))));
+
+        let laptop = MachineIdentity { machine_id, machine: "laptop".into(), account_id, account: "acme".into() };
+        let elsewhere = MachineIdentity { machine_id: desk, machine: "desk".into(), ..laptop.clone() };
+        assert_eq!(granted_endpoint(&c, &laptop, &grant).await.unwrap(), child);
+        let unknown = |e: StoreError| matches!(Error::from(e), Error::Unauthenticated(_));
+        assert!(
+            unknown(granted_endpoint(&c, &elsewhere, &grant).await.unwrap_err()),
+            "only on the machine it was made for"
+        );
+        assert!(granted_endpoint(&c, &laptop, "not-a-grant").await.is_err());
+        spend_grant(&c, child).await.unwrap();
+        assert!(unknown(granted_endpoint(&c, &laptop, &grant).await.unwrap_err()), "spent");
+        assert_eq!(grant_holder(&c, &hash).await.unwrap(), None);
+    }
+}
