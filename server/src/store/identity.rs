@@ -634,6 +634,50 @@ mod tests {
     const CAPS: EndpointCaps = EndpointCaps { account: 100, machine: 10 };
 
     #[tokio::test]
+    async fn a_profile_changes_only_what_is_given_and_listings_show_the_accounts_live_endpoints() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (globex, boxed) = db.machine("globex", "box").await;
+        let c = db.store.client().await.unwrap();
+        let session = TokenHash::from_stored(b"session".to_vec());
+        let ann = claim_handle(&c, laptop, "ann", "claude-code", &session, None, CAPS).await.unwrap().unwrap();
+        let idle = db.endpoint(laptop, "idle", 3).await;
+        db.endpoint(boxed, "gus", 0).await;
+        let note = RedactedText::from_agent("on the parser");
+        set_profile(&c, ann, Some("busy"), Some(&note), None, None).await.unwrap();
+        set_profile(&c, ann, None, None, Some(&RedactedText::from_agent("tests")), None).await.unwrap();
+        let me = endpoint_on(&c, ann).await.unwrap();
+        assert_eq!(
+            (me.status.as_str(), me.note.as_str(), me.now.as_str()),
+            ("busy", "on the parser", "tests"),
+            "what was not given stays"
+        );
+        assert!(me.online && !me.ended);
+
+        let addresses = |list: Vec<Endpoint>| list.into_iter().map(|e| e.address).collect::<Vec<_>>();
+        assert_eq!(addresses(endpoints_of(&c, &[acme], false).await.unwrap()), ["acme/laptop/ann"], "online only");
+        assert_eq!(addresses(endpoints_of(&c, &[acme], true).await.unwrap()), ["acme/laptop/ann", "acme/laptop/idle"]);
+        assert_eq!(endpoints_of(&c, &[acme, globex], true).await.unwrap().len(), 3, "and a contact's");
+        let who = whoami(&c, idle, acme).await.unwrap();
+        assert_eq!((who.endpoint.address.as_str(), who.unread, who.board), ("acme/laptop/idle", 3, false));
+        db.card(acme, laptop, "c1").await;
+        assert!(whoami(&c, idle, acme).await.unwrap().board, "an account with a repository has a board");
+
+        let tight = EndpointCaps { account: 2, machine: 10 };
+        assert_eq!(no_room_for(&c, laptop, "new", tight).await.unwrap(), Some(NoRoom::Account));
+        assert_eq!(no_room_for(&c, laptop, "ann", tight).await.unwrap(), None, "an existing handle needs no room");
+        let narrow = EndpointCaps { account: 100, machine: 2 };
+        assert_eq!(no_room_for(&c, laptop, "new", narrow).await.unwrap(), Some(NoRoom::Machine));
+        assert_eq!(no_room_for(&c, laptop, "job-c9", narrow).await.unwrap(), None, "cards' endpoints apart");
+        assert!(
+            claim_handle(&c, laptop, "new", "codex", &TokenHash::from_stored(b"s2".to_vec()), None, narrow)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
     async fn a_machine_token_finds_its_machine_and_a_session_hash_its_endpoint_until_the_session_ends() {
         let db = testing::db().await;
         let (account, machine) = db.machine("acme", "laptop").await;
