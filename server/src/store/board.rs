@@ -879,6 +879,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn cards_are_listed_by_column_edited_in_place_and_an_attempt_that_ends_unfinished_goes_back_to_todo() {
+        let db = testing::db().await;
+        let (account_id, machine_id) = db.machine("acme", "laptop").await;
+        let first = db.card(account_id, machine_id, "c1").await;
+        let second = db.card(account_id, machine_id, "c2").await;
+        let mut c = db.store.client().await.unwrap();
+        let ids = |cards: Vec<JobView>| cards.into_iter().map(|j| j.id.to_string()).collect::<Vec<_>>();
+        assert_eq!(ids(list(&c, account_id, None, None).await.unwrap()), ["c1", "c2"], "as posted");
+        assert!(matches!(
+            Error::from(job(&c, account_id, &JobId::new("c9")).await.unwrap_err()),
+            Error::NotFound { .. }
+        ));
+
+        set_title(&c, &second, "fix the flaky test").await.unwrap();
+        set_detail(&c, &second, "it fails one run in ten").await.unwrap();
+        set_requires_pr(&c, &second, true).await.unwrap();
+        mark_edited(&c, &second, "pat").await.unwrap();
+        let edited = job(&c, account_id, &second).await.unwrap();
+        assert_eq!(
+            (edited.title.as_str(), edited.detail.as_str(), edited.requires_pr),
+            ("fix the flaky test", "it fails one run in ten", true)
+        );
+        assert_eq!(edited.edited_by.as_deref(), Some("pat"));
+
+        set_operator(&c, "acme", "laptop/lead").await.unwrap();
+        assert_eq!(operator(&c, account_id).await.unwrap().as_deref(), Some("laptop/lead"));
+        assert!(matches!(Error::from(set_operator(&c, "initech", "x/y").await.unwrap_err()), Error::NotFound { .. }));
+
+        let token = TokenHash::from_stored(b"job-token".to_vec());
+        let tx = c.transaction().await.unwrap();
+        assert_eq!(claim_next(&tx, machine_id, 60.0, &token).await.unwrap(), Some(first.clone()), "the oldest first");
+        tx.commit().await.unwrap();
+        assert_eq!(ids(list(&c, account_id, Some(Column::InProgress), None).await.unwrap()), ["c1"]);
+        let tx = c.transaction().await.unwrap();
+        assert!(hold_attempt(&tx, &token).await.unwrap(), "in progress under a live lease");
+        let leased = lock_leased(&tx, machine_id, &token).await.unwrap().expect("the machine's leased card");
+        assert_eq!((leased.id.clone(), leased.column, leased.attempts), (first.clone(), Column::InProgress, 1));
+        assert_eq!(lock_card(&tx, account_id, &first).await.unwrap(), Column::InProgress);
+        return_to_todo(&tx, &first, "the agent exited with 1", "exited").await.unwrap();
+        tx.commit().await.unwrap();
+        let back = job(&c, account_id, &first).await.unwrap();
+        assert_eq!((back.column, back.last_error.as_deref()), (Column::Todo, Some("the agent exited with 1")));
+        assert_eq!(column_of_token(&c, &token).await.unwrap(), None, "its token ended");
+
+        set_done(&c, &second).await.unwrap();
+        assert_eq!(ids(recently_done(&c, account_id, 10).await.unwrap()), ["c2"]);
+        assert_eq!(archived(&c, account_id, None).await.unwrap(), 1);
+        send_back(&c, &second, "\n\nstill flaky").await.unwrap();
+        let again = job(&c, account_id, &second).await.unwrap();
+        assert_eq!((again.column, again.attempts), (Column::Todo, 0));
+        assert!(again.detail.ends_with("still flaky"));
+        assert_eq!(archived(&c, account_id, None).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
     async fn a_due_schedule_is_locked_by_one_replica_posts_its_run_and_moves_on() {
         let db = testing::db().await;
         let (account_id, machine_id) = db.machine("acme", "laptop").await;
