@@ -228,6 +228,7 @@ pub(crate) async fn resolve_received(
 }
 
 /// Whom a reply to message `original` goes to, and in which thread.
+#[derive(Debug)]
 pub(crate) struct ReplyTo {
     pub thread: String,
     pub target: Target,
@@ -283,6 +284,37 @@ mod tests {
     use crate::domain::ids::MessageRef;
     use crate::store::messages::take_unread;
     use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_reply_goes_to_the_asker_in_its_thread_and_a_thread_is_continued_only_by_who_took_part() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (ann, bob, cid) = (
+            db.endpoint(laptop, "ann", 0).await,
+            db.endpoint(laptop, "bob", 0).await,
+            db.endpoint(laptop, "cid", 0).await,
+        );
+        let c = db.store.client().await.unwrap();
+        let to_bob = [Target { id: bob, address: "acme/laptop/bob".into(), account_id: acme }];
+        let question = db.send(ann, &to_bob, "which branch?", None, None).await;
+        let (from_bob, from_cid) =
+            (identity::caller_of(&c, bob).await.unwrap(), identity::caller_of(&c, cid).await.unwrap());
+
+        let reply = reply_to(&c, &from_bob, &question).await.unwrap();
+        assert_eq!(
+            (reply.thread.as_str(), reply.target.id, reply.target.address.as_str()),
+            (question.as_str(), ann, "acme/laptop/ann")
+        );
+        assert!(reply.held.is_none(), "within one account nothing is held");
+        check_thread(&c, &from_bob, question.as_str()).await.expect("bob received a message in it");
+        let outsider = Error::from(check_thread(&c, &from_cid, question.as_str()).await.unwrap_err());
+        assert!(matches!(outsider, Error::NotFound { kind: EntityKind::Thread, .. }), "{outsider:?}");
+
+        db.test.sql().await.execute("update machines set revoked_at = now() where id = $1", &[&laptop]).await.unwrap();
+        let gone = Error::from(reply_to(&c, &from_bob, &question).await.unwrap_err());
+        assert!(matches!(gone, Error::FailedPrecondition(_)), "the asker's machine was revoked: {gone:?}");
+        assert_eq!(endpoint_at(&c, "acme/laptop/ann").await.unwrap(), ann, "the system still finds it by address");
+    }
 
     #[tokio::test]
     async fn addresses_resolve_all_or_nothing_within_reach_and_a_received_message_by_any_of_its_names() {
