@@ -934,6 +934,59 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_card_finds_its_repository_moves_between_repositories_and_schedules_and_is_followed_by_its_own_machine() {
+        let db = testing::db().await;
+        let (account_id, machine_id) = db.machine("acme", "laptop").await;
+        let (_, desk) = db.machine("acme", "desk").await;
+        let id = db.card(account_id, machine_id, "c1").await;
+        let c = db.store.client().await.unwrap();
+        let owner = db.endpoint(machine_id, "lead", 0).await;
+        let lead = crate::store::identity::caller_of(&c, owner).await.unwrap();
+        let app = resolve_repo(&c, &lead, "", "/src/app/server/src").await.unwrap();
+        assert_eq!(resolve_repo(&c, &lead, "/src/app", "").await.unwrap(), app);
+        assert_eq!(resolve_repo(&c, &lead, "app", "").await.unwrap(), app);
+        assert!(matches!(Error::from(resolve_repo(&c, &lead, "", "").await.unwrap_err()), Error::Invalid(_)));
+        assert!(matches!(
+            Error::from(resolve_repo(&c, &lead, "", "/elsewhere").await.unwrap_err()),
+            Error::NotFound { .. }
+        ));
+        let laptop = MachineIdentity { machine_id, machine: "laptop".into(), account_id, account: "acme".into() };
+        insert_repo(&c, &laptop, "/src/web", "web", "pat").await.unwrap();
+        let web = resolve_repo(&c, &lead, "web", "").await.unwrap();
+        set_repo(&c, &id, web).await.unwrap();
+        assert_eq!(job(&c, account_id, &id).await.unwrap().repo.name, "web");
+        assert_eq!(harness(&c, owner).await.unwrap(), "other", "an endpoint that never said what it runs");
+
+        let hourly = Schedule::parse("0 * * * *", "UTC").unwrap();
+        let next = Utc::now() + chrono::Duration::hours(1);
+        set_schedule(&c, &id, Some((&hourly, next))).await.unwrap();
+        let card = job(&c, account_id, &id).await.unwrap();
+        assert_eq!((card.kind, card.schedule.as_deref()), (CardKind::Schedule, Some("0 * * * *")));
+        hold_off(&c, &ScheduleId::new("c1"), next + chrono::Duration::hours(1), "the last run is still open")
+            .await
+            .unwrap();
+        let held = job(&c, account_id, &id).await.unwrap();
+        assert_eq!(held.last_skip_reason.as_deref(), Some("the last run is still open"));
+        set_schedule(&c, &id, None).await.unwrap();
+        assert_eq!(job(&c, account_id, &id).await.unwrap().kind, CardKind::Job);
+
+        // Its pull request is followed, under lock, only by the machine its repository is on.
+        worker_seen(&c, machine_id).await.unwrap();
+        assert!(job(&c, account_id, &id).await.unwrap().dispatcher_running, "a worker asked just now");
+        set_review(&c, &id, Some("https://forge.example/acme/web/pull/3"), "").await.unwrap();
+        let mut c = db.store.client().await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        assert!(lock_followed(&tx, desk, &id).await.unwrap().is_none());
+        assert_eq!(
+            lock_followed(&tx, machine_id, &id).await.unwrap(),
+            Some((account_id, "https://forge.example/acme/web/pull/3".to_owned()))
+        );
+        set_exited(&tx, &id, "exited").await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(job(&c, account_id, &id).await.unwrap().agent_state.as_deref(), Some("exited"));
+    }
+
+    #[tokio::test]
     async fn a_due_schedule_is_locked_by_one_replica_posts_its_run_and_moves_on() {
         let db = testing::db().await;
         let (account_id, machine_id) = db.machine("acme", "laptop").await;

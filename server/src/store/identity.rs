@@ -634,6 +634,33 @@ mod tests {
     const CAPS: EndpointCaps = EndpointCaps { account: 100, machine: 10 };
 
     #[tokio::test]
+    async fn a_granted_endpoint_is_claimed_only_while_free_and_a_revoked_machines_sessions_all_end() {
+        let db = testing::db().await;
+        let (_, machine) = db.machine("acme", "laptop").await;
+        let c = db.store.client().await.unwrap();
+        let (first, second) = (TokenHash::from_stored(b"s1".to_vec()), TokenHash::from_stored(b"s2".to_vec()));
+        let child = db.endpoint(machine, "lead-1", 0).await;
+        assert!(claim_granted(&c, child, "codex", &first).await.unwrap(), "reserved and never claimed");
+        assert!(!claim_granted(&c, child, "codex", &second).await.unwrap(), "its live session holds it");
+        let other = claim_handle(&c, machine, "ann", "claude-code", &second, None, CAPS).await.unwrap().unwrap();
+        db.test
+            .sql()
+            .await
+            .execute("insert into peek_turns (endpoint_id, turns) values ($1, '[]')", &[&other])
+            .await
+            .unwrap();
+        clear_peek_turns(&c, other).await.unwrap();
+        let kept: i64 = db.test.sql().await.query_one("select count(*) from peek_turns", &[]).await.unwrap().get(0);
+        assert_eq!(kept, 0);
+
+        end_machine_sessions(&c, machine).await.unwrap();
+        assert!(live_handles(&c, machine).await.unwrap().is_empty(), "every session of the machine ended");
+        assert!(
+            session_caller(&c, first).await.unwrap().is_none() && session_caller(&c, second).await.unwrap().is_none()
+        );
+    }
+
+    #[tokio::test]
     async fn a_profile_changes_only_what_is_given_and_listings_show_the_accounts_live_endpoints() {
         let db = testing::db().await;
         let (acme, laptop) = db.machine("acme", "laptop").await;

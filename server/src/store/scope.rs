@@ -464,6 +464,51 @@ mod tests {
     use crate::store::testing;
 
     #[tokio::test]
+    async fn reach_spans_the_account_and_its_contacts_and_a_group_send_reaches_its_live_members_but_the_sender() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (globex, boxed) = db.machine("globex", "box").await;
+        let (ann, bob, old) = (
+            db.endpoint(laptop, "ann", 0).await,
+            db.endpoint(laptop, "bob", 0).await,
+            db.endpoint(laptop, "old", 0).await,
+        );
+        let gus = db.endpoint(boxed, "gus", 0).await;
+        let c = db.store.client().await.unwrap();
+        assert_eq!(reach(acme, &[], acme), Reach::SameAccount);
+        assert_eq!(reach(acme, &[globex], globex), Reach::Contact);
+        assert_eq!(reach(acme, &[], globex), Reach::None);
+        assert!(in_account(&c, bob, acme).await.unwrap() && !in_account(&c, gus, acme).await.unwrap());
+
+        let from_ann = caller_of(&c, ann).await.unwrap();
+        assert_eq!(resolve_in_reach(&c, &from_ann, &[], "bob").await.unwrap(), (bob, "acme/laptop/bob".to_owned()));
+        assert!(resolve_in_reach(&c, &from_ann, &[], "globex/box/gus").await.is_err(), "a stranger reads as absent");
+        assert_eq!(resolve_in_reach(&c, &from_ann, &[globex], "globex/box/gus").await.unwrap().0, gus, "a contact's");
+        let loaded = load(&c, &[ann, gus]).await.unwrap();
+        assert_eq!((loaded[&ann].party.account_id, loaded[&gus].party.account_id), (acme, globex));
+
+        // Every live endpoint of the accounts but the asker, online or not as asked.
+        let candidates = async |all| -> Vec<EndpointId> {
+            peer_candidates(&c, &[acme, globex], ann, all).await.unwrap().into_iter().map(|(id, _)| id).collect()
+        };
+        assert_eq!(candidates(true).await, [bob, old, gus]);
+        assert!(candidates(false).await.is_empty(), "none is online");
+
+        let team = insert_group(&c, acme, "team", ann, &None, &None).await.unwrap().unwrap();
+        let other = insert_group(&c, acme, "alpha", ann, &None, &None).await.unwrap().unwrap();
+        assert_eq!(group_ids(&c, acme).await.unwrap(), [other, team], "by name");
+        for member in [ann, bob, old] {
+            insert_member(&c, team, member).await.unwrap();
+        }
+        super::super::identity::end_session(&c, old).await.unwrap();
+        let members: Vec<EndpointId> =
+            group_members_for_send(&c, &from_ann, "team").await.unwrap().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(members, [bob], "not the sender, not an ended session");
+        set_group_rule(&c, team, Dir::Out, &Some(vec![Selector::parse("handle:bob").unwrap()])).await.unwrap();
+        assert_eq!(group_view(&c, team).await.unwrap().rules_out, Some(vec!["handle:bob".to_owned()]));
+    }
+
+    #[tokio::test]
     async fn rules_and_caps_decide_who_may_message_whom() {
         let db = testing::db().await;
         let (_, machine) = db.machine("acme", "laptop").await;

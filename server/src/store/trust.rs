@@ -573,6 +573,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn asks_wait_for_an_answer_peeks_are_recorded_and_reserved_endpoints_are_made_once() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (ann, bob) = (db.endpoint(laptop, "ann", 0).await, db.endpoint(laptop, "bob", 0).await);
+        let c = db.store.client().await.unwrap();
+        let to_bob = [Target { id: bob, address: "acme/laptop/bob".into(), account_id: acme }];
+        let ask = db.send(ann, &to_bob, "may I merge?", None, None).await;
+        db.send(ann, &to_bob, "just so you know", None, None).await;
+        db.test.sql().await.execute("update messages set require_reply = true where id = $1", &[&ask]).await.unwrap();
+        let waiting: Vec<MessageId> =
+            unanswered_asks(&c, bob, &[acme]).await.unwrap().into_iter().map(|m| m.id).collect();
+        assert_eq!(waiting, [ask.clone()], "only what asks for a reply");
+        assert!(unanswered_asks(&c, bob, &[]).await.unwrap().is_empty(), "only from the accounts in reach");
+        let to_ann = [Target { id: ann, address: "acme/laptop/ann".into(), account_id: acme }];
+        db.send(bob, &to_ann, "yes", None, Some(&ask)).await;
+        assert!(unanswered_asks(&c, bob, &[acme]).await.unwrap().is_empty(), "answered");
+
+        insert_peek(&c, bob, "acme/laptop/ann", 3).await.unwrap();
+        insert_peek(&c, bob, "acme/laptop/cid", 1).await.unwrap();
+        let seen: Vec<(String, u32)> = peekers(&c, bob).await.unwrap().into_iter().map(|p| (p.by, p.turns)).collect();
+        assert_eq!(seen.len(), 2);
+        assert!(seen.contains(&("acme/laptop/ann".to_owned(), 3)) && seen.contains(&("acme/laptop/cid".to_owned(), 1)));
+
+        let board = ensure_reserved(&c, acme, "board").await.unwrap();
+        assert_eq!(ensure_reserved(&c, acme, "board").await.unwrap(), board);
+        assert_ne!(
+            ensure_human(&c, acme).await.unwrap(),
+            board,
+            "the human's inbox is another endpoint of the same machine"
+        );
+    }
+
+    #[tokio::test]
     async fn private_data_crosses_only_a_contact_that_allows_it_and_a_held_message_is_checked_again_on_release() {
         let db = testing::db().await;
         let (acme, laptop) = db.machine("acme", "laptop").await;
