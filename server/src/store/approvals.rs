@@ -348,6 +348,44 @@ mod tests {
     use crate::store::testing;
 
     #[tokio::test]
+    async fn a_card_being_worked_names_its_operator_and_a_question_reaches_the_operator_or_the_human() {
+        let db = testing::db().await;
+        let (account, machine) = db.machine("acme", "laptop").await;
+        let card = db.card(account, machine, "c1").await;
+        let worker = db.endpoint(machine, "job-c1", 0).await;
+        let lead = db.endpoint(machine, "lead", 0).await;
+        let mut c = db.store.client().await.unwrap();
+        let token = TokenHash::from_stored(b"job-token".to_vec());
+        assert!(worked_card(&c, account, &token).await.unwrap().is_none(), "not claimed yet");
+        let tx = c.transaction().await.unwrap();
+        crate::store::board::claim_next(&tx, machine, 60.0, &token).await.unwrap();
+        tx.commit().await.unwrap();
+        crate::store::board::set_operator(&c, "acme", "laptop/lead").await.unwrap();
+        let worked = worked_card(&c, account, &token).await.unwrap().expect("in progress under that token");
+        assert_eq!((&worked.id, worked.operator.as_deref()), (&card, Some("laptop/lead")));
+        let (other, _) = db.machine("globex", "box").await;
+        assert!(worked_card(&c, other, &token).await.unwrap().is_none(), "only in its own account");
+
+        let operator = operator_target(&c, account, "laptop/lead").await.unwrap().expect("a live operator");
+        assert_eq!((operator.id, operator.address.as_str()), (lead, "acme/laptop/lead"));
+        assert!(operator_target(&c, account, "laptop/nobody").await.unwrap().is_none());
+        let human = human_target(&c, account, "acme").await.unwrap();
+        assert_eq!(human.address, "acme/me");
+        let asker = requester(&c, worker).await.unwrap();
+        let tx = c.transaction().await.unwrap();
+        ask(&tx, &asker, operator, "may I run the migration?").await.unwrap();
+        ask(&tx, &asker, human.clone(), "may I run the migration?").await.unwrap();
+        tx.commit().await.unwrap();
+        for inbox in [lead, human.id] {
+            let unread: i32 =
+                c.query_one("select unread from endpoints where id = $1", &[&inbox]).await.unwrap().get(0);
+            assert_eq!(unread, 1, "each asked once");
+        }
+        let kind: i16 = c.query_one("select kind from messages limit 1", &[]).await.unwrap().get(0);
+        assert_eq!(kind, Kind::Ask.to_db());
+    }
+
+    #[tokio::test]
     async fn a_request_goes_to_the_human_once_is_decided_once_and_one_past_its_deadline_is_refused() {
         let db = testing::db().await;
         let (account, machine) = db.machine("acme", "laptop").await;

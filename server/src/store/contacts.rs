@@ -235,6 +235,55 @@ mod tests {
     use crate::store::testing;
 
     #[tokio::test]
+    async fn a_drop_locks_the_inboxes_it_withdraws_from_rejects_the_holds_between_and_clears_the_requests() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (globex, boxed) = db.machine("globex", "box").await;
+        let (ann, gus) = (db.endpoint(laptop, "ann", 0).await, db.endpoint(boxed, "gus", 0).await);
+        let mut c = db.store.client().await.unwrap();
+        make_contact(&c, acme, globex).await.unwrap();
+        c.execute("update contacts set private_ok = true", &[]).await.unwrap();
+        assert_eq!(private_ok(&c, acme).await.unwrap(), ["globex"]);
+        assert_eq!(private_ok(&c, globex).await.unwrap(), ["acme"]);
+        let to_gus = [Target { id: gus, address: "globex/box/gus".into(), account_id: globex }];
+        db.send(ann, &to_gus, "unseen", None, None).await;
+        let held = db.send(ann, &[], "held", None, None).await;
+        c.execute(
+            "insert into holds (id, account_id, message_id, class, recipients) values ('h1', $1, $2, 'contact', $3)",
+            &[&acme, &held, &vec![gus]],
+        )
+        .await
+        .unwrap();
+        insert_request(&c, globex, acme).await.unwrap();
+
+        let tx = c.transaction().await.unwrap();
+        lock_accounts(&tx, globex, acme).await.unwrap();
+        lock_inboxes_between(&tx, acme, globex).await.unwrap();
+        let other = db.test.sql().await;
+        let inbox = other.execute("select 1 from endpoints where id = $1 for no key update nowait", &[&gus]).await;
+        assert_eq!(
+            inbox.unwrap_err().code(),
+            Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE),
+            "gus's inbox is held"
+        );
+        let account = other.execute("select 1 from accounts where id = $1 for update nowait", &[&acme]).await;
+        assert!(account.is_err(), "and both accounts");
+        reject_holds_between(&tx, acme, globex, "the contact ended").await.unwrap();
+        assert_eq!(delete_requests(&tx, acme, globex).await.unwrap(), 1);
+        tx.commit().await.unwrap();
+        other
+            .execute("select 1 from endpoints where id = $1 for no key update nowait", &[&gus])
+            .await
+            .expect("released");
+        let (state, reason): (String, String) = c
+            .query_one("select state, reason from holds where id = 'h1'", &[])
+            .await
+            .map(|r| (r.get(0), r.get(1)))
+            .unwrap();
+        assert_eq!((state.as_str(), reason.as_str()), ("rejected", "the contact ended"));
+    }
+
+    #[tokio::test]
     async fn a_request_answered_makes_one_contact_and_dropping_it_withdraws_what_was_not_seen() {
         let db = testing::db().await;
         let (acme, laptop) = db.machine("acme", "laptop").await;

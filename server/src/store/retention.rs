@@ -61,6 +61,39 @@ mod tests {
     use crate::store::testing;
 
     #[tokio::test]
+    async fn old_done_cards_without_a_worktree_and_old_peek_records_are_purged() {
+        let db = testing::db().await;
+        let (account_id, machine) = db.machine("acme", "laptop").await;
+        let bob = db.endpoint(machine, "bob", 0).await;
+        let (cleaned, dirty, open) = (
+            db.card(account_id, machine, "c1").await,
+            db.card(account_id, machine, "c2").await,
+            db.card(account_id, machine, "c3").await,
+        );
+        let c = db.store.client().await.unwrap();
+        for id in [&cleaned, &dirty] {
+            crate::store::board::set_done(&c, id).await.unwrap();
+        }
+        c.execute("update jobs set worktree = '/wt/c2' where id = $1", &[&dirty]).await.unwrap();
+        assert_eq!(purge_cards(&c, 3600.0, 10).await.unwrap(), 0, "closed just now");
+        c.execute("update jobs set closed_at = now() - interval '2 hours' where closed_at is not null", &[])
+            .await
+            .unwrap();
+        assert_eq!(purge_cards(&c, 3600.0, 10).await.unwrap(), 1, "the one whose worktree is gone");
+        let left: Vec<String> =
+            c.query("select id from jobs order by id", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        assert_eq!(left, [dirty.to_string(), open.to_string()]);
+
+        crate::store::trust::insert_peek(&c, bob, "acme/laptop/ann", 2).await.unwrap();
+        crate::store::trust::insert_peek(&c, bob, "acme/laptop/cid", 2).await.unwrap();
+        c.execute("update peeks set at = now() - interval '2 hours' where peeker = 'acme/laptop/ann'", &[])
+            .await
+            .unwrap();
+        assert_eq!(purge_peeks(&c, 3600.0, 10).await.unwrap(), 1);
+        assert_eq!(crate::store::trust::peekers(&c, bob).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
     async fn only_old_messages_nobody_has_to_read_any_more_are_purged_in_bounded_batches() {
         let db = testing::db().await;
         let (account_id, machine) = db.machine("acme", "laptop").await;
