@@ -68,3 +68,35 @@ pub(crate) async fn board_sender(c: &impl GenericClient, account_id: AccountId) 
     let id = super::trust::ensure_reserved(c, account_id, BOARD).await?;
     caller_of(c, id).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_cards_audience_its_live_readers_and_the_boards_sender() {
+        let db = testing::db().await;
+        let (account_id, laptop) = db.machine("acme", "laptop").await;
+        let (_, old) = db.machine("acme", "old").await;
+        let card = db.card(account_id, laptop, "c1").await;
+        let ann = db.endpoint(laptop, "ann", 0).await;
+        db.endpoint(old, "bob", 0).await;
+        let c = db.store.client().await.unwrap();
+        db.test.sql().await.execute("update machines set revoked_at = now() where id = $1", &[&old]).await.unwrap();
+        crate::store::board::set_operator(&c, "acme", "laptop/ann").await.unwrap();
+
+        let audience = audience(&c, account_id, &card).await.unwrap();
+        assert_eq!(
+            (audience.title.as_str(), audience.poster.as_str(), audience.account.as_str()),
+            ("fix the build", "pat", "acme")
+        );
+        assert_eq!(audience.operator.as_deref(), Some("laptop/ann"));
+        let live = live_at(&c, account_id, &["acme/laptop/ann", "acme/old/bob", "acme/laptop/nobody"]).await.unwrap();
+        assert_eq!(live, [(ann, "acme/laptop/ann".to_owned())], "not a revoked machine's, not a missing one");
+
+        let sender = board_sender(&c, account_id).await.unwrap();
+        assert_eq!(sender.address(), "acme/me/board");
+        assert_eq!(board_sender(&c, account_id).await.unwrap().endpoint_id, sender.endpoint_id, "made once");
+    }
+}
