@@ -90,12 +90,12 @@ pub(crate) async fn operator_target(
     operator: &str,
 ) -> Result<Option<Target>> {
     c.query_opt(
-        "select ea.id, ea.address from endpoint_addresses ea join endpoints e on e.id = ea.id
+        "select ea.id, ea.address, ea.account_id from endpoint_addresses ea join endpoints e on e.id = ea.id
          where ea.account_id = $1 and ea.machine || '/' || ea.handle = $2 and e.ended_at is null",
         &[&account_id, &operator],
     )
     .await?
-    .map(|r| Ok(Target { id: r.col("id")?, address: r.col("address")?, account_id }))
+    .map(|r| Target::from_row(&r))
     .transpose()
 }
 

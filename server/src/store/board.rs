@@ -567,12 +567,7 @@ impl FromRow for AttemptHolder {
             card: row.col("card")?,
             column: Column::from_db(row.col("state")?)?,
             lease_live: row.col("lease_live")?,
-            machine: MachineIdentity {
-                machine_id: row.col("machine_id")?,
-                machine: row.col("machine")?,
-                account_id: row.col("account_id")?,
-                account: row.col("account")?,
-            },
+            machine: MachineIdentity::from_row(row)?,
             revoked: row.col("revoked")?,
         })
     }

@@ -2,7 +2,7 @@
 
 use deadpool_postgres::GenericClient;
 
-use super::row::Col;
+use super::row::{Col, FromRow};
 use crate::domain::caller::Human;
 use crate::domain::ids::TokenHash;
 use crate::store::Result;
@@ -49,10 +49,7 @@ pub(crate) async fn session_person(c: &impl GenericClient, id_hash: &TokenHash) 
     let Some(row) = c.query_opt(&stmt, &[&id_hash]).await? else {
         return Ok(None);
     };
-    Ok(Some((
-        Human { account_id: row.col("account_id")?, account: row.col("account")?, name: row.col("name")? },
-        row.col("left_s")?,
-    )))
+    Ok(Some((Human::from_row(&row)?, row.col("left_s")?)))
 }
 
 pub(crate) async fn delete_session(c: &impl GenericClient, id_hash: &TokenHash) -> Result<()> {

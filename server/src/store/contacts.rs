@@ -83,10 +83,14 @@ pub(crate) async fn human_by_token(c: &impl GenericClient, token_hash: &TokenHas
     let Some(row) = c.query_opt(&stmt, &[&token_hash]).await? else {
         return Ok(None);
     };
-    Ok(Some((
-        Human { account_id: row.col("account_id")?, account: row.col("account")?, name: row.col("name")? },
-        row.col("revoked")?,
-    )))
+    Ok(Some((Human::from_row(&row)?, row.col("revoked")?)))
+}
+
+/// A person from the columns `account_id, account, name`.
+impl FromRow for Human {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Human { account_id: row.col("account_id")?, account: row.col("account")?, name: row.col("name")? })
+    }
 }
 
 // ---- contacts ----------------------------------------------------------------------------------

@@ -220,13 +220,19 @@ pub(crate) async fn machine_by_token(
     let Some(row) = c.query_opt(&stmt, &[&token_hash]).await? else {
         return Ok(None);
     };
-    let identity = MachineIdentity {
-        machine_id: row.col("machine_id")?,
-        machine: row.col("machine")?,
-        account_id: row.col("account_id")?,
-        account: row.col("account")?,
-    };
-    Ok(Some((identity, row.col("revoked")?)))
+    Ok(Some((MachineIdentity::from_row(&row)?, row.col("revoked")?)))
+}
+
+/// A machine from the columns `machine_id, machine, account_id, account`.
+impl FromRow for MachineIdentity {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(MachineIdentity {
+            machine_id: row.col("machine_id")?,
+            machine: row.col("machine")?,
+            account_id: row.col("account_id")?,
+            account: row.col("account")?,
+        })
+    }
 }
 
 /// A session as its hash finds it: the endpoint it holds, and whether it still lives.

@@ -251,8 +251,14 @@ pub(crate) async fn peekers(c: &impl GenericClient, endpoint_id: EndpointId) -> 
     c.query("select peeker, at, turns from peeks where target_id = $1 order by at desc limit 50", &[&endpoint_id])
         .await?
         .iter()
-        .map(|r| Ok(PeekerView { by: r.col("peeker")?, at: r.col("at")?, turns: r.col::<i32>("turns")? as u32 }))
+        .map(PeekerView::from_row)
         .collect()
+}
+
+impl FromRow for PeekerView {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(PeekerView { by: row.col("peeker")?, at: row.col("at")?, turns: row.col::<i32>("turns")? as u32 })
+    }
 }
 
 /// The account's human endpoint (`account/me`), made on first use.
@@ -422,7 +428,7 @@ pub(crate) async fn still_reachable(
     let mut targets = Vec::new();
     let mut refused = Vec::new();
     for row in &rows {
-        let target = Target { id: row.col("id")?, address: row.col("address")?, account_id: row.col("account_id")? };
+        let target = Target::from_row(row)?;
         let why = if !row.col::<bool>("live")? {
             Some("its machine was revoked".to_owned())
         } else {

@@ -2,6 +2,7 @@
 //! pushed, shown and read.
 
 use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
 
 use super::{MESSAGE_COLUMNS, READ, WITHDRAWN};
 use crate::domain::delivery::{Kind, State};
@@ -120,15 +121,21 @@ pub(crate) async fn announce(c: &impl GenericClient, inbox: EndpointId, limit: i
     let mut announcement = Announcement::default();
     for row in &rows {
         announcement.unread = row.col::<i32>("unread")?.max(0) as u64;
-        announcement.messages.push(Announced {
+        announcement.messages.push(Announced::from_row(row)?);
+    }
+    Ok(announcement)
+}
+
+impl FromRow for Announced {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Announced {
             id: row.col("id")?,
             seq: row.col("seq")?,
             from: row.col::<Option<String>>("sender")?.unwrap_or_default(),
             kind: Kind::from_db(row.col("kind")?)?,
             require_reply: row.col("require_reply")?,
-        });
+        })
     }
-    Ok(announcement)
 }
 
 /// The newest `limit` messages delivered to `inbox` (withdrawn ones left out), newest first, each

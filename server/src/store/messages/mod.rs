@@ -87,6 +87,13 @@ pub(crate) struct Target {
     pub account_id: AccountId,
 }
 
+/// A target from the columns `id, address, account_id`.
+impl FromRow for Target {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Target { id: row.col("id")?, address: row.col("address")?, account_id: row.col("account_id")? })
+    }
+}
+
 /// Columns read by [`Message::from_row`], over [`MESSAGE_JOINS`].
 const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at, \
      m.require_reply, m.private, \
