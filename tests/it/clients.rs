@@ -234,10 +234,14 @@ async fn an_idle_codex_session_is_woken_through_codex_queue() {
         if screen.contains("Trust this folder?") {
             term.keys(&["Enter"]);
             term.wait_until_gone("Trust this folder?", TURN).await;
-        } else if screen.contains("Trust all and continue") {
-            term.keys(&["Down", "Enter"]);
+        } else if screen.contains("› 2. Trust all and continue") {
+            term.keys(&["Enter"]);
             term.wait_until_gone("Trust all and continue", TURN).await;
             break;
+        } else if screen.contains("Trust all and continue") {
+            // A key sent while the dialog still draws can be lost: the choice is confirmed only once
+            // the screen shows it chosen.
+            term.keys(&[if screen.contains("› 3.") { "Up" } else { "Down" }]);
         }
         assert!(tokio::time::Instant::now() < deadline, "Codex never asked to trust the relay hook:\n{screen}");
         tokio::time::sleep(Duration::from_millis(200)).await;
