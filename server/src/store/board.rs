@@ -1045,20 +1045,9 @@ mod tests {
         insert_repo(&c, &laptop, "/src/app", "app again", "pat").await.unwrap();
         let repos = repos(&c, account_id).await.unwrap();
         assert_eq!(repos.len(), 1, "a path is one repository");
-        let repo_id = RepoId(db.test.sql().await.query_one("select id from repos", &[]).await.unwrap().get(0));
-        let id = JobId::new("j1");
-        let new = NewJob {
-            id: &id,
-            account_id,
-            repo_id,
-            title: "fix the build",
-            detail: "",
-            agent: "claude",
-            requires_pr: false,
-            schedule: None,
-            posted_by: "pat",
-        };
-        insert_job(&c, &new).await.unwrap();
+        // Posted on that repository (the same path again: no second one).
+        let id = db.card(account_id, machine_id, "j1").await;
+        assert_eq!(repos(&c, account_id).await.unwrap().len(), 1);
 
         let token = TokenHash::from_stored(b"job-token".to_vec());
         let tx = c.transaction().await.unwrap();
