@@ -1043,8 +1043,7 @@ mod tests {
         let mut c = db.store.client().await.unwrap();
         insert_repo(&c, &laptop, "/src/app", "app", "pat").await.unwrap();
         insert_repo(&c, &laptop, "/src/app", "app again", "pat").await.unwrap();
-        let repos = repos(&c, account_id).await.unwrap();
-        assert_eq!(repos.len(), 1, "a path is one repository");
+        assert_eq!(repos(&c, account_id).await.unwrap().len(), 1, "a path is one repository");
         // Posted on that repository (the same path again: no second one).
         let id = db.card(account_id, machine_id, "j1").await;
         assert_eq!(repos(&c, account_id).await.unwrap().len(), 1);
