@@ -590,7 +590,7 @@ mod tests {
         db.test.sql().await.execute("update messages set require_reply = true where id = $1", &[&ask]).await.unwrap();
         let waiting: Vec<MessageId> =
             unanswered_asks(&c, bob, &[acme]).await.unwrap().into_iter().map(|m| m.id).collect();
-        assert_eq!(waiting, [ask.clone()], "only what asks for a reply");
+        assert_eq!(waiting, std::slice::from_ref(&ask), "only what asks for a reply");
         assert!(unanswered_asks(&c, bob, &[]).await.unwrap().is_empty(), "only from the accounts in reach");
         let to_ann = [Target { id: ann, address: "acme/laptop/ann".into(), account_id: acme }];
         db.send(bob, &to_ann, "yes", None, Some(&ask)).await;

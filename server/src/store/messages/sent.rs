@@ -122,7 +122,7 @@ mod tests {
         let replies = replies_to(&c, &question, ann).await.unwrap();
         assert_eq!(replies.iter().map(|m| &m.id).collect::<Vec<_>>(), [&reply]);
         assert_eq!(thread_of(&c, &reply).await.unwrap(), (question.to_string(), Some(question.clone())));
-        assert_eq!(sent_like(&c, ann, &question.as_str()[..8]).await.unwrap(), [question.clone()]);
+        assert_eq!(sent_like(&c, ann, &question.as_str()[..8]).await.unwrap(), std::slice::from_ref(&question));
         assert!(sent_like(&c, bob, &question.as_str()[..8]).await.unwrap().is_empty(), "only what the sender sent");
     }
 }
