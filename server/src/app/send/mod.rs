@@ -157,8 +157,7 @@ impl Sends {
             address: address.clone(),
             account_id: sender.account_id,
         }];
-        let id = ids::new_message_id();
-        let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
+        let (id, thread) = out.new_id_and_thread();
         let w = Write { caller: sender, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: None };
         // One statement, uncapped: a report on what a worker did is not lost to a full inbox.
         match write::write_one(&client, &w.message(), i32::MAX, ReplicaId::NONE).await? {
@@ -170,8 +169,7 @@ impl Sends {
 
     /// Writes a send whose recipients are resolved and allowed.
     async fn write_resolved(&self, caller: &Caller, out: &Outgoing<'_>, known: Resolved) -> Result<Sent> {
-        let id = ids::new_message_id();
-        let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
+        let (id, thread) = out.new_id_and_thread();
         let write = Write { caller, id: &id, thread: &thread, targets: &known.targets, out, reply_to: None };
         let mut sent = self.write_send(write).await?;
         if !sent.duplicate {
@@ -198,8 +196,7 @@ impl Sends {
         out: &Outgoing<'_>,
         class: &'static str,
     ) -> Result<Sent> {
-        let id = ids::new_message_id();
-        let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
+        let (id, thread) = out.new_id_and_thread();
         let write = Write { caller, id: &id, thread: &thread, targets: &held.targets, out, reply_to: None };
         let mut sent = self.write_held(write, class).await?;
         if !sent.duplicate {

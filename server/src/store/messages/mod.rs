@@ -14,7 +14,7 @@ use tokio_postgres::Row;
 
 use super::row::{Col, FromRow};
 use crate::domain::delivery::{Kind, State};
-use crate::domain::ids::{AccountId, EndpointId, ReplicaId};
+use crate::domain::ids::{AccountId, EndpointId, MessageId, ReplicaId};
 use crate::domain::message::{Message, Recipient};
 use crate::domain::redact::RedactedText;
 use crate::store::Result;
@@ -68,6 +68,14 @@ impl<'a> Outgoing<'a> {
     /// in no thread, with no client id, plain.
     pub fn notice(body: &'a RedactedText) -> Self {
         Self { to: &[], body, thread: None, kind: Kind::Message, client_id: None, private: false, require_reply: false }
+    }
+
+    /// A new message id, and the thread the message goes in: the one it names, else a new thread
+    /// named by that id.
+    pub fn new_id_and_thread(&self) -> (MessageId, String) {
+        let id = crate::domain::ids::new_message_id();
+        let thread = self.thread.map_or_else(|| id.to_string(), str::to_owned);
+        (id, thread)
     }
 }
 

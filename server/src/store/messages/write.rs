@@ -14,7 +14,7 @@ use postgres_types::ToSql;
 
 use super::{Outgoing, Target};
 use crate::domain::caller::Caller;
-use crate::domain::ids::{self, AccountId, EndpointId, MessageId, ReplicaId, Seq};
+use crate::domain::ids::{AccountId, EndpointId, MessageId, ReplicaId, Seq};
 use crate::domain::{EntityKind, Error, limits, presence};
 use crate::metrics::metrics;
 use crate::store::Result;
@@ -212,8 +212,7 @@ pub(crate) async fn write_set(
 /// the deliveries it writes, and so does every writer after it in that transaction
 /// (`relay.counted`, see migrations/README.md).
 pub(crate) async fn write_system(tx: &Tx<'_>, sender: &Caller, targets: &[Target], out: &Outgoing<'_>) -> Result<()> {
-    let id = ids::new_message_id();
-    let thread = out.thread.map_or_else(|| id.to_string(), str::to_owned);
+    let (id, thread) = out.new_id_and_thread();
     let message = NewMessage::new(sender, id, thread, targets, out, None);
     match write_one(tx, &message, UNCAPPED, ReplicaId::NONE).await? {
         Written::Stored { .. } | Written::Duplicate => Ok(()),
@@ -313,8 +312,8 @@ mod tests {
         let kind = if reply_to.is_some() { Kind::Reply } else { Kind::Message };
         let out =
             Outgoing { to: &[], body: &body, thread: None, kind, client_id, private: false, require_reply: false };
-        let id = ids::new_message_id();
-        NewMessage::new(from, id.clone(), id.to_string(), to, &out, reply_to)
+        let (id, thread) = out.new_id_and_thread();
+        NewMessage::new(from, id, thread, to, &out, reply_to)
     }
 
     /// Each inbox's (head seq, unread count), and the seqs it holds of `message`.
