@@ -93,11 +93,19 @@ impl Db {
         }
     }
 
-    /// Card `id` in To do on a repository of `machine` (acme's laptop).
+    /// Card `id` in To do on repository `/src/app` of `machine`, posted by `pat`.
     pub async fn card(&self, account_id: AccountId, machine_id: MachineId, id: &str) -> JobId {
         let c = self.store.client().await.unwrap();
-        let laptop = MachineIdentity { machine_id, machine: "laptop".into(), account_id, account: "acme".into() };
-        insert_repo(&c, &laptop, "/src/app", "app", "pat").await.unwrap();
+        // `insert_repo` keys on the ids; the names are read back so the identity is the machine's own.
+        let names = c
+            .query_one(
+                "select m.name, a.name from machines m join accounts a on a.id = m.account_id where m.id = $1",
+                &[&machine_id],
+            )
+            .await
+            .unwrap();
+        let machine = MachineIdentity { machine_id, machine: names.get(0), account_id, account: names.get(1) };
+        insert_repo(&c, &machine, "/src/app", "app", "pat").await.unwrap();
         let repo: i64 = c
             .query_one("select id from repos where machine_id = $1 and path = '/src/app'", &[&machine_id])
             .await
