@@ -6,6 +6,7 @@
 
 pub mod frame;
 pub mod relay;
+pub mod repo;
 pub mod tools;
 pub mod version;
 

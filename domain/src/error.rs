@@ -16,6 +16,7 @@ pub enum EntityKind {
     Approval,
     Card,
     Repository,
+    Claim,
     /// A row another one refers to (a foreign key).
     Reference,
 }
@@ -36,6 +37,7 @@ impl EntityKind {
             Self::Approval => "approval",
             Self::Card => "card",
             Self::Repository => "repository",
+            Self::Claim => "claim",
             Self::Reference => "reference",
         }
     }

@@ -57,6 +57,24 @@ row_id!(
     CapId
 );
 row_id!(
+    /// A path claim's row; agents name it `claim-<n>`.
+    ClaimId
+);
+impl ClaimId {
+    /// Reads `claim-<n>` (or `<n>`).
+    pub fn parse(given: &str) -> Result<Self> {
+        let given = given.trim();
+        given.strip_prefix("claim-").unwrap_or(given).parse().map(Self).map_err(|_| {
+            Error::invalid(format!("claim {given:?} is not a claim id: they read claim-<n>, as relay_claims shows"))
+        })
+    }
+
+    pub fn name(self) -> String {
+        format!("claim-{}", self.0)
+    }
+}
+
+row_id!(
     /// A delivery's place in its inbox: each inbox numbers what it receives 1, 2, 3, … .
     Seq
 );

@@ -5,6 +5,7 @@
 pub mod address;
 pub mod board;
 pub mod caller;
+pub mod claims;
 pub mod console;
 pub mod delivery;
 pub mod endpoint;

@@ -5,7 +5,7 @@ use bytes::BytesMut;
 use postgres_types::{FromSql, IsNull, ToSql, Type, accepts, to_sql_checked};
 
 use crate::ids::{
-    AccountId, ApprovalId, CapId, EndpointId, GroupId, HoldId, JobId, MachineId, MessageId, ReplicaId, RepoId,
+    AccountId, ApprovalId, CapId, ClaimId, EndpointId, GroupId, HoldId, JobId, MachineId, MessageId, ReplicaId, RepoId,
     ScheduleId, Seq, TokenHash,
 };
 
@@ -39,6 +39,7 @@ bigint_id!(GroupId);
 bigint_id!(RepoId);
 bigint_id!(ReplicaId);
 bigint_id!(CapId);
+bigint_id!(ClaimId);
 bigint_id!(Seq);
 
 macro_rules! text_id {

@@ -66,6 +66,25 @@ pub enum Shed {
     rates,
 }
 
+/// What happened to a path claim.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ClaimStep {
+    /// A new claim stands.
+    granted,
+    /// A standing claim was claimed again: a new time, reason or kind.
+    renewed,
+    /// Another agent's claim stood in the way.
+    refused,
+    /// Ended by its holder.
+    released,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClaimLabel {
+    pub step: ClaimStep,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ShedLabel {
     pub reason: Shed,
@@ -137,6 +156,9 @@ pub struct Metrics {
     pub purged: Family<PurgedLabel, Counter>,
     pub approvals_waiting: Family<ApprovalLabel, Gauge>,
     pub mcp_requests: Family<McpLabels, Counter>,
+    pub claims: Family<ClaimLabel, Counter>,
+    pub claims_standing: Gauge,
+    pub loops_held: Counter,
     pub mcp_agents: Gauge,
     pub mcp_streams: Gauge,
 }
@@ -174,6 +196,9 @@ impl Metrics {
             purged: Family::default(),
             approvals_waiting: Family::default(),
             mcp_requests: Family::default(),
+            claims: Family::default(),
+            claims_standing: Gauge::default(),
+            loops_held: Counter::default(),
             mcp_agents: Gauge::default(),
             mcp_streams: Gauge::default(),
         };
@@ -239,6 +264,13 @@ impl Metrics {
             "Permission requests waiting for a decision, by state",
             m.approvals_waiting.clone(),
         );
+        r.register("path_claims", "Path claims by what happened: granted, renewed, refused, released", m.claims.clone());
+        r.register("path_claims_standing", "Path claims in force", m.claims_standing.clone());
+        r.register(
+            "loop_guard_holds",
+            "Sends held for a person because agents answered each other past the loop guard's bound",
+            m.loops_held.clone(),
+        );
         r.register("mcp_requests", "Requests at the MCP endpoint, by HTTP method and status", m.mcp_requests.clone());
         r.register("mcp_agents", "Agents without a bridge this replica serves over MCP", m.mcp_agents.clone());
         r.register("mcp_streams", "MCP sessions' notification streams open on this replica", m.mcp_streams.clone());
@@ -254,6 +286,12 @@ impl Metrics {
     pub fn rpc_answered(&self, method: &'static str, code: Code, seconds: f64) {
         self.rpcs.get_or_create(&RpcLabels { method, code: code_name(code) }).inc();
         self.rpc_seconds.get_or_create(&MethodLabel { method }).observe(seconds);
+    }
+
+    pub fn claims(&self, step: ClaimStep, n: u64) {
+        if n > 0 {
+            self.claims.get_or_create(&ClaimLabel { step }).inc_by(n);
+        }
     }
 
     pub fn shed(&self, reason: Shed) {

@@ -12,6 +12,7 @@ mod attacks;
 mod board;
 mod bridge;
 mod bridge_cli;
+mod claims;
 mod clients;
 mod connections;
 mod console;

@@ -43,6 +43,13 @@ impl Bridge {
         Self::spawn(cmd, home)
     }
 
+    /// [`Bridge::start`] with `dir` as the agent's working directory.
+    pub fn start_in(spec: BridgeSpec<'_>, dir: &Path) -> Self {
+        let (mut cmd, home) = Self::command(spec, &[]);
+        cmd.current_dir(dir);
+        Self::spawn(cmd, home)
+    }
+
     /// [`Bridge::start`] in the network namespace at `netns` (`/run/netns/NAME`): the bridge sees only
     /// that namespace's network.
     #[cfg(target_os = "linux")]

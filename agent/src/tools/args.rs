@@ -291,6 +291,38 @@ impl<const MAX: usize> JsonSchema for Addresses<MAX> {
     }
 }
 
+/// One path or a list of 1 to `MAX` paths, trimmed.
+#[derive(Debug, Clone)]
+pub struct Paths<const MAX: usize>(pub Vec<String>);
+
+impl<'de, const MAX: usize> Deserialize<'de> for Paths<MAX> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wrong = || de::Error::custom(format!("must be a path or a list of 1 to {MAX} paths"));
+        let path = |v: &Value| match v {
+            Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+            _ => None,
+        };
+        match Value::deserialize(d)? {
+            Value::Array(items) if (1..=MAX).contains(&items.len()) => {
+                items.iter().map(path).collect::<Option<Vec<_>>>().map(Self).ok_or_else(wrong)
+            }
+            one => path(&one).map(|p| Self(vec![p])).ok_or_else(wrong),
+        }
+    }
+}
+
+impl<const MAX: usize> JsonSchema for Paths<MAX> {
+    fn schema_name() -> Cow<'static, str> {
+        format!("Paths{MAX}").into()
+    }
+    fn inline_schema() -> bool {
+        true
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": MAX })
+    }
+}
+
 /// A selector list: a list of strings or one comma-separated string.
 #[derive(Debug, Clone)]
 pub struct Selectors(pub Vec<String>);

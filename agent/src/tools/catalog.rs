@@ -54,6 +54,10 @@ impl Hints {
     const PEEK: Self = Self { read_only: false, destructive: false, idempotent: false, open_world: true };
     /// Acts on the board, which others see and workers act on.
     const ACT: Self = Self { read_only: false, destructive: false, idempotent: false, open_world: true };
+    /// Says something other agents see and are stopped by (a claim); saying it again renews it.
+    const CLAIM: Self = Self { read_only: false, destructive: false, idempotent: true, open_world: true };
+    /// Ends what the caller said to others (its claims); ending it again changes nothing.
+    const WITHDRAW: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: true };
     /// Closes a card for good (Done removes its worktree) or sends it back.
     const DESTROY: Self = Self { read_only: false, destructive: true, idempotent: false, open_world: true };
 
@@ -243,6 +247,30 @@ fn build() -> Vec<Tool> {
             input: input_schema::<input::SetPeek>(),
             hints: Hints::REPLACE,
             output: None,
+            audience: Audience::Everyone,
+        },
+        Tool {
+            name: "relay_claim",
+            description: "Claim paths of a repository you are about to change, so agents on any machine are told before colliding. Not granted: you get who holds them, and why.".into(),
+            input: input_schema::<input::Claim>(),
+            hints: Hints::CLAIM,
+            output: Some(schema::<output::Claimed>()),
+            audience: Audience::Everyone,
+        },
+        Tool {
+            name: "relay_release",
+            description: "End your path claims: one, some paths, or all.".into(),
+            input: input_schema::<input::Release>(),
+            hints: Hints::WITHDRAW,
+            output: Some(schema::<output::Claims>()),
+            audience: Audience::Everyone,
+        },
+        Tool {
+            name: "relay_claims",
+            description: format!("Path claims standing that you can see. {untrusted}"),
+            input: input_schema::<input::Claims>(),
+            hints: Hints::READ_SHARED,
+            output: Some(schema::<output::Claims>()),
             audience: Audience::Everyone,
         },
         Tool {

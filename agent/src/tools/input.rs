@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::args::{Addresses, Count, Flag, NonBlank, OneOf, Seconds, Selectors, Text, Word, words};
+use super::args::{Addresses, Count, Flag, NonBlank, OneOf, Paths, Seconds, Selectors, Text, Word, words};
 use super::{ASK_WAIT_DEFAULT_S, MAX_RECIPIENTS, MAX_WAIT_S, NOTE_CHARS, TITLE_CHARS};
 
 words!(StatusState: "idle", "busy", "blocked", "away");
@@ -256,4 +256,40 @@ pub fn text(value: Option<Text>) -> String {
 /// The value of an optional word, empty when not given.
 pub fn word<W: super::args::Words>(value: Option<Word<W>>) -> String {
     value.map(|w| w.0).unwrap_or_default()
+}
+
+/// Paths one claim names; the server holds the same bound.
+pub const MAX_CLAIM_PATHS: usize = 64;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// from the repository root; a path covers what is below it (src/auth, src/**/*.sql)
+    pub paths: Paths<MAX_CLAIM_PATHS>,
+    /// remote URL or local path (default: your working directory's repository)
+    pub repo: Option<NonBlank>,
+    /// others may not claim them too (default true)
+    pub exclusive: Option<Flag>,
+    /// default 3600; claim again to renew
+    pub ttl_s: Option<Count<60, 86400>>,
+    /// what you are changing
+    pub reason: NonBlank,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Release {
+    /// claim-<n>; without claim or paths, all of yours
+    pub claim: Option<NonBlank>,
+    /// paths to drop from your claims in this repository
+    pub paths: Option<Paths<MAX_CLAIM_PATHS>>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Claims {
+    /// remote URL or local path (default: every repository)
+    pub repo: Option<NonBlank>,
+    /// only yours
+    pub mine: Option<Flag>,
 }

@@ -29,6 +29,7 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "relay_set_now" => set_now(tools, parse(arguments)?).await,
         "relay_set_title" => set_title(tools, parse(arguments)?).await,
         "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
+        "relay_claim" | "relay_release" | "relay_claims" => super::claims::call(tools, name, arguments).await,
         "relay_peek" | "relay_set_peek" => super::peek::call(tools, name, arguments).await,
         "post_job" | "list_jobs" | "read_job" | "edit_job" | "finish_job" | "close_job" | "add_repo"
         | "answer_permission" | "relay_permission" => super::board::call(tools, name, arguments).await,

@@ -9,6 +9,7 @@
 mod args;
 mod board;
 pub mod catalog;
+mod claims;
 mod host;
 mod input;
 mod messaging;

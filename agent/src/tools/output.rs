@@ -460,3 +460,50 @@ mod tests {
         }
     }
 }
+
+#[derive(Serialize, JsonSchema)]
+pub struct PathClaim {
+    /// claim-<n>
+    pub id: String,
+    /// the holder's address
+    pub holder: String,
+    pub repo: String,
+    pub paths: Vec<String>,
+    pub exclusive: bool,
+    /// written by the holder (neutralised)
+    pub reason: String,
+    /// RFC 3339, UTC
+    pub since: String,
+    pub until: String,
+}
+
+impl PathClaim {
+    pub fn from_wire(c: &relay_proto::v1::PathClaim) -> Self {
+        Self {
+            id: c.id.clone(),
+            holder: c.holder.clone(),
+            repo: c.repo.clone(),
+            paths: c.paths.clone(),
+            exclusive: c.exclusive,
+            reason: frame::neutralize(&c.reason),
+            since: c.since.clone(),
+            until: c.until.clone(),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Claimed {
+    pub granted: bool,
+    /// yours, when granted
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim: Option<PathClaim>,
+    /// when refused: the claims in the way
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conflicts: Vec<PathClaim>,
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Claims {
+    pub claims: Vec<PathClaim>,
+}

@@ -6,6 +6,7 @@
 
 pub mod approvals;
 pub mod board;
+pub mod claims;
 pub mod console;
 pub mod identity;
 pub mod messaging;
@@ -40,6 +41,7 @@ pub struct App {
     pub scope: scope::ScopeService,
     pub trust: trust::TrustService,
     pub board: board::BoardService,
+    pub claims: claims::ClaimsService,
     pub approvals: approvals::ApprovalsService,
     pub console: console::ConsoleService,
     pub ops: observe::OpsService,
@@ -58,6 +60,7 @@ impl App {
             console: console::ConsoleService::new(core.clone(), trust.clone(), approvals.clone()),
             scope: scope::ScopeService::new(core.clone(), messaging.clone()),
             board: board::BoardService::new(core.clone()),
+            claims: claims::ClaimsService::new(core.clone()),
             remote: remote::RemoteService::new(core.clone()),
             ops: observe::OpsService::new(core, retention),
             identity,

@@ -69,5 +69,17 @@ impl OpsService {
             Ok(Err(e)) => tracing::warn!(error = %e, "cannot read waiting approvals for metrics"),
             Err(_) => tracing::warn!("reading waiting approvals for metrics took too long"),
         }
+        let standing = tokio::time::timeout(DB_WAIT, async {
+            let client = self.core.store.client().await?;
+            crate::store::claims::standing_count(&client).await.map_err(crate::domain::Error::from)
+        })
+        .await;
+        match standing {
+            Ok(Ok(n)) => {
+                metrics().claims_standing.set(n);
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot count standing claims for metrics"),
+            Err(_) => tracing::warn!("counting standing claims for metrics took too long"),
+        }
     }
 }

@@ -3,8 +3,10 @@
 
 use relay_proto::v1 as wire;
 
+use crate::app::claims::RepoRef;
 use crate::app::messaging::Delivered;
 use crate::domain::board::{Cleanup, Job, Repo};
+use crate::domain::claims::Claim;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::endpoint::Endpoint;
 use crate::domain::ids::Seq;
@@ -358,5 +360,29 @@ impl WireFrom<Decision> for wire::PermissionDecision {
 impl WireFrom<Contact> for wire::ContactView {
     fn wire_from(c: Contact) -> Self {
         Self { account: c.account, state: c.state, withdrawn: c.withdrawn }
+    }
+}
+
+impl WireFrom<Claim> for wire::PathClaim {
+    fn wire_from(c: Claim) -> Self {
+        Self {
+            id: c.id.name(),
+            holder: c.holder,
+            repo: c.repo.to_string(),
+            paths: c.paths.iter().map(|p| p.to_string()).collect(),
+            exclusive: c.exclusive,
+            reason: c.reason,
+            since: instant(Some(c.since)),
+            until: instant(Some(c.until)),
+            kept: c.kept,
+        }
+    }
+}
+
+/// A repository as a request names it; `None` when it names none.
+pub fn repo_ref(repo: Option<wire::RepoRef>) -> Option<RepoRef> {
+    match repo?.kind? {
+        wire::repo_ref::Kind::Remote(remote) => Some(RepoRef::Remote(remote)),
+        wire::repo_ref::Kind::LocalPath(path) => Some(RepoRef::Local(path)),
     }
 }

@@ -14,6 +14,7 @@ use crate::app::App;
 use crate::app::approvals::ApprovalsService;
 use crate::app::board::BoardService;
 use crate::app::board::{Edit, Post};
+use crate::app::claims::{Claimed, ClaimsService};
 use crate::app::identity::IdentityService;
 use crate::app::identity::{Claim, ProfileChange};
 use crate::app::messaging::MessagingService;
@@ -33,6 +34,7 @@ pub struct RelayService {
     trust: TrustService,
     board: BoardService,
     approvals: ApprovalsService,
+    claims: ClaimsService,
 }
 
 impl RelayService {
@@ -44,6 +46,7 @@ impl RelayService {
             trust: app.trust.clone(),
             board: app.board.clone(),
             approvals: app.approvals.clone(),
+            claims: app.claims.clone(),
         }
     }
 }
@@ -433,6 +436,61 @@ impl Relay for RelayService {
                 .map_err(to_status)?
                 .into_wire(),
         ))
+    }
+
+    async fn claim_paths(&self, request: Request<ClaimPathsRequest>) -> Result<Response<ClaimPathsResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let r = request.into_inner();
+        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
+        let claimed = self
+            .claims
+            .claim(&caller, &repo, &r.paths, r.exclusive, r.ttl_s, &r.reason)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(match claimed {
+            Claimed::Granted { claim, renewed } => {
+                ClaimPathsResponse { granted: true, claim: Some(claim.into_wire()), renewed, conflicts: Vec::new() }
+            }
+            Claimed::Conflicts(conflicts) => {
+                ClaimPathsResponse { granted: false, claim: None, renewed: false, conflicts: convert::all(conflicts) }
+            }
+        }))
+    }
+
+    async fn release_paths(
+        &self,
+        request: Request<ReleasePathsRequest>,
+    ) -> Result<Response<ReleasePathsResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let r = request.into_inner();
+        let repo = convert::repo_ref(r.repo);
+        let claim = crate::app::optional(r.claim.trim());
+        let released = self.claims.release(&caller, claim, repo.as_ref(), &r.paths).await.map_err(to_status)?;
+        Ok(Response::new(ReleasePathsResponse { released: convert::all(released) }))
+    }
+
+    async fn list_claims(&self, request: Request<ListClaimsRequest>) -> Result<Response<ListClaimsResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let r = request.into_inner();
+        let repo = convert::repo_ref(r.repo);
+        let claims = self.claims.list(&caller, repo.as_ref(), r.mine).await.map_err(to_status)?;
+        Ok(Response::new(ListClaimsResponse { claims: convert::all(claims) }))
+    }
+
+    async fn claims_touching(
+        &self,
+        request: Request<ClaimsTouchingRequest>,
+    ) -> Result<Response<ListClaimsResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let r = request.into_inner();
+        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
+        let key = self.claims.key(&caller.account, &caller.machine, &repo).map_err(to_status)?;
+        let claims = self
+            .claims
+            .touching(caller.account_id, Some(caller.endpoint_id), &key, &r.files)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(ListClaimsResponse { claims: convert::all(claims) }))
     }
 
     async fn confirm(&self, request: Request<ConfirmRequest>) -> Result<Response<ConfirmResponse>, Status> {

@@ -10,16 +10,18 @@ use super::status::to_status;
 
 use crate::app::App;
 use crate::app::board::BoardService;
+use crate::app::claims::ClaimsService;
 use crate::domain::Result;
 
 #[derive(Clone)]
 pub struct WorkerService {
     board: BoardService,
+    claims: ClaimsService,
 }
 
 impl WorkerService {
     pub fn new(app: &App) -> Self {
-        Self { board: app.board.clone() }
+        Self { board: app.board.clone(), claims: app.claims.clone() }
     }
 
     async fn follow(&self, machine: &crate::domain::caller::MachineIdentity) -> Result<Vec<FollowPr>, Status> {
@@ -84,5 +86,17 @@ impl Worker for WorkerService {
         let machine = auth::machine(&request)?;
         self.board.cleaned(&machine, &request.get_ref().ids).await.map_err(to_status)?;
         Ok(Response::new(CleanedResponse {}))
+    }
+
+    async fn claims_touching(
+        &self,
+        request: Request<ClaimsTouchingRequest>,
+    ) -> Result<Response<ListClaimsResponse>, Status> {
+        let machine = auth::machine(&request)?;
+        let r = request.into_inner();
+        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
+        let key = self.claims.key(&machine.account, &machine.machine, &repo).map_err(to_status)?;
+        let claims = self.claims.touching(machine.account_id, None, &key, &r.files).await.map_err(to_status)?;
+        Ok(Response::new(ListClaimsResponse { claims: convert::all(claims) }))
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod board;
+pub mod claims;
 pub mod console;
 pub mod contacts;
 pub mod due;

@@ -1,0 +1,230 @@
+//! Path claims across machines, through the real bridges and server: clones of one repository on
+//! two machines meet in one claim space; a claim in the way is reported with its holder, who hears
+//! of it; reach, the end of a session, a replica's death and bad input.
+
+use std::path::Path;
+use std::time::Duration;
+
+use relay_tests::mcp::{Bridge, BridgeSpec, text};
+use relay_tests::pg::TestDb;
+use relay_tests::server::{Server, TwoMachines};
+use serde_json::{Value, json};
+
+/// A clone of `remote` (made with `git init`, only its remote set) in a fresh directory.
+fn clone_of(remote: Option<&str>) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git").arg("-C").arg(dir.path()).args(args).status().unwrap().success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    if let Some(remote) = remote {
+        git(&["remote", "add", "origin", remote]);
+    }
+    std::fs::create_dir_all(dir.path().join("src/auth")).unwrap();
+    dir
+}
+
+async fn agent_in(server: &str, token: &str, handle: &str, dir: &Path) -> Bridge {
+    let mut bridge = Bridge::start_in(BridgeSpec { server, token, handle: Some(handle), channels: false }, dir);
+    bridge.initialize("2025-06-18").await;
+    bridge
+}
+
+fn claim_args(paths: Value, reason: &str) -> Value {
+    json!({ "paths": paths, "reason": reason })
+}
+
+/// The structured part of a result.
+fn data(result: &Value) -> &Value {
+    &result["structuredContent"]
+}
+
+async fn claim(agent: &mut Bridge, paths: Value, reason: &str) -> Value {
+    agent.tool_ok("relay_claim", claim_args(paths, reason)).await
+}
+
+/// The one unread message `agent` has, waiting for it.
+async fn one_message(agent: &mut Bridge) -> Value {
+    let inbox = agent.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
+    let messages = data(&inbox)["messages"].as_array().unwrap().clone();
+    assert_eq!(messages.len(), 1, "{}", text(&inbox));
+    messages[0].clone()
+}
+
+async fn nothing_unread(agent: &mut Bridge) {
+    let inbox = agent.tool_ok("relay_inbox", json!({})).await;
+    assert_eq!(data(&inbox)["messages"], json!([]), "{}", text(&inbox));
+}
+
+#[tokio::test]
+async fn an_agent_on_another_machine_is_told_who_holds_the_paths_and_the_holder_hears_of_it() {
+    let w = TwoMachines::start().await;
+    // One repository, cloned over https on one machine and over ssh on the other.
+    let laptop_clone = clone_of(Some("https://github.com/Acme/API.git"));
+    let ci_clone = clone_of(Some("git@github.com:acme/api.git"));
+    let mut ann = agent_in(&w.server.url, &w.laptop, "ann", laptop_clone.path()).await;
+    let mut bob = agent_in(&w.server.url, &w.ci, "bob", ci_clone.path()).await;
+
+    let granted = claim(&mut ann, json!(["src/auth/**"]), "refactoring login").await;
+    let mine = &data(&granted)["claim"];
+    assert_eq!(data(&granted)["granted"], true, "{}", text(&granted));
+    assert_eq!(mine["repo"], "github.com/acme/api", "both clones are one repository");
+    assert_eq!(mine["paths"], json!(["src/auth"]));
+    assert_eq!(mine["exclusive"], true, "exclusive unless said otherwise");
+    let id = mine["id"].as_str().unwrap().to_owned();
+    assert!(text(&granted).starts_with(&format!("granted {id}")), "{}", text(&granted));
+
+    let refused = claim(&mut bob, json!("src/auth/login.rs"), "fixing the session bug").await;
+    assert_eq!(data(&refused)["granted"], false, "{}", text(&refused));
+    let conflict = &data(&refused)["conflicts"][0];
+    assert_eq!(conflict["holder"], "acme/laptop/ann");
+    assert_eq!(conflict["id"], id.as_str());
+    assert_eq!(conflict["reason"], "refactoring login");
+    assert!(conflict["since"].as_str().unwrap().ends_with('Z') && conflict["until"].as_str().unwrap().ends_with('Z'));
+    let said = text(&refused);
+    assert!(said.contains("NOT granted") && said.contains("acme/laptop/ann") && said.contains("refactoring login"), "{said}");
+    assert!(data(&refused)["untrusted"].is_string(), "the holder's reason is framed as another agent's text");
+
+    // The holder hears who ran into the claim, and with what.
+    let told = one_message(&mut ann).await;
+    let body = told["body"].as_str().unwrap();
+    assert!(body.contains("acme/ci/bob") && body.contains("src/auth/login.rs") && body.contains(&id), "{body}");
+    // Once in a while per claimant: asking again does not fill the holder's inbox.
+    claim(&mut bob, json!("src/auth/login.rs"), "fixing the session bug").await;
+    nothing_unread(&mut ann).await;
+
+    // Other paths, and shared claims side by side.
+    let web = claim(&mut bob, json!(["src/web"]), "new page").await;
+    assert_eq!(data(&web)["granted"], true);
+    let shared = json!({ "paths": ["docs"], "reason": "notes", "exclusive": false });
+    assert_eq!(data(&ann.tool_ok("relay_claim", shared.clone()).await)["granted"], true);
+    assert_eq!(data(&bob.tool_ok("relay_claim", shared).await)["granted"], true, "shared claims do not collide");
+
+    // Claiming the same paths again renews the claim.
+    let again = ann.tool_ok("relay_claim", json!({ "paths": ["src/auth/"], "reason": "still at it", "ttl_s": 7200 })).await;
+    assert_eq!(data(&again)["claim"]["id"], id.as_str(), "{}", text(&again));
+    assert!(text(&again).starts_with("renewed"), "{}", text(&again));
+
+    let all = ann.tool_ok("relay_claims", json!({})).await;
+    assert_eq!(data(&all)["claims"].as_array().unwrap().len(), 4, "{}", text(&all));
+    let mine = ann.tool_ok("relay_claims", json!({ "mine": true })).await;
+    let holders: Vec<&str> =
+        data(&mine)["claims"].as_array().unwrap().iter().map(|c| c["holder"].as_str().unwrap()).collect();
+    assert_eq!(holders, ["acme/laptop/ann", "acme/laptop/ann"]);
+    let by_url = bob.tool_ok("relay_claims", json!({ "repo": "https://github.com/acme/api" })).await;
+    assert_eq!(data(&by_url)["claims"].as_array().unwrap().len(), 4, "a remote URL names the same repository");
+
+    // Released, the paths are free.
+    let released = ann.tool_ok("relay_release", json!({ "claim": id })).await;
+    assert_eq!(data(&released)["claims"][0]["id"], id.as_str());
+    let now = claim(&mut bob, json!("src/auth/login.rs"), "fixing the session bug").await;
+    assert_eq!(data(&now)["granted"], true, "{}", text(&now));
+    // Releasing some paths of a claim keeps the rest.
+    let two = claim(&mut ann, json!(["lib/a", "lib/b"]), "two libraries").await;
+    let two_id = data(&two)["claim"]["id"].as_str().unwrap().to_owned();
+    ann.tool_ok("relay_release", json!({ "paths": ["lib/a"] })).await;
+    let left = ann.tool_ok("relay_claims", json!({ "mine": true })).await;
+    let kept = data(&left)["claims"].as_array().unwrap().iter().find(|c| c["id"] == two_id.as_str()).cloned();
+    assert_eq!(kept.map(|c| c["paths"].clone()), Some(json!(["lib/b"])), "{}", text(&left));
+    // Without arguments, all of the caller's claims end.
+    let rest = ann.tool_ok("relay_release", json!({})).await;
+    assert_eq!(data(&rest)["claims"].as_array().unwrap().len(), 2, "{}", text(&rest));
+    let none = ann.tool_ok("relay_release", json!({})).await;
+    assert_eq!(text(&none), "you held no claim to release");
+}
+
+#[tokio::test]
+async fn a_claim_out_of_reach_is_absent_and_a_contacts_is_seen() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let acme = server.machine("acme", "laptop");
+    let initech = server.machine("initech", "box");
+    let remote = "https://github.com/oss/shared.git";
+    let (a, b) = (clone_of(Some(remote)), clone_of(Some(remote)));
+    let mut ann = agent_in(&server.url, &acme, "ann", a.path()).await;
+    let mut ivan = agent_in(&server.url, &initech, "ivan", b.path()).await;
+    claim(&mut ann, json!("src"), "acme's work").await;
+
+    let listed = ivan.tool_ok("relay_claims", json!({})).await;
+    assert_eq!(data(&listed)["claims"], json!([]), "another account's claim is not shown: {}", text(&listed));
+    let granted = claim(&mut ivan, json!("src"), "initech's work").await;
+    assert_eq!(data(&granted)["granted"], true, "a claim out of reach stops nothing");
+    nothing_unread(&mut ann).await;
+    // Nor can it be released by anyone but its holder.
+    let id = data(&ann.tool_ok("relay_claims", json!({ "mine": true })).await)["claims"][0]["id"].clone();
+    let theirs = ivan.tool("relay_release", json!({ "claim": id })).await;
+    assert_eq!(theirs["isError"], true);
+    assert!(text(&theirs).contains("you hold no standing claim"), "{}", text(&theirs));
+}
+
+#[tokio::test]
+async fn a_claim_ends_with_its_holders_session_and_outlives_a_replicas_death() {
+    let db = TestDb::new().await;
+    let mut first = Server::start(&db).await;
+    let second = Server::start(&db).await;
+    let laptop = first.machine("acme", "laptop");
+    let ci = first.machine("acme", "ci");
+    let (a, b) = (clone_of(None), clone_of(None));
+    // Without a remote, a repository is its machine's path: the same path on two machines is two.
+    // ann knows both replicas, as a deployment's bridges do.
+    let both = format!("{},{}", first.url, second.url);
+    let mut ann = agent_in(&both, &laptop, "ann", a.path()).await;
+    let granted = claim(&mut ann, json!("src"), "local work").await;
+    let key = data(&granted)["claim"]["repo"].as_str().unwrap().to_owned();
+    assert!(key.starts_with("local:acme/laptop:") && key.ends_with(&a.path().display().to_string()), "{key}");
+
+    // Another agent names that repository by its key, from the second replica.
+    let mut bob = agent_in(&second.url, &ci, "bob", b.path()).await;
+    let by_key = json!({ "paths": ["src/x"], "repo": key, "reason": "r" });
+    first.crash();
+    let refused = bob.tool_ok("relay_claim", by_key.clone()).await;
+    assert_eq!(data(&refused)["granted"], false, "the claim outlived the replica: {}", text(&refused));
+
+    // Its session ended (the bridge said goodbye, to the replica still up), the claim stands no more.
+    ann.close();
+    let status = tokio::time::timeout(Duration::from_secs(20), ann.child.wait()).await.expect("ann's bridge exits");
+    assert!(status.unwrap().success());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let answer = bob.tool_ok("relay_claim", by_key.clone()).await;
+        if data(&answer)["granted"] == true {
+            assert_eq!(data(&answer)["claim"]["holder"], "acme/ci/bob");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "ann's claim did not end with her session: {}", text(&answer));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn bad_claims_are_refused_by_name_and_change_nothing() {
+    let w = TwoMachines::start().await;
+    let clone = clone_of(Some("https://github.com/acme/api"));
+    let not_a_repo = tempfile::tempdir().unwrap();
+    let mut ann = agent_in(&w.server.url, &w.laptop, "ann", clone.path()).await;
+    let mut lost = agent_in(&w.server.url, &w.ci, "lost", not_a_repo.path()).await;
+    let cases = [
+        (json!({ "paths": [], "reason": "r" }), "paths must be a path or a list of 1 to 64 paths"),
+        (json!({ "paths": ["/etc/passwd"], "reason": "r" }), "is absolute"),
+        (json!({ "paths": ["src/../../x"], "reason": "r" }), "leaves the repository"),
+        (json!({ "paths": ["src"], "reason": " " }), "reason is required"),
+        (json!({ "paths": ["src"], "reason": "r", "ttl_s": 5 }), "ttl_s must be a whole number from 60 to 86400"),
+        (json!({ "paths": ["src"], "reason": "r", "repo": "not a remote" }), "is not a git remote"),
+        (json!({ "paths": ["a\u{1b}[2J"], "reason": "r" }), "control character"),
+        (json!({ "paths": ["src"], "reason": "x".repeat(201) }), "longer than 200 characters"),
+    ];
+    for (arguments, why) in cases {
+        let refused = ann.tool("relay_claim", arguments.clone()).await;
+        assert_eq!(refused["isError"], true, "{arguments}");
+        assert!(text(&refused).contains(why), "{arguments}: {}", text(&refused));
+    }
+    let outside = lost.tool("relay_claim", claim_args(json!("src"), "r")).await;
+    assert!(text(&outside).contains("not in a git repository"), "{}", text(&outside));
+    let unknown = ann.tool("relay_release", json!({ "claim": "claim-999999" })).await;
+    assert!(text(&unknown).contains("you hold no standing claim claim-999999"), "{}", text(&unknown));
+    let garbled = ann.tool("relay_release", json!({ "claim": "mine" })).await;
+    assert!(text(&garbled).contains("is not a claim id"), "{}", text(&garbled));
+    let listed = ann.tool_ok("relay_claims", json!({})).await;
+    assert_eq!(data(&listed)["claims"], json!([]), "nothing was stored: {}", text(&listed));
+}
