@@ -286,8 +286,9 @@ impl<const MAX: usize> JsonSchema for Addresses<MAX> {
         true
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        // One address as a string is read too; the schema offers the list alone.
-        json_schema!({ "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": MAX })
+        // One address as a string is read too; the schema offers the list alone. The bounds are
+        // said when a call passes them.
+        json_schema!({ "type": "array", "items": { "type": "string" } })
     }
 }
 
@@ -319,7 +320,8 @@ impl<const MAX: usize> JsonSchema for Paths<MAX> {
         true
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({ "type": "array", "items": { "type": "string" }, "minItems": 1, "maxItems": MAX })
+        // The bounds are said when a call passes them: in every schema they would cost every turn.
+        json_schema!({ "type": "array", "items": { "type": "string" } })
     }
 }
 
@@ -350,8 +352,8 @@ impl<'de> Deserialize<'de> for Selectors {
     }
 }
 
-// A comma-separated string is read too; the schema offers the list alone.
-plain_schema!(Selectors, "Selectors", { "type": "array", "items": { "type": "string" } });
+// A list is read too; the schema offers the comma-separated string, the shorter to list.
+plain_schema!(Selectors, "Selectors", { "type": "string" });
 
 /// One of a fixed set of words, named by a [`Words`] type.
 #[derive(Debug, Clone)]
@@ -544,14 +546,14 @@ mod tests {
             json!({"type": "number", "minimum": 0, "maximum": 300, "default": 30})
         );
         assert_eq!(schema["properties"]["state"]["enum"], json!(["todo", "in-progress"]));
-        assert_eq!(schema["properties"]["to"]["maxItems"], 32);
+        assert_eq!(schema["properties"]["to"], json!({"type": "array", "items": {"type": "string"}}));
         assert_eq!(
             schema["properties"]["title"],
             json!({"type": "string"}),
             "an optional argument is not offered as null"
         );
         assert_eq!(schema["properties"]["state"], json!({"type": "string", "enum": ["todo", "in-progress"]}));
-        assert_eq!(schema["properties"]["rules"]["type"], "array", "{}", schema["properties"]["rules"]);
+        assert_eq!(schema["properties"]["rules"]["type"], "string", "{}", schema["properties"]["rules"]);
     }
 
     #[test]

@@ -52,10 +52,10 @@ pub struct Reply {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Inbox {
-    /// seconds to wait for a message when there is none
+    /// seconds to wait if none
     #[serde(default)]
     pub wait_s: Seconds<0, MAX_WAIT_S>,
-    /// mark the returned messages read (default true)
+    /// mark them read (default true)
     pub ack: Option<Flag>,
 }
 
@@ -113,10 +113,10 @@ pub struct Rules {
     pub rules_in: Option<Selectors>,
     #[serde(rename = "out")]
     pub rules_out: Option<Selectors>,
-    /// a preset for in and out; tree: parent and descendants
+    /// preset for in and out (tree: parent and descendants)
     pub scope: Option<Word<ScopePreset>>,
     pub allow: Option<Selectors>,
-    /// for lift: the cap id (cap-<n>)
+    /// for lift: cap-<n>
     pub cap: Option<NonBlank>,
     /// for why (default: you)
     pub from: Option<Text>,
@@ -166,17 +166,17 @@ pub struct SetPeek {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostJob {
-    /// one line naming the work
+    /// one line
     pub title: NonBlank,
-    /// all the agent needs: context, files, how to tell it is done
+    /// context, files, how to tell it is done
     pub detail: Option<Text>,
-    /// repository path or folder name (default: yours)
+    /// path or folder name (default: yours)
     pub repo: Option<Text>,
-    /// makes it recurring: cron in this machine's time zone ("0 9 * * 1-5") or @hourly, @daily, @weekly, @monthly
+    /// makes it recur: cron ("0 9 * * 1-5", local time) or @hourly/@daily/@weekly/@monthly
     pub schedule: Option<Text>,
-    /// the CLI that does the work (default: yours)
+    /// the CLI to do it (default: yours)
     pub agent: Option<Word<AgentCli>>,
-    /// the work ends in a pull request (default: true, false on a schedule)
+    /// ends in a pull request (default true; false if scheduled)
     pub requires_pr: Option<Flag>,
 }
 
@@ -184,7 +184,7 @@ pub struct PostJob {
 #[serde(deny_unknown_fields)]
 pub struct ListJobs {
     pub state: Option<Word<Column>>,
-    /// only this repository (path or folder name)
+    /// path or folder name
     pub repo: Option<Text>,
 }
 
@@ -264,32 +264,28 @@ pub const MAX_CLAIM_PATHS: usize = 64;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Claim {
-    /// from the repository root; a path covers what is below it (src/auth, src/**/*.sql)
+    /// from the repo root (src/auth covers all below)
     pub paths: Paths<MAX_CLAIM_PATHS>,
-    /// remote URL or local path (default: your working directory's repository)
+    /// remote URL or path (default: this one)
     pub repo: Option<NonBlank>,
-    /// others may not claim them too (default true)
+    /// default true
     pub exclusive: Option<Flag>,
     /// default 3600; claim again to renew
     pub ttl_s: Option<Count<60, 86400>>,
-    /// what you are changing
     pub reason: NonBlank,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Release {
-    /// claim-<n>; without claim or paths, all of yours
+    /// claim-<n>
     pub claim: Option<NonBlank>,
-    /// paths to drop from your claims in this repository
     pub paths: Option<Paths<MAX_CLAIM_PATHS>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {
-    /// remote URL or local path (default: every repository)
     pub repo: Option<NonBlank>,
-    /// only yours
     pub mine: Option<Flag>,
 }
