@@ -128,8 +128,70 @@ pub enum HookKind {
     CodexNotify,
 }
 
-pub fn run(client: Client) -> anyhow::Result<()> {
+pub fn run(client: Option<Client>, guard: bool) -> anyhow::Result<()> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    if let Some(client) = client {
+        run_client(client, &cwd)?;
+        if !guard && hooks_dir(&cwd).is_ok() {
+            eprintln!(
+                "This is a git repository: `agent-bridge install --guard` adds a pre-commit hook that refuses commits \
+                 touching paths another agent holds exclusively (relay_claim)."
+            );
+        }
+    }
+    if guard {
+        let (changed, path) = install_guard(&cwd)?;
+        let verb = if changed { "set" } else { "kept" };
+        eprintln!("{verb} the relay guard (pre-commit hook) in {}", path.display());
+    }
+    Ok(())
+}
+
+/// What marks a pre-commit hook as the relay guard's own.
+const GUARD_MARK: &str = "# relay guard (agent-bridge)";
+
+/// Where git looks for this repository's hooks (`core.hooksPath` honoured).
+fn hooks_dir(cwd: &Path) -> anyhow::Result<PathBuf> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(cwd)
+        .args(["rev-parse", "--git-path", "hooks"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .context("cannot run git")?;
+    if !out.status.success() {
+        bail!("{} is not in a git repository: run install --guard inside the repository to guard", cwd.display());
+    }
+    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    Ok(if dir.is_absolute() { dir } else { cwd.join(dir) })
+}
+
+/// The guard's pre-commit hook, written beside no other: a repository's own pre-commit hook is
+/// never replaced (its owner is told the line to add). Whether the file changed, and where it is.
+fn install_guard(cwd: &Path) -> anyhow::Result<(bool, PathBuf)> {
+    let path = hooks_dir(cwd)?.join("pre-commit");
+    let program = shell_word(&this_program().map_or_else(|| PROGRAM.to_owned(), |p| p.display().to_string()));
+    let script = format!(
+        "#!/bin/sh\n{GUARD_MARK}: refuses a commit that touches paths another agent holds exclusively.\n\
+         # RELAY_GUARD=off passes it. Written by `agent-bridge install --guard`.\nexec {program} hook guard\n"
+    );
+    match read_existing(&path)? {
+        Some(existing) if existing == script => return Ok((false, path)),
+        Some(existing) if !existing.contains(GUARD_MARK) => bail!(
+            "{} is a pre-commit hook of the repository's own; to guard commits too, add this line to it:\n  {program} hook guard",
+            path.display()
+        ),
+        _ => {}
+    }
+    write_atomically(&path, &script)?;
+    #[cfg(unix)]
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .with_context(|| format!("cannot make {} executable", path.display()))?;
+    Ok((true, path))
+}
+
+fn run_client(client: Client, cwd: &Path) -> anyhow::Result<()> {
+    let cwd = cwd.to_path_buf();
     let home = dirs::home_dir().context("cannot find the home directory")?;
     let codex_home = crate::codex::home().context("cannot find the home directory")?;
     let places = client.places(&cwd, &home, &codex_home);

@@ -71,10 +71,15 @@ enum Command {
     /// Check what this machine needs: the config and token, the server, the clock, each client set
     /// up here; prints what to fix and exits non-zero when something is wrong.
     Doctor,
-    /// Add the bridge to an agent client's MCP configuration (idempotent; never writes the token).
+    /// Add the bridge to an agent client's MCP configuration (idempotent; never writes the token),
+    /// and with --guard the git pre-commit guard to this repository.
     Install {
-        #[arg(value_enum)]
-        client: install::Client,
+        #[arg(value_enum, required_unless_present = "guard")]
+        client: Option<install::Client>,
+        /// Add a git pre-commit hook refusing commits that touch paths another agent holds
+        /// exclusively (RELAY_GUARD=off passes it).
+        #[arg(long)]
+        guard: bool,
     },
     /// Start a worker agent as a child of the calling agent; returns at once with its name.
     Spawn {
@@ -265,7 +270,7 @@ async fn main() -> ExitCode {
     let outcome = match Cli::parse().command {
         Command::Mcp { handle, harness, channels } => mcp(handle, harness, channels).await,
         Command::Login { server, token, ca } => login(server, token, ca).await,
-        Command::Install { client } => install::run(client),
+        Command::Install { client, guard } => install::run(client, guard),
         Command::Doctor => match doctor::run().await {
             Ok(code) => return code,
             Err(e) => Err(e),

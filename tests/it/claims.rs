@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use relay_tests::mcp::{Bridge, BridgeSpec, text};
 use relay_tests::pg::TestDb;
+use relay_tests::process::{COMMAND_LIMIT, RunWithinAsync};
 use relay_tests::server::{Server, TwoMachines};
 use serde_json::{Value, json};
 
@@ -227,4 +228,81 @@ async fn bad_claims_are_refused_by_name_and_change_nothing() {
     assert!(text(&garbled).contains("is not a claim id"), "{}", text(&garbled));
     let listed = ann.tool_ok("relay_claims", json!({})).await;
     assert_eq!(data(&listed)["claims"], json!([]), "nothing was stored: {}", text(&listed));
+}
+
+/// Runs git in `dir` with a committer set; whether it succeeded, and what it said.
+async fn git_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let mut git = tokio::process::Command::new("git");
+    git.arg("-C").arg(dir).args(["-c", "user.name=Relay Test", "-c", "user.email=test@relay.invalid"]).args(args);
+    for (name, value) in env {
+        git.env(name, value);
+    }
+    // The guard asks as this machine: no agent's session runs the commit.
+    git.env("RELAY_CONFIG", "/nonexistent/bridge.toml").env("RELAY_SESSION_DIR", dir.join(".no-sessions"));
+    let out = git.output_within(COMMAND_LIMIT).await.expect("run git");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+}
+
+#[tokio::test]
+async fn the_pre_commit_guard_refuses_a_commit_into_anothers_claim_and_passes_after_release() {
+    let w = TwoMachines::start().await;
+    let remote = "https://github.com/acme/api.git";
+    let (laptop_clone, ci_clone) = (clone_of(Some(remote)), clone_of(Some(remote)));
+    let mut ann = agent_in(&w.server.url, &w.laptop, "ann", laptop_clone.path()).await;
+    claim(&mut ann, json!("src/auth/**"), "refactoring login").await;
+
+    // The repository's person installs the guard, twice: the second time changes nothing.
+    let repo = ci_clone.path();
+    for said in ["set the relay guard", "kept the relay guard"] {
+        let out = std::process::Command::new(relay_tests::bin("agent-bridge"))
+            .args(["install", "--guard"])
+            .current_dir(repo)
+            .output()
+            .unwrap();
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains(said), "{out:?}");
+    }
+    std::fs::write(repo.join("src/auth/login.rs"), "fn login() {}\n").unwrap();
+    std::fs::write(repo.join("README.md"), "api\n").unwrap();
+    let ci = [("RELAY_SERVER", w.server.url.as_str()), ("RELAY_TOKEN", w.ci.as_str())];
+
+    // A commit outside the claim goes through.
+    git_in(repo, &["add", "README.md"], &[]).await;
+    let (ok, said) = git_in(repo, &["commit", "-q", "-m", "readme"], &ci).await;
+    assert!(ok, "{said}");
+
+    git_in(repo, &["add", "src/auth/login.rs"], &[]).await;
+    let (ok, said) = git_in(repo, &["commit", "-q", "-m", "login"], &ci).await;
+    assert!(!ok, "the commit into ann's claim is refused: {said}");
+    assert!(said.contains("acme/laptop/ann") && said.contains("src/auth") && said.contains("refactoring login"), "{said}");
+
+    // RELAY_GUARD=off passes it (the commit is then taken back, its change staged again).
+    let off = [ci[0], ci[1], ("RELAY_GUARD", "off")];
+    let (ok, said) = git_in(repo, &["commit", "-q", "-m", "login"], &off).await;
+    assert!(ok, "{said}");
+    assert!(git_in(repo, &["reset", "-q", "--soft", "HEAD~1"], &[]).await.0);
+
+    // With the relay out of reach, the guard warns and lets the commit through within its bound.
+    let nowhere = format!("http://127.0.0.1:{}", relay_tests::free_port());
+    let started = std::time::Instant::now();
+    let (ok, said) = git_in(repo, &["commit", "-q", "-m", "login"], &[("RELAY_SERVER", &nowhere), ci[1]]).await;
+    assert!(ok && said.contains("relay guard") && said.contains("unchecked"), "{said}");
+    assert!(started.elapsed() < Duration::from_secs(5), "held the commit {:?}", started.elapsed());
+    assert!(git_in(repo, &["reset", "-q", "--soft", "HEAD~1"], &[]).await.0);
+
+    // Released, the same commit goes through.
+    ann.tool_ok("relay_release", json!({})).await;
+    let (ok, said) = git_in(repo, &["commit", "-q", "-m", "login"], &ci).await;
+    assert!(ok, "{said}");
+
+    // A repository's own pre-commit hook is never replaced.
+    let other = clone_of(Some(remote));
+    let own = other.path().join(".git/hooks/pre-commit");
+    std::fs::write(&own, "#!/bin/sh\nexit 0\n").unwrap();
+    let out = std::process::Command::new(relay_tests::bin("agent-bridge"))
+        .args(["install", "--guard"])
+        .current_dir(other.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("hook guard"), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&own).unwrap(), "#!/bin/sh\nexit 0\n");
 }

@@ -9,6 +9,7 @@
 
 mod claude;
 mod codex;
+pub mod guard;
 mod notice;
 mod turn_end;
 mod wake;
@@ -49,6 +50,9 @@ pub enum Event {
     GeminiAfterAgent,
     /// Cursor's stop hook: a follow-up message for mail the model has not been shown.
     CursorStop,
+    /// git's pre-commit hook: refuses a commit that touches paths another agent holds exclusively
+    /// (RELAY_GUARD=off passes it; with the relay out of reach it warns and lets the commit through).
+    Guard,
     /// The waiter `codex-notify` arms: queues a notice into the Codex thread when mail comes.
     #[command(hide = true)]
     CodexWake {
@@ -66,6 +70,7 @@ pub enum Event {
 pub async fn run(event: Event) -> anyhow::Result<ExitCode> {
     match event {
         Event::Wake => Ok(claude::wake().await),
+        Event::Guard => Ok(guard::run().await),
         Event::CodexWake { thread, agent, bridge } => codex::wake(&thread, agent, bridge).await,
         other => {
             // Within the deadline, or not at all: the client is waiting for us to end its turn.
@@ -91,7 +96,7 @@ async fn at_turn_end(event: Event) -> anyhow::Result<()> {
         Event::CodexStop => turn_end::run(turn_end::Client::Codex, read_event().await).await,
         Event::GeminiAfterAgent => turn_end::run(turn_end::Client::Gemini, read_event().await).await,
         Event::CursorStop => turn_end::run(turn_end::Client::Cursor, read_event().await).await,
-        Event::Wake | Event::CodexWake { .. } => unreachable!("waiters are run apart"),
+        Event::Wake | Event::CodexWake { .. } | Event::Guard => unreachable!("run apart"),
     }
 }
 
