@@ -306,3 +306,29 @@ async fn the_pre_commit_guard_refuses_a_commit_into_anothers_claim_and_passes_af
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("hook guard"), "{out:?}");
     assert_eq!(std::fs::read_to_string(&own).unwrap(), "#!/bin/sh\nexit 0\n");
 }
+
+#[tokio::test]
+async fn what_is_claimed_and_released_is_counted_in_metrics() {
+    let db = TestDb::new().await;
+    let ops = format!("127.0.0.1:{}", relay_tests::free_port());
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_OPS_LISTEN", &ops)]).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    let remote = "https://github.com/acme/api.git";
+    let (a, b) = (clone_of(Some(remote)), clone_of(Some(remote)));
+    let mut ann = agent_in(&server.url, &laptop, "ann", a.path()).await;
+    let mut bob = agent_in(&server.url, &ci, "bob", b.path()).await;
+    claim(&mut ann, json!("src"), "one").await;
+    claim(&mut ann, json!("src"), "renewed").await;
+    claim(&mut ann, json!("docs"), "two").await;
+    claim(&mut bob, json!("src/x"), "refused").await;
+    ann.tool_ok("relay_release", json!({ "paths": ["docs"] })).await;
+
+    let (status, text) = relay_tests::http::get(&ops, "/metrics").await.expect("the ops port answers");
+    assert_eq!(status, 200);
+    let count = |series: &str| relay_tests::http::sample(&text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"));
+    assert_eq!(count(r#"relay_path_claims_total{step="granted"}"#), 2.0);
+    assert_eq!(count(r#"relay_path_claims_total{step="renewed"}"#), 1.0);
+    assert_eq!(count(r#"relay_path_claims_total{step="refused"}"#), 1.0);
+    assert_eq!(count(r#"relay_path_claims_total{step="released"}"#), 1.0);
+    assert_eq!(count("relay_path_claims_standing"), 1.0, "the claims in force, read from the database");
+}

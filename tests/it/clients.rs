@@ -373,3 +373,91 @@ async fn a_claude_code_turn_sends_through_the_mcp_endpoint() {
         api.summary()
     );
 }
+
+/// Runs `claude -p prompt` in `project`'s directory as `handle`, allowed `tools`; its output.
+async fn claude_print(project: &ClaudeProject, handle: &str, prompt: &str, tools: &str) -> std::process::Output {
+    let run = tokio::process::Command::new(clients::program("claude"))
+        .args(["-p", prompt, "--allowedTools", tools])
+        .current_dir(project.dir())
+        .env_clear()
+        .envs(project.env(handle))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    tokio::time::timeout(TURN, run).await.expect("claude -p was held").unwrap()
+}
+
+/// Path claims with the real Claude Code: bob, on another machine, holds src/auth; Claude Code's
+/// model claims it too and is told who holds it and why; its commit into it is refused by the
+/// pre-commit guard (asking as that agent, through its bridge's session), and goes through once
+/// bob releases the claim.
+#[tokio::test]
+async fn claude_code_is_told_whose_claim_it_met_and_its_commit_waits_for_the_release() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let remote = "https://github.com/acme/api.git";
+    let bob_clone = tempfile::tempdir().unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let mut git = std::process::Command::new("git");
+        git.arg("-C").arg(dir).args(["-c", "user.name=t", "-c", "user.email=t@relay.invalid"]).args(args);
+        assert!(git.status_within(COMMAND_LIMIT).unwrap().success(), "git {args:?}");
+    };
+    git(bob_clone.path(), &["init", "-q"]);
+    git(bob_clone.path(), &["remote", "add", "origin", remote]);
+    let mut bob = Bridge::start_in(
+        relay_tests::mcp::BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("bob"), channels: false },
+        bob_clone.path(),
+    );
+    bob.initialize("2025-06-18").await;
+    let held = json!({ "paths": ["src/auth/**"], "reason": "rewriting the session store" });
+    assert_eq!(bob.tool_ok("relay_claim", held).await["structuredContent"]["granted"], true);
+
+    // alice's project is a clone of the same repository over ssh, guarded, a change staged.
+    let project = ClaudeProject::new(&w.server.url, &w.laptop, &api.url);
+    let dir = project.dir();
+    git(&dir, &["init", "-q"]);
+    git(&dir, &["remote", "add", "origin", "git@github.com:acme/api.git"]);
+    let install = std::process::Command::new(relay_tests::bin("agent-bridge"))
+        .args(["install", "--guard"])
+        .current_dir(&dir)
+        .output_within(COMMAND_LIMIT)
+        .unwrap();
+    assert!(install.status.success(), "{install:?}");
+    std::fs::create_dir_all(dir.join("src/auth")).unwrap();
+    std::fs::write(dir.join("src/auth/session.rs"), "// sessions\n").unwrap();
+    git(&dir, &["add", "src/auth/session.rs"]);
+
+    let claim = json!({ "paths": ["src/auth/**"], "reason": "fixing the login bug" });
+    let commit = json!({
+        "command": "git -c user.name=alice -c user.email=alice@relay.invalid commit -q -m 'fix login'",
+        "description": "commit the fix",
+    });
+    api.on(Api::Anthropic, "ToolSearch", Reply::tool("ToolSearch", json!({ "query": "select:mcp__relay__relay_claim" })));
+    api.on(Api::Anthropic, "mcp__relay__relay_claim", Reply::tool("mcp__relay__relay_claim", claim));
+    api.on(Api::Anthropic, "rewriting the session store", Reply::tool("Bash", commit.clone()));
+    api.on(Api::Anthropic, "relay guard", Reply::text("the commit waits for bob"));
+    let out = claude_print(&project, "alice", "fix the login bug", "mcp__relay__relay_claim,Bash").await;
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), api.summary());
+
+    let requests = api.requests();
+    let told = requests.iter().find(|r| r.last_turn().contains("rewriting the session store"));
+    let told = told.unwrap_or_else(|| panic!("the model saw the claim's answer: {}", api.summary())).last_turn();
+    assert!(told.contains("acme/ci/bob") && told.contains("src/auth"), "who holds it: {told}");
+    let refused = requests.iter().find(|r| r.last_turn().contains("relay guard"));
+    let refused = refused.unwrap_or_else(|| panic!("the commit was refused by the guard: {}", api.summary())).last_turn();
+    assert!(refused.contains("acme/ci/bob"), "the guard names the holder: {refused}");
+    let log = std::process::Command::new("git").arg("-C").arg(&dir).args(["log", "--oneline"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&log.stdout).contains("fix login"), "nothing was committed");
+    // bob heard that alice ran into his claim.
+    let inbox = bob.tool_ok("relay_inbox", json!({ "wait_s": 10 })).await;
+    let heard = inbox["structuredContent"]["messages"][0]["body"].as_str().unwrap_or_default().to_owned();
+    assert!(heard.contains("acme/laptop/alice") && heard.contains("fixing the login bug"), "{inbox}");
+
+    // Released, the same commit goes through.
+    bob.tool_ok("relay_release", json!({})).await;
+    api.on(Api::Anthropic, "commit it again", Reply::tool("Bash", commit));
+    let out = claude_print(&project, "alice", "commit it again", "Bash").await;
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), api.summary());
+    let log = std::process::Command::new("git").arg("-C").arg(&dir).args(["log", "--oneline"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&log.stdout).contains("fix login"), "committed after the release: {}", api.summary());
+}

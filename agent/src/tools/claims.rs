@@ -102,7 +102,7 @@ async fn claim(tools: &Tools, args: input::Claim) -> Result<Outcome> {
     if reply.granted {
         let claim = reply.claim.unwrap_or_default();
         let text = format!(
-            "{} {}: {} in {} ({}) until {}. Release it with relay_release when done; claim again to renew.",
+            "{} {}: {} in {} ({}) until {}.",
             if reply.renewed { "renewed" } else { "granted" },
             claim.id,
             claim.paths.join(", "),
@@ -111,14 +111,14 @@ async fn claim(tools: &Tools, args: input::Claim) -> Result<Outcome> {
             claim.until
         );
         let data = output::Claimed { granted: true, claim: Some(Shown::from_wire(&claim)), conflicts: Vec::new() };
-        return Ok(Outcome::data(text, &data));
+        return Ok(Outcome::data(text, &data).then("Release it with relay_release when done; claim again to renew."));
     }
     let text = format!(
-        "NOT granted: held by other agents (they were told you asked):\n{}\nWork elsewhere, or agree with a holder by relay_send.",
+        "NOT granted: held by other agents (they were told you asked):\n{}",
         lines(&reply.conflicts).join("\n")
     );
     let data = output::Claimed { granted: false, claim: None, conflicts: shown(&reply.conflicts) };
-    Ok(Outcome::data(text, &data).untrusted())
+    Ok(Outcome::data(text, &data).untrusted().then("Work elsewhere, or agree with a holder by relay_send."))
 }
 
 async fn release(tools: &Tools, args: input::Release) -> Result<Outcome> {
