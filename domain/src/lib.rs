@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod error;
 pub mod ids;
 pub mod limits;
+pub mod loops;
 pub mod message;
 pub mod names;
 pub mod presence;

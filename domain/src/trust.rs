@@ -155,6 +155,8 @@ pub struct HeldMessage {
     pub state: HoldState,
     pub sender_id: EndpointId,
     pub sender: String,
+    /// Why it was held: a class the account turned on, or the loop guard's.
+    pub class: String,
 }
 
 /// Refuses a hold class an account cannot turn on.

@@ -12,6 +12,7 @@ pub enum AdminCommand {
     AddHuman { account: String, name: String },
     RevokeHuman { account: String, name: String },
     SetOperator { account: String, endpoint: String },
+    LoopGuard { account: String, messages: u32, window_s: u32, depth: u32 },
 }
 
 /// Runs one command. Only a new token goes to stdout; confirmations go to stderr.
@@ -49,6 +50,16 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
             crate::domain::board::operator_endpoint(&endpoint)?;
             crate::store::board::set_operator(&store.client().await?, &account, &endpoint).await?;
             eprintln!("{account}/{endpoint} is the operator of {account}'s board");
+        }
+        AdminCommand::LoopGuard { account, messages, window_s, depth } => {
+            let settings = crate::domain::loops::Settings::new(messages, window_s, depth)?;
+            if !crate::store::loops::set_settings(&store.client().await?, &account, settings).await? {
+                anyhow::bail!("no account {account:?}");
+            }
+            eprintln!(
+                "{account}'s loop guard: more than {messages} messages between two agents within {window_s} s, \
+                 or {depth} in one thread, are held for a person"
+            );
         }
         AdminCommand::RevokeHuman { account, name } => {
             crate::app::trust::revoke_human(store, &account, &name).await?;

@@ -471,6 +471,17 @@ enum AdminArgs {
     Human(HumanArgs),
     /// Name the account's operator endpoint (MACHINE/HANDLE): it reviews cards and adds repositories.
     Operator { account: String, endpoint: String },
+    /// The account's loop guard: past MESSAGES between two agents within WINDOW_S seconds, or
+    /// DEPTH in one thread, with no person in between, their messages are held for a person.
+    LoopGuard {
+        account: String,
+        #[arg(long, default_value_t = 30)]
+        messages: u32,
+        #[arg(long, default_value_t = 60)]
+        window_s: u32,
+        #[arg(long, default_value_t = 40)]
+        depth: u32,
+    },
 }
 
 #[derive(Subcommand)]
@@ -519,6 +530,9 @@ impl From<AdminArgs> for AdminCommand {
             AdminArgs::Human(HumanArgs::Add { account, name }) => Self::AddHuman { account, name },
             AdminArgs::Human(HumanArgs::Revoke { account, name }) => Self::RevokeHuman { account, name },
             AdminArgs::Operator { account, endpoint } => Self::SetOperator { account, endpoint },
+            AdminArgs::LoopGuard { account, messages, window_s, depth } => {
+                Self::LoopGuard { account, messages, window_s, depth }
+            }
         }
     }
 }

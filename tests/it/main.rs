@@ -29,6 +29,7 @@ mod image;
 mod interop;
 mod layers;
 mod logs;
+mod loops;
 mod messaging;
 mod migrations;
 mod ops;

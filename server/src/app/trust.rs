@@ -167,6 +167,12 @@ impl TrustService {
             let targets = trust::still_reachable(&tx, held.sender_id, &held.message_id, &held.recipients).await?;
             let recipients: Vec<EndpointId> = targets.iter().map(|t| t.id).collect();
             messages::release(&tx, &held.message_id, &recipients).await?;
+            // A person let agents the loop guard stopped go on: their count starts over.
+            if held.class == crate::domain::loops::HOLD_CLASS {
+                for recipient in &held.recipients {
+                    crate::store::loops::clear(&tx, held.sender_id, *recipient).await?;
+                }
+            }
         }
         let decided = if release { HoldState::Released } else { HoldState::Rejected };
         trust::set_decision(&tx, id, decided, reason, &person.name).await?;

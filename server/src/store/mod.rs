@@ -9,6 +9,7 @@ pub mod due;
 mod error;
 pub(crate) mod heard;
 pub mod identity;
+pub mod loops;
 pub mod messages;
 pub mod migrate;
 pub mod notices;

@@ -80,7 +80,7 @@ pub(crate) async fn set_private_ok(
 pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &HoldId) -> Result<Option<HeldMessage>> {
     let Some(row) = c
         .query_opt(
-            "select h.message_id, h.recipients, h.state, m.sender_id, s.address as sender
+            "select h.message_id, h.recipients, h.state, h.class, m.sender_id, s.address as sender
              from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
              where h.id = $1 and h.account_id = $2 for update of h",
             &[&id, &account_id],
@@ -100,6 +100,7 @@ impl FromRow for HeldMessage {
             state: HoldState::from_db(row.col("state")?)?,
             sender_id: row.col("sender_id")?,
             sender: row.col("sender")?,
+            class: row.col("class")?,
         })
     }
 }

@@ -18,9 +18,12 @@ use deadpool_postgres::GenericClient;
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, EndpointId, HoldId, MessageId, MessageRef, ReplicaId};
+use crate::domain::loops::{self, Trip};
 use crate::domain::message::{Recipient, Sent};
+use crate::domain::names;
 use crate::domain::redact::RedactedText;
 use crate::domain::{Error, Result, limits};
+use crate::metrics::metrics;
 use crate::store;
 use crate::store::Store;
 use crate::store::messages::write::{self, NewMessage, Written};
@@ -136,7 +139,7 @@ impl Sends {
         let id = ids::new_message_id();
         let write = Write { caller, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: Some(&original) };
         if let Some(class) = held {
-            return self.write_held(write, class).await;
+            return self.write_held(write, class, None).await;
         }
         self.write_send(write).await
     }
@@ -178,8 +181,12 @@ impl Sends {
         Ok(sent)
     }
 
-    /// Hands a resolved, allowed send to the batched writer and reads its outcome.
+    /// Hands a resolved, allowed send to the batched writer and reads its outcome; held instead
+    /// when it would take two agents answering each other past the loop guard's bounds.
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
+        if let Some(trip) = self.loop_trip(&w).await? {
+            return self.write_held(w, loops::HOLD_CLASS, Some(trip)).await;
+        }
         match self.writer.write(w.message(), w.caller.address()).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => first_answer(&self.store.client().await?, w.caller, w.out).await,
@@ -198,17 +205,31 @@ impl Sends {
     ) -> Result<Sent> {
         let (id, thread) = out.new_id_and_thread();
         let write = Write { caller, id: &id, thread: &thread, targets: &held.targets, out, reply_to: None };
-        let mut sent = self.write_held(write, class).await?;
+        let mut sent = self.write_held(write, class, None).await?;
         if !sent.duplicate {
             sent.skipped = held.skipped;
         }
         Ok(sent)
     }
 
+    /// Why the loop guard holds this send, if it does: only a message from one agent to one other
+    /// is weighed (a loop is agents answering each other; people and groups are not), by one read.
+    async fn loop_trip(&self, w: &Write<'_>) -> Result<Option<Trip>> {
+        let [target] = w.targets else { return Ok(None) };
+        let person = |address: &str| address.split('/').nth(1) == Some(names::HUMAN);
+        if target.id == w.caller.endpoint_id || person(&target.address) || w.caller.machine == names::HUMAN {
+            return Ok(None);
+        }
+        let client = self.store.client().await?;
+        let (settings, seen) =
+            store::loops::observe(&client, w.caller.account_id, w.caller.endpoint_id, target.id, w.thread).await?;
+        Ok(loops::verdict(settings, seen))
+    }
+
     /// Writes a send or reply the account's human must release first, in one transaction with its
     /// hold: by the writer every send takes, delivered to no one until the hold is released (a
     /// reply's original becomes read now). Refused, as the send would be, when an inbox is full.
-    async fn write_held(&self, w: Write<'_>, class: &'static str) -> Result<Sent> {
+    async fn write_held(&self, w: Write<'_>, class: &'static str, trip: Option<Trip>) -> Result<Sent> {
         let mut client = self.store.client().await?;
         let tx = store::begin(&mut client).await?;
         check_room(&tx, w.targets, self.cap).await?;
@@ -217,7 +238,16 @@ impl Sends {
         match write::write_one(&tx, &message, cap, ReplicaId::NONE).await? {
             Written::Stored { .. } => {
                 let hold = trust::hold(&tx, w.caller, w.id, class, w.targets).await?;
+                if let (Some(trip), [target]) = (trip, w.targets)
+                    && store::loops::trip(&tx, w.caller.endpoint_id, target.id).await?
+                {
+                    tell_of_loop(&tx, w.caller, target, trip).await?;
+                }
                 store::commit(tx).await?;
+                if trip.is_some() {
+                    metrics().loops_held.inc();
+                    tracing::info!(from = %w.caller.address(), to = ?w.targets.first().map(|t| &t.address), "loop guard held a message");
+                }
                 Ok(w.held(hold))
             }
             Written::Duplicate => {
@@ -304,6 +334,38 @@ async fn resolve_send(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_
         Some(class) => Resolution::Held(known, class),
         None => Resolution::Allowed(known),
     })
+}
+
+/// Tells both agents why the loop guard held their exchange, and the sender's account's operator
+/// (else its person): from the account's board sender, in the transaction of the hold.
+async fn tell_of_loop(tx: &store::Tx<'_>, from: &Caller, to: &Target, trip: Trip) -> Result<()> {
+    let sender = store::notices::board_sender(tx, from.account_id).await?;
+    let me = Target { id: from.endpoint_id, address: from.address(), account_id: from.account_id };
+    let operator = match store::board::operator(tx, from.account_id).await? {
+        Some(op) => store::approvals::operator_target(tx, from.account_id, &op).await?,
+        None => None,
+    };
+    let overseer = match operator.filter(|op| op.id != me.id && op.id != to.id) {
+        Some(op) => op,
+        None => {
+            let person = trust::human_caller(tx, from.account_id).await?;
+            Target { id: person.endpoint_id, address: person.address(), account_id: from.account_id }
+        }
+    };
+    let mut inboxes = vec![me.id, to.id, overseer.id];
+    inboxes.sort_unstable();
+    inboxes.dedup();
+    let revoked = store::messages::lock_inboxes(tx, &inboxes).await?;
+    let agents = RedactedText::from_agent(&loops::agents_notice(&me.address, &to.address, trip));
+    let overseers = RedactedText::from_agent(&loops::operator_notice(&me.address, &to.address, trip));
+    for (target, body) in [(me.clone(), &agents), (to.clone(), &agents), (overseer, &overseers)] {
+        if revoked.contains(&target.id) {
+            continue;
+        }
+        let out = Outgoing { thread: Some("loop-guard"), ..Outgoing::notice(body) };
+        write::write_system(tx, &sender, &[target], &out).await?;
+    }
+    Ok(())
 }
 
 /// A resolved, allowed send on its way to the batched writer.

@@ -1,0 +1,133 @@
+//! The loop guard, with two scripted agents answering each other for ever through real bridges:
+//! held within the default bound, both agents and the operator told once, a person's release lets
+//! them go on, an account's own bounds, and bad bounds refused.
+
+use std::time::{Duration, Instant};
+
+use relay_tests::mcp::{Bridge, bridge, text};
+use relay_tests::pg::TestDb;
+use relay_tests::server::{Server, human};
+use serde_json::{Value, json};
+
+async fn agent(server: &Server, token: &str, handle: &str) -> Bridge {
+    let mut agent = bridge(&server.url, token, handle);
+    agent.initialize("2025-06-18").await;
+    agent
+}
+
+/// The unread messages of `agent`, marked read, waiting up to `wait_s` for the first.
+async fn inbox(agent: &mut Bridge, wait_s: u32) -> Vec<Value> {
+    let read = agent.tool_ok("relay_inbox", json!({ "wait_s": wait_s })).await;
+    read["structuredContent"]["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// `from` reads its newest message and answers it; the answer's result.
+async fn answer(from: &mut Bridge, n: usize) -> Value {
+    let got = inbox(from, 10).await;
+    assert!(!got.is_empty(), "message {n} arrived");
+    from.tool_ok("relay_reply", json!({ "id": "last", "body": format!("answer {n}") })).await
+}
+
+fn held(result: &Value) -> bool {
+    result["structuredContent"]["hold"].as_str().is_some_and(|h| !h.is_empty())
+}
+
+fn loop_notices(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m["body"].as_str())
+        .filter(|b| b.contains("loop guard"))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn two_agents_answering_each_other_for_ever_are_held_within_a_minute_and_a_person_lets_them_go_on() {
+    let db = TestDb::new().await;
+    let ops = format!("127.0.0.1:{}", relay_tests::free_port());
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_OPS_LISTEN", &ops)]).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    server.admin_ok(&["operator", "acme", "laptop/op"]);
+    let person = server.admin_ok(&["human", "add", "acme"]).trim().to_owned();
+    let mut op = agent(&server, &laptop, "op").await;
+    let mut ann = agent(&server, &laptop, "ann").await;
+    let mut bob = agent(&server, &ci, "bob").await;
+
+    let started = Instant::now();
+    ann.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "ping" })).await;
+    let mut sent = 1;
+    let last = loop {
+        let result = if sent % 2 == 1 { answer(&mut bob, sent).await } else { answer(&mut ann, sent).await };
+        sent += 1;
+        if held(&result) {
+            break result;
+        }
+        assert!(sent <= 40, "no message was held after {sent}");
+    };
+    // The default bound: 30 messages between them within a minute; the 31st is held.
+    assert_eq!(sent, 31, "{}", text(&last));
+    assert!(started.elapsed() < Duration::from_secs(60), "held after {:?}", started.elapsed());
+    assert!(text(&last).contains("held"), "{}", text(&last));
+
+    // Both agents are told why, and so is the operator: once.
+    let (to_ann, to_bob, to_op) = (inbox(&mut ann, 5).await, inbox(&mut bob, 5).await, inbox(&mut op, 5).await);
+    for (who, got) in [("ann", &to_ann), ("bob", &to_bob)] {
+        let told = loop_notices(got);
+        assert_eq!(told.len(), 1, "{who}: {got:?}");
+        assert!(told[0].contains("30 messages between them within 60 s") && told[0].contains("no person"), "{}", told[0]);
+    }
+    let told = loop_notices(&to_op);
+    assert_eq!(told.len(), 1, "{to_op:?}");
+    assert!(told[0].contains("acme/laptop/ann") && told[0].contains("acme/ci/bob") && told[0].contains("Release"));
+
+    // Whoever goes on is held too, and nobody is told again.
+    let again = ann.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "are you there?" })).await;
+    assert!(held(&again), "{}", text(&again));
+    assert!(loop_notices(&inbox(&mut op, 0).await).is_empty());
+    assert!(inbox(&mut bob, 0).await.is_empty(), "nothing held reaches bob");
+
+    // The person releases one: it is delivered, and the count starts over.
+    let hold = again["structuredContent"]["hold"].as_str().unwrap().to_owned();
+    let (ok, said) = human(&server.url, &person, &["release", &hold]).await;
+    assert!(ok, "{said}");
+    let got = inbox(&mut bob, 10).await;
+    assert!(got.iter().any(|m| m["body"] == "are you there?"), "{got:?}");
+    let on = bob.tool_ok("relay_reply", json!({ "id": "last", "body": "yes" })).await;
+    assert!(!held(&on), "{}", text(&on));
+
+    let (_, metrics) = relay_tests::http::get(&ops, "/metrics").await.expect("the ops port answers");
+    assert_eq!(relay_tests::http::sample(&metrics, "relay_loop_guard_holds_total"), Some(2.0), "{metrics}");
+}
+
+#[tokio::test]
+async fn an_accounts_own_bounds_hold_a_deep_exchange_and_bad_bounds_change_nothing() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    for bad in [["--messages", "1"], ["--window-s", "5"], ["--depth", "100000"]] {
+        let out = server.admin(&[&["loop-guard", "acme"], &bad[..]].concat());
+        assert!(!out.status.success(), "{bad:?} was taken");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"), "{out:?}");
+    }
+    let out = server.admin(&["loop-guard", "nobody"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no account"), "{out:?}");
+    server.admin_ok(&["loop-guard", "acme", "--messages", "100", "--depth", "4"]);
+    let mut ann = agent(&server, &laptop, "ann").await;
+    let mut bob = agent(&server, &ci, "bob").await;
+
+    // Four messages in one thread, then the fifth is held.
+    ann.tool_ok("relay_send", json!({ "to": "ci/bob", "body": "ping" })).await;
+    for n in 1..4 {
+        let result = if n % 2 == 1 { answer(&mut bob, n).await } else { answer(&mut ann, n).await };
+        assert!(!held(&result), "message {} was held: {}", n + 1, text(&result));
+    }
+    let fifth = answer(&mut ann, 4).await;
+    assert!(held(&fifth), "{}", text(&fifth));
+    let told = loop_notices(&inbox(&mut bob, 5).await);
+    assert!(told.len() == 1 && told[0].contains("4 messages between them in one thread"), "{told:?}");
+    // A person writing to either is never weighed: it arrives while the pair is held.
+    let person = server.admin_ok(&["human", "add", "acme"]).trim().to_owned();
+    let (ok, said) = human(&server.url, &person, &["send", "laptop/ann", "take a break"]).await;
+    assert!(ok, "{said}");
+    assert!(inbox(&mut ann, 10).await.iter().any(|m| m["body"] == "take a break"));
+}
