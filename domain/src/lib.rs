@@ -2,6 +2,7 @@
 //! names, addresses, limits, ids and delivery states. No I/O here, and no wire types: the crate
 //! depends on nothing that reaches a socket, a file or the database, so the compiler keeps it so.
 
+pub mod activity;
 pub mod address;
 pub mod board;
 pub mod caller;

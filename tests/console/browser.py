@@ -213,6 +213,45 @@ def agents(page):
     say("log saw the agents")
 
 
+def activity(page, dialogs):
+    """What the agents say to each other, the claims in force and who talked to whom, live; agents'
+    text shown as text, private messages left out; the filters narrow it."""
+    page.click('nav a[href="/activity"]')
+    expect(page.locator("h1")).to_have_text("Activity")
+    feed_open(page)
+    stay(page)
+    hostile = '<img src=x onerror="alert(7)"> hello amy <script>alert(8)</script>'
+    want("agents-talk", hostile)
+    thread = page.locator("details.thread", has_text="hello amy")
+    live(page, thread, "a conversation between agents", limit_s=8.0)
+    expect(thread.locator("pre.body").first).to_have_text(hostile)
+    expect(thread).to_contain_text("acme/laptop/bob → acme/ci/amy")
+    expect(page.locator("details.thread", has_text="hi bob")).to_have_count(1)
+    expect(page.locator("text=the private plan")).to_have_count(0)
+    claim = page.locator("table.claims tr", has_text="acme/laptop/bob")
+    expect(claim).to_contain_text("src/auth")
+    expect(claim).to_contain_text("refactoring <b>login</b>")
+    edge = page.locator('svg.graph line.edge[data-from="acme/laptop/bob"][data-to="acme/ci/amy"]')
+    expect(edge).to_have_count(1)
+    assert edge.get_attribute("data-count") == "2", edge.get_attribute("data-count")
+    expect(page.locator('svg.graph g.agent[data-agent="acme/ci/amy"]')).to_have_count(1)
+    expect(page.locator('svg.graph g.machine[data-machine="acme/laptop"]')).to_have_count(1)
+    shot(page, "activity")
+    page.fill('form.filters input[name="agent"]', "eve")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("details.thread")).to_have_count(0)
+    page.fill('form.filters input[name="agent"]', "ci/amy")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("details.thread", has_text="hello amy")).to_have_count(1)
+    page.fill('form.filters input[name="agent"]', "")
+    page.fill('form.filters input[name="repo"]', "https://github.com/acme/API.git")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("table.claims tr", has_text="acme/laptop/bob")).to_have_count(1)
+    expect(page.locator("details.thread", has_text="hello amy")).to_have_count(1)
+    assert not any("7" in d or "8" in d for d in dialogs), dialogs
+    say("log saw the agents' activity")
+
+
 def contacts(page):
     page.click('nav a[href="/contacts"]')
     globex = page.locator('[data-contact="globex"]')
@@ -272,6 +311,7 @@ def main():
             hold(page)
             post_and_edit(page)
             agents(page)
+            activity(page, dialogs)
             contacts(page)
             sign_out(page, args.url)
             assert dialogs == [], f"dialogs opened: {dialogs}"

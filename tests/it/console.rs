@@ -643,6 +643,7 @@ struct Stage {
     ci: String,
     bob: Agent,
     eve: Agent,
+    amy: Agent,
     human: HumanClient<InterceptedService<Channel, Bearer>>,
     card: String,
     message: String,
@@ -732,6 +733,31 @@ impl Stage {
                     .map(|m| m.from.clone())
                     .ok_or(format!("{:?}", inbox.messages))
             }
+            // Two of the account's agents talk (one of them privately too), and one claims paths.
+            "agents-talk" => {
+                let sent = self.bob.send(&["ci/amy"], arg).await.map_err(|e| e.to_string())?;
+                let private = SendRequest {
+                    to: vec!["ci/amy".into()],
+                    body: "the private plan".into(),
+                    private: true,
+                    ..Default::default()
+                };
+                self.bob.rpc.send(private).await.map_err(|e| e.to_string())?;
+                let reply = ReplyRequest { id: sent.id.clone(), body: "hi bob".into(), client_id: String::new() };
+                self.amy.rpc.reply(reply).await.map_err(|e| e.to_string())?;
+                let again = SendRequest { to: vec!["ci/amy".into()], body: "thanks".into(), thread: sent.thread, ..Default::default() };
+                self.bob.rpc.send(again).await.map_err(|e| e.to_string())?;
+                let repo = RepoRef { kind: Some(repo_ref::Kind::Remote("git@github.com:acme/api.git".into())) };
+                let claim = ClaimPathsRequest {
+                    repo: Some(repo),
+                    paths: vec!["src/auth/**".into()],
+                    exclusive: true,
+                    ttl_s: None,
+                    reason: "refactoring <b>login</b>".into(),
+                };
+                let claimed = self.bob.rpc.claim_paths(claim).await.map_err(|e| e.to_string())?.into_inner();
+                claimed.granted.then_some(sent.id).ok_or("the claim was not granted".into())
+            }
             other => Err(format!("unknown step {other}")),
         }
     }
@@ -747,6 +773,7 @@ async fn a_person_drives_the_console_in_a_real_browser() {
     human.hold_policy(HoldPolicyRequest { class: "contact".into(), on: true }).await.unwrap();
     let mut bob = Agent::hello(&w.server.url, &w.laptop, "bob").await.unwrap();
     let mut eve = Agent::hello(&w.server.url, &globex, "eve").await.unwrap();
+    let amy = Agent::hello(&w.server.url, &w.ci, "amy").await.unwrap();
     let profile = UpdateProfileRequest {
         status: Some("busy".into()),
         title: Some("Building <the> login".into()),
@@ -790,6 +817,7 @@ async fn a_person_drives_the_console_in_a_real_browser() {
         ci: w.ci.clone(),
         bob,
         eve,
+        amy,
         human,
         card: String::new(),
         message: String::new(),

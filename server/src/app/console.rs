@@ -6,14 +6,16 @@ use std::sync::Arc;
 
 use super::Core;
 use super::quotas::SignInRates;
+use crate::domain::activity::{self, Activity, Filter};
 use crate::domain::caller::Human;
+use crate::domain::claims::{self, RepoKey};
 use crate::domain::console::{self as rules, Agents, Board, ContactRow, DONE_SHOWN, Inbox, MESSAGES_SHOWN, Received};
 use crate::domain::delivery::{self, State};
 use crate::domain::ids::{self, AccountId, TokenKind};
 use crate::domain::names::HUMAN;
 use crate::domain::{Error, Result};
 use crate::push::hub::Waiter;
-use crate::store::{board, console, contacts, identity, messages};
+use crate::store::{self, board, console, contacts, identity, messages};
 
 /// The web console's sessions and views.
 #[derive(Clone)]
@@ -144,6 +146,32 @@ impl ConsoleService {
         let contacts =
             if contacts.is_empty() { Vec::new() } else { identity::endpoints_of(&db, &contacts, false).await? };
         Ok(Agents { own, contacts: contacts.into_iter().filter(|e| e.machine != HUMAN).collect() })
+    }
+
+    /// The activity page: the account's agents' conversations, narrowed by `filter`; the claims in
+    /// force within the account's reach (of the repository asked for); who talked to whom in the
+    /// last hour.
+    pub async fn activity(&self, person: &Human, filter: &Filter) -> Result<Activity> {
+        let db = self.core.store.client().await?;
+        let mut reach = identity::contact_accounts(&db, person.account_id).await?;
+        reach.push(person.account_id);
+        let repo = match filter.repo.as_str() {
+            "" => None,
+            given => Some(RepoKey::of_remote(given)?),
+        };
+        let claims = store::claims::list(&db, &reach, repo.as_ref(), None, claims::MAX_LISTED).await?;
+        let holders: Option<Vec<String>> = repo.as_ref().map(|_| claims.iter().map(|c| c.holder.clone()).collect());
+        let recent = store::activity::recent(&db, person.account_id).await?;
+        let shown = recent.into_iter().filter(|m| filter.admits(m, holders.as_deref())).collect();
+        let edges = store::activity::edges(&db, person.account_id, activity::GRAPH_WINDOW_S).await?;
+        let mut agents: Vec<String> = identity::endpoints_of(&db, &[person.account_id], true)
+            .await?
+            .into_iter()
+            .filter(|e| e.machine != HUMAN && !e.ended)
+            .map(|e| e.address)
+            .collect();
+        agents.sort();
+        Ok(Activity { threads: activity::threads(shown), claims, agents, edges })
     }
 
     /// The account's contacts and requests, with their private-data setting.

@@ -1,5 +1,6 @@
 //! Everything the server keeps lives in Postgres; this module holds all of the SQL.
 
+pub mod activity;
 pub mod approvals;
 pub mod board;
 pub mod claims;

@@ -6,6 +6,7 @@ use chrono::SecondsFormat;
 use maud::{DOCTYPE, Markup, Render, html};
 
 use super::html::{shown, web_link};
+use crate::domain::activity::{self, Activity, Filter};
 use crate::domain::board::{Column, Job, MAX_ATTEMPTS};
 use crate::domain::caller::Human;
 use crate::domain::console::{Agents, Board, ContactRow, Inbox, Received};
@@ -18,17 +19,19 @@ use crate::domain::trust::ApprovalState;
 pub enum Page {
     Board,
     Agents,
+    Activity,
     Inbox,
     Contacts,
 }
 
 impl Page {
-    pub const ALL: [Self; 4] = [Self::Board, Self::Agents, Self::Inbox, Self::Contacts];
+    pub const ALL: [Self; 5] = [Self::Board, Self::Agents, Self::Activity, Self::Inbox, Self::Contacts];
 
     pub fn path(self) -> &'static str {
         match self {
             Self::Board => "/board",
             Self::Agents => "/agents",
+            Self::Activity => "/activity",
             Self::Inbox => "/inbox",
             Self::Contacts => "/contacts",
         }
@@ -38,6 +41,7 @@ impl Page {
         match self {
             Self::Board => "Board",
             Self::Agents => "Agents",
+            Self::Activity => "Activity",
             Self::Inbox => "Inbox",
             Self::Contacts => "Contacts",
         }
@@ -50,6 +54,7 @@ impl Page {
         match self {
             Self::Board => "ready account",
             Self::Agents => "ready tick",
+            Self::Activity => "ready account tick",
             Self::Inbox => "ready account inbox",
             Self::Contacts => "",
         }
@@ -60,6 +65,7 @@ impl Page {
         match self {
             Self::Board => "/board/live",
             Self::Agents => "/agents/live",
+            Self::Activity => "/activity/live",
             Self::Inbox => "/inbox/live",
             Self::Contacts => "",
         }
@@ -119,12 +125,13 @@ fn hidden(name: &str, value: impl Render) -> Markup {
 /// A whole page around `body`. `person` is absent on the sign-in page.
 fn layout(
     title: &str,
-    page: Option<Page>,
+    page: Option<(Page, &str)>,
     person: Option<(&Human, &str)>,
     notice: Option<Notice<'_>>,
     body: Markup,
 ) -> String {
-    let (live, fragment) = page.map_or(("", ""), |p| (p.live(), p.fragment()));
+    let (live, fragment) = page.map_or(("", ""), |(p, fragment)| (p.live(), fragment));
+    let page = page.map(|(p, _)| p);
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -163,7 +170,19 @@ fn layout(
 
 /// A signed-in page.
 pub fn page(page: Page, person: &Human, csrf: &str, notice: Option<Notice<'_>>, body: Markup) -> String {
-    layout(page.title(), Some(page), Some((person, csrf)), notice, body)
+    page_at(page, page.fragment(), person, csrf, notice, body)
+}
+
+/// A signed-in page whose live part is fetched from `fragment` (with the page's own filters).
+pub fn page_at(
+    page: Page,
+    fragment: &str,
+    person: &Human,
+    csrf: &str,
+    notice: Option<Notice<'_>>,
+    body: Markup,
+) -> String {
+    layout(page.title(), Some((page, fragment)), Some((person, csrf)), notice, body)
 }
 
 /// The sign-in page, with the reason the last try was refused.
@@ -418,6 +437,118 @@ fn endpoints(list: &[Endpoint], now_ms: i64, none: &str) -> Markup {
                             td { (shown(&e.title)) }
                             td { (shown(&e.now)) }
                             td { (ago(now_ms, e.last_seen_ms)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---- activity ----------------------------------------------------------------------------------
+
+/// The activity page: its filters, and the live part that follows the server.
+pub fn activity(activity: &Activity, filter: &Filter) -> Markup {
+    html! {
+        h1 { "Activity" }
+        form method="get" action="/activity" class="filters" {
+            @for (name, value, hint) in [
+                ("agent", &filter.agent, "ann or laptop/ann"),
+                ("machine", &filter.machine, "laptop"),
+                ("repo", &filter.repo, "github.com/acme/api"),
+                ("topic", &filter.topic, "none yet"),
+            ] {
+                label { (name) " " input type="text" name=(name) value=(shown(value)) placeholder=(hint); }
+            }
+            button type="submit" { "Filter" }
+            @if !filter.is_empty() { " " a href="/activity" { "Clear" } }
+        }
+        section id="live" aria-live="polite" { (activity_live(activity)) }
+    }
+}
+
+pub fn activity_live(activity: &Activity) -> Markup {
+    html! {
+        h2 { "Who talked to whom in the last hour" }
+        (graph(&activity::picture(&activity.agents, &activity.edges)))
+        h2 { "Claims in force" }
+        @if activity.claims.is_empty() {
+            p class="empty" { "No agent holds a claim." }
+        } @else {
+            table class="claims" {
+                thead { tr { @for h in ["claim", "holder", "repository", "paths", "kind", "reason", "until"] { th { (h) } } } }
+                tbody {
+                    @for c in &activity.claims {
+                        @let paths: Vec<&str> = c.paths.iter().map(|p| p.as_str()).collect();
+                        tr data-claim=(c.id.name()) {
+                            td { (c.id.name()) }
+                            td { (shown(&c.holder)) }
+                            td { (shown(c.repo.as_str())) }
+                            td { (shown(&paths.join(", "))) }
+                            td { (if c.exclusive { "exclusive" } else { "shared" }) }
+                            td { (shown(&c.reason)) }
+                            td { (c.until.to_rfc3339_opts(SecondsFormat::Secs, true)) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Conversations between agents" }
+        @if activity.threads.is_empty() {
+            p class="empty" { "No agent has written to another yet." }
+        }
+        @for (i, thread) in activity.threads.iter().enumerate() {
+            @let last = thread.messages.last().map(|m| m.at.to_rfc3339_opts(SecondsFormat::Secs, true)).unwrap_or_default();
+            details class="thread" id=(format!("thread-{i}")) data-thread=(shown(&thread.id)) open[i == 0] {
+                summary {
+                    (shown(&thread.agents().join(", "))) " · " (thread.messages.len()) " messages · last " (last)
+                }
+                ol class="messages" {
+                    @for m in &thread.messages {
+                        li data-message=(shown(&m.id)) {
+                            span class="meta" {
+                                (shown(&m.from)) " → " (shown(&m.to.join(", "))) " · "
+                                (m.at.to_rfc3339_opts(SecondsFormat::Secs, true))
+                            }
+                            pre class="body" { (shown(&m.body)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The picture, drawn on the server: machines as boxes holding their agents, a line for each pair
+/// that talked, thicker the more they did. Presentation attributes only: the console's policy
+/// allows no inline style or script.
+fn graph(p: &activity::Picture) -> Markup {
+    let n = |x: f64| format!("{x:.1}");
+    html! {
+        @if p.machines.is_empty() {
+            p class="empty" { "No agent has connected yet." }
+        } @else {
+            svg class="graph" xmlns="http://www.w3.org/2000/svg" viewBox=(format!("0 0 {} {}", n(p.width), n(p.height)))
+                width=(n(p.width)) height=(n(p.height)) role="img"
+                aria-label="The account's machines and their agents; lines join agents that wrote to each other in the last hour" {
+                @for m in &p.machines {
+                    g class="machine" data-machine=(shown(&m.name)) {
+                        rect x=(n(m.x)) y=(n(m.y)) width=(n(m.w)) height=(n(m.h)) rx="8" fill="#f6f8fb" stroke="#9aa5b8" {}
+                        text x=(n(m.x + 10.0)) y=(n(m.y + 20.0)) font-size="13" font-weight="bold" fill="#334" { (shown(&m.name)) }
+                    }
+                }
+                @for l in &p.lines {
+                    line class="edge" data-from=(shown(&l.from)) data-to=(shown(&l.to)) data-count=(l.count)
+                        x1=(n(l.x1)) y1=(n(l.y1)) x2=(n(l.x2)) y2=(n(l.y2))
+                        stroke="#3867d6" stroke-opacity="0.6" stroke-width=(n(l.width)) stroke-linecap="round" {
+                        title { (shown(&l.from)) " → " (shown(&l.to)) ": " (l.count) (if l.count == 1 { " message" } else { " messages" }) }
+                    }
+                }
+                @for m in &p.machines {
+                    @for d in &m.agents {
+                        g class="agent" data-agent=(shown(&d.address)) {
+                            circle cx=(n(d.x)) cy=(n(d.y)) r="6" fill="#3867d6" {}
+                            text x=(n(d.x + 12.0)) y=(n(d.y + 4.0)) font-size="12" fill="#223" { (shown(&d.label)) }
                         }
                     }
                 }

@@ -23,6 +23,7 @@ use crate::app::console::ConsoleService;
 use crate::app::console::Watch;
 use crate::app::trust::TrustService;
 use crate::domain::caller::Human;
+use crate::domain::activity::Filter;
 use crate::domain::console::{SESSION_TTL, csrf_matches, csrf_token};
 use crate::domain::ids::new_message_id;
 use crate::domain::{Error, Result};
@@ -62,6 +63,8 @@ pub(super) fn router(app: &App, secure: bool, shutdown: CancellationToken) -> Ro
         .route("/board/close", post(board_close))
         .route("/agents", get(agents_page))
         .route("/agents/live", get(agents_live))
+        .route("/activity", get(activity_page))
+        .route("/activity/live", get(activity_live))
         .route("/inbox", get(inbox_page))
         .route("/inbox/live", get(inbox_live))
         .route("/inbox/send", post(inbox_send))
@@ -294,6 +297,10 @@ impl Console {
                 self.console.inbox(person).await.map(|i| pages::inbox(&i, &csrf, new_message_id().as_str(), now_ms()))
             }
             Page::Contacts => self.console.contacts(person).await.map(|c| pages::contacts(&c, &csrf)),
+            Page::Activity => {
+                let filter = Filter::default();
+                self.console.activity(person, &filter).await.map(|a| pages::activity(&a, &filter))
+            }
         };
         match body {
             Ok(body) => page_response(status, pages::page(page, person, &csrf, notice, body)),
@@ -317,6 +324,9 @@ impl Console {
                 .await
                 .map(|i| pages::inbox_live(&i, &csrf, new_message_id().as_str(), now_ms()).into_string()),
             Page::Contacts => Ok(String::new()),
+            Page::Activity => {
+                self.console.activity(&person, &Filter::default()).await.map(|a| pages::activity_live(&a).into_string())
+            }
         };
         match html {
             Ok(html) => Html(html).into_response(),
@@ -430,6 +440,75 @@ async fn agents_live(State(c): State<Console>, headers: HeaderMap) -> Response {
 
 async fn inbox_live(State(c): State<Console>, headers: HeaderMap) -> Response {
     c.live(Page::Inbox, &headers).await
+}
+
+/// The activity page's filters, as its form and its live part's address carry them.
+#[derive(Deserialize, Default)]
+struct ActivityQuery {
+    #[serde(default)]
+    agent: String,
+    #[serde(default)]
+    machine: String,
+    #[serde(default)]
+    repo: String,
+    #[serde(default)]
+    topic: String,
+}
+
+impl ActivityQuery {
+    fn filter(&self) -> Result<Filter> {
+        Filter::new(&self.agent, &self.machine, &self.repo, &self.topic)
+    }
+
+    /// The live part's address, with the same filters.
+    fn fragment(&self) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in
+            [("agent", &self.agent), ("machine", &self.machine), ("repo", &self.repo), ("topic", &self.topic)]
+        {
+            if !value.trim().is_empty() {
+                query.append_pair(name, value.trim());
+            }
+        }
+        let query = query.finish();
+        if query.is_empty() { Page::Activity.fragment().to_owned() } else { format!("{}?{query}", Page::Activity.fragment()) }
+    }
+}
+
+async fn activity_page(State(c): State<Console>, headers: HeaderMap, Query(q): Query<ActivityQuery>) -> Response {
+    let (session, person) = match c.signed_in(&headers).await {
+        Ok(signed_in) => signed_in,
+        Err(e) => return c.away(e),
+    };
+    let csrf = csrf_token(&session);
+    let shown = match q.filter() {
+        Ok(filter) => c.console.activity(&person, &filter).await.map(|a| pages::activity(&a, &filter)),
+        Err(e) => Err(e),
+    };
+    match shown {
+        Ok(body) => page_response(StatusCode::OK, pages::page_at(Page::Activity, &q.fragment(), &person, &csrf, None, body)),
+        Err(e) => {
+            let why = reason(&e);
+            let body = pages::activity(&Default::default(), &Filter::default());
+            let notice = Some(Notice::Refused(&why));
+            page_response(status_of(&e), pages::page_at(Page::Activity, Page::Activity.fragment(), &person, &csrf, notice, body))
+        }
+    }
+}
+
+async fn activity_live(State(c): State<Console>, headers: HeaderMap, Query(q): Query<ActivityQuery>) -> Response {
+    let person = match c.signed_in(&headers).await {
+        Ok((_, person)) => person,
+        Err(e) => return (status_of(&e), reason(&e)).into_response(),
+    };
+    let html = match q.filter() {
+        Ok(filter) => c.console.activity(&person, &filter).await.map(|a| pages::activity_live(&a).into_string()),
+        Err(e) => Err(e),
+    };
+    match html {
+        Ok(html) => Html(html).into_response(),
+        Err(e) => (status_of(&e), reason(&e)).into_response(),
+    }
 }
 
 // ---- actions -----------------------------------------------------------------------------------

@@ -1,0 +1,77 @@
+//! What the console's activity page reads: the messages the account's agents received from other
+//! agents (the newest of each inbox, private ones left out, bodies as stored), and who sent how
+//! many to whom lately. Reads start from the account's inboxes, so they cost the same whatever
+//! other accounts do.
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::row::{Col, FromRow};
+use crate::domain::activity::{Edge, Exchanged, PER_INBOX};
+use crate::domain::ids::AccountId;
+use crate::domain::names::HUMAN;
+use crate::store::Result;
+
+/// The account's agents' newest received messages from other agents: at most `PER_INBOX` of each
+/// inbox, newest first.
+pub(crate) async fn recent(c: &impl GenericClient, account: AccountId) -> Result<Vec<Exchanged>> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "select m.id, m.thread, m.body, m.created_at, s.address as sender,
+                    array_agg(distinct r.address order by r.address) as recipients
+             from endpoint_addresses r
+             cross join lateral (
+                 select message_id from deliveries where recipient_id = r.id order by seq desc limit $2
+             ) d
+             join messages m on m.id = d.message_id
+             join endpoint_addresses s on s.id = m.sender_id
+             where r.account_id = $1 and r.machine <> '{HUMAN}' and s.machine <> '{HUMAN}' and not m.private
+             group by m.id, s.address
+             order by m.created_at desc"
+        ))
+        .await?;
+    c.query(&stmt, &[&account, &PER_INBOX]).await?.iter().map(Exchanged::from_row).collect()
+}
+
+impl FromRow for Exchanged {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Exchanged {
+            id: row.col("id")?,
+            thread: row.col("thread")?,
+            from: row.col("sender")?,
+            to: row.col("recipients")?,
+            body: row.col("body")?,
+            at: row.col("created_at")?,
+        })
+    }
+}
+
+/// Messages from one agent to another received by the account's agents in the last `window_s`
+/// seconds, by pair (each inbox's newest thousand at most).
+pub(crate) async fn edges(c: &impl GenericClient, account: AccountId, window_s: f64) -> Result<Vec<Edge>> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "select s.address as sender, r.address as recipient, count(*) as n
+             from endpoint_addresses r
+             join endpoints e on e.id = r.id
+             join deliveries d on d.recipient_id = r.id and d.seq > e.head_seq - 1000
+             join messages m on m.id = d.message_id
+             join endpoint_addresses s on s.id = m.sender_id
+             where r.account_id = $1 and r.machine <> '{HUMAN}' and s.machine <> '{HUMAN}' and not m.private
+               and m.created_at > now() - make_interval(secs => $2)
+             group by s.address, r.address
+             order by s.address, r.address"
+        ))
+        .await?;
+    c.query(&stmt, &[&account, &window_s])
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Edge {
+                from: r.col("sender")?,
+                to: r.col("recipient")?,
+                count: u32::try_from(r.col::<i64>("n")?).unwrap_or(u32::MAX),
+            })
+        })
+        .collect()
+}
