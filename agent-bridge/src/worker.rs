@@ -241,6 +241,47 @@ impl Worker {
         }
     }
 
+    /// Claims the paths the card names for its agent; what its agent is told of claims in the way
+    /// (nothing when they are granted). A claim that cannot be made does not stop the card.
+    async fn claim_paths(&self, job: &JobView, token: &str, repo: &Path) -> Option<String> {
+        if job.paths.is_empty() {
+            return None;
+        }
+        let located = match relay_agent::repo::locate(repo).await {
+            Ok(located) => located,
+            Err(e) => {
+                tracing::warn!(card = %job.id, error = %e, "cannot claim the card's paths");
+                return None;
+            }
+        };
+        let request = ClaimCardPathsRequest { job_token: token.to_owned(), repo: Some(located.to_ref()) };
+        // Claiming again renews the same claim: repeated on the next replica when one fails.
+        let claimed = self.replicas.call(true, |channel| {
+            let request = authed(request.clone(), &self.config.token);
+            async move { WorkerClient::new(channel).claim_card_paths(request).await }
+        });
+        match claimed.await {
+            Ok(answer) if answer.get_ref().granted => None,
+            Ok(answer) => {
+                let held: Vec<String> = answer
+                    .into_inner()
+                    .conflicts
+                    .iter()
+                    .map(|c| format!("{} holds {} ({})", c.holder, c.paths.join(", "), relay_agent::frame::quote(&c.reason)))
+                    .collect();
+                tracing::info!(card = %job.id, held = ?held, "the card's paths are claimed by others");
+                Some(format!(
+                    "Other agents hold paths this card names: {}. Agree with them (relay_send) before you change those paths.",
+                    held.join("; ")
+                ))
+            }
+            Err(e) => {
+                tracing::warn!(card = %job.id, error = %e.message(), "cannot claim the card's paths");
+                None
+            }
+        }
+    }
+
     async fn release(&self, token: &str, exit_code: i32, error: String) {
         let request = ReleaseRequest { job_token: token.to_owned(), exit_code, error };
         for attempt in 0..5 {
@@ -400,6 +441,7 @@ impl Worker {
             return self.release(&token, -1, format!("cannot make the worktree: {e:#}")).await;
         }
         self.renew(&token, "starting", &worktree, &branch).await;
+        let held = self.claim_paths(&job, &token, &repo).await;
 
         let mcp_config = self.worktrees.join(format!("{}.mcp.json", job.id));
         let me = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "agent-bridge".into());
@@ -410,7 +452,10 @@ impl Worker {
         let template = if job.agent == "codex" { &self.codex } else { &self.claude };
         // Codex without a {prompt} in its command is `codex mcp-server`, driven by the worker.
         let driven = job.agent == "codex" && !template.iter().any(|w| w.contains("{prompt}"));
-        let text = prompt(&job);
+        let text = match held {
+            Some(held) => format!("{}\n\n{held}", prompt(&job)),
+            None => prompt(&job),
+        };
         let words: Vec<String> = template
             .iter()
             .map(|w| w.replace("{prompt}", &text).replace("{mcp_config}", &mcp_config.display().to_string()))

@@ -559,6 +559,8 @@ pub struct Job {
     pub closed_at: Option<DateTime<Utc>>,
     /// A worker serves the card's machine now.
     pub dispatcher_running: bool,
+    /// The paths its work changes: the worker claims them for its agent.
+    pub paths: Vec<String>,
     /// The fields an edit changed.
     pub changed: Vec<String>,
 }

@@ -238,7 +238,8 @@ pub struct Wanted {
     pub exclusive: bool,
     pub ttl_s: u32,
     pub reason: String,
-    pub kept: bool,
+    /// A card's claim: kept by the card's attempt (its job token's hash) instead of a session.
+    pub attempt: Option<super::ids::TokenHash>,
 }
 
 /// Reads a claim's paths: at least one, at most [`MAX_PATHS`], each once.

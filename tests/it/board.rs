@@ -1142,3 +1142,68 @@ async fn a_codex_run_asks_the_operator_before_a_command_like_claude_code() {
     );
     assert_eq!(run["token_in_call"], false, "the job token is named, never written into the call Codex may keep");
 }
+
+/// A card may name the paths its work changes: while its agent runs, the card's endpoint holds them
+/// (others are told whose they are), and the claim ends with the attempt.
+#[tokio::test]
+async fn a_card_that_names_paths_holds_them_for_its_agent_while_it_runs() {
+    let mut b = board(&[]).await;
+    let scripts = tempfile::tempdir().unwrap();
+    let agent = StandIn { gated: true, ..StandIn::default() }.write(scripts.path(), "stand-in.sh");
+    let go = scripts.path().join("go");
+    let bad = b.alice.tool("post_job", json!({ "title": "Nope", "repo": "app", "paths": ["../x"] })).await;
+    assert!(bad["isError"] == true && text(&bad).contains("leaves the repository"), "{}", text(&bad));
+    let post = json!({ "title": "Rework auth", "repo": "app", "requires_pr": false, "paths": ["src/auth/", "docs"] });
+    let posted = b.alice.tool_ok("post_job", post).await;
+    assert_eq!(posted["structuredContent"]["paths"], json!(["docs", "src/auth"]));
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+
+    let worker = tokio::process::Command::new(bin("agent-bridge"))
+        .arg("worker")
+        .arg("--worktrees")
+        .arg(scripts.path().join("worktrees"))
+        .arg("--agent")
+        .arg(format!("claude={} {{prompt}}", agent.display()))
+        .args(["--poll-ms", "100", "--once"])
+        .env("BRIDGE", bin("agent-bridge"))
+        .env("GO", &go)
+        .env("RELAY_SERVER", &b.server.url)
+        .env("RELAY_TOKEN", &b.ci)
+        .env("RELAY_CONFIG", "/nonexistent/bridge.toml")
+        .env("RELAY_LOG", "info")
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(scripts.path().join("worker.log")).unwrap())
+        .kill_on_drop(true)
+        .output();
+    let worker = tokio::spawn(worker);
+    let log = || std::fs::read_to_string(scripts.path().join("worker.log")).unwrap_or_default();
+
+    let holder = format!("acme/ci/job-{id}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let claim = loop {
+        let listed = b.alice.tool_ok("relay_claims", json!({})).await;
+        let claims = listed["structuredContent"]["claims"].as_array().cloned().unwrap_or_default();
+        if let Some(claim) = claims.into_iter().find(|c| c["holder"] == holder.as_str()) {
+            break claim;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the card's paths were not claimed: {}\n{}", text(&listed), log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(claim["paths"], json!(["docs", "src/auth"]));
+    assert_eq!(claim["exclusive"], true);
+    assert!(claim["reason"].as_str().unwrap().contains("Rework auth"), "{claim}");
+    let repo = claim["repo"].as_str().unwrap().to_owned();
+    assert!(repo.starts_with("local:acme/ci:"), "a repository without a remote: {repo}");
+    let hotfix = json!({ "paths": ["src/auth/login.rs"], "repo": repo, "reason": "hotfix" });
+    let refused = b.alice.tool_ok("relay_claim", hotfix.clone()).await;
+    assert_eq!(refused["structuredContent"]["granted"], false, "{}", text(&refused));
+    assert_eq!(refused["structuredContent"]["conflicts"][0]["holder"], holder.as_str());
+
+    std::fs::write(&go, "").unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), worker).await.expect("the worker ran the card").unwrap().unwrap();
+    assert!(out.status.success(), "worker: {}", log());
+    let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
+    assert_eq!(read["structuredContent"]["state"], "review");
+    let granted = b.alice.tool_ok("relay_claim", hotfix).await;
+    assert_eq!(granted["structuredContent"]["granted"], true, "the claim ended with the attempt: {}", text(&granted));
+}

@@ -68,6 +68,7 @@ async fn post_job(tools: &Tools, args: input::PostJob) -> Result<Outcome> {
         requires_pr: args.requires_pr.map(|f| f.0),
         cwd: tools.host().cwd(),
         time_zone: tools.host().time_zone(),
+        paths: args.paths.map(|p| p.0).unwrap_or_default(),
     };
     // No idempotency key: a card posted but not confirmed is not posted again.
     let job = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.post_job(r).await }).await?;

@@ -218,7 +218,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_group",
-            description: "Groups of your account's agents: their rules (selectors as in relay_rules; group:self = members) cap each member; relay_send to group:<name> reaches those you may message.".into(),
+            description: "Groups of your account's agents; their rules (as in relay_rules; group:self = members) cap each member; relay_send to group:<name> reaches those you may message.".into(),
             input: input_schema::<input::Group>(),
             hints: Hints::MANAGE,
             output: Some(schema::<output::Groups>()),

@@ -38,7 +38,7 @@ pub struct Send {
     pub body: NonBlank,
     /// thread id to continue
     pub thread: Option<Text>,
-    /// private data: only recipients allowed it get it
+    /// only recipients allowed private data get it
     pub private: Option<Flag>,
 }
 
@@ -153,7 +153,7 @@ pub struct Peek {
     pub turns: Option<Count<1, 10>>,
     /// up to 10 turns
     pub full: Option<Flag>,
-    /// list who peeked at you
+    /// who peeked at you
     pub who: Option<Flag>,
 }
 
@@ -178,6 +178,8 @@ pub struct PostJob {
     pub agent: Option<Word<AgentCli>>,
     /// ends in a pull request (default true; false if scheduled)
     pub requires_pr: Option<Flag>,
+    /// claimed for its agent while it runs
+    pub paths: Option<Paths<MAX_CLAIM_PATHS>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -266,7 +268,7 @@ pub const MAX_CLAIM_PATHS: usize = 64;
 pub struct Claim {
     /// from the repo root (src/auth covers all below)
     pub paths: Paths<MAX_CLAIM_PATHS>,
-    /// remote URL or path (default: this one)
+    /// URL or path (default: here)
     pub repo: Option<NonBlank>,
     /// default true
     pub exclusive: Option<Flag>,

@@ -363,6 +363,9 @@ pub struct Job {
     /// the fields an edit changed
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub changed: Vec<String>,
+    /// paths the work changes, claimed for its agent while it runs
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub paths: Vec<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -403,6 +406,7 @@ impl From<&JobView> for Job {
             last_error: n(&j.last_error),
             agent_state: n(&j.agent_state),
             changed: j.changed.clone(),
+            paths: j.paths.iter().map(|p| n(p)).collect(),
         }
     }
 }

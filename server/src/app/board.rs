@@ -61,6 +61,8 @@ pub struct Post<'a> {
     pub requires_pr: Option<bool>,
     /// Where the poster works: the default repository.
     pub cwd: &'a str,
+    /// The paths the work changes (claimed for the card's agent when it runs).
+    pub paths: &'a [String],
 }
 
 /// What an edit changes; `None` leaves a field as it is.
@@ -95,6 +97,11 @@ impl BoardService {
             None => None,
         };
         let posted_by = caller.address();
+        let paths: Vec<String> = if post.paths.is_empty() {
+            Vec::new()
+        } else {
+            crate::domain::claims::parse_paths(post.paths)?.iter().map(ToString::to_string).collect()
+        };
         let new = NewJob {
             id: &id,
             account_id: caller.account_id,
@@ -105,6 +112,7 @@ impl BoardService {
             requires_pr: post.requires_pr.unwrap_or(schedule.is_none()),
             schedule,
             posted_by: &posted_by,
+            paths: &paths,
         };
         board::insert_job(&tx, &new).await?;
         let job = board::job(&tx, caller.account_id, &id).await?;

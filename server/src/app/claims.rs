@@ -4,7 +4,9 @@
 //! absent. Claims in one repository are decided one at a time (an advisory lock on its key).
 
 use super::Core;
-use crate::domain::caller::Caller;
+use crate::domain::board::{self as board_rules, Column};
+use crate::domain::caller::{Caller, MachineIdentity};
+use crate::domain::ids::{self as ids_rules, TokenKind};
 use crate::domain::claims::{self, Claim, PathGlob, RepoKey, Wanted};
 use crate::domain::ids::{AccountId, ClaimId, EndpointId};
 use crate::domain::redact::{RedactedText, redact};
@@ -61,7 +63,7 @@ impl ClaimsService {
             exclusive,
             ttl_s: claims::ttl_s(ttl_s)?,
             reason: RedactedText::from_agent(&claims::reason(reason)?).into_string(),
-            kept: false,
+            attempt: None,
         };
         self.put(caller, &wanted).await
     }
@@ -142,6 +144,41 @@ impl ClaimsService {
         let reach = reach(&db, caller.account_id).await?;
         let holder = mine.then_some(caller.endpoint_id);
         Ok(repo_claims::list(&db, &reach, repo.as_ref(), holder, claims::MAX_LISTED).await?)
+    }
+
+    /// Claims the paths of the card `machine` leased under `job_token` for the card's agent (its
+    /// endpoint made if its agent has not said Hello yet), in the repository as that machine names
+    /// it: kept by the attempt, not a session, for as long as a claim may last.
+    pub async fn claim_for_card(&self, machine: &MachineIdentity, job_token: &str, repo: &RepoRef) -> Result<Claimed> {
+        ids_rules::check_token(TokenKind::JobToken, job_token)?;
+        let token_hash = ids_rules::token_hash(job_token);
+        let repo = self.key(&machine.account, &machine.machine, repo)?;
+        let mut db = self.core.store.client().await?;
+        let tx = store::begin(&mut db).await?;
+        let leased = store::board::lock_leased(&tx, machine.machine_id, &token_hash).await?.ok_or_else(|| {
+            Error::FailedPrecondition("no card of this machine is leased under that job token".into())
+        })?;
+        let card = store::board::job(&tx, machine.account_id, &leased.id).await?;
+        if card.column != Column::InProgress {
+            return Err(Error::FailedPrecondition(format!("card {} is not in progress", card.id)));
+        }
+        if card.paths.is_empty() {
+            return Err(Error::FailedPrecondition(format!("card {} names no paths", card.id)));
+        }
+        let handle = board_rules::agent_handle(&card.id);
+        let endpoint =
+            store::identity::card_endpoint(&tx, machine.machine_id, &handle, card.agent.name()).await?;
+        let holder = store::identity::caller_of(&tx, endpoint).await?;
+        store::commit(tx).await?;
+        let wanted = Wanted {
+            repo,
+            paths: claims::parse_paths(&card.paths)?,
+            exclusive: true,
+            ttl_s: claims::MAX_TTL_S,
+            reason: RedactedText::from_agent(&format!("card {}: {}", card.id, card.title)).into_string(),
+            attempt: Some(token_hash),
+        };
+        self.put(&holder, &wanted).await
     }
 
     /// The exclusive claims of other agents within reach that cover any of `files` of the

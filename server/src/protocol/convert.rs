@@ -3,7 +3,7 @@
 
 use relay_proto::v1 as wire;
 
-use crate::app::claims::RepoRef;
+use crate::app::claims::{Claimed, RepoRef};
 use crate::app::messaging::Delivered;
 use crate::domain::board::{Cleanup, Job, Repo};
 use crate::domain::claims::Claim;
@@ -247,6 +247,7 @@ impl WireFrom<Job> for wire::JobView {
             closed_at: instant(j.closed_at),
             dispatcher_running: j.dispatcher_running,
             changed: j.changed,
+            paths: j.paths,
             next_run_local,
         }
     }
@@ -384,5 +385,17 @@ pub fn repo_ref(repo: Option<wire::RepoRef>) -> Option<RepoRef> {
     match repo?.kind? {
         wire::repo_ref::Kind::Remote(remote) => Some(RepoRef::Remote(remote)),
         wire::repo_ref::Kind::LocalPath(path) => Some(RepoRef::Local(path)),
+    }
+}
+
+/// What a claim came to, as the wire carries it.
+pub fn claimed(claimed: Claimed) -> wire::ClaimPathsResponse {
+    match claimed {
+        Claimed::Granted { claim, renewed } => {
+            wire::ClaimPathsResponse { granted: true, claim: Some(claim.into_wire()), renewed, conflicts: Vec::new() }
+        }
+        Claimed::Conflicts(conflicts) => {
+            wire::ClaimPathsResponse { granted: false, claim: None, renewed: false, conflicts: all(conflicts) }
+        }
     }
 }

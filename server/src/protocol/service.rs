@@ -14,7 +14,7 @@ use crate::app::App;
 use crate::app::approvals::ApprovalsService;
 use crate::app::board::BoardService;
 use crate::app::board::{Edit, Post};
-use crate::app::claims::{Claimed, ClaimsService};
+use crate::app::claims::ClaimsService;
 use crate::app::identity::IdentityService;
 use crate::app::identity::{Claim, ProfileChange};
 use crate::app::messaging::MessagingService;
@@ -314,6 +314,7 @@ impl Relay for RelayService {
             agent: &r.agent,
             requires_pr: r.requires_pr,
             cwd: &r.cwd,
+            paths: &r.paths,
         };
         Ok(Response::new(self.board.post_job(&caller, post).await.map_err(to_status)?.into_wire()))
     }
@@ -447,14 +448,7 @@ impl Relay for RelayService {
             .claim(&caller, &repo, &r.paths, r.exclusive, r.ttl_s, &r.reason)
             .await
             .map_err(to_status)?;
-        Ok(Response::new(match claimed {
-            Claimed::Granted { claim, renewed } => {
-                ClaimPathsResponse { granted: true, claim: Some(claim.into_wire()), renewed, conflicts: Vec::new() }
-            }
-            Claimed::Conflicts(conflicts) => {
-                ClaimPathsResponse { granted: false, claim: None, renewed: false, conflicts: convert::all(conflicts) }
-            }
-        }))
+        Ok(Response::new(convert::claimed(claimed)))
     }
 
     async fn release_paths(

@@ -99,4 +99,15 @@ impl Worker for WorkerService {
         let claims = self.claims.touching(machine.account_id, None, &key, &r.files).await.map_err(to_status)?;
         Ok(Response::new(ListClaimsResponse { claims: convert::all(claims) }))
     }
+
+    async fn claim_card_paths(
+        &self,
+        request: Request<ClaimCardPathsRequest>,
+    ) -> Result<Response<ClaimPathsResponse>, Status> {
+        let machine = auth::machine(&request)?;
+        let r = request.into_inner();
+        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
+        let claimed = self.claims.claim_for_card(&machine, &r.job_token, &repo).await.map_err(to_status)?;
+        Ok(Response::new(convert::claimed(claimed)))
+    }
 }

@@ -38,12 +38,14 @@ pub(crate) struct NewJob<'a> {
     /// A schedule card's schedule and first run; a job has none.
     pub schedule: Option<(&'a Schedule, DateTime<Utc>)>,
     pub posted_by: &'a str,
+    /// The paths its work changes, from the repository's root.
+    pub paths: &'a [String],
 }
 
 const JOB_COLUMNS: &str = "j.id, j.state, j.kind, j.title, j.detail, j.agent, j.requires_pr, j.schedule, j.time_zone,
      j.next_run_at, j.run_count, j.last_run_at, j.last_skip_reason, j.schedule_id, j.posted_by, j.posted_at,
      j.edited_by, j.edited_at, j.attempts, j.last_error, j.branch, j.worktree, j.agent_state, j.pr_url, j.summary,
-     j.started_at, j.finished_at, j.closed_at, r.name as repo_name, r.path as repo_path, m.name as machine_name,
+     j.started_at, j.finished_at, j.closed_at, j.paths, r.name as repo_name, r.path as repo_path, m.name as machine_name,
      coalesce(m.worker_seen_at > now() - make_interval(secs => $WORKER_FRESH), false) as dispatcher_running";
 
 fn job_columns() -> String {
@@ -89,6 +91,7 @@ impl FromRow for JobView {
             finished_at: row.col("finished_at")?,
             closed_at: row.col("closed_at")?,
             dispatcher_running: row.col("dispatcher_running")?,
+            paths: row.col("paths")?,
             changed: Vec::new(),
         })
     }
@@ -145,8 +148,8 @@ pub(crate) async fn insert_job(c: &impl GenericClient, new: &NewJob<'_>) -> Resu
     c.execute(
         &format!(
             "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule, time_zone,
-                               next_run_at, posted_by)
-             values ($1, $2, $3, $4, '{TODO}', $5, $6, $7, $8, $9, $10, $11, $12)"
+                               next_run_at, posted_by, paths)
+             values ($1, $2, $3, $4, '{TODO}', $5, $6, $7, $8, $9, $10, $11, $12, $13)"
         ),
         &[
             &new.id,
@@ -161,6 +164,7 @@ pub(crate) async fn insert_job(c: &impl GenericClient, new: &NewJob<'_>) -> Resu
             &zone,
             &next,
             &new.posted_by,
+            &new.paths,
         ],
     )
     .await?;
@@ -752,8 +756,10 @@ pub(crate) async fn hold_off(c: &impl GenericClient, id: &ScheduleId, next: Date
 pub(crate) async fn insert_run(c: &impl GenericClient, id: &ScheduleId, run: &JobId) -> Result<()> {
     c.execute(
         &format!(
-            "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule_id, posted_by)
-             select $2, account_id, repo_id, '{JOB}', '{TODO}', title, detail, agent, requires_pr, id, 'schedule ' || id
+            "insert into jobs (id, account_id, repo_id, kind, state, title, detail, agent, requires_pr, schedule_id, posted_by,
+                               paths)
+             select $2, account_id, repo_id, '{JOB}', '{TODO}', title, detail, agent, requires_pr, id, 'schedule ' || id,
+                    paths
              from jobs where id = $1"
         ),
         &[&id, &run],
@@ -1001,6 +1007,7 @@ mod tests {
             requires_pr: false,
             schedule: Some((&daily, slot)),
             posted_by: "pat",
+            paths: &[],
         };
         insert_job(&c, &new).await.unwrap();
         let schedule = ScheduleId::new("s1");

@@ -12,8 +12,11 @@ use crate::domain::claims::{Claim, PathGlob, RepoKey, Wanted};
 use crate::domain::ids::{AccountId, ClaimId, EndpointId};
 use crate::store::{Result, Tx};
 
-/// Whether claim `c` of endpoint `e` still stands.
-const STANDS: &str = "c.until > now() and (c.session_hash is null or c.session_hash = e.session_hash)";
+/// Whether claim `c` of endpoint `e` still stands: within its time, and while the session that made
+/// it lives, or (a card's claim) while the card's attempt is in progress.
+const STANDS: &str = "c.until > now() and (c.session_hash is null or c.session_hash = e.session_hash) \
+     and (c.job_token_hash is null or exists (select 1 from jobs j where j.job_token_hash = c.job_token_hash \
+     and j.state = 'in_progress'))";
 
 const COLUMNS: &str = "c.id, c.endpoint_id, c.account_id, ea.address, c.repo, c.paths, c.exclusive, c.reason, \
      c.since, c.until, c.session_hash is null as kept";
@@ -84,19 +87,31 @@ pub(crate) async fn list(
 /// time, reason and kind), else adds one. Whether it was renewed.
 pub(crate) async fn put(tx: &Tx<'_>, caller: &Caller, wanted: &Wanted) -> Result<(Claim, bool)> {
     let paths: Vec<&str> = wanted.paths.iter().map(PathGlob::as_str).collect();
-    let session = (!wanted.kept).then_some(&caller.session_hash);
+    let session = wanted.attempt.is_none().then_some(&caller.session_hash);
     let ttl = f64::from(wanted.ttl_s);
     let renew = tx
         .prepare_cached(&format!(
             "update path_claims c set until = now() + make_interval(secs => $4), exclusive = $5, reason = $6,
-                    session_hash = $7
+                    session_hash = $7, job_token_hash = $8
              from endpoints e
              where e.id = c.endpoint_id and c.endpoint_id = $1 and c.repo = $2 and c.paths = $3 and {STANDS}
              returning c.id"
         ))
         .await?;
     let renewed: Option<ClaimId> = tx
-        .query_opt(&renew, &[&caller.endpoint_id, &wanted.repo.as_str(), &paths, &ttl, &wanted.exclusive, &wanted.reason, &session])
+        .query_opt(
+            &renew,
+            &[
+                &caller.endpoint_id,
+                &wanted.repo.as_str(),
+                &paths,
+                &ttl,
+                &wanted.exclusive,
+                &wanted.reason,
+                &session,
+                &wanted.attempt,
+            ],
+        )
         .await?
         .map(|r| r.only())
         .transpose()?;
@@ -105,8 +120,9 @@ pub(crate) async fn put(tx: &Tx<'_>, caller: &Caller, wanted: &Wanted) -> Result
         None => {
             let insert = tx
                 .prepare_cached(
-                    "insert into path_claims (endpoint_id, account_id, session_hash, repo, paths, exclusive, reason, until)
-                     values ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8))
+                    "insert into path_claims (endpoint_id, account_id, session_hash, repo, paths, exclusive, reason, until,
+                                              job_token_hash)
+                     values ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(secs => $8), $9)
                      returning id",
                 )
                 .await?;
@@ -121,6 +137,7 @@ pub(crate) async fn put(tx: &Tx<'_>, caller: &Caller, wanted: &Wanted) -> Result
                     &wanted.exclusive,
                     &wanted.reason,
                     &ttl,
+                    &wanted.attempt,
                 ],
             )
             .await?

@@ -44,6 +44,23 @@ pub(crate) async fn caller_of(c: &impl GenericClient, endpoint_id: EndpointId) -
     caller_from_row(&row, TokenHash::from_stored(Vec::new()))
 }
 
+/// The endpoint `handle` of a card's agent on the machine that leased the card: made, ended and
+/// without a session, when the agent has not said Hello yet (its Hello then claims it).
+pub(crate) async fn card_endpoint(
+    c: &impl GenericClient,
+    machine_id: MachineId,
+    handle: &str,
+    harness: &str,
+) -> Result<EndpointId> {
+    c.execute(
+        "insert into endpoints (machine_id, handle, harness, ended_at) values ($1, $2, $3, now())
+         on conflict (machine_id, handle) do nothing",
+        &[&machine_id, &handle, &harness],
+    )
+    .await?;
+    c.query_one("select id from endpoints where machine_id = $1 and handle = $2", &[&machine_id, &handle]).await?.only()
+}
+
 /// Channel on which the database announces changes to sessions and machines (migration 9's triggers).
 pub const CONTROL_CHANNEL: &str = "relay_control";
 

@@ -122,6 +122,7 @@ impl Db {
             requires_pr: false,
             schedule: None,
             posted_by: "pat",
+            paths: &[],
         };
         insert_job(&c, &new).await.unwrap();
         id

@@ -252,6 +252,10 @@ pub fn board(board: &Board, csrf: &str) -> Markup {
                         "Schedule "
                         input name="schedule" placeholder="empty: run once; or cron like 0 9 * * 1-5, @daily";
                     }
+                    label {
+                        "Paths "
+                        input name="paths" placeholder="empty: none; or src/auth, docs/api (claimed for its agent while it runs)";
+                    }
                     input type="hidden" name="time_zone" value="UTC";
                     label {
                         "Pull request "
@@ -312,7 +316,8 @@ fn card(job: &Job, csrf: &str) -> Markup {
     let next = job.schedule.as_ref().and_then(|_| {
         job.next_run_local().or_else(|| job.next_run_at.map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true)))
     });
-    let fields: [(&str, &str); 10] = [
+    let paths = job.paths.join(", ");
+    let fields: [(&str, &str); 11] = [
         ("card", job.id.as_str()),
         ("repository", &format!("{} on {}", job.repo.name, job.repo.machine)),
         ("agent", job.agent.name()),
@@ -323,6 +328,7 @@ fn card(job: &Job, csrf: &str) -> Markup {
         ("next run", text(&next)),
         ("held off", if job.schedule.is_some() { text(&job.last_skip_reason) } else { "" }),
         ("now", text(&job.agent_state)),
+        ("paths", &paths),
     ];
     html! {
         article class="card" id={ "card-" (id) } data-card=(id) data-state=(job.column.name()) {

@@ -530,6 +530,9 @@ async fn board_post(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
         "no" => Some(false),
         _ => None,
     };
+    // One path per line, or several on a line between commas.
+    let paths: Vec<String> =
+        f.get("paths").split(['\n', ',']).map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect();
     let post = Post {
         title: f.get("title"),
         detail: f.get("detail"),
@@ -539,6 +542,7 @@ async fn board_post(State(c): State<Console>, headers: HeaderMap, Form(f): Form<
         agent: f.get("agent"),
         requires_pr,
         cwd: "",
+        paths: &paths,
     };
     let outcome = c.board.person_post_job(&person, post).await.map(|_| "posted");
     c.after(Page::Board, &person, &session, outcome).await
