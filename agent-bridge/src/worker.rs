@@ -267,7 +267,9 @@ impl Worker {
                     .into_inner()
                     .conflicts
                     .iter()
-                    .map(|c| format!("{} holds {} ({})", c.holder, c.paths.join(", "), relay_agent::frame::quote(&c.reason)))
+                    .map(|c| {
+                        format!("{} holds {} ({})", c.holder, c.paths.join(", "), relay_agent::frame::quote(&c.reason))
+                    })
                     .collect();
                 tracing::info!(card = %job.id, held = ?held, "the card's paths are claimed by others");
                 Some(format!(

@@ -286,7 +286,9 @@ mod tests {
         assert!(f("", "").admits(&m, None));
         assert!(f("bob", "").admits(&m, None) && f("ci/bob", "").admits(&m, None));
         assert!(f("acme/laptop/ann", "").admits(&m, None) && !f("carl", "").admits(&m, None));
-        assert!(f("", "laptop").admits(&m, None) && f("", "acme/ci").admits(&m, None) && !f("", "box").admits(&m, None));
+        assert!(
+            f("", "laptop").admits(&m, None) && f("", "acme/ci").admits(&m, None) && !f("", "box").admits(&m, None)
+        );
         assert!(!f("ann", "ci").admits(&m, None), "the agent asked for, on the machine asked for");
         assert!(f("", "").admits(&m, Some(&["acme/ci/bob".into()])));
         assert!(!f("", "").admits(&m, Some(&[])), "nobody holds claims in that repository");

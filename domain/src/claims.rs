@@ -383,15 +383,12 @@ fn chars_meet(a: &[Char], b: &[Char]) -> bool {
     })
 }
 
+/// One step of a table: the answer at a position, given the answers at later positions (`memo`).
+type Step<'a> = dyn Fn(usize, usize, &mut dyn FnMut(usize, usize) -> bool) -> bool + 'a;
+
 /// Runs `step` over positions `(0..=n, 0..=m)` from `(0, 0)`, each position once.
 fn meet_table(n: usize, m: usize, step: impl Fn(usize, usize, &mut dyn FnMut(usize, usize) -> bool) -> bool) -> bool {
-    fn at(
-        i: usize,
-        j: usize,
-        m: usize,
-        table: &mut Vec<Option<bool>>,
-        step: &dyn Fn(usize, usize, &mut dyn FnMut(usize, usize) -> bool) -> bool,
-    ) -> bool {
+    fn at(i: usize, j: usize, m: usize, table: &mut Vec<Option<bool>>, step: &Step<'_>) -> bool {
         let cell = i * (m + 1) + j;
         if let Some(known) = table[cell] {
             return known;
@@ -426,7 +423,11 @@ mod tests {
         ] {
             assert_eq!(key(remote), "github.com/acme/api", "{remote}");
         }
-        assert_eq!(key("https://git.example.org:8443/Team/Tool.git"), "git.example.org/Team/Tool", "case kept off the big forges");
+        assert_eq!(
+            key("https://git.example.org:8443/Team/Tool.git"),
+            "git.example.org/Team/Tool",
+            "case kept off the big forges"
+        );
         assert_eq!(key("git.example.org/Team/Tool"), "git.example.org/Team/Tool");
         assert_ne!(key("https://github.com/acme/api"), key("https://github.com/acme/web"));
     }
@@ -512,8 +513,8 @@ mod tests {
 
     #[test]
     fn deep_globs_are_compared_in_bounded_work() {
-        let a = g(&"**/a".repeat(8).trim_start_matches('/').to_owned());
-        let b = g(&"**/b".repeat(8).trim_start_matches('/').to_owned());
+        let a = g("**/a".repeat(8).trim_start_matches('/'));
+        let b = g("**/b".repeat(8).trim_start_matches('/'));
         assert!(a.overlaps(&b), "a/b/… is under both");
         assert!(!g("x/**/y/**/z").overlaps(&g("q/**")));
     }

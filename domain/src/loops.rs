@@ -115,7 +115,9 @@ mod tests {
 
     #[test]
     fn a_persons_bounds_are_checked() {
-        assert!(Settings::new(1, 60, 40).is_err() && Settings::new(30, 5, 40).is_err() && Settings::new(30, 60, 1).is_err());
+        assert!(
+            Settings::new(1, 60, 40).is_err() && Settings::new(30, 5, 40).is_err() && Settings::new(30, 60, 1).is_err()
+        );
         assert_eq!(Settings::new(5, 30, 10).unwrap(), Settings { max_messages: 5, window_s: 30, max_depth: 10 });
     }
 

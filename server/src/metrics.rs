@@ -264,7 +264,11 @@ impl Metrics {
             "Permission requests waiting for a decision, by state",
             m.approvals_waiting.clone(),
         );
-        r.register("path_claims", "Path claims by what happened: granted, renewed, refused, released", m.claims.clone());
+        r.register(
+            "path_claims",
+            "Path claims by what happened: granted, renewed, refused, released",
+            m.claims.clone(),
+        );
         r.register("path_claims_standing", "Path claims in force", m.claims_standing.clone());
         r.register(
             "loop_guard_holds",

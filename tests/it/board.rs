@@ -1186,7 +1186,12 @@ async fn a_card_that_names_paths_holds_them_for_its_agent_while_it_runs() {
         if let Some(claim) = claims.into_iter().find(|c| c["holder"] == holder.as_str()) {
             break claim;
         }
-        assert!(tokio::time::Instant::now() < deadline, "the card's paths were not claimed: {}\n{}", text(&listed), log());
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the card's paths were not claimed: {}\n{}",
+            text(&listed),
+            log()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(claim["paths"], json!(["docs", "src/auth"]));
@@ -1200,7 +1205,8 @@ async fn a_card_that_names_paths_holds_them_for_its_agent_while_it_runs() {
     assert_eq!(refused["structuredContent"]["conflicts"][0]["holder"], holder.as_str());
 
     std::fs::write(&go, "").unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(60), worker).await.expect("the worker ran the card").unwrap().unwrap();
+    let out =
+        tokio::time::timeout(Duration::from_secs(60), worker).await.expect("the worker ran the card").unwrap().unwrap();
     assert!(out.status.success(), "worker: {}", log());
     let read = b.alice.tool_ok("read_job", json!({ "id": id })).await;
     assert_eq!(read["structuredContent"]["state"], "review");

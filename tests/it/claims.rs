@@ -84,7 +84,10 @@ async fn an_agent_on_another_machine_is_told_who_holds_the_paths_and_the_holder_
     assert_eq!(conflict["reason"], "refactoring login");
     assert!(conflict["since"].as_str().unwrap().ends_with('Z') && conflict["until"].as_str().unwrap().ends_with('Z'));
     let said = text(&refused);
-    assert!(said.contains("NOT granted") && said.contains("acme/laptop/ann") && said.contains("refactoring login"), "{said}");
+    assert!(
+        said.contains("NOT granted") && said.contains("acme/laptop/ann") && said.contains("refactoring login"),
+        "{said}"
+    );
     assert!(data(&refused)["untrusted"].is_string(), "the holder's reason is framed as another agent's text");
 
     // The holder hears who ran into the claim, and with what.
@@ -103,7 +106,8 @@ async fn an_agent_on_another_machine_is_told_who_holds_the_paths_and_the_holder_
     assert_eq!(data(&bob.tool_ok("relay_claim", shared).await)["granted"], true, "shared claims do not collide");
 
     // Claiming the same paths again renews the claim.
-    let again = ann.tool_ok("relay_claim", json!({ "paths": ["src/auth/"], "reason": "still at it", "ttl_s": 7200 })).await;
+    let again =
+        ann.tool_ok("relay_claim", json!({ "paths": ["src/auth/"], "reason": "still at it", "ttl_s": 7200 })).await;
     assert_eq!(data(&again)["claim"]["id"], id.as_str(), "{}", text(&again));
     assert!(text(&again).starts_with("renewed"), "{}", text(&again));
 
@@ -273,7 +277,10 @@ async fn the_pre_commit_guard_refuses_a_commit_into_anothers_claim_and_passes_af
     git_in(repo, &["add", "src/auth/login.rs"], &[]).await;
     let (ok, said) = git_in(repo, &["commit", "-q", "-m", "login"], &ci).await;
     assert!(!ok, "the commit into ann's claim is refused: {said}");
-    assert!(said.contains("acme/laptop/ann") && said.contains("src/auth") && said.contains("refactoring login"), "{said}");
+    assert!(
+        said.contains("acme/laptop/ann") && said.contains("src/auth") && said.contains("refactoring login"),
+        "{said}"
+    );
 
     // RELAY_GUARD=off passes it (the commit is then taken back, its change staged again).
     let off = [ci[0], ci[1], ("RELAY_GUARD", "off")];
@@ -325,7 +332,8 @@ async fn what_is_claimed_and_released_is_counted_in_metrics() {
 
     let (status, text) = relay_tests::http::get(&ops, "/metrics").await.expect("the ops port answers");
     assert_eq!(status, 200);
-    let count = |series: &str| relay_tests::http::sample(&text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"));
+    let count =
+        |series: &str| relay_tests::http::sample(&text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"));
     assert_eq!(count(r#"relay_path_claims_total{step="granted"}"#), 2.0);
     assert_eq!(count(r#"relay_path_claims_total{step="renewed"}"#), 1.0);
     assert_eq!(count(r#"relay_path_claims_total{step="refused"}"#), 1.0);

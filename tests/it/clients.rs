@@ -432,7 +432,11 @@ async fn claude_code_is_told_whose_claim_it_met_and_its_commit_waits_for_the_rel
         "command": "git -c user.name=alice -c user.email=alice@relay.invalid commit -q -m 'fix login'",
         "description": "commit the fix",
     });
-    api.on(Api::Anthropic, "ToolSearch", Reply::tool("ToolSearch", json!({ "query": "select:mcp__relay__relay_claim" })));
+    api.on(
+        Api::Anthropic,
+        "ToolSearch",
+        Reply::tool("ToolSearch", json!({ "query": "select:mcp__relay__relay_claim" })),
+    );
     api.on(Api::Anthropic, "mcp__relay__relay_claim", Reply::tool("mcp__relay__relay_claim", claim));
     api.on(Api::Anthropic, "rewriting the session store", Reply::tool("Bash", commit.clone()));
     api.on(Api::Anthropic, "relay guard", Reply::text("the commit waits for bob"));
@@ -444,7 +448,8 @@ async fn claude_code_is_told_whose_claim_it_met_and_its_commit_waits_for_the_rel
     let told = told.unwrap_or_else(|| panic!("the model saw the claim's answer: {}", api.summary())).last_turn();
     assert!(told.contains("acme/ci/bob") && told.contains("src/auth"), "who holds it: {told}");
     let refused = requests.iter().find(|r| r.last_turn().contains("relay guard"));
-    let refused = refused.unwrap_or_else(|| panic!("the commit was refused by the guard: {}", api.summary())).last_turn();
+    let refused =
+        refused.unwrap_or_else(|| panic!("the commit was refused by the guard: {}", api.summary())).last_turn();
     assert!(refused.contains("acme/ci/bob"), "the guard names the holder: {refused}");
     let log = std::process::Command::new("git").arg("-C").arg(&dir).args(["log", "--oneline"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&log.stdout).contains("fix login"), "nothing was committed");
@@ -459,5 +464,9 @@ async fn claude_code_is_told_whose_claim_it_met_and_its_commit_waits_for_the_rel
     let out = claude_print(&project, "alice", "commit it again", "Bash").await;
     assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), api.summary());
     let log = std::process::Command::new("git").arg("-C").arg(&dir).args(["log", "--oneline"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&log.stdout).contains("fix login"), "committed after the release: {}", api.summary());
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("fix login"),
+        "committed after the release: {}",
+        api.summary()
+    );
 }

@@ -745,7 +745,12 @@ impl Stage {
                 self.bob.rpc.send(private).await.map_err(|e| e.to_string())?;
                 let reply = ReplyRequest { id: sent.id.clone(), body: "hi bob".into(), client_id: String::new() };
                 self.amy.rpc.reply(reply).await.map_err(|e| e.to_string())?;
-                let again = SendRequest { to: vec!["ci/amy".into()], body: "thanks".into(), thread: sent.thread, ..Default::default() };
+                let again = SendRequest {
+                    to: vec!["ci/amy".into()],
+                    body: "thanks".into(),
+                    thread: sent.thread,
+                    ..Default::default()
+                };
                 self.bob.rpc.send(again).await.map_err(|e| e.to_string())?;
                 let repo = RepoRef { kind: Some(repo_ref::Kind::Remote("git@github.com:acme/api.git".into())) };
                 let claim = ClaimPathsRequest {

@@ -33,12 +33,7 @@ fn held(result: &Value) -> bool {
 }
 
 fn loop_notices(messages: &[Value]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| m["body"].as_str())
-        .filter(|b| b.contains("loop guard"))
-        .map(str::to_owned)
-        .collect()
+    messages.iter().filter_map(|m| m["body"].as_str()).filter(|b| b.contains("loop guard")).map(str::to_owned).collect()
 }
 
 #[tokio::test]
@@ -74,7 +69,11 @@ async fn two_agents_answering_each_other_for_ever_are_held_within_a_minute_and_a
     for (who, got) in [("ann", &to_ann), ("bob", &to_bob)] {
         let told = loop_notices(got);
         assert_eq!(told.len(), 1, "{who}: {got:?}");
-        assert!(told[0].contains("30 messages between them within 60 s") && told[0].contains("no person"), "{}", told[0]);
+        assert!(
+            told[0].contains("30 messages between them within 60 s") && told[0].contains("no person"),
+            "{}",
+            told[0]
+        );
     }
     let told = loop_notices(&to_op);
     assert_eq!(told.len(), 1, "{to_op:?}");

@@ -36,7 +36,10 @@ pub async fn run() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(_) => {
-            eprintln!("relay guard: the relay did not answer within {} s; the commit goes on unchecked", WAIT.as_secs());
+            eprintln!(
+                "relay guard: the relay did not answer within {} s; the commit goes on unchecked",
+                WAIT.as_secs()
+            );
             ExitCode::SUCCESS
         }
     }

@@ -6,8 +6,8 @@
 use super::Core;
 use crate::domain::board::{self as board_rules, Column};
 use crate::domain::caller::{Caller, MachineIdentity};
-use crate::domain::ids::{self as ids_rules, TokenKind};
 use crate::domain::claims::{self, Claim, PathGlob, RepoKey, Wanted};
+use crate::domain::ids::{self as ids_rules, TokenKind};
 use crate::domain::ids::{AccountId, ClaimId, EndpointId};
 use crate::domain::redact::{RedactedText, redact};
 use crate::domain::{EntityKind, Error, Result, limits};
@@ -31,7 +31,10 @@ pub enum RepoRef {
 /// What a claim came to.
 #[derive(Debug)]
 pub enum Claimed {
-    Granted { claim: Claim, renewed: bool },
+    Granted {
+        claim: Claim,
+        renewed: bool,
+    },
     /// Refused: the standing claims in the way, oldest first.
     Conflicts(Vec<Claim>),
 }
@@ -166,8 +169,7 @@ impl ClaimsService {
             return Err(Error::FailedPrecondition(format!("card {} names no paths", card.id)));
         }
         let handle = board_rules::agent_handle(&card.id);
-        let endpoint =
-            store::identity::card_endpoint(&tx, machine.machine_id, &handle, card.agent.name()).await?;
+        let endpoint = store::identity::card_endpoint(&tx, machine.machine_id, &handle, card.agent.name()).await?;
         let holder = store::identity::caller_of(&tx, endpoint).await?;
         store::commit(tx).await?;
         let wanted = Wanted {

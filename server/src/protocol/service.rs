@@ -443,11 +443,8 @@ impl Relay for RelayService {
         let caller = auth::caller(&request)?;
         let r = request.into_inner();
         let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
-        let claimed = self
-            .claims
-            .claim(&caller, &repo, &r.paths, r.exclusive, r.ttl_s, &r.reason)
-            .await
-            .map_err(to_status)?;
+        let claimed =
+            self.claims.claim(&caller, &repo, &r.paths, r.exclusive, r.ttl_s, &r.reason).await.map_err(to_status)?;
         Ok(Response::new(convert::claimed(claimed)))
     }
 

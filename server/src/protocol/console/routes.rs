@@ -22,8 +22,8 @@ use crate::app::board::{Edit, Post};
 use crate::app::console::ConsoleService;
 use crate::app::console::Watch;
 use crate::app::trust::TrustService;
-use crate::domain::caller::Human;
 use crate::domain::activity::Filter;
+use crate::domain::caller::Human;
 use crate::domain::console::{SESSION_TTL, csrf_matches, csrf_token};
 use crate::domain::ids::new_message_id;
 use crate::domain::{Error, Result};
@@ -471,7 +471,11 @@ impl ActivityQuery {
             }
         }
         let query = query.finish();
-        if query.is_empty() { Page::Activity.fragment().to_owned() } else { format!("{}?{query}", Page::Activity.fragment()) }
+        if query.is_empty() {
+            Page::Activity.fragment().to_owned()
+        } else {
+            format!("{}?{query}", Page::Activity.fragment())
+        }
     }
 }
 
@@ -486,12 +490,17 @@ async fn activity_page(State(c): State<Console>, headers: HeaderMap, Query(q): Q
         Err(e) => Err(e),
     };
     match shown {
-        Ok(body) => page_response(StatusCode::OK, pages::page_at(Page::Activity, &q.fragment(), &person, &csrf, None, body)),
+        Ok(body) => {
+            page_response(StatusCode::OK, pages::page_at(Page::Activity, &q.fragment(), &person, &csrf, None, body))
+        }
         Err(e) => {
             let why = reason(&e);
             let body = pages::activity(&Default::default(), &Filter::default());
             let notice = Some(Notice::Refused(&why));
-            page_response(status_of(&e), pages::page_at(Page::Activity, Page::Activity.fragment(), &person, &csrf, notice, body))
+            page_response(
+                status_of(&e),
+                pages::page_at(Page::Activity, Page::Activity.fragment(), &person, &csrf, notice, body),
+            )
         }
     }
 }
