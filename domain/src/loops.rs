@@ -43,13 +43,20 @@ impl Settings {
     }
 }
 
-/// What was seen of a pair before its next message, since a person last cleared it.
+/// What was seen of a pair before its next message, since a person last cleared it: messages each
+/// way, within the window and in the thread the next one goes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen {
-    /// Messages between them within the window.
-    pub in_window: u32,
-    /// Messages between them in the thread the next one goes in.
-    pub in_thread: u32,
+    pub window: (u32, u32),
+    pub thread: (u32, u32),
+}
+
+impl Seen {
+    /// Messages that answered each other: twice the fewer way. One agent writing to another however
+    /// often (a stream of reports, a bot's updates) is no loop; two answering each other are.
+    fn exchanged((one, other): (u32, u32)) -> u32 {
+        one.min(other).saturating_mul(2)
+    }
 }
 
 /// Why the guard holds a message.
@@ -70,11 +77,12 @@ impl Trip {
 
 /// Whether the next message between a pair is held, and why.
 pub fn verdict(settings: Settings, seen: Seen) -> Option<Trip> {
-    if seen.in_window >= settings.max_messages {
-        return Some(Trip::Rate { messages: seen.in_window, window_s: settings.window_s });
+    let (window, thread) = (Seen::exchanged(seen.window), Seen::exchanged(seen.thread));
+    if window >= settings.max_messages {
+        return Some(Trip::Rate { messages: window, window_s: settings.window_s });
     }
-    if seen.in_thread >= settings.max_depth {
-        return Some(Trip::Depth { messages: seen.in_thread });
+    if thread >= settings.max_depth {
+        return Some(Trip::Depth { messages: thread });
     }
     None
 }
@@ -108,9 +116,11 @@ mod tests {
     #[test]
     fn the_next_message_is_held_past_either_bound() {
         let s = Settings::default();
-        assert_eq!(verdict(s, Seen { in_window: 29, in_thread: 39 }), None, "a busy exchange goes on");
-        assert_eq!(verdict(s, Seen { in_window: 30, in_thread: 0 }), Some(Trip::Rate { messages: 30, window_s: 60 }));
-        assert_eq!(verdict(s, Seen { in_window: 3, in_thread: 40 }), Some(Trip::Depth { messages: 40 }));
+        let seen = |window, thread| Seen { window, thread };
+        assert_eq!(verdict(s, seen((15, 14), (20, 19))), None, "a busy exchange goes on");
+        assert_eq!(verdict(s, seen((15, 15), (0, 0))), Some(Trip::Rate { messages: 30, window_s: 60 }));
+        assert_eq!(verdict(s, seen((2, 1), (20, 21))), Some(Trip::Depth { messages: 40 }));
+        assert_eq!(verdict(s, seen((500, 0), (500, 1))), None, "one agent writing to another is no loop");
     }
 
     #[test]

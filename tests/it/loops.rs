@@ -124,6 +124,17 @@ async fn an_accounts_own_bounds_hold_a_deep_exchange_and_bad_bounds_change_nothi
     assert!(held(&fifth), "{}", text(&fifth));
     let told = loop_notices(&inbox(&mut bob, 5).await);
     assert!(told.len() == 1 && told[0].contains("4 messages between them in one thread"), "{told:?}");
+    // One agent writing to another however often, in one thread, is no loop.
+    let mut carl = agent(&server, &ci, "carl").await;
+    let first = ann.tool_ok("relay_send", json!({ "to": "ci/carl", "body": "report 0" })).await;
+    let thread = first["structuredContent"]["thread"].as_str().unwrap().to_owned();
+    for n in 1..12 {
+        let report = json!({ "to": "ci/carl", "body": format!("report {n}"), "thread": thread });
+        let sent = ann.tool_ok("relay_send", report).await;
+        assert!(!held(&sent), "report {n} was held: {}", text(&sent));
+    }
+    assert_eq!(inbox(&mut carl, 5).await.len(), 12);
+
     // A person writing to either is never weighed: it arrives while the pair is held.
     let person = server.admin_ok(&["human", "add", "acme"]).trim().to_owned();
     let (ok, said) = human(&server.url, &person, &["send", "laptop/ann", "take a break"]).await;

@@ -337,7 +337,7 @@ async fn mail_the_push_stream_has_not_delivered_is_still_hinted() {
 }
 
 /// Every tool's annotations as tools/list shows them: readOnly, destructive, idempotent, openWorld.
-const ANNOTATIONS: [(&str, [bool; 4]); 24] = [
+const ANNOTATIONS: [(&str, [bool; 4]); 27] = [
     ("relay_whoami", [true, false, true, true]),
     ("relay_list", [true, false, true, true]),
     ("relay_peers", [true, false, true, true]),
@@ -355,6 +355,11 @@ const ANNOTATIONS: [(&str, [bool; 4]); 24] = [
     ("relay_set_peek", [false, true, true, false]),
     ("relay_rules", [false, true, false, false]),
     ("relay_group", [false, true, false, false]),
+    // A claim is seen and acted on by other agents; claiming again renews it, releasing again finds
+    // nothing: both idempotent. Releasing ends what others relied on.
+    ("relay_claim", [false, false, true, true]),
+    ("relay_release", [false, true, true, true]),
+    ("relay_claims", [true, false, true, true]),
     ("post_job", [false, false, false, true]),
     ("edit_job", [false, true, true, true]),
     ("finish_job", [false, false, false, true]),

@@ -849,3 +849,34 @@ async fn an_operator_names_the_origins_the_endpoint_takes() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("\"console.example.com\" is not an Origin"), "{said}");
 }
+
+/// The claim tools over `/mcp`: a cloud agent has no working directory, so it names the repository
+/// by its remote; without one it is told so. Its claim meets a bridged agent's clone of the same
+/// repository.
+#[tokio::test]
+async fn a_cloud_agent_claims_paths_by_the_repositorys_remote() {
+    let w = world().await;
+    let mut ci = RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot"));
+    let listed = ci.tools().await;
+    let names: Vec<&str> = listed.iter().filter_map(|t| t["name"].as_str()).collect();
+    for tool in ["relay_claim", "relay_release", "relay_claims"] {
+        assert!(names.contains(&tool), "{tool} is served at /mcp: {names:?}");
+    }
+    let nowhere = ci.tool("relay_claim", json!({ "paths": ["src"], "reason": "r" })).await;
+    assert_eq!(nowhere["isError"], true);
+    assert!(text(&nowhere).contains("repo is required"), "{}", text(&nowhere));
+    let claim = json!({ "paths": ["src/ci/**"], "repo": "git@github.com:acme/api.git", "reason": "pipeline rework" });
+    let granted = ci.tool_ok("relay_claim", claim).await;
+    assert_eq!(structured(&granted)["claim"]["repo"], "github.com/acme/api", "{granted}");
+
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    let refused = alice
+        .tool_ok(
+            "relay_claim",
+            json!({ "paths": ["src/ci/deploy.yml"], "repo": "https://github.com/acme/api", "reason": "deploys" }),
+        )
+        .await;
+    assert_eq!(structured(&refused)["granted"], false);
+    assert_eq!(structured(&refused)["conflicts"][0]["holder"], "acme/cloud/ci-bot");
+}

@@ -75,3 +75,42 @@ pub(crate) async fn edges(c: &impl GenericClient, account: AccountId, window_s: 
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::messages::Target;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn the_page_reads_what_agents_wrote_each_other_leaving_private_and_peoples_out() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (_, ci) = db.machine("acme", "ci").await;
+        let ann = db.endpoint(laptop, "ann", 0).await;
+        let bob = db.endpoint(ci, "bob", 0).await;
+        let to_bob = Target { id: bob, address: "acme/ci/bob".into(), account_id: acme };
+        let to_ann = Target { id: ann, address: "acme/laptop/ann".into(), account_id: acme };
+        let hello = db.send(ann, &[to_bob.clone()], "hello", None, None).await;
+        db.send(bob, &[to_ann.clone()], "hi", None, Some(&hello)).await;
+        let secret = db.send(ann, &[to_bob], "secret", None, None).await;
+        let sql = db.test.sql().await;
+        sql.execute("update messages set private = true where id = $1", &[&secret]).await.unwrap();
+        let c = db.store.client().await.unwrap();
+        let me = crate::store::trust::human_caller(&c, acme).await.unwrap();
+        db.send(me.endpoint_id, &[to_ann], "from a person", None, None).await;
+
+        let read = recent(&c, acme).await.unwrap();
+        let bodies: Vec<&str> = read.iter().map(|m| m.body.as_str()).collect();
+        assert_eq!(bodies, ["hi", "hello"], "newest first, private and people's left out");
+        assert_eq!((read[1].from.as_str(), read[1].to.clone()), ("acme/laptop/ann", vec!["acme/ci/bob".to_owned()]));
+        assert_eq!(read[0].thread, read[1].thread);
+
+        let edges = edges(&c, acme, 3600.0).await.unwrap();
+        let pairs: Vec<(&str, &str, u32)> = edges.iter().map(|e| (e.from.as_str(), e.to.as_str(), e.count)).collect();
+        assert_eq!(pairs, [("acme/ci/bob", "acme/laptop/ann", 1), ("acme/laptop/ann", "acme/ci/bob", 1)]);
+        sql.execute("update messages set created_at = now() - interval '2 hours' where id = $1", &[&hello]).await.unwrap();
+        let lately = super::edges(&c, acme, 3600.0).await.unwrap();
+        assert_eq!(lately.len(), 1, "only what was said in the window: {lately:?}");
+    }
+}

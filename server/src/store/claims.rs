@@ -241,3 +241,126 @@ pub(crate) async fn standing_count(c: &impl GenericClient) -> Result<i64> {
         .await?;
     c.query_one(&stmt, &[]).await?.only()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::TokenHash;
+    use crate::store::testing::{self, Db};
+
+    /// Endpoint `id` with a session of its own, as its caller.
+    async fn in_session(db: &Db, id: EndpointId, session: &[u8]) -> Caller {
+        let sql = db.test.sql().await;
+        sql.execute("update endpoints set session_hash = $2 where id = $1", &[&id, &session]).await.unwrap();
+        let c = db.store.client().await.unwrap();
+        let mut caller = crate::store::identity::caller_of(&c, id).await.unwrap();
+        caller.session_hash = TokenHash::from_stored(session.to_vec());
+        caller
+    }
+
+    fn repo() -> RepoKey {
+        RepoKey::of_remote("https://github.com/acme/api").unwrap()
+    }
+
+    fn wanted(paths: &[&str], reason: &str) -> Wanted {
+        let paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
+        Wanted {
+            repo: repo(),
+            paths: crate::domain::claims::parse_paths(&paths).unwrap(),
+            exclusive: true,
+            ttl_s: 3600,
+            reason: reason.to_owned(),
+            attempt: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_claim_stands_while_its_session_lives_and_claiming_again_renews_it() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (other, _) = db.machine("globex", "box").await;
+        let ann = db.endpoint(laptop, "ann", 0).await;
+        let ann = in_session(&db, ann, b"first").await;
+        let mut c = db.store.client().await.unwrap();
+        let tx = crate::store::begin(&mut c).await.unwrap();
+        let (claim, renewed) = put(&tx, &ann, &wanted(&["src/auth"], "one")).await.unwrap();
+        assert!(!renewed && claim.holder == "acme/laptop/ann" && !claim.kept);
+        let (again, renewed) = put(&tx, &ann, &wanted(&["src/auth/"], "two")).await.unwrap();
+        assert!(renewed, "the same paths again renew the claim");
+        assert_eq!((again.id, again.reason.as_str()), (claim.id, "two"));
+        let (web, _) = put(&tx, &ann, &wanted(&["web"], "three")).await.unwrap();
+        assert_ne!(web.id, claim.id, "other paths are a claim of their own");
+        tx.commit().await.unwrap();
+
+        assert_eq!(standing_in(&c, &repo(), &[acme]).await.unwrap().len(), 2);
+        assert!(standing_in(&c, &repo(), &[other]).await.unwrap().is_empty(), "out of reach");
+        assert_eq!(list(&c, &[acme], None, Some(ann.endpoint_id), 10).await.unwrap().len(), 2);
+        assert_eq!(by_id(&c, claim.id).await.unwrap().map(|c| c.reason), Some("two".to_owned()));
+        assert_eq!(standing_count(&c).await.unwrap(), 2);
+
+        // A new session on the handle: the claims of the old one stand no more, and are purged.
+        in_session(&db, ann.endpoint_id, b"second").await;
+        assert!(standing_in(&c, &repo(), &[acme]).await.unwrap().is_empty());
+        assert_eq!(purge_lapsed(&c, Some(&repo())).await.unwrap(), 2);
+    }
+
+    #[tokio::test]
+    async fn releasing_paths_narrows_a_claim_and_releasing_the_rest_ends_them() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let ann = db.endpoint(laptop, "ann", 0).await;
+        let ann = in_session(&db, ann, b"s").await;
+        let mut c = db.store.client().await.unwrap();
+        let tx = crate::store::begin(&mut c).await.unwrap();
+        let (two, _) = put(&tx, &ann, &wanted(&["lib/a", "lib/b"], "libs")).await.unwrap();
+        let (one, _) = put(&tx, &ann, &wanted(&["docs"], "docs")).await.unwrap();
+        let narrowed = release_paths(&tx, &ann, Some(&repo()), &[PathGlob::parse("lib/a").unwrap()]).await.unwrap();
+        assert_eq!(narrowed.iter().map(|c| c.id).collect::<Vec<_>>(), [two.id], "as it was before");
+        tx.commit().await.unwrap();
+        let left = by_id(&c, two.id).await.unwrap().unwrap();
+        assert_eq!(left.paths, [PathGlob::parse("lib/b").unwrap()]);
+
+        assert_eq!(release(&c, ann.endpoint_id, Some(one.id), None).await.unwrap().len(), 1);
+        assert!(release(&c, ann.endpoint_id, Some(one.id), None).await.unwrap().is_empty(), "released once");
+        assert_eq!(release(&c, ann.endpoint_id, None, Some(&repo())).await.unwrap().len(), 1);
+        assert!(list(&c, &[acme], None, None, 10).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_holder_is_told_of_each_claimant_once_in_ten_minutes() {
+        let db = testing::db().await;
+        let (_, laptop) = db.machine("acme", "laptop").await;
+        let ann = db.endpoint(laptop, "ann", 0).await;
+        let bob = db.endpoint(laptop, "bob", 0).await;
+        let carl = db.endpoint(laptop, "carl", 0).await;
+        let ann = in_session(&db, ann, b"s").await;
+        let mut c = db.store.client().await.unwrap();
+        let tx = crate::store::begin(&mut c).await.unwrap();
+        let (claim, _) = put(&tx, &ann, &wanted(&["src"], "r")).await.unwrap();
+        assert!(bump(&tx, claim.id, bob).await.unwrap());
+        assert!(!bump(&tx, claim.id, bob).await.unwrap(), "not again so soon");
+        assert!(bump(&tx, claim.id, carl).await.unwrap(), "another claimant is told of");
+        tx.commit().await.unwrap();
+        let sql = db.test.sql().await;
+        sql.execute("update path_claim_bumps set told_at = now() - interval '11 minutes'", &[]).await.unwrap();
+        let tx = crate::store::begin(&mut c).await.unwrap();
+        assert!(bump(&tx, claim.id, bob).await.unwrap(), "told again after ten minutes");
+    }
+
+    #[tokio::test]
+    async fn claims_in_one_repository_are_decided_one_after_the_other() {
+        let db = testing::db().await;
+        let mut c = db.store.client().await.unwrap();
+        let other = db.store.client().await.unwrap();
+        let try_lock = "select pg_try_advisory_xact_lock(hashtextextended('path_claims:' || $1, 0))";
+        let tx = crate::store::begin(&mut c).await.unwrap();
+        lock_repo(&tx, &repo()).await.unwrap();
+        let taken: bool = other.query_one(try_lock, &[&repo().as_str()]).await.unwrap().get(0);
+        assert!(!taken, "held until the transaction ends");
+        let elsewhere: bool = other.query_one(try_lock, &[&"github.com/acme/web"]).await.unwrap().get(0);
+        assert!(elsewhere, "another repository is not held");
+        tx.commit().await.unwrap();
+        let taken: bool = other.query_one(try_lock, &[&repo().as_str()]).await.unwrap().get(0);
+        assert!(taken);
+    }
+}

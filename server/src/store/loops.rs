@@ -29,7 +29,7 @@ pub(crate) async fn observe(
             "with cleared as (
                  select coalesce((select cleared_at from loop_pairs where a = $1 and b = $2), '-infinity') as at
              ), recent as (
-                 select m.created_at, m.thread
+                 select m.created_at, m.thread, m.sender_id = $1 as from_a
                  from endpoints e
                  join deliveries d on d.recipient_id = e.id and d.seq > e.head_seq - $5
                  join messages m on m.id = d.message_id
@@ -37,10 +37,14 @@ pub(crate) async fn observe(
                    and m.created_at > (select at from cleared)
              )
              select x.loop_max_messages, x.loop_window_s, x.loop_max_depth,
-                    (select count(*) from recent
-                      where created_at > now() - make_interval(secs => x.loop_window_s)) as in_window,
-                    (select count(*) from recent where thread = $4) as in_thread
-             from accounts x where x.id = $3",
+                    count(*) filter (where r.from_a and r.created_at > now() - make_interval(secs => x.loop_window_s))
+                        as window_a,
+                    count(*) filter (where not r.from_a and r.created_at > now() - make_interval(secs => x.loop_window_s))
+                        as window_b,
+                    count(*) filter (where r.from_a and r.thread = $4) as thread_a,
+                    count(*) filter (where not r.from_a and r.thread = $4) as thread_b
+             from accounts x left join recent r on true where x.id = $3
+             group by x.id",
         )
         .await?;
     let row = c.query_one(&stmt, &[&a, &b, &account, &thread, &i64::from(MAX_BOUND)]).await?;
@@ -51,7 +55,11 @@ pub(crate) async fn observe(
         window_s: bound("loop_window_s")?,
         max_depth: bound("loop_max_depth")?,
     };
-    Ok((settings, Seen { in_window: count("in_window")?, in_thread: count("in_thread")? }))
+    let seen = Seen {
+        window: (count("window_a")?, count("window_b")?),
+        thread: (count("thread_a")?, count("thread_b")?),
+    };
+    Ok((settings, seen))
 }
 
 /// Marks the pair tripped; whether this is the first trip since a person last cleared it (its
@@ -93,4 +101,49 @@ pub(crate) async fn set_settings(c: &impl GenericClient, account: &str, s: Setti
         )
         .await?;
     Ok(n == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::messages::Target;
+    use crate::store::testing;
+
+    #[tokio::test]
+    async fn a_pairs_messages_are_counted_until_a_person_clears_them_and_a_trip_is_told_once() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let ann = db.endpoint(laptop, "ann", 0).await;
+        let bob = db.endpoint(laptop, "bob", 0).await;
+        let carl = db.endpoint(laptop, "carl", 0).await;
+        let to = |id, handle: &str| Target { id, address: format!("acme/laptop/{handle}"), account_id: acme };
+        let first = db.send(ann, &[to(bob, "bob")], "ping", None, None).await;
+        let second = db.send(bob, &[to(ann, "ann")], "pong", None, Some(&first)).await;
+        db.send(ann, &[to(bob, "bob")], "ping again", None, Some(&second)).await;
+        db.send(ann, &[to(bob, "bob")], "a new thread", None, None).await;
+        db.send(carl, &[to(bob, "bob")], "not of the pair", None, None).await;
+        let c = db.store.client().await.unwrap();
+        let thread = first.to_string();
+        let (settings, seen) = observe(&c, acme, bob, ann, &thread).await.unwrap();
+        assert_eq!(settings, Settings::default());
+        // Each way, in the order of the endpoints' ids (ann's first), the pair's messages alone.
+        assert_eq!(seen, Seen { window: (3, 1), thread: (2, 1) });
+
+        let mut client = db.store.client().await.unwrap();
+        let tx = crate::store::begin(&mut client).await.unwrap();
+        assert!(trip(&tx, ann, bob).await.unwrap(), "the first trip is told");
+        assert!(!trip(&tx, bob, ann).await.unwrap(), "not the next ones");
+        tx.commit().await.unwrap();
+        clear(&c, bob, ann).await.unwrap();
+        let (_, seen) = observe(&c, acme, ann, bob, &thread).await.unwrap();
+        assert_eq!(seen, Seen { window: (0, 0), thread: (0, 0) }, "what they said before a person cleared them");
+        let tx = crate::store::begin(&mut client).await.unwrap();
+        assert!(trip(&tx, ann, bob).await.unwrap(), "a trip after a clearing is told again");
+        tx.commit().await.unwrap();
+
+        let bounds = Settings::new(5, 30, 10).unwrap();
+        assert!(set_settings(&c, "acme", bounds).await.unwrap());
+        assert_eq!(observe(&c, acme, ann, bob, &thread).await.unwrap().0, bounds);
+        assert!(!set_settings(&c, "nobody", bounds).await.unwrap());
+    }
 }
