@@ -1,7 +1,10 @@
 //! The loop guard's rules: when agents answering each other with no person in between have gone
-//! past their account's bounds, and what everyone is told. Two bounds: messages between one pair
-//! within a window (a runaway pair is fast), and the depth of their exchange in one thread (a slow
-//! one still goes on for ever). Past either, their further messages are held for a person.
+//! past their account's bounds, and what everyone is told. A conversation is weighed by its thread,
+//! in turns: each message whose sender is not the previous one's is a turn, so two agents (or a
+//! ring) answering each other make one a message, and one agent writing however often makes one.
+//! Two bounds: turns within a window (a runaway pair is fast), and turns since a person last spoke
+//! or let the thread go on (a slow one still goes on for ever). Past either, the next message is
+//! held for a person, and so is everything between the two agents until a person lets them go on.
 
 use super::{Error, Result};
 
@@ -43,20 +46,12 @@ impl Settings {
     }
 }
 
-/// What was seen of a pair before its next message, since a person last cleared it: messages each
-/// way, within the window and in the thread the next one goes in.
+/// What was seen of a thread before its next message, since a person last spoke in it or let it go
+/// on: agents' turns within the window, and in all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seen {
-    pub window: (u32, u32),
-    pub thread: (u32, u32),
-}
-
-impl Seen {
-    /// Messages that answered each other: twice the fewer way. One agent writing to another however
-    /// often (a stream of reports, a bot's updates) is no loop; two answering each other are.
-    fn exchanged((one, other): (u32, u32)) -> u32 {
-        one.min(other).saturating_mul(2)
-    }
+    pub in_window: u32,
+    pub in_thread: u32,
 }
 
 /// Why the guard holds a message.
@@ -69,20 +64,19 @@ pub enum Trip {
 impl Trip {
     pub fn describe(self) -> String {
         match self {
-            Self::Rate { messages, window_s } => format!("{messages} messages between them within {window_s} s"),
-            Self::Depth { messages } => format!("{messages} messages between them in one thread"),
+            Self::Rate { messages, window_s } => format!("{messages} turns answering each other within {window_s} s"),
+            Self::Depth { messages } => format!("{messages} turns answering each other in one thread"),
         }
     }
 }
 
 /// Whether the next message between a pair is held, and why.
 pub fn verdict(settings: Settings, seen: Seen) -> Option<Trip> {
-    let (window, thread) = (Seen::exchanged(seen.window), Seen::exchanged(seen.thread));
-    if window >= settings.max_messages {
-        return Some(Trip::Rate { messages: window, window_s: settings.window_s });
+    if seen.in_window >= settings.max_messages {
+        return Some(Trip::Rate { messages: seen.in_window, window_s: settings.window_s });
     }
-    if thread >= settings.max_depth {
-        return Some(Trip::Depth { messages: thread });
+    if seen.in_thread >= settings.max_depth {
+        return Some(Trip::Depth { messages: seen.in_thread });
     }
     None
 }
@@ -116,11 +110,10 @@ mod tests {
     #[test]
     fn the_next_message_is_held_past_either_bound() {
         let s = Settings::default();
-        let seen = |window, thread| Seen { window, thread };
-        assert_eq!(verdict(s, seen((15, 14), (20, 19))), None, "a busy exchange goes on");
-        assert_eq!(verdict(s, seen((15, 15), (0, 0))), Some(Trip::Rate { messages: 30, window_s: 60 }));
-        assert_eq!(verdict(s, seen((2, 1), (20, 21))), Some(Trip::Depth { messages: 40 }));
-        assert_eq!(verdict(s, seen((500, 0), (500, 1))), None, "one agent writing to another is no loop");
+        let seen = |in_window, in_thread| Seen { in_window, in_thread };
+        assert_eq!(verdict(s, seen(29, 39)), None, "a busy exchange goes on");
+        assert_eq!(verdict(s, seen(30, 30)), Some(Trip::Rate { messages: 30, window_s: 60 }));
+        assert_eq!(verdict(s, seen(3, 40)), Some(Trip::Depth { messages: 40 }));
     }
 
     #[test]
@@ -135,7 +128,7 @@ mod tests {
     fn the_notices_say_who_why_and_what_to_do() {
         let trip = Trip::Rate { messages: 30, window_s: 60 };
         let told = agents_notice("acme/a/x", "acme/b/y", trip);
-        assert!(told.contains("acme/a/x to acme/b/y") && told.contains("30 messages between them within 60 s"));
+        assert!(told.contains("acme/a/x to acme/b/y") && told.contains("30 turns answering each other within 60 s"));
         assert!(operator_notice("acme/a/x", "acme/b/y", trip).contains("agent-bridge human holds"));
     }
 }

@@ -157,6 +157,7 @@ pub struct HeldMessage {
     pub sender: String,
     /// Why it was held: a class the account turned on, or the loop guard's.
     pub class: String,
+    pub thread: String,
 }
 
 /// Refuses a hold class an account cannot turn on.

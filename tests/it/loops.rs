@@ -70,7 +70,7 @@ async fn two_agents_answering_each_other_for_ever_are_held_within_a_minute_and_a
         let told = loop_notices(got);
         assert_eq!(told.len(), 1, "{who}: {got:?}");
         assert!(
-            told[0].contains("30 messages between them within 60 s") && told[0].contains("no person"),
+            told[0].contains("30 turns answering each other within 60 s") && told[0].contains("no person"),
             "{}",
             told[0]
         );
@@ -123,7 +123,7 @@ async fn an_accounts_own_bounds_hold_a_deep_exchange_and_bad_bounds_change_nothi
     let fifth = answer(&mut ann, 4).await;
     assert!(held(&fifth), "{}", text(&fifth));
     let told = loop_notices(&inbox(&mut bob, 5).await);
-    assert!(told.len() == 1 && told[0].contains("4 messages between them in one thread"), "{told:?}");
+    assert!(told.len() == 1 && told[0].contains("4 turns answering each other in one thread"), "{told:?}");
     // One agent writing to another however often, in one thread, is no loop.
     let mut carl = agent(&server, &ci, "carl").await;
     let first = ann.tool_ok("relay_send", json!({ "to": "ci/carl", "body": "report 0" })).await;

@@ -258,69 +258,62 @@ impl<const MIN: u32, const MAX: u32> JsonSchema for Count<MIN, MAX> {
     }
 }
 
-/// One address or a list of 1 to `MAX` addresses, trimmed.
-#[derive(Debug, Clone)]
-pub struct Addresses<const MAX: usize>(pub Vec<String>);
+/// What a list of names is of: how an argument taking one or several says what it must be.
+pub trait Noun {
+    const ONE: &'static str;
+    const MANY: &'static str;
+}
 
-impl<'de, const MAX: usize> Deserialize<'de> for Addresses<MAX> {
+/// An agent's address.
+#[derive(Debug, Clone)]
+pub struct Address;
+impl Noun for Address {
+    const ONE: &'static str = "an address";
+    const MANY: &'static str = "addresses";
+}
+
+/// A path in a repository.
+#[derive(Debug, Clone)]
+pub struct Path;
+impl Noun for Path {
+    const ONE: &'static str = "a path";
+    const MANY: &'static str = "paths";
+}
+
+/// One `N` or a list of 1 to `MAX` of them, each trimmed and not blank.
+#[derive(Debug, Clone)]
+pub struct OneOrMore<const MAX: usize, N: Noun>(pub Vec<String>, PhantomData<N>);
+
+pub type Addresses<const MAX: usize> = OneOrMore<MAX, Address>;
+pub type Paths<const MAX: usize> = OneOrMore<MAX, Path>;
+
+impl<'de, const MAX: usize, N: Noun> Deserialize<'de> for OneOrMore<MAX, N> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let wrong = || de::Error::custom(format!("must be an address or a list of 1 to {MAX} addresses"));
-        let address = |v: &Value| match v {
+        let wrong = || de::Error::custom(format!("must be {} or a list of 1 to {MAX} {}", N::ONE, N::MANY));
+        let one = |v: &Value| match v {
             Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
             _ => None,
         };
-        match Value::deserialize(d)? {
+        let list = match Value::deserialize(d)? {
             Value::Array(items) if (1..=MAX).contains(&items.len()) => {
-                items.iter().map(address).collect::<Option<Vec<_>>>().map(Self).ok_or_else(wrong)
+                items.iter().map(one).collect::<Option<Vec<_>>>().ok_or_else(wrong)?
             }
-            one => address(&one).map(|a| Self(vec![a])).ok_or_else(wrong),
-        }
+            single => vec![one(&single).ok_or_else(wrong)?],
+        };
+        Ok(Self(list, PhantomData))
     }
 }
 
-impl<const MAX: usize> JsonSchema for Addresses<MAX> {
+impl<const MAX: usize, N: Noun> JsonSchema for OneOrMore<MAX, N> {
     fn schema_name() -> Cow<'static, str> {
-        format!("Addresses{MAX}").into()
+        format!("{}{MAX}", N::MANY).into()
     }
     fn inline_schema() -> bool {
         true
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        // One address as a string is read too; the schema offers the list alone. The bounds are
-        // said when a call passes them.
-        json_schema!({ "type": "array", "items": { "type": "string" } })
-    }
-}
-
-/// One path or a list of 1 to `MAX` paths, trimmed.
-#[derive(Debug, Clone)]
-pub struct Paths<const MAX: usize>(pub Vec<String>);
-
-impl<'de, const MAX: usize> Deserialize<'de> for Paths<MAX> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let wrong = || de::Error::custom(format!("must be a path or a list of 1 to {MAX} paths"));
-        let path = |v: &Value| match v {
-            Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_owned()),
-            _ => None,
-        };
-        match Value::deserialize(d)? {
-            Value::Array(items) if (1..=MAX).contains(&items.len()) => {
-                items.iter().map(path).collect::<Option<Vec<_>>>().map(Self).ok_or_else(wrong)
-            }
-            one => path(&one).map(|p| Self(vec![p])).ok_or_else(wrong),
-        }
-    }
-}
-
-impl<const MAX: usize> JsonSchema for Paths<MAX> {
-    fn schema_name() -> Cow<'static, str> {
-        format!("Paths{MAX}").into()
-    }
-    fn inline_schema() -> bool {
-        true
-    }
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        // The bounds are said when a call passes them: in every schema they would cost every turn.
+        // One as a string is read too; the schema offers the list alone. The bounds are said when a
+        // call passes them: in every schema they would cost every turn.
         json_schema!({ "type": "array", "items": { "type": "string" } })
     }
 }

@@ -170,7 +170,7 @@ impl TrustService {
             // A person let agents the loop guard stopped go on: their count starts over.
             if held.class == crate::domain::loops::HOLD_CLASS {
                 for recipient in &held.recipients {
-                    crate::store::loops::clear(&tx, held.sender_id, *recipient).await?;
+                    crate::store::loops::clear(&tx, held.sender_id, *recipient, &held.thread).await?;
                 }
             }
         }

@@ -1,12 +1,13 @@
-//! What the loop guard reads and keeps: an account's bounds, what a pair of endpoints said to each
-//! other lately (read from the newest deliveries of their two inboxes, so the cost does not grow
-//! with their history), and when a person last cleared the pair or the guard last tripped on it.
+//! What the loop guard reads and keeps: an account's bounds; a thread's turns since a person last
+//! spoke in it or let it go on (its newest messages, read by the thread's index: a send that starts
+//! no conversation reads nothing); and the pairs it tripped on until a person clears them.
 
 use deadpool_postgres::GenericClient;
 
 use super::row::Col;
 use crate::domain::ids::{AccountId, EndpointId};
 use crate::domain::loops::{MAX_BOUND, Seen, Settings};
+use crate::domain::names::HUMAN;
 use crate::store::{Result, Tx};
 
 /// A pair as `loop_pairs` keys it.
@@ -14,40 +15,34 @@ fn ordered(x: EndpointId, y: EndpointId) -> (EndpointId, EndpointId) {
     if x < y { (x, y) } else { (y, x) }
 }
 
-/// The bounds of `account`, and what `from` and `to` said to each other since a person last
-/// cleared them: within the window, and in `thread`. One statement.
-pub(crate) async fn observe(
-    c: &impl GenericClient,
-    account: AccountId,
-    from: EndpointId,
-    to: EndpointId,
-    thread: &str,
-) -> Result<(Settings, Seen)> {
-    let (a, b) = ordered(from, to);
+/// The bounds of `account`, and the agents' turns in `thread` since a person last spoke in it or
+/// let it go on: within the window, and in all. One statement, reading the thread's newest messages
+/// at most.
+pub(crate) async fn observe(c: &impl GenericClient, account: AccountId, thread: &str) -> Result<(Settings, Seen)> {
     let stmt = c
-        .prepare_cached(
-            "with cleared as (
-                 select coalesce((select cleared_at from loop_pairs where a = $1 and b = $2), '-infinity') as at
-             ), recent as (
-                 select m.created_at, m.thread, m.sender_id = $1 as from_a
-                 from endpoints e
-                 join deliveries d on d.recipient_id = e.id and d.seq > e.head_seq - $5
-                 join messages m on m.id = d.message_id
-                 where e.id in ($1, $2) and m.sender_id in ($1, $2) and m.sender_id <> e.id
-                   and m.created_at > (select at from cleared)
+        .prepare_cached(&format!(
+            "with recent as (
+                 select m.created_at, m.id, m.sender_id, mm.name = '{HUMAN}' as person
+                 from messages m join endpoints e on e.id = m.sender_id join machines mm on mm.id = e.machine_id
+                 where m.thread = $2 order by m.created_at desc, m.id desc limit $3
+             ), since as (
+                 select greatest(
+                     coalesce((select max(created_at) from recent where person), '-infinity'),
+                     coalesce((select cleared_at from loop_threads where thread = $2), '-infinity')) as at
+             ), turns as (
+                 select created_at,
+                        sender_id is distinct from lag(sender_id) over (order by created_at, id) as turn
+                 from recent where not person and created_at > (select at from since)
              )
              select x.loop_max_messages, x.loop_window_s, x.loop_max_depth,
-                    count(*) filter (where r.from_a and r.created_at > now() - make_interval(secs => x.loop_window_s))
-                        as window_a,
-                    count(*) filter (where not r.from_a and r.created_at > now() - make_interval(secs => x.loop_window_s))
-                        as window_b,
-                    count(*) filter (where r.from_a and r.thread = $4) as thread_a,
-                    count(*) filter (where not r.from_a and r.thread = $4) as thread_b
-             from accounts x left join recent r on true where x.id = $3
-             group by x.id",
-        )
+                    count(t.*) filter (where t.turn and t.created_at > now() - make_interval(secs => x.loop_window_s))
+                        as in_window,
+                    count(t.*) filter (where t.turn) as in_thread
+             from accounts x left join turns t on true where x.id = $1
+             group by x.id"
+        ))
         .await?;
-    let row = c.query_one(&stmt, &[&a, &b, &account, &thread, &i64::from(MAX_BOUND)]).await?;
+    let row = c.query_one(&stmt, &[&account, &thread, &i64::from(MAX_BOUND + 1)]).await?;
     let bound = |name: &str| -> Result<u32> { Ok(u32::try_from(row.col::<i32>(name)?).unwrap_or(0)) };
     let count = |name: &str| -> Result<u32> { Ok(u32::try_from(row.col::<i64>(name)?).unwrap_or(u32::MAX)) };
     let settings = Settings {
@@ -55,11 +50,21 @@ pub(crate) async fn observe(
         window_s: bound("loop_window_s")?,
         max_depth: bound("loop_max_depth")?,
     };
-    let seen = Seen {
-        window: (count("window_a")?, count("window_b")?),
-        thread: (count("thread_a")?, count("thread_b")?),
-    };
-    Ok((settings, seen))
+    Ok((settings, Seen { in_window: count("in_window")?, in_thread: count("in_thread")? }))
+}
+
+/// Whether the guard holds what `from` sends `to`: it tripped on them and no person has cleared
+/// them since. Read where a send's recipients are allowed (kept until scope changes, which a trip
+/// or a clearing announces).
+pub(crate) async fn tripped(c: &impl GenericClient, from: EndpointId, to: EndpointId) -> Result<bool> {
+    let (a, b) = ordered(from, to);
+    let stmt = c
+        .prepare_cached(
+            "select 1 from loop_pairs where a = $1 and b = $2
+               and tripped_at > coalesce(cleared_at, '-infinity')",
+        )
+        .await?;
+    Ok(c.query_opt(&stmt, &[&a, &b]).await?.is_some())
 }
 
 /// Marks the pair tripped; whether this is the first trip since a person last cleared it (its
@@ -77,13 +82,20 @@ pub(crate) async fn trip(tx: &Tx<'_>, from: EndpointId, to: EndpointId) -> Resul
     Ok(tx.query_opt(&stmt, &[&a, &b]).await?.is_some())
 }
 
-/// A person let the pair go on: what they said before now no longer counts.
-pub(crate) async fn clear(c: &impl GenericClient, from: EndpointId, to: EndpointId) -> Result<()> {
+/// A person let the pair go on in `thread`: the pair is no longer held, and the thread's turns
+/// before now no longer count.
+pub(crate) async fn clear(c: &impl GenericClient, from: EndpointId, to: EndpointId, thread: &str) -> Result<()> {
     let (a, b) = ordered(from, to);
     c.execute(
         "insert into loop_pairs (a, b, cleared_at) values ($1, $2, now())
          on conflict (a, b) do update set cleared_at = now()",
         &[&a, &b],
+    )
+    .await?;
+    c.execute(
+        "insert into loop_threads (thread, cleared_at) values ($1, now())
+         on conflict (thread) do update set cleared_at = now()",
+        &[&thread],
     )
     .await?;
     Ok(())
@@ -110,40 +122,48 @@ mod tests {
     use crate::store::testing;
 
     #[tokio::test]
-    async fn a_pairs_messages_are_counted_until_a_person_clears_them_and_a_trip_is_told_once() {
+    async fn a_threads_turns_are_counted_since_a_person_and_a_trip_holds_the_pair_until_cleared() {
         let db = testing::db().await;
         let (acme, laptop) = db.machine("acme", "laptop").await;
         let ann = db.endpoint(laptop, "ann", 0).await;
         let bob = db.endpoint(laptop, "bob", 0).await;
-        let carl = db.endpoint(laptop, "carl", 0).await;
         let to = |id, handle: &str| Target { id, address: format!("acme/laptop/{handle}"), account_id: acme };
         let first = db.send(ann, &[to(bob, "bob")], "ping", None, None).await;
         let second = db.send(bob, &[to(ann, "ann")], "pong", None, Some(&first)).await;
-        db.send(ann, &[to(bob, "bob")], "ping again", None, Some(&second)).await;
+        let third = db.send(ann, &[to(bob, "bob")], "ping again", None, Some(&second)).await;
+        db.send(ann, &[to(bob, "bob")], "and again", None, Some(&third)).await;
         db.send(ann, &[to(bob, "bob")], "a new thread", None, None).await;
-        db.send(carl, &[to(bob, "bob")], "not of the pair", None, None).await;
         let c = db.store.client().await.unwrap();
         let thread = first.to_string();
-        let (settings, seen) = observe(&c, acme, bob, ann, &thread).await.unwrap();
+        let (settings, seen) = observe(&c, acme, &thread).await.unwrap();
         assert_eq!(settings, Settings::default());
-        // Each way, in the order of the endpoints' ids (ann's first), the pair's messages alone.
-        assert_eq!(seen, Seen { window: (3, 1), thread: (2, 1) });
+        assert_eq!(seen, Seen { in_window: 3, in_thread: 3 }, "ann, bob, ann: her second message is no new turn");
+        assert_eq!(observe(&c, acme, "no-such-thread").await.unwrap().1, Seen { in_window: 0, in_thread: 0 });
 
+        // A person speaking in the thread starts its count afresh.
+        let me = crate::store::trust::human_caller(&c, acme).await.unwrap();
+        let said = db.send(me.endpoint_id, &[to(ann, "ann")], "slow down", None, Some(&third)).await;
+        db.send(ann, &[to(bob, "bob")], "ok", None, Some(&said)).await;
+        assert_eq!(observe(&c, acme, &thread).await.unwrap().1, Seen { in_window: 1, in_thread: 1 });
+
+        // A trip holds the pair, told once, until a person clears it.
+        assert!(!tripped(&c, ann, bob).await.unwrap());
         let mut client = db.store.client().await.unwrap();
         let tx = crate::store::begin(&mut client).await.unwrap();
         assert!(trip(&tx, ann, bob).await.unwrap(), "the first trip is told");
         assert!(!trip(&tx, bob, ann).await.unwrap(), "not the next ones");
         tx.commit().await.unwrap();
-        clear(&c, bob, ann).await.unwrap();
-        let (_, seen) = observe(&c, acme, ann, bob, &thread).await.unwrap();
-        assert_eq!(seen, Seen { window: (0, 0), thread: (0, 0) }, "what they said before a person cleared them");
+        assert!(tripped(&c, bob, ann).await.unwrap(), "either way");
+        clear(&c, bob, ann, &thread).await.unwrap();
+        assert!(!tripped(&c, ann, bob).await.unwrap());
+        assert_eq!(observe(&c, acme, &thread).await.unwrap().1, Seen { in_window: 0, in_thread: 0 });
         let tx = crate::store::begin(&mut client).await.unwrap();
         assert!(trip(&tx, ann, bob).await.unwrap(), "a trip after a clearing is told again");
         tx.commit().await.unwrap();
 
         let bounds = Settings::new(5, 30, 10).unwrap();
         assert!(set_settings(&c, "acme", bounds).await.unwrap());
-        assert_eq!(observe(&c, acme, ann, bob, &thread).await.unwrap().0, bounds);
+        assert_eq!(observe(&c, acme, &thread).await.unwrap().0, bounds);
         assert!(!set_settings(&c, "nobody", bounds).await.unwrap());
     }
 }

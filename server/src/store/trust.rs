@@ -80,7 +80,7 @@ pub(crate) async fn set_private_ok(
 pub(crate) async fn lock_hold(c: &Tx<'_>, account_id: AccountId, id: &HoldId) -> Result<Option<HeldMessage>> {
     let Some(row) = c
         .query_opt(
-            "select h.message_id, h.recipients, h.state, h.class, m.sender_id, s.address as sender
+            "select h.message_id, h.recipients, h.state, h.class, m.thread, m.sender_id, s.address as sender
              from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
              where h.id = $1 and h.account_id = $2 for update of h",
             &[&id, &account_id],
@@ -101,6 +101,7 @@ impl FromRow for HeldMessage {
             sender_id: row.col("sender_id")?,
             sender: row.col("sender")?,
             class: row.col("class")?,
+            thread: row.col("thread")?,
         })
     }
 }
@@ -338,6 +339,13 @@ pub(crate) async fn hold_class(
 ) -> Result<Option<&'static str>> {
     if private {
         check_private(c, caller, targets).await?;
+    }
+    // Two agents the loop guard stopped wait for a person, whatever they send each other.
+    if let [target] = targets
+        && caller.machine != HUMAN
+        && super::loops::tripped(c, caller.endpoint_id, target.id).await?
+    {
+        return Ok(Some(crate::domain::loops::HOLD_CLASS));
     }
     let outside = targets.iter().any(|t| t.account_id != caller.account_id);
     if caller.machine == HUMAN || !outside {

@@ -212,17 +212,20 @@ impl Sends {
         Ok(sent)
     }
 
-    /// Why the loop guard holds this send, if it does: only a message from one agent to one other
-    /// is weighed (a loop is agents answering each other; people and groups are not), by one read.
+    /// Why the loop guard holds this send, if it does. Only a message from one agent to one other
+    /// that goes on a conversation (a reply, or a send into a thread) is weighed, by one read of its
+    /// thread: a loop is agents answering each other, and a send that starts a thread costs nothing.
+    /// Once the guard tripped on a pair, their sends of any kind are held where recipients are
+    /// allowed (`store::loops::tripped`).
     async fn loop_trip(&self, w: &Write<'_>) -> Result<Option<Trip>> {
         let [target] = w.targets else { return Ok(None) };
         let person = |address: &str| address.split('/').nth(1) == Some(names::HUMAN);
-        if target.id == w.caller.endpoint_id || person(&target.address) || w.caller.machine == names::HUMAN {
+        let goes_on = w.reply_to.is_some() || w.out.thread.is_some();
+        if !goes_on || target.id == w.caller.endpoint_id || person(&target.address) || w.caller.machine == names::HUMAN {
             return Ok(None);
         }
         let client = self.store.client().await?;
-        let (settings, seen) =
-            store::loops::observe(&client, w.caller.account_id, w.caller.endpoint_id, target.id, w.thread).await?;
+        let (settings, seen) = store::loops::observe(&client, w.caller.account_id, w.thread).await?;
         Ok(loops::verdict(settings, seen))
     }
 
@@ -244,7 +247,7 @@ impl Sends {
                     tell_of_loop(&tx, w.caller, target, trip).await?;
                 }
                 store::commit(tx).await?;
-                if trip.is_some() {
+                if class == loops::HOLD_CLASS {
                     metrics().loops_held.inc();
                     tracing::info!(from = %w.caller.address(), to = ?w.targets.first().map(|t| &t.address), "loop guard held a message");
                 }
