@@ -171,10 +171,7 @@ fn hooks_dir(cwd: &Path) -> anyhow::Result<PathBuf> {
 fn install_guard(cwd: &Path) -> anyhow::Result<(bool, PathBuf)> {
     let path = hooks_dir(cwd)?.join("pre-commit");
     let program = shell_word(&this_program().map_or_else(|| PROGRAM.to_owned(), |p| p.display().to_string()));
-    let script = format!(
-        "#!/bin/sh\n{GUARD_MARK}: refuses a commit that touches paths another agent holds exclusively.\n\
-         # RELAY_GUARD=off passes it. Written by `agent-bridge install --guard`.\nexec {program} hook guard\n"
-    );
+    let script = guard_script(&program);
     match read_existing(&path)? {
         Some(existing) if existing == script => return Ok((false, path)),
         Some(existing) if !existing.contains(GUARD_MARK) => bail!(
@@ -188,6 +185,21 @@ fn install_guard(cwd: &Path) -> anyhow::Result<(bool, PathBuf)> {
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .with_context(|| format!("cannot make {} executable", path.display()))?;
     Ok((true, path))
+}
+
+/// The pre-commit hook: the guard, found where install saw it, else on PATH; a bridge found nowhere
+/// (moved, uninstalled) never stops a commit.
+fn guard_script(program: &str) -> String {
+    format!(
+        "#!/bin/sh\n{GUARD_MARK}: refuses a commit that touches paths another agent holds exclusively.\n\
+         # RELAY_GUARD=off passes it. Written by `agent-bridge install --guard`.\n\
+         bridge={program}\n\
+         [ -x \"$bridge\" ] || bridge=$(command -v {PROGRAM}) || {{\n\
+         \x20   echo \"relay guard: {PROGRAM} is not found; the commit goes on unchecked\" >&2\n\
+         \x20   exit 0\n\
+         }}\n\
+         exec \"$bridge\" hook guard\n"
+    )
 }
 
 fn run_client(client: Client, cwd: &Path) -> anyhow::Result<()> {
@@ -696,6 +708,30 @@ fn install_codex_notify(path: &Path, command: &str) -> anyhow::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+
+    /// The hook runs the guard where install saw it; a bridge gone from there and from PATH lets the
+    /// commit through.
+    #[cfg(unix)]
+    #[test]
+    fn the_guard_hook_runs_the_bridge_and_never_stops_a_commit_when_it_is_gone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let stub = dir.path().join("stub-bridge");
+        std::fs::write(&stub, "#!/bin/sh\necho \"asked: $*\" >&2\nexit 3\n").unwrap();
+        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let run = |program: &str| {
+            let hook = dir.path().join("pre-commit");
+            std::fs::write(&hook, guard_script(&shell_word(program))).unwrap();
+            std::process::Command::new("sh").arg(&hook).env("PATH", "/usr/bin:/bin").output().unwrap()
+        };
+        let found = run(&stub.display().to_string());
+        assert_eq!(found.status.code(), Some(3), "the guard's answer is the hook's");
+        assert!(String::from_utf8_lossy(&found.stderr).contains("asked: hook guard"));
+        let gone = run(&dir.path().join("moved-away").display().to_string());
+        assert!(gone.status.success(), "{gone:?}");
+        assert!(String::from_utf8_lossy(&gone.stderr).contains("the commit goes on unchecked"));
+    }
+
     use super::*;
 
     #[test]

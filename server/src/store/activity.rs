@@ -91,8 +91,8 @@ mod tests {
         let bob = db.endpoint(ci, "bob", 0).await;
         let to_bob = Target { id: bob, address: "acme/ci/bob".into(), account_id: acme };
         let to_ann = Target { id: ann, address: "acme/laptop/ann".into(), account_id: acme };
-        let hello = db.send(ann, &[to_bob.clone()], "hello", None, None).await;
-        db.send(bob, &[to_ann.clone()], "hi", None, Some(&hello)).await;
+        let hello = db.send(ann, std::slice::from_ref(&to_bob), "hello", None, None).await;
+        db.send(bob, std::slice::from_ref(&to_ann), "hi", None, Some(&hello)).await;
         let secret = db.send(ann, &[to_bob], "secret", None, None).await;
         let sql = db.test.sql().await;
         sql.execute("update messages set private = true where id = $1", &[&secret]).await.unwrap();
@@ -109,7 +109,9 @@ mod tests {
         let edges = edges(&c, acme, 3600.0).await.unwrap();
         let pairs: Vec<(&str, &str, u32)> = edges.iter().map(|e| (e.from.as_str(), e.to.as_str(), e.count)).collect();
         assert_eq!(pairs, [("acme/ci/bob", "acme/laptop/ann", 1), ("acme/laptop/ann", "acme/ci/bob", 1)]);
-        sql.execute("update messages set created_at = now() - interval '2 hours' where id = $1", &[&hello]).await.unwrap();
+        sql.execute("update messages set created_at = now() - interval '2 hours' where id = $1", &[&hello])
+            .await
+            .unwrap();
         let lately = super::edges(&c, acme, 3600.0).await.unwrap();
         assert_eq!(lately.len(), 1, "only what was said in the window: {lately:?}");
     }

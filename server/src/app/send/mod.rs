@@ -221,7 +221,8 @@ impl Sends {
         let [target] = w.targets else { return Ok(None) };
         let person = |address: &str| address.split('/').nth(1) == Some(names::HUMAN);
         let goes_on = w.reply_to.is_some() || w.out.thread.is_some();
-        if !goes_on || target.id == w.caller.endpoint_id || person(&target.address) || w.caller.machine == names::HUMAN {
+        if !goes_on || target.id == w.caller.endpoint_id || person(&target.address) || w.caller.machine == names::HUMAN
+        {
             return Ok(None);
         }
         let client = self.store.client().await?;
