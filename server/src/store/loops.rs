@@ -15,10 +15,17 @@ fn ordered(x: EndpointId, y: EndpointId) -> (EndpointId, EndpointId) {
     if x < y { (x, y) } else { (y, x) }
 }
 
-/// The bounds of `account`, and the agents' turns in `thread` since a person last spoke in it or
-/// let it go on: within the window, and in all. One statement, reading the thread's newest messages
-/// at most.
-pub(crate) async fn observe(c: &impl GenericClient, account: AccountId, thread: &str) -> Result<(Settings, Seen)> {
+/// The bounds of `account`; the agents' turns in `thread` since a person last spoke in it or let it
+/// go on, within the window and in all; and whether the guard stopped `from` and `to` already. One
+/// statement, reading the thread's newest messages at most.
+pub(crate) async fn observe(
+    c: &impl GenericClient,
+    account: AccountId,
+    from: EndpointId,
+    to: EndpointId,
+    thread: &str,
+) -> Result<(Settings, Seen, bool)> {
+    let (a, b) = ordered(from, to);
     let stmt = c
         .prepare_cached(&format!(
             "with recent as (
@@ -37,12 +44,14 @@ pub(crate) async fn observe(c: &impl GenericClient, account: AccountId, thread: 
              select x.loop_max_messages, x.loop_window_s, x.loop_max_depth,
                     count(t.*) filter (where t.turn and t.created_at > now() - make_interval(secs => x.loop_window_s))
                         as in_window,
-                    count(t.*) filter (where t.turn) as in_thread
+                    count(t.*) filter (where t.turn) as in_thread,
+                    exists (select 1 from loop_pairs p where p.a = $4 and p.b = $5
+                              and p.tripped_at > coalesce(p.cleared_at, '-infinity')) as stopped
              from accounts x left join turns t on true where x.id = $1
              group by x.id"
         ))
         .await?;
-    let row = c.query_one(&stmt, &[&account, &thread, &i64::from(MAX_BOUND + 1)]).await?;
+    let row = c.query_one(&stmt, &[&account, &thread, &i64::from(MAX_BOUND + 1), &a, &b]).await?;
     let bound = |name: &str| -> Result<u32> { Ok(u32::try_from(row.col::<i32>(name)?).unwrap_or(0)) };
     let count = |name: &str| -> Result<u32> { Ok(u32::try_from(row.col::<i64>(name)?).unwrap_or(u32::MAX)) };
     let settings = Settings {
@@ -50,12 +59,13 @@ pub(crate) async fn observe(c: &impl GenericClient, account: AccountId, thread: 
         window_s: bound("loop_window_s")?,
         max_depth: bound("loop_max_depth")?,
     };
-    Ok((settings, Seen { in_window: count("in_window")?, in_thread: count("in_thread")? }))
+    let seen = Seen { in_window: count("in_window")?, in_thread: count("in_thread")? };
+    Ok((settings, seen, row.col("stopped")?))
 }
 
 /// Whether the guard holds what `from` sends `to`: it tripped on them and no person has cleared
-/// them since. Read where a send's recipients are allowed (kept until scope changes, which a trip
-/// or a clearing announces).
+/// them since. Read where a fresh send's recipients are resolved (kept until scope changes, which a
+/// trip or a clearing announces); a reply reads it with its thread (`observe`).
 pub(crate) async fn tripped(c: &impl GenericClient, from: EndpointId, to: EndpointId) -> Result<bool> {
     let (a, b) = ordered(from, to);
     let stmt = c
@@ -135,16 +145,17 @@ mod tests {
         db.send(ann, &[to(bob, "bob")], "a new thread", None, None).await;
         let c = db.store.client().await.unwrap();
         let thread = first.to_string();
-        let (settings, seen) = observe(&c, acme, &thread).await.unwrap();
+        let (settings, seen, stopped) = observe(&c, acme, ann, bob, &thread).await.unwrap();
         assert_eq!(settings, Settings::default());
+        assert!(!stopped);
         assert_eq!(seen, Seen { in_window: 3, in_thread: 3 }, "ann, bob, ann: her second message is no new turn");
-        assert_eq!(observe(&c, acme, "no-such-thread").await.unwrap().1, Seen { in_window: 0, in_thread: 0 });
+        assert_eq!(observe(&c, acme, ann, bob, "no-such-thread").await.unwrap().1, Seen { in_window: 0, in_thread: 0 });
 
         // A person speaking in the thread starts its count afresh.
         let me = crate::store::trust::human_caller(&c, acme).await.unwrap();
         let said = db.send(me.endpoint_id, &[to(ann, "ann")], "slow down", None, Some(&third)).await;
         db.send(ann, &[to(bob, "bob")], "ok", None, Some(&said)).await;
-        assert_eq!(observe(&c, acme, &thread).await.unwrap().1, Seen { in_window: 1, in_thread: 1 });
+        assert_eq!(observe(&c, acme, ann, bob, &thread).await.unwrap().1, Seen { in_window: 1, in_thread: 1 });
 
         // A trip holds the pair, told once, until a person clears it.
         assert!(!tripped(&c, ann, bob).await.unwrap());
@@ -154,16 +165,17 @@ mod tests {
         assert!(!trip(&tx, bob, ann).await.unwrap(), "not the next ones");
         tx.commit().await.unwrap();
         assert!(tripped(&c, bob, ann).await.unwrap(), "either way");
+        assert!(observe(&c, acme, bob, ann, &thread).await.unwrap().2, "read with the thread too");
         clear(&c, bob, ann, &thread).await.unwrap();
         assert!(!tripped(&c, ann, bob).await.unwrap());
-        assert_eq!(observe(&c, acme, &thread).await.unwrap().1, Seen { in_window: 0, in_thread: 0 });
+        assert_eq!(observe(&c, acme, ann, bob, &thread).await.unwrap().1, Seen { in_window: 0, in_thread: 0 });
         let tx = crate::store::begin(&mut client).await.unwrap();
         assert!(trip(&tx, ann, bob).await.unwrap(), "a trip after a clearing is told again");
         tx.commit().await.unwrap();
 
         let bounds = Settings::new(5, 30, 10).unwrap();
         assert!(set_settings(&c, "acme", bounds).await.unwrap());
-        assert_eq!(observe(&c, acme, &thread).await.unwrap().0, bounds);
+        assert_eq!(observe(&c, acme, ann, bob, &thread).await.unwrap().0, bounds);
         assert!(!set_settings(&c, "nobody", bounds).await.unwrap());
     }
 }

@@ -340,13 +340,6 @@ pub(crate) async fn hold_class(
     if private {
         check_private(c, caller, targets).await?;
     }
-    // Two agents the loop guard stopped wait for a person, whatever they send each other.
-    if let [target] = targets
-        && caller.machine != HUMAN
-        && super::loops::tripped(c, caller.endpoint_id, target.id).await?
-    {
-        return Ok(Some(crate::domain::loops::HOLD_CLASS));
-    }
     let outside = targets.iter().any(|t| t.account_id != caller.account_id);
     if caller.machine == HUMAN || !outside {
         return Ok(None);

@@ -184,8 +184,10 @@ impl Sends {
     /// Hands a resolved, allowed send to the batched writer and reads its outcome; held instead
     /// when it would take two agents answering each other past the loop guard's bounds.
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
-        if let Some(trip) = self.loop_trip(&w).await? {
-            return self.write_held(w, loops::HOLD_CLASS, Some(trip)).await;
+        match self.loop_trip(&w).await? {
+            Some(Held::Trip(trip)) => return self.write_held(w, loops::HOLD_CLASS, Some(trip)).await,
+            Some(Held::Stopped) => return self.write_held(w, loops::HOLD_CLASS, None).await,
+            None => {}
         }
         match self.writer.write(w.message(), w.caller.address()).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
@@ -212,12 +214,12 @@ impl Sends {
         Ok(sent)
     }
 
-    /// Why the loop guard holds this send, if it does. Only a message from one agent to one other
+    /// Whether the loop guard holds this send, and why. Only a message from one agent to one other
     /// that goes on a conversation (a reply, or a send into a thread) is weighed, by one read of its
-    /// thread: a loop is agents answering each other, and a send that starts a thread costs nothing.
-    /// Once the guard tripped on a pair, their sends of any kind are held where recipients are
-    /// allowed (`store::loops::tripped`).
-    async fn loop_trip(&self, w: &Write<'_>) -> Result<Option<Trip>> {
+    /// thread and of whether the guard stopped the pair already (then it is held with no new trip):
+    /// a loop is agents answering each other, and a send that starts a thread costs nothing here
+    /// (a stopped pair's fresh sends are held where their recipients are resolved).
+    async fn loop_trip(&self, w: &Write<'_>) -> Result<Option<Held>> {
         let [target] = w.targets else { return Ok(None) };
         let person = |address: &str| address.split('/').nth(1) == Some(names::HUMAN);
         let goes_on = w.reply_to.is_some() || w.out.thread.is_some();
@@ -226,8 +228,12 @@ impl Sends {
             return Ok(None);
         }
         let client = self.store.client().await?;
-        let (settings, seen) = store::loops::observe(&client, w.caller.account_id, w.thread).await?;
-        Ok(loops::verdict(settings, seen))
+        let (settings, seen, stopped) =
+            store::loops::observe(&client, w.caller.account_id, w.caller.endpoint_id, target.id, w.thread).await?;
+        if stopped {
+            return Ok(Some(Held::Stopped));
+        }
+        Ok(loops::verdict(settings, seen).map(Held::Trip))
     }
 
     /// Writes a send or reply the account's human must release first, in one transaction with its
@@ -332,12 +338,28 @@ async fn resolve_send(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_
         return Ok(Resolution::Retry(sent));
     }
     let (targets, skipped) = resolved?;
-    let hold = hold_class(c, caller, &targets, out.private).await?;
+    let mut hold = hold_class(c, caller, &targets, out.private).await?;
+    // Two agents the loop guard stopped wait for a person, whatever they send each other: read here,
+    // where what is resolved is kept until scope changes (which a trip or a clearing announces).
+    if let (None, [target]) = (hold, targets.as_slice())
+        && caller.machine != names::HUMAN
+        && store::loops::tripped(c, caller.endpoint_id, target.id).await?
+    {
+        hold = Some(loops::HOLD_CLASS);
+    }
     let known = Resolved { targets, skipped };
     Ok(match hold {
         Some(class) => Resolution::Held(known, class),
         None => Resolution::Allowed(known),
     })
+}
+
+/// Why the loop guard holds a send.
+enum Held {
+    /// It takes the conversation past its bounds: the guard trips on the pair now.
+    Trip(Trip),
+    /// The guard stopped the pair before, and no person let them go on.
+    Stopped,
 }
 
 /// Tells both agents why the loop guard held their exchange, and the sender's account's operator
