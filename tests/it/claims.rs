@@ -340,3 +340,40 @@ async fn what_is_claimed_and_released_is_counted_in_metrics() {
     assert_eq!(count(r#"relay_path_claims_total{step="released"}"#), 1.0);
     assert_eq!(count("relay_path_claims_standing"), 1.0, "the claims in force, read from the database");
 }
+
+/// What the guard asks: as an agent, the exclusive claims of others its files run into (its own do
+/// not stop it); as a machine (a person committing), anyone's; shared claims stop no commit.
+#[tokio::test]
+async fn the_guards_question_leaves_out_the_askers_own_claims_and_shared_ones() {
+    use relay_proto::v1::{ClaimPathsRequest, ClaimsTouchingRequest, RepoRef, repo_ref};
+    use relay_tests::client::{Agent, channel, worker_client};
+    let w = TwoMachines::start().await;
+    let repo = || Some(RepoRef { kind: Some(repo_ref::Kind::Remote("https://github.com/acme/api".into())) });
+    let mut ann = Agent::hello(&w.server.url, &w.laptop, "ann").await.unwrap();
+    let mut bob = Agent::hello(&w.server.url, &w.ci, "bob").await.unwrap();
+    let claim = |paths: &[&str], exclusive| ClaimPathsRequest {
+        repo: repo(),
+        paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        exclusive,
+        ttl_s: None,
+        reason: "r".into(),
+    };
+    assert!(ann.rpc.claim_paths(claim(&["src/auth"], true)).await.unwrap().into_inner().granted);
+    assert!(ann.rpc.claim_paths(claim(&["docs"], false)).await.unwrap().into_inner().granted);
+    let files = || ClaimsTouchingRequest {
+        repo: repo(),
+        files: vec!["src/auth/login.rs".into(), "docs/readme.md".into(), "web/app.js".into()],
+    };
+    let holders = |claims: Vec<relay_proto::v1::PathClaim>| -> Vec<(String, Vec<String>)> {
+        claims.into_iter().map(|c| (c.holder, c.paths)).collect()
+    };
+    let own = ann.rpc.claims_touching(files()).await.unwrap().into_inner().claims;
+    assert!(own.is_empty(), "the holder's own claims never stop its commit: {own:?}");
+    let theirs = holders(bob.rpc.claims_touching(files()).await.unwrap().into_inner().claims);
+    assert_eq!(theirs, [("acme/laptop/ann".to_owned(), vec!["src/auth".to_owned()])], "exclusive ones alone");
+    let mut machine = worker_client(channel(&w.server.url).await, &w.laptop);
+    let by_hand = holders(machine.claims_touching(files()).await.unwrap().into_inner().claims);
+    assert_eq!(by_hand, theirs, "a person committing on ann's machine is stopped by her claim too");
+    let missing = bob.rpc.claims_touching(ClaimsTouchingRequest { repo: None, files: vec![] }).await.unwrap_err();
+    assert_eq!(missing.message(), "repo is required");
+}

@@ -61,7 +61,7 @@ impl ClaimsService {
         reason: &str,
     ) -> Result<Claimed> {
         let wanted = Wanted {
-            repo: repo_key(caller, repo)?,
+            repo: repo_key(&caller.account, &caller.machine, repo)?,
             paths: claims::parse_paths(paths)?,
             exclusive,
             ttl_s: claims::ttl_s(ttl_s)?,
@@ -107,7 +107,7 @@ impl ClaimsService {
         paths: &[String],
     ) -> Result<Vec<Claim>> {
         let claim = claim.map(ClaimId::parse).transpose()?;
-        let repo = repo.map(|r| repo_key(caller, r)).transpose()?;
+        let repo = repo.map(|r| repo_key(&caller.account, &caller.machine, r)).transpose()?;
         let mut db = self.core.store.client().await?;
         let released = match (claim, paths.is_empty()) {
             (Some(_), false) => {
@@ -142,7 +142,7 @@ impl ClaimsService {
     /// The standing claims within the caller's reach: of the repository when named, the caller's own
     /// with `mine`; newest first.
     pub async fn list(&self, caller: &Caller, repo: Option<&RepoRef>, mine: bool) -> Result<Vec<Claim>> {
-        let repo = repo.map(|r| repo_key(caller, r)).transpose()?;
+        let repo = repo.map(|r| repo_key(&caller.account, &caller.machine, r)).transpose()?;
         let db = self.core.store.client().await?;
         let reach = reach(&db, caller.account_id).await?;
         let holder = mine.then_some(caller.endpoint_id);
@@ -155,7 +155,7 @@ impl ClaimsService {
     pub async fn claim_for_card(&self, machine: &MachineIdentity, job_token: &str, repo: &RepoRef) -> Result<Claimed> {
         ids_rules::check_token(TokenKind::JobToken, job_token)?;
         let token_hash = ids_rules::token_hash(job_token);
-        let repo = self.key(&machine.account, &machine.machine, repo)?;
+        let repo = repo_key(&machine.account, &machine.machine, repo)?;
         let mut db = self.core.store.client().await?;
         let tx = store::begin(&mut db).await?;
         let leased = store::board::lock_leased(&tx, machine.machine_id, &token_hash).await?.ok_or_else(|| {
@@ -202,20 +202,13 @@ impl ClaimsService {
             .filter(|c| files.iter().any(|f| c.paths.iter().any(|p| p.covers(f))))
             .collect())
     }
-
-    /// The key of the repository `repo` names, for a caller on `account`'s `machine`.
-    pub fn key(&self, account: &str, machine: &str, repo: &RepoRef) -> Result<RepoKey> {
-        match repo {
-            RepoRef::Remote(remote) => RepoKey::of_remote(remote),
-            RepoRef::Local(path) => RepoKey::local(account, machine, path),
-        }
-    }
 }
 
-fn repo_key(caller: &Caller, repo: &RepoRef) -> Result<RepoKey> {
+/// The key of the repository `repo` names, for a caller on `account`'s `machine`.
+pub fn repo_key(account: &str, machine: &str, repo: &RepoRef) -> Result<RepoKey> {
     match repo {
         RepoRef::Remote(remote) => RepoKey::of_remote(remote),
-        RepoRef::Local(path) => RepoKey::local(&caller.account, &caller.machine, path),
+        RepoRef::Local(path) => RepoKey::local(account, machine, path),
     }
 }
 

@@ -380,6 +380,11 @@ impl WireFrom<Claim> for wire::PathClaim {
     }
 }
 
+/// A repository a request must name.
+pub fn required_repo(repo: Option<wire::RepoRef>) -> Result<RepoRef, tonic::Status> {
+    repo_ref(repo).ok_or_else(|| tonic::Status::invalid_argument("repo is required"))
+}
+
 /// A repository as a request names it; `None` when it names none.
 pub fn repo_ref(repo: Option<wire::RepoRef>) -> Option<RepoRef> {
     match repo?.kind? {

@@ -14,7 +14,7 @@ use crate::app::App;
 use crate::app::approvals::ApprovalsService;
 use crate::app::board::BoardService;
 use crate::app::board::{Edit, Post};
-use crate::app::claims::ClaimsService;
+use crate::app::claims::{ClaimsService, repo_key};
 use crate::app::identity::IdentityService;
 use crate::app::identity::{Claim, ProfileChange};
 use crate::app::messaging::MessagingService;
@@ -442,7 +442,7 @@ impl Relay for RelayService {
     async fn claim_paths(&self, request: Request<ClaimPathsRequest>) -> Result<Response<ClaimPathsResponse>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.into_inner();
-        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
+        let repo = convert::required_repo(r.repo)?;
         let claimed =
             self.claims.claim(&caller, &repo, &r.paths, r.exclusive, r.ttl_s, &r.reason).await.map_err(to_status)?;
         Ok(Response::new(convert::claimed(claimed)))
@@ -474,8 +474,8 @@ impl Relay for RelayService {
     ) -> Result<Response<ListClaimsResponse>, Status> {
         let caller = auth::caller(&request)?;
         let r = request.into_inner();
-        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
-        let key = self.claims.key(&caller.account, &caller.machine, &repo).map_err(to_status)?;
+        let repo = convert::required_repo(r.repo)?;
+        let key = repo_key(&caller.account, &caller.machine, &repo).map_err(to_status)?;
         let claims = self
             .claims
             .touching(caller.account_id, Some(caller.endpoint_id), &key, &r.files)

@@ -10,7 +10,7 @@ use super::status::to_status;
 
 use crate::app::App;
 use crate::app::board::BoardService;
-use crate::app::claims::ClaimsService;
+use crate::app::claims::{ClaimsService, repo_key};
 use crate::domain::Result;
 
 #[derive(Clone)]
@@ -94,8 +94,8 @@ impl Worker for WorkerService {
     ) -> Result<Response<ListClaimsResponse>, Status> {
         let machine = auth::machine(&request)?;
         let r = request.into_inner();
-        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
-        let key = self.claims.key(&machine.account, &machine.machine, &repo).map_err(to_status)?;
+        let repo = convert::required_repo(r.repo)?;
+        let key = repo_key(&machine.account, &machine.machine, &repo).map_err(to_status)?;
         let claims = self.claims.touching(machine.account_id, None, &key, &r.files).await.map_err(to_status)?;
         Ok(Response::new(ListClaimsResponse { claims: convert::all(claims) }))
     }
@@ -106,7 +106,7 @@ impl Worker for WorkerService {
     ) -> Result<Response<ClaimPathsResponse>, Status> {
         let machine = auth::machine(&request)?;
         let r = request.into_inner();
-        let repo = convert::repo_ref(r.repo).ok_or_else(|| Status::invalid_argument("repo is required"))?;
+        let repo = convert::required_repo(r.repo)?;
         let claimed = self.claims.claim_for_card(&machine, &r.job_token, &repo).await.map_err(to_status)?;
         Ok(Response::new(convert::claimed(claimed)))
     }
