@@ -254,6 +254,24 @@ fn stop_hooks(settings: &str) -> Vec<String> {
         .collect()
 }
 
+/// `install claude` run again in `dir`, its output.
+fn out_of(dir: &std::path::Path) -> Output {
+    let out = bridge_cmd(dir, &["install", "claude"]);
+    assert!(out.status.success(), "{}", said(&out));
+    out
+}
+
+/// Inside a git repository, installing a client offers the pre-commit guard (and writes no hook).
+#[test]
+fn install_inside_a_repository_offers_the_guard() {
+    let home = tempfile::tempdir().unwrap();
+    let init = Command::new("git").args(["init", "-q"]).current_dir(home.path()).status().unwrap();
+    assert!(init.success());
+    let out = out_of(home.path());
+    assert!(said(&out).contains("`agent-bridge install --guard`"), "{}", said(&out));
+    assert!(!home.path().join(".git/hooks/pre-commit").exists(), "offered, not written");
+}
+
 #[test]
 fn install_writes_client_configs_idempotently_without_the_token() {
     let home = tempfile::tempdir().unwrap();
@@ -263,6 +281,7 @@ fn install_writes_client_configs_idempotently_without_the_token() {
         assert!(out.status.success(), "{}", said(&out));
         assert!(said(&out).contains("--dangerously-load-development-channels"), "how to turn channels on");
     }
+    assert!(!said(&out_of(home.path())).contains("install --guard"), "no guard offered outside a repository");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(home.path().join(".mcp.json")).unwrap()).unwrap();
     assert_eq!(doc["mcpServers"]["other"]["command"], "x", "other servers are kept");
     let settings: Value =
