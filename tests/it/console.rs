@@ -237,7 +237,10 @@ async fn forms_need_the_sessions_token_and_the_consoles_own_origin() {
 
     // From the console's own page, with its token: posted, and back to the board saying so.
     let origin = vec![("Origin", here.clone()), ("Sec-Fetch-Site", "same-origin".into())];
-    let posted = post(card("From the console", &csrf), origin).await;
+    // The paths its work changes, one per line or between commas (claimed for its agent when it runs).
+    let mut with_paths = card("From the console", &csrf);
+    with_paths.push(("paths", "src/auth/,\ndocs".to_owned()));
+    let posted = post(with_paths, origin).await;
     assert_eq!(posted.status, 303, "{posted:?}");
     assert_eq!(posted.header("location"), Some("/board?done=posted"));
     let jobs = bob.rpc.list_jobs(ListJobsRequest::default()).await.unwrap().into_inner().jobs;
@@ -246,12 +249,18 @@ async fn forms_need_the_sessions_token_and_the_consoles_own_origin() {
         (jobs[0].title.as_str(), jobs[0].posted_by.as_str(), jobs[0].state.as_str()),
         ("From the console", "acme/me", "todo")
     );
+    assert_eq!(jobs[0].paths, ["docs", "src/auth"]);
     let board = get(&w.console, "/board?done=posted", &cookie).await.body;
     assert!(board.contains("Card posted to To do.") && board.contains("From the console"), "{board}");
     // A refusal comes back on the page, saying why.
     let untitled = post(card("", &csrf), vec![]).await;
     assert_eq!(untitled.status, 400);
     assert!(untitled.body.contains("title is required"), "{}", untitled.body);
+    let mut outside = card("Outside", &csrf);
+    outside.push(("paths", "../etc".to_owned()));
+    let refused = post(outside, vec![]).await;
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("leaves the repository"), "{}", refused.body);
 }
 
 #[tokio::test]
