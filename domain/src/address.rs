@@ -121,6 +121,12 @@ impl Address {
     }
 }
 
+/// Whether `address` (as a view spells it) is on an account's reserved machine: its person (`account/me`)
+/// or its board sender (`account/me/board`), no agent.
+pub fn is_reserved_address(address: &str) -> bool {
+    address.split('/').nth(1) == Some(HUMAN)
+}
+
 /// Whether `address` (as a view spells it) is an account's board sender.
 pub fn is_board_address(address: &str) -> bool {
     let mut parts = address.split('/');
@@ -133,6 +139,13 @@ pub fn is_board_address(address: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_persons_and_a_boards_addresses_are_reserved_and_an_agents_is_not() {
+        assert!(is_reserved_address("acme/me") && is_reserved_address("acme/me/board"));
+        assert!(!is_reserved_address("acme/laptop/ann") && !is_reserved_address("acme/meet/ann"));
+    }
+
     use super::*;
 
     const HERE: Origin<'static> = Origin { account: "acme", machine: "laptop" };

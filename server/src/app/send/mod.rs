@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
 
+use crate::domain::address::is_reserved_address;
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, EndpointId, HoldId, MessageId, MessageRef, ReplicaId};
@@ -221,10 +222,9 @@ impl Sends {
     /// (a stopped pair's fresh sends are held where their recipients are resolved).
     async fn loop_trip(&self, w: &Write<'_>) -> Result<Option<Held>> {
         let [target] = w.targets else { return Ok(None) };
-        let person = |address: &str| address.split('/').nth(1) == Some(names::HUMAN);
         let goes_on = w.reply_to.is_some() || w.out.thread.is_some();
-        if !goes_on || target.id == w.caller.endpoint_id || person(&target.address) || w.caller.machine == names::HUMAN
-        {
+        let agents = w.caller.machine != names::HUMAN && !is_reserved_address(&target.address);
+        if !goes_on || !agents || target.id == w.caller.endpoint_id {
             return Ok(None);
         }
         let client = self.store.client().await?;
