@@ -9,9 +9,11 @@ use relay_tests::pg::TestDb;
 use relay_tests::server::{Server, human};
 use serde_json::{Value, json};
 
+/// An agent whose handle is claimed (its bridge has said Hello) by the time it is returned.
 async fn agent(server: &Server, token: &str, handle: &str) -> Bridge {
     let mut agent = bridge(&server.url, token, handle);
     agent.initialize("2025-06-18").await;
+    agent.tool_ok("relay_whoami", json!({})).await;
     agent
 }
 
