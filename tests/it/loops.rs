@@ -143,3 +143,67 @@ async fn an_accounts_own_bounds_hold_a_deep_exchange_and_bad_bounds_change_nothi
     assert!(ok, "{said}");
     assert!(inbox(&mut ann, 10).await.iter().any(|m| m["body"] == "take a break"));
 }
+
+/// Sends `body` from `from` to `to` as a fresh message, a thread of its own; its result.
+async fn fresh(from: &mut Bridge, to: &str, body: &str) -> Value {
+    from.tool_ok("relay_send", json!({ "to": to, "body": body })).await
+}
+
+#[tokio::test]
+async fn agents_writing_each_other_afresh_are_held_as_answers_are_and_a_person_in_between_starts_the_count_over() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    server.admin_ok(&["loop-guard", "acme", "--messages", "6"]);
+    let person = server.admin_ok(&["human", "add", "acme"]).trim().to_owned();
+    let mut ann = agent(&server, &laptop, "ann").await;
+    let mut bob = agent(&server, &ci, "bob").await;
+
+    // Each message a thread of its own: six turns go, the seventh is held.
+    for n in 1..=6 {
+        let sent = if n % 2 == 1 {
+            fresh(&mut ann, "ci/bob", &format!("ping {n}")).await
+        } else {
+            fresh(&mut bob, "laptop/ann", &format!("pong {n}")).await
+        };
+        assert!(!held(&sent), "message {n} was held: {}", text(&sent));
+    }
+    let seventh = fresh(&mut ann, "ci/bob", "ping 7").await;
+    assert!(held(&seventh), "{}", text(&seventh));
+    let told = loop_notices(&inbox(&mut bob, 5).await);
+    assert!(told.len() == 1 && told[0].contains("6 turns answering each other within 60 s"), "{told:?}");
+    let again = fresh(&mut bob, "laptop/ann", "still there?").await;
+    assert!(held(&again), "the stopped pair's fresh sends wait too: {}", text(&again));
+    let hold = again["structuredContent"]["hold"].as_str().unwrap().to_owned();
+    let (ok, said) = human(&server.url, &person, &["release", &hold]).await;
+    assert!(ok, "{said}");
+    assert!(!held(&fresh(&mut ann, "ci/bob", "back to work").await), "released: the count starts over");
+
+    // A person writing to one of a pair in between starts their count over.
+    let mut carl = agent(&server, &laptop, "carl").await;
+    let mut dan = agent(&server, &ci, "dan").await;
+    let mut turn = async |n: usize| {
+        let sent = if n % 2 == 1 {
+            fresh(&mut carl, "ci/dan", &format!("ping {n}")).await
+        } else {
+            fresh(&mut dan, "laptop/carl", &format!("pong {n}")).await
+        };
+        held(&sent)
+    };
+    for n in 1..=5 {
+        assert!(!turn(n).await, "turn {n}");
+    }
+    let (ok, said) = human(&server.url, &person, &["send", "ci/dan", "how is it going?"]).await;
+    assert!(ok, "{said}");
+    for n in 6..=11 {
+        assert!(!turn(n).await, "turn {n}: counted afresh since the person spoke");
+    }
+    assert!(turn(12).await, "the seventh turn since the person spoke is held");
+
+    // One agent writing to another however often is no loop.
+    let mut eve = agent(&server, &ci, "eve").await;
+    for n in 0..12 {
+        assert!(!held(&fresh(&mut ann, "ci/eve", &format!("report {n}")).await), "report {n}");
+    }
+    assert_eq!(inbox(&mut eve, 5).await.len(), 12);
+}

@@ -15,6 +15,7 @@ declare
     held bigint;
     full_id bigint;
     gone_id bigint;
+    loop_id bigint;
 begin
     perform set_config('relay.counted', 'on', true);
 
@@ -48,26 +49,43 @@ begin
           and exists (select 1 from m)
         returning d.recipient_id
     ), heads as (
-        -- One update per inbox row: a reply's sender may also be one of its recipients.
+        -- One update per inbox row: a reply's sender may also be one of its recipients. A recipient
+        -- keeps the loop guard's streak (migration 44): an agent answering the one who last wrote to
+        -- it, within the window, goes on that streak.
         update endpoints e
         set head_seq = e.head_seq + (e.id = any(s.recipients))::int,
             unread = e.unread + (e.id = any(s.recipients))::int
-                     - (exists (select 1 from read r where r.recipient_id = e.id))::int
-        where e.id = any(s.recipients || s.read_by)
+                     - (exists (select 1 from read r where r.recipient_id = e.id))::int,
+            loop_peer = case when not e.id = any(s.recipients) then e.loop_peer
+                             when ma.name = 'me' then null else s.sender end,
+            loop_turns = case when not e.id = any(s.recipients) then e.loop_turns
+                              when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> s.sender
+                              then l.turns + 1 else 1 end,
+            loop_since = case when not e.id = any(s.recipients) then e.loop_since
+                              when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> s.sender
+                              then l.since else now() end
+        from machines ma left join
+             (select se.loop_peer as peer, se.loop_turns as turns, se.loop_since as since,
+                     se.loop_since > now() - make_interval(secs => ac.loop_window_s) as fresh,
+                     ac.loop_max_messages as bound
+              from endpoints se, accounts ac where se.id = s.sender and ac.id = s.account) l on true
+        where e.id = any(s.recipients || s.read_by) and ma.id = e.machine_id
           and (e.id = any(s.recipients) or exists (select 1 from read r where r.recipient_id = e.id))
           and exists (select 1 from m)
         -- Whether each is online is asked here, of the row in hand, rather than in a query after.
-        returning e.id, e.head_seq, e.unread, e.machine_id, e.parent_id, e.last_seen_at, relay_endpoint_online(e) as online
+        returning e.id, e.head_seq, e.unread, e.machine_id, e.parent_id, e.last_seen_at, relay_endpoint_online(e) as online,
+                  e.id = any(s.recipients) and e.loop_turns > l.bound as looping
     ), delivered as (
         insert into deliveries (recipient_id, seq, message_id)
         select h.id, h.head_seq, m.id from heads h, m where h.id = any(s.recipients)
     )
-    -- Refused past the cap (RLY02) or for a revoked machine (RLY03); away: not online, where a
-    -- human's inbox ('me') never is.
-    select exists (select 1 from m), (select count(*) from kept), g.full_id, g.gone_id, g.away, g.away_seen,
+    -- Refused past the cap (RLY02), for a revoked machine (RLY03) or past the loop guard (RLY04);
+    -- away: not online, where a human's inbox ('me') never is.
+    select exists (select 1 from m), (select count(*) from kept), g.full_id, g.gone_id, g.loop_id, g.away, g.away_seen,
            n.seqs, n.relations
     from (select min(h.id) filter (where h.unread > cap) as full_id,
                  min(h.id) filter (where ma.revoked_at is not null) as gone_id,
+                 min(h.id) filter (where h.looping) as loop_id,
                  array_agg(h.id order by h.id) filter (where ma.name <> 'me' and not h.online) as away,
                  array_agg(h.last_seen_at order by h.id) filter (where ma.name <> 'me' and not h.online) as away_seen
           from heads h join machines ma on ma.id = h.machine_id
@@ -78,7 +96,7 @@ begin
                                 when h.id = (select se.parent_id from endpoints se where se.id = s.sender) then 'child'
                                 else '' end order by r.i) as relations
           from unnest(s.recipients) with ordinality r(id, i) join heads h on h.id = r.id) n
-    into stored, held, full_id, gone_id, offline, offline_seen, seqs, relations;
+    into stored, held, full_id, gone_id, loop_id, offline, offline_seen, seqs, relations;
 
     if not stored then
         outcome := 'duplicate';
@@ -93,6 +111,9 @@ begin
     end if;
     if gone_id is not null then
         raise exception 'the machine of a recipient was revoked' using errcode = 'RLY03', detail = gone_id::text;
+    end if;
+    if loop_id is not null then
+        raise exception 'agents answering each other past the loop guard' using errcode = 'RLY04', detail = loop_id::text;
     end if;
     if full_id is not null then
         raise exception 'inbox full' using errcode = 'RLY02', detail = full_id::text;

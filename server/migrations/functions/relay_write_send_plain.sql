@@ -17,6 +17,7 @@ declare
     revoked boolean;
     human boolean;
     relation text;
+    looping boolean;
 begin
     if cardinality(s.recipients) <> 1 or s.read_by is not null or cardinality(s.contacts) > 0 then
         raise exception 'not a plain send: one recipient, no contact, nothing read' using errcode = '22023';
@@ -34,20 +35,30 @@ begin
         return;
     end if;
 
-    -- The inbox's next seq, and what the answer needs of it, asked of the row in hand.
-    update endpoints e set head_seq = e.head_seq + 1, unread = e.unread + 1
-    from machines ma
+    -- The inbox's next seq, and what the answer needs of it, asked of the row in hand; the loop
+    -- guard's streak (migration 44): an agent answering the one who last wrote to it, within the
+    -- window, goes on that streak.
+    update endpoints e set head_seq = e.head_seq + 1, unread = e.unread + 1,
+        loop_peer = case when ma.name = 'me' then null else s.sender end,
+        loop_turns = case when l.answer and ma.name <> 'me' then l.turns + 1 else 1 end,
+        loop_since = case when l.answer and ma.name <> 'me' then l.since else now() end
+    from machines ma left join
+         (select se.parent_id, se.loop_turns as turns, se.loop_since as since, ac.loop_max_messages as bound,
+                 se.loop_peer = inbox and se.id <> inbox and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
+          from endpoints se, accounts ac where se.id = s.sender and ac.id = s.account) l on true
     where e.id = inbox and ma.id = e.machine_id
     returning e.head_seq, e.unread, relay_endpoint_online(e), e.last_seen_at, ma.revoked_at is not null,
               ma.name = 'me',
-              case when e.parent_id = s.sender then 'parent'
-                   when e.id = (select se.parent_id from endpoints se where se.id = s.sender) then 'child'
-                   else '' end
-    into seq, unread, online, seen, revoked, human, relation;
+              case when e.parent_id = s.sender then 'parent' when e.id = l.parent_id then 'child' else '' end,
+              e.loop_turns > l.bound
+    into seq, unread, online, seen, revoked, human, relation, looping;
     -- Raising undoes what was written: the caller's transaction is this call alone. An inbox that
     -- no longer exists is refused as a revoked machine's is: nobody there to reach.
     if not found or revoked then
         raise exception 'the machine of a recipient was revoked' using errcode = 'RLY03', detail = inbox::text;
+    end if;
+    if looping then
+        raise exception 'agents answering each other past the loop guard' using errcode = 'RLY04', detail = inbox::text;
     end if;
     if unread > cap then
         raise exception 'inbox full' using errcode = 'RLY02', detail = inbox::text;

@@ -15,6 +15,7 @@ declare
     held bigint;
     full_id bigint;
     gone_id bigint;
+    loop_id bigint;
     reply record;
 begin
     -- A retry is answered with the first result whatever has changed since, so client ids are
@@ -56,22 +57,40 @@ begin
     end if;
 
     -- Each inbox's head moves once by its count of new deliveries, which take the seqs between
-    -- in batch order: gapless and ordered per inbox. An inbox taken past `cap` undoes it all.
+    -- in batch order: gapless and ordered per inbox. An inbox taken past `cap`, or a pair past the
+    -- loop guard, undoes it all. The guard's streak (migration 44) is the last sender's to each
+    -- inbox in the set: an agent answering the one who last wrote to it, within the window, goes on.
     with wanted as (
-        select distinct s.ordinality as n, s.id, r
+        select distinct s.ordinality as n, s.id, r, s.sender, s.account
         from unnest(kept) with ordinality s, unnest(s.recipients) r
     ), counts as (
-        select r, count(*) as k from wanted group by r
+        select r, count(*) as k, (array_agg(sender order by n desc))[1] as sender,
+               (array_agg(account order by n desc))[1] as account
+        from wanted group by r
     ), heads as (
-        update endpoints e set head_seq = e.head_seq + c.k, unread = e.unread + c.k
-        from counts c where e.id = any(inboxes) and e.id = c.r
-        returning e.id, e.head_seq - c.k as base, e.unread
+        update endpoints e set head_seq = e.head_seq + c.k, unread = e.unread + c.k,
+            loop_peer = case when ma.name = 'me' then null else c.sender end,
+            loop_turns = case when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> c.sender
+                              then l.turns + 1 else 1 end,
+            loop_since = case when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> c.sender
+                              then l.since else now() end
+        from counts c join machines ma on true left join lateral
+             (select se.loop_peer as peer, se.loop_turns as turns, se.loop_since as since,
+                     se.loop_since > now() - make_interval(secs => ac.loop_window_s) as fresh,
+                     ac.loop_max_messages as bound
+              from endpoints se, accounts ac where se.id = c.sender and ac.id = c.account) l on true
+        where e.id = any(inboxes) and e.id = c.r and ma.id = e.machine_id
+        returning e.id, e.head_seq - c.k as base, e.unread, e.loop_turns > l.bound as looping
     ), delivered as (
         insert into deliveries (recipient_id, seq, message_id)
         select w.r, h.base + row_number() over (partition by w.r order by w.n), w.id
         from wanted w join heads h on h.id = w.r
     )
-    select min(h.id) into full_id from heads h where h.unread > cap;
+    select min(h.id) filter (where h.unread > cap), min(h.id) filter (where h.looping)
+    into full_id, loop_id from heads h;
+    if loop_id is not null then
+        raise exception 'agents answering each other past the loop guard' using errcode = 'RLY04', detail = loop_id::text;
+    end if;
     if full_id is not null then
         raise exception 'inbox full' using errcode = 'RLY02', detail = full_id::text;
     end if;

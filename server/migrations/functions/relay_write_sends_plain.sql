@@ -44,20 +44,36 @@ begin
         on conflict (sender_id, client_id) do nothing
         returning id
     ), wanted as (
-        select s.ordinality as n, s.id, s.recipients[1] as inbox
+        select s.ordinality as n, s.id, s.recipients[1] as inbox, s.sender, s.account
         from unnest(sends) with ordinality s
         where s.id in (select w.id from written w)
     ), heads as (
-        -- Each inbox's head moves once by its count of new deliveries.
-        update endpoints e set head_seq = e.head_seq + c.k, unread = e.unread + c.k
-        from (select w.inbox, count(*) as k from wanted w group by w.inbox) c
-        where e.id = c.inbox
+        -- Each inbox's head moves once by its count of new deliveries. The loop guard's streak
+        -- (migration 44) is the last sender's to each inbox in the batch: an agent answering the one
+        -- who last wrote to it, within the window, goes on that streak; past the bound the batch is
+        -- refused (RLY04) and written send by send, which sorts the send out.
+        update endpoints e set head_seq = e.head_seq + c.k, unread = e.unread + c.k,
+            loop_peer = case when ma.name = 'me' then null else c.sender end,
+            loop_turns = case when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> c.sender
+                              then l.turns + 1 else 1 end,
+            loop_since = case when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> c.sender
+                              then l.since else now() end
+        from (select w.inbox, count(*) as k, (array_agg(w.sender order by w.n desc))[1] as sender,
+                     (array_agg(w.account order by w.n desc))[1] as account
+              from wanted w group by w.inbox) c
+             join machines ma on true
+             left join lateral
+             (select se.loop_peer as peer, se.loop_turns as turns, se.loop_since as since,
+                     se.loop_since > now() - make_interval(secs => ac.loop_window_s) as fresh,
+                     ac.loop_max_messages as bound
+              from endpoints se, accounts ac where se.id = c.sender and ac.id = c.account) l on true
+        where e.id = c.inbox and ma.id = e.machine_id
         returning e.id, e.head_seq - c.k as base, e.parent_id, e.machine_id, e.last_seen_at,
-                  relay_endpoint_online(e) as online
+                  relay_endpoint_online(e) as online, e.loop_turns > l.bound as looping
     ), numbered as (
         -- The new deliveries take the seqs above the old head in batch order: gapless and ordered.
         select w.n, w.id, w.inbox, h.base + row_number() over (partition by w.inbox order by w.n) as seq,
-               h.parent_id, h.machine_id, h.last_seen_at, h.online
+               h.parent_id, h.machine_id, h.last_seen_at, h.online, h.looping
         from wanted w join heads h on h.id = w.inbox
     ), delivered as (
         insert into deliveries (recipient_id, seq, message_id)
@@ -65,7 +81,8 @@ begin
     ), answered as (
         select s.ordinality as n, s.sender, nb.inbox, nb.seq, nb.parent_id, nb.last_seen_at,
                -- away: not online, where a human's inbox ('me') never is
-               nb.inbox is not null and ma.name <> 'me' and not nb.online as away
+               nb.inbox is not null and ma.name <> 'me' and not nb.online as away,
+               coalesce(nb.looping, false) as looping
         from unnest(sends) with ordinality s
         left join numbered nb on nb.n = s.ordinality
         left join machines ma on ma.id = nb.machine_id
@@ -80,6 +97,9 @@ begin
                                 else '' end] end,
            now()
     from answered a
+    -- Raising undoes the whole statement: the caller's transaction is this call alone.
+    where case when a.looping then relay_refuse('RLY04', 'agents answering each other past the loop guard', a.inbox::text)
+               else true end
     order by a.n;
 
     -- One notification names every inbox, for the other replicas (a batch holds at most 64 sends,

@@ -52,13 +52,8 @@ pub(crate) async fn observe(
         ))
         .await?;
     let row = c.query_one(&stmt, &[&account, &thread, &i64::from(MAX_BOUND + 1), &a, &b]).await?;
-    let bound = |name: &str| -> Result<u32> { Ok(u32::try_from(row.col::<i32>(name)?).unwrap_or(0)) };
     let count = |name: &str| -> Result<u32> { Ok(u32::try_from(row.col::<i64>(name)?).unwrap_or(u32::MAX)) };
-    let settings = Settings {
-        max_messages: bound("loop_max_messages")?,
-        window_s: bound("loop_window_s")?,
-        max_depth: bound("loop_max_depth")?,
-    };
+    let settings = settings_of(&row)?;
     let seen = Seen { in_window: count("in_window")?, in_thread: count("in_thread")? };
     Ok((settings, seen, row.col("stopped")?))
 }
@@ -92,10 +87,11 @@ pub(crate) async fn trip(tx: &Tx<'_>, from: EndpointId, to: EndpointId) -> Resul
     Ok(tx.query_opt(&stmt, &[&a, &b]).await?.is_some())
 }
 
-/// A person let the pair go on in `thread`: the pair is no longer held, and the thread's turns
-/// before now no longer count.
+/// A person let the pair go on in `thread`: the pair is no longer held, and neither the thread's
+/// turns before now nor the pair's streak the writers keep count any more.
 pub(crate) async fn clear(c: &impl GenericClient, from: EndpointId, to: EndpointId, thread: &str) -> Result<()> {
     let (a, b) = ordered(from, to);
+    c.execute("update endpoints set loop_turns = 0 where id in ($1, $2)", &[&a, &b]).await?;
     c.execute(
         "insert into loop_pairs (a, b, cleared_at) values ($1, $2, now())
          on conflict (a, b) do update set cleared_at = now()",
@@ -109,6 +105,24 @@ pub(crate) async fn clear(c: &impl GenericClient, from: EndpointId, to: Endpoint
     )
     .await?;
     Ok(())
+}
+
+/// The bounds of `account`.
+pub(crate) async fn settings(c: &impl GenericClient, account: AccountId) -> Result<Settings> {
+    let stmt = c
+        .prepare_cached("select loop_max_messages, loop_window_s, loop_max_depth from accounts where id = $1")
+        .await?;
+    settings_of(&c.query_one(&stmt, &[&account]).await?)
+}
+
+/// An account's bounds from the row that reads its `loop_*` columns.
+fn settings_of(row: &tokio_postgres::Row) -> Result<Settings> {
+    let bound = |name: &str| -> Result<u32> { Ok(u32::try_from(row.col::<i32>(name)?).unwrap_or(0)) };
+    Ok(Settings {
+        max_messages: bound("loop_max_messages")?,
+        window_s: bound("loop_window_s")?,
+        max_depth: bound("loop_max_depth")?,
+    })
 }
 
 /// Sets the account's bounds; `false` when there is no such account.

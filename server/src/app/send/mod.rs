@@ -183,16 +183,23 @@ impl Sends {
     }
 
     /// Hands a resolved, allowed send to the batched writer and reads its outcome; held instead
-    /// when it would take two agents answering each other past the loop guard's bounds.
+    /// when it would take two agents answering each other past the loop guard's bounds: in its
+    /// thread (read here) or in any (the writer keeps each pair's streak and refuses it).
     async fn write_send(&self, w: Write<'_>) -> Result<Sent> {
         match self.loop_trip(&w).await? {
-            Some(Held::Trip(trip)) => return self.write_held(w, loops::HOLD_CLASS, Some(trip)).await,
+            Some(Held::Trip(trip, with)) => return self.write_held(w, loops::HOLD_CLASS, Some((trip, with))).await,
             Some(Held::Stopped) => return self.write_held(w, loops::HOLD_CLASS, None).await,
             None => {}
         }
         match self.writer.write(w.message(), w.caller.address()).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => first_answer(&self.store.client().await?, w.caller, w.out).await,
+            Written::Refused(why) if why.is_loop() => {
+                let with = why.recipient().ok_or_else(|| Error::Internal("a loop refusal names no recipient".into()))?;
+                let settings = store::loops::settings(&self.store.client().await?, w.caller.account_id).await?;
+                let trip = Trip::Rate { messages: settings.max_messages, window_s: settings.window_s };
+                self.write_held(w, loops::HOLD_CLASS, Some((trip, with))).await
+            }
             Written::Refused(why) => Err(why.into_error(w.caller.account_id, w.targets, self.cap)),
         }
     }
@@ -233,13 +240,13 @@ impl Sends {
         if stopped {
             return Ok(Some(Held::Stopped));
         }
-        Ok(loops::verdict(settings, seen).map(Held::Trip))
+        Ok(loops::verdict(settings, seen).map(|trip| Held::Trip(trip, target.id)))
     }
 
     /// Writes a send or reply the account's human must release first, in one transaction with its
     /// hold: by the writer every send takes, delivered to no one until the hold is released (a
     /// reply's original becomes read now). Refused, as the send would be, when an inbox is full.
-    async fn write_held(&self, w: Write<'_>, class: &'static str, trip: Option<Trip>) -> Result<Sent> {
+    async fn write_held(&self, w: Write<'_>, class: &'static str, trip: Option<(Trip, EndpointId)>) -> Result<Sent> {
         let mut client = self.store.client().await?;
         let tx = store::begin(&mut client).await?;
         check_room(&tx, w.targets, self.cap).await?;
@@ -248,7 +255,8 @@ impl Sends {
         match write::write_one(&tx, &message, cap, ReplicaId::NONE).await? {
             Written::Stored { .. } => {
                 let hold = trust::hold(&tx, w.caller, w.id, class, w.targets).await?;
-                if let (Some(trip), [target]) = (trip, w.targets)
+                if let Some((trip, with)) = trip
+                    && let Some(target) = w.targets.iter().find(|t| t.id == with)
                     && store::loops::trip(&tx, w.caller.endpoint_id, target.id).await?
                 {
                     tell_of_loop(&tx, w.caller, target, trip).await?;
@@ -356,8 +364,9 @@ async fn resolve_send(c: &impl GenericClient, caller: &Caller, out: &Outgoing<'_
 
 /// Why the loop guard holds a send.
 enum Held {
-    /// It takes the conversation past its bounds: the guard trips on the pair now.
-    Trip(Trip),
+    /// It takes the conversation past its bounds: the guard trips on the sender and this
+    /// recipient now.
+    Trip(Trip, EndpointId),
     /// The guard stopped the pair before, and no person let them go on.
     Stopped,
 }

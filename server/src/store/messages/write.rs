@@ -57,11 +57,25 @@ pub(crate) struct Refusal {
     pub detail: Option<String>,
 }
 
+/// The writers' refusal of a message that would take two agents answering each other past their
+/// account's loop guard (migration 44): the send pipeline holds it for a person instead.
+const LOOP: &str = "RLY04";
+
 impl Refusal {
+    /// Whether the loop guard refused it; the detail names the recipient.
+    pub(crate) fn is_loop(&self) -> bool {
+        self.state == LOOP
+    }
+
+    /// The recipient at fault, where the writer said which.
+    pub(crate) fn recipient(&self) -> Option<EndpointId> {
+        self.detail.as_deref().and_then(|d| d.parse().ok()).map(EndpointId)
+    }
+
     /// The error its sender reads, naming the recipient at fault where the writer said which.
     pub(crate) fn into_error(self, sender: AccountId, targets: &[Target], cap: u32) -> Error {
         let named = || -> &str {
-            let id: Option<EndpointId> = self.detail.as_deref().and_then(|d| d.parse().ok()).map(EndpointId);
+            let id = self.recipient();
             targets.iter().find(|t| Some(t.id) == id).map_or("a recipient", |t| &t.address)
         };
         match self.state.as_str() {
@@ -254,9 +268,10 @@ pub(crate) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: 
 }
 
 /// Whether a set of plain sends that failed with `code` is written again send by send: a broken
-/// constraint (class 23) belongs to one of its sends, and a deadlock to the moment.
+/// constraint (class 23) or a pair past the loop guard belongs to one of its sends, and a deadlock
+/// to the moment.
 fn sorted_send_by_send(code: &tokio_postgres::error::SqlState) -> bool {
-    code.code().starts_with("23") || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+    code.code().starts_with("23") || code.code() == LOOP || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
 }
 
 /// One message's outcome, from its row of any of the writers.
@@ -469,5 +484,52 @@ mod tests {
         let refused = check_room(&c, &targets, 3).await.unwrap_err();
         assert_eq!(refused.to_string(), limits::inbox_full("acme/laptop/full", 3).to_string());
         check_room(&c, &targets, 4).await.expect("a higher cap has room for both");
+    }
+
+    /// The loop guard's streak (migration 44), kept by every writer: a pair answering each other
+    /// in any thread is refused past the account's bound, naming the recipient; one agent writing
+    /// however often is no streak; a person clearing the pair starts it over.
+    #[tokio::test]
+    async fn every_writer_refuses_a_pair_answering_each_other_past_the_bound_and_nothing_else() {
+        let db = testing::db().await;
+        let (ann, to, _) = agents(&db, &[("ann", 0), ("bob", 0), ("cid", 0)]).await;
+        let sql = db.test.sql().await;
+        sql.execute("update accounts set loop_max_messages = 3 where name = 'acme'", &[]).await.unwrap();
+        let c = db.store.client().await.unwrap();
+        let bob = caller_of(&c, to[1].id).await.unwrap();
+        let cid = caller_of(&c, to[2].id).await.unwrap();
+        let (to_ann, to_bob) = (&to[..1], &to[1..2]);
+        let one = async |m: &NewMessage| write_one(&c, m, 100, ReplicaId::NONE).await.unwrap();
+        let refused_for = |w: &Written| match w {
+            Written::Refused(why) if why.is_loop() => why.recipient(),
+            _ => None,
+        };
+
+        // Three turns, each a fresh send: the fourth is refused, by the lone writer and the set's.
+        for (from, to) in [(&ann, to_bob), (&bob, to_ann), (&ann, to_bob)] {
+            stored_seqs(&one(&message(from, to, None, None)).await);
+        }
+        let fourth = message(&bob, to_ann, None, None);
+        assert_eq!(refused_for(&one(&fourth).await), Some(ann.endpoint_id));
+        assert_eq!(inbox(&db, ann.endpoint_id, &fourth.id).await, (1, 1, vec![]), "nothing of it was written");
+        let both = message(&bob, &[to[0].clone(), to[2].clone()], None, None);
+        assert_eq!(refused_for(&one(&both).await), Some(ann.endpoint_id), "a message to several, by the numbered writer");
+        let batch = [message(&bob, to_ann, None, None), message(&cid, to_bob, None, None)];
+        let written = write_set(&c, &batch.iter().collect::<Vec<_>>(), 100, ReplicaId::NONE).await.unwrap();
+        assert_eq!(refused_for(&written[0]), Some(ann.endpoint_id), "the set is sorted send by send");
+        assert_eq!(stored_seqs(&written[1]), [Seq(3)], "its batch-mate is stored");
+
+        // One agent writing however often makes no more turns, and the next answer is still refused.
+        for _ in 0..6 {
+            stored_seqs(&one(&message(&ann, to_bob, None, None)).await);
+        }
+        assert!(refused_for(&one(&message(&bob, to_ann, None, None)).await).is_some());
+
+        // A person let the pair go on: the streak starts over.
+        crate::store::loops::clear(&c, ann.endpoint_id, bob.endpoint_id, "t").await.unwrap();
+        for (from, to) in [(&bob, to_ann), (&ann, to_bob), (&bob, to_ann)] {
+            stored_seqs(&one(&message(from, to, None, None)).await);
+        }
+        assert!(refused_for(&one(&message(&ann, to_bob, None, None)).await).is_some());
     }
 }
