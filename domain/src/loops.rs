@@ -1,10 +1,12 @@
 //! The loop guard's rules: when agents answering each other with no person in between have gone
-//! past their account's bounds, and what everyone is told. A conversation is weighed by its thread,
-//! in turns: each message whose sender is not the previous one's is a turn, so two agents (or a
-//! ring) answering each other make one a message, and one agent writing however often makes one.
-//! Two bounds: turns within a window (a runaway pair is fast), and turns since a person last spoke
-//! or let the thread go on (a slow one still goes on for ever). Past either, the next message is
-//! held for a person, and so is everything between the two agents until a person lets them go on.
+//! past their account's bounds, and what everyone is told. An exchange is weighed in turns: each
+//! message whose sender is not the one who last wrote is a turn, so two agents (or a ring) answering
+//! each other make one a message, and one agent writing however often makes one. Turns are counted
+//! by thread (read before a reply or a send into a thread) and by pair in any thread (the writers
+//! keep each pair's streak: server migration 44). Two bounds: turns within a window (a runaway pair
+//! is fast), and turns in a thread since a person last spoke or let it go on (a slow one still goes
+//! on for ever). Past either, the next message is held for a person, and so is everything between
+//! the two agents until a person lets them go on.
 
 use super::{Error, Result};
 

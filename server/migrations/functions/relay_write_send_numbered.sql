@@ -56,25 +56,24 @@ begin
         set head_seq = e.head_seq + (e.id = any(s.recipients))::int,
             unread = e.unread + (e.id = any(s.recipients))::int
                      - (exists (select 1 from read r where r.recipient_id = e.id))::int,
-            loop_peer = case when not e.id = any(s.recipients) then e.loop_peer
-                             when ma.name = 'me' then null else s.sender end,
-            loop_turns = case when not e.id = any(s.recipients) then e.loop_turns
-                              when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> s.sender
-                              then l.turns + 1 else 1 end,
-            loop_since = case when not e.id = any(s.recipients) then e.loop_since
-                              when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> s.sender
-                              then l.since else now() end
-        from machines ma left join
-             (select se.loop_peer as peer, se.loop_turns as turns, se.loop_since as since,
-                     se.loop_since > now() - make_interval(secs => ac.loop_window_s) as fresh,
-                     ac.loop_max_messages as bound
-              from endpoints se, accounts ac where se.id = s.sender and ac.id = s.account) l on true
-        where e.id = any(s.recipients || s.read_by) and ma.id = e.machine_id
+            (loop_peer, loop_turns, loop_since) = (
+                -- (a reply's sender, whose original becomes read, keeps its own)
+                select case when not l.recipient then e.loop_peer when l.person then null else s.sender end,
+                       case when not l.recipient then e.loop_turns when l.answer then l.turns + 1 else 1 end,
+                       case when not l.recipient then e.loop_since when l.answer then l.since else now() end
+                from (select e.id = any(s.recipients) as recipient, rm.name = 'me' as person,
+                             se.loop_turns as turns, se.loop_since as since,
+                             rm.name <> 'me' and se.loop_peer = e.id and se.id <> e.id
+                             and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
+                      from machines rm, endpoints se, accounts ac
+                      where rm.id = e.machine_id and se.id = s.sender and ac.id = s.account) l)
+        where e.id = any(s.recipients || s.read_by)
           and (e.id = any(s.recipients) or exists (select 1 from read r where r.recipient_id = e.id))
           and exists (select 1 from m)
         -- Whether each is online is asked here, of the row in hand, rather than in a query after.
         returning e.id, e.head_seq, e.unread, e.machine_id, e.parent_id, e.last_seen_at, relay_endpoint_online(e) as online,
-                  e.id = any(s.recipients) and e.loop_turns > l.bound as looping
+                  e.id = any(s.recipients)
+                  and e.loop_turns > (select ac.loop_max_messages from accounts ac where ac.id = s.account) as looping
     ), delivered as (
         insert into deliveries (recipient_id, seq, message_id)
         select h.id, h.head_seq, m.id from heads h, m where h.id = any(s.recipients)

@@ -39,18 +39,22 @@ begin
     -- guard's streak (migration 44): an agent answering the one who last wrote to it, within the
     -- window, goes on that streak.
     update endpoints e set head_seq = e.head_seq + 1, unread = e.unread + 1,
-        loop_peer = case when ma.name = 'me' then null else s.sender end,
-        loop_turns = case when l.answer and ma.name <> 'me' then l.turns + 1 else 1 end,
-        loop_since = case when l.answer and ma.name <> 'me' then l.since else now() end
-    from machines ma left join
-         (select se.parent_id, se.loop_turns as turns, se.loop_since as since, ac.loop_max_messages as bound,
-                 se.loop_peer = inbox and se.id <> inbox and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
-          from endpoints se, accounts ac where se.id = s.sender and ac.id = s.account) l on true
+        (loop_peer, loop_turns, loop_since) = (
+            select case when l.person then null else s.sender end,
+                   case when l.answer then l.turns + 1 else 1 end,
+                   case when l.answer then l.since else now() end
+            from (select ma.name = 'me' as person, se.loop_turns as turns, se.loop_since as since,
+                         ma.name <> 'me' and se.loop_peer = e.id and se.id <> e.id
+                         and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
+                  from endpoints se, accounts ac where se.id = s.sender and ac.id = s.account) l)
+    from machines ma
     where e.id = inbox and ma.id = e.machine_id
     returning e.head_seq, e.unread, relay_endpoint_online(e), e.last_seen_at, ma.revoked_at is not null,
               ma.name = 'me',
-              case when e.parent_id = s.sender then 'parent' when e.id = l.parent_id then 'child' else '' end,
-              e.loop_turns > l.bound
+              case when e.parent_id = s.sender then 'parent'
+                   when e.id = (select se.parent_id from endpoints se where se.id = s.sender) then 'child'
+                   else '' end,
+              e.loop_turns > (select ac.loop_max_messages from accounts ac where ac.id = s.account)
     into seq, unread, online, seen, revoked, human, relation, looping;
     -- Raising undoes what was written: the caller's transaction is this call alone. An inbox that
     -- no longer exists is refused as a revoked machine's is: nobody there to reach.

@@ -53,23 +53,22 @@ begin
         -- who last wrote to it, within the window, goes on that streak; past the bound the batch is
         -- refused (RLY04) and written send by send, which sorts the send out.
         update endpoints e set head_seq = e.head_seq + c.k, unread = e.unread + c.k,
-            loop_peer = case when ma.name = 'me' then null else c.sender end,
-            loop_turns = case when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> c.sender
-                              then l.turns + 1 else 1 end,
-            loop_since = case when l.peer = e.id and l.fresh and ma.name <> 'me' and e.id <> c.sender
-                              then l.since else now() end
+            (loop_peer, loop_turns, loop_since) = (
+                select case when l.person then null else c.sender end,
+                       case when l.answer then l.turns + 1 else 1 end,
+                       case when l.answer then l.since else now() end
+                from (select rm.name = 'me' as person, se.loop_turns as turns, se.loop_since as since,
+                             rm.name <> 'me' and se.loop_peer = e.id and se.id <> e.id
+                             and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
+                      from machines rm, endpoints se, accounts ac
+                      where rm.id = e.machine_id and se.id = c.sender and ac.id = c.account) l)
         from (select w.inbox, count(*) as k, (array_agg(w.sender order by w.n desc))[1] as sender,
                      (array_agg(w.account order by w.n desc))[1] as account
               from wanted w group by w.inbox) c
-             join machines ma on true
-             left join lateral
-             (select se.loop_peer as peer, se.loop_turns as turns, se.loop_since as since,
-                     se.loop_since > now() - make_interval(secs => ac.loop_window_s) as fresh,
-                     ac.loop_max_messages as bound
-              from endpoints se, accounts ac where se.id = c.sender and ac.id = c.account) l on true
-        where e.id = c.inbox and ma.id = e.machine_id
+        where e.id = c.inbox
         returning e.id, e.head_seq - c.k as base, e.parent_id, e.machine_id, e.last_seen_at,
-                  relay_endpoint_online(e) as online, e.loop_turns > l.bound as looping
+                  relay_endpoint_online(e) as online,
+                  e.loop_turns > (select ac.loop_max_messages from accounts ac where ac.id = c.account) as looping
     ), numbered as (
         -- The new deliveries take the seqs above the old head in batch order: gapless and ordered.
         select w.n, w.id, w.inbox, h.base + row_number() over (partition by w.inbox order by w.n) as seq,

@@ -1,6 +1,7 @@
 //! What the loop guard reads and keeps: an account's bounds; a thread's turns since a person last
 //! spoke in it or let it go on (its newest messages, read by the thread's index: a send that starts
-//! no conversation reads nothing); and the pairs it tripped on until a person clears them.
+//! no conversation reads nothing); and the pairs it tripped on until a person clears them. A pair's
+//! streak in any thread is kept by the writers themselves (`relay_write_*`, migration 44).
 
 use deadpool_postgres::GenericClient;
 
@@ -109,9 +110,8 @@ pub(crate) async fn clear(c: &impl GenericClient, from: EndpointId, to: Endpoint
 
 /// The bounds of `account`.
 pub(crate) async fn settings(c: &impl GenericClient, account: AccountId) -> Result<Settings> {
-    let stmt = c
-        .prepare_cached("select loop_max_messages, loop_window_s, loop_max_depth from accounts where id = $1")
-        .await?;
+    let stmt =
+        c.prepare_cached("select loop_max_messages, loop_window_s, loop_max_depth from accounts where id = $1").await?;
     settings_of(&c.query_one(&stmt, &[&account]).await?)
 }
 

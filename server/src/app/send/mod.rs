@@ -195,7 +195,8 @@ impl Sends {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => first_answer(&self.store.client().await?, w.caller, w.out).await,
             Written::Refused(why) if why.is_loop() => {
-                let with = why.recipient().ok_or_else(|| Error::Internal("a loop refusal names no recipient".into()))?;
+                let with =
+                    why.recipient().ok_or_else(|| Error::Internal("a loop refusal names no recipient".into()))?;
                 let settings = store::loops::settings(&self.store.client().await?, w.caller.account_id).await?;
                 let trip = Trip::Rate { messages: settings.max_messages, window_s: settings.window_s };
                 self.write_held(w, loops::HOLD_CLASS, Some((trip, with))).await

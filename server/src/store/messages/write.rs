@@ -95,6 +95,11 @@ impl Refusal {
                 EntityKind::Endpoint,
                 format!("no agent you can reach at {}: nothing was sent", named()),
             ),
+            // Past the loop guard: the send pipeline holds such a send; any other writer says so.
+            LOOP => Error::FailedPrecondition(format!(
+                "the loop guard holds messages between you and {}: a person of the account must let you go on",
+                named()
+            )),
             _ => from_sqlstate(&self.state, &self.message),
         }
     }
@@ -271,7 +276,9 @@ pub(crate) async fn check_room(c: &impl GenericClient, targets: &[Target], cap: 
 /// constraint (class 23) or a pair past the loop guard belongs to one of its sends, and a deadlock
 /// to the moment.
 fn sorted_send_by_send(code: &tokio_postgres::error::SqlState) -> bool {
-    code.code().starts_with("23") || code.code() == LOOP || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+    code.code().starts_with("23")
+        || code.code() == LOOP
+        || *code == tokio_postgres::error::SqlState::T_R_DEADLOCK_DETECTED
 }
 
 /// One message's outcome, from its row of any of the writers.
@@ -513,7 +520,11 @@ mod tests {
         assert_eq!(refused_for(&one(&fourth).await), Some(ann.endpoint_id));
         assert_eq!(inbox(&db, ann.endpoint_id, &fourth.id).await, (1, 1, vec![]), "nothing of it was written");
         let both = message(&bob, &[to[0].clone(), to[2].clone()], None, None);
-        assert_eq!(refused_for(&one(&both).await), Some(ann.endpoint_id), "a message to several, by the numbered writer");
+        assert_eq!(
+            refused_for(&one(&both).await),
+            Some(ann.endpoint_id),
+            "a message to several, by the numbered writer"
+        );
         let batch = [message(&bob, to_ann, None, None), message(&cid, to_bob, None, None)];
         let written = write_set(&c, &batch.iter().collect::<Vec<_>>(), 100, ReplicaId::NONE).await.unwrap();
         assert_eq!(refused_for(&written[0]), Some(ann.endpoint_id), "the set is sorted send by send");
@@ -523,7 +534,10 @@ mod tests {
         for _ in 0..6 {
             stored_seqs(&one(&message(&ann, to_bob, None, None)).await);
         }
-        assert!(refused_for(&one(&message(&bob, to_ann, None, None)).await).is_some());
+        let Written::Refused(why) = one(&message(&bob, to_ann, None, None)).await else { panic!("not refused") };
+        assert!(why.is_loop());
+        let said = why.into_error(bob.account_id, to_ann, 100).to_string();
+        assert!(said.contains("loop guard holds messages between you and acme/laptop/ann"), "{said}");
 
         // A person let the pair go on: the streak starts over.
         crate::store::loops::clear(&c, ann.endpoint_id, bob.endpoint_id, "t").await.unwrap();
