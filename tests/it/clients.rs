@@ -470,3 +470,83 @@ async fn claude_code_is_told_whose_claim_it_met_and_its_commit_waits_for_the_rel
         api.summary()
     );
 }
+
+/// One of two Claude Code agents that answer each other for ever: it loads the relay tools, sends
+/// the first message (`opens_to`) or waits for one, then answers whatever arrives and waits again,
+/// until a result says the loop guard held them. Answers only its own conversation (its prompt
+/// names it) and only the main loop (the requests that offer ToolSearch).
+fn answers_for_ever(who: &'static str, opens_to: Option<&'static str>) -> impl Fn(&Request) -> Option<Reply> {
+    const TOOLS: [&str; 3] = ["mcp__relay__relay_send", "mcp__relay__relay_inbox", "mcp__relay__relay_reply"];
+    move |r| {
+        let first = r.body["messages"].as_array()?.first()?.to_string();
+        if r.api != Api::Anthropic || !r.tools().iter().any(|t| t == "ToolSearch") || !first.contains(who) {
+            return None;
+        }
+        let calls = r.tool_calls();
+        let searched = calls.iter().filter(|c| *c == "ToolSearch").count();
+        if let Some(tool) = TOOLS.get(searched) {
+            return Some(Reply::tool("ToolSearch", json!({ "query": format!("select:{tool}") })));
+        }
+        let wait = Reply::tool(TOOLS[1], json!({ "wait_s": 20 }));
+        let last = r.last_turn();
+        Some(match calls.last().map(String::as_str) {
+            Some("ToolSearch") => match opens_to {
+                Some(to) => Reply::tool(TOOLS[0], json!({ "to": to, "body": "ping" })),
+                None => wait,
+            },
+            _ if last.contains("loop guard") || last.contains("for your account's human") => {
+                Reply::text("The loop guard holds us; stopping.")
+            }
+            Some(tool) if tool == TOOLS[1] && !last.contains("no unread messages") => {
+                Reply::tool(TOOLS[2], json!({ "id": "last", "body": format!("answer {}", calls.len()) }))
+            }
+            _ => wait,
+        })
+    }
+}
+
+/// The loop guard with two real Claude Code agents on two machines, scripted to answer each other
+/// for ever: the message past the account's bound is held, within a minute, and each model reads why.
+#[tokio::test]
+async fn two_claude_code_agents_answering_each_other_for_ever_are_held_at_the_bound() {
+    let w = TwoMachines::start().await;
+    w.server.admin_ok(&["loop-guard", "acme", "--messages", "10"]);
+    let api = ModelApi::start().await;
+    api.respond(answers_for_ever("you are ann", Some("ci/bob")));
+    api.respond(answers_for_ever("you are bob", None));
+    let (ann, bob) =
+        (ClaudeProject::new(&w.server.url, &w.laptop, &api.url), ClaudeProject::new(&w.server.url, &w.ci, &api.url));
+    let tools = "mcp__relay__relay_send,mcp__relay__relay_inbox,mcp__relay__relay_reply";
+    let (ann_out, bob_out) = tokio::join!(
+        claude_print(&ann, "ann", "you are ann: talk with ci/bob", tools),
+        claude_print(&bob, "bob", "you are bob: answer whoever writes", tools),
+    );
+    for out in [&ann_out, &bob_out] {
+        assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), api.summary());
+    }
+
+    // Each conversation's last request holds everything its model did and read.
+    let requests = api.requests();
+    let last_of = |who: &str| {
+        let own = requests.iter().filter(|r| r.tools().iter().any(|t| t == "ToolSearch") && r.contains(who));
+        own.max_by_key(|r| r.body["messages"].as_array().map_or(0, Vec::len)).cloned().expect("a conversation")
+    };
+    let (ann_last, bob_last) = (last_of("you are ann"), last_of("you are bob"));
+    let sent =
+        |r: &Request| r.tool_calls().iter().filter(|c| c.ends_with("relay_send") || c.ends_with("relay_reply")).count();
+    // ann opened, so she sends the odd messages: the eleventh is hers, held; ten went through.
+    assert_eq!((sent(&ann_last), sent(&bob_last)), (6, 5), "{}", api.summary());
+    // ann's model read that its message was held (the hold's id in the result it reads), and
+    // both read why, from the loop guard.
+    assert_eq!(ann_last.text().matches("\\\"hold\\\":").count(), 1, "one held result: {}", api.summary());
+    let why = "Relay's loop guard held a message from acme/laptop/ann to acme/ci/bob: 10 turns";
+    for (who, last) in [("ann", &ann_last), ("bob", &bob_last)] {
+        assert!(last.last_turn().contains(why), "{who}'s model read why: {}", last.last_turn());
+    }
+    let first = requests.iter().find(|r| r.contains("you are ann")).expect("ann's first request");
+    let held_at = ann_last.at.duration_since(first.at);
+    assert!(held_at < Duration::from_secs(60), "held {held_at:?} after the exchange began");
+    println!(
+        "two Claude Code agents answering each other: held at the 11th message, {held_at:?} after the first request"
+    );
+}

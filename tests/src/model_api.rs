@@ -55,6 +55,14 @@ impl Request {
         entries.as_array().and_then(|e| e.iter().rev().find(user_side)).map(|v| v.to_string()).unwrap_or_default()
     }
 
+    /// The tools the model called so far in this conversation, oldest first (Anthropic's API).
+    pub fn tool_calls(&self) -> Vec<String> {
+        let messages = self.body["messages"].as_array().into_iter().flatten();
+        let content =
+            messages.filter(|m| m["role"] == "assistant").flat_map(|m| m["content"].as_array().into_iter().flatten());
+        content.filter(|c| c["type"] == "tool_use").filter_map(|c| c["name"].as_str().map(str::to_owned)).collect()
+    }
+
     /// The names of the tools offered to the model (Codex's MCP namespaces listed with their
     /// tools as `namespace.tool`).
     pub fn tools(&self) -> Vec<String> {
@@ -218,10 +226,15 @@ impl Gate {
     }
 }
 
+/// A model that decides each answer from the request itself, for a conversation of any length.
+type Responder = Box<dyn Fn(&Request) -> Option<Reply> + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     requests: Mutex<Vec<Request>>,
     rules: Mutex<Vec<Rule>>,
+    /// Asked, in order, for a request no rule matches.
+    responders: Mutex<Vec<Responder>>,
     count: Option<watch::Sender<usize>>,
 }
 
@@ -254,6 +267,12 @@ impl ModelApi {
     /// Answers the first request to `api` whose body holds `when` with `reply`, once.
     pub fn on(&self, api: Api, when: &str, reply: Reply) {
         self.shared.rules.lock().unwrap().push(Rule { api, when: when.to_owned(), reply, gate: None });
+    }
+
+    /// Answers every request no rule matches and `respond` has an answer for (it returns `None`
+    /// for requests that are not its own), for as long as the API runs.
+    pub fn respond(&self, respond: impl Fn(&Request) -> Option<Reply> + Send + Sync + 'static) {
+        self.shared.responders.lock().unwrap().push(Box::new(respond));
     }
 
     /// [`ModelApi::on`], holding the answer back until the returned gate is opened.
@@ -313,12 +332,20 @@ async fn answer(shared: &Shared, api: Api, path: String, body: Value) -> Reply {
         let at = rules.iter().position(|r| r.api == api && text.contains(&r.when));
         at.map(|i| rules.remove(i))
     };
+    let request = Request { api, path, body, at: tokio::time::Instant::now() };
+    let responded = match rule {
+        Some(_) => None,
+        None => shared.responders.lock().unwrap().iter().find_map(|respond| respond(&request)),
+    };
     {
         let mut requests = shared.requests.lock().unwrap();
-        requests.push(Request { api, path, body, at: tokio::time::Instant::now() });
+        requests.push(request);
         if let Some(count) = &shared.count {
             count.send_replace(requests.len());
         }
+    }
+    if let Some(reply) = responded {
+        return reply;
     }
     match rule {
         Some(Rule { gate, reply, .. }) => {
