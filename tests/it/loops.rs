@@ -195,8 +195,31 @@ async fn agents_writing_each_other_afresh_are_held_as_answers_are_and_a_person_i
     }
     let (ok, said) = human(&server.url, &person, &["send", "ci/dan", "how is it going?"]).await;
     assert!(ok, "{said}");
-    for n in 6..=11 {
+    // dan's answer starts a streak, and so does carl's to it (the last to write to dan was the
+    // person): the count starts over one turn late, never early.
+    for n in 6..=12 {
         assert!(!turn(n).await, "turn {n}: counted afresh since the person spoke");
+    }
+    assert!(turn(13).await, "the eighth turn since the person spoke is held");
+
+    // So does a person writing to the one the next turn goes to.
+    let mut fay = agent(&server, &laptop, "fay").await;
+    let mut gus = agent(&server, &ci, "gus").await;
+    let mut turn = async |n: usize| {
+        let sent = if n % 2 == 1 {
+            fresh(&mut fay, "ci/gus", &format!("ping {n}")).await
+        } else {
+            fresh(&mut gus, "laptop/fay", &format!("pong {n}")).await
+        };
+        held(&sent)
+    };
+    for n in 1..=5 {
+        assert!(!turn(n).await, "turn {n}");
+    }
+    let (ok, said) = human(&server.url, &person, &["send", "laptop/fay", "status?"]).await;
+    assert!(ok, "{said}");
+    for n in 6..=11 {
+        assert!(!turn(n).await, "turn {n}: counted afresh since the person wrote to fay");
     }
     assert!(turn(12).await, "the seventh turn since the person spoke is held");
 

@@ -64,6 +64,8 @@ begin
                 from (select e.id = any(s.recipients) as recipient, rm.name = 'me' as person,
                              se.loop_turns as turns, se.loop_since as since,
                              rm.name <> 'me' and se.loop_peer = e.id and se.id <> e.id
+                             -- and the last to write to the recipient was the sender: a person between them ends it
+                             and coalesce(e.loop_peer, s.sender) = s.sender
                              and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
                       from machines rm, endpoints se, accounts ac
                       where rm.id = e.machine_id and se.id = s.sender and ac.id = s.account) l)

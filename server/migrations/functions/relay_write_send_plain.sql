@@ -45,6 +45,8 @@ begin
                    case when l.answer then l.since else now() end
             from (select ma.name = 'me' as person, se.loop_turns as turns, se.loop_since as since,
                          ma.name <> 'me' and se.loop_peer = e.id and se.id <> e.id
+                         -- and the last to write to the recipient was the sender: a person between them ends it
+                         and coalesce(e.loop_peer, s.sender) = s.sender
                          and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
                   from endpoints se, accounts ac where se.id = s.sender and ac.id = s.account) l)
     from machines ma

@@ -75,6 +75,8 @@ begin
                        case when l.answer then l.since else now() end
                 from (select rm.name = 'me' as person, se.loop_turns as turns, se.loop_since as since,
                              rm.name <> 'me' and se.loop_peer = e.id and se.id <> e.id
+                             -- and the last to write to the recipient was the sender: a person between them ends it
+                             and coalesce(e.loop_peer, c.sender) = c.sender
                              and se.loop_since > now() - make_interval(secs => ac.loop_window_s) as answer
                       from machines rm, endpoints se, accounts ac
                       where rm.id = e.machine_id and se.id = c.sender and ac.id = c.account) l)

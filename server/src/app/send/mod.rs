@@ -163,10 +163,15 @@ impl Sends {
         }];
         let (id, thread) = out.new_id_and_thread();
         let w = Write { caller: sender, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: None };
-        // One statement, uncapped: a report on what a worker did is not lost to a full inbox.
+        // One statement, uncapped: a report on what a worker did is not lost to a full inbox, nor to
+        // the loop guard (held for a person instead).
         match write::write_one(&client, &w.message(), i32::MAX, ReplicaId::NONE).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => first_answer(&client, sender, &out).await,
+            Written::Refused(why) if why.is_loop() => {
+                drop(client);
+                self.held_by_the_guard(w, &why).await
+            }
             Written::Refused(why) => Err(why.into_error(sender.account_id, &targets, u32::MAX)),
         }
     }
@@ -194,15 +199,18 @@ impl Sends {
         match self.writer.write(w.message(), w.caller.address()).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => first_answer(&self.store.client().await?, w.caller, w.out).await,
-            Written::Refused(why) if why.is_loop() => {
-                let with =
-                    why.recipient().ok_or_else(|| Error::Internal("a loop refusal names no recipient".into()))?;
-                let settings = store::loops::settings(&self.store.client().await?, w.caller.account_id).await?;
-                let trip = Trip::Rate { messages: settings.max_messages, window_s: settings.window_s };
-                self.write_held(w, loops::HOLD_CLASS, Some((trip, with))).await
-            }
+            Written::Refused(why) if why.is_loop() => self.held_by_the_guard(w, &why).await,
             Written::Refused(why) => Err(why.into_error(w.caller.account_id, w.targets, self.cap)),
         }
+    }
+
+    /// Holds for a person a message the writer refused because it took a pair past the account's
+    /// streak bound: the guard trips on the sender and the recipient the writer named.
+    async fn held_by_the_guard(&self, w: Write<'_>, why: &write::Refusal) -> Result<Sent> {
+        let with = why.recipient().ok_or_else(|| Error::Internal("a loop refusal names no recipient".into()))?;
+        let settings = store::loops::settings(&self.store.client().await?, w.caller.account_id).await?;
+        let trip = Trip::Rate { messages: settings.max_messages, window_s: settings.window_s };
+        self.write_held(w, loops::HOLD_CLASS, Some((trip, with))).await
     }
 
     /// A send the account's human must release first: resolved like any other, then written with
