@@ -179,49 +179,12 @@ async fn agents_writing_each_other_afresh_are_held_as_answers_are_and_a_person_i
     assert!(ok, "{said}");
     assert!(!held(&fresh(&mut ann, "ci/bob", "back to work").await), "released: the count starts over");
 
-    // A person writing to one of a pair in between starts their count over.
-    let mut carl = agent(&server, &laptop, "carl").await;
-    let mut dan = agent(&server, &ci, "dan").await;
-    let mut turn = async |n: usize| {
-        let sent = if n % 2 == 1 {
-            fresh(&mut carl, "ci/dan", &format!("ping {n}")).await
-        } else {
-            fresh(&mut dan, "laptop/carl", &format!("pong {n}")).await
-        };
-        held(&sent)
-    };
-    for n in 1..=5 {
-        assert!(!turn(n).await, "turn {n}");
-    }
-    let (ok, said) = human(&server.url, &person, &["send", "ci/dan", "how is it going?"]).await;
-    assert!(ok, "{said}");
-    // dan's answer starts a streak, and so does carl's to it (the last to write to dan was the
-    // person): the count starts over one turn late, never early.
-    for n in 6..=12 {
-        assert!(!turn(n).await, "turn {n}: counted afresh since the person spoke");
-    }
-    assert!(turn(13).await, "the eighth turn since the person spoke is held");
-
-    // So does a person writing to the one the next turn goes to.
-    let mut fay = agent(&server, &laptop, "fay").await;
-    let mut gus = agent(&server, &ci, "gus").await;
-    let mut turn = async |n: usize| {
-        let sent = if n % 2 == 1 {
-            fresh(&mut fay, "ci/gus", &format!("ping {n}")).await
-        } else {
-            fresh(&mut gus, "laptop/fay", &format!("pong {n}")).await
-        };
-        held(&sent)
-    };
-    for n in 1..=5 {
-        assert!(!turn(n).await, "turn {n}");
-    }
-    let (ok, said) = human(&server.url, &person, &["send", "laptop/fay", "status?"]).await;
-    assert!(ok, "{said}");
-    for n in 6..=11 {
-        assert!(!turn(n).await, "turn {n}: counted afresh since the person wrote to fay");
-    }
-    assert!(turn(12).await, "the seventh turn since the person spoke is held");
+    // A person writing to either of a pair in between starts their count over: to the one who
+    // answers next, the seventh turn after is held; to the other, the count starts over one turn
+    // late (its answer's recipient last heard from the person), never early.
+    let first_held = |x, y, to_person| first_held_around_a_person(&server, (&laptop, x), (&ci, y), &person, to_person);
+    assert_eq!(first_held("carl", "dan", "ci/dan").await, 13);
+    assert_eq!(first_held("fay", "gus", "laptop/fay").await, 12);
 
     // One agent writing to another however often is no loop.
     let mut eve = agent(&server, &ci, "eve").await;
@@ -229,4 +192,34 @@ async fn agents_writing_each_other_afresh_are_held_as_answers_are_and_a_person_i
         assert!(!held(&fresh(&mut ann, "ci/eve", &format!("report {n}")).await), "report {n}");
     }
     assert_eq!(inbox(&mut eve, 5).await.len(), 12);
+}
+
+/// Two new agents, `x` and `y` (each on its machine, by its token), write each other afresh, `x`
+/// first: five turns, then the account's person writes to `to_person`, then the turns go on. The
+/// number of the first turn held (none of the first five may be).
+async fn first_held_around_a_person(
+    server: &Server,
+    x: (&str, &str),
+    y: (&str, &str),
+    person: &str,
+    to_person: &str,
+) -> usize {
+    let (mut a, mut b) = (agent(server, x.0, x.1).await, agent(server, y.0, y.1).await);
+    let (to_a, to_b) = (format!("laptop/{}", x.1), format!("ci/{}", y.1));
+    for n in 1..=20 {
+        if n == 6 {
+            let (ok, said) = human(&server.url, person, &["send", to_person, "how is it going?"]).await;
+            assert!(ok, "{said}");
+        }
+        let sent = if n % 2 == 1 {
+            fresh(&mut a, &to_b, &format!("ping {n}")).await
+        } else {
+            fresh(&mut b, &to_a, &format!("pong {n}")).await
+        };
+        if held(&sent) {
+            assert!(n > 5, "turn {n} was held before the person spoke");
+            return n;
+        }
+    }
+    panic!("nothing was held in twenty turns");
 }
