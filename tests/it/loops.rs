@@ -179,9 +179,10 @@ async fn agents_writing_each_other_afresh_are_held_as_answers_are_and_a_person_i
     assert!(ok, "{said}");
     assert!(!held(&fresh(&mut ann, "ci/bob", "back to work").await), "released: the count starts over");
 
-    // A person writing to either of a pair in between starts their count over: to the one who
-    // answers next, the seventh turn after is held; to the other, the count starts over one turn
-    // late (its answer's recipient last heard from the person), never early.
+    // A person writing to either of a pair in between starts their count over: written to the one
+    // who answers next, it starts over one turn late (the answer to that answer goes to one whose
+    // last message came from the person), never early; written to the other, the seventh turn after
+    // is held.
     let first_held = |x, y, to_person| first_held_around_a_person(&server, (&laptop, x), (&ci, y), &person, to_person);
     assert_eq!(first_held("carl", "dan", "ci/dan").await, 13);
     assert_eq!(first_held("fay", "gus", "laptop/fay").await, 12);
