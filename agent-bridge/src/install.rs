@@ -708,6 +708,7 @@ fn install_codex_notify(path: &Path, command: &str) -> anyhow::Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     /// The hook runs the guard where install saw it; a bridge gone from there and from PATH lets the
     /// commit through.
@@ -731,8 +732,6 @@ mod tests {
         assert!(gone.status.success(), "{gone:?}");
         assert!(String::from_utf8_lossy(&gone.stderr).contains("the commit goes on unchecked"));
     }
-
-    use super::*;
 
     #[test]
     fn json_install_keeps_other_servers_and_is_idempotent() {

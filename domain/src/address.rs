@@ -139,14 +139,13 @@ pub fn is_board_address(address: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn a_persons_and_a_boards_addresses_are_reserved_and_an_agents_is_not() {
         assert!(is_reserved_address("acme/me") && is_reserved_address("acme/me/board"));
         assert!(!is_reserved_address("acme/laptop/ann") && !is_reserved_address("acme/meet/ann"));
     }
-
-    use super::*;
 
     const HERE: Origin<'static> = Origin { account: "acme", machine: "laptop" };
 

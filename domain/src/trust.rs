@@ -157,6 +157,7 @@ pub struct HeldMessage {
     pub sender: String,
     /// Why it was held: a class the account turned on, or the loop guard's.
     pub class: String,
+    /// The thread it was sent in: a release of the loop guard's hold lets that thread go on.
     pub thread: String,
 }
 

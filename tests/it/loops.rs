@@ -4,6 +4,8 @@
 
 use std::time::{Duration, Instant};
 
+use relay_proto::v1::{HelloRequest, SpawnRequest, SpawnResultRequest};
+use relay_tests::client::{Agent, channel, client};
 use relay_tests::mcp::{Bridge, bridge, text};
 use relay_tests::pg::TestDb;
 use relay_tests::server::{Server, human};
@@ -223,4 +225,33 @@ async fn first_held_around_a_person(
         }
     }
     panic!("nothing was held in twenty turns");
+}
+
+/// A worker's report to the agent that spawned it is written by the system on the worker's behalf;
+/// when the two have answered each other past the bound, the guard holds it for a person like any
+/// other message, and it is not lost.
+#[tokio::test]
+async fn a_workers_report_the_loop_guard_stops_is_held_for_a_person_not_lost() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let ci = server.machine("acme", "ci");
+    server.admin_ok(&["loop-guard", "acme", "--messages", "3"]);
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    let grant = bob.rpc.spawn(SpawnRequest { harness: "claude".into(), scope: String::new() }).await.unwrap();
+    let grant = grant.into_inner().grant;
+    let spawned = HelloRequest { harness: "claude".into(), spawn_grant: grant.clone(), ..Default::default() };
+    let mut worker = Agent::hello_with(&server.url, &ci, spawned).await.unwrap();
+    bob.send(&[worker.address.as_str()], "build it").await.unwrap();
+    worker.send(&[bob.address.as_str()], "building").await.unwrap();
+    bob.send(&[worker.address.as_str()], "tell me when it is done").await.unwrap();
+
+    // The report would be the fourth turn between them: held, not refused.
+    let report = SpawnResultRequest { exit_code: 0, output: "built".into() };
+    let sent = client(channel(&server.url).await, &grant).spawn_result(report).await.unwrap().into_inner();
+    assert!(!sent.hold.is_empty(), "{sent:?}");
+    let person = server.admin_ok(&["human", "add", "acme"]).trim().to_owned();
+    let (ok, said) = human(&server.url, &person, &["release", &sent.hold]).await;
+    assert!(ok, "{said}");
+    let got = bob.inbox(10, true).await.unwrap().messages;
+    assert!(got.iter().any(|m| m.body.contains("built")), "the released report reaches bob: {got:?}");
 }
