@@ -22,6 +22,7 @@ pub mod redact;
 pub mod retention;
 pub mod schedule;
 pub mod scope;
+pub mod search;
 #[cfg(feature = "postgres")]
 mod sql;
 pub mod timings;

@@ -153,6 +153,7 @@ pub struct Metrics {
     pub scheduler_rounds: Counter,
     pub schedules_fired: Counter,
     pub leases_expired: Counter,
+    pub search_indexed: Counter,
     pub purged: Family<PurgedLabel, Counter>,
     pub approvals_waiting: Family<ApprovalLabel, Gauge>,
     pub mcp_requests: Family<McpLabels, Counter>,
@@ -193,6 +194,7 @@ impl Metrics {
             scheduler_rounds: Counter::default(),
             schedules_fired: Counter::default(),
             leases_expired: Counter::default(),
+            search_indexed: Counter::default(),
             purged: Family::default(),
             approvals_waiting: Family::default(),
             mcp_requests: Family::default(),
@@ -258,6 +260,7 @@ impl Metrics {
         r.register("scheduler_rounds", "Rounds of the board scheduler", m.scheduler_rounds.clone());
         r.register("schedules_fired", "Scheduled cards that fired a run", m.schedules_fired.clone());
         r.register("leases_expired", "Worker leases that lapsed and put their card back", m.leases_expired.clone());
+        r.register("search_indexed", "Messages whose search entries were written", m.search_indexed.clone());
         r.register("purged", "Records deleted past their retention, by kind", m.purged.clone());
         r.register(
             "approvals_waiting",
@@ -432,6 +435,7 @@ mod tests {
             "scheduler_rounds",
             "schedules_fired",
             "leases_expired",
+            "search_indexed",
             "purged",
             "approvals_waiting",
         ] {

@@ -1,6 +1,6 @@
 //! The timed rounds every replica runs: fire due schedules, hand unanswered permission requests on
 //! (to the human, then refused), put back cards whose worker went quiet, and now and then purge
-//! what outlived its retention. Rows are taken with `skip locked`, so
+//! what outlived its retention, and index new messages for search. Rows are taken with `skip locked`, so
 //! replicas share the work and never do it twice.
 
 use tokio::task::JoinHandle;
@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use crate::app::App;
 use crate::app::approvals::ApprovalsService;
 use crate::app::board::BoardService;
+use crate::app::messaging::MessagingService;
 use crate::app::observe::OpsService;
 use crate::metrics::{Purged, metrics};
 
@@ -20,10 +21,16 @@ struct Rounds {
     board: BoardService,
     approvals: ApprovalsService,
     ops: OpsService,
+    messaging: MessagingService,
 }
 
 pub fn start(app: &App, shutdown: CancellationToken) -> JoinHandle<()> {
-    let rounds = Rounds { board: app.board.clone(), approvals: app.approvals.clone(), ops: app.ops.clone() };
+    let rounds = Rounds {
+        board: app.board.clone(),
+        approvals: app.approvals.clone(),
+        ops: app.ops.clone(),
+        messaging: app.messaging.clone(),
+    };
     tokio::spawn(async move {
         let mut every = tokio::time::interval(rounds.ops.timings().scheduler_tick);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -52,6 +59,9 @@ pub fn start(app: &App, shutdown: CancellationToken) -> JoinHandle<()> {
             }
             if due.leases {
                 expire_leases(&rounds).await;
+            }
+            if due.search {
+                index_for_search(&rounds).await;
             }
         }
     })
@@ -84,6 +94,15 @@ async fn expire_leases(rounds: &Rounds) {
             tracing::warn!(cards = n, "worker leases expired; cards back in To do");
         }
         Err(e) => tracing::warn!(error = %e, "lease round failed"),
+    }
+}
+
+async fn index_for_search(rounds: &Rounds) {
+    match rounds.messaging.index_for_search().await {
+        Ok(n) => {
+            metrics().search_indexed.inc_by(n);
+        }
+        Err(e) => tracing::warn!(error = %e, "search indexing round failed"),
     }
 }
 

@@ -40,6 +40,7 @@ mod redaction;
 mod release;
 mod remote;
 mod scope;
+mod search;
 mod server;
 mod setup;
 mod trust;

@@ -337,12 +337,14 @@ async fn mail_the_push_stream_has_not_delivered_is_still_hinted() {
 }
 
 /// Every tool's annotations as tools/list shows them: readOnly, destructive, idempotent, openWorld.
-const ANNOTATIONS: [(&str, [bool; 4]); 27] = [
+const ANNOTATIONS: [(&str, [bool; 4]); 28] = [
     ("relay_whoami", [true, false, true, true]),
     ("relay_list", [true, false, true, true]),
     ("relay_peers", [true, false, true, true]),
     ("list_jobs", [true, false, true, true]),
     ("read_job", [true, false, true, true]),
+    // Searching changes nothing (nothing is marked read) and shows what other agents wrote.
+    ("relay_search", [true, false, true, true]),
     ("relay_send", [false, false, false, true]),
     ("relay_reply", [false, false, false, true]),
     ("relay_ask", [false, false, false, true]),

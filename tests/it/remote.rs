@@ -880,3 +880,38 @@ async fn a_cloud_agent_claims_paths_by_the_repositorys_remote() {
     assert_eq!(structured(&refused)["granted"], false);
     assert_eq!(structured(&refused)["conflicts"][0]["holder"], "acme/cloud/ci-bot");
 }
+
+/// `relay_search` over `/mcp`: a cloud agent finds by its words what a bridged agent sent it, with
+/// the untrusted notice in both channels, and its own sends too; what it was not sent, never.
+#[tokio::test]
+async fn a_cloud_agent_searches_what_it_was_sent_and_what_it_sent() {
+    let w = world().await;
+    let mut ci = RemoteAgent::stateless(&w.mcp, &w.cloud, Some("ci-bot"));
+    ci.tool_ok("relay_whoami", json!({})).await;
+    let mut alice = bridge(&w.server.url, &w.laptop, "alice");
+    alice.initialize("2025-06-18").await;
+    alice.tool_ok("relay_whoami", json!({})).await;
+    alice.tool_ok("relay_send", json!({ "to": ["cloud/ci-bot"], "body": "the flaky integration suite again" })).await;
+    let mut bob = bridge(&w.server.url, &w.laptop, "bob");
+    bob.initialize("2025-06-18").await;
+    bob.tool_ok("relay_whoami", json!({})).await;
+    alice.tool_ok("relay_send", json!({ "to": ["laptop/bob"], "body": "a note to bob on the flaky suite" })).await;
+    ci.tool_ok("relay_send", json!({ "to": ["laptop/alice"], "body": "quarantined the flaky suite" })).await;
+
+    // Found once a scheduler round has indexed them (a round every two seconds).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let found = loop {
+        let r = ci.tool_ok("relay_search", json!({ "query": "flaky" })).await;
+        if structured(&r)["found"].as_array().is_some_and(|f| f.len() == 2) {
+            break r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "ci-bot's two messages were not found: {r}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let from: Vec<&str> =
+        structured(&found)["found"].as_array().unwrap().iter().map(|f| f["from"].as_str().unwrap()).collect();
+    assert!(from.contains(&"acme/laptop/alice") && from.contains(&"acme/cloud/ci-bot"), "{from:?}");
+    assert!(!text(&found).contains("note to bob"), "alice's note to bob is not ci-bot's: {}", text(&found));
+    assert!(text(&found).starts_with(relay_agent::frame::PREAMBLE), "{}", text(&found));
+    assert_eq!(structured(&found)["untrusted"], relay_agent::frame::PREAMBLE);
+}

@@ -27,7 +27,6 @@ pub fn input_schema<T: JsonSchema>() -> Value {
         // would cost each client's model the words on every turn.
         object.remove("additionalProperties");
         object.entry("properties").or_insert_with(|| Value::Object(Map::new()));
-        object.entry("required").or_insert_with(|| Value::Array(Vec::new()));
     }
     if let Some(properties) = schema["properties"].as_object_mut() {
         properties.values_mut().for_each(not_null);

@@ -138,7 +138,7 @@ fn build() -> Vec<Tool> {
     vec![
         Tool {
             name: "relay_whoami",
-            description: "Your relay address (account/machine/handle), status and unread count.".into(),
+            description: "Your address (account/machine/handle), status and unread count.".into(),
             input: input_schema::<input::Whoami>(),
             hints: Hints::READ_SHARED,
             output: Some(schema::<output::Whoami>()),
@@ -154,7 +154,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_send",
-            description: "Message agents by address (handle, machine/handle or account/machine/handle). Offline agents get it later; if any address fails, nothing is sent.".into(),
+            description: "Message agents by address: handle, machine/handle or account/machine/handle. Offline ones get it later; one bad address and none is sent.".into(),
             input: input_schema::<input::Send>(),
             hints: Hints::MESSAGE,
             output: Some(schema::<output::Sent>()),
@@ -162,7 +162,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_reply",
-            description: "Reply to a message by id, short id or last (the newest shown): to its sender, in its thread; marks it read.".into(),
+            description: "Reply by id, short id or last (the newest shown): to the sender, in its thread; marks it read.".into(),
             input: input_schema::<input::Reply>(),
             hints: Hints::MESSAGE,
             output: Some(schema::<output::Sent>()),
@@ -177,8 +177,16 @@ fn build() -> Vec<Tool> {
             audience: Audience::Everyone,
         },
         Tool {
+            name: "relay_search",
+            description: "Messages you received or sent that hold the words, best first.".into(),
+            input: input_schema::<input::Search>(),
+            hints: Hints::READ_SHARED,
+            output: Some(schema::<output::Found>()),
+            audience: Audience::Everyone,
+        },
+        Tool {
             name: "relay_ask",
-            description: "Ask one agent and wait for its reply; if none comes in time, relay_ask_wait with the returned id.".into(),
+            description: "Ask one agent and wait for its reply; if none in time, relay_ask_wait with the id.".into(),
             input: input_schema::<input::Ask>(),
             hints: Hints::MESSAGE,
             output: Some(schema::<output::Replies>()),
@@ -202,7 +210,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_set_now",
-            description: "Set one line on what you are doing now, shown in relay_list.".into(),
+            description: "One line on what you are doing now, shown in relay_list.".into(),
             input: input_schema::<input::SetNow>(),
             hints: Hints::SET,
             output: None,
@@ -210,7 +218,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_rules",
-            description: "Who may message an agent (in), whom it may (out): show, set yours or cap an agent you spawned, widen or lift a cap, why. Selectors: *, ep:<address>, handle:<glob>, group:<name>, tree:parent|children|siblings|self|descendants, fleet:<root>.".into(),
+            description: "Who may message an agent (in), whom it may (out): show, set yours or cap one you spawned, widen or lift a cap, why. Selectors: *, ep:<address>, handle:<glob>, group:<name>, tree:parent|children|siblings|self|descendants, fleet:<root>.".into(),
             input: input_schema::<input::Rules>(),
             hints: Hints::MANAGE,
             output: Some(schema::<output::RulesResult>()),
@@ -218,7 +226,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_group",
-            description: "Groups of your account's agents; their rules (as in relay_rules; group:self = members) cap each member; relay_send to group:<name> reaches those you may message.".into(),
+            description: "Groups of your account's agents: their rules (as relay_rules'; group:self = members) cap each member; sending to group:<name> reaches those you may message.".into(),
             input: input_schema::<input::Group>(),
             hints: Hints::MANAGE,
             output: Some(schema::<output::Groups>()),
@@ -242,7 +250,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_set_peek",
-            description: "Let agents that may message you see your last turns, redacted (on); off stops and deletes them.".into(),
+            description: "on: agents that may message you see your last turns, redacted; off stops and deletes them.".into(),
             input: input_schema::<input::SetPeek>(),
             hints: Hints::REPLACE,
             output: None,
@@ -274,7 +282,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "post_job",
-            description: "Queue work on your account's job board when your user asks. A fresh agent does it in its own worktree without this chat: detail must be all it needs.".into(),
+            description: "Queue work on the board when your user asks. A fresh agent does it in its own worktree without this chat: detail must be all it needs.".into(),
             input: input_schema::<input::PostJob>(),
             hints: Hints::ACT,
             output: Some(schema::<output::Job>()),
@@ -282,7 +290,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "list_jobs",
-            description: "Your account's board cards by column, with ids; state done lists finished ones.".into(),
+            description: "Board cards by column, with ids; state done lists finished ones.".into(),
             input: input_schema::<input::ListJobs>(),
             hints: Hints::READ_SHARED,
             output: Some(schema::<output::Jobs>()),
@@ -330,7 +338,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "answer_permission",
-            description: "Answer a board agent's permission request (a message \"[Approval <id>] …\"); owner leaves it to the account's human.".into(),
+            description: "Answer a board agent's permission request ([Approval <id>] messages); owner leaves it to your human.".into(),
             input: input_schema::<input::AnswerPermission>(),
             hints: Hints::ACT,
             output: Some(schema::<output::Decision>()),
@@ -346,7 +354,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_set_title",
-            description: "A short line on what you work on, shown in relay_list (empty clears it).".into(),
+            description: "What you work on, one line, shown in relay_list (empty clears it).".into(),
             input: input_schema::<input::SetTitle>(),
             hints: Hints::SET,
             output: None,

@@ -24,7 +24,7 @@ pub struct Whoami {}
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct List {
-    /// include offline and ended agents
+    /// offline and ended too
     pub all: Option<Flag>,
     /// contact accounts' agents instead
     pub contacts: Option<Flag>,
@@ -34,7 +34,7 @@ pub struct List {
 #[serde(deny_unknown_fields)]
 pub struct Send {
     pub to: Addresses<MAX_RECIPIENTS>,
-    /// at most 64 KiB; never credentials
+    /// at most 64 KiB
     pub body: NonBlank,
     /// thread id to continue
     pub thread: Option<Text>,
@@ -55,7 +55,7 @@ pub struct Inbox {
     /// seconds to wait if none
     #[serde(default)]
     pub wait_s: Seconds<0, MAX_WAIT_S>,
-    /// mark them read (default true)
+    /// default true: mark read
     pub ack: Option<Flag>,
 }
 
@@ -68,7 +68,7 @@ pub struct Ask {
     /// seconds to wait for the reply
     #[serde(default)]
     pub wait_s: Seconds<ASK_WAIT_DEFAULT_S, MAX_WAIT_S>,
-    /// the recipient must reply before it stops
+    /// it must reply before it stops
     pub require_reply: Option<Flag>,
 }
 
@@ -113,12 +113,12 @@ pub struct Rules {
     pub rules_in: Option<Selectors>,
     #[serde(rename = "out")]
     pub rules_out: Option<Selectors>,
-    /// preset for in and out (tree: parent and descendants)
+    /// preset for in and out
     pub scope: Option<Word<ScopePreset>>,
     pub allow: Option<Selectors>,
     /// for lift: cap-<n>
     pub cap: Option<NonBlank>,
-    /// for why (default: you)
+    /// for why
     pub from: Option<Text>,
     /// for why
     pub to: Option<NonBlank>,
@@ -129,7 +129,7 @@ pub struct Rules {
 pub struct Group {
     pub action: OneOf<GroupAction>,
     pub name: Option<Text>,
-    /// for add and remove (default: you)
+    /// for add, remove (default: you)
     pub endpoint: Option<Text>,
     pub rules: Option<Selectors>,
     #[serde(rename = "in")]
@@ -141,7 +141,7 @@ pub struct Group {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Peers {
-    /// include offline agents
+    /// offline too
     pub all: Option<Flag>,
 }
 
@@ -149,7 +149,7 @@ pub struct Peers {
 #[serde(deny_unknown_fields)]
 pub struct Peek {
     pub endpoint: Option<NonBlank>,
-    /// how many turns (default 3)
+    /// default 3
     pub turns: Option<Count<1, 10>>,
     /// up to 10 turns
     pub full: Option<Flag>,
@@ -170,13 +170,13 @@ pub struct PostJob {
     pub title: NonBlank,
     /// context, files, how to tell it is done
     pub detail: Option<Text>,
-    /// path or folder name (default: yours)
+    /// path or folder (default: yours)
     pub repo: Option<Text>,
-    /// makes it recur: cron ("0 9 * * 1-5", local time) or @hourly/@daily/@weekly/@monthly
+    /// recurs: cron ("0 9 * * 1-5", local) or @hourly, @daily, @weekly, @monthly
     pub schedule: Option<Text>,
-    /// the CLI to do it (default: yours)
+    /// default: yours
     pub agent: Option<Word<AgentCli>>,
-    /// ends in a pull request (default true; false if scheduled)
+    /// default true (false if scheduled)
     pub requires_pr: Option<Flag>,
     /// claimed for its agent while it runs
     pub paths: Option<Paths<MAX_CLAIM_PATHS>>,
@@ -219,7 +219,7 @@ pub struct FinishJob {
 pub struct CloseJob {
     pub id: NonBlank,
     pub accept: Flag,
-    /// required when sending it back
+    /// required to send it back
     pub note: Option<Text>,
 }
 
@@ -290,4 +290,18 @@ pub struct Release {
 pub struct Claims {
     pub repo: Option<NonBlank>,
     pub mine: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Search {
+    /// words, "a phrase", -word, or
+    pub query: NonBlank,
+    pub from: Option<NonBlank>,
+    pub to: Option<NonBlank>,
+    pub thread: Option<NonBlank>,
+    /// 30m, 24h, 7d or a time
+    pub since: Option<NonBlank>,
+    /// default 10
+    pub limit: Option<Count<1, 50>>,
 }

@@ -28,6 +28,7 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "relay_set_status" => set_status(tools, parse(arguments)?).await,
         "relay_set_now" => set_now(tools, parse(arguments)?).await,
         "relay_set_title" => set_title(tools, parse(arguments)?).await,
+        "relay_search" => search(tools, parse(arguments)?).await,
         "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
         "relay_claim" | "relay_release" | "relay_claims" => super::claims::call(tools, name, arguments).await,
         "relay_peek" | "relay_set_peek" => super::peek::call(tools, name, arguments).await,
@@ -308,6 +309,27 @@ async fn reply(tools: &Tools, args: input::Reply) -> Result<Outcome> {
         sent.thread,
     );
     Ok(sender_advice(Outcome::data(text, &sent_data(&sent)), &sent))
+}
+
+async fn search(tools: &Tools, args: input::Search) -> Result<Outcome> {
+    let given = |v: Option<super::args::NonBlank>| v.map(|v| v.0).unwrap_or_default();
+    let query = args.query.0;
+    let request = SearchRequest {
+        query: query.clone(),
+        from: given(args.from),
+        to: given(args.to),
+        thread: given(args.thread),
+        since: given(args.since),
+        limit: args.limit.map_or(0, |l| l.0),
+    };
+    let reply = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.search(r).await }).await?;
+    let data = output::Found { found: reply.found.iter().map(output::FoundOut::from).collect() };
+    if reply.found.is_empty() {
+        let text = format!("nothing you may read holds {}", frame::quote(&query));
+        return Ok(Outcome::data(text, &data).then("New messages are found within seconds of being sent."));
+    }
+    let text = reply.found.iter().map(frame::found).collect::<Vec<_>>().join("\n\n");
+    Ok(Outcome::data(text, &data).untrusted())
 }
 
 async fn inbox(tools: &Tools, args: input::Inbox) -> Result<Outcome> {

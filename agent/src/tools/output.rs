@@ -511,3 +511,34 @@ pub struct Claimed {
 pub struct Claims {
     pub claims: Vec<PathClaim>,
 }
+
+/// A message found by its words: where they matched, neutralised.
+#[derive(Serialize, JsonSchema)]
+pub struct FoundOut {
+    pub id: String,
+    pub short: String,
+    pub from: String,
+    pub thread: String,
+    pub sent_at: String,
+    /// the words found between « and »
+    pub snippet: String,
+}
+
+impl From<&relay_proto::v1::FoundMessage> for FoundOut {
+    fn from(f: &relay_proto::v1::FoundMessage) -> Self {
+        Self {
+            id: f.id.clone(),
+            short: frame::short(&f.id).to_owned(),
+            from: f.from.clone(),
+            thread: f.thread.clone(),
+            sent_at: f.sent_at.clone(),
+            snippet: frame::neutralize(&f.snippet),
+        }
+    }
+}
+
+#[derive(Serialize, JsonSchema)]
+pub struct Found {
+    /// best match first
+    pub found: Vec<FoundOut>,
+}

@@ -1,5 +1,6 @@
 -- Delivers a message written earlier and held for a human to `recipients`, now released: each
--- inbox's next seq, counted as the other writers count, and every replica told.
+-- inbox's next seq, counted as the other writers count, and every replica told. The message is
+-- queued for search again, so that its new readers find it.
 create or replace function relay_write_release(message text, recipients bigint[], replica bigint)
  returns void
  language plpgsql
@@ -20,5 +21,6 @@ begin
     )
     insert into deliveries (recipient_id, seq, message_id)
     select h.id, h.head_seq, message from heads h;
+    insert into search_queue (message_id) values (message) on conflict do nothing;
     perform relay_announce_delivered(replica, recipients);
 end $function$;

@@ -8,12 +8,14 @@ use deadpool_postgres::GenericClient;
 use super::quotas::SendRates;
 use super::send::Sends;
 use super::{Core, optional};
+use crate::domain::address::{Address, Origin};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{self, Kind, State};
 use crate::domain::ids::{MessageId, Seq};
 use crate::domain::message::Sent;
 use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
+use crate::domain::search::{Found, Search};
 use crate::domain::{Error, Result, limits};
 use crate::push::announce::{self, AnnounceStream};
 use crate::push::stream::{self, PushStream};
@@ -152,6 +154,54 @@ impl MessagingService {
                 || self.take_replies(caller, id),
             )
             .await
+    }
+
+    /// Messages the caller may read that hold the words, best first. A sender or recipient named
+    /// by an address nobody holds finds nothing, as one the caller never exchanged with does.
+    pub async fn search(&self, caller: &Caller, search: &Search) -> Result<Vec<Found>> {
+        let db = self.core.store.client().await?;
+        let origin = Origin { account: &caller.account, machine: &caller.machine };
+        let mut named = Vec::new();
+        for address in [&search.from, &search.to] {
+            named.push(match address {
+                Some(raw) => match messages::endpoint_at(&db, &Address::parse(raw, origin)?.to_string())
+                    .await
+                    .map_err(Error::from)
+                {
+                    Ok(id) => Some(id),
+                    Err(Error::NotFound { .. }) => return Ok(Vec::new()),
+                    Err(e) => return Err(e),
+                },
+                None => None,
+            });
+        }
+        let asked = store::search::Asked {
+            reader: caller.endpoint_id,
+            words: &search.words,
+            from: named[0],
+            to: named[1],
+            thread: search.thread.as_deref(),
+            since: search.since,
+            limit: search.limit,
+        };
+        store::search::search(&db, &asked)
+            .await?
+            .ok_or_else(|| Error::invalid(format!("query {:?} holds no words to search for", search.words)))
+    }
+
+    /// Writes the search entries of queued messages, a bounded share a round; how many it took.
+    pub async fn index_for_search(&self) -> Result<u64> {
+        use crate::domain::search::{INDEX_BATCH, INDEX_BATCHES_PER_ROUND};
+        let db = self.core.store.client().await?;
+        let mut total = 0;
+        for _ in 0..INDEX_BATCHES_PER_ROUND {
+            let taken = store::search::index_queued(&db, INDEX_BATCH).await?;
+            total += taken;
+            if taken < INDEX_BATCH as u64 {
+                break;
+            }
+        }
+        Ok(total)
     }
 
     /// Per-recipient states of a message the caller sent.

@@ -14,6 +14,7 @@ use crate::domain::message::Sent;
 use crate::domain::message::{Announcement, Message, Recipient};
 use crate::domain::redact::Counts;
 use crate::domain::scope::{CapView, GroupView, Peer, RulesView};
+use crate::domain::search::{Found, Search};
 use crate::domain::trust::{Approval, Contact, Decision, Hold, Peek, PeekTurn, Peeker};
 use crate::domain::{Error, Result};
 use crate::push::{announce, stream::Event};
@@ -180,6 +181,26 @@ impl WireFrom<Endpoint> for wire::Endpoint {
             operator: e.operator,
         }
     }
+}
+
+impl WireFrom<Found> for wire::FoundMessage {
+    fn wire_from(f: Found) -> Self {
+        Self {
+            id: f.id,
+            thread: f.thread,
+            from: f.from,
+            sent_at: f.created_at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            snippet: f.snippet,
+            rank: f.rank,
+        }
+    }
+}
+
+/// A search as the caller asked it, checked.
+pub fn search(r: &wire::SearchRequest) -> Result<Search> {
+    let limit = (r.limit > 0).then_some(r.limit);
+    let since = crate::domain::search::since(&r.since, chrono::Utc::now())?;
+    Search::new(&r.query, Some(&r.from), Some(&r.to), Some(&r.thread), since, limit)
 }
 
 impl WireFrom<Message> for wire::Message {

@@ -182,6 +182,13 @@ impl Relay for RelayService {
         }))
     }
 
+    async fn search(&self, request: Request<SearchRequest>) -> Result<Response<SearchResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let search = convert::search(request.get_ref()).map_err(to_status)?;
+        let found = self.messaging.search(&caller, &search).await.map_err(to_status)?;
+        Ok(Response::new(SearchResponse { found: convert::all(found) }))
+    }
+
     async fn update_profile(&self, request: Request<UpdateProfileRequest>) -> Result<Response<Endpoint>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();

@@ -216,19 +216,28 @@ pub(crate) async fn reject_holds_between(
     Ok(())
 }
 
-/// Withdraws, with `reason`, the deliveries between the two accounts that no agent has seen yet;
-/// how many.
+/// Withdraws, with `reason`, the deliveries between the two accounts that no agent has seen yet,
+/// and their recipients' search entries; how many.
 pub(crate) async fn withdraw_between(c: &impl GenericClient, a: AccountId, b: AccountId, reason: &str) -> Result<u64> {
-    Ok(c.execute(
-        &format!(
-            "update deliveries d set state = {WITHDRAWN}, reason = $3, updated_at = now()
-             from messages m, endpoint_addresses s, endpoint_addresses r
-             where m.id = d.message_id and s.id = m.sender_id and r.id = d.recipient_id and d.state < {SURFACED}
-               and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1))"
-        ),
-        &[&a, &b, &reason],
-    )
-    .await?)
+    let row = c
+        .query_one(
+            &format!(
+                "with withdrawn as (
+                     update deliveries d set state = {WITHDRAWN}, reason = $3, updated_at = now()
+                     from messages m, endpoint_addresses s, endpoint_addresses r
+                     where m.id = d.message_id and s.id = m.sender_id and r.id = d.recipient_id
+                       and d.state < {SURFACED}
+                       and ((s.account_id = $1 and r.account_id = $2) or (s.account_id = $2 and r.account_id = $1))
+                     returning d.recipient_id, d.message_id),
+                 unsearched as (
+                     delete from search_entries e using withdrawn w
+                     where e.reader = w.recipient_id and e.message_id = w.message_id)
+                 select count(*) as withdrawn from withdrawn"
+            ),
+            &[&a, &b, &reason],
+        )
+        .await?;
+    Ok(u64::try_from(row.col::<i64>("withdrawn")?).unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -14,16 +14,20 @@ pub struct DueWork {
     pub schedules: bool,
     pub leases: bool,
     pub approvals: bool,
+    /// Messages wait to be indexed for search.
+    pub search: bool,
 }
 
 /// One round trip, each question an index probe: due schedules, lapsed leases, permission requests
-/// past a deadline (`approval_wait_s` being the default wait of the previous release's requests).
+/// past a deadline (`approval_wait_s` being the default wait of the previous release's requests),
+/// messages queued for search.
 /// Prepared once a connection: asked every round, it would otherwise be parsed and planned each time.
 pub(crate) async fn probe(c: &impl GenericClient, approval_wait_s: f64) -> Result<DueWork> {
     let sql = format!(
         "select exists (select 1 from jobs j where {}) as schedules,
                 exists (select 1 from jobs j where {}) as leases,
-                exists (select 1 from approvals a where {}) as approvals",
+                exists (select 1 from approvals a where {}) as approvals,
+                exists (select 1 from search_queue) as search",
         board::schedule_due(),
         board::lease_lapsed(),
         approvals::request_due()
@@ -35,6 +39,11 @@ pub(crate) async fn probe(c: &impl GenericClient, approval_wait_s: f64) -> Resul
 
 impl FromRow for DueWork {
     fn from_row(row: &Row) -> Result<Self> {
-        Ok(DueWork { schedules: row.col("schedules")?, leases: row.col("leases")?, approvals: row.col("approvals")? })
+        Ok(DueWork {
+            schedules: row.col("schedules")?,
+            leases: row.col("leases")?,
+            approvals: row.col("approvals")?,
+            search: row.col("search")?,
+        })
     }
 }

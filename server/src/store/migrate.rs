@@ -118,7 +118,7 @@ pub const FUNCTIONS: &[Function] = &[
     function!("relay_write_sends_numbered", 2, "fedbdfb020712af1"),
     function!("relay_write_send_plain", 2, "a0217a7864d83728"),
     function!("relay_write_sends_plain", 3, "c22435d97f36f79b"),
-    function!("relay_write_release", 1, "248ce179028a0035"),
+    function!("relay_write_release", 2, "d7d66df365b9647a"),
     function!("relay_unread", 1, "abc7943ddc4dfc81"),
     function!("relay_advance", 1, "31b3d10f9f1f0c11"),
     function!("relay_take_unread", 1, "761588528b9e860e"),
@@ -127,6 +127,9 @@ pub const FUNCTIONS: &[Function] = &[
     function!("relay_mark_pushed", 1, "de6a75c25cefeb8e"),
     function!("relay_messages_deleted", 1, "16771ba567baf3be"),
     function!("relay_endpoints_deleted", 1, "149a72e89cb7ce9d"),
+    function!("relay_search_queued", 1, "a9d16ddc2b0b1309"),
+    function!("relay_messages_unsearched", 1, "39a08c9d770991bc"),
+    function!("relay_deliveries_unsearched", 1, "97a30272df0767ff"),
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.

@@ -22,6 +22,7 @@ pub(crate) mod replicas;
 pub mod retention;
 pub(crate) mod row;
 pub mod scope;
+pub mod search;
 pub mod sessions;
 pub mod spawn;
 #[cfg(test)]

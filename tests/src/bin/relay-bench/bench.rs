@@ -9,7 +9,7 @@
 //!   --idle N,N        idle push streams to hold open (default 1000,10000)
 //!   --idle-shared     idle agents a hundred to a connection (beyond 15000 they always are)
 //!   --unread N        unread messages for the inbox phase (default 100000)
-//!   --stored N        sends already stored for the ids phase (default 1000000)
+//!   --stored N        sends already stored for the ids phase, messages for the search phase (default 1000000)
 //! With DATABASE_URL set it uses that database instead. Every phase is bounded in count and time.
 //! With `nats-server` on PATH, the nats phase measures NATS JetStream beside Relay, and Relay again
 //! with `synchronous_commit=off` (JetStream's own durability class: it does not fsync each message).
@@ -39,6 +39,7 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 mod ids;
 mod nats;
 mod redaction;
+mod search;
 
 /// No single wait of a phase may run longer than this, whatever the counts.
 const PHASE_LIMIT: Duration = Duration::from_secs(120);
@@ -61,7 +62,7 @@ struct Args {
 
 /// The benchmark's phases, in the order they run.
 /// `redact` runs first, in this process, with no server: `--only redact` needs no database.
-const PHASES: [&str; 9] = ["redact", "serial", "throughput", "nats", "mcp", "rate", "idle", "inbox", "ids"];
+const PHASES: [&str; 10] = ["redact", "serial", "throughput", "nats", "mcp", "rate", "idle", "inbox", "ids", "search"];
 /// Bodies of each kind the redact phase redacts.
 const REDACT_RUNS: usize = 300;
 /// The most idle streams one step of the idle phase holds open.
@@ -86,8 +87,9 @@ const USAGE: &str =
   --idle-shared     idle agents a hundred to a connection at every step
   --unread N        unread messages for the inbox phase, at most 1000000 (default 100000)
   --stored N        sends already stored when the ids phase writes random and time-ordered message
-                    ids, at most 5000000 (default 1000000)
-  --only P,P        run only these phases (redact, serial, throughput, nats, mcp, rate, idle, inbox, ids); the floor
+                    ids, and messages the search phase searches, at most 5000000 (default 1000000)
+  --only P,P        run only these phases (redact, serial, throughput, nats, mcp, rate, idle, inbox, ids,
+                    search); the floor
                     always runs, except for redact alone";
 
 /// The arguments, or why they are wrong.
@@ -1531,6 +1533,20 @@ pub async fn main() {
             c.ordered.wal_bytes,
             "<= 1.0x random",
         ));
+    }
+
+    if args.runs("search") {
+        stats.settle().await;
+        let stored = args.stored;
+        for t in search::measure(&db.url, stored).await {
+            rows.push(row(
+                &format!("search p95 (ms), {} ({} found), {stored} stored", t.what, t.found),
+                format!("{:.2} (p50 {:.2})", t.p95_ms, t.p50_ms),
+                None,
+                t.p95_ms,
+                "<= 10",
+            ));
+        }
     }
 
     println!();

@@ -1,0 +1,217 @@
+//! Finding messages by their words among those an agent may read: what it received (not
+//! withdrawn) and what it sent. Each reader's messages have entries of their own (migration 45),
+//! written off the send path by [`index_queued`]; a search reads the reader's matches alone, ranks
+//! them, and makes snippets for the answer's rows only.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::row::{Col, FromRow};
+use crate::domain::ids::EndpointId;
+use crate::domain::search::Found;
+use crate::store::Result;
+
+/// The search, as relay-bench times it: `$1` the reader, `$2` the words, `$3` a sender, `$4` a
+/// recipient, `$5` a thread, `$6` the oldest time, `$7` the most rows. Always one row more than
+/// the matches: the first says how many words the query holds (none: nothing can match).
+pub const SEARCH: &str = "
+    with q as (select websearch_to_tsquery('simple', $2) as q),
+    hits as (
+        select e.message_id, e.thread, e.sender, e.created_at, ts_rank_cd(e.words, q.q) as rank
+        from q, search_entries e
+        where e.reader = $1 and e.words @@ q.q
+          and ($3::bigint is null or e.sender = $3)
+          and ($4::bigint is null
+               or exists (select 1 from deliveries t where t.message_id = e.message_id and t.recipient_id = $4))
+          and ($5::text is null or e.thread = $5)
+          and ($6::timestamptz is null or e.created_at >= $6)
+        order by rank desc, e.created_at desc, e.message_id
+        limit $7
+    )
+    select numnode(q.q) as words, null::text as id, null::text as thread, null::text as sender,
+           null::timestamptz as created_at, null::real as rank, null::text as snippet
+    from q
+    union all
+    select null, h.message_id, h.thread, a.address, h.created_at, h.rank,
+           ts_headline('simple', m.body, q.q,
+                       'MaxFragments=2, MaxWords=14, MinWords=5, StartSel=«, StopSel=», FragmentDelimiter=\" … \"')
+    from hits h cross join q
+    join messages m on m.id = h.message_id
+    join endpoint_addresses a on a.id = h.sender";
+
+/// Writes the search entries of up to `$1` queued messages and takes them off the queue, in one
+/// statement: each message's words computed once, an entry for its sender and for each inbox it
+/// was delivered to and not withdrawn from (a held message's inboxes get theirs when it is
+/// released, which queues it again). Rows are taken `skip locked`, so replicas share the queue.
+/// Answers how many messages it took.
+pub const INDEX_QUEUED: &str = "
+    with taken as (
+        delete from search_queue q
+        where q.message_id in (select message_id from search_queue order by message_id limit $1
+                               for update skip locked)
+        returning q.message_id),
+    worded as materialized (
+        select m.id, m.sender_id, m.thread, m.created_at, to_tsvector('simple', m.body) as words
+        from taken t join messages m on m.id = t.message_id),
+    readers as (
+        select w.sender_id as reader, w.id from worded w
+        union
+        select d.recipient_id, w.id from worded w join deliveries d on d.message_id = w.id
+        where d.state <> relay_state('withdrawn')),
+    written as (
+        insert into search_entries (reader, message_id, sender, thread, created_at, words)
+        select r.reader, w.id, w.sender_id, w.thread, w.created_at, w.words
+        from readers r join worded w on w.id = r.id
+        on conflict do nothing
+        returning 1)
+    select (select count(*) from taken) as taken";
+
+/// Indexes up to `batch` queued messages (see [`INDEX_QUEUED`]); how many it took.
+pub(crate) async fn index_queued(c: &impl GenericClient, batch: i64) -> Result<u64> {
+    let stmt = c.prepare_cached(INDEX_QUEUED).await?;
+    let row = c.query_one(&stmt, &[&batch]).await?;
+    Ok(u64::try_from(row.col::<i64>("taken")?).unwrap_or(0))
+}
+
+/// What a search asks of the store, addresses resolved to endpoints.
+pub struct Asked<'a> {
+    pub reader: EndpointId,
+    pub words: &'a str,
+    pub from: Option<EndpointId>,
+    pub to: Option<EndpointId>,
+    pub thread: Option<&'a str>,
+    pub since: Option<DateTime<Utc>>,
+    pub limit: u32,
+}
+
+/// The best matches, best first; `None` when the words hold nothing to match (only punctuation or
+/// operators).
+pub async fn search(c: &impl GenericClient, asked: &Asked<'_>) -> Result<Option<Vec<Found>>> {
+    let stmt = c.prepare_cached(SEARCH).await?;
+    let limit = i64::from(asked.limit);
+    let rows = c
+        .query(&stmt, &[&asked.reader, &asked.words, &asked.from, &asked.to, &asked.thread, &asked.since, &limit])
+        .await?;
+    let words: i32 = rows.iter().find_map(|r| r.col::<Option<i32>>("words").ok().flatten()).unwrap_or(0);
+    if words == 0 {
+        return Ok(None);
+    }
+    let mut found: Vec<Found> = rows
+        .iter()
+        .filter(|r| r.col::<Option<String>>("id").ok().flatten().is_some())
+        .map(Found::from_row)
+        .collect::<Result<_>>()?;
+    found.sort_by(|a, b| b.rank.total_cmp(&a.rank).then(b.created_at.cmp(&a.created_at)));
+    Ok(Some(found))
+}
+
+impl FromRow for Found {
+    fn from_row(row: &Row) -> Result<Self> {
+        Ok(Found {
+            id: row.col("id")?,
+            thread: row.col("thread")?,
+            from: row.col("sender")?,
+            created_at: row.col("created_at")?,
+            snippet: row.col("snippet")?,
+            rank: row.col("rank")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::messages::Target;
+    use crate::store::testing;
+
+    /// Runs the indexing rounds until the queue is empty; how many messages they took.
+    async fn index_all(c: &impl GenericClient) -> u64 {
+        let mut total = 0;
+        loop {
+            match index_queued(c, 2).await.unwrap() {
+                0 => return total,
+                n => total += n,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reader_finds_by_words_what_it_received_or_sent_once_indexed_and_nothing_else() {
+        let db = testing::db().await;
+        let (acme, laptop) = db.machine("acme", "laptop").await;
+        let (other, box_) = db.machine("other", "box").await;
+        let ann = db.endpoint(laptop, "ann", 0).await;
+        let bob = db.endpoint(laptop, "bob", 0).await;
+        let cid = db.endpoint(laptop, "cid", 0).await;
+        let eve = db.endpoint(box_, "eve", 0).await;
+        let to = |id, handle: &str| Target { id, address: format!("acme/laptop/{handle}"), account_id: acme };
+        let asked = db.send(bob, &[to(ann, "ann")], "the deploy of parse_config failed on staging", None, None).await;
+        db.send(ann, &[to(bob, "bob")], "retrying the deploy after lunch", None, Some(&asked)).await;
+        db.send(bob, &[to(cid, "cid")], "deploy secrets rotated", None, None).await;
+        db.send(ann, &[to(cid, "cid")], "lunch at noon", None, None).await;
+        let c = db.store.client().await.unwrap();
+        let ask = |reader, words| Asked { reader, words, from: None, to: None, thread: None, since: None, limit: 10 };
+
+        // Written off the send path: nothing is found until a round indexes the queue, in batches.
+        assert!(search(&c, &ask(ann, "deploy")).await.unwrap().unwrap().is_empty());
+        assert_eq!(index_all(&c).await, 4);
+        assert_eq!(index_queued(&c, 10).await.unwrap(), 0, "each message is indexed once");
+
+        // ann received one deploy message and sent one; cid's is not hers.
+        let found = search(&c, &ask(ann, "deploy")).await.unwrap().unwrap();
+        let bodies: Vec<&str> = found.iter().map(|f| f.snippet.as_str()).collect();
+        assert_eq!(found.len(), 2, "{bodies:?}");
+        assert!(bodies.iter().all(|s| s.contains("«deploy»")), "{bodies:?}");
+        assert!(found.iter().any(|f| f.from == "acme/laptop/bob" && f.thread == asked.to_string()));
+        // Identifiers match as written, phrases in order, and `-word` leaves out.
+        assert_eq!(search(&c, &ask(ann, "parse_config")).await.unwrap().unwrap().len(), 1);
+        assert_eq!(search(&c, &ask(ann, "\"deploy after\"")).await.unwrap().unwrap().len(), 1);
+        assert_eq!(search(&c, &ask(ann, "deploy -lunch")).await.unwrap().unwrap().len(), 1);
+        // Filters: by sender, by recipient, by thread, by time.
+        let from_bob = Asked { from: Some(bob), ..ask(ann, "deploy") };
+        assert_eq!(search(&c, &from_bob).await.unwrap().unwrap().len(), 1);
+        let to_cid = Asked { to: Some(cid), ..ask(ann, "lunch") };
+        assert_eq!(search(&c, &to_cid).await.unwrap().unwrap()[0].snippet, "«lunch» at noon");
+        let thread = asked.to_string();
+        let in_thread = Asked { thread: Some(&thread), ..ask(cid, "deploy") };
+        assert!(search(&c, &in_thread).await.unwrap().unwrap().is_empty(), "cid's deploy is another thread");
+        let later = Asked { since: Some(Utc::now() + chrono::Duration::minutes(1)), ..ask(ann, "deploy") };
+        assert!(search(&c, &later).await.unwrap().unwrap().is_empty());
+        let limited = Asked { limit: 1, ..ask(ann, "deploy") };
+        assert_eq!(search(&c, &limited).await.unwrap().unwrap().len(), 1);
+        // Another account's agent finds nothing of acme's; words that are no words are told apart.
+        assert!(search(&c, &ask(eve, "deploy")).await.unwrap().unwrap().is_empty());
+        assert!(search(&c, &ask(ann, "!!! --")).await.unwrap().is_none());
+
+        // A delivery withdrawn (the contact dropped) is no longer its reader's; the sender keeps it.
+        crate::store::contacts::insert_request(&c, other, acme).await.unwrap();
+        crate::store::contacts::make_contact(&c, acme, other).await.unwrap();
+        let eve_to_ann = Target { id: ann, address: "acme/laptop/ann".into(), account_id: acme };
+        db.send(eve, &[eve_to_ann], "a deploy from a contact", None, None).await;
+        assert_eq!(index_all(&c).await, 1);
+        assert_eq!(search(&c, &ask(ann, "contact")).await.unwrap().unwrap().len(), 1);
+        assert_eq!(crate::store::contacts::withdraw_between(&c, acme, other, "dropped").await.unwrap(), 1);
+        assert!(search(&c, &ask(ann, "contact")).await.unwrap().unwrap().is_empty());
+        assert_eq!(search(&c, &ask(eve, "contact")).await.unwrap().unwrap().len(), 1);
+
+        // A message released to an inbox (as a held message is) is queued again and found there.
+        let lunch = search(&c, &ask(ann, "noon")).await.unwrap().unwrap()[0].id.clone();
+        assert!(search(&c, &ask(bob, "noon")).await.unwrap().unwrap().is_empty());
+        c.execute("select relay_write_release($1, array[$2::bigint], 0)", &[&lunch, &bob]).await.unwrap();
+        assert_eq!(index_all(&c).await, 1);
+        assert_eq!(search(&c, &ask(bob, "noon")).await.unwrap().unwrap().len(), 1);
+        assert_eq!(search(&c, &ask(ann, "noon")).await.unwrap().unwrap().len(), 1, "written once for ann");
+
+        // A purged message takes every reader's entry with it.
+        let sql = db.test.sql().await;
+        sql.execute("delete from messages where id = $1", &[&asked.to_string()]).await.unwrap();
+        let left: i64 = sql
+            .query_one("select count(*) from search_entries where message_id = $1", &[&asked.to_string()])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0);
+        assert_eq!(search(&c, &ask(ann, "deploy")).await.unwrap().unwrap().len(), 1, "only what ann sent");
+    }
+}
