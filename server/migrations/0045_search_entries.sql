@@ -1,18 +1,17 @@
 -- Messages found by their words (`relay_search`). A search reads one reader's matches only: an
 -- entry per reader and message (the sender, and each inbox it was delivered to), its words in the
 -- `simple` text-search configuration (as written, unstemmed, so identifiers and any language match
--- as typed), indexed on (reader, words) with `btree_gin` — a trusted extension, which the owner of
--- the database may create. A words index over all messages instead checks every match in the
--- relay against the reader, hundreds of milliseconds for a common word at a million messages
--- (docs/benchmarks-record.md).
+-- as typed), each word prefixed with the reader's id (`functions/relay_search_words.sql`), so the
+-- words index keeps a posting list per reader and word. A words index over all messages instead
+-- checks every match in the relay against the reader (hundreds of milliseconds for a common word
+-- at a million messages), and one on (reader, words) still reads a common word's whole posting
+-- list (docs/benchmarks-record.md).
 --
 -- Entries are written off the send path: a statement trigger queues each new message's id, and
 -- the scheduler's round on any replica takes queued ids (`skip locked`) and writes their entries in
 -- batches. A release queues its message again. A withdrawal deletes its reader's entry; a deleted
 -- message takes the sender's and its queued id (a trigger), and its deliveries, deleted with it,
 -- take the inboxes' (another), which also covers a deleted endpoint's mail.
-create extension if not exists btree_gin;
-
 create table search_entries (
     reader     bigint not null,
     message_id text not null,
@@ -23,7 +22,7 @@ create table search_entries (
     primary key (reader, message_id)
 );
 
-create index search_entries_words on search_entries using gin (reader, words);
+create index search_entries_words on search_entries using gin (words);
 
 create table search_queue (
     message_id text primary key

@@ -141,3 +141,26 @@ async fn relay_search_frames_what_it_finds_in_every_channel_and_refuses_bad_argu
         assert!(text(&refused).contains(said), "{args}: {}", text(&refused));
     }
 }
+
+/// The search queue lives in the database: messages written through a replica that dies before its
+/// next round are indexed by another replica's round and found through it.
+#[tokio::test]
+async fn messages_written_through_a_replica_that_died_are_indexed_by_another() {
+    let db = TestDb::new().await;
+    let port = relay_tests::free_port();
+    // The first replica's rounds come a minute apart: after its first, only the second indexes.
+    let mut first = Server::start_with_env(&db, port, &[("RELAY_SCHEDULER_TICK_MS", "60000")]).await;
+    let second = Server::start(&db).await;
+    let (laptop, ci) = (first.machine("acme", "laptop"), first.machine("acme", "ci"));
+    let ann = Agent::hello(&second.url, &laptop, "ann").await.unwrap();
+    let mut bob = Agent::hello(&first.url, &ci, "bob").await.unwrap();
+    let sent = send(&mut bob, "laptop/ann", "the canary rollout paused at ten percent").await;
+    first.crash();
+
+    let hits = eventually(Duration::from_secs(10), "the message indexed by the living replica", || {
+        let mut rpc = ann.rpc.clone();
+        async move { Some(rpc.search(query("canary")).await.unwrap().into_inner().found).filter(|f| !f.is_empty()) }
+    })
+    .await;
+    assert_eq!(hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), [sent.as_str()]);
+}

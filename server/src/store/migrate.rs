@@ -128,6 +128,8 @@ pub const FUNCTIONS: &[Function] = &[
     function!("relay_messages_deleted", 1, "16771ba567baf3be"),
     function!("relay_endpoints_deleted", 1, "149a72e89cb7ce9d"),
     function!("relay_search_queued", 1, "a9d16ddc2b0b1309"),
+    function!("relay_search_words", 1, "b6466572e582ab64"),
+    function!("relay_search_query", 1, "9422d5201c186378"),
     function!("relay_messages_unsearched", 1, "39a08c9d770991bc"),
     function!("relay_deliveries_unsearched", 1, "97a30272df0767ff"),
 ];

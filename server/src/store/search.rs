@@ -1,7 +1,9 @@
 //! Finding messages by their words among those an agent may read: what it received (not
 //! withdrawn) and what it sent. Each reader's messages have entries of their own (migration 45),
-//! written off the send path by [`index_queued`]; a search reads the reader's matches alone, ranks
-//! them, and makes snippets for the answer's rows only.
+//! their words prefixed with the reader's id, written off the send path by [`index_queued`]; a
+//! search prefixes its words the same way, so it reads the reader's matches alone, ranks them, and
+//! makes snippets for the answer's rows only. (`e.reader = $1` is checked as well: the rewrite of
+//! the query can only narrow it, and the check says so where the statement is read.)
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::GenericClient;
@@ -17,10 +19,11 @@ use crate::store::Result;
 /// the matches: the first says how many words the query holds (none: nothing can match).
 pub const SEARCH: &str = "
     with q as (select websearch_to_tsquery('simple', $2) as q),
+    mine as (select relay_search_query($1, q.q) as q from q),
     hits as (
-        select e.message_id, e.thread, e.sender, e.created_at, ts_rank_cd(e.words, q.q) as rank
-        from q, search_entries e
-        where e.reader = $1 and e.words @@ q.q
+        select e.message_id, e.thread, e.sender, e.created_at, ts_rank_cd(e.words, mine.q) as rank
+        from mine, search_entries e
+        where e.words @@ mine.q and e.reader = $1
           and ($3::bigint is null or e.sender = $3)
           and ($4::bigint is null
                or exists (select 1 from deliveries t where t.message_id = e.message_id and t.recipient_id = $4))
@@ -61,7 +64,7 @@ pub const INDEX_QUEUED: &str = "
         where d.state <> relay_state('withdrawn')),
     written as (
         insert into search_entries (reader, message_id, sender, thread, created_at, words)
-        select r.reader, w.id, w.sender_id, w.thread, w.created_at, w.words
+        select r.reader, w.id, w.sender_id, w.thread, w.created_at, relay_search_words(r.reader, w.words)
         from readers r join worded w on w.id = r.id
         on conflict do nothing
         returning 1)
@@ -183,6 +186,9 @@ mod tests {
         // Another account's agent finds nothing of acme's; words that are no words are told apart.
         assert!(search(&c, &ask(eve, "deploy")).await.unwrap().unwrap().is_empty());
         assert!(search(&c, &ask(ann, "!!! --")).await.unwrap().is_none());
+        // Words written as another reader's stored form still match the caller's own entries only.
+        let forged = format!("{}:staging", ann.0);
+        assert!(search(&c, &ask(cid, &forged)).await.unwrap().unwrap().is_empty(), "ann's is not cid's");
 
         // A delivery withdrawn (the contact dropped) is no longer its reader's; the sender keeps it.
         crate::store::contacts::insert_request(&c, other, acme).await.unwrap();
