@@ -249,7 +249,7 @@ async fn a_contact_drop_ended_by_a_deadlock_with_a_send_is_made_again() {
     next_send.batch_execute("begin").await.unwrap();
     next_send.execute("select 1 from endpoints where id = $1 for no key update", &[&carol_id]).await.unwrap();
     writer.batch_execute("rollback").await.unwrap();
-    eventually(WAIT, "the drop withdrawing from carol's inbox", || drop_waits_on("update deliveries d")).await;
+    eventually(WAIT, "the drop withdrawing from carol's inbox", || drop_waits_on("with withdrawn as")).await;
 
     // The next send reaches for the contact the drop holds: one of the two is ended.
     let contact = next_send.execute(
