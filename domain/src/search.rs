@@ -13,11 +13,9 @@ pub const MAX_QUERY_CHARS: usize = 256;
 pub const DEFAULT_LIMIT: u32 = 10;
 /// The most results one answer holds.
 pub const MAX_LIMIT: u32 = 50;
-/// Messages a scheduler round indexes in one statement: enough that a batch amortises the words
-/// index's insert, few enough that a statement stays short.
+/// Messages indexed in one statement: enough that a batch amortises the words index's insert, few
+/// enough that a statement stays short (tens of milliseconds).
 pub const INDEX_BATCH: i64 = 500;
-/// Batches one round may run; a larger backlog waits for the next round (or another replica's).
-pub const INDEX_BATCHES_PER_ROUND: usize = 20;
 /// The text-search configuration the index and every query use: both must name the same one, or
 /// the index is not used.
 pub const CONFIG: &str = "simple";

@@ -3,6 +3,9 @@
 //! what outlived its retention, and index new messages for search. Rows are taken with `skip locked`, so
 //! replicas share the work and never do it twice.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +25,9 @@ struct Rounds {
     approvals: ApprovalsService,
     ops: OpsService,
     messaging: MessagingService,
+    /// Whether this replica's indexing task runs: one at a time, started by a round that finds the
+    /// search queue holds messages.
+    indexing: Arc<AtomicBool>,
 }
 
 pub fn start(app: &App, shutdown: CancellationToken) -> JoinHandle<()> {
@@ -30,6 +36,7 @@ pub fn start(app: &App, shutdown: CancellationToken) -> JoinHandle<()> {
         approvals: app.approvals.clone(),
         ops: app.ops.clone(),
         messaging: app.messaging.clone(),
+        indexing: Arc::default(),
     };
     tokio::spawn(async move {
         let mut every = tokio::time::interval(rounds.ops.timings().scheduler_tick);
@@ -60,8 +67,8 @@ pub fn start(app: &App, shutdown: CancellationToken) -> JoinHandle<()> {
             if due.leases {
                 expire_leases(&rounds).await;
             }
-            if due.search {
-                index_for_search(&rounds).await;
+            if due.search && !rounds.indexing.swap(true, Ordering::AcqRel) {
+                tokio::spawn(index_for_search(rounds.messaging.clone(), rounds.indexing.clone(), shutdown.clone()));
             }
         }
     })
@@ -97,13 +104,24 @@ async fn expire_leases(rounds: &Rounds) {
     }
 }
 
-async fn index_for_search(rounds: &Rounds) {
-    match rounds.messaging.index_for_search().await {
-        Ok(n) => {
-            metrics().search_indexed.inc_by(n);
+/// Indexes the search queue batch by batch until it is empty (or the rest is being taken by other
+/// replicas), apart from the rounds so that a backlog never delays a round's other work.
+async fn index_for_search(messaging: MessagingService, running: Arc<AtomicBool>, shutdown: CancellationToken) {
+    while !shutdown.is_cancelled() {
+        match messaging.index_for_search().await {
+            Ok(taken) => {
+                metrics().search_indexed.inc_by(taken);
+                if taken < crate::domain::search::INDEX_BATCH as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "search indexing failed; the next round tries again");
+                break;
+            }
         }
-        Err(e) => tracing::warn!(error = %e, "search indexing round failed"),
     }
+    running.store(false, Ordering::Release);
 }
 
 async fn purge(rounds: &Rounds) {

@@ -82,6 +82,7 @@ async fn an_agent_finds_by_words_what_it_received_and_sent_and_a_stranger_finds_
         (SearchRequest { from: "a/b/c/d".into(), ..query("migration") }, "invalid address"),
         (query("bad\u{7}bell"), "control characters"),
         (SearchRequest { since: "last week".into(), ..query("migration") }, "neither a time"),
+        (query("-migration"), "only leaves words out"),
     ] {
         let refused = ann.rpc.search(request).await.unwrap_err();
         assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");

@@ -326,7 +326,7 @@ async fn search(tools: &Tools, args: input::Search) -> Result<Outcome> {
     let data = output::Found { found: reply.found.iter().map(output::FoundOut::from).collect() };
     if reply.found.is_empty() {
         let text = format!("nothing you may read holds {}", frame::quote(&query));
-        return Ok(Outcome::data(text, &data).then("New messages are found within seconds of being sent."));
+        return Ok(Outcome::data(text, &data).then("A message is found shortly after it is delivered."));
     }
     let text = reply.found.iter().map(frame::found).collect::<Vec<_>>().join("\n\n");
     Ok(Outcome::data(text, &data).untrusted())

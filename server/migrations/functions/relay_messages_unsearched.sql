@@ -6,6 +6,10 @@ create or replace function relay_messages_unsearched()
  language plpgsql
 as $function$
 begin
+    if not exists (select 1 from old_rows) then
+        return null;
+    end if;
+    perform relay_search_readers_change();
     delete from search_entries e using old_rows o where e.reader = o.sender_id and e.message_id = o.id;
     delete from search_queue q using old_rows o where q.message_id = o.id;
     return null;

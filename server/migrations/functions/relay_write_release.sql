@@ -21,6 +21,7 @@ begin
     )
     insert into deliveries (recipient_id, seq, message_id)
     select h.id, h.head_seq, message from heads h;
+    perform relay_search_readers_change();
     insert into search_queue (message_id) values (message) on conflict do nothing;
     perform relay_announce_delivered(replica, recipients);
 end $function$;

@@ -184,24 +184,23 @@ impl MessagingService {
             since: search.since,
             limit: search.limit,
         };
-        store::search::search(&db, &asked)
-            .await?
-            .ok_or_else(|| Error::invalid(format!("query {:?} holds no words to search for", search.words)))
+        match store::search::search(&db, &asked).await? {
+            store::search::Searched::Found(found) => Ok(found),
+            store::search::Searched::NoWords => {
+                Err(Error::invalid(format!("query {:?} holds no words to search for", search.words)))
+            }
+            store::search::Searched::OnlyExcluded => Err(Error::invalid(format!(
+                "query {:?} only leaves words out (-word): say a word to look for",
+                search.words
+            ))),
+        }
     }
 
-    /// Writes the search entries of queued messages, a bounded share a round; how many it took.
+    /// Writes the search entries of one batch of queued messages; how many it took (fewer than a
+    /// batch: the queue is empty, or the rest is another replica's to take).
     pub async fn index_for_search(&self) -> Result<u64> {
-        use crate::domain::search::{INDEX_BATCH, INDEX_BATCHES_PER_ROUND};
-        let db = self.core.store.client().await?;
-        let mut total = 0;
-        for _ in 0..INDEX_BATCHES_PER_ROUND {
-            let taken = store::search::index_queued(&db, INDEX_BATCH).await?;
-            total += taken;
-            if taken < INDEX_BATCH as u64 {
-                break;
-            }
-        }
-        Ok(total)
+        let mut db = self.core.store.client().await?;
+        Ok(store::search::index_queued(&mut db, crate::domain::search::INDEX_BATCH).await?)
     }
 
     /// Per-recipient states of a message the caller sent.

@@ -217,8 +217,10 @@ pub(crate) async fn reject_holds_between(
 }
 
 /// Withdraws, with `reason`, the deliveries between the two accounts that no agent has seen yet,
-/// and their recipients' search entries; how many.
+/// and their recipients' search entries; how many. Indexing rounds under way are waited for first
+/// (`relay_search_readers_change`), so no entry for a withdrawn delivery is written behind it.
 pub(crate) async fn withdraw_between(c: &impl GenericClient, a: AccountId, b: AccountId, reason: &str) -> Result<u64> {
+    c.execute("select relay_search_readers_change()", &[]).await?;
     let row = c
         .query_one(
             &format!(

@@ -118,7 +118,7 @@ pub const FUNCTIONS: &[Function] = &[
     function!("relay_write_sends_numbered", 2, "fedbdfb020712af1"),
     function!("relay_write_send_plain", 2, "a0217a7864d83728"),
     function!("relay_write_sends_plain", 3, "c22435d97f36f79b"),
-    function!("relay_write_release", 2, "d7d66df365b9647a"),
+    function!("relay_write_release", 2, "a212951def9475f9"),
     function!("relay_unread", 1, "abc7943ddc4dfc81"),
     function!("relay_advance", 1, "31b3d10f9f1f0c11"),
     function!("relay_take_unread", 1, "761588528b9e860e"),
@@ -128,10 +128,11 @@ pub const FUNCTIONS: &[Function] = &[
     function!("relay_messages_deleted", 1, "16771ba567baf3be"),
     function!("relay_endpoints_deleted", 1, "149a72e89cb7ce9d"),
     function!("relay_search_queued", 1, "a9d16ddc2b0b1309"),
-    function!("relay_search_words", 1, "b6466572e582ab64"),
+    function!("relay_search_words", 1, "fdcfd3b94d28d32c"),
     function!("relay_search_query", 1, "9422d5201c186378"),
-    function!("relay_messages_unsearched", 1, "39a08c9d770991bc"),
-    function!("relay_deliveries_unsearched", 1, "97a30272df0767ff"),
+    function!("relay_search_readers_change", 1, "c7ef04a869b56319"),
+    function!("relay_messages_unsearched", 1, "0db66da1f42aeec4"),
+    function!("relay_deliveries_unsearched", 1, "280df24200fe4ec5"),
 ];
 
 /// Arbitrary but fixed: every replica must take the same lock.
