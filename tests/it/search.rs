@@ -9,7 +9,7 @@ use relay_tests::eventually;
 use relay_tests::mcp::text;
 use relay_tests::pg::TestDb;
 use relay_tests::server::Server;
-use serde_json::json;
+use serde_json::{Value, json};
 use tonic::Code;
 
 async fn send(from: &mut Agent, to: &str, body: &str) -> String {
@@ -127,6 +127,14 @@ async fn relay_search_frames_what_it_finds_in_every_channel_and_refuses_bad_argu
     assert!(!snippet.contains('\u{1b}'), "{snippet:?}");
     assert_eq!(result["structuredContent"]["untrusted"], relay_agent::frame::PREAMBLE);
 
+    // A secret in a body is redacted before it is stored, so no search can find it.
+    let token = "ghp_aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY0001";
+    bob.tool_ok("relay_send", json!({ "to": ["laptop/ann"], "body": format!("rotation token {token}") })).await;
+    let secret = search_until(&mut ann, "rotation", |f| f.len() == 1).await;
+    assert!(secret.iter().all(|f| !f["snippet"].as_str().unwrap().contains("ghp_")), "{secret:?}");
+    let by_token = ann.tool_ok("relay_search", json!({ "query": token })).await;
+    assert_eq!(by_token["structuredContent"]["found"], json!([]), "the token is not stored");
+
     // Nothing found says so, and bad arguments are refused by name.
     let none = ann.tool_ok("relay_search", json!({ "query": "nonexistentword" })).await;
     assert!(text(&none).contains("nothing you may read holds"), "{}", text(&none));
@@ -164,4 +172,56 @@ async fn messages_written_through_a_replica_that_died_are_indexed_by_another() {
     })
     .await;
     assert_eq!(hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), [sent.as_str()]);
+}
+
+/// Searches `query` as `agent` through its bridge until `done` holds for what it found.
+async fn search_until(
+    agent: &mut relay_tests::mcp::Bridge,
+    query: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = agent.tool_ok("relay_search", json!({ "query": query })).await;
+        let found = r["structuredContent"]["found"].as_array().cloned().unwrap_or_default();
+        if done(&found) {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "search {query:?} never settled: {found:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A message held for a person (here by the loop guard) is found by its sender at once, and by its
+/// recipient only once a person releases it.
+#[tokio::test]
+async fn a_held_message_is_found_by_its_recipient_only_once_released() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    server.admin_ok(&["loop-guard", "acme", "--messages", "3"]);
+    let person = server.admin_ok(&["human", "add", "acme"]).trim().to_owned();
+    let mut ann = relay_tests::mcp::bridge(&server.url, &laptop, "ann");
+    ann.initialize("2025-06-18").await;
+    ann.tool_ok("relay_whoami", json!({})).await;
+    let mut bob = relay_tests::mcp::bridge(&server.url, &ci, "bob");
+    bob.initialize("2025-06-18").await;
+    bob.tool_ok("relay_whoami", json!({})).await;
+    for n in 1..=3 {
+        let (from, to) = if n % 2 == 1 { (&mut ann, "ci/bob") } else { (&mut bob, "laptop/ann") };
+        let sent = from.tool_ok("relay_send", json!({ "to": to, "body": format!("turn {n}") })).await;
+        assert!(sent["structuredContent"]["hold"].as_str().unwrap_or_default().is_empty(), "{sent}");
+    }
+    let held = bob.tool_ok("relay_send", json!({ "to": "laptop/ann", "body": "the zebra report is due" })).await;
+    let hold = held["structuredContent"]["hold"].as_str().expect("held by the loop guard").to_owned();
+
+    // Once its sender finds it, the batch that indexed it has been written: ann has no entry.
+    search_until(&mut bob, "zebra", |f| f.len() == 1).await;
+    let before = ann.tool_ok("relay_search", json!({ "query": "zebra" })).await;
+    assert_eq!(before["structuredContent"]["found"], json!([]), "held: not ann's yet");
+
+    let (ok, said) = relay_tests::server::human(&server.url, &person, &["release", &hold]).await;
+    assert!(ok, "{said}");
+    let found = search_until(&mut ann, "zebra", |f| !f.is_empty()).await;
+    assert_eq!(found[0]["from"], "acme/ci/bob");
 }
