@@ -154,6 +154,7 @@ pub struct Metrics {
     pub schedules_fired: Counter,
     pub leases_expired: Counter,
     pub search_indexed: Counter,
+    pub search_queued: Gauge,
     pub purged: Family<PurgedLabel, Counter>,
     pub approvals_waiting: Family<ApprovalLabel, Gauge>,
     pub mcp_requests: Family<McpLabels, Counter>,
@@ -195,6 +196,7 @@ impl Metrics {
             schedules_fired: Counter::default(),
             leases_expired: Counter::default(),
             search_indexed: Counter::default(),
+            search_queued: Gauge::default(),
             purged: Family::default(),
             approvals_waiting: Family::default(),
             mcp_requests: Family::default(),
@@ -261,6 +263,7 @@ impl Metrics {
         r.register("schedules_fired", "Scheduled cards that fired a run", m.schedules_fired.clone());
         r.register("leases_expired", "Worker leases that lapsed and put their card back", m.leases_expired.clone());
         r.register("search_indexed", "Messages whose search entries were written", m.search_indexed.clone());
+        r.register("search_queued", "Messages waiting for their search entries", m.search_queued.clone());
         r.register("purged", "Records deleted past their retention, by kind", m.purged.clone());
         r.register(
             "approvals_waiting",
@@ -436,6 +439,7 @@ mod tests {
             "schedules_fired",
             "leases_expired",
             "search_indexed",
+            "search_queued",
             "purged",
             "approvals_waiting",
         ] {

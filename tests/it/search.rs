@@ -225,3 +225,38 @@ async fn a_held_message_is_found_by_its_recipient_only_once_released() {
     let found = search_until(&mut ann, "zebra", |f| !f.is_empty()).await;
     assert_eq!(found[0]["from"], "acme/ci/bob");
 }
+
+/// `/metrics` says how many messages wait for their search entries (read from the database at each
+/// scrape, so any replica tells the relay's backlog) and how many a replica indexed.
+#[tokio::test]
+async fn the_search_backlog_and_what_was_indexed_are_in_metrics() {
+    let db = TestDb::new().await;
+    let (ops, other_ops) =
+        (format!("127.0.0.1:{}", relay_tests::free_port()), format!("127.0.0.1:{}", relay_tests::free_port()));
+    // Its rounds a minute apart: after its first, at start, it indexes nothing.
+    let env = [("RELAY_SCHEDULER_TICK_MS", "60000"), ("RELAY_OPS_LISTEN", ops.as_str())];
+    let server = Server::start_with_env(&db, relay_tests::free_port(), &env).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    let ann = Agent::hello(&server.url, &laptop, "ann").await.unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    send(&mut bob, "laptop/ann", "the nightly build is red").await;
+    send(&mut bob, "laptop/ann", "the nightly build is green").await;
+    let sample = |text: &str, series: &str| {
+        relay_tests::http::sample(text, series).unwrap_or_else(|| panic!("no {series}:\n{text}"))
+    };
+    let (_, text) = relay_tests::http::get(&ops, "/metrics").await.expect("the ops port answers");
+    assert_eq!(sample(&text, "relay_search_queued"), 2.0, "both wait");
+
+    // Another replica's rounds index them; either replica's scrape reads the backlog gone.
+    let _other =
+        Server::start_with_env(&db, relay_tests::free_port(), &[("RELAY_OPS_LISTEN", other_ops.as_str())]).await;
+    eventually(Duration::from_secs(10), "both messages indexed", || {
+        let mut rpc = ann.rpc.clone();
+        async move { rpc.search(query("nightly")).await.ok().filter(|r| r.get_ref().found.len() == 2) }
+    })
+    .await;
+    let (_, text) = relay_tests::http::get(&ops, "/metrics").await.unwrap();
+    assert_eq!(sample(&text, "relay_search_queued"), 0.0);
+    let (_, text) = relay_tests::http::get(&other_ops, "/metrics").await.unwrap();
+    assert_eq!(sample(&text, "relay_search_indexed_total"), 2.0);
+}

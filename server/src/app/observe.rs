@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::Core;
 use crate::domain::retention::Retention;
 use crate::metrics::{ApprovalLabel, metrics};
-use crate::store::observe;
+use crate::store::{self, observe};
 
 /// What the ops port and the scheduler ask of the replica: readiness, figures, purges.
 #[derive(Clone)]
@@ -55,31 +55,41 @@ impl OpsService {
     /// approvals from the database (on failure the last figures stay, and it is logged).
     pub async fn refresh_metrics(&self) {
         self.core.store.observe_pool();
-        let read = tokio::time::timeout(DB_WAIT, async {
-            let client = self.core.store.client().await?;
-            observe::approvals_waiting(&client).await
-        })
-        .await;
-        match read {
-            Ok(Ok(waiting)) => {
-                for (state, n) in waiting {
-                    metrics().approvals_waiting.get_or_create(&ApprovalLabel { state: state.as_db() }).set(n);
-                }
+        if let Some(waiting) =
+            self.figure("waiting approvals", |c| async move { observe::approvals_waiting(&c).await }).await
+        {
+            for (state, n) in waiting {
+                metrics().approvals_waiting.get_or_create(&ApprovalLabel { state: state.as_db() }).set(n);
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot read waiting approvals for metrics"),
-            Err(_) => tracing::warn!("reading waiting approvals for metrics took too long"),
         }
-        let standing = tokio::time::timeout(DB_WAIT, async {
-            let client = self.core.store.client().await?;
-            crate::store::claims::standing_count(&client).await.map_err(crate::domain::Error::from)
-        })
-        .await;
-        match standing {
-            Ok(Ok(n)) => {
-                metrics().claims_standing.set(n);
+        let standing = self.figure("standing claims", |c| async move { store::claims::standing_count(&c).await });
+        if let Some(n) = standing.await {
+            metrics().claims_standing.set(n);
+        }
+        let queued = self.figure("messages queued for search", |c| async move { store::search::queued(&c).await });
+        if let Some(n) = queued.await {
+            metrics().search_queued.set(n);
+        }
+    }
+
+    /// One figure read from the database for a scrape, within [`DB_WAIT`]; `None`, logged, when it
+    /// cannot be read (the metric keeps its last value).
+    async fn figure<T, F, Fut>(&self, what: &str, read: F) -> Option<T>
+    where
+        F: FnOnce(deadpool_postgres::Object) -> Fut,
+        Fut: std::future::Future<Output = crate::store::Result<T>>,
+    {
+        let read = tokio::time::timeout(DB_WAIT, async { read(self.core.store.client().await?).await }).await;
+        match read {
+            Ok(Ok(value)) => Some(value),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, what, "cannot read a figure for metrics");
+                None
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot count standing claims for metrics"),
-            Err(_) => tracing::warn!("counting standing claims for metrics took too long"),
+            Err(_) => {
+                tracing::warn!(what, "reading a figure for metrics took too long");
+                None
+            }
         }
     }
 }

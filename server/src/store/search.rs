@@ -151,6 +151,13 @@ impl FromRow for Found {
     }
 }
 
+/// How many messages wait to be indexed, for `/metrics`: a backlog that does not drain says the
+/// rounds cannot keep up.
+pub(crate) async fn queued(c: &impl GenericClient) -> Result<i64> {
+    let stmt = c.prepare_cached("select count(*) from search_queue").await?;
+    Ok(c.query_one(&stmt, &[]).await?.get(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
