@@ -16,9 +16,6 @@ pub const MAX_LIMIT: u32 = 50;
 /// Messages indexed in one statement: enough that a batch amortises the words index's insert, few
 /// enough that a statement stays short (tens of milliseconds).
 pub const INDEX_BATCH: i64 = 500;
-/// The text-search configuration the index and every query use: both must name the same one, or
-/// the index is not used.
-pub const CONFIG: &str = "simple";
 
 /// A checked search: the words and the filters, addresses still as the caller wrote them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,6 +19,10 @@ use crate::metrics::{Purged, metrics};
 /// Rounds between purges: a backlog drains in bounded batches, and an idle server seldom asks.
 const PURGE_EVERY_ROUNDS: u64 = 60;
 
+/// The longest one batch of search indexing may take (tens of milliseconds as a rule): past it,
+/// against a database that stopped answering, the task gives up and a later round starts another.
+const INDEX_BATCH_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The services the rounds call.
 struct Rounds {
     board: BoardService,
@@ -108,15 +112,19 @@ async fn expire_leases(rounds: &Rounds) {
 /// replicas), apart from the rounds so that a backlog never delays a round's other work.
 async fn index_for_search(messaging: MessagingService, running: Arc<AtomicBool>, shutdown: CancellationToken) {
     while !shutdown.is_cancelled() {
-        match messaging.index_for_search().await {
-            Ok(taken) => {
+        match tokio::time::timeout(INDEX_BATCH_DEADLINE, messaging.index_for_search()).await {
+            Ok(Ok(taken)) => {
                 metrics().search_indexed.inc_by(taken);
                 if taken < crate::domain::search::INDEX_BATCH as u64 {
                     break;
                 }
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 tracing::warn!(error = %e, "search indexing failed; the next round tries again");
+                break;
+            }
+            Err(_) => {
+                tracing::warn!("search indexing took over a minute; the next round tries again");
                 break;
             }
         }

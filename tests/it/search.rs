@@ -106,15 +106,7 @@ async fn relay_search_frames_what_it_finds_in_every_channel_and_refuses_bad_argu
     bob.tool_ok("relay_send", json!({ "to": ["laptop/ann"], "body": hostile })).await;
 
     // Found once a scheduler round has indexed it (a round every two seconds).
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let result = loop {
-        let r = ann.tool_ok("relay_search", json!({ "query": "rollback" })).await;
-        if !r["structuredContent"]["found"].as_array().unwrap().is_empty() {
-            break r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "bob's message was not indexed for ann: {r}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let result = search_until(&mut ann, "rollback", |f| !f.is_empty()).await;
     let shown = text(&result);
     assert!(shown.starts_with(relay_agent::frame::PREAMBLE), "{shown}");
     assert_eq!(shown.matches("<relay-found ").count(), 1, "one frame, the body's own neutralised: {shown}");
@@ -131,7 +123,14 @@ async fn relay_search_frames_what_it_finds_in_every_channel_and_refuses_bad_argu
     let token = "ghp_aB3dE5fG7hJ9kL2mN4pQ6rS8tU0vW1xY0001";
     bob.tool_ok("relay_send", json!({ "to": ["laptop/ann"], "body": format!("rotation token {token}") })).await;
     let secret = search_until(&mut ann, "rotation", |f| f.len() == 1).await;
-    assert!(secret.iter().all(|f| !f["snippet"].as_str().unwrap().contains("ghp_")), "{secret:?}");
+    assert!(
+        secret["structuredContent"]["found"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| !f["snippet"].as_str().unwrap().contains("ghp_")),
+        "{secret:?}"
+    );
     let by_token = ann.tool_ok("relay_search", json!({ "query": token })).await;
     assert_eq!(by_token["structuredContent"]["found"], json!([]), "the token is not stored");
 
@@ -174,18 +173,15 @@ async fn messages_written_through_a_replica_that_died_are_indexed_by_another() {
     assert_eq!(hits.iter().map(|h| h.id.as_str()).collect::<Vec<_>>(), [sent.as_str()]);
 }
 
-/// Searches `query` as `agent` through its bridge until `done` holds for what it found.
-async fn search_until(
-    agent: &mut relay_tests::mcp::Bridge,
-    query: &str,
-    done: impl Fn(&[Value]) -> bool,
-) -> Vec<Value> {
+/// Searches `query` as `agent` through its bridge until `done` holds for what it found; the
+/// result that satisfied it.
+async fn search_until(agent: &mut relay_tests::mcp::Bridge, query: &str, done: impl Fn(&[Value]) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let r = agent.tool_ok("relay_search", json!({ "query": query })).await;
         let found = r["structuredContent"]["found"].as_array().cloned().unwrap_or_default();
         if done(&found) {
-            return found;
+            return r;
         }
         assert!(tokio::time::Instant::now() < deadline, "search {query:?} never settled: {found:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -223,7 +219,7 @@ async fn a_held_message_is_found_by_its_recipient_only_once_released() {
     let (ok, said) = relay_tests::server::human(&server.url, &person, &["release", &hold]).await;
     assert!(ok, "{said}");
     let found = search_until(&mut ann, "zebra", |f| !f.is_empty()).await;
-    assert_eq!(found[0]["from"], "acme/ci/bob");
+    assert_eq!(found["structuredContent"]["found"][0]["from"], "acme/ci/bob");
 }
 
 /// `/metrics` says how many messages wait for their search entries (read from the database at each

@@ -160,26 +160,15 @@ impl MessagingService {
     /// by an address nobody holds finds nothing, as one the caller never exchanged with does.
     pub async fn search(&self, caller: &Caller, search: &Search) -> Result<Vec<Found>> {
         let db = self.core.store.client().await?;
-        let origin = Origin { account: &caller.account, machine: &caller.machine };
-        let mut named = Vec::new();
-        for address in [&search.from, &search.to] {
-            named.push(match address {
-                Some(raw) => match messages::endpoint_at(&db, &Address::parse(raw, origin)?.to_string())
-                    .await
-                    .map_err(Error::from)
-                {
-                    Ok(id) => Some(id),
-                    Err(Error::NotFound { .. }) => return Ok(Vec::new()),
-                    Err(e) => return Err(e),
-                },
-                None => None,
-            });
+        let (from, to) = (named(&db, caller, &search.from).await?, named(&db, caller, &search.to).await?);
+        if from == Some(None) || to == Some(None) {
+            return Ok(Vec::new());
         }
         let asked = store::search::Asked {
             reader: caller.endpoint_id,
             words: &search.words,
-            from: named[0],
-            to: named[1],
+            from: from.flatten(),
+            to: to.flatten(),
             thread: search.thread.as_deref(),
             since: search.since,
             limit: search.limit,
@@ -292,6 +281,22 @@ impl MessagingService {
     /// The caller's push stream: everything unread above `after_seq`, then each new delivery.
     pub fn subscribe(&self, caller: Caller, after_seq: Seq) -> PushStream {
         stream::open(self.core.store.clone(), self.core.hub.clone(), caller, after_seq, self.core.shutdown.clone())
+    }
+}
+
+/// The endpoint a search filter names, as `caller` would address it: `None` when no filter is
+/// given, `Some(None)` when nobody holds the address.
+async fn named(
+    db: &impl GenericClient,
+    caller: &Caller,
+    address: &Option<String>,
+) -> Result<Option<Option<crate::domain::ids::EndpointId>>> {
+    let Some(raw) = address else { return Ok(None) };
+    let origin = Origin { account: &caller.account, machine: &caller.machine };
+    match messages::endpoint_at(db, &Address::parse(raw, origin)?.to_string()).await.map_err(Error::from) {
+        Ok(id) => Ok(Some(Some(id))),
+        Err(Error::NotFound { .. }) => Ok(Some(None)),
+        Err(e) => Err(e),
     }
 }
 

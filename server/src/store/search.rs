@@ -134,6 +134,7 @@ pub async fn search(c: &impl GenericClient, asked: &Asked<'_>) -> Result<Searche
         .filter(|r| r.col::<Option<String>>("id").ok().flatten().is_some())
         .map(Found::from_row)
         .collect::<Result<_>>()?;
+    // `union all` keeps no order: the ranking is said again here.
     found.sort_by(|a, b| b.rank.total_cmp(&a.rank).then(b.created_at.cmp(&a.created_at)));
     Ok(Searched::Found(found))
 }
