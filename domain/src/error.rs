@@ -17,6 +17,8 @@ pub enum EntityKind {
     Card,
     Repository,
     Claim,
+    Attachment,
+    Upload,
     /// A row another one refers to (a foreign key).
     Reference,
 }
@@ -38,6 +40,8 @@ impl EntityKind {
             Self::Card => "card",
             Self::Repository => "repository",
             Self::Claim => "claim",
+            Self::Attachment => "attachment",
+            Self::Upload => "upload",
             Self::Reference => "reference",
         }
     }

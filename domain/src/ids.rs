@@ -279,6 +279,13 @@ impl TokenKind {
     }
 }
 
+/// A fresh upload id: 96 random bits behind `up_`. Only its uploader can attach it (the server
+/// checks), so it needs to be unique, not secret.
+pub fn new_upload_id() -> String {
+    let bytes: [u8; 12] = rand::rng().random();
+    format!("up_{}", hex::encode(bytes))
+}
+
 /// A fresh credential: 256 random bits, hex-encoded behind the kind's prefix.
 pub fn new_token(kind: TokenKind) -> String {
     let bytes: [u8; 32] = rand::rng().random();

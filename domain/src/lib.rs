@@ -4,6 +4,7 @@
 
 pub mod activity;
 pub mod address;
+pub mod artifact;
 pub mod board;
 pub mod caller;
 pub mod claims;

@@ -51,6 +51,8 @@ pub struct Quotas {
     pub account_sign_ins: Rate,
     /// Groups an account holds.
     pub max_groups: u32,
+    /// Files attached to messages: each, a message's together, and what an account's files hold.
+    pub files: crate::artifact::Limits,
 }
 
 impl Default for Quotas {
@@ -70,6 +72,7 @@ impl Default for Quotas {
             failed_sign_ins: Rate::new(0.1, 10.0),
             account_sign_ins: Rate::new(0.5, 30.0),
             max_groups: 200,
+            files: crate::artifact::Limits::default(),
         }
     }
 }
@@ -138,10 +141,19 @@ pub fn calling_too_fast(who: &str, rate: Rate, retry_after: std::time::Duration)
     }
 }
 
+/// Room in a request for its frame and its small fields, beside its largest.
+pub const REQUEST_FRAME_BYTES: usize = 16 * 1024;
+
+/// Whether the method at `path` uploads a file: it takes the files' limit, which is a setting
+/// (see `RpcLimits::upload_bytes`), rather than [`request_bytes`].
+pub fn is_upload(path: &str) -> bool {
+    path == "/relay.v1.Relay/Upload"
+}
+
 /// The most bytes a request of the method at `path` may take (its gRPC frame included): its
 /// largest text fields, with room for the rest. Anything larger is refused before it is read.
 pub fn request_bytes(path: &str) -> usize {
-    const SMALL: usize = 16 * 1024;
+    const SMALL: usize = REQUEST_FRAME_BYTES;
     let method = path.rsplit('/').next().unwrap_or_default();
     match method {
         "Send" | "Reply" | "SpawnResult" => MAX_BODY_BYTES + SMALL,

@@ -19,6 +19,8 @@ pub struct Message {
     pub relation: String,
     pub require_reply: bool,
     pub private: bool,
+    /// Files it carries (read apart from the message: see `store::artifacts::manifests`).
+    pub attachments: Vec<super::artifact::Attached>,
 }
 
 /// A message named to its recipient's model without its body: a hook's notice that mail waits.
@@ -55,6 +57,7 @@ impl Message {
             relation: String::new(),
             require_reply: false,
             private: false,
+            attachments: Vec::new(),
         }
     }
 }

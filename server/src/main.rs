@@ -244,6 +244,8 @@ impl From<RpcArgs> for RpcLimits {
             streams_per_credential: a.max_streams_per_credential as usize,
             request_wait: std::time::Duration::from_secs(a.request_wait_s),
             failed_auth: Rate::new(a.auth_failure_rate_per_address, a.auth_failure_burst_per_address),
+            // The files' own limit, set with the quotas.
+            ..RpcLimits::default()
         }
     }
 }
@@ -301,6 +303,19 @@ struct QuotaArgs {
     #[arg(long, env = "RELAY_MAX_GROUPS", default_value_t = Quotas::default().max_groups,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_groups: u32,
+    /// Bytes one attached file may have.
+    #[arg(long, env = "RELAY_MAX_FILE_BYTES", default_value_t = Quotas::default().files.file_bytes,
+          value_parser = clap::value_parser!(u64).range(1..=relay_server::domain::artifact::MAX_FILE_BYTES_SETTING))]
+    max_file_bytes: u64,
+    /// Bytes all files of one message may have together.
+    #[arg(long, env = "RELAY_MAX_MESSAGE_FILE_BYTES", default_value_t = Quotas::default().files.message_bytes,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_message_file_bytes: u64,
+    /// Bytes an account's files may hold together: uploads waiting for their send, and the files
+    /// its messages carry until retention takes them.
+    #[arg(long, env = "RELAY_MAX_ACCOUNT_FILE_BYTES", default_value_t = Quotas::default().files.account_bytes,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_account_file_bytes: u64,
 }
 
 impl From<QuotaArgs> for Quotas {
@@ -315,6 +330,11 @@ impl From<QuotaArgs> for Quotas {
             credential_calls: Rate::new(a.call_rate_per_credential, a.call_burst_per_credential),
             account_calls: Rate::new(a.call_rate_per_account, a.call_burst_per_account),
             max_groups: a.max_groups,
+            files: relay_server::domain::artifact::Limits {
+                file_bytes: a.max_file_bytes,
+                message_bytes: a.max_message_file_bytes,
+                account_bytes: a.max_account_file_bytes,
+            },
             // Sign-in limits are not a setting: a person needs no more, a guesser gets no more.
             ..Quotas::default()
         }

@@ -100,6 +100,7 @@ pub enum Purged {
     console_sessions,
     mcp_sessions,
     mcp_answers,
+    files,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -141,12 +141,14 @@ async fn purge(rounds: &Rounds) {
             m.purged(Purged::peeks, purged.peeks);
             m.purged(Purged::console_sessions, purged.console_sessions);
             m.purged(Purged::mcp_sessions, purged.mcp_sessions);
+            m.purged(Purged::files, purged.files);
             m.purged(Purged::mcp_answers, purged.mcp_answers);
             if purged.total() > 0 {
                 tracing::info!(
                     messages = purged.messages,
                     cards = purged.cards,
                     peeks = purged.peeks,
+                    files = purged.files,
                     console_sessions = purged.console_sessions,
                     mcp_sessions = purged.mcp_sessions,
                     mcp_answers = purged.mcp_answers,

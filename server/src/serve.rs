@@ -206,7 +206,7 @@ pub async fn serve_with(
     if let Some(mcp) = &side.mcp {
         options.check_mcp(mcp.local_addr()?)?;
     }
-    let rpc = settings.rpc;
+    let rpc = RpcLimits { upload_bytes: settings.quotas.files.file_bytes as usize, ..settings.rpc };
     let shutdown = CancellationToken::new();
     let hub = Hub::default();
     let replica = store.register_replica().await.context("cannot register this replica")?;
@@ -240,7 +240,9 @@ pub async fn serve_with(
     let scheduler = crate::scheduler::start(&app, shutdown.clone());
     let human = HumanServer::new(HumanService::new(&app));
     let worker = WorkerServer::new(WorkerService::new(&app));
-    let relay = RelayServer::new(RelayService::new(&app));
+    // Admission bounds each method's request before it is decoded (an upload by the files' limit).
+    let relay = RelayServer::new(RelayService::new(&app))
+        .max_decoding_message_size(rpc.upload_bytes + crate::domain::limits::REQUEST_FRAME_BYTES);
 
     let socket = tokio::net::TcpListener::bind(options.listen)
         .await

@@ -23,6 +23,7 @@ mod doctor;
 mod edges;
 mod failover;
 mod faults;
+mod files;
 mod grpc_clients;
 mod harness;
 mod image;

@@ -439,10 +439,11 @@ async fn the_endpoint_shares_grpcs_budgets_and_refuses_oversized_requests() {
     let kind = ("Content-Type", "application/json");
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {} }).to_string();
 
-    // A request past the body limit is refused whole, and nothing of it is read as a call.
+    // A request past the body limit (a message's files inline, base64, and room for the rest:
+    // about 43.7 MiB by default) is refused whole, and nothing of it is read as a call.
     let bearer = format!("Bearer {}", w.cloud);
     let huge = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
-        "params": { "name": "relay_send", "arguments": { "to": "laptop/alice", "body": "x".repeat(2 << 20) } } });
+        "params": { "name": "relay_send", "arguments": { "to": "laptop/alice", "body": "x".repeat(45 << 20) } } });
     let answer = request(&w.mcp, "POST", "/mcp", &[accept, kind, ("Authorization", &bearer)], &huge.to_string()).await;
     assert_eq!(answer.status, 413, "{}", answer.status);
 

@@ -32,7 +32,7 @@ async fn an_agent_finds_by_words_what_it_received_and_sent_and_a_stranger_finds_
     let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
     let mut ann = Agent::hello(&server.url, &laptop, "ann").await.unwrap();
     let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
-    let mut cid = Agent::hello(&server.url, &ci, "cid").await.unwrap();
+    let cid = Agent::hello(&server.url, &ci, "cid").await.unwrap();
     let mut eve = Agent::hello(&server.url, &server.machine("other", "box"), "eve").await.unwrap();
 
     let failed = send(&mut bob, "laptop/ann", "the migration of parse_config failed on staging").await;

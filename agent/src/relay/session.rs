@@ -62,6 +62,10 @@ pub struct Session {
 
 pub type Client = RelayClient<Channel>;
 
+/// The largest answer read: a fetched file at the largest files' limit a server may set, and its
+/// frame.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024 + 64 * 1024;
+
 /// Most a plain call may take beyond its own waiting; a silent server becomes an error, not a hang.
 const CALL_SLACK: Duration = Duration::from_secs(20);
 
@@ -145,7 +149,8 @@ impl Relay {
     /// The replica in use, and a client of it.
     pub fn client(&self) -> (usize, Client) {
         let (index, channel) = self.replicas.current();
-        (index, RelayClient::new(channel))
+        // A fetched file comes in one answer; the server bounds it by its files' limit.
+        (index, RelayClient::new(channel).max_decoding_message_size(MAX_ANSWER_BYTES))
     }
 
     /// The current session, claiming the endpoint first when there is none, and resuming it on

@@ -347,6 +347,68 @@ impl<'de> Deserialize<'de> for Selectors {
 // A list is read too; the schema offers the comma-separated string, the shorter to list.
 plain_schema!(Selectors, "Selectors", { "type": "string" });
 
+/// A file to attach: a path on the agent's machine (read by the bridge), or given inline (a
+/// remote agent's only way).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attach {
+    Path(String),
+    Inline { name: String, content: Vec<u8> },
+}
+
+/// The most files one send attaches (the server says the same).
+pub const MAX_ATTACH: usize = 16;
+
+/// One file or a list of 1 to [`MAX_ATTACH`]: each a path, or `{name, text}` or `{name, base64}`.
+#[derive(Debug, Clone)]
+pub struct Attachments(pub Vec<Attach>);
+
+impl<'de> Deserialize<'de> for Attachments {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let items = match Value::deserialize(d)? {
+            Value::Array(items) if (1..=MAX_ATTACH).contains(&items.len()) => items,
+            Value::Array(items) => {
+                return Err(de::Error::custom(format!("must list 1 to {MAX_ATTACH} files, not {}", items.len())));
+            }
+            one => vec![one],
+        };
+        items.into_iter().map(attach).collect::<Result<Vec<_>, String>>().map(Self).map_err(de::Error::custom)
+    }
+}
+
+/// One file of `attach`.
+fn attach(item: Value) -> Result<Attach, String> {
+    use base64::Engine as _;
+    const MUST: &str = "must be a path, or {name, text} or {name, base64}";
+    match item {
+        Value::String(path) if !path.trim().is_empty() => Ok(Attach::Path(path.trim().to_owned())),
+        Value::Object(mut fields) => {
+            let name = match fields.remove("name") {
+                Some(Value::String(name)) if !name.trim().is_empty() => name,
+                _ => return Err(format!("a file given inline needs a name: each {MUST}")),
+            };
+            let content = match (fields.remove("text"), fields.remove("base64")) {
+                (Some(Value::String(text)), None) => text.into_bytes(),
+                (None, Some(Value::String(encoded))) => base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim())
+                    .map_err(|e| format!("{name}: base64 does not decode ({e})"))?,
+                _ => return Err(format!("{name}: give its content as text or as base64, one of them")),
+            };
+            if let Some(other) = fields.keys().next() {
+                return Err(format!(
+                    "{name}: unknown field {other:?}; a file given inline has name and text or base64"
+                ));
+            }
+            Ok(Attach::Inline { name, content })
+        }
+        other => Err(format!("each file {MUST}, not {}", kind_of(&other))),
+    }
+}
+
+// Clients that read only simple schemas (Codex) see the paths; an object is read too.
+plain_schema!(Attachments, "Attachments", {
+    "type": "array", "items": { "anyOf": [{ "type": "string" }, { "type": "object" }] }
+});
+
 /// One of a fixed set of words, named by a [`Words`] type.
 #[derive(Debug, Clone)]
 pub struct OneOf<W: Words>(pub String, PhantomData<W>);
@@ -445,6 +507,28 @@ mod tests {
     use super::*;
 
     words!(State: "todo", "in-progress");
+
+    #[test]
+    fn files_are_paths_or_given_inline_and_anything_else_is_refused_by_what_it_lacks() {
+        let read = |v: Value| serde_json::from_value::<Attachments>(v).map(|a| a.0).map_err(|e| e.to_string());
+        assert_eq!(read(json!("fix.patch")).unwrap(), [Attach::Path("fix.patch".into())]);
+        let both =
+            read(json!([" logs/run.txt ", { "name": "n.md", "text": "hi" }, { "name": "b.bin", "base64": "AAH/" }]));
+        assert_eq!(
+            both.unwrap(),
+            [
+                Attach::Path("logs/run.txt".into()),
+                Attach::Inline { name: "n.md".into(), content: b"hi".to_vec() },
+                Attach::Inline { name: "b.bin".into(), content: vec![0, 1, 255] },
+            ]
+        );
+        assert!(read(json!([])).unwrap_err().contains("1 to 16 files"));
+        assert!(read(json!([{ "text": "x" }])).unwrap_err().contains("needs a name"));
+        assert!(read(json!([{ "name": "a", "text": "x", "base64": "eA==" }])).unwrap_err().contains("one of them"));
+        assert!(read(json!([{ "name": "a", "base64": "!!" }])).unwrap_err().contains("does not decode"));
+        assert!(read(json!([{ "name": "a", "text": "x", "mode": 1 }])).unwrap_err().contains("unknown field \"mode\""));
+        assert!(read(json!([7])).unwrap_err().contains("not a number"));
+    }
 
     #[derive(Debug, Deserialize, JsonSchema)]
     #[serde(deny_unknown_fields)]

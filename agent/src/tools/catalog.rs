@@ -58,6 +58,8 @@ impl Hints {
     const CLAIM: Self = Self { read_only: false, destructive: false, idempotent: true, open_world: true };
     /// Ends what the caller said to others (its claims); ending it again changes nothing.
     const WITHDRAW: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: true };
+    /// Writes a file another agent sent into the working directory (over one only when asked).
+    const FETCH: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: true };
     /// Closes a card for good (Done removes its worktree) or sends it back.
     const DESTROY: Self = Self { read_only: false, destructive: true, idempotent: false, open_world: true };
 
@@ -154,7 +156,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_send",
-            description: "Message agents by address: handle, machine/handle or account/machine/handle. Offline ones get it later; one bad address and none is sent.".into(),
+            description: "Message agents: handle, machine/handle or account/machine/handle; offline ones get it later.".into(),
             input: input_schema::<input::Send>(),
             hints: Hints::MESSAGE,
             output: Some(schema::<output::Sent>()),
@@ -174,6 +176,14 @@ fn build() -> Vec<Tool> {
             input: input_schema::<input::Inbox>(),
             hints: Hints::TAKE,
             output: Some(schema::<output::Inbox>()),
+            audience: Audience::Everyone,
+        },
+        Tool {
+            name: "relay_fetch",
+            description: "Save a file a message carries into your working directory.".into(),
+            input: input_schema::<input::Fetch>(),
+            hints: Hints::FETCH,
+            output: Some(schema::<output::Fetched>()),
             audience: Audience::Everyone,
         },
         Tool {
@@ -218,7 +228,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_rules",
-            description: "Who may message an agent (in), whom it may (out): show, set yours or cap one you spawned, widen or lift a cap, why. Selectors: *, ep:<address>, handle:<glob>, group:<name>, tree:parent|children|siblings|self|descendants, fleet:<root>.".into(),
+            description: "Who may message you (in), whom you may (out); cap agents you spawned. Selectors: *, ep:<address>, handle:<glob>, group:<name>, tree:parent|children|siblings|self|descendants, fleet:<root>.".into(),
             input: input_schema::<input::Rules>(),
             hints: Hints::MANAGE,
             output: Some(schema::<output::RulesResult>()),
@@ -226,7 +236,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_group",
-            description: "Groups of your account's agents: their rules (as relay_rules'; group:self = members) cap each member; sending to group:<name> reaches those you may message.".into(),
+            description: "Groups of your account's agents; their rules (as relay_rules', group:self = members) cap members; to: group:<name> sends to them.".into(),
             input: input_schema::<input::Group>(),
             hints: Hints::MANAGE,
             output: Some(schema::<output::Groups>()),
@@ -242,7 +252,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_peek",
-            description: "Another agent's last turns, redacted, if it allows peeking and you may message it.".into(),
+            description: "Another agent's last turns (redacted), if it allows it and you may message it.".into(),
             input: input_schema::<input::Peek>(),
             hints: Hints::PEEK,
             output: None,
@@ -258,7 +268,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "relay_claim",
-            description: "Claim paths before changing them; if another agent holds them, says who and why.".into(),
+            description: "Claim paths before changing them; says who holds any already, and why.".into(),
             input: input_schema::<input::Claim>(),
             hints: Hints::CLAIM,
             output: Some(schema::<output::Claimed>()),
@@ -282,7 +292,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "post_job",
-            description: "Queue work on the board when your user asks. A fresh agent does it in its own worktree without this chat: detail must be all it needs.".into(),
+            description: "Queue work for a fresh agent in its own worktree, when your user asks: detail must be all it needs.".into(),
             input: input_schema::<input::PostJob>(),
             hints: Hints::ACT,
             output: Some(schema::<output::Job>()),
@@ -338,7 +348,7 @@ fn build() -> Vec<Tool> {
         },
         Tool {
             name: "answer_permission",
-            description: "Answer a board agent's permission request ([Approval <id>] messages); owner leaves it to your human.".into(),
+            description: "Answer a board agent's permission request ([Approval <id>]); owner leaves it to your human.".into(),
             input: input_schema::<input::AnswerPermission>(),
             hints: Hints::ACT,
             output: Some(schema::<output::Decision>()),

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::args::{Addresses, Count, Flag, NonBlank, OneOf, Paths, Seconds, Selectors, Text, Word, words};
+use super::args::{Addresses, Attachments, Count, Flag, NonBlank, OneOf, Paths, Seconds, Selectors, Text, Word, words};
 use super::{ASK_WAIT_DEFAULT_S, MAX_RECIPIENTS, MAX_WAIT_S, NOTE_CHARS, TITLE_CHARS};
 
 words!(StatusState: "idle", "busy", "blocked", "away");
@@ -40,6 +40,8 @@ pub struct Send {
     pub thread: Option<Text>,
     /// only recipients allowed private data get it
     pub private: Option<Flag>,
+    /// files: paths, or {name, text|base64}
+    pub attach: Option<Attachments>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -52,7 +54,6 @@ pub struct Reply {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Inbox {
-    /// seconds to wait if none
     #[serde(default)]
     pub wait_s: Seconds<0, MAX_WAIT_S>,
     /// default true: mark read
@@ -65,7 +66,6 @@ pub struct Ask {
     /// one address
     pub to: NonBlank,
     pub body: NonBlank,
-    /// seconds to wait for the reply
     #[serde(default)]
     pub wait_s: Seconds<ASK_WAIT_DEFAULT_S, MAX_WAIT_S>,
     /// it must reply before it stops
@@ -76,7 +76,6 @@ pub struct Ask {
 #[serde(deny_unknown_fields)]
 pub struct AskWait {
     pub id: NonBlank,
-    /// seconds to wait for a reply
     #[serde(default)]
     pub wait_s: Seconds<ASK_WAIT_DEFAULT_S, MAX_WAIT_S>,
 }
@@ -116,11 +115,9 @@ pub struct Rules {
     /// preset for in and out
     pub scope: Option<Word<ScopePreset>>,
     pub allow: Option<Selectors>,
-    /// for lift: cap-<n>
+    /// cap-<n>
     pub cap: Option<NonBlank>,
-    /// for why
     pub from: Option<Text>,
-    /// for why
     pub to: Option<NonBlank>,
 }
 
@@ -149,7 +146,6 @@ pub struct Peers {
 #[serde(deny_unknown_fields)]
 pub struct Peek {
     pub endpoint: Option<NonBlank>,
-    /// default 3
     pub turns: Option<Count<1, 10>>,
     /// up to 10 turns
     pub full: Option<Flag>,
@@ -172,13 +168,13 @@ pub struct PostJob {
     pub detail: Option<Text>,
     /// path or folder (default: yours)
     pub repo: Option<Text>,
-    /// recurs: cron ("0 9 * * 1-5", local) or @hourly, @daily, @weekly, @monthly
+    /// cron (local time) or @daily, @weekly…
     pub schedule: Option<Text>,
     /// default: yours
     pub agent: Option<Word<AgentCli>>,
     /// default true (false if scheduled)
     pub requires_pr: Option<Flag>,
-    /// claimed for its agent while it runs
+    /// claimed while it runs
     pub paths: Option<Paths<MAX_CLAIM_PATHS>>,
 }
 
@@ -266,13 +262,12 @@ pub const MAX_CLAIM_PATHS: usize = 64;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Claim {
-    /// from the repo root (src/auth covers all below)
+    /// from the repo root; a folder covers all below
     pub paths: Paths<MAX_CLAIM_PATHS>,
     /// URL or path (default: here)
     pub repo: Option<NonBlank>,
-    /// default true
     pub exclusive: Option<Flag>,
-    /// default 3600; claim again to renew
+    /// claim again to renew
     pub ttl_s: Option<Count<60, 86400>>,
     pub reason: NonBlank,
 }
@@ -294,6 +289,17 @@ pub struct Claims {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct Fetch {
+    /// id, short id or last
+    pub message: NonBlank,
+    pub name: NonBlank,
+    /// default: the name
+    pub save_to: Option<NonBlank>,
+    pub overwrite: Option<Flag>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Search {
     /// words, "a phrase", -word, or
     pub query: NonBlank,
@@ -302,6 +308,5 @@ pub struct Search {
     pub thread: Option<NonBlank>,
     /// 30m, 24h, 7d or a time
     pub since: Option<NonBlank>,
-    /// default 10
     pub limit: Option<Count<1, 50>>,
 }

@@ -29,6 +29,7 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "relay_set_now" => set_now(tools, parse(arguments)?).await,
         "relay_set_title" => set_title(tools, parse(arguments)?).await,
         "relay_search" => search(tools, parse(arguments)?).await,
+        "relay_fetch" => super::files::fetch(tools, parse(arguments)?).await,
         "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
         "relay_claim" | "relay_release" | "relay_claims" => super::claims::call(tools, name, arguments).await,
         "relay_peek" | "relay_set_peek" => super::peek::call(tools, name, arguments).await,
@@ -236,6 +237,7 @@ fn sent_data(sent: &SendResponse) -> output::Sent {
         hold: sent.hold.clone(),
         redacted: output::redacted(&sent.redactions),
         skipped: output::recipients(&sent.skipped),
+        files: Vec::new(),
     }
 }
 
@@ -260,8 +262,13 @@ async fn send(tools: &Tools, args: input::Send) -> Result<Outcome> {
     let body = args.body.0;
     let thread = text(args.thread).trim().to_owned();
     let private = Flag::or(args.private, false);
-    let what = format!("send\0{to:?}\0{thread}\0{private}\0{body}");
+    // Files are read before anything leaves: one that cannot be read refuses the send whole.
+    let files = args.attach.map(|a| super::files::read_all(tools, a)).transpose()?.unwrap_or_default();
+    let shas: Vec<&str> = files.iter().map(|f| f.sha256.as_str()).collect();
+    let what = format!("send\0{to:?}\0{thread}\0{private}\0{body}\0{shas:?}");
+    let (attach, stored) = super::files::upload_all(tools, files).await?;
     let request = SendRequest {
+        attach,
         to,
         body,
         thread,
@@ -272,26 +279,47 @@ async fn send(tools: &Tools, args: input::Send) -> Result<Outcome> {
     };
     let sent =
         send_once(tools, &what, request, |r, id| r.client_id = id, |mut c, r| async move { c.send(r).await }).await?;
+    let carried = files_text(&stored);
+    let data = output::Sent { files: stored, ..sent_data(&sent) };
     if !sent.hold.is_empty() {
         let text = format!(
-            "held {} (id {}) for your account's human to review (hold {})",
+            "held {} (id {}){carried} for your account's human to review (hold {})",
             frame::short(&sent.id),
             sent.id,
             sent.hold
         );
-        let outcome = Outcome::data(text, &sent_data(&sent)).then(
+        let outcome = Outcome::data(text, &data).then(
             "Nobody has it yet; you will get a message from your account's human when it is released or rejected.",
         );
         return Ok(sender_advice(outcome, &sent));
     }
     let text = format!(
-        "sent {} (id {}, thread {}) to {}",
+        "sent {} (id {}, thread {}){carried} to {}",
         frame::short(&sent.id),
         sent.id,
         sent.thread,
         recipients_text(&sent.recipients)
     );
-    Ok(sender_advice(Outcome::data(text, &sent_data(&sent)), &sent))
+    Ok(sender_advice(Outcome::data(text, &data), &sent))
+}
+
+/// The files a send carried, as the server stored them; empty for none.
+fn files_text(files: &[output::FileOut]) -> String {
+    if files.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = files
+        .iter()
+        .map(|f| {
+            let redacted = match f.redacted {
+                0 => String::new(),
+                n => format!(", {n} credential span{} redacted", if n == 1 { "" } else { "s" }),
+            };
+            let kind = if f.binary { "binary" } else { "text" };
+            format!("{} ({}, {kind}{redacted})", frame::quote(&f.name), output::bytes_text(f.size))
+        })
+        .collect();
+    format!(" with {}", each.join(", "))
 }
 
 async fn reply(tools: &Tools, args: input::Reply) -> Result<Outcome> {
@@ -357,6 +385,9 @@ async fn inbox(tools: &Tools, args: input::Inbox) -> Result<Outcome> {
         outcome = outcome.then(line);
     }
     outcome = outcome.then("Answer one with relay_reply and its short id.");
+    if reply.messages.iter().any(|m| !m.attachments.is_empty()) {
+        outcome = outcome.then("Save a message's file with relay_fetch {message, name}.");
+    }
     if reply.remaining > 0 {
         outcome = outcome.then(format!("{} more unread: call relay_inbox again.", reply.remaining));
     }
@@ -373,6 +404,7 @@ async fn ask(tools: &Tools, args: input::Ask) -> Result<Outcome> {
     let require_reply = Flag::or(args.require_reply, false);
     let what = format!("ask\0{to}\0{require_reply}\0{body}");
     let request = SendRequest {
+        attach: Vec::new(),
         require_reply,
         private: false,
         to: vec![to],

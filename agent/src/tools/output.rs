@@ -136,6 +136,9 @@ pub struct MessageOut {
     pub require_reply: bool,
     #[serde(skip_serializing_if = "is_false", default)]
     pub private: bool,
+    /// files it carries: relay_fetch
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub files: Vec<FileOut>,
 }
 
 impl From<&Message> for MessageOut {
@@ -152,7 +155,61 @@ impl From<&Message> for MessageOut {
             relation: m.relation.clone(),
             require_reply: m.require_reply,
             private: m.private,
+            files: m.attachments.iter().map(FileOut::from).collect(),
         }
+    }
+}
+
+/// A file a message carries; its name, as its sender gave it, neutralised.
+#[derive(Serialize, JsonSchema, Clone)]
+pub struct FileOut {
+    pub name: String,
+    pub size: u64,
+    #[serde(skip_serializing_if = "is_false", default)]
+    pub binary: bool,
+    /// credential spans taken out of a text file
+    #[serde(skip_serializing_if = "is_zero", default)]
+    pub redacted: u32,
+    pub sha256: String,
+}
+
+impl From<&relay_proto::v1::Attachment> for FileOut {
+    fn from(a: &relay_proto::v1::Attachment) -> Self {
+        Self {
+            name: frame::neutralize(&a.name),
+            size: a.size,
+            binary: a.binary,
+            redacted: a.redacted,
+            sha256: a.sha256.clone(),
+        }
+    }
+}
+
+/// What `relay_fetch` got: where it was saved, or (for an agent whose files the server cannot
+/// write) the content.
+#[derive(Serialize, JsonSchema)]
+pub struct Fetched {
+    pub message: String,
+    pub file: FileOut,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saved_to: Option<String>,
+    /// the content of a text file, neutralised
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+}
+
+/// A size as people read it: bytes, KiB or MiB.
+pub fn bytes_text(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    } else if bytes >= KIB {
+        format!("{:.1} KiB", bytes as f64 / KIB as f64)
+    } else {
+        format!("{bytes} B")
     }
 }
 
@@ -199,6 +256,9 @@ impl Whoami {
 /// What a send, a reply or an ask stored.
 #[derive(Serialize, JsonSchema)]
 pub struct Sent {
+    /// the files it carries, as stored
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub files: Vec<FileOut>,
     pub id: String,
     pub thread: String,
     pub recipients: Vec<Recipient>,

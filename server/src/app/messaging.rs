@@ -9,6 +9,7 @@ use super::quotas::SendRates;
 use super::send::Sends;
 use super::{Core, optional};
 use crate::domain::address::{Address, Origin};
+use crate::domain::artifact::{self, Attached};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{self, Kind, State};
 use crate::domain::ids::{MessageId, Seq};
@@ -40,7 +41,7 @@ impl MessagingService {
             let hub = core.hub.clone();
             Arc::new(move |endpoint, delivered: &mut dyn FnMut() -> Vec<_>| hub.deliver(endpoint, delivered))
         };
-        let sends = Arc::new(Sends::start(core.store.clone(), wake)?);
+        let sends = Arc::new(Sends::start(core.store.clone(), wake, core.quotas.files)?);
         let rates = Arc::new(SendRates::new(core.quotas));
         Ok(Self { core, identity, sends, rates })
     }
@@ -72,6 +73,15 @@ pub struct NewMessage<'a> {
     pub client_id: &'a str,
     pub private: bool,
     pub require_reply: bool,
+    /// Uploads of the caller's to attach.
+    pub attach: &'a [String],
+}
+
+/// A file stored for the caller's sends to attach.
+pub struct Uploaded {
+    pub id: String,
+    pub attached: Attached,
+    pub redacted: Counts,
 }
 
 /// What a send or a reply stored, and what was redacted from its body.
@@ -99,6 +109,7 @@ impl MessagingService {
             client_id: optional(send.client_id),
             private: send.private,
             require_reply: send.require_reply,
+            attach: send.attach,
         };
         self.rates.admit(caller)?;
         let sent = self.sends.send(caller, out).await?;
@@ -183,6 +194,44 @@ impl MessagingService {
                 search.words
             ))),
         }
+    }
+
+    /// Stores a file for the caller's next sends to attach: checked against what the caller read
+    /// (cut short or changed on its way, it is refused), a text file redacted as a body is, within
+    /// the account's room for files. Its upload id, what was stored, and what was redacted.
+    pub async fn upload(
+        &self,
+        caller: &Caller,
+        name: &str,
+        size: u64,
+        sha256: &str,
+        data: Vec<u8>,
+    ) -> Result<Uploaded> {
+        let limits = self.core.quotas.files;
+        self.rates.admit(caller)?;
+        let file = artifact::prepare(name, size, sha256, data, &limits)?;
+        let id = crate::domain::ids::new_upload_id();
+        let db = self.core.store.client().await?;
+        if !store::artifacts::upload(&db, caller, &id, &file, limits.account_bytes).await? {
+            let held = store::artifacts::held(&db, caller).await?;
+            return Err(Error::ResourceExhausted(format!(
+                "your account's files hold {} of the {} it may keep: {name} ({}) was not stored; files go with their messages' retention",
+                artifact::bytes_text(held),
+                artifact::bytes_text(limits.account_bytes),
+                artifact::bytes_text(file.attached.size),
+            )));
+        }
+        tracing::debug!(from = %caller.address(), upload = %id, size = file.attached.size, binary = file.attached.binary, "uploaded");
+        Ok(Uploaded { id, attached: file.attached, redacted: file.redactions })
+    }
+
+    /// A file a message the caller may read carries, with its content.
+    pub async fn fetch(&self, caller: &Caller, reference: &str, name: &str) -> Result<(MessageId, Attached, Vec<u8>)> {
+        let reference = crate::domain::ids::MessageRef::parse(reference)?;
+        let db = self.core.store.client().await?;
+        let id = store::artifacts::readable(&db, caller, &reference).await?;
+        let (attached, content) = store::artifacts::fetch(&db, caller, &id, name.trim()).await?;
+        Ok((id, attached, content))
     }
 
     /// Writes the search entries of one batch of queued messages; how many it took (fewer than a

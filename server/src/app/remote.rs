@@ -34,6 +34,14 @@ impl RemoteService {
         Self { core }
     }
 
+    /// The largest request body `/mcp` takes: a send's files inline (base64, a third larger than
+    /// the files) and room for the rest of the call.
+    pub fn max_request_bytes(&self) -> usize {
+        const REST: usize = 1024 * 1024;
+        let files = usize::try_from(self.core.quotas.files.message_bytes).unwrap_or(usize::MAX);
+        files.saturating_mul(4).div_ceil(3).saturating_add(REST)
+    }
+
     pub async fn keep_session(&self, id: &str, state: &str) -> Result<()> {
         let db = self.core.store.client().await?;
         Ok(remote::keep_session(&db, &ids::token_hash(id), state, SESSION_TTL.as_secs_f64()).await?)

@@ -6,7 +6,7 @@ use std::future::Future;
 use super::observe::OpsService;
 use crate::domain::Result;
 use crate::domain::retention::{PURGE_BATCH, PURGE_BATCHES_PER_ROUND};
-use crate::store::{console, remote, retention};
+use crate::store::{artifacts, console, remote, retention};
 
 /// What one round purged.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -20,11 +20,19 @@ pub struct Purged {
     pub mcp_sessions: u64,
     /// Answers kept for MCP clients to resume, past their time.
     pub mcp_answers: u64,
+    /// Uploads no send attached, files of messages gone, and contents nothing refers to.
+    pub files: u64,
 }
 
 impl Purged {
     pub fn total(&self) -> u64 {
-        self.messages + self.cards + self.peeks + self.console_sessions + self.mcp_sessions + self.mcp_answers
+        self.messages
+            + self.cards
+            + self.peeks
+            + self.console_sessions
+            + self.mcp_sessions
+            + self.mcp_answers
+            + self.files
     }
 }
 
@@ -55,6 +63,7 @@ impl OpsService {
         let console_sessions = drain(|| console::purge_sessions(&db, PURGE_BATCH)).await?;
         let mcp_sessions = drain(|| remote::purge_sessions(&db, PURGE_BATCH)).await?;
         let mcp_answers = drain(|| remote::purge_answers(&db, PURGE_BATCH)).await?;
-        Ok(Purged { messages, cards, peeks, console_sessions, mcp_sessions, mcp_answers })
+        let files = drain(|| artifacts::purge(&db, PURGE_BATCH)).await?;
+        Ok(Purged { messages, cards, peeks, console_sessions, mcp_sessions, mcp_answers, files })
     }
 }

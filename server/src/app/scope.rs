@@ -393,6 +393,7 @@ impl ScopeService {
             client_id: Some("spawn-result"),
             private: false,
             require_reply: false,
+            attach: &[],
         };
         let sent = self.messaging.send_unscoped(&child, out).await?;
         spawn::spend_grant(&self.core.store.client().await?, child.endpoint_id).await?;

@@ -134,7 +134,8 @@ impl TrustService {
         private: bool,
     ) -> Result<Delivered> {
         let me = self.core.me(person).await?;
-        let message = NewMessage { to, body, thread, kind: Kind::Message, client_id, private, require_reply: false };
+        let message =
+            NewMessage { to, body, thread, kind: Kind::Message, client_id, private, require_reply: false, attach: &[] };
         self.messaging.send(&me, message).await
     }
 

@@ -126,10 +126,14 @@ impl WireFrom<Announcement> for wire::Announcement {
     }
 }
 
+/// What redaction took out, by kind.
+pub fn redactions(redacted: &Counts) -> Vec<wire::Redaction> {
+    redacted.iter().map(|(kind, count)| wire::Redaction { kind: (*kind).to_owned(), count: *count }).collect()
+}
+
 /// A send's answer, telling the sender what was redacted from its body.
 pub fn sent(sent: Sent, redacted: &Counts) -> wire::SendResponse {
-    let redactions =
-        redacted.iter().map(|(kind, count)| wire::Redaction { kind: (*kind).to_owned(), count: *count }).collect();
+    let redactions = redactions(redacted);
     wire::SendResponse {
         redactions,
         hold: sent.hold.map(String::from).unwrap_or_default(),
@@ -217,7 +221,14 @@ impl WireFrom<Message> for wire::Message {
             relation: m.relation,
             require_reply: m.require_reply,
             private: m.private,
+            attachments: all(m.attachments),
         }
+    }
+}
+
+impl WireFrom<crate::domain::artifact::Attached> for wire::Attachment {
+    fn wire_from(a: crate::domain::artifact::Attached) -> Self {
+        Self { sha256: a.sha256_hex(), name: a.name, size: a.size, binary: a.binary, redacted: a.redacted }
     }
 }
 

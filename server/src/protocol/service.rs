@@ -140,8 +140,31 @@ impl Relay for RelayService {
             client_id: &req.client_id,
             private: req.private,
             require_reply: req.require_reply,
+            attach: &req.attach,
         };
         Ok(Response::new(self.messaging.send(&caller, send).await.map_err(to_status)?.into_wire()))
+    }
+
+    async fn upload(&self, request: Request<UploadRequest>) -> Result<Response<Uploaded>, Status> {
+        let caller = auth::caller(&request)?;
+        let req = request.into_inner();
+        let up = self.messaging.upload(&caller, &req.name, req.size, &req.sha256, req.data).await.map_err(to_status)?;
+        Ok(Response::new(Uploaded {
+            upload: up.id,
+            attachment: Some(convert::WireFrom::wire_from(up.attached)),
+            redactions: convert::redactions(&up.redacted),
+        }))
+    }
+
+    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<Fetched>, Status> {
+        let caller = auth::caller(&request)?;
+        let req = request.get_ref();
+        let (id, attached, data) = self.messaging.fetch(&caller, &req.message, &req.name).await.map_err(to_status)?;
+        Ok(Response::new(Fetched {
+            message: id.into(),
+            attachment: Some(convert::WireFrom::wire_from(attached)),
+            data,
+        }))
     }
 
     async fn reply(&self, request: Request<ReplyRequest>) -> Result<Response<SendResponse>, Status> {

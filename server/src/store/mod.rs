@@ -2,6 +2,7 @@
 
 pub mod activity;
 pub mod approvals;
+pub mod artifacts;
 pub mod board;
 pub mod claims;
 pub mod console;

@@ -11,7 +11,9 @@ use crate::store::Result;
 const DONE: &str = Column::Done.db();
 
 /// Deletes up to `batch` messages older than `age_s` that nobody still has to read: every delivery
-/// read or withdrawn, no hold waiting for the human. Their deliveries and decided holds go with them.
+/// read or withdrawn, no hold waiting for the human. Their deliveries, decided holds and links to
+/// their files go with them (the files' contents, once nothing refers to them, with the files'
+/// purge).
 pub(crate) async fn purge_messages(c: &impl GenericClient, age_s: f64, batch: i64) -> Result<u64> {
     let sql = format!(
         "with doomed as (
@@ -21,7 +23,8 @@ pub(crate) async fn purge_messages(c: &impl GenericClient, age_s: f64, batch: i6
                and not exists (select 1 from holds h where h.message_id = m.id and h.state = '{HOLD_PENDING}')
              order by m.created_at
              limit $2
-             for update skip locked)
+             for update skip locked),
+         files as (delete from message_artifacts a using doomed where a.message_id = doomed.id)
          delete from messages m using doomed where m.id = doomed.id"
     );
     Ok(c.execute(&sql, &[&age_s, &batch]).await?)

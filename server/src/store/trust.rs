@@ -157,6 +157,7 @@ pub(crate) async fn unanswered_asks(
                 relation: String::new(),
                 require_reply: true,
                 private: false,
+                attachments: Vec::new(),
             })
         })
         .collect()

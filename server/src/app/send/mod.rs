@@ -16,6 +16,7 @@ use std::sync::Arc;
 use deadpool_postgres::GenericClient;
 
 use crate::domain::address::is_reserved_address;
+use crate::domain::artifact;
 use crate::domain::caller::Caller;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{self, EndpointId, HoldId, MessageId, MessageRef, ReplicaId};
@@ -49,15 +50,17 @@ pub struct Sends {
     writer: Batcher,
     /// The most unread messages one inbox holds.
     cap: u32,
+    /// What files a message may carry.
+    files: artifact::Limits,
 }
 
 impl Sends {
     /// Starts the replica's writer: its own connection beside `store`'s pool, recipients woken
     /// through `wake`.
-    pub fn start(store: Store, wake: Waker) -> Result<Self> {
+    pub fn start(store: Store, wake: Waker, files: artifact::Limits) -> Result<Self> {
         let cap = store.max_unread();
         let writer = Batcher::start(store.pool().clone(), store.dedicated_pool(1)?, store.replica_cell(), cap, wake)?;
-        Ok(Self { store, limit: Arc::default(), resolved: ResolvedCache::default(), writer, cap })
+        Ok(Self { store, limit: Arc::default(), resolved: ResolvedCache::default(), writer, cap, files })
     }
 
     /// Something deciding who may message whom changed, here or on another replica: what was
@@ -136,9 +139,18 @@ impl Sends {
             client_id,
             private: false,
             require_reply: false,
+            attach: &[],
         };
         let id = ids::new_message_id();
-        let write = Write { caller, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: Some(&original) };
+        let write = Write {
+            caller,
+            id: &id,
+            thread: &thread,
+            targets: &targets,
+            out: &out,
+            reply_to: Some(&original),
+            attached: false,
+        };
         if let Some(class) = held {
             return self.write_held(write, class, None).await;
         }
@@ -162,7 +174,15 @@ impl Sends {
             account_id: sender.account_id,
         }];
         let (id, thread) = out.new_id_and_thread();
-        let w = Write { caller: sender, id: &id, thread: &thread, targets: &targets, out: &out, reply_to: None };
+        let w = Write {
+            caller: sender,
+            id: &id,
+            thread: &thread,
+            targets: &targets,
+            out: &out,
+            reply_to: None,
+            attached: false,
+        };
         // One statement, uncapped: a report on what a worker did is not lost to a full inbox, nor to
         // the loop guard (held for a person instead).
         match write::write_one(&client, &w.message(), i32::MAX, ReplicaId::NONE).await? {
@@ -179,8 +199,9 @@ impl Sends {
     /// Writes a send whose recipients are resolved and allowed.
     async fn write_resolved(&self, caller: &Caller, out: &Outgoing<'_>, known: Resolved) -> Result<Sent> {
         let (id, thread) = out.new_id_and_thread();
-        let write = Write { caller, id: &id, thread: &thread, targets: &known.targets, out, reply_to: None };
-        let mut sent = self.write_send(write).await?;
+        let attached = self.attach(caller, &id, out).await?;
+        let write = Write { caller, id: &id, thread: &thread, targets: &known.targets, out, reply_to: None, attached };
+        let mut sent = self.settle(&id, attached, self.write_send(write).await).await?;
         if !sent.duplicate {
             sent.skipped = known.skipped;
         }
@@ -196,7 +217,7 @@ impl Sends {
             Some(Held::Stopped) => return self.write_held(w, loops::HOLD_CLASS, None).await,
             None => {}
         }
-        match self.writer.write(w.message(), w.caller.address()).await? {
+        match self.writer.write(w.message(), w.caller.address(), w.attached).await? {
             Written::Stored { offline, .. } => Ok(w.stored(&offline)),
             Written::Duplicate => first_answer(&self.store.client().await?, w.caller, w.out).await,
             Written::Refused(why) if why.is_loop() => self.held_by_the_guard(w, &why).await,
@@ -223,12 +244,40 @@ impl Sends {
         class: &'static str,
     ) -> Result<Sent> {
         let (id, thread) = out.new_id_and_thread();
-        let write = Write { caller, id: &id, thread: &thread, targets: &held.targets, out, reply_to: None };
-        let mut sent = self.write_held(write, class, None).await?;
+        let attached = self.attach(caller, &id, out).await?;
+        let write = Write { caller, id: &id, thread: &thread, targets: &held.targets, out, reply_to: None, attached };
+        let mut sent = self.settle(&id, attached, self.write_held(write, class, None).await).await?;
         if !sent.duplicate {
             sent.skipped = held.skipped;
         }
         Ok(sent)
+    }
+
+    /// Links the files a send carries to message `id` before the message is written, so a
+    /// recipient never reads it without them: its uploads, checked together against the limits a
+    /// message's files have. Whether it carries any.
+    async fn attach(&self, caller: &Caller, id: &MessageId, out: &Outgoing<'_>) -> Result<bool> {
+        if out.attach.is_empty() {
+            return Ok(false);
+        }
+        let client = self.store.client().await?;
+        let files = store::artifacts::uploads(&client, caller.endpoint_id, out.attach).await?;
+        artifact::check_message(&files, &self.files)?;
+        store::artifacts::link(&client, id, caller.endpoint_id, out.attach).await?;
+        Ok(true)
+    }
+
+    /// Takes back the links of a message that was not written (refused, or a retry the first
+    /// send answers), so nothing is left counted against the account.
+    async fn settle(&self, id: &MessageId, attached: bool, written: Result<Sent>) -> Result<Sent> {
+        if attached && !matches!(&written, Ok(sent) if !sent.duplicate) {
+            let unlinked = async { Ok::<_, Error>(store::artifacts::unlink(&self.store.client().await?, id).await?) };
+            if let Err(e) = unlinked.await {
+                // The purge takes links whose message never came within the hour.
+                tracing::warn!(message = %id, error = %e, "cannot take back the files of an unwritten message");
+            }
+        }
+        written
     }
 
     /// Whether the loop guard holds this send, and why. Only a message from one agent to one other
@@ -420,6 +469,8 @@ struct Write<'a> {
     targets: &'a [Target],
     out: &'a Outgoing<'a>,
     reply_to: Option<&'a MessageId>,
+    /// It carries files (linked before it is written).
+    attached: bool,
 }
 
 impl Write<'_> {

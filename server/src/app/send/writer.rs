@@ -55,6 +55,9 @@ struct Job {
     send: NewMessage,
     /// The sender's address, as its recipients see it.
     from: String,
+    /// It carries files: its recipients' streams read it (with the files' names) rather than
+    /// take it from here.
+    attached: bool,
     done: oneshot::Sender<Result<Written>>,
     queued: Instant,
 }
@@ -116,10 +119,10 @@ impl Batcher {
     /// (or failed). A send that finds its writer idle and nothing queued is written by the calling
     /// task itself: handing it to the writer's task and its answer back costs two wake-ups, a
     /// fifth of a lone send's time on two cores.
-    pub(super) async fn write(&self, send: NewMessage, from: String) -> Result<Written> {
+    pub(super) async fn write(&self, send: NewMessage, from: String, attached: bool) -> Result<Written> {
         let (done, answer) = oneshot::channel();
         let (writer, queue) = (&self.writer, &self.queue);
-        let job = Job { send, from, done, queued: Instant::now() };
+        let job = Job { send, from, attached, done, queued: Instant::now() };
         let idle =
             if queue.capacity() == queue.max_capacity() { writer.turn.clone().try_lock_owned().ok() } else { None };
         match idle {
@@ -225,12 +228,12 @@ impl Writer {
                 m.send_batch_size.observe(jobs.len() as f64);
                 let mut delivered = Delivered::default();
                 for (job, answer) in jobs.into_iter().zip(answers) {
-                    let Job { send, from, done, queued } = job;
+                    let Job { send, from, attached, done, queued } = job;
                     if let Ok(Written::Stored { seqs, relations, sent_at, .. }) = &answer {
                         m.sends.inc();
                         m.deliveries(Step::delivered, send.recipients.len() as u64);
                         m.send_write_seconds.observe(queued.elapsed().as_secs_f64());
-                        delivered.add(send, from, seqs, relations, *sent_at);
+                        delivered.add(send, from, attached, seqs, relations, *sent_at);
                     }
                     let _ = done.send(answer);
                 }
@@ -312,12 +315,20 @@ struct Delivery {
 
 impl Delivered {
     /// A stored send and what the writer answered of its recipients (in their order).
-    fn add(&mut self, send: NewMessage, from: String, seqs: &[Seq], relations: &[String], sent_at: DateTime<Utc>) {
+    fn add(
+        &mut self,
+        send: NewMessage,
+        from: String,
+        attached: bool,
+        seqs: &[Seq],
+        relations: &[String],
+        sent_at: DateTime<Utc>,
+    ) {
         let n = send.recipients.len();
         // A send's recipients are resolved as a set; the seqs are counted on that.
         let kind = Kind::from_db(send.kind)
             .ok()
-            .filter(|_| seqs.len() == n && relations.len() == n && distinct(&send.recipients));
+            .filter(|_| !attached && seqs.len() == n && relations.len() == n && distinct(&send.recipients));
         for (i, recipient) in send.recipients.iter().enumerate() {
             let entry = self.inboxes.entry(*recipient).or_insert_with(|| Some(Vec::new()));
             match (entry.as_mut(), kind) {
@@ -368,6 +379,7 @@ fn as_pushed(send: &NewMessage, from: &str, seq: Seq, relation: &str, kind: Kind
         relation: relation.to_owned(),
         require_reply: send.require_reply,
         private: send.private,
+        attachments: Vec::new(),
     }
 }
 

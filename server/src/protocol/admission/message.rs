@@ -17,13 +17,22 @@ use crate::domain::limits;
 #[derive(Clone)]
 pub struct WholeMessage {
     pub(super) wait: Duration,
+    pub(super) upload_bytes: usize,
 }
+
+/// The slowest an upload may come: a second more for each MiB of the largest file.
+const UPLOAD_BYTES_A_SECOND: usize = 1024 * 1024;
 
 impl Job for WholeMessage {
     async fn admit<S: Next>(&self, request: Request<Body>, next: S) -> Result<Response<Body>, Refusal> {
-        let max = limits::request_bytes(request.uri().path());
+        let (max, wait) = if limits::is_upload(request.uri().path()) {
+            let extra = Duration::from_secs(self.upload_bytes.div_ceil(UPLOAD_BYTES_A_SECOND) as u64);
+            (self.upload_bytes + limits::REQUEST_FRAME_BYTES, self.wait + extra)
+        } else {
+            (limits::request_bytes(request.uri().path()), self.wait)
+        };
         let (parts, body) = request.into_parts();
-        let message = read_message(body, self.wait, max).await?;
+        let message = read_message(body, wait, max).await?;
         let request = Request::from_parts(parts, Body::new(http_body_util::Full::new(message)));
         next.oneshot(request).await.map_err(|e| Refusal::Failed(e.into()))
     }

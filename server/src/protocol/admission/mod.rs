@@ -107,6 +107,9 @@ pub struct RpcLimits {
     /// Failed authentications per address (behind a proxy that hides clients' addresses, turn it
     /// off and limit at the proxy).
     pub failed_auth: Rate,
+    /// The largest file an upload carries (the files' own limit): `Upload` takes that and its
+    /// frame, and more time for it to arrive.
+    pub upload_bytes: usize,
 }
 
 impl Default for RpcLimits {
@@ -122,6 +125,7 @@ impl Default for RpcLimits {
             streams_per_credential: DEFAULT_MAX_STREAMS_PER_CREDENTIAL as usize,
             request_wait: DEFAULT_REQUEST_WAIT,
             failed_auth: DEFAULT_FAILED_AUTH,
+            upload_bytes: crate::domain::artifact::DEFAULT_MAX_FILE_BYTES as usize,
         }
     }
 }
@@ -401,7 +405,8 @@ impl AdmissionLayer {
     }
 
     pub fn whole_message(&self) -> Step<WholeMessage> {
-        Step(WholeMessage { wait: self.budgets.limits.request_wait })
+        let limits = &self.budgets.limits;
+        Step(WholeMessage { wait: limits.request_wait, upload_bytes: limits.upload_bytes })
     }
 
     pub fn rates(&self) -> Step<Rates> {

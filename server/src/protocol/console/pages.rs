@@ -884,6 +884,7 @@ mod tests {
             relation: String::new(),
             require_reply: true,
             private: false,
+            attachments: Vec::new(),
         };
         let inbox = Inbox {
             messages: vec![Received { message, read: false }],

@@ -56,8 +56,6 @@ pub const PATH: &str = "/mcp";
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 /// The header naming the handle a request acts as.
 const HANDLE_HEADER: &str = "relay-handle";
-/// The largest request body taken: a tool call's arguments are far smaller.
-const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Refuses a plaintext endpoint where other machines reach it: tokens would cross in the clear.
 pub fn check(addr: SocketAddr, tls: bool, insecure_plaintext: bool) -> anyhow::Result<()> {
@@ -88,11 +86,12 @@ pub fn serve(
     let secure = tls.is_some();
     let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
     let origins = Arc::new(Origins::new(allowed_origins, loopback)?);
+    let max_body = remote.max_request_bytes();
     let agents = Arc::new(Agents::new(identity.clone(), in_process));
     let mut config = StreamableHttpServerConfig::default()
         .with_json_response(true)
         .with_cancellation_token(shutdown.child_token())
-        .with_max_request_body_bytes(MAX_BODY_BYTES)
+        .with_max_request_body_bytes(max_body)
         // Browsers send an Origin; agents do not. The SDK holds its own requests to the same list
         // the endpoint checks every request against (`check_origin`).
         .with_allowed_origins(origins.entries())

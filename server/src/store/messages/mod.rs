@@ -61,13 +61,24 @@ pub struct Outgoing<'a> {
     pub client_id: Option<&'a str>,
     pub private: bool,
     pub require_reply: bool,
+    /// The sender's uploads it carries as files.
+    pub attach: &'a [String],
 }
 
 impl<'a> Outgoing<'a> {
     /// What the system writes to known endpoints (a notice, a question, a report): to no address,
     /// in no thread, with no client id, plain.
     pub fn notice(body: &'a RedactedText) -> Self {
-        Self { to: &[], body, thread: None, kind: Kind::Message, client_id: None, private: false, require_reply: false }
+        Self {
+            to: &[],
+            body,
+            thread: None,
+            kind: Kind::Message,
+            client_id: None,
+            private: false,
+            require_reply: false,
+            attach: &[],
+        }
     }
 
     /// A new message id, and the thread the message goes in: the one it names, else a new thread
@@ -125,6 +136,7 @@ impl FromRow for Message {
             relation: row.col("relation")?,
             require_reply: row.col("require_reply")?,
             private: row.col("private")?,
+            attachments: Vec::new(),
         })
     }
 }

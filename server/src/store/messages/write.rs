@@ -332,8 +332,7 @@ mod tests {
     fn message(from: &Caller, to: &[Target], client_id: Option<&str>, reply_to: Option<&MessageId>) -> NewMessage {
         let body = RedactedText::from_agent("the build is green");
         let kind = if reply_to.is_some() { Kind::Reply } else { Kind::Message };
-        let out =
-            Outgoing { to: &[], body: &body, thread: None, kind, client_id, private: false, require_reply: false };
+        let out = Outgoing { kind, client_id, ..Outgoing::notice(&body) };
         let (id, thread) = out.new_id_and_thread();
         NewMessage::new(from, id, thread, to, &out, reply_to)
     }

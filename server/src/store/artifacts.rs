@@ -1,0 +1,261 @@
+//! Files attached to messages (migration 46): uploads waiting for their send, the links a send
+//! makes from its message to them, the manifests readers see with each message, a reader's fetch,
+//! and the purge. A link is reached only through a message its reader may read.
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::messages::WITHDRAWN;
+use super::row::{Col, FromRow};
+use crate::domain::artifact::{Attached, Prepared, UPLOAD_KEPT_S};
+use crate::domain::caller::Caller;
+use crate::domain::ids::{EndpointId, MessageId, MessageRef};
+use crate::domain::message::{Message, pick_named};
+use crate::domain::{EntityKind, Error};
+use crate::store::Result;
+
+impl FromRow for Attached {
+    fn from_row(row: &Row) -> Result<Self> {
+        let sha: Vec<u8> = row.col("sha256")?;
+        let size: i64 = row.col("size")?;
+        let redacted: i32 = row.col("redacted")?;
+        Ok(Attached {
+            name: row.col("name")?,
+            size: size.max(0) as u64,
+            binary: row.col("is_binary")?,
+            sha256: sha.try_into().map_err(|_| Error::Internal("a stored SHA-256 is not 32 bytes".into()))?,
+            redacted: redacted.max(0) as u32,
+        })
+    }
+}
+
+/// What an account's files hold now: uploads waiting and what its messages carry.
+const HELD: &str = "coalesce((select sum(size) from artifact_uploads where account_id = $2), 0)
+                  + coalesce((select sum(size) from message_artifacts where account_id = $2), 0)";
+
+/// Stores `file` as upload `id` of `sender`, its content once by its SHA-256, if the account's
+/// files stay within `account_bytes`: one statement. `false` when they would not.
+pub(crate) async fn upload(
+    c: &impl GenericClient,
+    sender: &Caller,
+    id: &str,
+    file: &Prepared,
+    account_bytes: u64,
+) -> Result<bool> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "with room as (select {HELD} + $5::bigint <= $8::bigint as ok),
+             blob as (
+                 insert into artifact_blobs (sha256, content, size)
+                 select $4, $6, $5 from room where ok
+                 on conflict (sha256) do update set used_at = now()
+                 returning sha256)
+             insert into artifact_uploads (id, endpoint_id, account_id, name, sha256, size, is_binary, redacted)
+             select $3, $1, $2, $9, sha256, $5, $7, $10 from blob"
+        ))
+        .await?;
+    let a = &file.attached;
+    let stored = c
+        .execute(
+            &stmt,
+            &[
+                &sender.endpoint_id,
+                &sender.account_id,
+                &id,
+                &a.sha256.as_slice(),
+                &(a.size as i64),
+                &file.content.as_slice(),
+                &a.binary,
+                &(account_bytes.min(i64::MAX as u64) as i64),
+                &a.name,
+                &(a.redacted as i32),
+            ],
+        )
+        .await?;
+    Ok(stored == 1)
+}
+
+/// What an account's files hold, in bytes.
+pub(crate) async fn held(c: &impl GenericClient, sender: &Caller) -> Result<u64> {
+    let held: i64 = c
+        .query_one(
+            &format!("select ({HELD})::bigint where $1::bigint is not null"),
+            &[&sender.endpoint_id, &sender.account_id],
+        )
+        .await?
+        .only()?;
+    Ok(held.max(0) as u64)
+}
+
+/// The caller's uploads named `ids`, in the order named; an id that is not one of its uploads
+/// (never made, someone else's, or gone after an hour) is not found.
+pub(crate) async fn uploads(c: &impl GenericClient, sender: EndpointId, ids: &[String]) -> Result<Vec<Attached>> {
+    let stmt = c
+        .prepare_cached(
+            "select id, name, sha256, size, is_binary, redacted from artifact_uploads
+             where id = any($2) and endpoint_id = $1",
+        )
+        .await?;
+    let rows = c.query(&stmt, &[&sender, &ids]).await?;
+    ids.iter()
+        .map(|id| {
+            let row = rows.iter().find(|r| r.get::<_, &str>("id") == id).ok_or_else(|| {
+                Error::not_found(
+                    EntityKind::Upload,
+                    format!("no upload {id} of yours: uploads wait an hour for their send; attach the file again"),
+                )
+            })?;
+            Attached::from_row(row)
+        })
+        .collect()
+}
+
+/// Links the caller's uploads `ids` to message `message`, which is about to be written.
+pub(crate) async fn link(
+    c: &impl GenericClient,
+    message: &MessageId,
+    sender: EndpointId,
+    ids: &[String],
+) -> Result<u64> {
+    let stmt = c
+        .prepare_cached(
+            "insert into message_artifacts (message_id, name, account_id, sha256, size, is_binary, redacted)
+             select $1, name, account_id, sha256, size, is_binary, redacted from artifact_uploads
+             where id = any($3) and endpoint_id = $2",
+        )
+        .await?;
+    Ok(c.execute(&stmt, &[message, &sender, &ids]).await?)
+}
+
+/// Takes the links of a message that was not written after all.
+pub(crate) async fn unlink(c: &impl GenericClient, message: &MessageId) -> Result<u64> {
+    Ok(c.execute("delete from message_artifacts where message_id = $1", &[message]).await?)
+}
+
+/// Fills in the files each of `messages` carries: one statement, none for no messages.
+pub(crate) async fn manifests(c: &impl GenericClient, messages: &mut [Message]) -> Result<()> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+    let stmt = c
+        .prepare_cached(
+            "select message_id, name, sha256, size, is_binary, redacted from message_artifacts
+             where message_id = any($1) order by message_id, name",
+        )
+        .await?;
+    for row in c.query(&stmt, &[&ids]).await? {
+        let id: &str = row.col("message_id")?;
+        let attached = Attached::from_row(&row)?;
+        for m in messages.iter_mut().filter(|m| m.id.as_str() == id) {
+            m.attachments.push(attached.clone());
+        }
+    }
+    Ok(())
+}
+
+/// A message the caller may read (received and not withdrawn, or sent), named as `relay_reply`
+/// names one.
+pub(crate) async fn readable(c: &impl GenericClient, caller: &Caller, reference: &MessageRef) -> Result<MessageId> {
+    let e = match super::messages::resolve_received(c, caller, reference).await {
+        Ok(id) => return Ok(id),
+        Err(e) => Error::from(e),
+    };
+    let (Error::NotFound { .. }, MessageRef::Text(text)) = (&e, reference) else { return Err(e.into()) };
+    let stmt = c
+        .prepare_cached(
+            "select id from messages
+             where sender_id = $1 and (id like $2 || '%' or id like '%' || $2)
+             order by created_at desc limit 20",
+        )
+        .await?;
+    let sent: Vec<MessageId> = c
+        .query(&stmt, &[&caller.endpoint_id, &text.as_str()])
+        .await?
+        .iter()
+        .map(|r| r.only())
+        .collect::<Result<_>>()?;
+    if sent.is_empty() {
+        return Err(e.into());
+    }
+    Ok(pick_named(text, sent)?)
+}
+
+/// File `name` of message `message`, with its content, if the caller may read the message.
+pub(crate) async fn fetch(
+    c: &impl GenericClient,
+    caller: &Caller,
+    message: &MessageId,
+    name: &str,
+) -> Result<(Attached, Vec<u8>)> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "select a.name, a.sha256, a.size, a.is_binary, a.redacted, b.content,
+                    (a.name = $3) as wanted
+             from messages m
+             join message_artifacts a on a.message_id = m.id
+             join artifact_blobs b on b.sha256 = a.sha256
+             where m.id = $1
+               and (m.sender_id = $2
+                    or exists (select 1 from deliveries d
+                               where d.message_id = m.id and d.recipient_id = $2 and d.state <> {WITHDRAWN}))
+             order by a.name"
+        ))
+        .await?;
+    // The content of the one asked for only; the others' names say what there is.
+    let rows = c.query(&stmt, &[message, &caller.endpoint_id, &name]).await?;
+    if let Some(row) = rows.iter().find(|r| r.get::<_, bool>("wanted")) {
+        return Ok((Attached::from_row(row)?, row.col("content")?));
+    }
+    let names: Vec<String> = rows.iter().map(|r| r.col("name")).collect::<Result<_>>()?;
+    let short = &message.as_str()[..message.as_str().len().min(8)];
+    Err(Error::not_found(
+        EntityKind::Attachment,
+        if names.is_empty() {
+            format!("message {short} carries no files you may fetch")
+        } else {
+            format!("message {short} carries no file {name:?}; it carries: {}", names.join(", "))
+        },
+    )
+    .into())
+}
+
+/// Deletes up to `batch` of each: uploads no send attached within the hour, links whose message
+/// was never written or is gone, and contents nothing refers to (left for an hour after their last
+/// upload, which an upload under way may still attach).
+pub(crate) async fn purge(c: &impl GenericClient, batch: i64) -> Result<u64> {
+    let uploads = c
+        .execute(
+            "with doomed as (
+                 select id from artifact_uploads where created_at < now() - make_interval(secs => $1)
+                 order by created_at limit $2 for update skip locked)
+             delete from artifact_uploads u using doomed where u.id = doomed.id",
+            &[&UPLOAD_KEPT_S, &batch],
+        )
+        .await?;
+    let links = c
+        .execute(
+            "with doomed as (
+                 select message_id, name from message_artifacts a
+                 where a.created_at < now() - make_interval(secs => $1)
+                   and not exists (select 1 from messages m where m.id = a.message_id)
+                 limit $2 for update skip locked)
+             delete from message_artifacts a using doomed
+             where a.message_id = doomed.message_id and a.name = doomed.name",
+            &[&UPLOAD_KEPT_S, &batch],
+        )
+        .await?;
+    let blobs = c
+        .execute(
+            "with doomed as (
+                 select sha256 from artifact_blobs b
+                 where b.used_at < now() - make_interval(secs => $1)
+                   and not exists (select 1 from artifact_uploads u where u.sha256 = b.sha256)
+                   and not exists (select 1 from message_artifacts a where a.sha256 = b.sha256)
+                 limit $2 for update skip locked)
+             delete from artifact_blobs b using doomed where b.sha256 = doomed.sha256",
+            &[&UPLOAD_KEPT_S, &batch],
+        )
+        .await?;
+    Ok(uploads + links + blobs)
+}
