@@ -52,12 +52,16 @@ async fn an_agent_fetches_the_files_another_machine_attached_and_nobody_else_can
     let mut bob = bridge_in(&server.url, &ci, "bob", bob_dir.path());
     bob.initialize("2025-06-18").await;
     bob.tool_ok("relay_whoami", json!({})).await;
+    // cat takes pushes: a message with files is pushed with them named.
+    let mut cat = Bridge::start(BridgeSpec { server: &server.url, token: &ci, handle: Some("cat"), channels: true });
+    cat.initialize_with_channels().await;
+    cat.tool_ok("relay_whoami", json!({})).await;
     let mut ann = bridge_in(&server.url, &laptop, "ann", ann_dir.path());
     ann.initialize("2025-06-18").await;
     let sent = ann
         .tool_ok(
             "relay_send",
-            json!({ "to": "ci/bob", "body": "the fix and what it looked like", "attach": ["fix.patch", "shots/screen.png"] }),
+            json!({ "to": ["ci/bob", "ci/cat"], "body": "the fix and what it looked like", "attach": ["fix.patch", "shots/screen.png"] }),
         )
         .await;
     let said = text(&sent);
@@ -67,6 +71,11 @@ async fn an_agent_fetches_the_files_another_machine_attached_and_nobody_else_can
     assert_eq!(files[0]["redacted"], 1);
     assert_eq!(files[1]["binary"], true);
     assert_eq!(files[1]["size"], png.len());
+
+    let pushed = cat.notification("notifications/claude/channel", relay_tests::mcp::WAIT).await;
+    let content = pushed["params"]["content"].as_str().unwrap();
+    assert!(content.contains("files=\"fix.patch (") && content.contains("B), screen.png (3.2 KiB)\""), "{content}");
+    assert!(content.contains("Save its files with relay_fetch"), "{content}");
 
     // bob sees the files with the message, in its text and its structured part, and saves them.
     let inbox = bob.tool_ok("relay_inbox", json!({})).await;

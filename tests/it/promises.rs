@@ -337,7 +337,7 @@ async fn mail_the_push_stream_has_not_delivered_is_still_hinted() {
 }
 
 /// Every tool's annotations as tools/list shows them: readOnly, destructive, idempotent, openWorld.
-const ANNOTATIONS: [(&str, [bool; 4]); 28] = [
+const ANNOTATIONS: [(&str, [bool; 4]); 29] = [
     ("relay_whoami", [true, false, true, true]),
     ("relay_list", [true, false, true, true]),
     ("relay_peers", [true, false, true, true]),
@@ -351,6 +351,9 @@ const ANNOTATIONS: [(&str, [bool; 4]); 28] = [
     ("relay_inbox", [false, false, false, true]),
     ("relay_ask_wait", [false, false, false, true]),
     ("relay_peek", [false, false, false, true]),
+    // Writes another agent's file into the working directory, over one only with overwrite;
+    // fetching it again writes the same.
+    ("relay_fetch", [false, true, true, true]),
     ("relay_set_status", [false, true, true, false]),
     ("relay_set_now", [false, true, true, false]),
     ("relay_set_title", [false, true, true, false]),
