@@ -259,3 +259,74 @@ pub(crate) async fn purge(c: &impl GenericClient, batch: i64) -> Result<u64> {
         .await?;
     Ok(uploads + links + blobs)
 }
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+    use crate::domain::artifact::{Limits, prepare};
+    use crate::domain::delivery::State;
+    use crate::domain::ids::Seq;
+    use crate::store::identity::caller_of;
+    use crate::store::messages::{Target, advance};
+    use crate::store::retention::purge_messages;
+    use crate::store::testing;
+
+    fn file(name: &str, data: &[u8]) -> Prepared {
+        prepare(name, data.len() as u64, &hex::encode(Sha256::digest(data)), data.to_vec(), &Limits::default()).unwrap()
+    }
+
+    async fn count(c: &impl GenericClient, table: &str) -> i64 {
+        c.query_one(&format!("select count(*) from {table}"), &[]).await.unwrap().get(0)
+    }
+
+    #[tokio::test]
+    async fn files_live_while_something_refers_to_them_and_go_with_their_messages() {
+        let db = testing::db().await;
+        let (account_id, machine) = db.machine("acme", "laptop").await;
+        let (ann, bob) = (db.endpoint(machine, "ann", 0).await, db.endpoint(machine, "bob", 0).await);
+        let c = db.store.client().await.unwrap();
+        let sender = caller_of(&c, ann).await.unwrap();
+        let same = file("a.txt", b"same words");
+        assert!(upload(&c, &sender, "up_1", &same, 1 << 20).await.unwrap());
+        assert!(upload(&c, &sender, "up_2", &file("b.txt", b"same words"), 1 << 20).await.unwrap());
+        assert!(upload(&c, &sender, "up_3", &file("c.bin", &[0, 1, 2]), 1 << 20).await.unwrap());
+        assert_eq!(count(&c, "artifact_blobs").await, 2, "one content for two uploads of the same words");
+        assert_eq!(held(&c, &sender).await.unwrap(), 23, "each upload counts");
+        assert!(!upload(&c, &sender, "up_4", &file("d.txt", b"1234"), 26).await.unwrap(), "past the account's room");
+        assert_eq!(count(&c, "artifact_uploads").await, 3, "nothing of a refused upload");
+
+        // A send links its uploads; readers see them with the message.
+        let to_bob = [Target { id: bob, address: "acme/laptop/bob".into(), account_id }];
+        let message = db.send(ann, &to_bob, "files", None, None).await;
+        assert_eq!(link(&c, &message, ann, &["up_1".into(), "up_3".into()]).await.unwrap(), 2);
+        assert_eq!(link(&c, &message, bob, &["up_2".into()]).await.unwrap(), 0, "only the uploader attaches");
+        let (mut read, _) = crate::store::messages::take_unread(&c, bob, 10, State::Surfaced).await.unwrap();
+        assert_eq!(read[0].attachments.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["a.txt", "c.bin"]);
+        manifests(&c, &mut read[..0]).await.unwrap();
+        let bobs = caller_of(&c, bob).await.unwrap();
+        let (got, content) = fetch(&c, &bobs, &message, "c.bin").await.unwrap();
+        assert!(got.binary && content == [0, 1, 2]);
+
+        // Within the hour nothing goes; past it, the upload no send took and the blob only it
+        // held go, and a link whose message was never written.
+        let ghost = MessageId::new("never-written".to_owned());
+        link(&c, &ghost, ann, &["up_2".into()]).await.unwrap();
+        assert_eq!(purge(&c, 100).await.unwrap(), 0);
+        for table in ["artifact_uploads", "message_artifacts"] {
+            c.execute(&format!("update {table} set created_at = now() - interval '2 hours'"), &[]).await.unwrap();
+        }
+        c.execute("update artifact_blobs set used_at = now() - interval '2 hours'", &[]).await.unwrap();
+        assert_eq!(purge(&c, 100).await.unwrap(), 3 + 1, "three uploads, the ghost's link, no content in use");
+        assert_eq!((count(&c, "message_artifacts").await, count(&c, "artifact_blobs").await), (2, 2));
+
+        // The message read and past its retention: its links go with it, then their contents.
+        advance(&c, bob, &[Seq(1)], State::Read).await.unwrap();
+        c.execute("update messages set created_at = now() - interval '2 hours'", &[]).await.unwrap();
+        assert_eq!(purge_messages(&c, 3600.0, 10).await.unwrap(), 1);
+        assert_eq!(count(&c, "message_artifacts").await, 0);
+        assert_eq!(purge(&c, 100).await.unwrap(), 2);
+        assert_eq!(count(&c, "artifact_blobs").await, 0);
+    }
+}
