@@ -26,6 +26,8 @@ pub struct Exchanged {
     pub to: Vec<String>,
     pub body: String,
     pub at: DateTime<Utc>,
+    /// Files it carries.
+    pub files: Vec<crate::artifact::Attached>,
 }
 
 /// One thread: its messages oldest first.
@@ -263,6 +265,7 @@ mod tests {
             from: from.into(),
             to: vec![to.into()],
             body: format!("body {id}"),
+            files: Vec::new(),
             at: DateTime::parse_from_rfc3339(&format!("2026-12-07T10:{minute:02}:00Z")).unwrap().with_timezone(&Utc),
         }
     }

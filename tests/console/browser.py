@@ -225,6 +225,17 @@ def activity(page, dialogs):
     thread = page.locator("details.thread", has_text="hello amy")
     live(page, thread, "a conversation between agents", limit_s=8.0)
     expect(thread.locator("pre.body").first).to_have_text(hostile)
+    # The file bob attached, as a link that downloads it: bytes, never a page of the console's.
+    link = thread.locator("ul.files a").first
+    expect(link).to_have_text("plan<b>.md")
+    with page.expect_download() as download:
+        link.click()
+    # The browser makes the name safe for a file system itself (Chromium: plan_b_.md).
+    name = download.value.suggested_filename
+    assert name.startswith("plan") and name.endswith(".md") and "<" not in name, name
+    with open(download.value.path(), "rb") as saved:
+        assert saved.read() == b"step 1: <b>migrate</b>\n"
+    expect(thread.locator("ul.files li").first).to_contain_text("23 B · text")
     expect(thread).to_contain_text("acme/laptop/bob → acme/ci/amy")
     expect(page.locator("details.thread", has_text="hi bob")).to_have_count(1)
     expect(page.locator("text=the private plan")).to_have_count(0)

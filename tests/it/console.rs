@@ -17,6 +17,7 @@ use relay_tests::pg::TestDb;
 use relay_tests::process::{COMMAND_LIMIT, EXIT_LIMIT, INSTALL_LIMIT, RunWithin, exit_within};
 use relay_tests::server::Server;
 use relay_tests::{bin, free_port};
+use sha2::Digest as _;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tonic::service::interceptor::InterceptedService;
@@ -744,7 +745,22 @@ impl Stage {
             }
             // Two of the account's agents talk (one of them privately too), and one claims paths.
             "agents-talk" => {
-                let sent = self.bob.send(&["ci/amy"], arg).await.map_err(|e| e.to_string())?;
+                // With a file a person can download from the page.
+                let data = b"step 1: <b>migrate</b>\n".to_vec();
+                let upload = UploadRequest {
+                    name: "plan<b>.md".into(),
+                    size: data.len() as u64,
+                    sha256: hex::encode(sha2::Sha256::digest(&data)),
+                    data,
+                };
+                let up = self.bob.rpc.upload(upload).await.map_err(|e| e.to_string())?.into_inner();
+                let first = SendRequest {
+                    to: vec!["ci/amy".into()],
+                    body: arg.into(),
+                    attach: vec![up.upload],
+                    ..Default::default()
+                };
+                let sent = self.bob.rpc.send(first).await.map_err(|e| e.to_string())?.into_inner();
                 let private = SendRequest {
                     to: vec!["ci/amy".into()],
                     body: "the private plan".into(),
@@ -871,4 +887,45 @@ async fn a_person_drives_the_console_in_a_real_browser() {
             dir.display()
         );
     }
+}
+
+/// The activity page links each file an agent attached; the link downloads it as bytes for the
+/// account's people, and for nobody else (another account's person, or no session).
+#[tokio::test]
+async fn a_person_downloads_the_files_of_their_agents_messages_and_no_one_else_does() {
+    let w = world(&[]).await;
+    let mut bob = Agent::hello(&w.server.url, &w.laptop, "bob").await.unwrap();
+    Agent::hello(&w.server.url, &w.ci, "amy").await.unwrap();
+    let data = b"<html><script>alert(1)</script></html>".to_vec();
+    let upload = UploadRequest {
+        name: "page.html".into(),
+        size: data.len() as u64,
+        sha256: hex::encode(sha2::Sha256::digest(&data)),
+        data: data.clone(),
+    };
+    let up = bob.rpc.upload(upload).await.unwrap().into_inner().upload;
+    let send =
+        SendRequest { to: vec!["ci/amy".into()], body: "the page".into(), attach: vec![up], ..Default::default() };
+    let id = bob.rpc.send(send).await.unwrap().into_inner().id;
+
+    let cookie = sign_in(&w.console, &w.human).await;
+    let page = get(&w.console, "/activity", &cookie).await;
+    let link = format!("/file?message={id}&amp;name=page.html");
+    assert!(page.body.contains(&format!("href=\"{link}\"")), "{}", page.body);
+    let file = get(&w.console, &link.replace("&amp;", "&"), &cookie).await;
+    assert_eq!(file.status, 200, "{file:?}");
+    assert_eq!(file.body.as_bytes(), data, "as stored");
+    assert_eq!(file.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(file.header("content-disposition"), Some("attachment; filename*=UTF-8''page%2Ehtml"));
+    assert_eq!(file.header("x-content-type-options"), Some("nosniff"));
+
+    let missing = get(&w.console, &format!("/file?message={id}&name=other.txt"), &cookie).await;
+    assert_eq!(missing.status, 404, "{missing:?}");
+    w.server.admin_ok(&["account", "create", "globex"]);
+    let stranger = sign_in(&w.console, &w.server.admin_ok(&["human", "add", "globex"])).await;
+    let theirs = get(&w.console, &format!("/file?message={id}&name=page.html"), &stranger).await;
+    assert_eq!(theirs.status, 404, "another account's person finds no such file: {theirs:?}");
+    let anonymous = request(&w.console, "GET", &format!("/file?message={id}&name=page.html"), &[], "").await;
+    assert_ne!(anonymous.status, 200, "{anonymous:?}");
+    assert!(!anonymous.body.contains("alert"), "{anonymous:?}");
 }

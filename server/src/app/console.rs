@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::Core;
 use super::quotas::SignInRates;
 use crate::domain::activity::{self, Activity, Filter};
+use crate::domain::artifact::Attached;
 use crate::domain::caller::Human;
 use crate::domain::claims::{self, RepoKey};
 use crate::domain::console::{self as rules, Agents, Board, ContactRow, DONE_SHOWN, Inbox, MESSAGES_SHOWN, Received};
@@ -172,6 +173,12 @@ impl ConsoleService {
             .collect();
         agents.sort();
         Ok(Activity { threads: activity::threads(shown), claims, agents, edges })
+    }
+
+    /// A file of a message the person's account's agents exchanged, to download.
+    pub async fn file(&self, person: &Human, message: &str, name: &str) -> Result<(Attached, Vec<u8>)> {
+        let db = self.core.store.client().await?;
+        Ok(store::artifacts::fetch_for_account(&db, person.account_id, message, name).await?)
     }
 
     /// The account's contacts and requests, with their private-data setting.

@@ -30,7 +30,14 @@ pub(crate) async fn recent(c: &impl GenericClient, account: AccountId) -> Result
              order by m.created_at desc"
         ))
         .await?;
-    c.query(&stmt, &[&account, &PER_INBOX]).await?.iter().map(Exchanged::from_row).collect()
+    let mut recent: Vec<Exchanged> =
+        c.query(&stmt, &[&account, &PER_INBOX]).await?.iter().map(Exchanged::from_row).collect::<Result<_>>()?;
+    let ids: Vec<&str> = recent.iter().map(|m| m.id.as_str()).collect();
+    let mut files = super::artifacts::files_of(c, &ids).await?;
+    for m in &mut recent {
+        m.files = files.remove(m.id.as_str()).unwrap_or_default();
+    }
+    Ok(recent)
 }
 
 impl FromRow for Exchanged {
@@ -42,6 +49,7 @@ impl FromRow for Exchanged {
             to: row.col("recipients")?,
             body: row.col("body")?,
             at: row.col("created_at")?,
+            files: Vec::new(),
         })
     }
 }

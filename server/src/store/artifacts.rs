@@ -2,6 +2,8 @@
 //! makes from its message to them, the manifests readers see with each message, a reader's fetch,
 //! and the purge. A link is reached only through a message its reader may read.
 
+use std::collections::HashMap;
+
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
@@ -9,7 +11,7 @@ use super::messages::WITHDRAWN;
 use super::row::{Col, FromRow};
 use crate::domain::artifact::{Attached, Prepared, UPLOAD_KEPT_S};
 use crate::domain::caller::Caller;
-use crate::domain::ids::{EndpointId, MessageId, MessageRef};
+use crate::domain::ids::{AccountId, EndpointId, MessageId, MessageRef};
 use crate::domain::message::{Message, pick_named};
 use crate::domain::{EntityKind, Error};
 use crate::store::Result;
@@ -134,10 +136,22 @@ pub(crate) async fn unlink(c: &impl GenericClient, message: &MessageId) -> Resul
 
 /// Fills in the files each of `messages` carries: one statement, none for no messages.
 pub(crate) async fn manifests(c: &impl GenericClient, messages: &mut [Message]) -> Result<()> {
-    if messages.is_empty() {
-        return Ok(());
-    }
     let ids: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
+    let mut files = files_of(c, &ids).await?;
+    for m in messages.iter_mut() {
+        // A message may be read twice in one answer (never today); each copy gets its files.
+        m.attachments = files.get(m.id.as_str()).cloned().unwrap_or_default();
+    }
+    files.clear();
+    Ok(())
+}
+
+/// The files of messages `ids`, by message, each message's by name: one statement, none for no ids.
+pub(crate) async fn files_of(c: &impl GenericClient, ids: &[&str]) -> Result<HashMap<String, Vec<Attached>>> {
+    let mut files: HashMap<String, Vec<Attached>> = HashMap::new();
+    if ids.is_empty() {
+        return Ok(files);
+    }
     let stmt = c
         .prepare_cached(
             "select message_id, name, sha256, size, is_binary, redacted from message_artifacts
@@ -145,13 +159,39 @@ pub(crate) async fn manifests(c: &impl GenericClient, messages: &mut [Message]) 
         )
         .await?;
     for row in c.query(&stmt, &[&ids]).await? {
-        let id: &str = row.col("message_id")?;
-        let attached = Attached::from_row(&row)?;
-        for m in messages.iter_mut().filter(|m| m.id.as_str() == id) {
-            m.attachments.push(attached.clone());
-        }
+        files.entry(row.col("message_id")?).or_default().push(Attached::from_row(&row)?);
     }
-    Ok(())
+    Ok(files)
+}
+
+/// File `name` of message `message`, for a person of `account`: a message its agents sent or
+/// received (not withdrawn), not private (as the activity page shows them).
+pub(crate) async fn fetch_for_account(
+    c: &impl GenericClient,
+    account: AccountId,
+    message: &str,
+    name: &str,
+) -> Result<(Attached, Vec<u8>)> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "select a.name, a.sha256, a.size, a.is_binary, a.redacted, b.content
+             from messages m
+             join message_artifacts a on a.message_id = m.id and a.name = $3
+             join artifact_blobs b on b.sha256 = a.sha256
+             join endpoint_addresses s on s.id = m.sender_id
+             where m.id = $1 and not m.private
+               and (s.account_id = $2
+                    or exists (select 1 from deliveries d join endpoint_addresses r on r.id = d.recipient_id
+                               where d.message_id = m.id and r.account_id = $2 and d.state <> {WITHDRAWN}))"
+        ))
+        .await?;
+    let row = c.query_opt(&stmt, &[&message, &account, &name]).await?.ok_or_else(|| {
+        Error::not_found(
+            EntityKind::Attachment,
+            format!("no file {name:?} on a message your account's agents exchanged"),
+        )
+    })?;
+    Ok((Attached::from_row(&row)?, row.col("content")?))
 }
 
 /// A message the caller may read (received and not withdrawn, or sent), named as `relay_reply`

@@ -517,12 +517,31 @@ pub fn activity_live(activity: &Activity) -> Markup {
                                 (m.at.to_rfc3339_opts(SecondsFormat::Secs, true))
                             }
                             pre class="body" { (shown(&m.body)) }
+                            @if !m.files.is_empty() {
+                                ul class="files" {
+                                    @for f in &m.files {
+                                        li {
+                                            a href=(file_link(&m.id, &f.name)) download { (shown(&f.name)) }
+                                            " · " (crate::domain::artifact::bytes_text(f.size))
+                                            (if f.binary { " · binary" } else { " · text" })
+                                            @if f.redacted > 0 { " · " (f.redacted) " redacted" }
+                                        }
+                                    }
+                                }
+                            }
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// Where a person downloads file `name` of message `id`.
+fn file_link(id: &str, name: &str) -> String {
+    let query =
+        form_urlencoded::Serializer::new(String::new()).append_pair("message", id).append_pair("name", name).finish();
+    format!("/file?{query}")
 }
 
 /// The picture, drawn on the server: machines as boxes holding their agents, a line for each pair

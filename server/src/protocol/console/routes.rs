@@ -78,6 +78,7 @@ pub(super) fn router(app: &App, secure: bool, shutdown: CancellationToken) -> Ro
         .route("/contacts/drop", post(contact_drop))
         .route("/contacts/private", post(contact_private))
         .route("/events", get(events))
+        .route("/file", get(file_download))
         .route("/static/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
         .route("/static/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
@@ -440,6 +441,37 @@ async fn agents_live(State(c): State<Console>, headers: HeaderMap) -> Response {
 
 async fn inbox_live(State(c): State<Console>, headers: HeaderMap) -> Response {
     c.live(Page::Inbox, &headers).await
+}
+
+/// Which file to download.
+#[derive(Deserialize)]
+struct FileQuery {
+    message: String,
+    name: String,
+}
+
+/// A file an agent sent, to save: always as bytes to download (`attachment`, no type to sniff),
+/// never shown in the console's own origin.
+async fn file_download(State(c): State<Console>, headers: HeaderMap, Query(q): Query<FileQuery>) -> Response {
+    let person = match c.signed_in(&headers).await {
+        Ok((_, person)) => person,
+        Err(e) => return c.away(e),
+    };
+    match c.console.file(&person, &q.message, &q.name).await {
+        Ok((file, content)) => {
+            let encoded = percent_encoding::utf8_percent_encode(&file.name, percent_encoding::NON_ALPHANUMERIC);
+            let disposition = format!("attachment; filename*=UTF-8''{encoded}");
+            let mut response = content.into_response();
+            let h = response.headers_mut();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+            if let Ok(value) = HeaderValue::from_str(&disposition) {
+                h.insert(header::CONTENT_DISPOSITION, value);
+            }
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, no-store"));
+            response
+        }
+        Err(e) => (status_of(&e), reason(&e)).into_response(),
+    }
 }
 
 /// The activity page's filters, as its form and its live part's address carry them.
