@@ -550,3 +550,52 @@ async fn two_claude_code_agents_answering_each_other_for_ever_are_held_at_the_bo
         "two Claude Code agents answering each other: held at the 11th message, {held_at:?} after the first request"
     );
 }
+
+/// Files with the real Claude Code: bob, on another machine, attaches a patch from his clone;
+/// Claude Code's model reads its inbox, sees the file named with the message, and fetches it into
+/// its project, where the patch lands as bob wrote it.
+#[tokio::test]
+async fn claude_code_fetches_a_patch_another_machine_attached() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let project = ClaudeProject::new(&w.server.url, &w.laptop, &api.url);
+    // alice's inbox exists before her first session, so bob can write to it.
+    let mut alice = relay_tests::client::Agent::hello(&w.server.url, &w.laptop, "alice").await.unwrap();
+    alice.rpc.goodbye(relay_proto::v1::GoodbyeRequest {}).await.unwrap();
+    let bob_clone = tempfile::tempdir().unwrap();
+    let patch = "--- a/src/login.rs\n+++ b/src/login.rs\n@@ -1 +1 @@\n-fn login() {}\n+fn login() { check() }\n";
+    std::fs::write(bob_clone.path().join("fix.patch"), patch).unwrap();
+    let mut bob = Bridge::start_in(
+        relay_tests::mcp::BridgeSpec { server: &w.server.url, token: &w.ci, handle: Some("bob"), channels: false },
+        bob_clone.path(),
+    );
+    bob.initialize("2025-06-18").await;
+    let sent = bob
+        .tool_ok("relay_send", json!({ "to": "laptop/alice", "body": "the login fix", "attach": ["fix.patch"] }))
+        .await;
+    let short = short_id(sent["structuredContent"]["id"].as_str().unwrap());
+
+    api.on(
+        Api::Anthropic,
+        "ToolSearch",
+        Reply::tool("ToolSearch", json!({ "query": "select:mcp__relay__relay_inbox,mcp__relay__relay_fetch" })),
+    );
+    api.on(Api::Anthropic, "mcp__relay__relay_inbox", Reply::tool("mcp__relay__relay_inbox", json!({})));
+    let fetch = json!({ "message": short, "name": "fix.patch" });
+    api.on(Api::Anthropic, "Save a message's file with relay_fetch", Reply::tool("mcp__relay__relay_fetch", fetch));
+    api.on(Api::Anthropic, "Another agent wrote this file", Reply::text("saved bob's patch"));
+    let tools = "mcp__relay__relay_inbox,mcp__relay__relay_fetch";
+    let out = claude_print(&project, "alice", "bob sent you something: save it here", tools).await;
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), api.summary());
+
+    let requests = api.requests();
+    let listed = requests.iter().find(|r| r.last_turn().contains("Save a message's file with relay_fetch"));
+    let listed = listed.unwrap_or_else(|| panic!("the model saw the inbox: {}", api.summary())).last_turn();
+    assert!(listed.contains("fix.patch"), "the file is named with the message: {listed}");
+    assert!(
+        requests.iter().any(|r| r.last_turn().contains("Another agent wrote this file")),
+        "the model saw the fetch's result: {}",
+        api.summary()
+    );
+    assert_eq!(std::fs::read_to_string(project.dir().join("fix.patch")).unwrap(), patch);
+}
