@@ -81,8 +81,23 @@ pub fn check_name(name: &str) -> Result<()> {
     if name.chars().any(hidden) {
         return Err(Error::invalid(format!("file name {name:?} holds control or invisible characters")));
     }
-    if name.trim() != name {
-        return Err(Error::invalid(format!("file name {name:?} starts or ends with blanks")));
+    if name.trim() != name || name.ends_with('.') {
+        return Err(Error::invalid(format!("file name {name:?} starts or ends with blanks or ends with a dot")));
+    }
+    // What Windows reads as more than a name: a stream (`a.txt:s`), a device (`CON`, `nul.txt`),
+    // characters its file systems refuse.
+    if name.contains([':', '*', '?', '"', '<', '>', '|']) {
+        return Err(Error::invalid(format!(
+            "file name {name:?} holds a character some systems refuse (: * ? \" < > |)"
+        )));
+    }
+    let stem = name.split('.').next().unwrap_or_default().to_ascii_uppercase();
+    let device = matches!(stem.as_str(), "CON" | "PRN" | "AUX" | "NUL")
+        || (stem.len() == 4
+            && (stem.starts_with("COM") || stem.starts_with("LPT"))
+            && stem.as_bytes()[3].is_ascii_digit());
+    if device {
+        return Err(Error::invalid(format!("file name {name:?} is a device's on Windows")));
     }
     Ok(())
 }
@@ -128,6 +143,14 @@ pub fn prepare(name: &str, size: u64, sha256_hex: &str, data: Vec<u8>, limits: &
         Ok(text) => (text.into_bytes(), true, Counts::new()),
         Err(not_text) => (not_text.into_bytes(), true, Counts::new()),
     };
+    // A binary file is stored as sent, so one holding a credential in its readable runs (an
+    // environment dump, a core file) is refused rather than passed on.
+    if binary && let Some(kinds) = redact::holds_credential(&String::from_utf8_lossy(&content)) {
+        return Err(Error::invalid(format!(
+            "{name} is binary and holds what reads as a credential ({}): nothing was stored; send it without",
+            kinds.join(", ")
+        )));
+    }
     let sha256: [u8; 32] = Sha256::digest(&content).into();
     let attached = Attached {
         name: name.to_owned(),
@@ -186,10 +209,27 @@ mod tests {
 
     #[test]
     fn a_name_is_one_name_without_directories_or_hidden_characters() {
-        for good in ["fix.patch", "build log.txt", "ünïcode.md", ".env.example"] {
+        for good in ["fix.patch", "build log.txt", "ünïcode.md", ".env.example", "console.log", "com10.txt"] {
             check_name(good).unwrap();
         }
-        for bad in ["", " ", ".", "..", "a/b", "..\\up", "bell\u{7}", "rtl\u{202e}txt", " padded", &"x".repeat(256)] {
+        for bad in [
+            "",
+            " ",
+            ".",
+            "..",
+            "a/b",
+            "..\\up",
+            "bell\u{7}",
+            "rtl\u{202e}txt",
+            " padded",
+            "dot.",
+            "a.txt:stream",
+            "CON",
+            "nul.txt",
+            "com1.log",
+            "x<b>.md",
+            &"x".repeat(256),
+        ] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
     }
@@ -211,6 +251,9 @@ mod tests {
         assert_eq!(prepared.content, png);
         let nul = b"looks like text\0but is not".to_vec();
         assert!(prepare("x.bin", nul.len() as u64, &sha(&nul), nul, &limits).unwrap().attached.binary);
+        let environ = b"HOME=/root\0GITHUB_TOKEN=ghp_R8x2kLq9Vw3ZtN5mYb7Hc1Jd4Fg6Sp0AeXuQ\0".to_vec();
+        let refused = prepare("environ", environ.len() as u64, &sha(&environ), environ, &limits).unwrap_err();
+        assert!(refused.to_string().contains("binary and holds what reads as a credential"), "{refused}");
     }
 
     #[test]

@@ -145,6 +145,8 @@ pub struct Hold {
     pub to: Vec<String>,
     pub body: String,
     pub message_id: MessageId,
+    /// The files it carries: its reviewer sees what would go.
+    pub files: Vec<crate::artifact::Attached>,
 }
 
 /// A held message as its human decides on it.

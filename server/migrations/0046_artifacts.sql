@@ -1,7 +1,7 @@
 -- Files attached to messages (`relay_send {attach}`, `relay_fetch`). A file's content is stored once
--- by its SHA-256, however many messages carry it. A sender uploads each file first (`Upload`, a
--- stream of chunks); the upload waits, an hour at most, for the send that attaches it, which links
--- it to the message under the name it was sent with. A text file's content is redacted as bodies
+-- by its SHA-256, however many messages carry it. A sender uploads each file first (`Upload`, one
+-- request a file); the upload waits, an hour at most, for the send that attaches it, which links
+-- it to the message under the name it was sent with (the upload is then spent). A text file's content is redacted as bodies
 -- are before it is hashed, so what is stored and counted is what recipients get.
 create table artifact_blobs (
     sha256  bytea primary key,
@@ -25,7 +25,8 @@ create table artifact_uploads (
 );
 
 create index artifact_uploads_by_age on artifact_uploads (created_at);
-create index artifact_uploads_by_account on artifact_uploads (account_id);
+-- What an account's files hold is summed from these (sizes in the index: no table reads).
+create index artifact_uploads_by_account on artifact_uploads (account_id) include (size);
 create index artifact_uploads_by_blob on artifact_uploads (sha256);
 
 -- Written before the message itself (the send's writer batches messages apart from this), so a
@@ -43,6 +44,6 @@ create table message_artifacts (
     primary key (message_id, name)
 );
 
-create index message_artifacts_by_account on message_artifacts (account_id);
+create index message_artifacts_by_account on message_artifacts (account_id) include (size);
 create index message_artifacts_by_blob on message_artifacts (sha256);
 create index message_artifacts_by_age on message_artifacts (created_at);

@@ -748,7 +748,7 @@ impl Stage {
                 // With a file a person can download from the page.
                 let data = b"step 1: <b>migrate</b>\n".to_vec();
                 let upload = UploadRequest {
-                    name: "plan<b>.md".into(),
+                    name: "plan & notes.md".into(),
                     size: data.len() as u64,
                     sha256: hex::encode(sha2::Sha256::digest(&data)),
                     data,
@@ -921,10 +921,43 @@ async fn a_person_downloads_the_files_of_their_agents_messages_and_no_one_else_d
 
     let missing = get(&w.console, &format!("/file?message={id}&name=other.txt"), &cookie).await;
     assert_eq!(missing.status, 404, "{missing:?}");
-    w.server.admin_ok(&["account", "create", "globex"]);
+
+    // A message held for the person shows its files beside it, to look at before releasing it.
+    let globex = w.server.machine("globex", "box");
+    w.server.admin_ok(&["contact", "add", "acme", "globex"]);
+    person(&w.server.url, &w.human)
+        .await
+        .hold_policy(HoldPolicyRequest { class: "contact".into(), on: true })
+        .await
+        .unwrap();
+    Agent::hello(&w.server.url, &globex, "eve").await.unwrap();
+    let data = b"the numbers".to_vec();
+    let upload = UploadRequest {
+        name: "q3.csv".into(),
+        size: data.len() as u64,
+        sha256: hex::encode(sha2::Sha256::digest(&data)),
+        data: data.clone(),
+    };
+    let up = bob.rpc.upload(upload).await.unwrap().into_inner().upload;
+    let send = SendRequest {
+        to: vec!["globex/box/eve".into()],
+        body: "figures".into(),
+        attach: vec![up],
+        ..Default::default()
+    };
+    let held = bob.rpc.send(send).await.unwrap().into_inner();
+    assert!(!held.hold.is_empty(), "{held:?}");
+    let inbox = get(&w.console, "/inbox", &cookie).await;
+    let link = format!("/file?message={}&amp;name=q3.csv", held.id);
+    assert!(inbox.body.contains(&format!("href=\"{link}\"")), "{}", inbox.body);
+    let file = get(&w.console, &link.replace("&amp;", "&"), &cookie).await;
+    assert_eq!((file.status, file.body.as_bytes()), (200, data.as_slice()), "{file:?}");
+
     let stranger = sign_in(&w.console, &w.server.admin_ok(&["human", "add", "globex"])).await;
     let theirs = get(&w.console, &format!("/file?message={id}&name=page.html"), &stranger).await;
     assert_eq!(theirs.status, 404, "another account's person finds no such file: {theirs:?}");
+    let before = get(&w.console, &format!("/file?message={}&name=q3.csv", held.id), &stranger).await;
+    assert_eq!(before.status, 404, "a held message is not its recipients' yet: {before:?}");
     let anonymous = request(&w.console, "GET", &format!("/file?message={id}&name=page.html"), &[], "").await;
     assert_ne!(anonymous.status, 200, "{anonymous:?}");
     assert!(!anonymous.body.contains("alert"), "{anonymous:?}");

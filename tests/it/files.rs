@@ -194,6 +194,9 @@ async fn bad_uploads_and_bad_attachments_are_refused_and_store_nothing() {
 async fn a_path_that_cannot_be_read_refuses_the_send_whole() {
     let w = relay_tests::server::TwoMachines::start().await;
     let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let secret = elsewhere.path().join("id_ed25519");
+    std::fs::write(&secret, "not for sending").unwrap();
     std::fs::create_dir(dir.path().join("folder")).unwrap();
     std::fs::write(dir.path().join("ok.txt"), "fine").unwrap();
     let mut bob = relay_tests::mcp::bridge(&w.server.url, &w.ci, "bob");
@@ -202,7 +205,8 @@ async fn a_path_that_cannot_be_read_refuses_the_send_whole() {
     let mut ann = bridge_in(&w.server.url, &w.laptop, "ann", dir.path());
     ann.initialize("2025-06-18").await;
     for (attach, said) in [
-        (json!(["ok.txt", "missing.txt"]), "cannot read missing.txt"),
+        (json!(["ok.txt", "missing.txt"]), "missing.txt cannot be read"),
+        (json!(secret.display().to_string()), "is outside your working directory"),
         (json!("folder"), "folder is not a file"),
         (json!([{ "name": "x.txt" }]), "give its content as text or as base64"),
         (json!([]), "1 to 16 files"),

@@ -2,7 +2,7 @@
 //! inline by a remote agent) and what `relay_fetch` writes into the working directory, never
 //! outside it and never over a file unless asked.
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -44,20 +44,21 @@ fn read(tools: &Tools, file: Attach) -> Result<Ready> {
                 ))
                 .into());
             };
-            let path = Path::new(cwd).join(tools.host().expand_home(&raw));
-            let meta = std::fs::metadata(&path).map_err(|e| ArgError(format!("attach: cannot read {raw}: {e}")))?;
-            if !meta.is_file() {
-                return Err(ArgError(format!("attach: {raw} is not a file")).into());
-            }
-            if meta.len() > MAX_READ_BYTES {
+            let path = readable(Path::new(cwd), &raw)?;
+            let mut content = Vec::new();
+            // Read to one past the most any relay takes, whatever the file says its size is
+            // (files under /proc say 0).
+            let file = std::fs::File::open(&path).map_err(|e| ArgError(format!("attach: cannot read {raw}: {e}")))?;
+            file.take(MAX_READ_BYTES + 1)
+                .read_to_end(&mut content)
+                .map_err(|e| ArgError(format!("attach: cannot read {raw}: {e}")))?;
+            if content.len() as u64 > MAX_READ_BYTES {
                 return Err(ArgError(format!(
-                    "attach: {raw} is {}; no relay takes a file over {}: send a part, or say where it is",
-                    output::bytes_text(meta.len()),
+                    "attach: {raw} is over {}, more than any relay takes: send a part, or say where it is",
                     output::bytes_text(MAX_READ_BYTES)
                 ))
                 .into());
             }
-            let content = std::fs::read(&path).map_err(|e| ArgError(format!("attach: cannot read {raw}: {e}")))?;
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or(raw);
             (name, content)
         }
@@ -142,6 +143,22 @@ pub(super) fn describe(file: &Attachment) -> String {
     format!("{}, {kind}{redacted}", output::bytes_text(file.size))
 }
 
+/// The file `raw` names, under the working directory `root` (a link inside it may not lead out):
+/// what an agent attaches is its work, not whatever its machine holds (keys, other projects,
+/// `/proc`).
+fn readable(root: &Path, raw: &str) -> std::result::Result<PathBuf, ArgError> {
+    let refuse = |why: &str| ArgError(format!("attach: {raw} {why}"));
+    let root = root.canonicalize().map_err(|e| ArgError(format!("cannot read your working directory: {e}")))?;
+    let path = root.join(raw).canonicalize().map_err(|e| refuse(&format!("cannot be read: {e}")))?;
+    if !path.starts_with(&root) {
+        return Err(refuse("is outside your working directory: copy what you mean to send into it"));
+    }
+    if !path.is_file() {
+        return Err(refuse("is not a file"));
+    }
+    Ok(path)
+}
+
 /// Where `asked` lands under `root`: a relative path of plain names (no `..`, no root, no drive),
 /// whose existing directories do not lead outside `root` through a link.
 fn inside(root: &Path, asked: &str) -> std::result::Result<PathBuf, ArgError> {
@@ -152,6 +169,11 @@ fn inside(root: &Path, asked: &str) -> std::result::Result<PathBuf, ArgError> {
     }
     if !relative.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
         return Err(refuse("leaves the working directory"));
+    }
+    // Hidden files and folders hold settings things run by (.git, .ssh, .env): another agent's
+    // file never lands there.
+    if relative.components().any(|c| matches!(c, Component::Normal(n) if n.to_string_lossy().starts_with('.'))) {
+        return Err(refuse("names a hidden file or folder"));
     }
     let root = root.canonicalize().map_err(|e| ArgError(format!("cannot read your working directory: {e}")))?;
     let target = root.join(relative);
@@ -184,17 +206,20 @@ fn write(target: &Path, data: &[u8], overwrite: bool) -> std::result::Result<(),
     }
     let dir = target.parent().ok_or_else(|| ArgError(format!("{} has no directory", target.display())))?;
     std::fs::create_dir_all(dir).map_err(|e| ArgError(format!("cannot make {}: {e}", dir.display())))?;
-    let file_name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = dir.join(format!(".{file_name}.relay-{}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
+    let suffix: u64 = rand::random();
+    let temp = dir.join(format!(".relay-fetch-{suffix:016x}.part"));
+    let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&temp)
-        .and_then(|mut f| f.write_all(data).and_then(|()| f.sync_all()));
-    if let Err(e) = written {
+        .map_err(|e| ArgError(format!("cannot write {}: {e}", target.display())))?;
+    // Made here, so it is this call's to remove if anything goes wrong from now on.
+    if let Err(e) = file.write_all(data).and_then(|()| file.sync_all()) {
+        drop(file);
         let _ = std::fs::remove_file(&temp);
         return Err(ArgError(format!("cannot write {}: {e}", target.display())));
     }
+    drop(file);
     // Checked again at the last moment: a file made meanwhile is not replaced unasked.
     let placed = if overwrite {
         std::fs::rename(&temp, target)
@@ -223,7 +248,7 @@ mod tests {
         let root = scratch("inside");
         assert_eq!(inside(&root, "fix.patch").unwrap(), root.canonicalize().unwrap().join("fix.patch"));
         assert_eq!(inside(&root, "out/new/fix.patch").unwrap(), root.canonicalize().unwrap().join("out/new/fix.patch"));
-        for escape in ["../x", "a/../../x", "/etc/passwd", ""] {
+        for escape in ["../x", "a/../../x", "/etc/passwd", "", ".ssh/authorized_keys", "repo/.git/config", ".env"] {
             assert!(inside(&root, escape).is_err(), "{escape:?}");
         }
         #[cfg(unix)]
@@ -234,6 +259,28 @@ mod tests {
             assert!(err.contains("through a link"), "{err}");
             std::os::unix::fs::symlink(outside.join("f"), root.join("link")).unwrap();
             assert!(inside(&root, "link").unwrap_err().0.contains("is a link"));
+        }
+    }
+
+    #[test]
+    fn only_files_under_the_working_directory_are_attached() {
+        let root = scratch("attach");
+        std::fs::write(root.join("fix.patch"), "x").unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        assert_eq!(readable(&root, "fix.patch").unwrap(), root.canonicalize().unwrap().join("fix.patch"));
+        assert!(readable(&root, "sub/../fix.patch").is_ok());
+        for outside in ["/etc/hostname", "../x", "/proc/self/environ"] {
+            let err = readable(&root, outside).unwrap_err().0;
+            assert!(
+                err.contains("outside your working directory") || err.contains("cannot be read"),
+                "{outside}: {err}"
+            );
+        }
+        assert!(readable(&root, "sub").unwrap_err().0.contains("not a file"));
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("/etc/hostname", root.join("host")).unwrap();
+            assert!(readable(&root, "host").unwrap_err().0.contains("outside your working directory"));
         }
     }
 

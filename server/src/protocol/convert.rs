@@ -344,6 +344,7 @@ impl WireFrom<Hold> for wire::HoldView {
             to: h.to,
             body: h.body,
             message_id: h.message_id.into(),
+            attachments: all(h.files),
         }
     }
 }

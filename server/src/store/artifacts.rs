@@ -12,7 +12,8 @@ use super::row::{Col, FromRow};
 use crate::domain::artifact::{Attached, Prepared, UPLOAD_KEPT_S};
 use crate::domain::caller::Caller;
 use crate::domain::ids::{AccountId, EndpointId, MessageId, MessageRef};
-use crate::domain::message::{Message, pick_named};
+use crate::domain::message::pick_named;
+use crate::domain::names::HUMAN;
 use crate::domain::{EntityKind, Error};
 use crate::store::Result;
 
@@ -129,21 +130,17 @@ pub(crate) async fn link(
     Ok(c.execute(&stmt, &[message, &sender, &ids]).await?)
 }
 
-/// Takes the links of a message that was not written after all.
+/// Takes the links of message `message` if it was not written after all (refused, or a retry its
+/// first send answered); a message that was written, whatever its sender heard, keeps them.
 pub(crate) async fn unlink(c: &impl GenericClient, message: &MessageId) -> Result<u64> {
-    Ok(c.execute("delete from message_artifacts where message_id = $1", &[message]).await?)
+    let sql = "delete from message_artifacts a
+               where a.message_id = $1 and not exists (select 1 from messages m where m.id = $1)";
+    Ok(c.execute(sql, &[message]).await?)
 }
 
-/// Fills in the files each of `messages` carries: one statement, none for no messages.
-pub(crate) async fn manifests(c: &impl GenericClient, messages: &mut [Message]) -> Result<()> {
-    let ids: Vec<&str> = messages.iter().map(|m| m.id.as_str()).collect();
-    let mut files = files_of(c, &ids).await?;
-    for m in messages.iter_mut() {
-        // A message may be read twice in one answer (never today); each copy gets its files.
-        m.attachments = files.get(m.id.as_str()).cloned().unwrap_or_default();
-    }
-    files.clear();
-    Ok(())
+/// The sender's uploads `ids`, attached to a message now written: spent, so they count once.
+pub(crate) async fn spend(c: &impl GenericClient, sender: EndpointId, ids: &[String]) -> Result<u64> {
+    Ok(c.execute("delete from artifact_uploads where id = any($2) and endpoint_id = $1", &[&sender, &ids]).await?)
 }
 
 /// The files of messages `ids`, by message, each message's by name: one statement, none for no ids.
@@ -165,7 +162,8 @@ pub(crate) async fn files_of(c: &impl GenericClient, ids: &[&str]) -> Result<Has
 }
 
 /// File `name` of message `message`, for a person of `account`: a message its agents sent or
-/// received (not withdrawn), not private (as the activity page shows them).
+/// received (not withdrawn), not private (as the activity page shows them) unless it is held for
+/// the account's review or was sent to its people.
 pub(crate) async fn fetch_for_account(
     c: &impl GenericClient,
     account: AccountId,
@@ -179,7 +177,13 @@ pub(crate) async fn fetch_for_account(
              join message_artifacts a on a.message_id = m.id and a.name = $3
              join artifact_blobs b on b.sha256 = a.sha256
              join endpoint_addresses s on s.id = m.sender_id
-             where m.id = $1 and not m.private
+             where m.id = $1
+               -- Private messages stay off the activity page; one held for the account's review, or
+               -- sent to its people, is theirs to see.
+               and (not m.private
+                    or exists (select 1 from holds h where h.message_id = m.id and h.account_id = $2)
+                    or exists (select 1 from deliveries d join endpoint_addresses r on r.id = d.recipient_id
+                               where d.message_id = m.id and r.account_id = $2 and r.machine = '{HUMAN}'))
                and (s.account_id = $2
                     or exists (select 1 from deliveries d join endpoint_addresses r on r.id = d.recipient_id
                                where d.message_id = m.id and r.account_id = $2 and d.state <> {WITHDRAWN}))"
@@ -230,11 +234,10 @@ pub(crate) async fn fetch(
 ) -> Result<(Attached, Vec<u8>)> {
     let stmt = c
         .prepare_cached(&format!(
-            "select a.name, a.sha256, a.size, a.is_binary, a.redacted, b.content,
-                    (a.name = $3) as wanted
+            "select a.name, a.sha256, a.size, a.is_binary, a.redacted, (a.name = $3) as wanted,
+                    (select b.content from artifact_blobs b where b.sha256 = a.sha256 and a.name = $3) as content
              from messages m
              join message_artifacts a on a.message_id = m.id
-             join artifact_blobs b on b.sha256 = a.sha256
              where m.id = $1
                and (m.sender_id = $2
                     or exists (select 1 from deliveries d
@@ -245,7 +248,9 @@ pub(crate) async fn fetch(
     // The content of the one asked for only; the others' names say what there is.
     let rows = c.query(&stmt, &[message, &caller.endpoint_id, &name]).await?;
     if let Some(row) = rows.iter().find(|r| r.get::<_, bool>("wanted")) {
-        return Ok((Attached::from_row(row)?, row.col("content")?));
+        let content: Option<Vec<u8>> = row.col("content")?;
+        let content = content.ok_or_else(|| Error::Internal("a file's content is missing".into()))?;
+        return Ok((Attached::from_row(row)?, content));
     }
     let names: Vec<String> = rows.iter().map(|r| r.col("name")).collect::<Result<_>>()?;
     let short = &message.as_str()[..message.as_str().len().min(8)];
@@ -277,7 +282,10 @@ pub(crate) async fn purge(c: &impl GenericClient, batch: i64) -> Result<u64> {
         .execute(
             "with doomed as (
                  select message_id, name from message_artifacts a
+                 -- A day's links past the hour: a message is written within seconds of its
+                 -- links, or never; a purged message takes its own links.
                  where a.created_at < now() - make_interval(secs => $1)
+                   and a.created_at > now() - make_interval(secs => $1) - interval '1 day'
                    and not exists (select 1 from messages m where m.id = a.message_id)
                  limit $2 for update skip locked)
              delete from message_artifacts a using doomed
@@ -342,9 +350,8 @@ mod tests {
         let message = db.send(ann, &to_bob, "files", None, None).await;
         assert_eq!(link(&c, &message, ann, &["up_1".into(), "up_3".into()]).await.unwrap(), 2);
         assert_eq!(link(&c, &message, bob, &["up_2".into()]).await.unwrap(), 0, "only the uploader attaches");
-        let (mut read, _) = crate::store::messages::take_unread(&c, bob, 10, State::Surfaced).await.unwrap();
+        let (read, _) = crate::store::messages::take_unread(&c, bob, 10, State::Surfaced).await.unwrap();
         assert_eq!(read[0].attachments.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["a.txt", "c.bin"]);
-        manifests(&c, &mut read[..0]).await.unwrap();
         let bobs = caller_of(&c, bob).await.unwrap();
         let (got, content) = fetch(&c, &bobs, &message, "c.bin").await.unwrap();
         assert!(got.binary && content == [0, 1, 2]);

@@ -381,11 +381,12 @@ pub(crate) async fn holds_on(client: &impl GenericClient, human: &Human, all: bo
         .query(
             &format!(
                 "select h.id, h.class, h.state, coalesce(h.reason, '') as reason, s.address as sender, m.body,
-                        m.id as message_id,
+                        m.id as message_id, {files},
                         array(select address from endpoint_addresses where id = any(h.recipients) order by address)
                             as recipients
                  from holds h join messages m on m.id = h.message_id join endpoint_addresses s on s.id = m.sender_id
-                 where h.account_id = $1 and ($2 or h.state = '{HOLD_PENDING}') order by h.created_at"
+                 where h.account_id = $1 and ($2 or h.state = '{HOLD_PENDING}') order by h.created_at",
+                files = super::messages::files_column!("m.id")
             ),
             &[&human.account_id, &all],
         )
@@ -404,6 +405,7 @@ impl FromRow for HoldView {
             body: row.col("body")?,
             message_id: row.col("message_id")?,
             to: row.col("recipients")?,
+            files: super::messages::files(row.col("files")?)?,
         })
     }
 }

@@ -201,7 +201,7 @@ impl Sends {
         let (id, thread) = out.new_id_and_thread();
         let attached = self.attach(caller, &id, out).await?;
         let write = Write { caller, id: &id, thread: &thread, targets: &known.targets, out, reply_to: None, attached };
-        let mut sent = self.settle(&id, attached, self.write_send(write).await).await?;
+        let mut sent = self.settle(caller, out, &id, attached, self.write_send(write).await).await?;
         if !sent.duplicate {
             sent.skipped = known.skipped;
         }
@@ -246,7 +246,7 @@ impl Sends {
         let (id, thread) = out.new_id_and_thread();
         let attached = self.attach(caller, &id, out).await?;
         let write = Write { caller, id: &id, thread: &thread, targets: &held.targets, out, reply_to: None, attached };
-        let mut sent = self.settle(&id, attached, self.write_held(write, class, None).await).await?;
+        let mut sent = self.settle(caller, out, &id, attached, self.write_held(write, class, None).await).await?;
         if !sent.duplicate {
             sent.skipped = held.skipped;
         }
@@ -263,19 +263,44 @@ impl Sends {
         let client = self.store.client().await?;
         let files = store::artifacts::uploads(&client, caller.endpoint_id, out.attach).await?;
         artifact::check_message(&files, &self.files)?;
-        store::artifacts::link(&client, id, caller.endpoint_id, out.attach).await?;
+        let linked = store::artifacts::link(&client, id, caller.endpoint_id, out.attach).await?;
+        if linked != files.len() as u64 {
+            // An upload's hour ran out in between: the send goes whole or not at all.
+            store::artifacts::unlink(&client, id).await?;
+            return Err(Error::not_found(
+                crate::domain::EntityKind::Upload,
+                "an upload expired as the message was sent: attach the files again",
+            ));
+        }
         Ok(true)
     }
 
-    /// Takes back the links of a message that was not written (refused, or a retry the first
-    /// send answers), so nothing is left counted against the account.
-    async fn settle(&self, id: &MessageId, attached: bool, written: Result<Sent>) -> Result<Sent> {
-        if attached && !matches!(&written, Ok(sent) if !sent.duplicate) {
-            let unlinked = async { Ok::<_, Error>(store::artifacts::unlink(&self.store.client().await?, id).await?) };
-            if let Err(e) = unlinked.await {
-                // The purge takes links whose message never came within the hour.
-                tracing::warn!(message = %id, error = %e, "cannot take back the files of an unwritten message");
-            }
+    /// After the write: a written message's uploads are spent (its links count now); the links of
+    /// a message that was not written (refused, or a retry the first send answers) are taken back.
+    /// An answer lost on its way may hide a message that was written: its links stay, as the
+    /// database says.
+    async fn settle(
+        &self,
+        caller: &Caller,
+        out: &Outgoing<'_>,
+        id: &MessageId,
+        attached: bool,
+        written: Result<Sent>,
+    ) -> Result<Sent> {
+        if !attached {
+            return written;
+        }
+        let tidied = async {
+            let client = self.store.client().await?;
+            match &written {
+                Ok(sent) if !sent.duplicate => store::artifacts::spend(&client, caller.endpoint_id, out.attach).await?,
+                _ => store::artifacts::unlink(&client, id).await?,
+            };
+            Ok::<_, Error>(())
+        };
+        if let Err(e) = tidied.await {
+            // The purge takes uploads and links nothing needs within the hour.
+            tracing::warn!(message = %id, error = %e, "cannot settle the files of a send");
         }
         written
     }

@@ -517,19 +517,26 @@ pub fn activity_live(activity: &Activity) -> Markup {
                                 (m.at.to_rfc3339_opts(SecondsFormat::Secs, true))
                             }
                             pre class="body" { (shown(&m.body)) }
-                            @if !m.files.is_empty() {
-                                ul class="files" {
-                                    @for f in &m.files {
-                                        li {
-                                            a href=(file_link(&m.id, &f.name)) download { (shown(&f.name)) }
-                                            " · " (crate::domain::artifact::bytes_text(f.size))
-                                            (if f.binary { " · binary" } else { " · text" })
-                                            @if f.redacted > 0 { " · " (f.redacted) " redacted" }
-                                        }
-                                    }
-                                }
-                            }
+                            (files_list(&m.id, &m.files))
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The files a message carries, each a link that downloads it; nothing for none.
+fn files_list(id: &str, files: &[crate::domain::artifact::Attached]) -> Markup {
+    html! {
+        @if !files.is_empty() {
+            ul class="files" {
+                @for f in files {
+                    li {
+                        a href=(file_link(id, &f.name)) download { (shown(&f.name)) }
+                        " · " (crate::domain::artifact::bytes_text(f.size))
+                        (if f.binary { " · binary" } else { " · text" })
+                        @if f.redacted > 0 { " · " (f.redacted) " redacted" }
                     }
                 }
             }
@@ -659,6 +666,7 @@ pub fn inbox_live(inbox: &Inbox, csrf: &str, nonce: &str, now_ms: i64) -> Markup
                         " " span class="badge" { (shown(&h.class)) }
                     }
                     pre class="body" { (shown(&h.body)) }
+                    (files_list(h.message_id.as_str(), &h.files))
                     form method="post" action="/inbox/hold" class="inline" {
                         (csrf_field(csrf))
                         (hidden("id", shown(h.id.as_str())))
@@ -721,6 +729,7 @@ fn message(r: &Received, csrf: &str, nonce: &str, now_ms: i64) -> Markup {
                 }
             }
             pre class="body" { (shown(&m.body)) }
+            (files_list(m.id.as_str(), &m.attachments))
             div class="actions" {
                 @if !r.read {
                     form method="post" action="/inbox/read" class="inline" {
@@ -917,6 +926,7 @@ mod tests {
                 to: vec!["globex/box/eve".into()],
                 body: hostile().into(),
                 message_id: "m".into(),
+                files: Vec::new(),
             }],
             approvals: vec![crate::domain::trust::Approval {
                 id: "a1".into(),

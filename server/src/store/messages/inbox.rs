@@ -8,14 +8,17 @@ use super::{MESSAGE_COLUMNS, READ, WITHDRAWN};
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{EndpointId, Seq};
 use crate::domain::message::{Announced, Announcement, Message};
+use crate::store::Result;
 use crate::store::row::{Col, FromRow};
-use crate::store::{Result, artifacts};
 
 /// The columns of a page of unread messages, as `relay_unread` and `relay_take_unread` answer them
 /// and [`Message::from_row`] reads them.
 macro_rules! page_columns {
     () => {
-        "seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, relation"
+        concat!(
+            "seq, id, sender, thread, kind, body, reply_to, created_at, require_reply, private, relation, ",
+            super::files_column!("id")
+        )
     };
 }
 
@@ -63,10 +66,7 @@ pub(crate) async fn unread_after(
     limit: i64,
 ) -> Result<Vec<Message>> {
     let stmt = c.prepare_cached(UNREAD_AFTER).await?;
-    let mut messages: Vec<Message> =
-        c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(Message::from_row).collect::<Result<_>>()?;
-    artifacts::manifests(c, &mut messages).await?;
-    Ok(messages)
+    c.query(&stmt, &[&inbox, &after, &limit]).await?.iter().map(Message::from_row).collect()
 }
 
 /// One look at `inbox`: the messages of its first `limit` unread deliveries in seq order, moved to
@@ -85,9 +85,7 @@ pub(crate) async fn take_unread(
         Some(row) => row.col::<Option<i32>>("left_unread")?.unwrap_or_default().max(0) as u64,
         None => 0,
     };
-    let mut messages: Vec<Message> = rows.iter().map(Message::from_row).collect::<Result<_>>()?;
-    artifacts::manifests(c, &mut messages).await?;
-    Ok((messages, left))
+    Ok((rows.iter().map(Message::from_row).collect::<Result<_>>()?, left))
 }
 
 /// One look at `inbox` that moves its page to surfaced, unless it is still at version `seen` with
@@ -111,8 +109,7 @@ pub(crate) async fn look(
     let version = Version { head: first.col("head")?, unread: first.col("unread")? };
     // Every row carries the same count left unread.
     let left = first.col::<Option<i32>>("left_unread")?.unwrap_or_default().max(0) as u64;
-    let mut messages: Vec<Message> = rows.iter().map(Message::from_row).collect::<Result<_>>()?;
-    artifacts::manifests(c, &mut messages).await?;
+    let messages = rows.iter().map(Message::from_row).collect::<Result<_>>()?;
     Ok(Look::Page { messages, left, version: Some(version) })
 }
 
@@ -154,15 +151,7 @@ pub(crate) async fn recent(c: &impl GenericClient, inbox: EndpointId, limit: i64
         message_joins!()
     );
     let stmt = c.prepare_cached(&sql).await?;
-    let rows = c.query(&stmt, &[&inbox, &limit]).await?;
-    let (mut messages, read): (Vec<Message>, Vec<bool>) = rows
-        .iter()
-        .map(|row| Ok((Message::from_row(row)?, row.col::<bool>("read")?)))
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .unzip();
-    artifacts::manifests(c, &mut messages).await?;
-    Ok(messages.into_iter().zip(read).collect())
+    c.query(&stmt, &[&inbox, &limit]).await?.iter().map(|row| Ok((Message::from_row(row)?, row.col("read")?))).collect()
 }
 
 /// How many messages `inbox` holds unread: its counter, kept by the deliveries' triggers.

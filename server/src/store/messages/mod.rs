@@ -13,6 +13,8 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
 use super::row::{Col, FromRow};
+use crate::domain::Error;
+use crate::domain::artifact::Attached;
 use crate::domain::delivery::{Kind, State};
 use crate::domain::ids::{AccountId, EndpointId, MessageId, ReplicaId};
 use crate::domain::message::{Message, Recipient};
@@ -113,10 +115,28 @@ impl FromRow for Target {
     }
 }
 
+/// The column `files`: the files of the message whose id is `$id`, by name, as
+/// `[[name, size, binary, redacted, sha256 hex], …]` (null for none) — read in the statement that
+/// reads the message, an index probe a row, rather than in a statement of its own.
+macro_rules! files_column {
+    ($id:literal) => {
+        concat!(
+            "(select jsonb_agg(jsonb_build_array(a.name, a.size, a.is_binary, a.redacted, encode(a.sha256, 'hex')) \
+              order by a.name) from message_artifacts a where a.message_id = ",
+            $id,
+            ") as files"
+        )
+    };
+}
+pub(crate) use files_column;
+
 /// Columns read by [`Message::from_row`], over [`MESSAGE_JOINS`].
-const MESSAGE_COLUMNS: &str = "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at, \
+const MESSAGE_COLUMNS: &str = concat!(
+    "d.seq, m.id, ea.address as sender, m.thread, m.kind, m.body, m.reply_to, m.created_at, \
      m.require_reply, m.private, \
-     case when re.parent_id = m.sender_id then 'parent' when se.parent_id = d.recipient_id then 'child' else '' end as relation";
+     case when re.parent_id = m.sender_id then 'parent' when se.parent_id = d.recipient_id then 'child' else '' end as relation, ",
+    files_column!("m.id")
+);
 
 /// Deliveries `d` with what [`message_joins`] adds.
 const MESSAGE_JOINS: &str = concat!("deliveries d ", message_joins!());
@@ -136,9 +156,28 @@ impl FromRow for Message {
             relation: row.col("relation")?,
             require_reply: row.col("require_reply")?,
             private: row.col("private")?,
-            attachments: Vec::new(),
+            attachments: files(row.col("files")?)?,
         })
     }
+}
+
+/// A message's files as [`files_column`] answers them.
+pub(crate) fn files(column: Option<serde_json::Value>) -> Result<Vec<Attached>> {
+    let shape = || Error::Internal("a message's files are not in the shape this binary reads".into());
+    let Some(serde_json::Value::Array(files)) = column else { return Ok(Vec::new()) };
+    files
+        .iter()
+        .map(|f| {
+            let sha256 = f[4].as_str().and_then(|h| hex::decode(h).ok()).and_then(|b| b.try_into().ok());
+            Ok(Attached {
+                name: f[0].as_str().ok_or_else(shape)?.to_owned(),
+                size: f[1].as_u64().ok_or_else(shape)?,
+                binary: f[2].as_bool().ok_or_else(shape)?,
+                redacted: f[3].as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(shape)?,
+                sha256: sha256.ok_or_else(shape)?,
+            })
+        })
+        .collect()
 }
 
 /// A notification on [`DELIVERY_CHANNEL`].

@@ -71,10 +71,7 @@ pub(crate) async fn replies_to(c: &impl GenericClient, id: &MessageId, recipient
          order by d.seq"
     );
     let stmt = c.prepare_cached(&sql).await?;
-    let mut replies: Vec<Message> =
-        c.query(&stmt, &[&id, &recipient]).await?.iter().map(Message::from_row).collect::<Result<_>>()?;
-    crate::store::artifacts::manifests(c, &mut replies).await?;
-    Ok(replies)
+    c.query(&stmt, &[&id, &recipient]).await?.iter().map(Message::from_row).collect()
 }
 
 /// The stored result of an earlier send by `sender` with this client id, if there was one.
