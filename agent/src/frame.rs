@@ -144,6 +144,9 @@ pub fn message(m: &Message) -> String {
     if m.require_reply {
         head.push_str(" require_reply=\"true\"");
     }
+    if !m.topic.is_empty() {
+        head.push_str(&format!(" topic={} post={}", attr(&m.topic), m.topic_seq));
+    }
     if !m.attachments.is_empty() {
         let files: Vec<String> = m.attachments.iter().map(|a| format!("{} ({})", a.name, size(a.size))).collect();
         head.push_str(&format!(" files={}", attr(&files.join(", "))));

@@ -19,6 +19,7 @@ pub enum EntityKind {
     Claim,
     Attachment,
     Upload,
+    Topic,
     /// A row another one refers to (a foreign key).
     Reference,
 }
@@ -42,6 +43,7 @@ impl EntityKind {
             Self::Claim => "claim",
             Self::Attachment => "attachment",
             Self::Upload => "upload",
+            Self::Topic => "topic",
             Self::Reference => "reference",
         }
     }

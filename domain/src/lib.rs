@@ -27,6 +27,7 @@ pub mod search;
 #[cfg(feature = "postgres")]
 mod sql;
 pub mod timings;
+pub mod topic;
 pub mod trust;
 
 pub use error::{EntityKind, Error};

@@ -19,8 +19,10 @@ pub struct Message {
     pub relation: String,
     pub require_reply: bool,
     pub private: bool,
-    /// Files it carries (read apart from the message: see `store::artifacts::manifests`).
+    /// Files it carries.
     pub attachments: Vec<super::artifact::Attached>,
+    /// A topic's post, read through its reader's cursor (its `seq` is then 0).
+    pub post: Option<super::topic::Posted>,
 }
 
 /// A message named to its recipient's model without its body: a hook's notice that mail waits.
@@ -58,6 +60,7 @@ impl Message {
             require_reply: false,
             private: false,
             attachments: Vec::new(),
+            post: None,
         }
     }
 }

@@ -206,6 +206,7 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
         assert!(offered.iter().any(|t| t == tool), "the operator's and the board's: {offered:?}");
     }
     tool_definitions_fit("Codex, as the account's operator", &first);
+    let operator = first.tools();
     let (_, answered) =
         api.wait_for("the tool's answer", 0, TURN, |r| r.last_turn().contains("function_call_output")).await;
     assert!(answered.last_turn().contains("acme/ci/bob"), "the send went through: {}", answered.last_turn());
@@ -215,6 +216,26 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
         messages.iter().any(|m| m["body"] == "hello from codex exec" && m["from"] == "acme/laptop/codex-1"),
         "{inbox}"
     );
+
+    // Another agent of the account is listed the path claims instead of the operator's tools: the
+    // other most an agent's model is sent.
+    w.server.admin_ok(&["operator", "acme", "ci/bob"]);
+    api.on(Api::OpenAi, "say hello again", Reply::text("hello"));
+    let run = tokio::process::Command::new(clients::program("codex"))
+        .args(["exec", "--skip-git-repo-check", "say hello again"])
+        .current_dir(codex.project.path())
+        .env_clear()
+        .envs(codex.env())
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(TURN, run).await.expect("codex exec hung").unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, second) = api.wait_for("the second run", 1, TURN, |r| r.last_turn().contains("say hello again")).await;
+    let offered = second.tools();
+    assert!(offered.iter().any(|t| t == "mcp__relay.relay_claim"), "an editor's: {offered:?}");
+    assert!(!offered.iter().any(|t| t == "mcp__relay.close_job"), "not the operator's: {offered:?}");
+    assert!(!operator.iter().any(|t| t == "mcp__relay.relay_claim"), "the operator steers: {operator:?}");
+    tool_definitions_fit("Codex, an agent of an account with a board", &second);
 }
 
 #[tokio::test]

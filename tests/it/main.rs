@@ -44,6 +44,7 @@ mod scope;
 mod search;
 mod server;
 mod setup;
+mod topics;
 mod trust;
 mod versions;
 mod wake;

@@ -337,7 +337,7 @@ async fn mail_the_push_stream_has_not_delivered_is_still_hinted() {
 }
 
 /// Every tool's annotations as tools/list shows them: readOnly, destructive, idempotent, openWorld.
-const ANNOTATIONS: [(&str, [bool; 4]); 29] = [
+const ANNOTATIONS: [(&str, [bool; 4]); 32] = [
     ("relay_whoami", [true, false, true, true]),
     ("relay_list", [true, false, true, true]),
     ("relay_peers", [true, false, true, true]),
@@ -354,6 +354,11 @@ const ANNOTATIONS: [(&str, [bool; 4]); 29] = [
     // Writes another agent's file into the working directory, over one only with overwrite;
     // fetching it again writes the same.
     ("relay_fetch", [false, true, true, true]),
+    // Following a topic brings others' posts; following again changes nothing, nor does stopping
+    // again. A post reaches other agents, each call a new one.
+    ("relay_subscribe", [false, false, true, true]),
+    ("relay_unsubscribe", [false, true, true, false]),
+    ("relay_publish", [false, false, false, true]),
     ("relay_set_status", [false, true, true, false]),
     ("relay_set_now", [false, true, true, false]),
     ("relay_set_title", [false, true, true, false]),

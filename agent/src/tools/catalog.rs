@@ -17,6 +17,9 @@ pub enum Audience {
     Board,
     /// The account's operator endpoint (the server checks it again on every call).
     Operator,
+    /// Agents that edit shared code: all but the account's operator, which steers the board (the
+    /// cards it posts claim paths for their agents, `post_job {paths}`).
+    Editor,
     /// An agent the board dispatched, which holds a job token.
     BoardAgent,
 }
@@ -58,6 +61,10 @@ impl Hints {
     const CLAIM: Self = Self { read_only: false, destructive: false, idempotent: true, open_world: true };
     /// Ends what the caller said to others (its claims); ending it again changes nothing.
     const WITHDRAW: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: true };
+    /// Follows a topic, whose posts others write; following again changes nothing.
+    const FOLLOW: Self = Self { read_only: false, destructive: false, idempotent: true, open_world: true };
+    /// Stops following a topic; stopping again changes nothing.
+    const UNFOLLOW: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: false };
     /// Writes a file another agent sent into the working directory (over one only when asked).
     const FETCH: Self = Self { read_only: false, destructive: true, idempotent: true, open_world: true };
     /// Closes a card for good (Done removes its worktree) or sends it back.
@@ -179,6 +186,30 @@ fn build() -> Vec<Tool> {
             audience: Audience::Everyone,
         },
         Tool {
+            name: "relay_subscribe",
+            description: "Follow a topic: its recent and new posts come with your mail.".into(),
+            input: input_schema::<input::Subscribe>(),
+            hints: Hints::FOLLOW,
+            output: None,
+            audience: Audience::Everyone,
+        },
+        Tool {
+            name: "relay_unsubscribe",
+            description: "Stop following a topic.".into(),
+            input: input_schema::<input::Unsubscribe>(),
+            hints: Hints::UNFOLLOW,
+            output: None,
+            audience: Audience::Everyone,
+        },
+        Tool {
+            name: "relay_publish",
+            description: "Post to a topic's followers; relay_send to \"#topic\" does the same.".into(),
+            input: input_schema::<input::Publish>(),
+            hints: Hints::MESSAGE,
+            output: Some(schema::<output::Posted>()),
+            audience: Audience::Everyone,
+        },
+        Tool {
             name: "relay_fetch",
             description: "Save a file a message carries into your working directory.".into(),
             input: input_schema::<input::Fetch>(),
@@ -272,7 +303,7 @@ fn build() -> Vec<Tool> {
             input: input_schema::<input::Claim>(),
             hints: Hints::CLAIM,
             output: Some(schema::<output::Claimed>()),
-            audience: Audience::Everyone,
+            audience: Audience::Editor,
         },
         Tool {
             name: "relay_release",
@@ -280,7 +311,7 @@ fn build() -> Vec<Tool> {
             input: input_schema::<input::Release>(),
             hints: Hints::WITHDRAW,
             output: Some(schema::<output::Claims>()),
-            audience: Audience::Everyone,
+            audience: Audience::Editor,
         },
         Tool {
             name: "relay_claims",
@@ -288,7 +319,7 @@ fn build() -> Vec<Tool> {
             input: input_schema::<input::Claims>(),
             hints: Hints::READ_SHARED,
             output: Some(schema::<output::Claims>()),
-            audience: Audience::Everyone,
+            audience: Audience::Editor,
         },
         Tool {
             name: "post_job",

@@ -289,6 +289,26 @@ pub struct Claims {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+pub struct Subscribe {
+    /// #name, or account/#name of a contact's
+    pub topic: NonBlank,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Unsubscribe {
+    pub topic: NonBlank,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Publish {
+    pub topic: NonBlank,
+    pub body: NonBlank,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Fetch {
     /// id, short id or last
     pub message: NonBlank,

@@ -30,6 +30,12 @@ pub async fn call(tools: &Tools, name: &str, arguments: &Map<String, Value>) -> 
         "relay_set_title" => set_title(tools, parse(arguments)?).await,
         "relay_search" => search(tools, parse(arguments)?).await,
         "relay_fetch" => super::files::fetch(tools, parse(arguments)?).await,
+        "relay_subscribe" => subscribe(tools, parse(arguments)?).await,
+        "relay_unsubscribe" => unsubscribe(tools, parse(arguments)?).await,
+        "relay_publish" => {
+            let args: input::Publish = parse(arguments)?;
+            publish(tools, args.topic.0, args.body.0, String::new()).await
+        }
         "relay_rules" | "relay_group" | "relay_peers" => super::scope::call(tools, name, arguments).await,
         "relay_claim" | "relay_release" | "relay_claims" => super::claims::call(tools, name, arguments).await,
         "relay_peek" | "relay_set_peek" => super::peek::call(tools, name, arguments).await,
@@ -262,6 +268,16 @@ async fn send(tools: &Tools, args: input::Send) -> Result<Outcome> {
     let body = args.body.0;
     let thread = text(args.thread).trim().to_owned();
     let private = Flag::or(args.private, false);
+    // A topic is posted to, alone: its followers are not addresses.
+    if let Some(topic) = to.iter().find(|a| is_topic(a)) {
+        if to.len() > 1 || private || args.attach.is_some() {
+            return Err(ArgError(format!(
+                "{topic} is a topic: send to it alone, without private or attach (or use relay_publish)"
+            ))
+            .into());
+        }
+        return publish(tools, topic.clone(), body, thread).await;
+    }
     // Files are read before anything leaves: one that cannot be read refuses the send whole.
     let files = args.attach.map(|a| super::files::read_all(tools, a)).transpose()?.unwrap_or_default();
     let shas: Vec<&str> = files.iter().map(|f| f.sha256.as_str()).collect();
@@ -301,6 +317,93 @@ async fn send(tools: &Tools, args: input::Send) -> Result<Outcome> {
         recipients_text(&sent.recipients)
     );
     Ok(sender_advice(Outcome::data(text, &data), &sent))
+}
+
+/// Whether an address names a topic: `#name` or `account/#name`.
+fn is_topic(address: &str) -> bool {
+    let address = address.trim();
+    address.starts_with('#') || address.split_once('/').is_some_and(|(_, rest)| rest.starts_with('#'))
+}
+
+async fn subscribe(tools: &Tools, args: input::Subscribe) -> Result<Outcome> {
+    let request = FollowRequest { topic: args.topic.0.trim().to_owned() };
+    let followed = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.follow(r).await }).await?;
+    let text = if followed.already {
+        format!("you follow {} already", followed.topic)
+    } else {
+        match followed.backlog {
+            0 => format!("following {}: its new posts come with your mail", followed.topic),
+            n => format!(
+                "following {}: its {n} recent post{} and new ones come with your mail (relay_inbox)",
+                followed.topic,
+                if n == 1 { "" } else { "s" }
+            ),
+        }
+    };
+    Ok(Outcome::text(text))
+}
+
+async fn unsubscribe(tools: &Tools, args: input::Unsubscribe) -> Result<Outcome> {
+    let request = UnfollowRequest { topic: args.topic.0.trim().to_owned() };
+    let done = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.unfollow(r).await }).await?;
+    Ok(Outcome::text(if done.followed {
+        format!("no longer following {}", done.topic)
+    } else {
+        format!("you did not follow {}", done.topic)
+    }))
+}
+
+/// Posts `body` to `topic`, with an id kept for a retry as sends keep theirs.
+async fn publish(tools: &Tools, topic: String, body: String, thread: String) -> Result<Outcome> {
+    let topic = topic.trim().to_owned();
+    let what = format!("publish\0{topic}\0{thread}\0{body}");
+    let request = PublishRequest { topic, body, thread, client_id: String::new() };
+    let key = Tools::send_key(&what);
+    let (id, _) = tools.client_id_for(key).await;
+    let request = PublishRequest { client_id: id, ..request };
+    let posted = tools.relay().call_once(Duration::ZERO, request, |mut c, r| async move { c.publish(r).await }).await;
+    let posted = match posted {
+        Ok(p) => {
+            tools.settled(key).await;
+            p
+        }
+        Err(err) => {
+            if !matches!(err, RelayError::Unanswered(_)) {
+                tools.settled(key).await;
+            }
+            return Err(err.into());
+        }
+    };
+    let data = output::Posted {
+        id: posted.id.clone(),
+        topic: posted.topic.clone(),
+        seq: posted.seq,
+        thread: posted.thread.clone(),
+        followers: posted.followers,
+        redacted: output::redacted(&posted.redactions),
+    };
+    let followers = match posted.followers {
+        0 => "nobody follows it yet".to_owned(),
+        1 => "1 agent follows it".to_owned(),
+        n => format!("{n} agents follow it"),
+    };
+    let text = if posted.duplicate {
+        format!("posted {} (id {}) to {} before; not again", frame::short(&posted.id), posted.id, posted.topic)
+    } else {
+        format!(
+            "posted {} (id {}, thread {}) to {} as post {}: {followers}",
+            frame::short(&posted.id),
+            posted.id,
+            posted.thread,
+            posted.topic,
+            posted.seq
+        )
+    };
+    let outcome = Outcome::data(text, &data);
+    Ok(match redaction_note(&posted.redactions) {
+        Some(note) => outcome.then(note),
+        None => outcome,
+    })
 }
 
 /// The files a send carried, as the server stored them; empty for none.

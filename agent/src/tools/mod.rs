@@ -270,6 +270,7 @@ impl Tools {
                 Audience::Everyone => true,
                 Audience::Board => board || board_agent,
                 Audience::Operator => operator,
+                Audience::Editor => !operator,
                 Audience::BoardAgent => board_agent,
             })
             .map(|t| t.listing(version))

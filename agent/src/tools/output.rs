@@ -139,6 +139,9 @@ pub struct MessageOut {
     /// files it carries: relay_fetch
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub files: Vec<FileOut>,
+    /// a topic's post: the topic
+    #[serde(skip_serializing_if = "String::is_empty", default)]
+    pub topic: String,
 }
 
 impl From<&Message> for MessageOut {
@@ -156,8 +159,23 @@ impl From<&Message> for MessageOut {
             require_reply: m.require_reply,
             private: m.private,
             files: m.attachments.iter().map(FileOut::from).collect(),
+            topic: m.topic.clone(),
         }
     }
+}
+
+/// A post: its id, its topic and its number there, and who follows the topic.
+#[derive(Serialize, JsonSchema)]
+pub struct Posted {
+    pub id: String,
+    /// account/#name
+    pub topic: String,
+    pub seq: u64,
+    pub thread: String,
+    /// agents following the topic, you aside
+    pub followers: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub redacted: Vec<Redacted>,
 }
 
 /// A file a message carries; its name, as its sender gave it, neutralised.

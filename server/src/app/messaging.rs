@@ -17,6 +17,7 @@ use crate::domain::message::Sent;
 use crate::domain::message::{self, Message, Recipient};
 use crate::domain::redact::{Counts, redact};
 use crate::domain::search::{Found, Search};
+use crate::domain::topic::TopicRef;
 use crate::domain::{Error, Result, limits};
 use crate::push::announce::{self, AnnounceStream};
 use crate::push::stream::{self, PushStream};
@@ -75,6 +76,38 @@ pub struct NewMessage<'a> {
     pub require_reply: bool,
     /// Uploads of the caller's to attach.
     pub attach: &'a [String],
+}
+
+/// A post to write, as the caller gave it.
+pub struct NewPost<'a> {
+    pub topic: &'a str,
+    pub body: &'a str,
+    /// Empty: a new thread.
+    pub thread: &'a str,
+    /// Empty: none.
+    pub client_id: &'a str,
+}
+
+/// What a post stored.
+pub struct Published {
+    pub id: MessageId,
+    /// `account/#name`
+    pub topic: String,
+    /// Its number in the topic (0 for a retry answered by the first post).
+    pub seq: i64,
+    pub thread: String,
+    /// Endpoints that follow the topic, the poster aside.
+    pub followers: u64,
+    pub duplicate: bool,
+    pub redacted: Counts,
+}
+
+/// A topic followed: its name as readers see it, the earlier posts the follower reads first, and
+/// whether it followed already.
+pub struct Followed {
+    pub topic: String,
+    pub backlog: u64,
+    pub already: bool,
 }
 
 /// A file stored for the caller's sends to attach.
@@ -196,6 +229,75 @@ impl MessagingService {
         }
     }
 
+    /// Makes the caller a follower of a topic (its account's, made now if new, or a contact's
+    /// opened one): how many earlier posts it will read first, and whether it followed already.
+    pub async fn follow(&self, caller: &Caller, topic: &str) -> Result<Followed> {
+        let named = TopicRef::parse(topic)?;
+        let db = self.core.store.client().await?;
+        let found = store::topics::find(&db, caller, &named, true).await?;
+        let backlog = store::topics::follow(&db, caller.endpoint_id, found.id).await?;
+        Ok(Followed { topic: found.shown, backlog: backlog.unwrap_or(0), already: backlog.is_none() })
+    }
+
+    /// Stops the caller following a topic; whether it did.
+    pub async fn unfollow(&self, caller: &Caller, topic: &str) -> Result<(String, bool)> {
+        let named = TopicRef::parse(topic)?;
+        let db = self.core.store.client().await?;
+        let found = store::topics::find(&db, caller, &named, false).await?;
+        Ok((found.shown.clone(), store::topics::unfollow(&db, caller.endpoint_id, found.id).await?))
+    }
+
+    /// Posts to a topic the caller may follow (its account's, made now if new, or a contact's
+    /// opened one): one message, read by each follower through its cursor. Limits, redaction and
+    /// the sender's rates as for a send; a retry with the same client id posts nothing new.
+    pub async fn publish(&self, caller: &Caller, post: NewPost<'_>) -> Result<Published> {
+        limits::body(post.body)?;
+        limits::thread(post.thread)?;
+        limits::client_id(post.client_id)?;
+        let named = TopicRef::parse(post.topic)?;
+        self.rates.admit(caller)?;
+        let redacted = redact(post.body);
+        let db = self.core.store.client().await?;
+        let topic = store::topics::find(&db, caller, &named, true).await?;
+        let id = crate::domain::ids::new_message_id();
+        let thread = if post.thread.trim().is_empty() { id.to_string() } else { post.thread.trim().to_owned() };
+        let new = store::topics::NewPost {
+            id: &id,
+            sender: caller.endpoint_id,
+            topic: topic.id,
+            thread: &thread,
+            body: redacted.text.as_str(),
+            client_id: optional(post.client_id),
+        };
+        let published = match store::topics::publish(&db, &new).await? {
+            store::topics::Posting::Posted { seq, followers } => Published {
+                id,
+                topic: topic.shown,
+                seq,
+                thread,
+                followers: followers.max(0) as u64,
+                duplicate: false,
+                redacted: redacted.counts,
+            },
+            store::topics::Posting::Duplicate => {
+                let first = messages::previous_send(&db, caller.endpoint_id, post.client_id)
+                    .await?
+                    .ok_or_else(|| Error::Unavailable("a concurrent post with this client id failed; retry".into()))?;
+                Published {
+                    id: first.id,
+                    topic: topic.shown,
+                    seq: 0,
+                    thread: first.thread,
+                    followers: 0,
+                    duplicate: true,
+                    redacted: redacted.counts,
+                }
+            }
+        };
+        tracing::debug!(from = %caller.address(), topic = %published.topic, seq = published.seq, "posted");
+        Ok(published)
+    }
+
     /// Stores a file for the caller's next sends to attach: checked against what the caller read
     /// (cut short or changed on its way, it is refused), a text file redacted as a body is, within
     /// the account's room for files. Its upload id, what was stored, and what was redacted.
@@ -268,6 +370,23 @@ impl MessagingService {
     /// A look that moves nothing to read, at an inbox unchanged since the last such look here, is
     /// answered with that look's page: the database is asked only whether the inbox changed.
     async fn take_unread(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
+        let (mut messages, left) = self.take_deliveries(caller, limit, ack).await?;
+        // The posts of the topics it follows come after its deliveries, in the room the page left;
+        // with `ack` the cursors move past them (there is no surfaced for a post: it stays unread).
+        let room = i64::from(limit) - messages.len() as i64;
+        let db = self.core.store.client().await?;
+        let (posts, unread_posts) = store::topics::unread(&db, caller.endpoint_id, room).await?;
+        if ack {
+            let read: Vec<_> = posts.iter().filter_map(|m| m.post.as_ref()).collect();
+            store::topics::read(&db, caller.endpoint_id, &read).await?;
+        }
+        let left = left + unread_posts - posts.len() as u64;
+        messages.extend(posts);
+        Ok((messages, left))
+    }
+
+    /// One look at the inbox's deliveries (see [`Self::take_unread`]).
+    async fn take_deliveries(&self, caller: &Caller, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let (db, inbox, limit) = (self.core.store.client().await?, caller.endpoint_id, i64::from(limit));
         if ack {
             return Ok(messages::take_unread(&db, inbox, limit, State::Read).await?);

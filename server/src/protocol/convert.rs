@@ -221,6 +221,8 @@ impl WireFrom<Message> for wire::Message {
             relation: m.relation,
             require_reply: m.require_reply,
             private: m.private,
+            topic: m.post.as_ref().map(|p| p.topic.clone()).unwrap_or_default(),
+            topic_seq: m.post.as_ref().map_or(0, |p| p.seq.max(0) as u64),
             attachments: all(m.attachments),
         }
     }

@@ -156,6 +156,43 @@ impl Relay for RelayService {
         }))
     }
 
+    async fn follow(&self, request: Request<FollowRequest>) -> Result<Response<FollowResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let followed = self.messaging.follow(&caller, &request.get_ref().topic).await.map_err(to_status)?;
+        Ok(Response::new(FollowResponse {
+            topic: followed.topic,
+            backlog: followed.backlog,
+            already: followed.already,
+        }))
+    }
+
+    async fn unfollow(&self, request: Request<UnfollowRequest>) -> Result<Response<UnfollowResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let (topic, followed) = self.messaging.unfollow(&caller, &request.get_ref().topic).await.map_err(to_status)?;
+        Ok(Response::new(UnfollowResponse { topic, followed }))
+    }
+
+    async fn publish(&self, request: Request<PublishRequest>) -> Result<Response<PublishResponse>, Status> {
+        let caller = auth::caller(&request)?;
+        let req = request.get_ref();
+        let post = crate::app::messaging::NewPost {
+            topic: &req.topic,
+            body: &req.body,
+            thread: &req.thread,
+            client_id: &req.client_id,
+        };
+        let p = self.messaging.publish(&caller, post).await.map_err(to_status)?;
+        Ok(Response::new(PublishResponse {
+            id: p.id.into(),
+            topic: p.topic,
+            seq: p.seq.max(0) as u64,
+            thread: p.thread,
+            followers: p.followers,
+            redactions: convert::redactions(&p.redacted),
+            duplicate: p.duplicate,
+        }))
+    }
+
     async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<Fetched>, Status> {
         let caller = auth::caller(&request)?;
         let req = request.get_ref();

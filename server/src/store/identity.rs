@@ -616,8 +616,10 @@ pub(crate) async fn endpoint_on(client: &impl GenericClient, id: EndpointId) -> 
 /// asks with every tool call.
 pub(crate) async fn whoami(client: &impl GenericClient, id: EndpointId, account: AccountId) -> Result<WhoAmI> {
     let sql = format!(
-        "select {ENDPOINT_COLUMNS}, e.unread, exists (select 1 from repos r where r.account_id = $2) as board
-         from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1"
+        "select {ENDPOINT_COLUMNS}, e.unread + ({posts})::int as unread,
+                exists (select 1 from repos r where r.account_id = $2) as board
+         from endpoints e join endpoint_addresses ea on ea.id = e.id where e.id = $1",
+        posts = super::topics::UNREAD_COUNT
     );
     let stmt = client.prepare_cached(&sql).await?;
     let row = client

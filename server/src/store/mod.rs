@@ -29,6 +29,7 @@ pub mod spawn;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tls;
+pub mod topics;
 pub mod trust;
 
 use std::path::Path;

@@ -158,6 +158,7 @@ pub(crate) async fn unanswered_asks(
                 require_reply: true,
                 private: false,
                 attachments: Vec::new(),
+                post: None,
             })
         })
         .collect()

@@ -380,6 +380,7 @@ fn as_pushed(send: &NewMessage, from: &str, seq: Seq, relation: &str, kind: Kind
         require_reply: send.require_reply,
         private: send.private,
         attachments: Vec::new(),
+        post: None,
     }
 }
 

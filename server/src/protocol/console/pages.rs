@@ -913,6 +913,7 @@ mod tests {
             require_reply: true,
             private: false,
             attachments: Vec::new(),
+            post: None,
         };
         let inbox = Inbox {
             messages: vec![Received { message, read: false }],

@@ -157,6 +157,7 @@ impl FromRow for Message {
             require_reply: row.col("require_reply")?,
             private: row.col("private")?,
             attachments: files(row.col("files")?)?,
+            post: None,
         })
     }
 }

@@ -1,0 +1,240 @@
+//! Topics (migration 47): a topic belongs to an account; a post is a message written once and
+//! numbered in its topic; a follower reads posts through its cursor. Reading a follower's posts
+//! starts from its subscriptions, so it costs the same however many others follow.
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+
+use super::row::Col;
+use crate::domain::caller::Caller;
+use crate::domain::delivery::Kind;
+use crate::domain::ids::{AccountId, EndpointId, MessageId};
+use crate::domain::message::Message;
+use crate::domain::topic::{BACKLOG_POSTS, BACKLOG_S, MAX_SUBSCRIPTIONS, Posted, TopicRef};
+use crate::domain::{EntityKind, Error};
+use crate::store::Result;
+
+/// Channel a post is announced on: `<topic id>`.
+pub const TOPIC_CHANNEL: &str = "relay_topic";
+
+/// A topic an agent named, found (and, in its own account, made).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topic {
+    pub id: i64,
+    pub account_id: AccountId,
+    /// As readers see it: `account/#name`.
+    pub shown: String,
+}
+
+/// The topic `named` means to `caller`: one of its own account's (made when `make`, as following
+/// or posting first does), or one a contact account opened to contacts. Anything else — a
+/// stranger's topic, a contact's closed one, one that does not exist — is not found, alike.
+pub(crate) async fn find(c: &impl GenericClient, caller: &Caller, named: &TopicRef, make: bool) -> Result<Topic> {
+    let own = named.account.as_deref().is_none_or(|a| a == caller.account);
+    if own && make {
+        let stmt = c
+            .prepare_cached(
+                "with made as (
+                     insert into topics (account_id, name) values ($1, $2)
+                     on conflict (account_id, name) do nothing returning id)
+                 select id from made union all select id from topics where account_id = $1 and name = $2",
+            )
+            .await?;
+        let id: i64 = c
+            .query(&stmt, &[&caller.account_id, &named.name])
+            .await?
+            .first()
+            .map(|r| r.get(0))
+            .ok_or_else(|| Error::Internal("a topic made is not found".into()))?;
+        return Ok(Topic { id, account_id: caller.account_id, shown: TopicRef::shown(&caller.account, &named.name) });
+    }
+    let stmt = c
+        .prepare_cached(
+            "select t.id, t.account_id, a.name as account from topics t join accounts a on a.id = t.account_id
+             where a.name = $2 and t.name = $3
+               and (t.account_id = $1
+                    or (t.open_to_contacts and exists (
+                        select 1 from contacts k
+                        where (k.account_a = $1 and k.account_b = t.account_id)
+                           or (k.account_b = $1 and k.account_a = t.account_id))))",
+        )
+        .await?;
+    let account = named.account.as_deref().unwrap_or(&caller.account);
+    let row = c.query_opt(&stmt, &[&caller.account_id, &account, &named.name]).await?.ok_or_else(|| {
+        Error::not_found(
+            EntityKind::Topic,
+            format!("no topic {} you may follow", TopicRef::shown(account, &named.name)),
+        )
+    })?;
+    let account: String = row.col("account")?;
+    Ok(Topic { id: row.col("id")?, account_id: row.col("account_id")?, shown: TopicRef::shown(&account, &named.name) })
+}
+
+/// Makes `endpoint` a follower of `topic`, its cursor before the newest [`BACKLOG_POSTS`] posts
+/// of the last [`BACKLOG_S`]: how many of those it will read first, or `None` when it followed
+/// already (its cursor kept). Refused past [`MAX_SUBSCRIPTIONS`].
+pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: i64) -> Result<Option<u64>> {
+    let stmt = c
+        .prepare_cached(
+            "with room as (select count(*) < $3 as ok from topic_subscriptions where endpoint_id = $1),
+             start as (
+                 select greatest(t.head_seq - $4,
+                                 coalesce((select max(p.seq) from topic_posts p
+                                           where p.topic_id = t.id and p.created_at < now() - make_interval(secs => $5)), 0))
+                        as seq, t.head_seq
+                 from topics t where t.id = $2),
+             made as (
+                 insert into topic_subscriptions (endpoint_id, topic_id, read_seq)
+                 select $1, $2, start.seq from start, room where room.ok
+                 on conflict (endpoint_id, topic_id) do nothing
+                 returning read_seq)
+             select (select ok from room) as room,
+                    (select count(*) from made) as made,
+                    (select count(*) from topic_posts p, made
+                     where p.topic_id = $2 and p.seq > made.read_seq and p.sender_id <> $1) as backlog,
+                    exists (select 1 from topic_subscriptions where endpoint_id = $1 and topic_id = $2) as already",
+        )
+        .await?;
+    let row = c.query_one(&stmt, &[&endpoint, &topic, &MAX_SUBSCRIPTIONS, &BACKLOG_POSTS, &BACKLOG_S]).await?;
+    let (room, made, backlog, already): (bool, i64, i64, bool) =
+        (row.col("room")?, row.col("made")?, row.col("backlog")?, row.col("already")?);
+    if made == 1 {
+        return Ok(Some(backlog.max(0) as u64));
+    }
+    if already {
+        return Ok(None);
+    }
+    if !room {
+        return Err(Error::ResourceExhausted(format!(
+            "you follow {MAX_SUBSCRIPTIONS} topics, the most one agent may: unfollow one first"
+        ))
+        .into());
+    }
+    Err(Error::not_found(EntityKind::Topic, "the topic is gone").into())
+}
+
+/// Stops `endpoint` following `topic`; whether it did.
+pub(crate) async fn unfollow(c: &impl GenericClient, endpoint: EndpointId, topic: i64) -> Result<bool> {
+    let stmt = c.prepare_cached("delete from topic_subscriptions where endpoint_id = $1 and topic_id = $2").await?;
+    Ok(c.execute(&stmt, &[&endpoint, &topic]).await? == 1)
+}
+
+/// A post to write: its message and where it goes.
+pub(crate) struct NewPost<'a> {
+    pub id: &'a MessageId,
+    pub sender: EndpointId,
+    pub topic: i64,
+    pub thread: &'a str,
+    pub body: &'a str,
+    pub client_id: Option<&'a str>,
+}
+
+/// What writing a post came to.
+pub(crate) enum Posting {
+    /// Written: its number in the topic, and how many follow the topic besides the poster.
+    Posted { seq: i64, followers: i64 },
+    /// A retry of an earlier post with the same client id: nothing new was written.
+    Duplicate,
+}
+
+/// Writes a post in one statement: its message, its number (the topic's head moves, in order
+/// under the topic row's lock), and a notification of the topic for the replicas whose streams
+/// follow it.
+pub(crate) async fn publish(c: &impl GenericClient, post: &NewPost<'_>) -> Result<Posting> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "with m as (
+                 insert into messages (id, sender_id, client_id, thread, kind, body)
+                 values ($1, $2, $3, $4, $5, $6)
+                 on conflict (sender_id, client_id) do nothing
+                 returning id),
+             t as (update topics set head_seq = head_seq + 1 where id = $7 and exists (select 1 from m)
+                   returning id, head_seq),
+             p as (insert into topic_posts (topic_id, seq, message_id, sender_id)
+                   select t.id, t.head_seq, m.id, $2 from t, m returning seq),
+             n as (select pg_notify('{TOPIC_CHANNEL}', $7::text) from p)
+             select (select seq from p) as seq,
+                    (select count(*) from n) as notified,
+                    (select count(*) from topic_subscriptions where topic_id = $7 and endpoint_id <> $2) as followers"
+        ))
+        .await?;
+    let row = c
+        .query_one(
+            &stmt,
+            &[post.id, &post.sender, &post.client_id, &post.thread, &Kind::Message.to_db(), &post.body, &post.topic],
+        )
+        .await?;
+    Ok(match row.col::<Option<i64>>("seq")? {
+        Some(seq) => Posting::Posted { seq, followers: row.col("followers")? },
+        None => Posting::Duplicate,
+    })
+}
+
+/// The first `limit` (at least one) posts `endpoint` follows and has not read (others' posts
+/// above its cursors), oldest first, as messages; and how many it has not read in all. One
+/// statement, an index probe for an endpoint that follows nothing.
+pub(crate) async fn unread(c: &impl GenericClient, endpoint: EndpointId, limit: i64) -> Result<(Vec<Message>, u64)> {
+    let sql = concat!(
+        "select p.seq as topic_seq, p.topic_id, ta.name || '/#' || t.name as topic, m.id, s.address as sender,
+                m.thread, m.kind, m.body, m.created_at, count(*) over () as unread, ",
+        super::messages::files_column!("m.id"),
+        "
+         from topic_subscriptions ts
+         join topic_posts p on p.topic_id = ts.topic_id and p.seq > ts.read_seq
+         join topics t on t.id = ts.topic_id
+         join accounts ta on ta.id = t.account_id
+         join messages m on m.id = p.message_id
+         join endpoint_addresses s on s.id = m.sender_id
+         where ts.endpoint_id = $1 and p.sender_id <> $1
+         order by p.created_at, p.topic_id, p.seq
+         limit $2"
+    );
+    let stmt = c.prepare_cached(sql).await?;
+    let rows = c.query(&stmt, &[&endpoint, &limit.max(1)]).await?;
+    let unread = rows.first().map(|r| r.col::<i64>("unread")).transpose()?.unwrap_or(0);
+    let posts = rows.iter().take(limit.max(0) as usize).map(post_from_row).collect::<Result<_>>()?;
+    Ok((posts, unread.max(0) as u64))
+}
+
+fn post_from_row(row: &Row) -> Result<Message> {
+    let sent_at: chrono::DateTime<chrono::Utc> = row.col("created_at")?;
+    Ok(Message {
+        id: row.col("id")?,
+        seq: crate::domain::ids::Seq(0),
+        from: row.col("sender")?,
+        thread: row.col("thread")?,
+        kind: Kind::from_db(row.col("kind")?)?,
+        body: row.col("body")?,
+        reply_to: None,
+        sent_at_ms: sent_at.timestamp_millis(),
+        relation: String::new(),
+        require_reply: false,
+        private: false,
+        attachments: super::messages::files(row.col("files")?)?,
+        post: Some(Posted { topic: row.col("topic")?, topic_id: row.col("topic_id")?, seq: row.col("topic_seq")? }),
+    })
+}
+
+/// Moves `endpoint`'s cursors past the posts it read (never back).
+pub(crate) async fn read(c: &impl GenericClient, endpoint: EndpointId, posts: &[&Posted]) -> Result<()> {
+    if posts.is_empty() {
+        return Ok(());
+    }
+    let topics: Vec<i64> = posts.iter().map(|p| p.topic_id).collect();
+    let seqs: Vec<i64> = posts.iter().map(|p| p.seq).collect();
+    let stmt = c
+        .prepare_cached(
+            "update topic_subscriptions s set read_seq = greatest(s.read_seq, r.seq)
+             from (select topic_id, max(seq) as seq from unnest($2::bigint[], $3::bigint[]) as u(topic_id, seq)
+                   group by topic_id) r
+             where s.endpoint_id = $1 and s.topic_id = r.topic_id",
+        )
+        .await?;
+    c.execute(&stmt, &[&endpoint, &topics, &seqs]).await?;
+    Ok(())
+}
+
+/// How many posts endpoint `$1` follows and has not read, as a statement or a subquery.
+pub(crate) const UNREAD_COUNT: &str = "select count(*) from topic_subscriptions ts
+     join topic_posts p on p.topic_id = ts.topic_id and p.seq > ts.read_seq
+     where ts.endpoint_id = $1 and p.sender_id <> $1";
