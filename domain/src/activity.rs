@@ -61,7 +61,7 @@ pub struct Filter {
     pub machine: String,
     /// A repository's key or remote URL: the agents holding claims in it.
     pub repo: String,
-    /// A topic, once agents post to topics: nothing is posted to one yet, so it narrows to nothing.
+    /// A topic (`#name`, `name` or `account/#name`): its posts, and no conversation.
     pub topic: String,
 }
 
@@ -94,6 +94,16 @@ impl Filter {
         if !self.topic.is_empty() {
             return false;
         }
+        self.admits_agents(m, repo_agents)
+    }
+
+    /// Whether a topic's posts are shown: the topic asked for (by name, `#name` or in full), if any.
+    pub fn admits_topic(&self, shown: &str) -> bool {
+        let asked = self.topic.trim_start_matches('#');
+        asked.is_empty() || shown == self.topic || shown.rsplit_once("/#").is_some_and(|(_, name)| name == asked)
+    }
+
+    fn admits_agents(&self, m: &Exchanged, repo_agents: Option<&[String]>) -> bool {
         let mut agents = std::iter::once(&m.from).chain(m.to.iter());
         agents.any(|a| {
             (self.agent.is_empty() || is_agent(a, &self.agent))
@@ -141,10 +151,26 @@ pub struct Edge {
 #[derive(Debug, Clone, Default)]
 pub struct Activity {
     pub threads: Vec<Thread>,
+    /// The account's topics, each with its newest posts.
+    pub topics: Vec<TopicPosts>,
     pub claims: Vec<Claim>,
     /// The account's agents (its live ones, and any other in an edge), by address.
     pub agents: Vec<String>,
     pub edges: Vec<Edge>,
+}
+
+/// Posts shown of each topic.
+pub const POSTS_PER_TOPIC: i64 = 20;
+
+/// One of the account's topics: whether contacts may follow it, how many follow it, and its
+/// newest posts, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicPosts {
+    /// `account/#name`
+    pub topic: String,
+    pub open: bool,
+    pub followers: i64,
+    pub posts: Vec<Exchanged>,
 }
 
 // ---- the picture -------------------------------------------------------------------------------

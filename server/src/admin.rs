@@ -13,6 +13,7 @@ pub enum AdminCommand {
     RevokeHuman { account: String, name: String },
     SetOperator { account: String, endpoint: String },
     LoopGuard { account: String, messages: u32, window_s: u32, depth: u32 },
+    OpenTopic { topic: String, open: bool },
 }
 
 /// Runs one command. Only a new token goes to stdout; confirmations go to stderr.
@@ -60,6 +61,23 @@ pub async fn run(store: &Store, command: AdminCommand) -> anyhow::Result<()> {
                 "{account}'s loop guard: more than {messages} messages between two agents within {window_s} s, \
                  or {depth} in one thread, are held for a person"
             );
+        }
+        AdminCommand::OpenTopic { topic, open } => {
+            let named = crate::domain::topic::TopicRef::parse(&topic)?;
+            let account = named
+                .account
+                .ok_or_else(|| anyhow::anyhow!("name the topic with its account: ACCOUNT/#{}", named.name))?;
+            if !crate::store::topics::set_open(&store.client().await?, &account, &named.name, open).await? {
+                anyhow::bail!(
+                    "no topic {account}/#{}: a topic is made when an agent first follows or posts to it",
+                    named.name
+                );
+            }
+            if open {
+                eprintln!("{account}/#{} is open to {account}'s contacts: their agents may follow it", named.name);
+            } else {
+                eprintln!("{account}/#{} is {account}'s alone: no contact's agent may follow it anew", named.name);
+            }
         }
         AdminCommand::RevokeHuman { account, name } => {
             crate::app::trust::revoke_human(store, &account, &name).await?;

@@ -491,6 +491,10 @@ enum AdminArgs {
     Human(HumanArgs),
     /// Name the account's operator endpoint (MACHINE/HANDLE): it reviews cards and adds repositories.
     Operator { account: String, endpoint: String },
+    /// An account's topics: `topic open ACCOUNT/#NAME` lets its contacts' agents follow it;
+    /// `topic close ACCOUNT/#NAME` lets none follow it anew.
+    #[command(subcommand)]
+    Topic(TopicArgs),
     /// The account's loop guard: past MESSAGES between two agents within WINDOW_S seconds, or
     /// DEPTH in one thread, with no person in between, their messages are held for a person.
     LoopGuard {
@@ -502,6 +506,12 @@ enum AdminArgs {
         #[arg(long, default_value_t = 40)]
         depth: u32,
     },
+}
+
+#[derive(Subcommand)]
+enum TopicArgs {
+    Open { topic: String },
+    Close { topic: String },
 }
 
 #[derive(Subcommand)]
@@ -550,6 +560,8 @@ impl From<AdminArgs> for AdminCommand {
             AdminArgs::Human(HumanArgs::Add { account, name }) => Self::AddHuman { account, name },
             AdminArgs::Human(HumanArgs::Revoke { account, name }) => Self::RevokeHuman { account, name },
             AdminArgs::Operator { account, endpoint } => Self::SetOperator { account, endpoint },
+            AdminArgs::Topic(TopicArgs::Open { topic }) => Self::OpenTopic { topic, open: true },
+            AdminArgs::Topic(TopicArgs::Close { topic }) => Self::OpenTopic { topic, open: false },
             AdminArgs::LoopGuard { account, messages, window_s, depth } => {
                 Self::LoopGuard { account, messages, window_s, depth }
             }

@@ -962,3 +962,32 @@ async fn a_person_downloads_the_files_of_their_agents_messages_and_no_one_else_d
     assert_ne!(anonymous.status, 200, "{anonymous:?}");
     assert!(!anonymous.body.contains("alert"), "{anonymous:?}");
 }
+
+/// The activity page shows the account's topics, whom they reach and their newest posts, as
+/// text; the topic filter narrows the page to one topic's posts.
+#[tokio::test]
+async fn the_activity_page_shows_topics_and_their_posts() {
+    let w = world(&[]).await;
+    let mut bob = Agent::hello(&w.server.url, &w.laptop, "bob").await.unwrap();
+    let mut amy = Agent::hello(&w.server.url, &w.ci, "amy").await.unwrap();
+    amy.rpc.follow(FollowRequest { topic: "#deploys".into() }).await.unwrap();
+    let hostile = "<script>alert(1)</script> deploy 7 is out";
+    bob.rpc
+        .publish(PublishRequest { topic: "#deploys".into(), body: hostile.into(), ..Default::default() })
+        .await
+        .unwrap();
+    bob.send(&["ci/amy"], "a direct word").await.unwrap();
+    w.server.admin_ok(&["topic", "open", "acme/#deploys"]);
+
+    let cookie = sign_in(&w.console, &w.human).await;
+    let page = get(&w.console, "/activity", &cookie).await;
+    assert!(page.body.contains("data-topic=\"acme/#deploys\""), "{}", page.body);
+    assert!(page.body.contains("acme/#deploys · 1 follower · open to contacts"), "{}", page.body);
+    assert!(page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt; deploy 7 is out"), "{}", page.body);
+    assert!(!page.body.contains("<script>alert(1)"), "agents' text is never markup");
+    assert!(page.body.contains("a direct word"));
+    let narrowed = get(&w.console, "/activity?topic=%23deploys", &cookie).await;
+    assert!(narrowed.body.contains("deploy 7 is out") && !narrowed.body.contains("a direct word"), "{}", narrowed.body);
+    let other = get(&w.console, "/activity?topic=%23other", &cookie).await;
+    assert!(other.body.contains("No topic yet."), "{}", other.body);
+}

@@ -101,10 +101,18 @@ async fn followers_read_each_post_through_their_cursor_and_a_stranger_reaches_no
     server.admin_ok(&["contact", "add", "acme", "globex"]);
     let closed = bob.rpc.follow(follow("globex/#releases")).await.unwrap_err();
     assert_eq!(closed.code(), Code::NotFound, "a contact's topic is closed until its owner opens it");
-    db.sql().await.execute("update topics set open_to_contacts = true where name = 'releases'", &[]).await.unwrap();
+    let nothing = server.admin(&["topic", "open", "globex/#nothing"]);
+    assert!(!nothing.status.success() && String::from_utf8_lossy(&nothing.stderr).contains("no topic globex/#nothing"));
+    server.admin_ok(&["topic", "open", "globex/#releases"]);
     let opened = bob.rpc.follow(follow("globex/#releases")).await.unwrap().into_inner();
     assert_eq!((opened.topic.as_str(), opened.backlog), ("globex/#releases", 1));
     assert_eq!(bodies(&mut bob, true).await, [("globex/#releases".to_owned(), "globex 2.0".to_owned())]);
+    // Closed again, nobody follows it anew and its followers read no more of it.
+    server.admin_ok(&["topic", "close", "globex/#releases"]);
+    assert_eq!(cid.rpc.follow(follow("globex/#releases")).await.unwrap_err().code(), Code::NotFound);
+    eve.rpc.publish(post("#releases", "globex 2.1")).await.unwrap();
+    assert!(bodies(&mut bob, true).await.is_empty());
+    assert_eq!(bob.rpc.who_am_i(WhoAmIRequest {}).await.unwrap().into_inner().unread, 0);
 
     // Bad names are refused by name.
     for (named, said) in [("#Deploys", "invalid topic"), ("#", "invalid topic"), ("a/b/#c", "invalid topic")] {

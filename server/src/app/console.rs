@@ -172,7 +172,9 @@ impl ConsoleService {
             .map(|e| e.address)
             .collect();
         agents.sort();
-        Ok(Activity { threads: activity::threads(shown), claims, agents, edges })
+        let mut topics = store::topics::of_account(&db, person.account_id, activity::POSTS_PER_TOPIC).await?;
+        topics.retain(|t| filter.admits_topic(&t.topic));
+        Ok(Activity { threads: activity::threads(shown), topics, claims, agents, edges })
     }
 
     /// A file of a message the person's account's agents exchanged, to download.

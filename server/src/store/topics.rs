@@ -6,6 +6,7 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 
 use super::row::Col;
+use crate::domain::activity::{Exchanged, TopicPosts};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, EndpointId, MessageId};
@@ -13,6 +14,18 @@ use crate::domain::message::Message;
 use crate::domain::topic::{BACKLOG_POSTS, BACKLOG_S, MAX_SUBSCRIPTIONS, Posted, TopicRef};
 use crate::domain::{EntityKind, Error};
 use crate::store::Result;
+
+/// Whether the follower (machine `fm`) may still read topic `t`: its own account's, or a contact's
+/// still open to contacts. A topic closed, or a contact dropped, stops the reading at once.
+macro_rules! readable {
+    () => {
+        "(t.account_id = fm.account_id
+          or (t.open_to_contacts and exists (
+              select 1 from contacts k
+              where (k.account_a = fm.account_id and k.account_b = t.account_id)
+                 or (k.account_b = fm.account_id and k.account_a = t.account_id))))"
+    };
+}
 
 /// Channel a post is announced on: `<topic id>`.
 pub const TOPIC_CHANNEL: &str = "relay_topic";
@@ -180,12 +193,16 @@ pub(crate) async fn unread(c: &impl GenericClient, endpoint: EndpointId, limit: 
         super::messages::files_column!("m.id"),
         "
          from topic_subscriptions ts
+         join endpoints fe on fe.id = ts.endpoint_id
+         join machines fm on fm.id = fe.machine_id
          join topic_posts p on p.topic_id = ts.topic_id and p.seq > ts.read_seq
          join topics t on t.id = ts.topic_id
          join accounts ta on ta.id = t.account_id
          join messages m on m.id = p.message_id
          join endpoint_addresses s on s.id = m.sender_id
-         where ts.endpoint_id = $1 and p.sender_id <> $1
+         where ts.endpoint_id = $1 and p.sender_id <> $1 and ",
+        readable!(),
+        "
          order by p.created_at, p.topic_id, p.seq
          limit $2"
     );
@@ -235,6 +252,82 @@ pub(crate) async fn read(c: &impl GenericClient, endpoint: EndpointId, posts: &[
 }
 
 /// How many posts endpoint `$1` follows and has not read, as a statement or a subquery.
-pub(crate) const UNREAD_COUNT: &str = "select count(*) from topic_subscriptions ts
+pub(crate) const UNREAD_COUNT: &str = concat!(
+    "select count(*) from topic_subscriptions ts
+     join endpoints fe on fe.id = ts.endpoint_id
+     join machines fm on fm.id = fe.machine_id
+     join topics t on t.id = ts.topic_id
      join topic_posts p on p.topic_id = ts.topic_id and p.seq > ts.read_seq
-     where ts.endpoint_id = $1 and p.sender_id <> $1";
+     where ts.endpoint_id = $1 and p.sender_id <> $1 and ",
+    readable!()
+);
+
+/// The topics of `account`, each with its followers and its newest posts (at most `per_topic`,
+/// newest first): two statements.
+pub(crate) async fn of_account(c: &impl GenericClient, account: AccountId, per_topic: i64) -> Result<Vec<TopicPosts>> {
+    let topics = c
+        .prepare_cached(
+            "select t.id, a.name || '/#' || t.name as topic, t.open_to_contacts,
+                    (select count(*) from topic_subscriptions s where s.topic_id = t.id) as followers
+             from topics t join accounts a on a.id = t.account_id
+             where t.account_id = $1 order by t.name",
+        )
+        .await?;
+    let posts = c
+        .prepare_cached(concat!(
+            "select p.topic_id, m.id, m.thread, m.body, m.created_at, s.address as sender, ",
+            super::messages::files_column!("m.id"),
+            "
+             from topics t
+             cross join lateral (select * from topic_posts p where p.topic_id = t.id order by p.seq desc limit $2) p
+             join messages m on m.id = p.message_id
+             join endpoint_addresses s on s.id = m.sender_id
+             where t.account_id = $1
+             order by p.topic_id, p.seq desc"
+        ))
+        .await?;
+    let (by_account, with_limit): (
+        &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) = (&[&account], &[&account, &per_topic]);
+    let (topics, posts) = tokio::try_join!(c.query(&topics, by_account), c.query(&posts, with_limit))?;
+    let mut shown: Vec<(i64, TopicPosts)> = topics
+        .iter()
+        .map(|r| {
+            let topic = TopicPosts {
+                topic: r.col("topic")?,
+                open: r.col("open_to_contacts")?,
+                followers: r.col("followers")?,
+                posts: Vec::new(),
+            };
+            Ok((r.col("id")?, topic))
+        })
+        .collect::<Result<_>>()?;
+    for row in &posts {
+        let id: i64 = row.col("topic_id")?;
+        if let Some((_, topic)) = shown.iter_mut().find(|(t, _)| *t == id) {
+            topic.posts.push(Exchanged {
+                id: row.col("id")?,
+                thread: row.col("thread")?,
+                from: row.col("sender")?,
+                to: vec![topic.topic.clone()],
+                body: row.col("body")?,
+                at: row.col("created_at")?,
+                files: super::messages::files(row.col("files")?)?,
+            });
+        }
+    }
+    Ok(shown.into_iter().map(|(_, t)| t).collect())
+}
+
+/// Opens topic `name` of account `account` to its contacts, or closes it; whether there is such a
+/// topic. Closed, its contacts' followers read no more of it, and none may follow it anew.
+pub(crate) async fn set_open(c: &impl GenericClient, account: &str, name: &str, open: bool) -> Result<bool> {
+    let stmt = c
+        .prepare_cached(
+            "update topics t set open_to_contacts = $3 from accounts a
+             where a.id = t.account_id and a.name = $1 and t.name = $2",
+        )
+        .await?;
+    Ok(c.execute(&stmt, &[&account, &name, &open]).await? == 1)
+}

@@ -462,7 +462,7 @@ pub fn activity(activity: &Activity, filter: &Filter) -> Markup {
                 ("agent", &filter.agent, "ann or laptop/ann"),
                 ("machine", &filter.machine, "laptop"),
                 ("repo", &filter.repo, "github.com/acme/api"),
-                ("topic", &filter.topic, "none yet"),
+                ("topic", &filter.topic, "#deploys"),
             ] {
                 label { (name) " " input type="text" name=(name) value=(shown(value)) placeholder=(hint); }
             }
@@ -494,6 +494,30 @@ pub fn activity_live(activity: &Activity) -> Markup {
                             td { (if c.exclusive { "exclusive" } else { "shared" }) }
                             td { (shown(&c.reason)) }
                             td { (c.until.to_rfc3339_opts(SecondsFormat::Secs, true)) }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Topics" }
+        @if activity.topics.is_empty() {
+            p class="empty" { "No topic yet." }
+        }
+        @for t in &activity.topics {
+            details class="topic" data-topic=(shown(&t.topic)) open {
+                summary {
+                    (shown(&t.topic)) " · " (t.followers) (if t.followers == 1 { " follower" } else { " followers" })
+                    " · " (if t.open { "open to contacts" } else { "the account's alone" })
+                }
+                @if t.posts.is_empty() {
+                    p class="empty" { "No post yet." }
+                }
+                ol class="messages" {
+                    @for m in &t.posts {
+                        li data-message=(shown(&m.id)) {
+                            span class="meta" { (shown(&m.from)) " · " (m.at.to_rfc3339_opts(SecondsFormat::Secs, true)) }
+                            pre class="body" { (shown(&m.body)) }
+                            (files_list(&m.id, &m.files))
                         }
                     }
                 }
