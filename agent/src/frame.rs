@@ -123,14 +123,17 @@ pub fn reply_required(m: &Message) -> Option<String> {
 /// A message inside a frame whose end the body cannot forge.
 pub fn message(m: &Message) -> String {
     let mut head = format!(
-        "<{TAG} id={} short={} from={} thread={} kind={} seq={}",
+        "<{TAG} id={} short={} from={} thread={} kind={}",
         attr(&m.id),
         attr(short(&m.id)),
         attr(&m.from),
         attr(&m.thread),
         kind_name(m.kind()),
-        m.seq
     );
+    // A post is numbered in its topic, a delivery in the inbox.
+    if m.topic.is_empty() {
+        head.push_str(&format!(" seq={}", m.seq));
+    }
     if !m.reply_to.is_empty() {
         head.push_str(&format!(" reply_to={}", attr(&m.reply_to)));
     }
@@ -222,15 +225,17 @@ pub fn channel_params(message: &Message) -> serde_json::Value {
     if !message.attachments.is_empty() {
         content.push_str(&format!("\nSave its files with relay_fetch {{message: \"{}\", name}}.", short(&message.id)));
     }
-    serde_json::json!({
-        "content": content,
-        "meta": {
-            "from": message.from,
-            "id": message.id,
-            "seq": message.seq.to_string(),
-            "thread": message.thread,
-        },
-    })
+    let mut meta = serde_json::json!({
+        "from": message.from,
+        "id": message.id,
+        "seq": message.seq.to_string(),
+        "thread": message.thread,
+    });
+    if !message.topic.is_empty() {
+        meta["topic"] = message.topic.clone().into();
+        meta["post"] = message.topic_seq.to_string().into();
+    }
+    serde_json::json!({ "content": content, "meta": meta })
 }
 
 #[cfg(test)]

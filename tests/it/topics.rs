@@ -195,3 +195,62 @@ async fn the_topic_tools_follow_post_and_frame_what_they_read() {
     let gone = bob.tool_ok("relay_unsubscribe", json!({ "topic": "#incidents" })).await;
     assert!(text(&gone).contains("no longer following"), "{}", text(&gone));
 }
+
+/// A post reaches its followers by push, as direct mail does, through whichever replica holds
+/// each follower's stream: read once there and handed to every stream that follows the topic. A
+/// follower whose stream opens later is pushed what it has not read; the hint names posts too.
+#[tokio::test]
+async fn a_post_is_pushed_to_followers_on_every_replica_and_hinted() {
+    use relay_tests::mcp::{Bridge, BridgeSpec, WAIT};
+    let db = TestDb::new().await;
+    let first = Server::start(&db).await;
+    let second = Server::start_on(&db, free_port()).await;
+    let (laptop, ci) = (first.machine("acme", "laptop"), first.machine("acme", "ci"));
+    // bob's bridge on the first replica, cid's on the second; both take channel pushes.
+    let mut bob = Bridge::start(BridgeSpec { server: &first.url, token: &ci, handle: Some("bob"), channels: true });
+    bob.initialize_with_channels().await;
+    bob.tool_ok("relay_subscribe", json!({ "topic": "#deploys" })).await;
+    let mut cid = Bridge::start(BridgeSpec { server: &second.url, token: &ci, handle: Some("cid"), channels: true });
+    cid.initialize_with_channels().await;
+    cid.tool_ok("relay_subscribe", json!({ "topic": "#deploys" })).await;
+
+    let mut ann = Agent::hello(&first.url, &laptop, "ann").await.unwrap();
+    ann.rpc.follow(follow("#deploys")).await.unwrap();
+    let posted = ann.rpc.publish(post("#deploys", "deploy 8 is rolling")).await.unwrap().into_inner();
+    assert_eq!(posted.followers, 2);
+    for (name, follower) in [("bob", &mut bob), ("cid", &mut cid)] {
+        let pushed = follower.notification("notifications/claude/channel", WAIT).await;
+        let content = pushed["params"]["content"].as_str().unwrap();
+        assert!(
+            content.contains("topic=\"acme/#deploys\" post=1") && content.contains("deploy 8 is rolling"),
+            "{name}: {content}"
+        );
+        // Unread until read through a tool: every result says so, naming the topic.
+        let me = follower.tool_ok("relay_whoami", json!({})).await;
+        let hint = me["structuredContent"]["hint"].as_str().unwrap_or_default().to_owned();
+        assert!(hint.contains("1 unread") && hint.contains("in acme/#deploys"), "{name}: {me}");
+        follower.tool_ok("relay_inbox", json!({})).await;
+        let after = follower.tool_ok("relay_whoami", json!({})).await;
+        assert!(after["structuredContent"].get("hint").is_none(), "{name}: read, no hint: {after}");
+    }
+    // ann's own post is not pushed to her.
+    assert!(ann.rpc.inbox(InboxRequest::default()).await.unwrap().into_inner().messages.is_empty());
+
+    // Posts made while a follower's stream was closed are pushed when it opens.
+    bob.close();
+    ann.rpc.publish(post("#deploys", "deploy 9 while bob was away")).await.unwrap();
+    let mut bob = Bridge::start(BridgeSpec { server: &second.url, token: &ci, handle: Some("bob"), channels: true });
+    bob.initialize_with_channels().await;
+    let pushed = bob.notification("notifications/claude/channel", WAIT).await;
+    assert!(pushed["params"]["content"].as_str().unwrap().contains("deploy 9 while bob was away"), "{pushed}");
+    // Unfollowed, nothing more of the topic is bob's: not the next post, not one left unread.
+    bob.tool_ok("relay_unsubscribe", json!({ "topic": "#deploys" })).await;
+    ann.rpc.publish(post("#deploys", "deploy 10")).await.unwrap();
+    cid.wait_for("deploy 10 pushed to cid", WAIT, |v| {
+        v["method"] == "notifications/claude/channel"
+            && v["params"]["content"].as_str().is_some_and(|c| c.contains("deploy 10"))
+    })
+    .await;
+    let nothing = bob.tool_ok("relay_inbox", json!({})).await;
+    assert_eq!(nothing["structuredContent"]["messages"].as_array().map(Vec::len), Some(0), "{nothing}");
+}

@@ -130,6 +130,11 @@ impl<R: Fn(bool)> PushStream<R> {
             };
             *progressed = true;
             match push.event {
+                // A topic's post: numbered in its topic, not in the inbox.
+                Some(push::Event::Message(message)) if !message.topic.is_empty() => {
+                    // Nobody takes the messages any more: the stream is done.
+                    let Ok(()) = self.sink.send(message).await else { return Ok(()) };
+                }
                 Some(push::Event::Message(message)) if message.seq > self.last_seq => {
                     self.last_seq = message.seq;
                     self.progress.received.fetch_max(message.seq, Ordering::AcqRel);

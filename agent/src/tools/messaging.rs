@@ -472,7 +472,12 @@ async fn inbox(tools: &Tools, args: input::Inbox) -> Result<Outcome> {
         .call_once(Duration::from_secs(wait_s.into()), request, |mut c, r| async move { c.inbox(r).await })
         .await?;
     if ack {
-        tools.mark_seen(reply.messages.iter().map(|m| m.seq)).await;
+        tools.mark_seen(reply.messages.iter().filter(|m| m.topic.is_empty()).map(|m| m.seq)).await;
+        tools
+            .mark_posts_seen(
+                reply.messages.iter().filter(|m| !m.topic.is_empty()).map(|m| (m.topic.clone(), m.topic_seq)),
+            )
+            .await;
     }
     let data = output::Inbox {
         messages: reply.messages.iter().map(output::MessageOut::from).collect(),

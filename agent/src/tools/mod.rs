@@ -156,6 +156,8 @@ pub struct Tools {
     host: Host,
     /// Pushed to this bridge but not read through a tool yet, by seq: the basis of unread hints.
     unread: Mutex<BTreeMap<u64, Waiting>>,
+    /// Topics' posts pushed and not read through a tool yet, by topic and number.
+    posts: Mutex<BTreeMap<(String, u64), Waiting>>,
     /// The newest seq taken into `unread`.
     taken: AtomicU64,
     /// How far the push stream has come: whether `unread` can be all there is.
@@ -177,6 +179,7 @@ impl Tools {
             relay,
             host,
             unread: Mutex::new(BTreeMap::new()),
+            posts: Mutex::new(BTreeMap::new()),
             taken: AtomicU64::new(0),
             stream: Arc::default(),
             listed: watch::channel(Listed::default()).0,
@@ -280,6 +283,10 @@ impl Tools {
     /// A message reached the bridge but not the model yet.
     pub async fn note_unread(&self, message: &Message) {
         let waiting = Waiting { id: message.id.clone(), from: message.from.clone(), named: false };
+        if !message.topic.is_empty() {
+            self.posts.lock().await.insert((message.topic.clone(), message.topic_seq), waiting);
+            return;
+        }
         self.unread.lock().await.insert(message.seq, waiting);
         self.taken.fetch_max(message.seq, Ordering::AcqRel);
     }
@@ -288,6 +295,14 @@ impl Tools {
         let mut unread = self.unread.lock().await;
         for seq in seqs {
             unread.remove(&seq);
+        }
+    }
+
+    /// Topics' posts read through a tool.
+    async fn mark_posts_seen(&self, read: impl IntoIterator<Item = (String, u64)>) {
+        let mut posts = self.posts.lock().await;
+        for key in read {
+            posts.remove(&key);
         }
     }
 
@@ -304,9 +319,10 @@ impl Tools {
     async fn unread_hint(&self) -> Option<String> {
         // What the server's count can speak for: messages pushed before it was asked.
         let newest = self.unread.lock().await.keys().next_back().copied();
+        let posts_waiting = !self.posts.lock().await.is_empty();
         let asked_at = match newest {
             Some(seq) => seq,
-            None if self.stream.complete(self.taken.load(Ordering::Acquire)) => return None,
+            None if !posts_waiting && self.stream.complete(self.taken.load(Ordering::Acquire)) => return None,
             None => 0,
         };
         let ask = self.relay.call(Duration::ZERO, WhoAmIRequest {}, |mut c, r| async move { c.who_am_i(r).await });
@@ -315,16 +331,19 @@ impl Tools {
             Err(_) => Err(crate::relay::RelayError::Unreachable("no answer in 5 s".into())),
         };
         let mut unread = self.unread.lock().await;
+        let mut posts = self.posts.lock().await;
         let count = match &server {
             Ok(me) if me.unread == 0 => {
+                // Read by other means; a post pushed after the answer is counted next time.
                 unread.retain(|seq, _| *seq > asked_at);
+                posts.clear();
                 if unread.is_empty() {
                     return None;
                 }
                 unread.len()
             }
-            Ok(me) => (me.unread as usize).max(unread.len()),
-            Err(_) => unread.len(),
+            Ok(me) => (me.unread as usize).max(unread.len() + posts.len()),
+            Err(_) => unread.len() + posts.len(),
         };
         if count == 0 {
             return None;
@@ -334,8 +353,13 @@ impl Tools {
         {
             self.observe(endpoint);
         }
-        let named: Vec<String> =
-            unread.values().take(HINT_NAMES).map(|w| format!("{} from {}", frame::short(&w.id), w.from)).collect();
+        let named: Vec<String> = unread
+            .values()
+            .map(|w| format!("{} from {}", frame::short(&w.id), w.from))
+            .chain(posts.iter().map(|((topic, _), w)| format!("{} from {} in {topic}", frame::short(&w.id), w.from)))
+            .take(HINT_NAMES)
+            .collect();
+        drop(posts);
         let newly: Vec<u64> = unread.iter().take(HINT_NAMES).filter(|(_, w)| !w.named).map(|(seq, _)| *seq).collect();
         drop(unread);
         if !newly.is_empty() {

@@ -27,6 +27,9 @@ pub struct Hub {
     /// (Taken before a wake map's lock where both are held, never after.)
     streams: Arc<Mutex<HashMap<EndpointId, StreamEntry>>>,
     next_stream: Arc<AtomicU64>,
+    /// The endpoints whose streams here follow each topic: a post is read once on this replica and
+    /// handed to each of them. (Taken after `streams` where both are held, never before.)
+    follows: Arc<Mutex<HashMap<i64, Vec<EndpointId>>>>,
 }
 
 /// What can be waited on: an endpoint's inbox, or an account.
@@ -76,7 +79,28 @@ struct StreamEntry {
     changed: Arc<Notify>,
     /// Messages just delivered, handed over with the wake-up that announced them.
     fresh: Option<Fresh>,
+    /// Posts of the topics it follows, handed over as they come.
+    posts: Arc<PostBox>,
+    /// The topics it follows.
+    topics: Vec<i64>,
 }
+
+/// The posts handed to one stream, and whether it should read its topics again instead.
+#[derive(Default)]
+pub struct PostBox {
+    queue: Mutex<Posts>,
+    arrived: Notify,
+}
+
+#[derive(Default)]
+struct Posts {
+    posts: Vec<Arc<Message>>,
+    /// What the stream follows changed, or more came than are held: it reads them again.
+    reread: bool,
+}
+
+/// Most posts held for one stream between its turns: past it, the stream reads them instead.
+const POSTS_HELD: usize = 256;
 
 /// What one wake-up of an endpoint's inbox delivered, in seq order.
 struct Fresh {
@@ -100,6 +124,7 @@ pub struct StreamClaim {
     id: u64,
     replaced: CancellationToken,
     changed: Arc<Notify>,
+    posts: Arc<PostBox>,
 }
 
 impl StreamClaim {
@@ -115,6 +140,30 @@ impl StreamClaim {
         self.changed.notified().await;
     }
 
+    /// Resolves when posts were handed over, or the stream should read its topics again. A
+    /// hand-over made before this is awaited is not lost.
+    pub async fn posts_arrived(&self) {
+        self.posts.arrived.notified().await;
+    }
+
+    /// The posts handed over since the last call, and whether to read the topics again instead.
+    pub fn take_posts(&self) -> (Vec<Arc<Message>>, bool) {
+        let mut queue = self.posts.queue.lock().expect("hub lock poisoned");
+        (std::mem::take(&mut queue.posts), std::mem::take(&mut queue.reread))
+    }
+
+    /// The topics this stream follows, from now on.
+    pub fn follow_topics(&self, topics: &[i64]) {
+        let mut streams = self.hub.streams.lock().expect("hub lock poisoned");
+        let Some(entry) = streams.get_mut(&self.endpoint).filter(|entry| entry.id == self.id) else { return };
+        let before = std::mem::replace(&mut entry.topics, topics.to_vec());
+        let mut follows = self.hub.follows.lock().expect("hub lock poisoned");
+        unfollow(&mut follows, self.endpoint, &before);
+        for topic in topics {
+            follows.entry(*topic).or_default().push(self.endpoint);
+        }
+    }
+
     /// The messages delivered with wake-up `wake`, if that wake-up handed any over, is the
     /// inbox's latest and was moments ago; what the entry held is forgotten either way.
     pub fn take_fresh(&self, wake: u64) -> Option<Vec<Message>> {
@@ -127,8 +176,22 @@ impl StreamClaim {
 impl Drop for StreamClaim {
     fn drop(&mut self) {
         let mut streams = self.hub.streams.lock().expect("hub lock poisoned");
-        if streams.get(&self.endpoint).is_some_and(|entry| entry.id == self.id) {
-            streams.remove(&self.endpoint);
+        if streams.get(&self.endpoint).is_some_and(|entry| entry.id == self.id)
+            && let Some(entry) = streams.remove(&self.endpoint)
+        {
+            unfollow(&mut self.hub.follows.lock().expect("hub lock poisoned"), self.endpoint, &entry.topics);
+        }
+    }
+}
+
+/// Takes `endpoint` out of the followers of `topics`.
+fn unfollow(follows: &mut HashMap<i64, Vec<EndpointId>>, endpoint: EndpointId, topics: &[i64]) {
+    for topic in topics {
+        if let Some(followers) = follows.get_mut(topic) {
+            followers.retain(|e| *e != endpoint);
+            if followers.is_empty() {
+                follows.remove(topic);
+            }
         }
     }
 }
@@ -161,12 +224,23 @@ impl Hub {
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let replaced = CancellationToken::new();
         let changed = Arc::new(Notify::new());
-        let entry = StreamEntry { id, machine, replaced: replaced.clone(), changed: changed.clone(), fresh: None };
-        let previous = self.streams.lock().expect("hub lock poisoned").insert(endpoint, entry);
-        if let Some(older) = previous {
+        let posts = Arc::new(PostBox::default());
+        let entry = StreamEntry {
+            id,
+            machine,
+            replaced: replaced.clone(),
+            changed: changed.clone(),
+            fresh: None,
+            posts: posts.clone(),
+            topics: Vec::new(),
+        };
+        let mut streams = self.streams.lock().expect("hub lock poisoned");
+        if let Some(older) = streams.insert(endpoint, entry) {
             older.replaced.cancel();
+            unfollow(&mut self.follows.lock().expect("hub lock poisoned"), endpoint, &older.topics);
         }
-        StreamClaim { hub: self.clone(), endpoint, id, replaced, changed }
+        drop(streams);
+        StreamClaim { hub: self.clone(), endpoint, id, replaced, changed, posts }
     }
 
     /// The endpoint changed somewhere: its stream here, if any, checks it is still current.
@@ -184,10 +258,50 @@ impl Hub {
         }
     }
 
-    /// Changes may have gone unheard: every stream here checks.
+    /// Changes may have gone unheard: every stream here checks, and reads its topics again.
     pub fn all_changed(&self) {
         for entry in self.streams.lock().expect("hub lock poisoned").values() {
             entry.changed.notify_one();
+            entry.posts.queue.lock().expect("hub lock poisoned").reread = true;
+            entry.posts.arrived.notify_one();
+        }
+    }
+
+    /// Whether a stream here follows `topic`: only then is a post of it read here.
+    pub fn follows_topic(&self, topic: i64) -> bool {
+        self.follows.lock().expect("hub lock poisoned").contains_key(&topic)
+    }
+
+    /// A post of `topic`, read once: handed to each stream here that follows the topic.
+    pub fn posted(&self, topic: i64, post: Arc<Message>) {
+        let followers = self.follows.lock().expect("hub lock poisoned").get(&topic).cloned().unwrap_or_default();
+        let streams = self.streams.lock().expect("hub lock poisoned");
+        for entry in followers.iter().filter_map(|e| streams.get(e)) {
+            let mut queue = entry.posts.queue.lock().expect("hub lock poisoned");
+            if queue.posts.len() < POSTS_HELD {
+                queue.posts.push(post.clone());
+            } else {
+                queue.reread = true;
+            }
+            drop(queue);
+            entry.posts.arrived.notify_one();
+        }
+    }
+
+    /// What `endpoint` follows changed, or a topic it follows was closed: its stream here reads its
+    /// topics again. `None`: every stream here following `topic` does.
+    pub fn topics_changed(&self, endpoint: Option<EndpointId>, topic: Option<i64>) {
+        let followers = match (endpoint, topic) {
+            (Some(endpoint), _) => vec![endpoint],
+            (None, Some(topic)) => {
+                self.follows.lock().expect("hub lock poisoned").get(&topic).cloned().unwrap_or_default()
+            }
+            (None, None) => return,
+        };
+        let streams = self.streams.lock().expect("hub lock poisoned");
+        for entry in followers.iter().filter_map(|e| streams.get(e)) {
+            entry.posts.queue.lock().expect("hub lock poisoned").reread = true;
+            entry.posts.arrived.notify_one();
         }
     }
 

@@ -17,6 +17,7 @@ use crate::domain::{Error, Result};
 use crate::store::console::{ACCOUNT_CHANNEL, CONSOLE_CHANNEL};
 use crate::store::identity::{CONTROL_CHANNEL, Control};
 use crate::store::messages::{DELIVERY_CHANNEL, DeliveryNotice};
+use crate::store::topics::{self, TOPIC_CHANNEL, TopicNotice};
 use crate::store::{DbConfig, DbTls, Store};
 
 /// How soon the notification connection is reopened: at once after a blip, every 10 s at most.
@@ -159,13 +160,39 @@ where
     });
     client
         .batch_execute(&format!(
-            "listen {DELIVERY_CHANNEL}; listen {CONTROL_CHANNEL}; listen {ACCOUNT_CHANNEL}; listen {CONSOLE_CHANNEL}"
+            "listen {DELIVERY_CHANNEL}; listen {CONTROL_CHANNEL}; listen {ACCOUNT_CHANNEL}; listen {CONSOLE_CHANNEL}; \
+             listen {TOPIC_CHANNEL}"
         ))
         .await?;
     Ok((client, driver))
 }
 
 fn heard(hub: &Hub, memory: &Memory, channel: &str, payload: &str) {
+    if channel == TOPIC_CHANNEL {
+        match TopicNotice::parse(payload) {
+            // Read once here, for every stream here that follows the topic; none, nothing read.
+            Some(TopicNotice::Posted { topic, seq }) if hub.follows_topic(topic) => {
+                let (hub, store) = (hub.clone(), memory.store.clone());
+                tokio::spawn(async move {
+                    let read = async { Ok::<_, Error>(topics::post_at(&store.client().await?, topic, seq).await?) };
+                    match read.await {
+                        Ok(Some(post)) => hub.posted(topic, Arc::new(post)),
+                        Ok(None) => {}
+                        // The streams read their topics again rather than miss it.
+                        Err(e) => {
+                            tracing::warn!(topic, seq, error = %e, "cannot read a post to hand on");
+                            hub.topics_changed(None, Some(topic));
+                        }
+                    }
+                });
+            }
+            Some(TopicNotice::Posted { .. }) => {}
+            Some(TopicNotice::Follows(endpoint)) => hub.topics_changed(Some(endpoint), None),
+            Some(TopicNotice::Closed(topic)) => hub.topics_changed(None, Some(topic)),
+            None => tracing::warn!(payload, "malformed topic notification"),
+        }
+        return;
+    }
     if channel == ACCOUNT_CHANNEL || channel == CONSOLE_CHANNEL {
         match payload.parse().map(AccountId) {
             Ok(account) if channel == ACCOUNT_CHANNEL => hub.wake_account(account),

@@ -4,6 +4,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Hub;
 use super::events::{self, Events, Sender, Slot};
+use super::hub::StreamClaim;
 use crate::domain::caller::Caller;
 use crate::domain::ids::Seq;
 use crate::domain::message::Message;
@@ -13,6 +14,8 @@ use crate::metrics::{Step, metrics};
 use crate::store::Store;
 use crate::store::identity;
 use crate::store::messages;
+use crate::store::topics;
+use std::sync::Arc;
 
 const BATCH: i64 = 100;
 /// Small on purpose: a delivery counts as pushed once it is in here, so keep "here" close to the wire.
@@ -101,6 +104,10 @@ async fn feed(
     // After the first drain a heartbeat says the backlog is through: the bridge knows at once that
     // what it was pushed is all there is unread, rather than at the next beat.
     let mut caught_up_told = false;
+    // The topics followed, each with its newest post pushed: read when the stream opens and when
+    // what it follows changes; posts come handed over from then on.
+    let mut topics = Topics::default();
+    let mut topics_read = false;
     // The inbox's change count when it was last read or handed a delivery: a wake-up right after
     // it that hands over what follows `last` needs no read.
     let mut seen = 0;
@@ -114,6 +121,9 @@ async fn feed(
                 return Ok(());
             }
             head = head.max(last);
+            if !std::mem::replace(&mut topics_read, true) && !Box::pin(topics.read(store, caller, &claim, tx)).await? {
+                return Ok(());
+            }
             if !std::mem::replace(&mut caught_up_told, true) && !tx.send(beat(head, operator)).await {
                 return Ok(());
             }
@@ -126,6 +136,17 @@ async fn feed(
                 let now = Box::pin(stream_current(store, caller, stream_gen)).await?.ok_or_else(gone)?;
                 // A role change is told at once: the bridge lists its tools again.
                 if std::mem::replace(&mut operator, now) != now && !tx.send(beat(head, operator)).await {
+                    return Ok(());
+                }
+            }
+            () = claim.posts_arrived() => {
+                let (posts, reread) = claim.take_posts();
+                let open = if reread {
+                    Box::pin(topics.read(store, caller, &claim, tx)).await?
+                } else {
+                    Box::pin(topics.push_handed(store, caller, &claim, tx, posts)).await?
+                };
+                if !open {
                     return Ok(());
                 }
             }
@@ -151,6 +172,81 @@ async fn feed(
                 }
             }
         }
+    }
+}
+
+/// The topics a stream follows, each with the newest post pushed (or read before).
+#[derive(Default)]
+struct Topics {
+    pushed: std::collections::HashMap<i64, i64>,
+}
+
+impl Topics {
+    /// Reads what the endpoint follows and pushes the posts it has not read (and this stream has
+    /// not pushed), then takes posts as they are handed over. `false` when the client is gone.
+    async fn read(&mut self, store: &Store, caller: &Caller, claim: &StreamClaim, tx: &Sender<Event>) -> Result<bool> {
+        let db = store.client().await?;
+        let follows = topics::follows_of(&db, caller.endpoint_id).await?;
+        let ids: Vec<i64> = follows.iter().map(|(topic, _)| *topic).collect();
+        claim.follow_topics(&ids);
+        let before = std::mem::take(&mut self.pushed);
+        for (topic, read) in follows {
+            self.pushed.insert(topic, before.get(&topic).copied().unwrap_or(read).max(read));
+        }
+        if self.pushed.is_empty() {
+            return Ok(true);
+        }
+        let (posts, _) = topics::unread(&db, caller.endpoint_id, BATCH).await?;
+        drop(db);
+        Ok(self.push(tx, posts.into_iter().map(Arc::new)).await)
+    }
+
+    /// Pushes handed-over posts that follow the newest pushed of their topic; one that skips a
+    /// number (one was missed) reads the topics instead. `false` when the client is gone.
+    async fn push_handed(
+        &mut self,
+        store: &Store,
+        caller: &Caller,
+        claim: &StreamClaim,
+        tx: &Sender<Event>,
+        posts: Vec<Arc<Message>>,
+    ) -> Result<bool> {
+        let me = caller.address();
+        let mut fresh = Vec::new();
+        for post in posts {
+            let Some(at) = post.post.as_ref() else { continue };
+            let Some(pushed) = self.pushed.get_mut(&at.topic_id) else { continue };
+            if at.seq <= *pushed {
+                continue;
+            }
+            if at.seq != *pushed + 1 {
+                return self.read(store, caller, claim, tx).await;
+            }
+            if post.from == me {
+                // Its own post: not its unread, nothing to push.
+                *pushed = at.seq;
+                continue;
+            }
+            fresh.push(post);
+        }
+        Ok(self.push(tx, fresh.into_iter()).await)
+    }
+
+    /// Pushes the posts not pushed yet, in order. `false` when the client is gone.
+    async fn push(&mut self, tx: &Sender<Event>, posts: impl Iterator<Item = Arc<Message>>) -> bool {
+        for post in posts {
+            let Some(at) = post.post.as_ref() else { continue };
+            let Some(pushed) = self.pushed.get_mut(&at.topic_id) else { continue };
+            if at.seq <= *pushed {
+                continue;
+            }
+            *pushed = at.seq;
+            let message = Arc::try_unwrap(post).unwrap_or_else(|shared| (*shared).clone());
+            if !tx.send(Event::Message(Box::new(message))).await {
+                return false;
+            }
+        }
+        true
     }
 }
 

@@ -27,8 +27,30 @@ macro_rules! readable {
     };
 }
 
-/// Channel a post is announced on: `<topic id>`.
+/// Channel of the topics' news: `<topic id>:<seq>`, a post; `e<endpoint id>`, what an endpoint
+/// follows changed; `c<topic id>`, a topic was closed to contacts.
 pub const TOPIC_CHANNEL: &str = "relay_topic";
+
+/// A notification on [`TOPIC_CHANNEL`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum TopicNotice {
+    Posted { topic: i64, seq: i64 },
+    Follows(EndpointId),
+    Closed(i64),
+}
+
+impl TopicNotice {
+    pub fn parse(payload: &str) -> Option<Self> {
+        if let Some(endpoint) = payload.strip_prefix('e') {
+            return endpoint.parse().ok().map(|e| Self::Follows(EndpointId(e)));
+        }
+        if let Some(topic) = payload.strip_prefix('c') {
+            return topic.parse().ok().map(Self::Closed);
+        }
+        let (topic, seq) = payload.split_once(':')?;
+        Some(Self::Posted { topic: topic.parse().ok()?, seq: seq.parse().ok()? })
+    }
+}
 
 /// A topic an agent named, found (and, in its own account, made).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +105,7 @@ pub(crate) async fn find(c: &impl GenericClient, caller: &Caller, named: &TopicR
     Ok(Topic { id: row.col("id")?, account_id: row.col("account_id")?, shown: TopicRef::shown(&account, &named.name) })
 }
 
-/// Makes `endpoint` a follower of `topic`, its cursor before the newest [`BACKLOG_POSTS`] posts
+/// Makes `endpoint` a follower of `topic` (and tells the replicas, see [`follows_changed`]), its cursor before the newest [`BACKLOG_POSTS`] posts
 /// of the last [`BACKLOG_S`]: how many of those it will read first, or `None` when it followed
 /// already (its cursor kept). Refused past [`MAX_SUBSCRIPTIONS`].
 pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: i64) -> Result<Option<u64>> {
@@ -112,6 +134,7 @@ pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: 
     let (room, made, backlog, already): (bool, i64, i64, bool) =
         (row.col("room")?, row.col("made")?, row.col("backlog")?, row.col("already")?);
     if made == 1 {
+        follows_changed(c, endpoint).await?;
         return Ok(Some(backlog.max(0) as u64));
     }
     if already {
@@ -128,8 +151,55 @@ pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: 
 
 /// Stops `endpoint` following `topic`; whether it did.
 pub(crate) async fn unfollow(c: &impl GenericClient, endpoint: EndpointId, topic: i64) -> Result<bool> {
-    let stmt = c.prepare_cached("delete from topic_subscriptions where endpoint_id = $1 and topic_id = $2").await?;
-    Ok(c.execute(&stmt, &[&endpoint, &topic]).await? == 1)
+    let stmt = c
+        .prepare_cached(&format!(
+            "with gone as (delete from topic_subscriptions where endpoint_id = $1 and topic_id = $2 returning 1)
+             select count(*) as gone, (select count(*) from (select pg_notify('{TOPIC_CHANNEL}', 'e' || $1::bigint::text) from gone) n)
+             from gone"
+        ))
+        .await?;
+    Ok(c.query_one(&stmt, &[&endpoint, &topic]).await?.col::<i64>("gone")? == 1)
+}
+
+/// Tells the replicas that what `endpoint` follows changed: its stream reads its topics again.
+pub(crate) async fn follows_changed(c: &impl GenericClient, endpoint: EndpointId) -> Result<()> {
+    let stmt = c.prepare_cached(&format!("select pg_notify('{TOPIC_CHANNEL}', 'e' || $1::bigint::text)")).await?;
+    c.execute(&stmt, &[&endpoint]).await?;
+    Ok(())
+}
+
+/// The topics `endpoint` follows and may still read, each with the newest post it read.
+pub(crate) async fn follows_of(c: &impl GenericClient, endpoint: EndpointId) -> Result<Vec<(i64, i64)>> {
+    let stmt = c
+        .prepare_cached(concat!(
+            "select ts.topic_id, ts.read_seq from topic_subscriptions ts
+             join endpoints fe on fe.id = ts.endpoint_id
+             join machines fm on fm.id = fe.machine_id
+             join topics t on t.id = ts.topic_id
+             where ts.endpoint_id = $1 and ",
+            readable!()
+        ))
+        .await?;
+    c.query(&stmt, &[&endpoint]).await?.iter().map(|r| Ok((r.col("topic_id")?, r.col("read_seq")?))).collect()
+}
+
+/// Post `seq` of `topic`, as its followers read it: read once by a replica that hands it to them.
+pub(crate) async fn post_at(c: &impl GenericClient, topic: i64, seq: i64) -> Result<Option<Message>> {
+    let stmt = c
+        .prepare_cached(concat!(
+            "select p.seq as topic_seq, p.topic_id, ta.name || '/#' || t.name as topic, m.id, s.address as sender,
+                    m.thread, m.kind, m.body, m.created_at, ",
+            super::messages::files_column!("m.id"),
+            "
+             from topic_posts p
+             join topics t on t.id = p.topic_id
+             join accounts ta on ta.id = t.account_id
+             join messages m on m.id = p.message_id
+             join endpoint_addresses s on s.id = m.sender_id
+             where p.topic_id = $1 and p.seq = $2"
+        ))
+        .await?;
+    c.query_opt(&stmt, &[&topic, &seq]).await?.as_ref().map(post_from_row).transpose()
 }
 
 /// A post to write: its message and where it goes.
@@ -165,7 +235,7 @@ pub(crate) async fn publish(c: &impl GenericClient, post: &NewPost<'_>) -> Resul
                    returning id, head_seq),
              p as (insert into topic_posts (topic_id, seq, message_id, sender_id)
                    select t.id, t.head_seq, m.id, $2 from t, m returning seq),
-             n as (select pg_notify('{TOPIC_CHANNEL}', $7::text) from p)
+             n as (select pg_notify('{TOPIC_CHANNEL}', $7::text || ':' || p.seq) from p)
              select (select seq from p) as seq,
                     (select count(*) from n) as notified,
                     (select count(*) from topic_subscriptions where topic_id = $7 and endpoint_id <> $2) as followers"
@@ -324,10 +394,14 @@ pub(crate) async fn of_account(c: &impl GenericClient, account: AccountId, per_t
 /// topic. Closed, its contacts' followers read no more of it, and none may follow it anew.
 pub(crate) async fn set_open(c: &impl GenericClient, account: &str, name: &str, open: bool) -> Result<bool> {
     let stmt = c
-        .prepare_cached(
-            "update topics t set open_to_contacts = $3 from accounts a
-             where a.id = t.account_id and a.name = $1 and t.name = $2",
-        )
+        .prepare_cached(&format!(
+            "with set as (
+                 update topics t set open_to_contacts = $3 from accounts a
+                 where a.id = t.account_id and a.name = $1 and t.name = $2 returning t.id)
+             select count(*) as set,
+                    (select count(*) from (select pg_notify('{TOPIC_CHANNEL}', 'c' || id::text) from set where not $3) n)
+             from set"
+        ))
         .await?;
-    Ok(c.execute(&stmt, &[&account, &name, &open]).await? == 1)
+    Ok(c.query_one(&stmt, &[&account, &name, &open]).await?.col::<i64>("set")? == 1)
 }
