@@ -34,6 +34,8 @@ pub struct Announced {
     pub from: String,
     pub kind: Kind,
     pub require_reply: bool,
+    /// A topic's post: its topic (`seq` is then its number there).
+    pub topic: Option<String>,
 }
 
 /// What one announcement names, and how many messages wait unread in all.

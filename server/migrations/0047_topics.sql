@@ -30,6 +30,8 @@ create table topic_subscriptions (
     topic_id    bigint not null references topics (id) on delete cascade,
     -- the newest post read: unread are the posts above it
     read_seq    bigint not null,
+    -- the newest post its model was told of (a wake hook's announcement), so each is told once
+    shown_seq   bigint not null default 0,
     created_at  timestamptz not null default now(),
     primary key (endpoint_id, topic_id)
 );

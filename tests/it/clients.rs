@@ -620,3 +620,57 @@ async fn claude_code_fetches_a_patch_another_machine_attached() {
     );
     assert_eq!(std::fs::read_to_string(project.dir().join("fix.patch")).unwrap(), patch);
 }
+
+/// Topics with the real Claude Code: an idle session whose agent follows a topic is woken by a
+/// post another machine makes to it, told who posted in which topic (never what), once.
+#[tokio::test]
+async fn an_idle_claude_code_session_is_woken_by_a_post_to_a_topic_it_follows() {
+    let w = TwoMachines::start().await;
+    let api = ModelApi::start().await;
+    let mut bob = bob(&w).await;
+    let project = ClaudeProject::new(&w.server.url, &w.laptop, &api.url);
+    // The person allowed the tool once, as Claude Code asks them to.
+    let allowed = json!({
+        "enableAllProjectMcpServers": true,
+        "permissions": { "allow": ["mcp__relay__relay_subscribe"] },
+    });
+    std::fs::write(project.dir().join(".claude/settings.local.json"), allowed.to_string()).unwrap();
+    let env = project.env("alice");
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let term = Terminal::start(&project.dir(), &env, &clients::program("claude"), &[]);
+    online(&mut bob, "acme/laptop/alice").await;
+    term.wait_for("\u{276f}", TURN).await;
+
+    // A first turn follows the topic; then the session sits idle at its prompt.
+    api.on(
+        Api::Anthropic,
+        "ToolSearch",
+        Reply::tool("ToolSearch", json!({ "query": "select:mcp__relay__relay_subscribe" })),
+    );
+    api.on(
+        Api::Anthropic,
+        "mcp__relay__relay_subscribe",
+        Reply::tool("mcp__relay__relay_subscribe", json!({ "topic": "#deploys" })),
+    );
+    api.on(Api::Anthropic, "following acme/#deploys", Reply::text("following"));
+    term.type_line("follow the deploys topic");
+    let (followed, _) =
+        api.wait_for("the follow's answer", 0, TURN, |r| r.last_turn().contains("following acme/#deploys")).await;
+
+    let posted = bob.tool_ok("relay_publish", json!({ "topic": "#deploys", "body": "deploy 12 is live" })).await;
+    let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let (woken, request) =
+        api.wait_for("a turn woken by the post", followed + 1, TURN, |r| r.last_turn().contains("<relay-mail>")).await;
+    let notice = request.last_turn();
+    assert!(notice.contains(short_id(&id)) && notice.contains("from acme/ci/bob in acme/#deploys"), "{notice}");
+    assert!(!notice.contains("deploy 12 is live"), "never the body in a user-role notice: {notice}");
+
+    // Told once: the next woken turn names the next post only.
+    let next = bob.tool_ok("relay_publish", json!({ "topic": "#deploys", "body": "deploy 13 is live" })).await;
+    let next = next["structuredContent"]["id"].as_str().unwrap().to_owned();
+    let (_, request) = api
+        .wait_for("a turn woken by the next post", woken + 1, TURN, |r| r.last_turn().contains("<relay-mail>"))
+        .await;
+    let notice = request.last_turn();
+    assert!(notice.contains(short_id(&next)) && !notice.contains(short_id(&id)), "{notice}");
+}

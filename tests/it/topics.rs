@@ -254,3 +254,41 @@ async fn a_post_is_pushed_to_followers_on_every_replica_and_hinted() {
     let nothing = bob.tool_ok("relay_inbox", json!({})).await;
     assert_eq!(nothing["structuredContent"]["messages"].as_array().map(Vec::len), Some(0), "{nothing}");
 }
+
+/// The wake hooks' announcement: a waiting one is woken by a post of a topic its agent follows,
+/// on another replica than the post's, and names it (who, which topic, never what) once.
+#[tokio::test]
+async fn a_post_wakes_a_waiting_announcement_and_is_announced_once() {
+    use relay_proto::v1::{AnnounceRequest, announce_event};
+    let db = TestDb::new().await;
+    let first = Server::start(&db).await;
+    let second = Server::start_on(&db, free_port()).await;
+    let (laptop, ci) = (first.machine("acme", "laptop"), first.machine("acme", "ci"));
+    let mut bob = Agent::hello(&second.url, &ci, "bob").await.unwrap();
+    bob.rpc.follow(follow("#deploys")).await.unwrap();
+    let mut ann = Agent::hello(&first.url, &laptop, "ann").await.unwrap();
+
+    let mut stream = bob.rpc.announce(AnnounceRequest { wait: true }).await.unwrap().into_inner();
+    let first_event = stream.message().await.unwrap().and_then(|e| e.event);
+    assert!(matches!(first_event, Some(announce_event::Event::Waiting(_))), "{first_event:?}");
+    ann.rpc.publish(post("#deploys", "deploy 11")).await.unwrap();
+    let announced = loop {
+        let event = tokio::time::timeout(relay_tests::mcp::WAIT, stream.message()).await.expect("woken").unwrap();
+        match event.and_then(|e| e.event) {
+            Some(announce_event::Event::Announcement(a)) => break a,
+            Some(announce_event::Event::Waiting(_)) => continue,
+            None => panic!("the announcement ended"),
+        }
+    };
+    assert_eq!(announced.messages.len(), 1, "{announced:?}");
+    let told = &announced.messages[0];
+    assert_eq!((told.from.as_str(), told.topic.as_str(), told.seq), ("acme/laptop/ann", "acme/#deploys", 1));
+    assert_eq!(announced.unread, 1);
+    // Told once: the next look names nothing, though the post is still unread.
+    let mut again = bob.rpc.announce(AnnounceRequest { wait: false }).await.unwrap().into_inner();
+    match again.message().await.unwrap().and_then(|e| e.event) {
+        Some(announce_event::Event::Announcement(a)) => assert!(a.messages.is_empty(), "{a:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(bodies(&mut bob, true).await.len(), 1);
+}

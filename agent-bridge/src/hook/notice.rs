@@ -69,6 +69,9 @@ pub fn text(client: Client, address: &str, announcement: &Announcement) -> Optio
 /// One announced message: its short id, its sender and, for a request, whether it needs a reply.
 fn line(m: &Announced) -> String {
     let mut line = format!("{} from {}", frame::neutralize(frame::short(&m.id)), frame::neutralize(&m.from));
+    if !m.topic.is_empty() {
+        line.push_str(&format!(" in {}", frame::neutralize(&m.topic)));
+    }
     if m.require_reply {
         line.push_str(", a request that needs your reply");
     } else if m.kind() == MessageKind::Ask {
@@ -84,7 +87,7 @@ mod tests {
     use super::*;
 
     fn announced(id: &str, from: &str, kind: MessageKind, require_reply: bool) -> Announced {
-        Announced { id: id.into(), seq: 1, from: from.into(), kind: kind as i32, require_reply }
+        Announced { id: id.into(), seq: 1, from: from.into(), kind: kind as i32, require_reply, topic: String::new() }
     }
 
     #[test]

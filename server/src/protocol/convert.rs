@@ -120,6 +120,7 @@ impl WireFrom<Announcement> for wire::Announcement {
                 from: m.from,
                 kind: kind(m.kind) as i32,
                 require_reply: m.require_reply,
+                topic: m.topic.unwrap_or_default(),
             })
             .collect();
         Self { messages, unread: a.unread }

@@ -16,6 +16,7 @@ use crate::domain::message::Announcement;
 use crate::metrics::metrics;
 use crate::store::Store;
 use crate::store::messages;
+use crate::store::topics;
 
 /// Most messages one announcement names (and moves to surfaced); more wait for the next.
 const MOST: i64 = 100;
@@ -62,6 +63,9 @@ async fn feed(
 ) -> Result<()> {
     // Taken before the first look, so nothing delivered after it goes unnoticed.
     let mut waiter = hub.waiter(caller.endpoint_id);
+    // Posts of the topics it follows wake it too (read again after each wake-up, as what it
+    // follows may have changed).
+    let mut posts = None;
     if wait && !tx.send(Event::Waiting).await {
         return Ok(());
     }
@@ -69,6 +73,10 @@ async fn feed(
     let _counted = wait.then(Waiting::new);
     loop {
         waiter.seen();
+        if wait {
+            let follows = Box::pin(follows(store, caller)).await?;
+            posts = Some(hub.announcer(caller.endpoint_id, follows));
+        }
         let found = Box::pin(look(store, caller)).await?;
         if !found.messages.is_empty() || !wait {
             tx.send(Event::Announced(Box::new(found))).await;
@@ -79,6 +87,7 @@ async fn feed(
                 () = shutdown.cancelled() => return Ok(()),
                 () = tx.closed() => return Ok(()),
                 () = waiter.changed() => break,
+                () = async { match &posts { Some(p) => p.woken().await, None => std::future::pending().await } } => break,
                 _ = beats.tick() => {
                     // From memory while the session is known: a wait costs the database nothing.
                     session().await?;
@@ -107,6 +116,26 @@ impl Drop for Waiting {
     }
 }
 
+/// The deliveries its model was not shown, then the posts of its topics it was not told of; each
+/// named once.
 async fn look(store: &Store, caller: &Caller) -> Result<Announcement> {
-    Ok(messages::announce(&store.client().await?, caller.endpoint_id, MOST).await?)
+    let mut db = store.client().await?;
+    let mut found = messages::announce(&db, caller.endpoint_id, MOST).await?;
+    let room = MOST - found.messages.len() as i64;
+    let (posts, unread_posts) = topics::announce(&mut db, caller.endpoint_id, room.max(1)).await?;
+    if posts.is_empty() {
+        return Ok(found);
+    }
+    if found.messages.is_empty() {
+        found.unread = messages::unread_count(&db, caller.endpoint_id).await?;
+    }
+    found.unread += unread_posts;
+    found.messages.extend(posts);
+    Ok(found)
+}
+
+/// The topics the endpoint follows and may read.
+async fn follows(store: &Store, caller: &Caller) -> Result<Vec<i64>> {
+    let follows = topics::follows_of(&store.client().await?, caller.endpoint_id).await?;
+    Ok(follows.into_iter().map(|(topic, _)| topic).collect())
 }

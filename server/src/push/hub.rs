@@ -30,6 +30,36 @@ pub struct Hub {
     /// The endpoints whose streams here follow each topic: a post is read once on this replica and
     /// handed to each of them. (Taken after `streams` where both are held, never before.)
     follows: Arc<Mutex<HashMap<i64, Vec<EndpointId>>>>,
+    /// Announcements waiting here for an endpoint's mail, with the topics it follows: a post of
+    /// one of them, or a change to what it follows, makes them look again.
+    announcers: Arc<Mutex<Vec<Announcer>>>,
+}
+
+struct Announcer {
+    id: u64,
+    endpoint: EndpointId,
+    topics: Vec<i64>,
+    woken: Arc<Notify>,
+}
+
+/// An announcement's place among those waiting; dropping it leaves.
+pub struct AnnouncerClaim {
+    hub: Hub,
+    id: u64,
+    woken: Arc<Notify>,
+}
+
+impl AnnouncerClaim {
+    /// Resolves when a post of a topic it follows came, or what it follows changed.
+    pub async fn woken(&self) {
+        self.woken.notified().await;
+    }
+}
+
+impl Drop for AnnouncerClaim {
+    fn drop(&mut self) {
+        self.hub.announcers.lock().expect("hub lock poisoned").retain(|a| a.id != self.id);
+    }
 }
 
 /// What can be waited on: an endpoint's inbox, or an account.
@@ -267,13 +297,26 @@ impl Hub {
         }
     }
 
-    /// Whether a stream here follows `topic`: only then is a post of it read here.
+    /// Whether a stream or an announcement here follows `topic`: only then is a post of it read here.
     pub fn follows_topic(&self, topic: i64) -> bool {
         self.follows.lock().expect("hub lock poisoned").contains_key(&topic)
+            || self.announcers.lock().expect("hub lock poisoned").iter().any(|a| a.topics.contains(&topic))
+    }
+
+    /// An announcement waits for `endpoint`'s mail, which follows `topics`.
+    pub fn announcer(&self, endpoint: EndpointId, topics: Vec<i64>) -> AnnouncerClaim {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let woken = Arc::new(Notify::new());
+        let announcer = Announcer { id, endpoint, topics, woken: woken.clone() };
+        self.announcers.lock().expect("hub lock poisoned").push(announcer);
+        AnnouncerClaim { hub: self.clone(), id, woken }
     }
 
     /// A post of `topic`, read once: handed to each stream here that follows the topic.
     pub fn posted(&self, topic: i64, post: Arc<Message>) {
+        for a in self.announcers.lock().expect("hub lock poisoned").iter().filter(|a| a.topics.contains(&topic)) {
+            a.woken.notify_one();
+        }
         let followers = self.follows.lock().expect("hub lock poisoned").get(&topic).cloned().unwrap_or_default();
         let streams = self.streams.lock().expect("hub lock poisoned");
         for entry in followers.iter().filter_map(|e| streams.get(e)) {
@@ -291,6 +334,11 @@ impl Hub {
     /// What `endpoint` follows changed, or a topic it follows was closed: its stream here reads its
     /// topics again. `None`: every stream here following `topic` does.
     pub fn topics_changed(&self, endpoint: Option<EndpointId>, topic: Option<i64>) {
+        for a in self.announcers.lock().expect("hub lock poisoned").iter() {
+            if endpoint.is_some_and(|e| e == a.endpoint) || topic.is_some_and(|t| a.topics.contains(&t)) {
+                a.woken.notify_one();
+            }
+        }
         let followers = match (endpoint, topic) {
             (Some(endpoint), _) => vec![endpoint],
             (None, Some(topic)) => {

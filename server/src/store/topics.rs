@@ -10,7 +10,7 @@ use crate::domain::activity::{Exchanged, TopicPosts};
 use crate::domain::caller::Caller;
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, EndpointId, MessageId};
-use crate::domain::message::Message;
+use crate::domain::message::{Announced, Message};
 use crate::domain::topic::{BACKLOG_POSTS, BACKLOG_S, MAX_SUBSCRIPTIONS, Posted, TopicRef};
 use crate::domain::{EntityKind, Error};
 use crate::store::Result;
@@ -119,8 +119,8 @@ pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: 
                         as seq, t.head_seq
                  from topics t where t.id = $2),
              made as (
-                 insert into topic_subscriptions (endpoint_id, topic_id, read_seq)
-                 select $1, $2, start.seq from start, room where room.ok
+                 insert into topic_subscriptions (endpoint_id, topic_id, read_seq, shown_seq)
+                 select $1, $2, start.seq, start.seq from start, room where room.ok
                  on conflict (endpoint_id, topic_id) do nothing
                  returning read_seq)
              select (select ok from room) as room,
@@ -404,4 +404,68 @@ pub(crate) async fn set_open(c: &impl GenericClient, account: &str, name: &str, 
         ))
         .await?;
     Ok(c.query_one(&stmt, &[&account, &name, &open]).await?.col::<i64>("set")? == 1)
+}
+
+/// Names the posts `endpoint` follows that its model was not told of (up to `limit`, oldest first)
+/// and marks them told, once: under the endpoint's row lock, as the announcement of its deliveries
+/// takes it, so two hooks asking at once never tell the same post twice. With how many posts it
+/// has unread in all.
+pub(crate) async fn announce(
+    client: &mut deadpool_postgres::Object,
+    endpoint: EndpointId,
+    limit: i64,
+) -> Result<(Vec<Announced>, u64)> {
+    let tx = super::begin(client).await?;
+    // Its own statement: the next one's snapshot then sees what an announcement before it told.
+    tx.execute("select 1 from endpoints where id = $1 for no key update", &[&endpoint]).await?;
+    let stmt = tx
+        .prepare_cached(concat!(
+            "with unshown as (
+                 select p.topic_id, p.seq, m.id, s.address as sender, m.kind, ta.name || '/#' || t.name as topic,
+                        p.created_at
+                 from topic_subscriptions ts
+                 join endpoints fe on fe.id = ts.endpoint_id
+                 join machines fm on fm.id = fe.machine_id
+                 join topics t on t.id = ts.topic_id
+                 join accounts ta on ta.id = t.account_id
+                 join topic_posts p on p.topic_id = ts.topic_id and p.seq > greatest(ts.read_seq, ts.shown_seq)
+                 join messages m on m.id = p.message_id
+                 join endpoint_addresses s on s.id = m.sender_id
+                 where ts.endpoint_id = $1 and p.sender_id <> $1 and ",
+            readable!(),
+            "
+                 order by p.created_at, p.topic_id, p.seq
+                 limit $2),
+             told as (
+                 update topic_subscriptions ts set shown_seq = u.seq
+                 from (select topic_id, max(seq) as seq from unshown group by topic_id) u
+                 where ts.endpoint_id = $1 and ts.topic_id = u.topic_id)
+             select u.*, (",
+            "select count(*) from topic_subscriptions ts
+              join endpoints fe on fe.id = ts.endpoint_id
+              join machines fm on fm.id = fe.machine_id
+              join topics t on t.id = ts.topic_id
+              join topic_posts p on p.topic_id = ts.topic_id and p.seq > ts.read_seq
+              where ts.endpoint_id = $1 and p.sender_id <> $1 and ",
+            readable!(),
+            ") as unread from unshown u order by u.created_at, u.topic_id, u.seq"
+        ))
+        .await?;
+    let rows = tx.query(&stmt, &[&endpoint, &limit]).await?;
+    super::commit(tx).await?;
+    let unread = rows.first().map(|r| r.col::<i64>("unread")).transpose()?.unwrap_or(0).max(0) as u64;
+    let told = rows
+        .iter()
+        .map(|r| {
+            Ok(Announced {
+                id: r.col("id")?,
+                seq: crate::domain::ids::Seq(r.col("seq")?),
+                from: r.col("sender")?,
+                kind: Kind::from_db(r.col("kind")?)?,
+                require_reply: false,
+                topic: Some(r.col("topic")?),
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok((told, unread))
 }

@@ -137,6 +137,7 @@ impl FromRow for Announced {
             from: row.col::<Option<String>>("sender")?.unwrap_or_default(),
             kind: Kind::from_db(row.col("kind")?)?,
             require_reply: row.col("require_reply")?,
+            topic: None,
         })
     }
 }
