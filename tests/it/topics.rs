@@ -292,3 +292,34 @@ async fn a_post_wakes_a_waiting_announcement_and_is_announced_once() {
     }
     assert_eq!(bodies(&mut bob, true).await.len(), 1);
 }
+
+/// Many agents following (or posting to) a topic nobody made yet, at once: it is made once and
+/// every call succeeds.
+#[tokio::test]
+async fn a_topic_followed_by_many_at_once_is_made_once() {
+    let db = TestDb::new().await;
+    let server = Server::start(&db).await;
+    let ci = server.machine("acme", "ci");
+    let mut agents = Vec::new();
+    for n in 0..32 {
+        agents.push(Agent::hello(&server.url, &ci, &format!("a{n}")).await.unwrap());
+    }
+    // All at once, once every agent is there.
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(agents.len()));
+    let mut calls = Vec::new();
+    for (n, mut agent) in agents.into_iter().enumerate() {
+        let start = start.clone();
+        calls.push(tokio::spawn(async move {
+            start.wait().await;
+            if n % 2 == 0 {
+                agent.rpc.follow(follow("#fresh")).await.map(|_| ())
+            } else {
+                agent.rpc.publish(post("#fresh", "first")).await.map(|_| ())
+            }
+        }));
+    }
+    for call in calls {
+        call.await.unwrap().expect("every call succeeds");
+    }
+    assert_eq!(count(&db, "select count(*) from topics where name = 'fresh'").await, 1);
+}

@@ -67,21 +67,23 @@ pub struct Topic {
 pub(crate) async fn find(c: &impl GenericClient, caller: &Caller, named: &TopicRef, make: bool) -> Result<Topic> {
     let own = named.account.as_deref().is_none_or(|a| a == caller.account);
     if own && make {
-        let stmt = c
+        // Read first (a topic is made once and posted to often); made when missing; read again when
+        // another call made it meanwhile (its insert, committed after this statement's snapshot,
+        // is seen by the next statement only).
+        let shown = TopicRef::shown(&caller.account, &named.name);
+        let read = c.prepare_cached("select id from topics where account_id = $1 and name = $2").await?;
+        let made = c
             .prepare_cached(
-                "with made as (
-                     insert into topics (account_id, name) values ($1, $2)
-                     on conflict (account_id, name) do nothing returning id)
-                 select id from made union all select id from topics where account_id = $1 and name = $2",
+                "insert into topics (account_id, name) values ($1, $2) on conflict (account_id, name) do nothing
+                 returning id",
             )
             .await?;
-        let id: i64 = c
-            .query(&stmt, &[&caller.account_id, &named.name])
-            .await?
-            .first()
-            .map(|r| r.get(0))
-            .ok_or_else(|| Error::Internal("a topic made is not found".into()))?;
-        return Ok(Topic { id, account_id: caller.account_id, shown: TopicRef::shown(&caller.account, &named.name) });
+        for stmt in [&read, &made, &read] {
+            if let Some(row) = c.query_opt(stmt, &[&caller.account_id, &named.name]).await? {
+                return Ok(Topic { id: row.col("id")?, account_id: caller.account_id, shown });
+            }
+        }
+        return Err(Error::Internal("a topic made is not found".into()).into());
     }
     let stmt = c
         .prepare_cached(

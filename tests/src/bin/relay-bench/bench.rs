@@ -40,6 +40,10 @@ mod ids;
 mod nats;
 mod redaction;
 mod search;
+mod topics;
+
+/// Followers of the topics phase's topic, each with its push stream open.
+const TOPIC_FOLLOWERS: usize = 1_000;
 
 /// No single wait of a phase may run longer than this, whatever the counts.
 const PHASE_LIMIT: Duration = Duration::from_secs(120);
@@ -62,7 +66,8 @@ struct Args {
 
 /// The benchmark's phases, in the order they run.
 /// `redact` runs first, in this process, with no server: `--only redact` needs no database.
-const PHASES: [&str; 10] = ["redact", "serial", "throughput", "nats", "mcp", "rate", "idle", "inbox", "ids", "search"];
+const PHASES: [&str; 11] =
+    ["redact", "serial", "throughput", "nats", "mcp", "rate", "idle", "inbox", "ids", "search", "topics"];
 /// Bodies of each kind the redact phase redacts.
 const REDACT_RUNS: usize = 300;
 /// The most idle streams one step of the idle phase holds open.
@@ -1547,6 +1552,41 @@ pub async fn main() {
                 "<= 10",
             ));
         }
+    }
+
+    if args.runs("topics") {
+        stats.settle().await;
+        let f = topics::measure(&server.url, &laptop, &ci, TOPIC_FOLLOWERS, pid).await;
+        let total = |cpu: [f64; 3]| cpu[0] + cpu[1];
+        println!(
+            "topics: a post to {} followers, server / postgres / bench µs of CPU: written {}, with every follower's push {}; a direct send and its push: {}",
+            f.followers,
+            cpu_row(f.written),
+            cpu_row(f.post),
+            cpu_row(f.send)
+        );
+        rows.push(row(
+            &format!("topic post to {} followers, written: server+pg µs", f.followers),
+            format!("{:.0}", total(f.written)),
+            Some(total(f.send)),
+            total(f.written),
+            "<= 5x a direct send",
+        ));
+        let per_follower = total(f.post) / f.followers as f64;
+        rows.push(row(
+            "topic post, pushed: server+pg µs per follower",
+            format!("{per_follower:.1}"),
+            Some(total(f.send)),
+            per_follower,
+            "floor: a direct send and its push",
+        ));
+        rows.push(row(
+            &format!("topic post to {} followers delivered p99 (ms)", f.followers),
+            format!("{:.2} (p50 {:.2})", f.delivered.p99, f.delivered.p50),
+            Some(f.direct.p99),
+            f.delivered.p99,
+            "floor: a direct send's push p99",
+        ));
     }
 
     println!();
