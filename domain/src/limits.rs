@@ -53,6 +53,8 @@ pub struct Quotas {
     pub max_groups: u32,
     /// Files attached to messages: each, a message's together, and what an account's files hold.
     pub files: crate::artifact::Limits,
+    /// What a new follower of a topic reads of its past.
+    pub topic_backlog: crate::topic::Backlog,
 }
 
 impl Default for Quotas {
@@ -73,6 +75,7 @@ impl Default for Quotas {
             account_sign_ins: Rate::new(0.5, 30.0),
             max_groups: 200,
             files: crate::artifact::Limits::default(),
+            topic_backlog: crate::topic::Backlog::default(),
         }
     }
 }

@@ -4,10 +4,20 @@
 use super::names;
 use super::{Error, Result};
 
-/// The newest posts a new subscriber is shown: its backlog.
-pub const BACKLOG_POSTS: i64 = 20;
-/// Nor any older than this.
-pub const BACKLOG_S: f64 = 7.0 * 24.0 * 3600.0;
+/// What a new follower reads of a topic's past first: its newest posts, up to a count and an age.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backlog {
+    pub posts: u32,
+    pub max_age_s: u64,
+}
+
+impl Default for Backlog {
+    fn default() -> Self {
+        Self { posts: 20, max_age_s: 7 * 24 * 3600 }
+    }
+}
+/// Topics one account may hold.
+pub const MAX_TOPICS: i64 = 1_000;
 /// Topics one endpoint may follow.
 pub const MAX_SUBSCRIPTIONS: i64 = 100;
 

@@ -316,6 +316,12 @@ struct QuotaArgs {
     #[arg(long, env = "RELAY_MAX_ACCOUNT_FILE_BYTES", default_value_t = Quotas::default().files.account_bytes,
           value_parser = clap::value_parser!(u64).range(1..))]
     max_account_file_bytes: u64,
+    /// Posts a new follower of a topic reads first: the topic's newest, up to this many…
+    #[arg(long, env = "RELAY_TOPIC_BACKLOG_POSTS", default_value_t = Quotas::default().topic_backlog.posts)]
+    topic_backlog_posts: u32,
+    /// …and none older than this many seconds.
+    #[arg(long, env = "RELAY_TOPIC_BACKLOG_S", default_value_t = Quotas::default().topic_backlog.max_age_s)]
+    topic_backlog_s: u64,
 }
 
 impl From<QuotaArgs> for Quotas {
@@ -334,6 +340,10 @@ impl From<QuotaArgs> for Quotas {
                 file_bytes: a.max_file_bytes,
                 message_bytes: a.max_message_file_bytes,
                 account_bytes: a.max_account_file_bytes,
+            },
+            topic_backlog: relay_server::domain::topic::Backlog {
+                posts: a.topic_backlog_posts,
+                max_age_s: a.topic_backlog_s,
             },
             // Sign-in limits are not a setting: a person needs no more, a guesser gets no more.
             ..Quotas::default()

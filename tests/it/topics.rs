@@ -107,6 +107,9 @@ async fn followers_read_each_post_through_their_cursor_and_a_stranger_reaches_no
     let opened = bob.rpc.follow(follow("globex/#releases")).await.unwrap().into_inner();
     assert_eq!((opened.topic.as_str(), opened.backlog), ("globex/#releases", 1));
     assert_eq!(bodies(&mut bob, true).await, [("globex/#releases".to_owned(), "globex 2.0".to_owned())]);
+    // A contact's agents follow its open topic; only its own account's agents post to it.
+    let refused = bob.rpc.publish(post("globex/#releases", "not mine to post")).await.unwrap_err();
+    assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
     // Closed again, nobody follows it anew and its followers read no more of it.
     server.admin_ok(&["topic", "close", "globex/#releases"]);
     assert_eq!(cid.rpc.follow(follow("globex/#releases")).await.unwrap_err().code(), Code::NotFound);
@@ -322,4 +325,34 @@ async fn a_topic_followed_by_many_at_once_is_made_once() {
         call.await.unwrap().expect("every call succeeds");
     }
     assert_eq!(count(&db, "select count(*) from topics where name = 'fresh'").await, 1);
+}
+
+/// The backlog a new follower reads is a setting: the newest posts, up to a count and an age.
+#[tokio::test]
+async fn a_new_follower_reads_the_backlog_the_server_is_set_to() {
+    let db = TestDb::new().await;
+    let env = [("RELAY_TOPIC_BACKLOG_POSTS", "2"), ("RELAY_TOPIC_BACKLOG_S", "3600")];
+    let server = Server::start_with_env(&db, free_port(), &env).await;
+    let (laptop, ci) = (server.machine("acme", "laptop"), server.machine("acme", "ci"));
+    let mut ann = Agent::hello(&server.url, &laptop, "ann").await.unwrap();
+    for n in 1..=4 {
+        ann.rpc.publish(post("#builds", &format!("build {n}"))).await.unwrap();
+    }
+    // The first post is older than the hour: it would be outside the backlog on age alone.
+    db.sql()
+        .await
+        .execute("update topic_posts set created_at = now() - interval '2 hours' where seq = 1", &[])
+        .await
+        .unwrap();
+    let mut bob = Agent::hello(&server.url, &ci, "bob").await.unwrap();
+    assert_eq!(bob.rpc.follow(follow("#builds")).await.unwrap().into_inner().backlog, 2);
+    let read: Vec<String> = bodies(&mut bob, true).await.into_iter().map(|(_, b)| b).collect();
+    assert_eq!(read, ["build 3", "build 4"]);
+    let mut cid = Agent::hello(&server.url, &ci, "cid").await.unwrap();
+    db.sql()
+        .await
+        .execute("update topic_posts set created_at = now() - interval '2 hours' where seq <= 3", &[])
+        .await
+        .unwrap();
+    assert_eq!(cid.rpc.follow(follow("#builds")).await.unwrap().into_inner().backlog, 1, "the age bounds it too");
 }

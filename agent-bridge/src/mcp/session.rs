@@ -468,8 +468,8 @@ async fn forward_pushes(session: Arc<Session>, mut pushed: mpsc::Receiver<Messag
     }
     let channel = session.state.lock().expect("state lock").channel_client;
     while let Some(message) = pushed.recv().await {
-        session.tools.note_unread(&message).await;
-        if !channel {
+        // A post pushed again (its stream reopened) is neither counted nor pushed twice.
+        if !session.tools.note_unread(&message).await || !channel {
             continue;
         }
         let notification = jsonrpc::notification(frame::CHANNEL_METHOD, frame::channel_params(&message));

@@ -346,6 +346,7 @@ async fn subscribe(tools: &Tools, args: input::Subscribe) -> Result<Outcome> {
 async fn unsubscribe(tools: &Tools, args: input::Unsubscribe) -> Result<Outcome> {
     let request = UnfollowRequest { topic: args.topic.0.trim().to_owned() };
     let done = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.unfollow(r).await }).await?;
+    tools.forget_topic(&done.topic).await;
     Ok(Outcome::text(if done.followed {
         format!("no longer following {}", done.topic)
     } else {
@@ -492,7 +493,12 @@ async fn inbox(tools: &Tools, args: input::Inbox) -> Result<Outcome> {
     for line in reply.messages.iter().filter_map(frame::reply_required) {
         outcome = outcome.then(line);
     }
-    outcome = outcome.then("Answer one with relay_reply and its short id.");
+    if reply.messages.iter().any(|m| m.topic.is_empty()) {
+        outcome = outcome.then("Answer one with relay_reply and its short id.");
+    }
+    if reply.messages.iter().any(|m| !m.topic.is_empty()) {
+        outcome = outcome.then("Answer a post in its topic (relay_publish) or to its author (relay_send).");
+    }
     if reply.messages.iter().any(|m| !m.attachments.is_empty()) {
         outcome = outcome.then("Save a message's file with relay_fetch {message, name}.");
     }

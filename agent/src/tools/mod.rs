@@ -156,8 +156,11 @@ pub struct Tools {
     host: Host,
     /// Pushed to this bridge but not read through a tool yet, by seq: the basis of unread hints.
     unread: Mutex<BTreeMap<u64, Waiting>>,
-    /// Topics' posts pushed and not read through a tool yet, by topic and number.
-    posts: Mutex<BTreeMap<(String, u64), Waiting>>,
+    /// Topics' posts pushed and not read through a tool yet, by topic and number, each with the
+    /// order it came in (what the server's count can speak for is what came before it was asked).
+    posts: Mutex<BTreeMap<(String, u64), (u64, Waiting)>>,
+    /// Posts taken into `posts` so far.
+    posts_taken: AtomicU64,
     /// The newest seq taken into `unread`.
     taken: AtomicU64,
     /// How far the push stream has come: whether `unread` can be all there is.
@@ -180,6 +183,7 @@ impl Tools {
             host,
             unread: Mutex::new(BTreeMap::new()),
             posts: Mutex::new(BTreeMap::new()),
+            posts_taken: AtomicU64::new(0),
             taken: AtomicU64::new(0),
             stream: Arc::default(),
             listed: watch::channel(Listed::default()).0,
@@ -280,15 +284,22 @@ impl Tools {
             .collect()
     }
 
-    /// A message reached the bridge but not the model yet.
-    pub async fn note_unread(&self, message: &Message) {
+    /// A message reached the bridge but not the model yet; `false` for a post it has already (a
+    /// reopened stream pushes a topic's unread posts again).
+    pub async fn note_unread(&self, message: &Message) -> bool {
         let waiting = Waiting { id: message.id.clone(), from: message.from.clone(), named: false };
         if !message.topic.is_empty() {
-            self.posts.lock().await.insert((message.topic.clone(), message.topic_seq), waiting);
-            return;
+            let mut posts = self.posts.lock().await;
+            let key = (message.topic.clone(), message.topic_seq);
+            if posts.contains_key(&key) {
+                return false;
+            }
+            posts.insert(key, (self.posts_taken.fetch_add(1, Ordering::AcqRel) + 1, waiting));
+            return true;
         }
         self.unread.lock().await.insert(message.seq, waiting);
         self.taken.fetch_max(message.seq, Ordering::AcqRel);
+        true
     }
 
     async fn mark_seen(&self, seqs: impl IntoIterator<Item = u64>) {
@@ -306,6 +317,11 @@ impl Tools {
         }
     }
 
+    /// A topic no longer followed: its posts are not this agent's unread any more.
+    async fn forget_topic(&self, topic: &str) {
+        self.posts.lock().await.retain(|(t, _), _| t != topic);
+    }
+
     /// A message read by other means (a reply marks the message it answers read).
     async fn mark_seen_id(&self, id: &str) {
         self.unread.lock().await.retain(|_, w| w.id != id);
@@ -320,6 +336,7 @@ impl Tools {
         // What the server's count can speak for: messages pushed before it was asked.
         let newest = self.unread.lock().await.keys().next_back().copied();
         let posts_waiting = !self.posts.lock().await.is_empty();
+        let posts_asked_at = self.posts_taken.load(Ordering::Acquire);
         let asked_at = match newest {
             Some(seq) => seq,
             None if !posts_waiting && self.stream.complete(self.taken.load(Ordering::Acquire)) => return None,
@@ -336,11 +353,11 @@ impl Tools {
             Ok(me) if me.unread == 0 => {
                 // Read by other means; a post pushed after the answer is counted next time.
                 unread.retain(|seq, _| *seq > asked_at);
-                posts.clear();
-                if unread.is_empty() {
+                posts.retain(|_, (order, _)| *order > posts_asked_at);
+                if unread.is_empty() && posts.is_empty() {
                     return None;
                 }
-                unread.len()
+                unread.len() + posts.len()
             }
             Ok(me) => (me.unread as usize).max(unread.len() + posts.len()),
             Err(_) => unread.len() + posts.len(),
@@ -356,7 +373,9 @@ impl Tools {
         let named: Vec<String> = unread
             .values()
             .map(|w| format!("{} from {}", frame::short(&w.id), w.from))
-            .chain(posts.iter().map(|((topic, _), w)| format!("{} from {} in {topic}", frame::short(&w.id), w.from)))
+            .chain(
+                posts.iter().map(|((topic, _), (_, w))| format!("{} from {} in {topic}", frame::short(&w.id), w.from)),
+            )
             .take(HINT_NAMES)
             .collect();
         drop(posts);

@@ -235,16 +235,18 @@ impl MessagingService {
         let named = TopicRef::parse(topic)?;
         let db = self.core.store.client().await?;
         let found = store::topics::find(&db, caller, &named, true).await?;
-        let backlog = store::topics::follow(&db, caller.endpoint_id, found.id).await?;
+        let backlog = store::topics::follow(&db, caller.endpoint_id, found.id, self.core.quotas.topic_backlog).await?;
         Ok(Followed { topic: found.shown, backlog: backlog.unwrap_or(0), already: backlog.is_none() })
     }
 
     /// Stops the caller following a topic; whether it did.
     pub async fn unfollow(&self, caller: &Caller, topic: &str) -> Result<(String, bool)> {
         let named = TopicRef::parse(topic)?;
+        let account = named.account.as_deref().unwrap_or(&caller.account);
         let db = self.core.store.client().await?;
-        let found = store::topics::find(&db, caller, &named, false).await?;
-        Ok((found.shown.clone(), store::topics::unfollow(&db, caller.endpoint_id, found.id).await?))
+        // By name alone: a topic closed since, or a dropped contact's, is left all the same.
+        let followed = store::topics::unfollow(&db, caller.endpoint_id, account, &named.name).await?;
+        Ok((TopicRef::shown(account, &named.name), followed))
     }
 
     /// Posts to a topic the caller may follow (its account's, made now if new, or a contact's
@@ -257,7 +259,17 @@ impl MessagingService {
         let named = TopicRef::parse(post.topic)?;
         self.rates.admit(caller)?;
         let redacted = redact(post.body);
+        if named.account.as_deref().is_some_and(|a| a != caller.account) {
+            // Whether it exists is not said: an account's own agents post to its topics.
+            return Err(Error::not_found(
+                crate::domain::EntityKind::Topic,
+                format!("no topic {} you may post to: agents post to their own account's topics", post.topic.trim()),
+            ));
+        }
         let db = self.core.store.client().await?;
+        if !post.thread.trim().is_empty() {
+            messages::check_thread(&db, caller, post.thread.trim()).await?;
+        }
         let topic = store::topics::find(&db, caller, &named, true).await?;
         let id = crate::domain::ids::new_message_id();
         let thread = if post.thread.trim().is_empty() { id.to_string() } else { post.thread.trim().to_owned() };

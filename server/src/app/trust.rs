@@ -312,6 +312,8 @@ async fn drop_contact_once(store: &Store, account: &str, other: &str) -> Result<
     if dropped + requests == 0 {
         return Err(Error::not_found(EntityKind::Contact, format!("{account} and {other} are not contacts")));
     }
+    // The streams following either account's open topics read them again, and stop at the other's.
+    store::topics::reach_changed(&tx, &[me, other_id]).await?;
     // Held messages between the two can no longer be released.
     let held = format!("the contact between {account} and {other} was dropped");
     contacts::reject_holds_between(&tx, me, other_id, &held).await?;

@@ -74,8 +74,9 @@ async fn feed(
     loop {
         waiter.seen();
         if wait {
-            let follows = Box::pin(follows(store, caller)).await?;
-            posts = Some(hub.announcer(caller.endpoint_id, follows));
+            // Its place first, then what it follows: a follow in between wakes it.
+            let claim = posts.get_or_insert_with(|| hub.announcer(caller.endpoint_id, Vec::new()));
+            claim.set_topics(Box::pin(follows(store, caller)).await?);
         }
         let found = Box::pin(look(store, caller)).await?;
         if !found.messages.is_empty() || !wait {

@@ -54,6 +54,15 @@ impl AnnouncerClaim {
     pub async fn woken(&self) {
         self.woken.notified().await;
     }
+
+    /// The topics it follows, as read after it took its place (so a change made meanwhile, which
+    /// wakes it, is not missed).
+    pub fn set_topics(&self, topics: Vec<i64>) {
+        let mut announcers = self.hub.announcers.lock().expect("hub lock poisoned");
+        if let Some(a) = announcers.iter_mut().find(|a| a.id == self.id) {
+            a.topics = topics;
+        }
+    }
 }
 
 impl Drop for AnnouncerClaim {

@@ -106,7 +106,7 @@ async fn feed(
     let mut caught_up_told = false;
     // The topics followed, each with its newest post pushed: read when the stream opens and when
     // what it follows changes; posts come handed over from then on.
-    let mut topics = Topics::default();
+    let mut topics = Topics { me: caller.address(), pushed: std::collections::HashMap::new() };
     let mut topics_read = false;
     // The inbox's change count when it was last read or handed a delivery: a wake-up right after
     // it that hands over what follows `last` needs no read.
@@ -176,8 +176,9 @@ async fn feed(
 }
 
 /// The topics a stream follows, each with the newest post pushed (or read before).
-#[derive(Default)]
 struct Topics {
+    /// The endpoint's address: its own posts are not pushed to it.
+    me: String,
     pushed: std::collections::HashMap<i64, i64>,
 }
 
@@ -196,7 +197,8 @@ impl Topics {
         if self.pushed.is_empty() {
             return Ok(true);
         }
-        let (posts, _) = topics::unread(&db, caller.endpoint_id, BATCH).await?;
+        let pushed: Vec<(i64, i64)> = self.pushed.iter().map(|(t, s)| (*t, *s)).collect();
+        let (posts, _) = topics::above(&db, caller.endpoint_id, &pushed, BATCH).await?;
         drop(db);
         Ok(self.push(tx, posts.into_iter().map(Arc::new)).await)
     }
@@ -211,28 +213,30 @@ impl Topics {
         tx: &Sender<Event>,
         posts: Vec<Arc<Message>>,
     ) -> Result<bool> {
-        let me = caller.address();
+        // Where each topic stands once the posts before are pushed: the next must follow it.
+        let mut next = self.pushed.clone();
         let mut fresh = Vec::new();
         for post in posts {
             let Some(at) = post.post.as_ref() else { continue };
-            let Some(pushed) = self.pushed.get_mut(&at.topic_id) else { continue };
-            if at.seq <= *pushed {
+            let Some(reached) = next.get_mut(&at.topic_id) else { continue };
+            if at.seq <= *reached {
                 continue;
             }
-            if at.seq != *pushed + 1 {
+            if at.seq != *reached + 1 {
+                // One was missed (it came to another replica's hand first, or was held back).
+                if !self.push(tx, fresh.into_iter()).await {
+                    return Ok(false);
+                }
                 return self.read(store, caller, claim, tx).await;
             }
-            if post.from == me {
-                // Its own post: not its unread, nothing to push.
-                *pushed = at.seq;
-                continue;
-            }
+            *reached = at.seq;
             fresh.push(post);
         }
         Ok(self.push(tx, fresh.into_iter()).await)
     }
 
-    /// Pushes the posts not pushed yet, in order. `false` when the client is gone.
+    /// Pushes the posts not pushed yet, in order; the endpoint's own are passed over (not its
+    /// unread). `false` when the client is gone.
     async fn push(&mut self, tx: &Sender<Event>, posts: impl Iterator<Item = Arc<Message>>) -> bool {
         for post in posts {
             let Some(at) = post.post.as_ref() else { continue };
@@ -241,6 +245,9 @@ impl Topics {
                 continue;
             }
             *pushed = at.seq;
+            if post.from == self.me {
+                continue;
+            }
             let message = Arc::try_unwrap(post).unwrap_or_else(|shared| (*shared).clone());
             if !tx.send(Event::Message(Box::new(message))).await {
                 return false;

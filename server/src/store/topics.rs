@@ -11,7 +11,7 @@ use crate::domain::caller::Caller;
 use crate::domain::delivery::Kind;
 use crate::domain::ids::{AccountId, EndpointId, MessageId};
 use crate::domain::message::{Announced, Message};
-use crate::domain::topic::{BACKLOG_POSTS, BACKLOG_S, MAX_SUBSCRIPTIONS, Posted, TopicRef};
+use crate::domain::topic::{Backlog, MAX_SUBSCRIPTIONS, MAX_TOPICS, Posted, TopicRef};
 use crate::domain::{EntityKind, Error};
 use crate::store::Result;
 
@@ -73,17 +73,22 @@ pub(crate) async fn find(c: &impl GenericClient, caller: &Caller, named: &TopicR
         let shown = TopicRef::shown(&caller.account, &named.name);
         let read = c.prepare_cached("select id from topics where account_id = $1 and name = $2").await?;
         let made = c
-            .prepare_cached(
-                "insert into topics (account_id, name) values ($1, $2) on conflict (account_id, name) do nothing
-                 returning id",
-            )
+            .prepare_cached(&format!(
+                "insert into topics (account_id, name)
+                 select $1, $2 where (select count(*) from topics where account_id = $1) < {MAX_TOPICS}
+                 on conflict (account_id, name) do nothing
+                 returning id"
+            ))
             .await?;
         for stmt in [&read, &made, &read] {
             if let Some(row) = c.query_opt(stmt, &[&caller.account_id, &named.name]).await? {
                 return Ok(Topic { id: row.col("id")?, account_id: caller.account_id, shown });
             }
         }
-        return Err(Error::Internal("a topic made is not found".into()).into());
+        return Err(Error::ResourceExhausted(format!(
+            "your account holds {MAX_TOPICS} topics, the most it may: post to or follow one of them"
+        ))
+        .into());
     }
     let stmt = c
         .prepare_cached(
@@ -107,10 +112,15 @@ pub(crate) async fn find(c: &impl GenericClient, caller: &Caller, named: &TopicR
     Ok(Topic { id: row.col("id")?, account_id: row.col("account_id")?, shown: TopicRef::shown(&account, &named.name) })
 }
 
-/// Makes `endpoint` a follower of `topic` (and tells the replicas, see [`follows_changed`]), its cursor before the newest [`BACKLOG_POSTS`] posts
-/// of the last [`BACKLOG_S`]: how many of those it will read first, or `None` when it followed
+/// Makes `endpoint` a follower of `topic` (and tells the replicas, see [`follows_changed`]), its
+/// cursor before the topic's newest posts within `backlog`: how many of those it will read first, or `None` when it followed
 /// already (its cursor kept). Refused past [`MAX_SUBSCRIPTIONS`].
-pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: i64) -> Result<Option<u64>> {
+pub(crate) async fn follow(
+    c: &impl GenericClient,
+    endpoint: EndpointId,
+    topic: i64,
+    backlog: Backlog,
+) -> Result<Option<u64>> {
     let stmt = c
         .prepare_cached(
             "with room as (select count(*) < $3 as ok from topic_subscriptions where endpoint_id = $1),
@@ -132,7 +142,8 @@ pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: 
                     exists (select 1 from topic_subscriptions where endpoint_id = $1 and topic_id = $2) as already",
         )
         .await?;
-    let row = c.query_one(&stmt, &[&endpoint, &topic, &MAX_SUBSCRIPTIONS, &BACKLOG_POSTS, &BACKLOG_S]).await?;
+    let (posts, age_s) = (i64::from(backlog.posts), backlog.max_age_s as f64);
+    let row = c.query_one(&stmt, &[&endpoint, &topic, &MAX_SUBSCRIPTIONS, &posts, &age_s]).await?;
     let (room, made, backlog, already): (bool, i64, i64, bool) =
         (row.col("room")?, row.col("made")?, row.col("backlog")?, row.col("already")?);
     if made == 1 {
@@ -151,16 +162,19 @@ pub(crate) async fn follow(c: &impl GenericClient, endpoint: EndpointId, topic: 
     Err(Error::not_found(EntityKind::Topic, "the topic is gone").into())
 }
 
-/// Stops `endpoint` following `topic`; whether it did.
-pub(crate) async fn unfollow(c: &impl GenericClient, endpoint: EndpointId, topic: i64) -> Result<bool> {
+/// Stops `endpoint` following topic `name` of `account`; whether it did.
+pub(crate) async fn unfollow(c: &impl GenericClient, endpoint: EndpointId, account: &str, name: &str) -> Result<bool> {
     let stmt = c
         .prepare_cached(&format!(
-            "with gone as (delete from topic_subscriptions where endpoint_id = $1 and topic_id = $2 returning 1)
+            "with gone as (
+                 delete from topic_subscriptions ts using topics t, accounts a
+                 where ts.endpoint_id = $1 and t.id = ts.topic_id and a.id = t.account_id and a.name = $2 and t.name = $3
+                 returning 1)
              select count(*) as gone, (select count(*) from (select pg_notify('{TOPIC_CHANNEL}', 'e' || $1::bigint::text) from gone) n)
              from gone"
         ))
         .await?;
-    Ok(c.query_one(&stmt, &[&endpoint, &topic]).await?.col::<i64>("gone")? == 1)
+    Ok(c.query_one(&stmt, &[&endpoint, &account, &name]).await?.col::<i64>("gone")? == 1)
 }
 
 /// Tells the replicas that what `endpoint` follows changed: its stream reads its topics again.
@@ -235,8 +249,12 @@ pub(crate) async fn publish(c: &impl GenericClient, post: &NewPost<'_>) -> Resul
                  returning id),
              t as (update topics set head_seq = head_seq + 1 where id = $7 and exists (select 1 from m)
                    returning id, head_seq),
-             p as (insert into topic_posts (topic_id, seq, message_id, sender_id)
-                   select t.id, t.head_seq, m.id, $2 from t, m returning seq),
+             -- Stamped after the topic row's lock, so posts' times follow their numbers.
+             p as (insert into topic_posts (topic_id, seq, message_id, sender_id, created_at)
+                   select t.id, t.head_seq, m.id, $2, clock_timestamp() from t, m returning seq),
+             -- A poster that follows the topic and had read up to here is past its own post.
+             own as (update topic_subscriptions s set read_seq = p.seq, shown_seq = greatest(s.shown_seq, p.seq)
+                     from p where s.endpoint_id = $2 and s.topic_id = $7 and s.read_seq = p.seq - 1),
              n as (select pg_notify('{TOPIC_CHANNEL}', $7::text || ':' || p.seq) from p)
              select (select seq from p) as seq,
                     (select count(*) from n) as notified,
@@ -259,6 +277,16 @@ pub(crate) async fn publish(c: &impl GenericClient, post: &NewPost<'_>) -> Resul
 /// above its cursors), oldest first, as messages; and how many it has not read in all. One
 /// statement, an index probe for an endpoint that follows nothing.
 pub(crate) async fn unread(c: &impl GenericClient, endpoint: EndpointId, limit: i64) -> Result<(Vec<Message>, u64)> {
+    above(c, endpoint, &[], limit).await
+}
+
+/// As [`unread`], above `pushed` too where it names a topic (a stream's newest post pushed).
+pub(crate) async fn above(
+    c: &impl GenericClient,
+    endpoint: EndpointId,
+    pushed: &[(i64, i64)],
+    limit: i64,
+) -> Result<(Vec<Message>, u64)> {
     let sql = concat!(
         "select p.seq as topic_seq, p.topic_id, ta.name || '/#' || t.name as topic, m.id, s.address as sender,
                 m.thread, m.kind, m.body, m.created_at, count(*) over () as unread, ",
@@ -267,7 +295,8 @@ pub(crate) async fn unread(c: &impl GenericClient, endpoint: EndpointId, limit: 
          from topic_subscriptions ts
          join endpoints fe on fe.id = ts.endpoint_id
          join machines fm on fm.id = fe.machine_id
-         join topic_posts p on p.topic_id = ts.topic_id and p.seq > ts.read_seq
+         left join unnest($3::bigint[], $4::bigint[]) as pu(topic_id, seq) on pu.topic_id = ts.topic_id
+         join topic_posts p on p.topic_id = ts.topic_id and p.seq > greatest(ts.read_seq, coalesce(pu.seq, 0))
          join topics t on t.id = ts.topic_id
          join accounts ta on ta.id = t.account_id
          join messages m on m.id = p.message_id
@@ -279,7 +308,8 @@ pub(crate) async fn unread(c: &impl GenericClient, endpoint: EndpointId, limit: 
          limit $2"
     );
     let stmt = c.prepare_cached(sql).await?;
-    let rows = c.query(&stmt, &[&endpoint, &limit.max(1)]).await?;
+    let (topics, seqs): (Vec<i64>, Vec<i64>) = pushed.iter().copied().unzip();
+    let rows = c.query(&stmt, &[&endpoint, &limit.max(1), &topics, &seqs]).await?;
     let unread = rows.first().map(|r| r.col::<i64>("unread")).transpose()?.unwrap_or(0);
     let posts = rows.iter().take(limit.max(0) as usize).map(post_from_row).collect::<Result<_>>()?;
     Ok((posts, unread.max(0) as u64))
@@ -392,6 +422,19 @@ pub(crate) async fn of_account(c: &impl GenericClient, account: AccountId, per_t
     Ok(shown.into_iter().map(|(_, t)| t).collect())
 }
 
+/// Who may read the open topics of `accounts` changed (a contact between them dropped): the
+/// streams following them read their topics again, with the transaction.
+pub(crate) async fn reach_changed(c: &impl GenericClient, accounts: &[AccountId]) -> Result<()> {
+    let stmt = c
+        .prepare_cached(&format!(
+            "select count(pg_notify('{TOPIC_CHANNEL}', 'c' || id::text)) from topics
+             where account_id = any($1) and open_to_contacts"
+        ))
+        .await?;
+    c.query_one(&stmt, &[&accounts]).await?;
+    Ok(())
+}
+
 /// Opens topic `name` of account `account` to its contacts, or closes it; whether there is such a
 /// topic. Closed, its contacts' followers read no more of it, and none may follow it anew.
 pub(crate) async fn set_open(c: &impl GenericClient, account: &str, name: &str, open: bool) -> Result<bool> {
@@ -401,7 +444,7 @@ pub(crate) async fn set_open(c: &impl GenericClient, account: &str, name: &str, 
                  update topics t set open_to_contacts = $3 from accounts a
                  where a.id = t.account_id and a.name = $1 and t.name = $2 returning t.id)
              select count(*) as set,
-                    (select count(*) from (select pg_notify('{TOPIC_CHANNEL}', 'c' || id::text) from set where not $3) n)
+                    (select count(*) from (select pg_notify('{TOPIC_CHANNEL}', 'c' || id::text) from set) n)
              from set"
         ))
         .await?;
