@@ -141,6 +141,8 @@ pub struct Metrics {
     pub pushes_handed: Counter,
     pub streams: Gauge,
     pub announcing: Gauge,
+    /// Inbox reads waiting for mail on this replica.
+    pub inbox_waiting: Gauge,
     pub connections: Gauge,
     pub shed: Family<ShedLabel, Counter>,
     pub listening: Gauge,
@@ -183,6 +185,7 @@ impl Metrics {
             pushes_handed: Counter::default(),
             streams: Gauge::default(),
             announcing: Gauge::default(),
+            inbox_waiting: Gauge::default(),
             connections: Gauge::default(),
             shed: Family::default(),
             listening: Gauge::default(),
@@ -250,6 +253,7 @@ impl Metrics {
             "Hooks waiting on this replica for mail an agent's model has not been shown (Announce)",
             m.announcing.clone(),
         );
+        r.register("inbox_waiters", "Inbox reads waiting on this replica for mail (wait_s)", m.inbox_waiting.clone());
         r.register("connections", "Client connections held by this replica", m.connections.clone());
         r.register("shed", "Work refused at once under load, by reason", m.shed.clone());
         r.register("listen_connected", "1 while the notification connection listens", m.listening.clone());

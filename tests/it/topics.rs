@@ -356,3 +356,36 @@ async fn a_new_follower_reads_the_backlog_the_server_is_set_to() {
         .unwrap();
     assert_eq!(cid.rpc.follow(follow("#builds")).await.unwrap().into_inner().backlog, 1, "the age bounds it too");
 }
+
+/// An inbox read that waits returns as a post of a topic its agent follows comes, on any replica.
+#[tokio::test]
+async fn a_waiting_inbox_read_returns_with_a_post() {
+    let db = TestDb::new().await;
+    let first = Server::start(&db).await;
+    let ops = format!("127.0.0.1:{}", free_port());
+    let second = Server::start_with_env(&db, free_port(), &[("RELAY_OPS_LISTEN", ops.as_str())]).await;
+    let (laptop, ci) = (first.machine("acme", "laptop"), first.machine("acme", "ci"));
+    let mut bob = Agent::hello(&second.url, &ci, "bob").await.unwrap();
+    bob.rpc.follow(follow("#deploys")).await.unwrap();
+    let mut ann = Agent::hello(&first.url, &laptop, "ann").await.unwrap();
+    let mut rpc = bob.rpc.clone();
+    let waiting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let read = InboxRequest { wait_s: 60, ack: true, ..Default::default() };
+        (rpc.inbox(read).await.unwrap().into_inner(), started.elapsed())
+    });
+    // The read waits (it found nothing, and knows what bob follows) before the post is made.
+    relay_tests::eventually(relay_tests::mcp::WAIT, "bob's read to wait", || {
+        let ops = ops.clone();
+        async move {
+            let metrics = relay_tests::http::request(&ops, "GET", "/metrics", &[], "").await;
+            metrics.body.lines().any(|l| l == "relay_inbox_waiters 1").then_some(())
+        }
+    })
+    .await;
+    ann.rpc.publish(post("#deploys", "deploy 14")).await.unwrap();
+    let (inbox, waited) =
+        tokio::time::timeout(relay_tests::mcp::WAIT, waiting).await.expect("woken by the post").unwrap();
+    assert_eq!(inbox.messages.iter().map(|m| m.body.as_str()).collect::<Vec<_>>(), ["deploy 14"]);
+    assert!(waited < std::time::Duration::from_secs(30), "returned with the post, not at its wait's end: {waited:?}");
+}

@@ -174,7 +174,7 @@ impl MessagingService {
     pub async fn inbox(&self, caller: &Caller, wait_s: u32, limit: u32, ack: bool) -> Result<(Vec<Message>, u64)> {
         let batch = limits::inbox_batch(limit);
         self.core
-            .wait_for(
+            .wait_for_mail(
                 caller,
                 wait_s,
                 |(messages, _): &(Vec<Message>, u64)| !messages.is_empty(),

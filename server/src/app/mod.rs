@@ -144,6 +144,46 @@ impl Core {
         }
     }
 
+    /// [`Self::wait_for`] for the caller's mail: a post of a topic it follows wakes it too. Only a
+    /// call that waits, and found nothing at once, reads what the caller follows.
+    pub(crate) async fn wait_for_mail<T, F, Fut>(
+        &self,
+        caller: &Caller,
+        wait_s: u32,
+        ready: impl Fn(&T) -> bool,
+        mut attempt: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let deadline = Instant::now() + Duration::from_secs(u64::from(limits::wait_s(wait_s)?));
+        let mut waiter = self.hub.waiter(caller.endpoint_id);
+        // Its place among the waits for posts first, then what it follows (a change meanwhile wakes
+        // it), read again after each such wake-up.
+        let posts = self.hub.announcer(caller.endpoint_id, Vec::new());
+        let mut follows_read = false;
+        loop {
+            let value = attempt().await?;
+            if ready(&value) || Instant::now() >= deadline || self.shutdown.is_cancelled() {
+                return Ok(value);
+            }
+            if !std::mem::replace(&mut follows_read, true) {
+                let follows = crate::store::topics::follows_of(&self.store.client().await?, caller.endpoint_id).await?;
+                posts.set_topics(follows.into_iter().map(|(topic, _)| topic).collect());
+                // A post made before its topics were known here is read now.
+                continue;
+            }
+            let _waiting = InboxWaiting::new();
+            tokio::select! {
+                () = waiter.changed() => {}
+                () = posts.woken() => follows_read = false,
+                () = tokio::time::sleep_until(deadline) => {}
+                () = self.shutdown.cancelled() => {}
+            }
+        }
+    }
+
     /// Runs `attempt` until `ready` holds for its result or `wait_s` passes, re-running it whenever
     /// the caller's inbox changes. The waiter is taken before the first attempt, so no change is
     /// missed.
@@ -171,6 +211,22 @@ impl Core {
                 () = self.shutdown.cancelled() => {}
             }
         }
+    }
+}
+
+/// Counts an inbox read in `relay_inbox_waiters` while it waits.
+struct InboxWaiting;
+
+impl InboxWaiting {
+    fn new() -> Self {
+        crate::metrics::metrics().inbox_waiting.inc();
+        Self
+    }
+}
+
+impl Drop for InboxWaiting {
+    fn drop(&mut self) {
+        crate::metrics::metrics().inbox_waiting.dec();
     }
 }
 

@@ -30,8 +30,9 @@ pub struct Hub {
     /// The endpoints whose streams here follow each topic: a post is read once on this replica and
     /// handed to each of them. (Taken after `streams` where both are held, never before.)
     follows: Arc<Mutex<HashMap<i64, Vec<EndpointId>>>>,
-    /// Announcements waiting here for an endpoint's mail, with the topics it follows: a post of
-    /// one of them, or a change to what it follows, makes them look again.
+    /// Waits here for an endpoint's mail (a hook's announcement, an inbox read that waits), with
+    /// the topics it follows: a post of one of them, or a change to what it follows, makes them
+    /// look again.
     announcers: Arc<Mutex<Vec<Announcer>>>,
 }
 
