@@ -151,7 +151,7 @@ pub fn message(m: &Message) -> String {
         head.push_str(&format!(" topic={} post={}", attr(&m.topic), m.topic_seq));
     }
     if !m.attachments.is_empty() {
-        let files: Vec<String> = m.attachments.iter().map(|a| format!("{} ({})", a.name, size(a.size))).collect();
+        let files: Vec<String> = m.attachments.iter().map(|a| format!("{} ({})", a.name, bytes_text(a.size))).collect();
         head.push_str(&format!(" files={}", attr(&files.join(", "))));
     }
     format!("{head}>\n{}\n</{TAG}>", neutralize(&m.body))
@@ -175,8 +175,8 @@ pub fn file(message: &str, name: &str, text: &str) -> String {
     format!("<{FILE_TAG} message={} name={}>\n{}\n</{FILE_TAG}>", attr(message), attr(name), neutralize(text))
 }
 
-/// A size in few characters.
-fn size(bytes: u64) -> String {
+/// A size as people read it: bytes, KiB or MiB.
+pub fn bytes_text(bytes: u64) -> String {
     match bytes {
         0..1024 => format!("{bytes} B"),
         1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),

@@ -166,6 +166,19 @@ async fn claude_code_in_print_mode_ends_soon_after_its_last_turn_when_the_relay_
     assert!(took < Duration::from_secs(15), "claude -p ended {took:?} after the model's last turn");
 }
 
+/// Runs `codex exec prompt` in `codex`'s project, which must succeed.
+async fn codex_exec(codex: &CodexHome, prompt: &str) {
+    let run = tokio::process::Command::new(clients::program("codex"))
+        .args(["exec", "--skip-git-repo-check", prompt])
+        .current_dir(codex.project.path())
+        .env_clear()
+        .envs(codex.env())
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(TURN, run).await.expect("codex exec hung").unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[tokio::test]
 async fn codex_exec_uses_the_relay_tools_as_installed() {
     let w = TwoMachines::start().await;
@@ -190,15 +203,7 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
         input: json!({ "to": "ci/bob", "body": "hello from codex exec" }),
     };
     api.on(Api::OpenAi, "tell bob hello", call);
-    let run = tokio::process::Command::new(clients::program("codex"))
-        .args(["exec", "--skip-git-repo-check", "tell bob hello"])
-        .current_dir(codex.project.path())
-        .env_clear()
-        .envs(codex.env())
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(TURN, run).await.expect("codex exec hung").unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    codex_exec(&codex, "tell bob hello").await;
     let first = api.requests().first().cloned().expect("codex asked its model");
     let offered = first.tools();
     assert!(offered.iter().any(|t| t == "mcp__relay.relay_inbox"), "the relay tools are offered: {offered:?}");
@@ -221,15 +226,7 @@ async fn codex_exec_uses_the_relay_tools_as_installed() {
     // other most an agent's model is sent.
     w.server.admin_ok(&["operator", "acme", "ci/bob"]);
     api.on(Api::OpenAi, "say hello again", Reply::text("hello"));
-    let run = tokio::process::Command::new(clients::program("codex"))
-        .args(["exec", "--skip-git-repo-check", "say hello again"])
-        .current_dir(codex.project.path())
-        .env_clear()
-        .envs(codex.env())
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(TURN, run).await.expect("codex exec hung").unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    codex_exec(&codex, "say hello again").await;
     let (_, second) = api.wait_for("the second run", 1, TURN, |r| r.last_turn().contains("say hello again")).await;
     let offered = second.tools();
     assert!(offered.iter().any(|t| t == "mcp__relay.relay_claim"), "an editor's: {offered:?}");

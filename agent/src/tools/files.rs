@@ -55,7 +55,7 @@ fn read(tools: &Tools, file: Attach) -> Result<Ready> {
             if content.len() as u64 > MAX_READ_BYTES {
                 return Err(ArgError(format!(
                     "attach: {raw} is over {}, more than any relay takes: send a part, or say where it is",
-                    output::bytes_text(MAX_READ_BYTES)
+                    frame::bytes_text(MAX_READ_BYTES)
                 ))
                 .into());
             }
@@ -140,7 +140,7 @@ pub(super) fn describe(file: &Attachment) -> String {
         0 => String::new(),
         n => format!(", {n} credential span{} redacted", if n == 1 { "" } else { "s" }),
     };
-    format!("{}, {kind}{redacted}", output::bytes_text(file.size))
+    format!("{}, {kind}{redacted}", frame::bytes_text(file.size))
 }
 
 /// The file `raw` names, under the working directory `root` (a link inside it may not lead out):

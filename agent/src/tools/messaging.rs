@@ -420,7 +420,7 @@ fn files_text(files: &[output::FileOut]) -> String {
                 n => format!(", {n} credential span{} redacted", if n == 1 { "" } else { "s" }),
             };
             let kind = if f.binary { "binary" } else { "text" };
-            format!("{} ({}, {kind}{redacted})", frame::quote(&f.name), output::bytes_text(f.size))
+            format!("{} ({}, {kind}{redacted})", frame::quote(&f.name), frame::bytes_text(f.size))
         })
         .collect();
     format!(" with {}", each.join(", "))

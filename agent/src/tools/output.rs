@@ -218,19 +218,6 @@ pub struct Fetched {
     pub base64: Option<String>,
 }
 
-/// A size as people read it: bytes, KiB or MiB.
-pub fn bytes_text(bytes: u64) -> String {
-    const KIB: u64 = 1024;
-    const MIB: u64 = 1024 * 1024;
-    if bytes >= MIB {
-        format!("{:.1} MiB", bytes as f64 / MIB as f64)
-    } else if bytes >= KIB {
-        format!("{:.1} KiB", bytes as f64 / KIB as f64)
-    } else {
-        format!("{bytes} B")
-    }
-}
-
 #[derive(Serialize, JsonSchema)]
 pub struct Whoami {
     pub address: String,
