@@ -173,6 +173,7 @@ async fn the_topic_tools_follow_post_and_frame_what_they_read() {
     bob.initialize("2025-06-18").await;
     let followed = bob.tool_ok("relay_subscribe", json!({ "topic": "#incidents" })).await;
     assert!(text(&followed).contains("following acme/#incidents"), "{}", text(&followed));
+    assert_eq!(followed["structuredContent"]["topic"], "acme/#incidents", "{followed}");
     let mut ann = relay_tests::mcp::bridge(&w.server.url, &w.laptop, "ann");
     ann.initialize("2025-06-18").await;
     let posted =
@@ -197,6 +198,7 @@ async fn the_topic_tools_follow_post_and_frame_what_they_read() {
     assert_eq!(inbox["structuredContent"]["untrusted"], relay_agent::frame::PREAMBLE);
     let gone = bob.tool_ok("relay_unsubscribe", json!({ "topic": "#incidents" })).await;
     assert!(text(&gone).contains("no longer following"), "{}", text(&gone));
+    assert_eq!(gone["structuredContent"]["followed"], true, "{gone}");
 }
 
 /// A post reaches its followers by push, as direct mail does, through whichever replica holds

@@ -190,7 +190,7 @@ fn build() -> Vec<Tool> {
             description: "Follow a topic: its recent and new posts come with your mail.".into(),
             input: input_schema::<input::Subscribe>(),
             hints: Hints::FOLLOW,
-            output: None,
+            output: Some(schema::<output::Followed>()),
             audience: Audience::Everyone,
         },
         Tool {
@@ -198,7 +198,7 @@ fn build() -> Vec<Tool> {
             description: "Stop following a topic.".into(),
             input: input_schema::<input::Unsubscribe>(),
             hints: Hints::UNFOLLOW,
-            output: None,
+            output: Some(schema::<output::Unfollowed>()),
             audience: Audience::Everyone,
         },
         Tool {

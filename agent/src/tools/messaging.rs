@@ -340,18 +340,20 @@ async fn subscribe(tools: &Tools, args: input::Subscribe) -> Result<Outcome> {
             ),
         }
     };
-    Ok(Outcome::text(text))
+    let data = output::Followed { topic: followed.topic, backlog: followed.backlog, already: followed.already };
+    Ok(Outcome::data(text, &data))
 }
 
 async fn unsubscribe(tools: &Tools, args: input::Unsubscribe) -> Result<Outcome> {
     let request = UnfollowRequest { topic: args.topic.0.trim().to_owned() };
     let done = tools.relay().call(Duration::ZERO, request, |mut c, r| async move { c.unfollow(r).await }).await?;
     tools.forget_topic(&done.topic).await;
-    Ok(Outcome::text(if done.followed {
+    let text = if done.followed {
         format!("no longer following {}", done.topic)
     } else {
         format!("you did not follow {}", done.topic)
-    }))
+    };
+    Ok(Outcome::data(text, &output::Unfollowed { topic: done.topic, followed: done.followed }))
 }
 
 /// Posts `body` to `topic`, with an id kept for a retry as sends keep theirs.

@@ -164,6 +164,25 @@ impl From<&Message> for MessageOut {
     }
 }
 
+/// A topic followed.
+#[derive(Serialize, JsonSchema)]
+pub struct Followed {
+    /// account/#name
+    pub topic: String,
+    /// earlier posts you read first
+    pub backlog: u64,
+    #[serde(skip_serializing_if = "is_false", default)]
+    pub already: bool,
+}
+
+/// A topic no longer followed.
+#[derive(Serialize, JsonSchema)]
+pub struct Unfollowed {
+    pub topic: String,
+    /// you followed it until now
+    pub followed: bool,
+}
+
 /// A post: its id, its topic and its number there, and who follows the topic.
 #[derive(Serialize, JsonSchema)]
 pub struct Posted {
