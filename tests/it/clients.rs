@@ -649,10 +649,10 @@ async fn an_idle_claude_code_session_is_woken_by_a_post_to_a_topic_it_follows() 
         "mcp__relay__relay_subscribe",
         Reply::tool("mcp__relay__relay_subscribe", json!({ "topic": "#deploys" })),
     );
-    api.on(Api::Anthropic, "following acme/#deploys", Reply::text("following"));
+    api.on(Api::Anthropic, "come with your mail", Reply::text("following"));
     term.type_line("follow the deploys topic");
     let (followed, _) =
-        api.wait_for("the follow's answer", 0, TURN, |r| r.last_turn().contains("following acme/#deploys")).await;
+        api.wait_for("the follow's answer", 0, TURN, |r| r.last_turn().contains("come with your mail")).await;
 
     let posted = bob.tool_ok("relay_publish", json!({ "topic": "#deploys", "body": "deploy 12 is live" })).await;
     let id = posted["structuredContent"]["id"].as_str().unwrap().to_owned();

@@ -331,17 +331,18 @@ async fn subscribe(tools: &Tools, args: input::Subscribe) -> Result<Outcome> {
     let text = if followed.already {
         format!("you follow {} already", followed.topic)
     } else {
-        match followed.backlog {
-            0 => format!("following {}: its new posts come with your mail", followed.topic),
-            n => format!(
-                "following {}: its {n} recent post{} and new ones come with your mail (relay_inbox)",
-                followed.topic,
-                if n == 1 { "" } else { "s" }
-            ),
-        }
+        format!("following {}", followed.topic)
+    };
+    // Advice goes in `next`, which the structured part carries too (a client may read only it).
+    let advice = match followed.backlog {
+        0 => "Its new posts come with your mail (relay_inbox).".to_owned(),
+        n => format!(
+            "Its {n} recent post{} and new ones come with your mail (relay_inbox).",
+            if n == 1 { "" } else { "s" }
+        ),
     };
     let data = output::Followed { topic: followed.topic, backlog: followed.backlog, already: followed.already };
-    Ok(Outcome::data(text, &data))
+    Ok(Outcome::data(text, &data).then(advice))
 }
 
 async fn unsubscribe(tools: &Tools, args: input::Unsubscribe) -> Result<Outcome> {
