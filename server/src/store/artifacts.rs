@@ -206,19 +206,7 @@ pub(crate) async fn readable(c: &impl GenericClient, caller: &Caller, reference:
         Err(e) => Error::from(e),
     };
     let (Error::NotFound { .. }, MessageRef::Text(text)) = (&e, reference) else { return Err(e.into()) };
-    let stmt = c
-        .prepare_cached(
-            "select id from messages
-             where sender_id = $1 and (id like $2 || '%' or id like '%' || $2)
-             order by created_at desc limit 20",
-        )
-        .await?;
-    let sent: Vec<MessageId> = c
-        .query(&stmt, &[&caller.endpoint_id, &text.as_str()])
-        .await?
-        .iter()
-        .map(|r| r.only())
-        .collect::<Result<_>>()?;
+    let sent = super::messages::sent_like(c, caller.endpoint_id, text).await?;
     if sent.is_empty() {
         return Err(e.into());
     }
